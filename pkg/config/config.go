@@ -1,0 +1,601 @@
+// Package config loads agentbus's one YAML file.
+//
+// The ai: block is the seed's zhin.config.yml ai: block (providers with a required api, agents
+// with provider/model/priority/match, agent, sessions, context, trigger). Further blocks: nats:,
+// im:, roles:. Every scalar may use ${ENV} or ${ENV:-default}; expansion happens after parsing,
+// so a secret containing YAML syntax cannot change the document's structure.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the whole file.
+type Config struct {
+	DataDir string `yaml:"dataDir"`
+	NATS    NATS   `yaml:"nats"`
+	IM      IM     `yaml:"im"`
+	Roles   Roles  `yaml:"roles"`
+	AI      AI     `yaml:"ai"`
+	Log     Log    `yaml:"log"`
+}
+
+// Log configures slog output.
+type Log struct {
+	Level  string `yaml:"level"`  // debug, info, warn, error
+	Format string `yaml:"format"` // text or json
+}
+
+// NATS says how to reach the bus.
+type NATS struct {
+	URL      string `yaml:"url"`      // nats://host:4222,nats://host2:4222
+	Creds    string `yaml:"creds"`    // path to a .creds file
+	NKeySeed string `yaml:"nkeySeed"` // path to an nkey seed file
+	User     string `yaml:"user"`
+	Password string `yaml:"password"`
+	Token    string `yaml:"token"`
+	TLS      TLS    `yaml:"tls"`
+	// Embedded runs a nats-server with JetStream inside the process (single machine, tests).
+	Embedded bool `yaml:"embedded"`
+	// StoreDir is the embedded server's JetStream directory (default <dataDir>/nats).
+	StoreDir string `yaml:"storeDir"`
+	// Listen, when set, lets other processes reach the embedded server (e.g. "127.0.0.1:4222").
+	Listen string `yaml:"listen"`
+	// Replicas for every stream and bucket: 1 embedded, 3 in a cluster.
+	Replicas int `yaml:"replicas"`
+	// Storage is "file" (default) or "memory".
+	Storage string `yaml:"storage"`
+	// Retention ages; zero picks the defaults documented in docs/configuration.md.
+	IMInMaxAgeMs      int64 `yaml:"imInMaxAgeMs"`
+	EventsMaxAgeMs    int64 `yaml:"eventsMaxAgeMs"`
+	ToolResultsMaxAge int64 `yaml:"toolResultsMaxAgeMs"`
+}
+
+// TLS client settings.
+type TLS struct {
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+	CA   string `yaml:"ca"`
+}
+
+// IM holds the platform adapters.
+type IM struct {
+	Webhook Webhook `yaml:"webhook"`
+}
+
+// Webhook is the reference HTTP adapter.
+type Webhook struct {
+	Listen string       `yaml:"listen"` // default 127.0.0.1:8088
+	Bots   []WebhookBot `yaml:"bots"`
+}
+
+// WebhookBot is one bot reachable over the webhook adapter.
+type WebhookBot struct {
+	ID       string   `yaml:"id"`
+	Secret   string   `yaml:"secret"`
+	Callback string   `yaml:"callback"`
+	Masters  []string `yaml:"masters"`
+	Trusted  []string `yaml:"trusted"`
+}
+
+// Roles selects which roles a process runs (agentbus up runs all by default).
+type Roles struct {
+	Ingest     *bool `yaml:"ingest"`
+	TurnWorker *bool `yaml:"turnWorker"`
+	ToolWorker *bool `yaml:"toolWorker"`
+	Egress     *bool `yaml:"egress"`
+}
+
+// AI is the seed's ai: block.
+type AI struct {
+	Providers       map[string]Provider       `yaml:"providers"`
+	Agents          map[string]AgentBinding   `yaml:"agents"`
+	Sessions        Sessions                  `yaml:"sessions"`
+	Context         ContextCfg                `yaml:"context"`
+	Agent           Agent                     `yaml:"agent"`
+	Trigger         Trigger                   `yaml:"trigger"`
+	Dispatcher      Dispatcher                `yaml:"dispatcher"`
+	MCPServers      map[string]MCPServer      `yaml:"mcpServers"`
+	ImageGeneration ImageGeneration           `yaml:"imageGeneration"`
+	Tools           Tools                     `yaml:"tools"`
+	Extra           map[string]map[string]any `yaml:"extra"`
+}
+
+// Provider is one entry of ai.providers. API is required.
+type Provider struct {
+	API           string            `yaml:"api"`
+	APIKey        string            `yaml:"apiKey"`
+	BaseURL       string            `yaml:"baseUrl"`
+	Host          string            `yaml:"host"` // ollama's base URL
+	ContextWindow int               `yaml:"contextWindow"`
+	MaxTokens     int               `yaml:"maxTokens"`
+	NumCtx        int               `yaml:"num_ctx"`
+	Headers       map[string]string `yaml:"headers"`
+	// Models is the allowlist; when set, discovery is skipped. Entries are model ids or objects.
+	Models          []ModelEntry      `yaml:"models"`
+	Compat          map[string]any    `yaml:"compat"`
+	Capabilities    Capabilities      `yaml:"capabilities"`
+	Driver          string            `yaml:"driver"` // image generation driver only
+	ImageGeneration ImageGenProvider  `yaml:"imageGeneration"`
+	Thinking        string            `yaml:"thinking"` // default thinking level for this provider
+	Options         map[string]any    `yaml:"options"`
+	Extra           map[string]string `yaml:"extra"`
+}
+
+// Capabilities overrides what discovery infers.
+type Capabilities struct {
+	Vision      *bool `yaml:"vision"`
+	Streaming   *bool `yaml:"streaming"`
+	ToolCalling *bool `yaml:"toolCalling"`
+	Thinking    *bool `yaml:"thinking"`
+}
+
+// ModelEntry is one allowlisted model: either a bare id or an object with details.
+type ModelEntry struct {
+	ID            string   `yaml:"id"`
+	Name          string   `yaml:"name"`
+	Reasoning     bool     `yaml:"reasoning"`
+	Input         []string `yaml:"input"`
+	ContextWindow int      `yaml:"contextWindow"`
+	MaxTokens     int      `yaml:"maxTokens"`
+	Cost          struct {
+		Input      float64 `yaml:"input"`
+		Output     float64 `yaml:"output"`
+		CacheRead  float64 `yaml:"cacheRead"`
+		CacheWrite float64 `yaml:"cacheWrite"`
+	} `yaml:"cost"`
+}
+
+// UnmarshalYAML accepts "gpt-4o" as well as {id: gpt-4o, ...}.
+func (m *ModelEntry) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		m.ID = n.Value
+		return nil
+	}
+	type plain ModelEntry
+	return n.Decode((*plain)(m))
+}
+
+// ImageGenProvider is a provider's imageGeneration block.
+type ImageGenProvider struct {
+	DefaultModel     string `yaml:"defaultModel"`
+	DefaultSize      string `yaml:"defaultSize"`
+	Quality          string `yaml:"quality"`
+	AspectRatio      string `yaml:"aspectRatio"`
+	ImageSize        string `yaml:"imageSize"`
+	PromptSuffix     string `yaml:"promptSuffix"`
+	WatermarkEnabled *bool  `yaml:"watermarkEnabled"`
+	AccountID        string `yaml:"accountId"` // cloudflare
+}
+
+// ImageGeneration is the global ai.imageGeneration block.
+type ImageGeneration struct {
+	WatermarkEnabled bool `yaml:"watermarkEnabled"`
+}
+
+// AgentBinding is one entry of ai.agents: which model serves which kind of turn.
+type AgentBinding struct {
+	Provider string     `yaml:"provider"`
+	Model    string     `yaml:"model"`
+	Priority int        `yaml:"priority"`
+	Match    AgentMatch `yaml:"match"`
+}
+
+// AgentMatch routes turns to a binding.
+type AgentMatch struct {
+	HasMedia []string `yaml:"hasMedia"` // e.g. [image]
+}
+
+// Sessions is ai.sessions.
+type Sessions struct {
+	MaxHistory           int   `yaml:"maxHistory"`
+	ExpireMs             int64 `yaml:"expireMs"`
+	ColdStartMaxMessages int   `yaml:"coldStartMaxMessages"`
+	ColdStartMaxAgeMs    int64 `yaml:"coldStartMaxAgeMs"`
+	SessionIdleArchiveMs int64 `yaml:"sessionIdleArchiveMs"`
+}
+
+// ContextCfg is ai.context.
+type ContextCfg struct {
+	Enabled           *bool `yaml:"enabled"`
+	MaxRecentMessages int   `yaml:"maxRecentMessages"`
+	SummaryThreshold  int   `yaml:"summaryThreshold"`
+	KeepAfterSummary  int   `yaml:"keepAfterSummary"`
+	MaxContextTokens  int   `yaml:"maxContextTokens"`
+}
+
+// Agent is ai.agent: harness, security and iteration settings.
+type Agent struct {
+	MaxIterations            int                 `yaml:"maxIterations"`
+	TimeoutMs                int64               `yaml:"timeout"`
+	PreExecTimeoutMs         int64               `yaml:"preExecTimeout"`
+	MaxSkills                int                 `yaml:"maxSkills"`
+	MaxTools                 int                 `yaml:"maxTools"`
+	ContextTokens            int                 `yaml:"contextTokens"`
+	MaxHistoryShare          float64             `yaml:"maxHistoryShare"`
+	ToneAwareness            *bool               `yaml:"toneAwareness"`
+	ExecSecurity             string              `yaml:"execSecurity"`     // deny | allowlist | full
+	ExecPreset               string              `yaml:"execPreset"`       // readonly | network | development | custom
+	ExecAllowlist            []string            `yaml:"execAllowlist"`    // merged with the preset
+	ExecApprovalMode         string              `yaml:"execApprovalMode"` // ask | allow | deny
+	SensitiveSubcommands     map[string][]string `yaml:"sensitiveSubcommands"`
+	ModelSizeHint            string              `yaml:"modelSizeHint"`
+	SkillInstructionMaxChars int                 `yaml:"skillInstructionMaxChars"`
+	MaxSubagentIterations    int                 `yaml:"maxSubagentIterations"`
+	SubagentTurnWaitMs       int64               `yaml:"subagentTurnWaitMs"`
+	SubagentTools            []string            `yaml:"subagentTools"`
+	PhaseTrace               bool                `yaml:"phaseTrace"`
+	ModelHarness             ModelHarness        `yaml:"modelHarness"`
+	Compaction               Compaction          `yaml:"compaction"`
+	Concurrency              string              `yaml:"concurrency"`     // parallel | queue | steer | interrupt | collect
+	CollectWindowMs          int64               `yaml:"collectWindowMs"` // debounce for collect
+	SteeringMode             string              `yaml:"steeringMode"`    // one-at-a-time | all
+	FollowUpMode             string              `yaml:"followUpMode"`    // one-at-a-time | all
+	ToolExecution            string              `yaml:"toolExecution"`   // parallel | sequential
+	Thinking                 string              `yaml:"thinking"`
+	Workspace                string              `yaml:"workspace"` // root for file tools and bash
+	SkillsDir                string              `yaml:"skillsDir"`
+	ToolsDir                 string              `yaml:"toolsDir"`
+	AgentsDir                string              `yaml:"agentsDir"`
+	BashTimeoutMs            int64               `yaml:"bashTimeoutMs"`
+	BashOutputLimit          int                 `yaml:"bashOutputLimit"`
+	ToolTimeoutMs            int64               `yaml:"toolTimeoutMs"`
+	WebFetch                 WebFetch            `yaml:"webFetch"`
+	WebSearch                WebSearch           `yaml:"webSearch"`
+}
+
+// WebFetch configures the web_fetch tool's SSRF guard.
+type WebFetch struct {
+	AllowPrivate bool     `yaml:"allowPrivate"`
+	AllowHosts   []string `yaml:"allowHosts"`
+	MaxBytes     int64    `yaml:"maxBytes"`
+	TimeoutMs    int64    `yaml:"timeoutMs"`
+}
+
+// WebSearch configures the web_search backend; without a backend the tool is absent.
+type WebSearch struct {
+	Backend string `yaml:"backend"` // e.g. searxng
+	URL     string `yaml:"url"`
+	APIKey  string `yaml:"apiKey"`
+}
+
+// ModelHarness overrides harness settings per provider pattern or model.
+type ModelHarness struct {
+	ProviderPatterns map[string]Harness `yaml:"providerPatterns"`
+	Models           map[string]Harness `yaml:"models"`
+}
+
+// Harness is the per-model loop tuning. Zero values mean "inherit".
+type Harness struct {
+	MaxIterations            int      `yaml:"maxIterations"`
+	MaxTools                 int      `yaml:"maxTools"`
+	MaxSkills                int      `yaml:"maxSkills"`
+	ModelSizeHint            string   `yaml:"modelSizeHint"`
+	SkillInstructionMaxChars int      `yaml:"skillInstructionMaxChars"`
+	ToolExecution            string   `yaml:"toolExecution"`
+	AlwaysTools              []string `yaml:"alwaysTools"`
+	Thinking                 string   `yaml:"thinking"`
+}
+
+// Compaction is ai.agent.compaction.
+type Compaction struct {
+	Enabled          *bool `yaml:"enabled"`
+	Auto             *bool `yaml:"auto"`
+	KeepRecentTokens int   `yaml:"keepRecentTokens"`
+	MinKeepCount     int   `yaml:"minKeepCount"`
+}
+
+// Trigger is ai.trigger.
+type Trigger struct {
+	Enabled          *bool    `yaml:"enabled"`
+	Prefixes         []string `yaml:"prefixes"`
+	RespondToAt      *bool    `yaml:"respondToAt"`
+	RespondToPrivate *bool    `yaml:"respondToPrivate"`
+	IgnorePrefixes   []string `yaml:"ignorePrefixes"`
+	TimeoutMs        int64    `yaml:"timeout"`
+	Masters          []string `yaml:"masters"`
+	Trusted          []string `yaml:"trusted"`
+}
+
+// Dispatcher is the command vs AI routing (ai.dispatcher, or top-level dispatcher in the seed).
+type Dispatcher struct {
+	Mode           string `yaml:"mode"`  // exclusive | dual
+	Order          string `yaml:"order"` // command-first | ai-first
+	AllowDualReply bool   `yaml:"allowDualReply"`
+}
+
+// MCPServer is one entry of ai.mcpServers.
+type MCPServer struct {
+	Transport string            `yaml:"transport"` // stdio | sse | streamable-http (default from command/url)
+	Command   string            `yaml:"command"`
+	Args      []string          `yaml:"args"`
+	Env       map[string]string `yaml:"env"`
+	URL       string            `yaml:"url"`
+	Headers   map[string]string `yaml:"headers"`
+	TimeoutMs int64             `yaml:"timeoutMs"`
+	Disabled  bool              `yaml:"disabled"`
+}
+
+// Tools lists which built-in tools are enabled (empty = the defaults).
+type Tools struct {
+	Enabled  []string `yaml:"enabled"`
+	Disabled []string `yaml:"disabled"`
+}
+
+// Bool returns *p, or def when p is nil.
+func Bool(p *bool, def bool) bool {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// Load reads path, expands ${ENV}, applies defaults and validates.
+func Load(path string) (*Config, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	c, err := Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse is Load without the file.
+func Parse(raw []byte) (*Config, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(raw, &root); err != nil {
+		return nil, fmt.Errorf("parse yaml: %w", err)
+	}
+	var missing []string
+	expandNode(&root, &missing)
+	c := &Config{}
+	if len(root.Content) > 0 {
+		if err := root.Decode(c); err != nil {
+			return nil, fmt.Errorf("decode: %w", err)
+		}
+	}
+	c.ApplyDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}`)
+
+func expandNode(n *yaml.Node, missing *[]string) {
+	if n.Kind == yaml.ScalarNode && strings.Contains(n.Value, "${") {
+		n.Value = envRef.ReplaceAllStringFunc(n.Value, func(ref string) string {
+			m := envRef.FindStringSubmatch(ref)
+			if v, ok := os.LookupEnv(m[1]); ok && v != "" {
+				return v
+			}
+			if strings.Contains(ref, ":-") {
+				return m[2]
+			}
+			*missing = append(*missing, m[1])
+			return ""
+		})
+		// A value produced by expansion is a string, never a YAML tag the file did not write.
+		if n.Tag == "!!int" || n.Tag == "!!bool" || n.Tag == "!!float" || n.Tag == "!!null" {
+			n.Tag = ""
+		}
+	}
+	for _, c := range n.Content {
+		expandNode(c, missing)
+	}
+}
+
+// ApplyDefaults fills what the file left out with the seed's documented defaults.
+func (c *Config) ApplyDefaults() {
+	if c.DataDir == "" {
+		c.DataDir = "./data"
+	}
+	if c.NATS.URL == "" && !c.NATS.Embedded {
+		c.NATS.Embedded = true
+	}
+	if c.NATS.Embedded && c.NATS.StoreDir == "" {
+		c.NATS.StoreDir = c.DataDir + "/nats"
+	}
+	if c.NATS.Replicas == 0 {
+		c.NATS.Replicas = 1
+	}
+	if c.NATS.Storage == "" {
+		c.NATS.Storage = "file"
+	}
+	if c.IM.Webhook.Listen == "" {
+		c.IM.Webhook.Listen = "127.0.0.1:8088"
+	}
+	s := &c.AI.Sessions
+	if s.MaxHistory == 0 {
+		s.MaxHistory = 200
+	}
+	if s.ExpireMs == 0 {
+		s.ExpireMs = 7 * 24 * 3600 * 1000
+	}
+	if s.ColdStartMaxMessages == 0 {
+		s.ColdStartMaxMessages = 50
+	}
+	if s.ColdStartMaxAgeMs == 0 {
+		s.ColdStartMaxAgeMs = 24 * 3600 * 1000
+	}
+	if s.SessionIdleArchiveMs == 0 {
+		s.SessionIdleArchiveMs = 7 * 24 * 3600 * 1000
+	}
+	cx := &c.AI.Context
+	if cx.MaxRecentMessages == 0 {
+		cx.MaxRecentMessages = 100
+	}
+	if cx.SummaryThreshold == 0 {
+		cx.SummaryThreshold = 50
+	}
+	if cx.KeepAfterSummary == 0 {
+		cx.KeepAfterSummary = 10
+	}
+	if cx.MaxContextTokens == 0 {
+		cx.MaxContextTokens = 4000
+	}
+	a := &c.AI.Agent
+	if a.MaxIterations == 0 {
+		a.MaxIterations = 15
+	}
+	if a.TimeoutMs == 0 {
+		a.TimeoutMs = 120000
+	}
+	if a.PreExecTimeoutMs == 0 {
+		a.PreExecTimeoutMs = 15000
+	}
+	if a.MaxSkills == 0 {
+		a.MaxSkills = 5
+	}
+	if a.MaxTools == 0 {
+		a.MaxTools = 12
+	}
+	if a.ContextTokens == 0 {
+		a.ContextTokens = 128000
+	}
+	if a.MaxHistoryShare == 0 {
+		a.MaxHistoryShare = 0.5
+	}
+	if a.ExecSecurity == "" {
+		a.ExecSecurity = "deny"
+	}
+	if a.ExecPreset == "" {
+		a.ExecPreset = "custom"
+	}
+	if a.ExecApprovalMode == "" {
+		a.ExecApprovalMode = "deny"
+	}
+	if a.MaxSubagentIterations == 0 {
+		a.MaxSubagentIterations = 25
+	}
+	if a.SubagentTurnWaitMs == 0 {
+		a.SubagentTurnWaitMs = 300000
+	}
+	if a.Concurrency == "" {
+		a.Concurrency = "parallel"
+	}
+	if a.CollectWindowMs == 0 {
+		a.CollectWindowMs = 1500
+	}
+	if a.SteeringMode == "" {
+		a.SteeringMode = "one-at-a-time"
+	}
+	if a.FollowUpMode == "" {
+		a.FollowUpMode = "one-at-a-time"
+	}
+	if a.ToolExecution == "" {
+		a.ToolExecution = "parallel"
+	}
+	if a.Workspace == "" {
+		a.Workspace = c.DataDir + "/workspace"
+	}
+	if a.SkillsDir == "" {
+		a.SkillsDir = "skills"
+	}
+	if a.ToolsDir == "" {
+		a.ToolsDir = "tools"
+	}
+	if a.AgentsDir == "" {
+		a.AgentsDir = "agents"
+	}
+	if a.BashTimeoutMs == 0 {
+		a.BashTimeoutMs = 30000
+	}
+	if a.BashOutputLimit == 0 {
+		a.BashOutputLimit = 64 * 1024
+	}
+	if a.ToolTimeoutMs == 0 {
+		a.ToolTimeoutMs = 60000
+	}
+	if a.Compaction.KeepRecentTokens == 0 {
+		a.Compaction.KeepRecentTokens = 20000
+	}
+	if a.Compaction.MinKeepCount == 0 {
+		a.Compaction.MinKeepCount = 2
+	}
+	t := &c.AI.Trigger
+	if t.Prefixes == nil {
+		t.Prefixes = []string{"ai:"}
+	}
+	if t.IgnorePrefixes == nil {
+		t.IgnorePrefixes = []string{"/", "!", "！"}
+	}
+	if t.TimeoutMs == 0 {
+		t.TimeoutMs = 60000
+	}
+	if c.AI.Dispatcher.Mode == "" {
+		c.AI.Dispatcher.Mode = "exclusive"
+	}
+	if c.AI.Dispatcher.Order == "" {
+		c.AI.Dispatcher.Order = "command-first"
+	}
+}
+
+// ErrInvalid wraps every validation failure.
+var ErrInvalid = errors.New("invalid config")
+
+// Validate reports every problem at once, each naming its key.
+func (c *Config) Validate() error {
+	var errs []string
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Sprintf(format, a...)) }
+	names := make([]string, 0, len(c.AI.Providers))
+	for n := range c.AI.Providers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		p := c.AI.Providers[n]
+		if p.API == "" && p.Driver == "" {
+			bad("ai.providers.%s.api is required (one of openai-completions, openai-responses, anthropic-messages, google-generative-ai, ollama-chat, faux)", n)
+		}
+	}
+	for n, a := range c.AI.Agents {
+		if a.Provider != "" {
+			if _, ok := c.AI.Providers[a.Provider]; !ok {
+				bad("ai.agents.%s.provider %q is not in ai.providers", n, a.Provider)
+			}
+		}
+	}
+	oneOf := func(key, v string, allowed ...string) {
+		for _, a := range allowed {
+			if v == a {
+				return
+			}
+		}
+		bad("%s %q: want one of %s", key, v, strings.Join(allowed, ", "))
+	}
+	a := c.AI.Agent
+	oneOf("ai.agent.execSecurity", a.ExecSecurity, "deny", "allowlist", "full")
+	oneOf("ai.agent.execPreset", a.ExecPreset, "readonly", "network", "development", "custom")
+	oneOf("ai.agent.execApprovalMode", a.ExecApprovalMode, "ask", "allow", "deny")
+	oneOf("ai.agent.concurrency", a.Concurrency, "parallel", "queue", "steer", "interrupt", "collect")
+	oneOf("ai.agent.steeringMode", a.SteeringMode, "one-at-a-time", "all")
+	oneOf("ai.agent.followUpMode", a.FollowUpMode, "one-at-a-time", "all")
+	oneOf("ai.agent.toolExecution", a.ToolExecution, "parallel", "sequential")
+	oneOf("ai.dispatcher.mode", c.AI.Dispatcher.Mode, "exclusive", "dual")
+	oneOf("ai.dispatcher.order", c.AI.Dispatcher.Order, "command-first", "ai-first")
+	oneOf("nats.storage", c.NATS.Storage, "file", "memory")
+	for i, b := range c.IM.Webhook.Bots {
+		if b.ID == "" {
+			bad("im.webhook.bots[%d].id is required", i)
+		}
+		if b.Secret == "" {
+			bad("im.webhook.bots[%d].secret is required (requests are signed with it)", i)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w:\n  %s", ErrInvalid, strings.Join(errs, "\n  "))
+	}
+	return nil
+}
