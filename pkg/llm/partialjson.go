@@ -1,0 +1,405 @@
+package llm
+
+import (
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// ParsePartialJSON parses a JSON object that may be cut off anywhere, as tool-call arguments are
+// while they stream in, and returns the best-effort object. It never returns nil: garbage, an
+// empty string or a value that is not an object give an empty map.
+//
+// Rules for a cut-off document (the object as it would look if the stream ended here):
+//   - an open string value is kept with what has arrived so far (a cut escape is dropped);
+//   - an open array or object is closed, keeping its complete or partial members;
+//   - a key that has no value yet (cut inside the key, before the colon or before the value)
+//     is dropped, as is a dangling comma;
+//   - a cut number keeps its valid prefix ("12." is 12, "-" is dropped);
+//   - a cut literal is completed when its prefix is unambiguous ("tr" is true, "n" is null).
+//
+// A syntax error in the middle stops parsing and keeps what was complete before it. Complete
+// input gives the same result as encoding/json into map[string]any (numbers are float64).
+//
+// It is a small hand-written parser rather than "repair, then encoding/json" because it runs on
+// every streamed delta: one pass, no intermediate buffer, and strings without escapes are
+// substrings of s (no copy).
+func ParsePartialJSON(s string) map[string]any {
+	p := partialParser{s: s}
+	p.skipSpace()
+	if p.i >= len(p.s) || p.s[p.i] != '{' {
+		return map[string]any{}
+	}
+	v, _ := p.object(0)
+	if v == nil {
+		return map[string]any{}
+	}
+	return v
+}
+
+// maxPartialDepth bounds nesting so hostile input cannot exhaust the stack.
+const maxPartialDepth = 512
+
+type partialParser struct {
+	s string
+	i int
+}
+
+// status of a parsed value.
+const (
+	pvComplete = iota // the value ended properly
+	pvPartial         // input ended inside the value; what was returned is the best effort
+	pvNone            // no value at all (input ended before it started, or a syntax error)
+	pvBad             // syntax error after part of a value: keep the value, stop parsing
+)
+
+func (p *partialParser) skipSpace() {
+	for p.i < len(p.s) {
+		switch p.s[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+// object parses from '{'. It returns the object (never nil) and a status.
+func (p *partialParser) object(depth int) (map[string]any, int) {
+	p.i++ // '{'
+	m := map[string]any{}
+	if depth >= maxPartialDepth {
+		return m, pvBad
+	}
+	for {
+		p.skipSpace()
+		if p.i >= len(p.s) {
+			return m, pvPartial
+		}
+		c := p.s[p.i]
+		if c == '}' {
+			p.i++
+			return m, pvComplete
+		}
+		if c == ',' { // separator (also tolerates a leading or doubled comma)
+			p.i++
+			continue
+		}
+		if c != '"' {
+			return m, pvBad
+		}
+		key, st := p.str()
+		if st != pvComplete {
+			return m, pvPartial // cut inside the key: drop it
+		}
+		p.skipSpace()
+		if p.i >= len(p.s) {
+			return m, pvPartial
+		}
+		if p.s[p.i] != ':' {
+			return m, pvBad
+		}
+		p.i++
+		p.skipSpace()
+		if p.i >= len(p.s) {
+			return m, pvPartial
+		}
+		v, st := p.value(depth + 1)
+		switch st {
+		case pvComplete:
+			m[key] = v
+		case pvPartial:
+			m[key] = v
+			return m, pvPartial
+		case pvBad:
+			if v != nil {
+				m[key] = v
+			}
+			return m, pvBad
+		default:
+			if p.i >= len(p.s) {
+				return m, pvPartial
+			}
+			return m, pvBad
+		}
+	}
+}
+
+func (p *partialParser) array(depth int) ([]any, int) {
+	p.i++ // '['
+	a := []any{}
+	if depth >= maxPartialDepth {
+		return a, pvBad
+	}
+	for {
+		p.skipSpace()
+		if p.i >= len(p.s) {
+			return a, pvPartial
+		}
+		c := p.s[p.i]
+		if c == ']' {
+			p.i++
+			return a, pvComplete
+		}
+		if c == ',' {
+			p.i++
+			continue
+		}
+		v, st := p.value(depth + 1)
+		switch st {
+		case pvComplete:
+			a = append(a, v)
+		case pvPartial:
+			return append(a, v), pvPartial
+		case pvBad:
+			if v != nil {
+				a = append(a, v)
+			}
+			return a, pvBad
+		default:
+			if p.i >= len(p.s) {
+				return a, pvPartial
+			}
+			return a, pvBad
+		}
+	}
+}
+
+// value parses any value starting at p.i (not at end of input).
+func (p *partialParser) value(depth int) (any, int) {
+	switch c := p.s[p.i]; {
+	case c == '{':
+		m, st := p.object(depth)
+		return m, st
+	case c == '[':
+		a, st := p.array(depth)
+		return a, st
+	case c == '"':
+		return p.str()
+	case c == '-' || (c >= '0' && c <= '9'):
+		return p.number()
+	case c == 't':
+		return p.literal("true", true)
+	case c == 'f':
+		return p.literal("false", false)
+	case c == 'n':
+		return p.literal("null", nil)
+	}
+	return nil, pvNone
+}
+
+func (p *partialParser) literal(word string, v any) (any, int) {
+	n := 0
+	for n < len(word) && p.i+n < len(p.s) && p.s[p.i+n] == word[n] {
+		n++
+	}
+	p.i += n
+	if n == len(word) {
+		return v, pvComplete
+	}
+	if p.i >= len(p.s) {
+		return v, pvPartial // an unambiguous prefix of the literal
+	}
+	return nil, pvNone
+}
+
+func (p *partialParser) number() (any, int) {
+	start := p.i
+	for p.i < len(p.s) {
+		c := p.s[p.i]
+		if (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E' {
+			p.i++
+			continue
+		}
+		break
+	}
+	num := p.s[start:p.i]
+	atEnd := p.i >= len(p.s)
+	if f, err := strconv.ParseFloat(num, 64); err == nil && validJSONNumber(num) {
+		if atEnd {
+			return f, pvPartial
+		}
+		return f, pvComplete
+	}
+	if !atEnd {
+		return nil, pvNone
+	}
+	// Cut number: keep the longest valid prefix ("1.", "1e", "1e-" → 1; "-" → nothing).
+	for len(num) > 0 {
+		last := num[len(num)-1]
+		if last >= '0' && last <= '9' && validJSONNumber(num) {
+			if f, err := strconv.ParseFloat(num, 64); err == nil {
+				return f, pvPartial
+			}
+		}
+		num = num[:len(num)-1]
+	}
+	return nil, pvNone
+}
+
+// validJSONNumber reports whether s is a JSON number (ParseFloat alone accepts more: "0x1p3",
+// "+1", "1_0", "Inf").
+func validJSONNumber(s string) bool {
+	i := 0
+	if i < len(s) && s[i] == '-' {
+		i++
+	}
+	if i >= len(s) {
+		return false
+	}
+	if s[i] == '0' {
+		i++
+	} else if s[i] >= '1' && s[i] <= '9' {
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+	} else {
+		return false
+	}
+	if i < len(s) && s[i] == '.' {
+		i++
+		d := i
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return false
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		d := i
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return false
+		}
+	}
+	return i == len(s)
+}
+
+// str parses a string starting at '"'. A cut string returns its content so far with pvPartial.
+func (p *partialParser) str() (string, int) {
+	p.i++ // opening quote
+	start := p.i
+	// Fast path: no escapes, the result is a substring of the input.
+	for p.i < len(p.s) {
+		c := p.s[p.i]
+		if c == '"' {
+			v := p.s[start:p.i]
+			p.i++
+			return v, pvComplete
+		}
+		if c == '\\' {
+			break
+		}
+		p.i++
+	}
+	if p.i >= len(p.s) {
+		return p.s[start:], pvPartial
+	}
+	buf := make([]byte, 0, p.i-start+16)
+	buf = append(buf, p.s[start:p.i]...)
+	for p.i < len(p.s) {
+		c := p.s[p.i]
+		switch c {
+		case '"':
+			p.i++
+			return string(buf), pvComplete
+		case '\\':
+			if p.i+1 >= len(p.s) {
+				p.i = len(p.s)
+				return string(buf), pvPartial
+			}
+			e := p.s[p.i+1]
+			p.i += 2
+			switch e {
+			case '"', '\\', '/':
+				buf = append(buf, e)
+			case 'b':
+				buf = append(buf, '\b')
+			case 'f':
+				buf = append(buf, '\f')
+			case 'n':
+				buf = append(buf, '\n')
+			case 'r':
+				buf = append(buf, '\r')
+			case 't':
+				buf = append(buf, '\t')
+			case 'u':
+				r, ok, cut := p.hex4()
+				if cut {
+					p.i = len(p.s)
+					return string(buf), pvPartial
+				}
+				if !ok {
+					r = utf8.RuneError
+				} else if utf16.IsSurrogate(r) {
+					r = p.lowSurrogate(r)
+				}
+				buf = utf8.AppendRune(buf, r)
+			default:
+				buf = append(buf, e) // unknown escape: keep the character
+			}
+		default:
+			buf = append(buf, c)
+			p.i++
+		}
+	}
+	return string(buf), pvPartial
+}
+
+// hex4 reads four hex digits at p.i. cut reports that the input ended inside them.
+func (p *partialParser) hex4() (r rune, ok, cut bool) {
+	if p.i+4 > len(p.s) {
+		for j := p.i; j < len(p.s); j++ {
+			if _, ok := unhex(p.s[j]); !ok {
+				p.i = j
+				return 0, false, false
+			}
+		}
+		return 0, false, true
+	}
+	for j := 0; j < 4; j++ {
+		d, ok := unhex(p.s[p.i+j])
+		if !ok {
+			p.i += j
+			return 0, false, false
+		}
+		r = r<<4 | d
+	}
+	p.i += 4
+	return r, true, false
+}
+
+// lowSurrogate completes a UTF-16 surrogate pair when the next escape is its low half.
+func (p *partialParser) lowSurrogate(hi rune) rune {
+	if p.i+6 <= len(p.s) && p.s[p.i] == '\\' && p.s[p.i+1] == 'u' {
+		save := p.i
+		p.i += 2
+		lo, ok, _ := p.hex4()
+		if ok {
+			if r := utf16.DecodeRune(hi, lo); r != utf8.RuneError {
+				return r
+			}
+		}
+		p.i = save
+	}
+	return utf8.RuneError
+}
+
+func unhex(c byte) (rune, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return rune(c - '0'), true
+	case c >= 'a' && c <= 'f':
+		return rune(c-'a') + 10, true
+	case c >= 'A' && c <= 'F':
+		return rune(c-'A') + 10, true
+	}
+	return 0, false
+}

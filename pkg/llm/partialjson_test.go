@@ -1,0 +1,170 @@
+package llm
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestParsePartialJSON(t *testing.T) {
+	tests := []struct {
+		in   string
+		want string // JSON of the expected object
+	}{
+		{``, `{}`},
+		{`   `, `{}`},
+		{`garbage`, `{}`},
+		{`[1,2]`, `{}`},
+		{`"str"`, `{}`},
+		{`{`, `{}`},
+		{`{"`, `{}`},
+		{`{"pa`, `{}`},
+		{`{"path"`, `{}`},
+		{`{"path":`, `{}`},
+		{`{"path": `, `{}`},
+		{`{"path": "`, `{"path":""}`},
+		{`{"path": "/tmp/fi`, `{"path":"/tmp/fi"}`},
+		{`{"path": "/tmp/file"`, `{"path":"/tmp/file"}`},
+		{`{"path": "/tmp/file",`, `{"path":"/tmp/file"}`},
+		{`{"path": "/tmp/file", "n`, `{"path":"/tmp/file"}`},
+		{`{"path": "/tmp/file", "n": 1`, `{"path":"/tmp/file","n":1}`},
+		{`{"path": "/tmp/file", "n": 12.`, `{"path":"/tmp/file","n":12}`},
+		{`{"n": 1e`, `{"n":1}`},
+		{`{"n": 1e-`, `{"n":1}`},
+		{`{"n": -`, `{}`},
+		{`{"n": -3`, `{"n":-3}`},
+		{`{"b": t`, `{"b":true}`},
+		{`{"b": fal`, `{"b":false}`},
+		{`{"b": n`, `{"b":null}`},
+		{`{"b": true}`, `{"b":true}`},
+		{`{"a": [`, `{"a":[]}`},
+		{`{"a": [1, 2`, `{"a":[1,2]}`},
+		{`{"a": [1, 2,`, `{"a":[1,2]}`},
+		{`{"a": [1, "x`, `{"a":[1,"x"]}`},
+		{`{"a": {"b": {"c": "d`, `{"a":{"b":{"c":"d"}}}`},
+		{`{"a": {"b": {"c"`, `{"a":{"b":{}}}`},
+		{`{"s": "line\`, `{"s":"line"}`},
+		{`{"s": "line\n`, `{"s":"line\n"}`},
+		{`{"s": "caf\u00`, `{"s":"caf"}`},
+		{`{"s": "caf\u00e9`, `{"s":"café"}`},
+		{`{"s": "\ud83d\ude00"}`, `{"s":"😀"}`},
+		{`{"s": "q\"uote\"d"}`, `{"s":"q\"uote\"d"}`},
+		{`{"a": 1} trailing`, `{"a":1}`},
+		{`{"a": 1, "b": x, "c": 3}`, `{"a":1}`},
+		{`{"a": tx}`, `{}`},
+		{`{"a": 01}`, `{}`},
+		{`{"a":1,,"b":2}`, `{"a":1,"b":2}`},
+		{`  {"command":"ls -la","timeout":30}`, `{"command":"ls -la","timeout":30}`},
+	}
+	for _, tt := range tests {
+		got := ParsePartialJSON(tt.in)
+		var want map[string]any
+		if err := json.Unmarshal([]byte(tt.want), &want); err != nil {
+			t.Fatalf("bad want %s: %v", tt.want, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			g, _ := json.Marshal(got)
+			t.Errorf("ParsePartialJSON(%q) = %s, want %s", tt.in, g, tt.want)
+		}
+	}
+}
+
+// Every prefix of a document parses to something, and the whole document parses exactly like
+// encoding/json.
+func TestParsePartialJSONPrefixes(t *testing.T) {
+	doc := `{"command": "echo \"hi\" && ls", "opts": {"n": -1.5e3, "flags": [true, false, null, "x\u00e9"]}, "empty": {}, "list": []}`
+	for i := 0; i <= len(doc); i++ {
+		if got := ParsePartialJSON(doc[:i]); got == nil {
+			t.Fatalf("prefix %d: nil", i)
+		}
+	}
+	var want map[string]any
+	if err := json.Unmarshal([]byte(doc), &want); err != nil {
+		t.Fatal(err)
+	}
+	if got := ParsePartialJSON(doc); !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %v want %v", got, want)
+	}
+}
+
+func TestParsePartialJSONDeepNesting(t *testing.T) {
+	s := strings.Repeat(`{"a":`, 100000)
+	if got := ParsePartialJSON(s); got == nil {
+		t.Fatal("nil")
+	}
+	s = `{"a":` + strings.Repeat(`[`, 100000)
+	if got := ParsePartialJSON(s); got == nil {
+		t.Fatal("nil")
+	}
+}
+
+func FuzzParsePartialJSON(f *testing.F) {
+	for _, s := range []string{
+		`{"a":1}`, `{"a":"b\u00e9\n","c":[1,2,{"d":null}]}`, `{"x": tru`, `{"s":"\ud83d\ude00"}`,
+		`{"n":-0.5e+10}`, `{`, ``, `[]`, `{"a":{"b":[`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got := ParsePartialJSON(s)
+		if got == nil {
+			t.Fatal("nil result")
+		}
+		// The result must always be re-encodable.
+		if _, err := json.Marshal(got); err != nil {
+			t.Fatalf("result of %q does not marshal: %v", s, err)
+		}
+		// Complete valid UTF-8 objects parse exactly like encoding/json.
+		if !utf8.ValidString(s) || !json.Valid([]byte(s)) {
+			return
+		}
+		var want map[string]any
+		if err := json.Unmarshal([]byte(s), &want); err != nil || want == nil {
+			return
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("ParsePartialJSON(%q) = %#v, encoding/json = %#v", s, got, want)
+		}
+		// Every prefix parses without trouble (bounded: the check is quadratic).
+		for i := range min(len(s), 512) {
+			if ParsePartialJSON(s[:i]) == nil {
+				t.Fatalf("prefix %d nil", i)
+			}
+		}
+	})
+}
+
+var sinkArgs map[string]any
+
+// BenchmarkParsePartialJSON measures one re-parse per streamed delta of a typical tool call
+// (the average over all prefixes of the arguments, as a provider does while streaming).
+func BenchmarkParsePartialJSON(b *testing.B) {
+	doc := `{"command": "grep -rn \"TODO\" ./pkg | head -n 20", "timeout": 30, "cwd": "/work/main"}`
+	var prefixes []string
+	for i := 8; i <= len(doc); i += 8 {
+		prefixes = append(prefixes, doc[:i])
+	}
+	prefixes = append(prefixes, doc)
+	b.Run("per-delta", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			sinkArgs = ParsePartialJSON(prefixes[i%len(prefixes)])
+		}
+	})
+	b.Run("complete", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			sinkArgs = ParsePartialJSON(doc)
+		}
+	})
+	b.Run("encoding-json-complete", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var m map[string]any
+			_ = json.Unmarshal([]byte(doc), &m)
+			sinkArgs = m
+		}
+	})
+}
