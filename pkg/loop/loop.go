@@ -1,0 +1,301 @@
+package loop
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/llm"
+)
+
+// Run starts a run with new prompt messages: they are appended to the context, reported as
+// message_start/message_end, and the model is called until it stops asking for tools and no
+// steering or follow-up message is queued. See docs/agent-loop.md for the exact event order.
+//
+// emit (may be nil) receives every event, on the calling goroutine, one at a time; the loop
+// waits for it to return before going on. Run returns the messages the run added (prompts
+// first), which are the same as the agent_end event's Messages.
+//
+// Run returns an error only when it could not start (no model: ErrNoModel), or ErrMaxIterations
+// together with the messages when Config.MaxIterations stopped it. Provider failures and aborts
+// (ctx cancelled) are not errors of Run: they end the run with an assistant message whose
+// StopReason is error or aborted.
+func Run(ctx context.Context, prompts []llm.Message, agentCtx *AgentContext, cfg *Config, emit func(Event)) ([]llm.Message, error) {
+	if cfg == nil || cfg.Model == nil {
+		return nil, ErrNoModel
+	}
+	return start(ctx, prompts, agentCtx, cfg, emit, runOptions{})
+}
+
+// Continue resumes a run from the context as it is, without a new message (a retry, or after a
+// tool result arrived out of band). The last message must not be an assistant message
+// (ErrContinueFromAssistant) and there must be one (ErrNoMessages); it must convert to a user or
+// toolResult message for the provider to accept the request.
+func Continue(ctx context.Context, agentCtx *AgentContext, cfg *Config, emit func(Event)) ([]llm.Message, error) {
+	if cfg == nil || cfg.Model == nil {
+		return nil, ErrNoModel
+	}
+	if agentCtx == nil || len(agentCtx.Messages) == 0 {
+		return nil, ErrNoMessages
+	}
+	if agentCtx.Messages[len(agentCtx.Messages)-1].Role == llm.RoleAssistant {
+		return nil, ErrContinueFromAssistant
+	}
+	return start(ctx, nil, agentCtx, cfg, emit, runOptions{})
+}
+
+// start is Run without the argument checks: agent_start, turn_start, the prompts, the loop.
+func start(ctx context.Context, prompts []llm.Message, agentCtx *AgentContext, cfg *Config, emit func(Event), o runOptions) ([]llm.Message, error) {
+	r := newRun(agentCtx, cfg, emit, len(prompts))
+	r.runOptions = o
+	r.msgs = append(r.msgs, prompts...)
+	r.emit(Event{Type: EventAgentStart})
+	r.emit(Event{Type: EventTurnStart})
+	for i := range prompts {
+		m := &r.msgs[r.base+i]
+		r.emit(Event{Type: EventMessageStart, Message: m})
+		r.emit(Event{Type: EventMessageEnd, Message: m})
+	}
+	return r.loop(ctx)
+}
+
+// runOptions are the knobs the Agent needs that are not part of the public Config.
+type runOptions struct {
+	skipInitialSteering bool // Agent.Continue already took the steering messages it runs with
+}
+
+// run is the state of one Run. It is allocated once per run and reused across its steps.
+type run struct {
+	cfg    *Config
+	ac     *AgentContext
+	sink   func(Event)
+	stream StreamFunc
+	exec   ToolExecutor
+
+	// msgs is the working context: agentCtx.Messages (shared, capacity-clipped so appends copy)
+	// followed by the messages of this run, which are msgs[base:].
+	msgs []llm.Message
+	base int
+
+	llmCtx llm.Context
+	opts   llm.StreamOptions
+	info   AgentContext // what hooks see as Context; Messages refreshed before each use
+	steps  int
+	calls  []toolCall // reused per step
+	runOptions
+}
+
+func newRun(ac *AgentContext, cfg *Config, emit func(Event), extra int) *run {
+	if ac == nil {
+		ac = &AgentContext{}
+	}
+	r := &run{cfg: cfg, ac: ac, sink: emit, stream: cfg.StreamFn, exec: cfg.Executor}
+	if r.stream == nil {
+		r.stream = llm.Stream
+	}
+	if r.exec == nil {
+		r.exec = InProcess
+	}
+	n := len(ac.Messages)
+	r.base = n
+	r.msgs = make([]llm.Message, n, n+extra+8)
+	copy(r.msgs, ac.Messages)
+	r.llmCtx.SystemPrompt = ac.SystemPrompt
+	if len(ac.Tools) > 0 {
+		tools := make([]llm.Tool, len(ac.Tools))
+		for i := range ac.Tools {
+			tools[i] = ac.Tools[i].Tool
+		}
+		r.llmCtx.Tools = tools
+	}
+	r.info = AgentContext{SystemPrompt: ac.SystemPrompt, Tools: ac.Tools}
+	return r
+}
+
+func (r *run) emit(ev Event) {
+	if r.sink != nil {
+		r.sink(ev)
+	}
+}
+
+// loop is pi's runLoop: an inner loop over LLM steps while there are tool calls or steering
+// messages, and an outer loop that picks up follow-up messages when the inner one would stop.
+func (r *run) loop(ctx context.Context) ([]llm.Message, error) {
+	cfg := r.cfg
+	var pending []llm.Message
+	if !r.skipInitialSteering && cfg.GetSteeringMessages != nil {
+		pending = cfg.GetSteeringMessages()
+	}
+	first := true
+	var err error
+outer:
+	for {
+		more := true
+		for more || len(pending) > 0 {
+			if !first {
+				r.emit(Event{Type: EventTurnStart})
+			}
+			first = false
+			r.inject(pending)
+			pending = nil
+
+			msg := r.step(ctx)
+			r.steps++
+			if msg.StopReason == llm.StopReasonError || msg.StopReason == llm.StopReasonAborted {
+				r.emit(Event{Type: EventTurnEnd, Message: msg})
+				break outer
+			}
+
+			more = false
+			before := len(r.msgs)
+			r.collectCalls(msg)
+			if len(r.calls) > 0 {
+				more = true
+				if msg.StopReason == llm.StopReasonLength {
+					r.failTruncated()
+				} else {
+					pending = r.executeTools(ctx, msg)
+				}
+			}
+			r.emit(Event{Type: EventTurnEnd, Message: msg, ToolResults: r.msgs[before:len(r.msgs):len(r.msgs)]})
+
+			if cfg.MaxIterations > 0 && r.steps >= cfg.MaxIterations {
+				// Steering messages already taken from the queue are kept in the context
+				// so that nothing the user sent is lost; the next run answers them.
+				r.inject(pending)
+				if more || len(pending) > 0 {
+					err = ErrMaxIterations
+				}
+				break outer
+			}
+			if pending == nil && cfg.GetSteeringMessages != nil {
+				pending = cfg.GetSteeringMessages()
+			}
+		}
+		if cfg.GetFollowUpMessages != nil {
+			if f := cfg.GetFollowUpMessages(); len(f) > 0 {
+				pending = f
+				continue
+			}
+		}
+		break
+	}
+	out := r.msgs[r.base:len(r.msgs):len(r.msgs)]
+	r.emit(Event{Type: EventAgentEnd, Messages: out})
+	return out, err
+}
+
+// inject appends queued (steering or follow-up) messages before the next LLM call.
+func (r *run) inject(msgs []llm.Message) {
+	for i := range msgs {
+		r.msgs = append(r.msgs, msgs[i])
+		m := &r.msgs[len(r.msgs)-1]
+		r.emit(Event{Type: EventMessageStart, Message: m})
+		r.emit(Event{Type: EventMessageEnd, Message: m})
+	}
+}
+
+// step makes one LLM call and returns the final assistant message, already appended to r.msgs.
+func (r *run) step(ctx context.Context) *llm.Message {
+	cfg := r.cfg
+	if err := ctx.Err(); err != nil {
+		// Do not call the provider with a dead context; report the abort as the model's answer.
+		return r.finishStep(nil, failedMessage(cfg.Model, llm.StopReasonAborted, err))
+	}
+	msgs := r.msgs
+	if cfg.TransformContext != nil {
+		t, err := cfg.TransformContext(ctx, msgs[:len(msgs):len(msgs)])
+		if err != nil {
+			reason := llm.StopReasonError
+			if ctx.Err() != nil {
+				reason = llm.StopReasonAborted
+			}
+			return r.finishStep(nil, failedMessage(cfg.Model, reason, errors.New("transform context: "+err.Error())))
+		}
+		msgs = t
+	}
+	if cfg.ConvertToLLM != nil {
+		msgs = cfg.ConvertToLLM(msgs)
+	} else {
+		msgs = defaultConvert(msgs)
+	}
+	r.llmCtx.Messages = msgs
+	r.opts = cfg.StreamOptions
+	if cfg.GetAPIKey != nil {
+		if k := cfg.GetAPIKey(cfg.Model.Provider); k != "" {
+			r.opts.APIKey = k
+		}
+	}
+
+	var final *llm.Message
+	var started *llm.Message
+	for ev := range r.stream(ctx, cfg.Model, &r.llmCtx, &r.opts) {
+		switch ev.Type {
+		case llm.EventDone, llm.EventError:
+			final = ev.Message
+		case llm.EventStart:
+			if started == nil && ev.Partial != nil {
+				started = ev.Partial
+				r.emit(Event{Type: EventMessageStart, Message: ev.Partial})
+			}
+		default:
+			if ev.Partial == nil {
+				continue
+			}
+			if started == nil {
+				started = ev.Partial
+				r.emit(Event{Type: EventMessageStart, Message: ev.Partial})
+			}
+			r.emit(Event{Type: EventMessageUpdate, Message: ev.Partial, Update: ev})
+		}
+		if final != nil {
+			break
+		}
+	}
+	if final == nil {
+		// Only a custom StreamFn can get here: llm.Stream always ends with done or error.
+		reason, err := llm.StopReasonError, errors.New("stream ended without a done or error event")
+		if ctx.Err() != nil {
+			reason, err = llm.StopReasonAborted, ctx.Err()
+		}
+		final = llm.ErrorEvent(cfg.Model, started, reason, err).Message
+	}
+	return r.finishStep(started, final)
+}
+
+func (r *run) finishStep(started, final *llm.Message) *llm.Message {
+	if started == nil {
+		r.emit(Event{Type: EventMessageStart, Message: final})
+	}
+	r.msgs = append(r.msgs, *final)
+	r.emit(Event{Type: EventMessageEnd, Message: final})
+	return final
+}
+
+func failedMessage(model *llm.Model, reason llm.StopReason, err error) *llm.Message {
+	return llm.ErrorEvent(model, nil, reason, err).Message
+}
+
+// defaultConvert keeps the roles a model understands. It returns msgs itself when nothing is
+// dropped, which is the common case.
+func defaultConvert(msgs []llm.Message) []llm.Message {
+	for i := range msgs {
+		if !msgs[i].IsLLM() {
+			out := make([]llm.Message, i, len(msgs)-1)
+			copy(out, msgs[:i])
+			for j := i + 1; j < len(msgs); j++ {
+				if msgs[j].IsLLM() {
+					out = append(out, msgs[j])
+				}
+			}
+			return out
+		}
+	}
+	return msgs
+}
+
+// DefaultConvertToLLM is the default Config.ConvertToLLM: it keeps user, assistant and
+// toolResult messages and drops custom kinds.
+func DefaultConvertToLLM(msgs []llm.Message) []llm.Message { return defaultConvert(msgs) }
+
+func nowMs() int64 { return time.Now().UnixMilli() }
