@@ -1,0 +1,131 @@
+package transcript
+
+import (
+	"bytes"
+	"encoding/binary"
+	"sort"
+)
+
+// A segment is the search index of up to segmentMaxRows rows of one scene:
+//
+//	[0:4]              n, number of entries (uint32 LE)
+//	[4:20]             smallest row key of the entries
+//	[20:36]            largest row key of the entries
+//	[36:36+16n]        row keys, entry order
+//	[..+4n]            end offset of each entry's text in the blob (uint32 LE)
+//	[...]              blob: lower-cased bodies, each followed by one NUL
+//
+// Entries are in insert order; row keys inside one segment need not be sorted (a late message
+// with an older time lands in the newest segment), which is why Search compares keys rather than
+// trusting segment order.
+const (
+	keyLen          = 16
+	segHeaderLen    = 4 + 2*keyLen
+	segmentMaxRows  = 256
+	segmentMaxBytes = 32 << 10
+)
+
+type segment struct {
+	keys [][]byte // each keyLen bytes
+	text [][]byte // lower-cased body, no NUL inside
+}
+
+type segView []byte
+
+func (s segView) n() int           { return int(binary.LittleEndian.Uint32(s[0:4])) }
+func (s segView) minKey() []byte   { return s[4 : 4+keyLen] }
+func (s segView) maxKey() []byte   { return s[4+keyLen : segHeaderLen] }
+func (s segView) key(i int) []byte { o := segHeaderLen + i*keyLen; return s[o : o+keyLen] }
+func (s segView) end(i int) int {
+	o := segHeaderLen + s.n()*keyLen + i*4
+	return int(binary.LittleEndian.Uint32(s[o : o+4]))
+}
+func (s segView) blob() []byte { return s[segHeaderLen+s.n()*(keyLen+4):] }
+
+// valid reports whether the bytes look like a segment, so a corrupt value is skipped instead of
+// panicking a reader.
+func (s segView) valid() bool {
+	if len(s) < segHeaderLen {
+		return false
+	}
+	n := s.n()
+	if n <= 0 || len(s) < segHeaderLen+n*(keyLen+4) {
+		return false
+	}
+	return s.end(n-1) <= len(s.blob())
+}
+
+func (s segView) textBytes() int { return len(s.blob()) }
+
+// decode copies the segment out (writers rebuild segments; readers use segView directly).
+func (s segView) decode() segment {
+	n := s.n()
+	seg := segment{keys: make([][]byte, n), text: make([][]byte, n)}
+	blob := s.blob()
+	start := 0
+	for i := 0; i < n; i++ {
+		seg.keys[i] = append([]byte(nil), s.key(i)...)
+		e := s.end(i)
+		seg.text[i] = append([]byte(nil), blob[start:e]...)
+		start = e + 1
+	}
+	return seg
+}
+
+func (g *segment) size() int {
+	t := 0
+	for _, b := range g.text {
+		t += len(b) + 1
+	}
+	return t
+}
+
+func (g *segment) encode() []byte {
+	n := len(g.keys)
+	out := make([]byte, segHeaderLen+n*(keyLen+4), segHeaderLen+n*(keyLen+4)+g.size())
+	binary.LittleEndian.PutUint32(out[0:4], uint32(n))
+	var minK, maxK []byte
+	for i, k := range g.keys {
+		copy(out[segHeaderLen+i*keyLen:], k)
+		if minK == nil || bytes.Compare(k, minK) < 0 {
+			minK = k
+		}
+		if maxK == nil || bytes.Compare(k, maxK) > 0 {
+			maxK = k
+		}
+	}
+	copy(out[4:], minK)
+	copy(out[4+keyLen:], maxK)
+	offs := segHeaderLen + n*keyLen
+	pos := 0
+	for i, t := range g.text {
+		pos += len(t)
+		binary.LittleEndian.PutUint32(out[offs+i*4:], uint32(pos))
+		pos++
+		out = append(out, t...)
+		out = append(out, 0)
+	}
+	return out
+}
+
+// match appends to dst the row keys of the entries whose text contains kw (kw non-empty, no NUL).
+func (s segView) match(kw []byte, dst [][]byte) [][]byte {
+	blob := s.blob()
+	n := s.n()
+	pos := 0
+	for pos < len(blob) {
+		j := bytes.Index(blob[pos:], kw)
+		if j < 0 {
+			break
+		}
+		at := pos + j
+		// Entry i is the first whose end offset is beyond the match start.
+		i := sort.Search(n, func(i int) bool { return s.end(i) > at })
+		if i >= n {
+			break
+		}
+		dst = append(dst, s.key(i))
+		pos = s.end(i) + 1
+	}
+	return dst
+}
