@@ -1,0 +1,108 @@
+//go:build unix
+
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"syscall"
+	"time"
+)
+
+// waitDelay bounds how long Run waits for output after the shell exits
+// while a background child still holds its stdout/stderr open.
+const waitDelay = 250 * time.Millisecond
+
+// Run executes spec.Command with `Shell -c` in spec.Dir and returns its
+// output. The command runs in its own process group; on timeout or when
+// ctx is canceled the whole group gets SIGKILL, and after the shell exits
+// any process left in the group (background jobs) is killed too. A non-zero
+// exit status is not an error: it is reported in Result.ExitCode. Errors
+// are for commands that could not be started (bad Dir, no shell).
+func Run(ctx context.Context, spec Spec) (Result, error) {
+	if err := spec.validate(); err != nil {
+		return Result{}, err
+	}
+	if spec.Timeout <= 0 {
+		spec.Timeout = DefaultTimeout
+	}
+	if spec.OutputLimit <= 0 {
+		spec.OutputLimit = DefaultOutputLimit
+	}
+	shell := spec.Shell
+	if shell == "" {
+		if p, err := exec.LookPath("bash"); err == nil {
+			shell = p
+		} else {
+			shell = "/bin/sh"
+		}
+	}
+	runCtx, cancel := context.WithTimeout(ctx, spec.Timeout)
+	defer cancel()
+
+	stdout := newCapBuffer(spec.OutputLimit)
+	stderr := newCapBuffer(spec.OutputLimit)
+	cmd := exec.Command(shell, "-c", spec.Command)
+	cmd.Dir = spec.Dir
+	cmd.Env = buildEnv(spec.Dir, spec.Env)
+	cmd.Stdout = stdout
+	cmd.Stderr = stderr
+	if spec.Stdin != nil {
+		cmd.Stdin = bytes.NewReader(spec.Stdin)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = waitDelay
+
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		if errors.Is(err, exec.ErrNotFound) {
+			return Result{}, fmt.Errorf("%w: %s: %v", ErrNoShell, shell, err)
+		}
+		return Result{}, fmt.Errorf("sandbox: start %s: %w", shell, err)
+	}
+	pgid := cmd.Process.Pid
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+
+	var res Result
+	var werr error
+	select {
+	case werr = <-done:
+	case <-runCtx.Done():
+		if ctx.Err() != nil {
+			res.Canceled = true
+		} else {
+			res.TimedOut = true
+		}
+		killGroup(pgid)
+		werr = <-done
+	}
+	// Whatever is left of the group (cmd &, nohup cmd) goes too. The pgid
+	// stays reserved by the kernel while any member lives, so this cannot
+	// hit an unrelated group that reused the number.
+	killGroup(pgid)
+	res.Duration = time.Since(start)
+
+	res.ExitCode = -1
+	if cmd.ProcessState != nil {
+		res.ExitCode = cmd.ProcessState.ExitCode()
+	}
+	var exitErr *exec.ExitError
+	if werr != nil && !errors.As(werr, &exitErr) && !errors.Is(werr, exec.ErrWaitDelay) {
+		return res, fmt.Errorf("sandbox: wait: %w", werr)
+	}
+	res.Stdout, res.Truncated = stdout.String()
+	var t bool
+	res.Stderr, t = stderr.String()
+	res.Truncated = res.Truncated || t
+	return res, nil
+}
+
+func killGroup(pgid int) {
+	if pgid > 1 {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+}
