@@ -1,0 +1,160 @@
+package skills
+
+import (
+	"slices"
+	"sort"
+	"strings"
+	"unicode"
+
+	"github.com/agentbus/agentbus/pkg/tools"
+)
+
+// SelectOptions bound a selection (ai.agent.maxSkills / maxTools).
+type SelectOptions struct {
+	MaxSkills int // default 5
+	MaxTools  int // default 12
+	// Always names tools offered whatever the message (ask_user, activate_skill, ...). They
+	// come first and are kept even beyond MaxTools.
+	Always []string
+	// MinScore is the relevance a skill or a stand-alone tool needs to be selected (default 2:
+	// one keyword or name hit, or two description terms).
+	MinScore int
+}
+
+// Selection is what a turn gets.
+type Selection struct {
+	Skills []*Skill
+	Tools  []tools.Tool
+}
+
+// Select is the seed's two-level selection. Level 1: skills whose keywords, name or
+// description match message, best first, at most MaxSkills. Level 2: candidate tools are the
+// Always tools, the tools the selected skills list, and any available tool that matches the
+// message on its own; they are ranked by relevance (name, keyword and description overlap,
+// with a bonus for tools of selected skills) and cut at MaxTools. available should already be
+// gated for the sender (tools.Filter): a skill cannot smuggle in a tool the sender may not use.
+func Select(message string, all []*Skill, available []tools.Tool, o SelectOptions) Selection {
+	if o.MaxSkills <= 0 {
+		o.MaxSkills = 5
+	}
+	if o.MaxTools <= 0 {
+		o.MaxTools = 12
+	}
+	if o.MinScore <= 0 {
+		o.MinScore = 2
+	}
+	msg := strings.ToLower(message)
+	msgTerms := termSet(msg)
+
+	type scored struct {
+		i     int
+		score int
+	}
+	var sk []scored
+	for i, s := range all {
+		score := matchScore(msg, msgTerms, s.Name, s.Description, s.Keywords)
+		if score >= o.MinScore {
+			sk = append(sk, scored{i, score})
+		}
+	}
+	sort.SliceStable(sk, func(a, b int) bool { return sk[a].score > sk[b].score })
+	if len(sk) > o.MaxSkills {
+		sk = sk[:o.MaxSkills]
+	}
+	var sel Selection
+	fromSkill := map[string]bool{}
+	for _, x := range sk {
+		sel.Skills = append(sel.Skills, all[x.i])
+		for _, t := range all[x.i].Tools {
+			fromSkill[t] = true
+		}
+	}
+
+	var always []tools.Tool
+	var cands []scored
+	for i := range available {
+		t := &available[i]
+		if slices.Contains(o.Always, t.Name) {
+			always = append(always, *t)
+			continue
+		}
+		score := matchScore(msg, msgTerms, t.Name, t.Description, t.Keywords)
+		if fromSkill[t.Name] {
+			score += 10
+		} else if score < o.MinScore {
+			continue
+		}
+		cands = append(cands, scored{i, score})
+	}
+	sort.SliceStable(cands, func(a, b int) bool { return cands[a].score > cands[b].score })
+	sel.Tools = always
+	for _, c := range cands {
+		if len(sel.Tools) >= o.MaxTools {
+			break
+		}
+		sel.Tools = append(sel.Tools, available[c.i])
+	}
+	return sel
+}
+
+// matchScore: 3 per keyword found in the message, 3 when the name (or its words) appears,
+// 1 per shared description term (ASCII words of 3+ letters, CJK bigrams).
+func matchScore(msg string, msgTerms map[string]bool, name, desc string, keywords []string) int {
+	score := 0
+	for _, k := range keywords {
+		k = strings.ToLower(strings.TrimSpace(k))
+		if k != "" && strings.Contains(msg, k) {
+			score += 3
+		}
+	}
+	n := strings.ToLower(name)
+	if n != "" && (strings.Contains(msg, n) || strings.Contains(msg, strings.NewReplacer("_", " ", "-", " ").Replace(n))) {
+		score += 3
+	}
+	for t := range termSet(strings.ToLower(desc)) {
+		if msgTerms[t] {
+			score++
+		}
+	}
+	return score
+}
+
+var stopwords = map[string]bool{"the": true, "and": true, "for": true, "with": true, "from": true, "this": true,
+	"that": true, "you": true, "your": true, "are": true, "can": true, "use": true, "into": true, "how": true,
+	"what": true, "please": true}
+
+// termSet splits text into ASCII words (3+ letters, no stopwords) and bigrams of CJK runs, so
+// Chinese text without spaces still overlaps meaningfully.
+func termSet(s string) map[string]bool {
+	out := map[string]bool{}
+	var word []rune
+	var cjk []rune
+	flushWord := func() {
+		if len(word) >= 3 && !stopwords[string(word)] {
+			out[string(word)] = true
+		}
+		word = word[:0]
+	}
+	flushCJK := func() {
+		for i := 0; i+1 < len(cjk); i++ {
+			out[string(cjk[i:i+2])] = true
+		}
+		cjk = cjk[:0]
+	}
+	for _, r := range s {
+		switch {
+		case unicode.Is(unicode.Han, r) || unicode.Is(unicode.Hiragana, r) || unicode.Is(unicode.Katakana, r) || unicode.Is(unicode.Hangul, r):
+			flushWord()
+			cjk = append(cjk, r)
+		case unicode.IsLetter(r) || unicode.IsDigit(r):
+			flushCJK()
+			word = append(word, unicode.ToLower(r))
+		default:
+			flushWord()
+			flushCJK()
+		}
+	}
+	flushWord()
+	flushCJK()
+	return out
+}
