@@ -1,0 +1,285 @@
+// Package anthropic implements the llm API "anthropic-messages": Anthropic's streaming Messages
+// API through the official SDK (github.com/anthropics/anthropic-sdk-go).
+//
+// What it maps:
+//   - text, thinking (with signatures) and redacted thinking (a thinking block with Redacted set
+//     whose Thinking holds the opaque data), streamed tool input (arguments re-parsed from
+//     partial JSON on every delta), base64 images, tool results (consecutive results are one
+//     user message, as the API requires);
+//   - thinking: opts.Thinking picks a budget from opts.ThinkingBudgets ("enabled" thinking);
+//     models with adaptive thinking (Claude 4.6 and later, or opts.Extra["anthropic.adaptive"])
+//     get {"type":"adaptive"} plus output_config.effort from the level instead;
+//   - prompt caching is on by default: cache_control ephemeral on the system prompt and on the
+//     last block of the last user message. opts.Extra["anthropic.cacheControl"] = false or "none"
+//     turns it off, "1h" asks for the one-hour TTL;
+//   - stop reasons: end_turn, stop_sequence, pause_turn → stop; max_tokens and
+//     model_context_window_exceeded → length; tool_use → toolUse; refusal → error (the
+//     message is kept, ErrorMessage says the model refused);
+//   - usage: input, output, cache read and cache creation tokens, and their cost.
+//
+// Failures (HTTP errors with the body quoted, stream error events, a cancelled ctx) arrive
+// inside the stream. The SDK's own retries are off; 429/5xx are retried by the transport with
+// backoff honouring Retry-After (capped by opts.MaxRetryDelay).
+package anthropic
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+
+	"github.com/anthropics/anthropic-sdk-go"
+	"github.com/anthropics/anthropic-sdk-go/option"
+
+	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/llm/providers/internal/retry"
+)
+
+// DefaultBaseURL is used when the model has no BaseURL.
+const DefaultBaseURL = "https://api.anthropic.com"
+
+// Provider streams from the Anthropic Messages API. The zero value is ready to use.
+type Provider struct {
+	// HTTPClient is used when opts.HTTPClient is nil (nil = a client with retries).
+	HTTPClient *http.Client
+}
+
+// New returns a Provider.
+func New() *Provider { return &Provider{} }
+
+// Register registers a Provider for llm.APIAnthropicMessages.
+func Register() { llm.RegisterAPI(llm.APIAnthropicMessages, New()) }
+
+// Stream implements llm.Provider.
+func (p *Provider) Stream(ctx context.Context, model *llm.Model, c *llm.Context, opts *llm.StreamOptions) iter.Seq[llm.Event] {
+	if opts == nil {
+		opts = &llm.StreamOptions{}
+	}
+	return func(yield func(llm.Event) bool) {
+		b := newBuilder(model, yield)
+		key := opts.APIKey
+		if key == "" {
+			key = os.Getenv("ANTHROPIC_API_KEY")
+		}
+		if key == "" {
+			b.fail(ctx, errors.New("anthropic: no API key (set the provider's apiKey or ANTHROPIC_API_KEY)"))
+			return
+		}
+		params, err := buildParams(model, c, opts)
+		if err != nil {
+			b.fail(ctx, fmt.Errorf("anthropic: %w", err))
+			return
+		}
+		client := anthropic.NewClient(clientOptions(model, opts, key, p.HTTPClient)...)
+		stream := client.Messages.NewStreaming(ctx, params)
+		defer stream.Close()
+		if !b.start() {
+			return
+		}
+		st := &state{b: b, blocks: map[int64]int{}}
+		for stream.Next() {
+			if !st.handle(stream.Current()) {
+				return
+			}
+		}
+		if err := stream.Err(); err != nil || ctx.Err() != nil {
+			b.fail(ctx, describeError(err, key))
+			return
+		}
+		if !st.stopped {
+			b.fail(ctx, errors.New("anthropic: stream ended before message_stop"))
+			return
+		}
+		if st.refusal {
+			b.msg.ErrorMessage = "anthropic: the model refused to answer (stop_reason refusal)"
+		}
+		b.finish(st.reason)
+	}
+}
+
+func clientOptions(model *llm.Model, opts *llm.StreamOptions, key string, hc *http.Client) []option.RequestOption {
+	base := model.BaseURL
+	if base == "" {
+		base = DefaultBaseURL
+	}
+	client := opts.HTTPClient
+	if client == nil {
+		client = hc
+	}
+	ro := []option.RequestOption{
+		option.WithBaseURL(strings.TrimSuffix(base, "/") + "/"),
+		option.WithAPIKey(key),
+		option.WithMaxRetries(0), // retries are ours: backoff/v4 with a capped Retry-After
+		option.WithMiddleware(retry.Middleware(retry.Policy{MaxDelay: opts.MaxRetryDelay})),
+	}
+	if client != nil {
+		ro = append(ro, option.WithHTTPClient(client))
+	}
+	for k, v := range model.Headers {
+		ro = append(ro, option.WithHeader(k, v))
+	}
+	for k, v := range opts.Headers {
+		ro = append(ro, option.WithHeader(k, v))
+	}
+	return ro
+}
+
+// state follows the SSE events of one response.
+type state struct {
+	b       *builder
+	blocks  map[int64]int // Anthropic block index → content index
+	usage   llm.Usage
+	reason  llm.StopReason
+	stopped bool // message_stop seen
+	refusal bool
+}
+
+func (s *state) handle(ev anthropic.MessageStreamEventUnion) bool {
+	b := s.b
+	switch ev.Type {
+	case "message_start":
+		b.msg.ResponseID = ev.Message.ID
+		u := ev.Message.Usage
+		s.usage = llm.Usage{
+			Input: int(u.InputTokens), Output: int(u.OutputTokens),
+			CacheRead: int(u.CacheReadInputTokens), CacheWrite: int(u.CacheCreationInputTokens),
+		}
+		b.usage(s.usage)
+	case "content_block_start":
+		cb := ev.ContentBlock
+		var c llm.Content
+		switch cb.Type {
+		case "text":
+			c = llm.Content{Type: llm.ContentText}
+		case "thinking":
+			c = llm.Content{Type: llm.ContentThinking, ThinkingSignature: cb.Signature}
+		case "redacted_thinking":
+			c = llm.Content{Type: llm.ContentThinking, Redacted: true, Thinking: cb.Data}
+		case "tool_use":
+			c = llm.Content{Type: llm.ContentToolCall, ID: cb.ID, Name: cb.Name, Arguments: map[string]any{}}
+		default:
+			return true // server tools and results are not part of the llm contract
+		}
+		i, ok := b.openBlock(c)
+		s.blocks[ev.Index] = i
+		if !ok {
+			return false
+		}
+		if cb.Type == "text" && cb.Text != "" {
+			return b.delta(i, cb.Text)
+		}
+		if cb.Type == "thinking" && cb.Thinking != "" {
+			return b.delta(i, cb.Thinking)
+		}
+	case "content_block_delta":
+		i, ok := s.blocks[ev.Index]
+		if !ok {
+			return true
+		}
+		d := ev.Delta
+		switch d.Type {
+		case "text_delta":
+			return b.delta(i, d.Text)
+		case "thinking_delta":
+			return b.delta(i, d.Thinking)
+		case "signature_delta":
+			b.msg.Content[i].ThinkingSignature += d.Signature
+		case "input_json_delta":
+			return b.delta(i, d.PartialJSON)
+		}
+	case "content_block_stop":
+		if i, ok := s.blocks[ev.Index]; ok {
+			delete(s.blocks, ev.Index)
+			return b.closeBlock(i)
+		}
+	case "message_delta":
+		u := ev.Usage
+		if u.InputTokens > 0 {
+			s.usage.Input = int(u.InputTokens)
+		}
+		if u.CacheReadInputTokens > 0 {
+			s.usage.CacheRead = int(u.CacheReadInputTokens)
+		}
+		if u.CacheCreationInputTokens > 0 {
+			s.usage.CacheWrite = int(u.CacheCreationInputTokens)
+		}
+		if u.OutputTokens > 0 {
+			s.usage.Output = int(u.OutputTokens)
+		}
+		b.usage(s.usage)
+		if r := ev.Delta.StopReason; r != "" {
+			s.reason, s.refusal = mapStopReason(r)
+		}
+	case "message_stop":
+		s.stopped = true
+		if s.reason == "" {
+			s.reason = llm.StopReasonStop
+		}
+	}
+	return true
+}
+
+func mapStopReason(r anthropic.StopReason) (llm.StopReason, bool) {
+	switch r {
+	case anthropic.StopReasonMaxTokens, anthropic.StopReasonModelContextWindowExceeded:
+		return llm.StopReasonLength, false
+	case anthropic.StopReasonToolUse:
+		return llm.StopReasonToolUse, false
+	case anthropic.StopReasonRefusal:
+		return llm.StopReasonError, true
+	}
+	return llm.StopReasonStop, false // end_turn, stop_sequence, pause_turn and anything new
+}
+
+// describeError turns an SDK error into a message that quotes the server's body and never
+// the key.
+func describeError(err error, key string) error {
+	if err == nil {
+		return nil
+	}
+	var herr *retry.HTTPError
+	if errors.As(err, &herr) {
+		return fmt.Errorf("anthropic: %s", redact(herr.Error(), key))
+	}
+	var apiErr *anthropic.Error
+	if errors.As(err, &apiErr) {
+		body := apiErr.RawJSON()
+		var env struct {
+			Error struct {
+				Type    string `json:"type"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		msg := clip(body, 2000)
+		if json.Unmarshal([]byte(body), &env) == nil && env.Error.Message != "" {
+			msg = env.Error.Type + ": " + env.Error.Message
+		}
+		status := 0
+		if apiErr.Response != nil {
+			status = apiErr.Response.StatusCode
+		} else {
+			status = apiErr.StatusCode
+		}
+		return fmt.Errorf("anthropic: %d %s: %s", status, http.StatusText(status), redact(msg, key))
+	}
+	return errors.New("anthropic: " + redact(err.Error(), key))
+}
+
+var idUnsafe = regexp.MustCompile(`[^a-zA-Z0-9_-]`)
+
+// normalizeID makes a foreign tool-call id acceptable to Anthropic (^[a-zA-Z0-9_-]{1,64}$).
+func normalizeID(id string) string {
+	if id == "" {
+		return "toolu_empty"
+	}
+	id = idUnsafe.ReplaceAllString(id, "_")
+	if len(id) > 64 {
+		id = id[:64]
+	}
+	return id
+}

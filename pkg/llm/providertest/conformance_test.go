@@ -1,0 +1,66 @@
+package providertest_test
+
+import (
+	"encoding/json"
+	"regexp"
+	"testing"
+
+	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/llm/providers/anthropic"
+	"github.com/agentbus/agentbus/pkg/llm/providertest"
+)
+
+var testCost = llm.ModelCost{Input: 3, Output: 15, CacheRead: 0.3, CacheWrite: 3.75}
+
+func anthropicHarness() providertest.Harness {
+	idRE := regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+	return providertest.Harness{
+		API:      llm.APIAnthropicMessages,
+		Provider: anthropic.New(),
+		Dir:      "../providers/anthropic/testdata",
+		Model: func(base string) *llm.Model {
+			return &llm.Model{ID: "claude-sonnet-4-5", API: llm.APIAnthropicMessages, Provider: "anthropic", BaseURL: base,
+				Reasoning: true, Input: []string{"text", "image"}, Cost: testCost, ContextWindow: 200000, MaxTokens: 64000}
+		},
+		StreamsToolArguments: true,
+		RequestToolCallIDs: func(body []byte) []string {
+			var req struct {
+				Messages []struct {
+					Content []struct {
+						Type      string `json:"type"`
+						ID        string `json:"id"`
+						ToolUseID string `json:"tool_use_id"`
+					} `json:"content"`
+				} `json:"messages"`
+			}
+			_ = json.Unmarshal(body, &req)
+			var ids []string
+			for _, m := range req.Messages {
+				for _, c := range m.Content {
+					switch c.Type {
+					case "tool_use":
+						ids = append(ids, c.ID)
+					case "tool_result":
+						ids = append(ids, c.ToolUseID)
+					}
+				}
+			}
+			return ids
+		},
+		ValidToolCallID: idRE.MatchString,
+	}
+}
+
+func harnesses() []providertest.Harness {
+	return []providertest.Harness{anthropicHarness()}
+}
+
+func TestConformance(t *testing.T) {
+	for _, h := range harnesses() {
+		t.Run(h.API, func(t *testing.T) { providertest.Run(t, h) })
+	}
+}
+
+func TestHandoffMatrix(t *testing.T) {
+	providertest.RunHandoff(t, harnesses()...)
+}
