@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/anthropic"
+	"github.com/agentbus/agentbus/pkg/llm/providers/ollama"
 	"github.com/agentbus/agentbus/pkg/llm/providertest"
 )
 
@@ -51,8 +52,41 @@ func anthropicHarness() providertest.Harness {
 	}
 }
 
+func ollamaHarness() providertest.Harness {
+	return providertest.Harness{
+		API:      llm.APIOllamaChat,
+		Provider: ollama.New(),
+		Dir:      "../providers/ollama/testdata",
+		Model: func(base string) *llm.Model {
+			return &llm.Model{ID: "qwen3:14b", API: llm.APIOllamaChat, Provider: "ollama", BaseURL: base,
+				Reasoning: true, Input: []string{"text", "image"}, Cost: testCost, ContextWindow: 32768}
+		},
+		RequestToolCallIDs: func(body []byte) []string {
+			var req struct {
+				Messages []struct {
+					ToolCallID string `json:"tool_call_id"`
+					ToolCalls  []struct {
+						ID string `json:"id"`
+					} `json:"tool_calls"`
+				} `json:"messages"`
+			}
+			_ = json.Unmarshal(body, &req)
+			var ids []string
+			for _, m := range req.Messages {
+				for _, c := range m.ToolCalls {
+					ids = append(ids, c.ID)
+				}
+				if m.ToolCallID != "" {
+					ids = append(ids, m.ToolCallID)
+				}
+			}
+			return ids
+		},
+	}
+}
+
 func harnesses() []providertest.Harness {
-	return []providertest.Harness{anthropicHarness()}
+	return []providertest.Harness{anthropicHarness(), ollamaHarness()}
 }
 
 func TestConformance(t *testing.T) {

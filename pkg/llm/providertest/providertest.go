@@ -173,6 +173,9 @@ func NewServer(t testing.TB, f Fixture) *Server {
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := readAll(r)
+	if os.Getenv("PROVIDERTEST_DUMP") != "" { // debugging aid: print what the provider sent
+		fmt.Fprintf(os.Stderr, "%s %s\n%s\n\n", r.Method, r.URL, body)
+	}
 	s.mu.Lock()
 	s.requests = append(s.requests, body)
 	s.paths = append(s.paths, r.URL.Path)
