@@ -34,6 +34,8 @@ type ApprovalRule struct {
 // ApprovalsVersion is the current Approvals.Version.
 const ApprovalsVersion = 2
 
+var timeNow = time.Now
+
 // match reports the first rule whose pattern matches cmd. Rules whose
 // pattern does not compile (edited by hand) never match.
 func (a *Approvals) match(cmd string) (ApprovalRule, bool) {
@@ -112,12 +114,12 @@ func newID() string {
 type ApproveKind int
 
 const (
-	ApproveAlwaysBash  ApproveKind = iota + 1 // /approve always bash
-	ApproveAlways                             // /approve always (needs a pending bash confirmation)
-	ApproveRule                               // /approve rule <regex>
-	ApproveList                               // /approve list
-	ApproveRevokeRule                         // /approve revoke rule <id>
-	ApproveRevokeAlways                       // /approve revoke
+	ApproveAlwaysBash   ApproveKind = iota + 1 // /approve always bash
+	ApproveAlways                              // /approve always (needs a pending bash confirmation)
+	ApproveRule                                // /approve rule <regex>
+	ApproveList                                // /approve list
+	ApproveRevokeRule                          // /approve revoke rule <id>
+	ApproveRevokeAlways                        // /approve revoke
 )
 
 // ApproveCommand is a parsed owner /approve command.

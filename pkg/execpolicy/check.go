@@ -1,10 +1,835 @@
 package execpolicy
 
+import (
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+
+	"mvdan.cc/sh/v3/expand"
+	"mvdan.cc/sh/v3/syntax"
+
+	"github.com/agentbus/agentbus/pkg/filepolicy"
+)
+
+// Limits on what Check is willing to analyze.
+const (
+	// MaxCommandLine is the longest command line judged (bytes).
+	MaxCommandLine = 64 << 10
+	// MaxDepth bounds nested shell strings (bash -c "sh -c '…'") and
+	// here-documents fed to shells.
+	MaxDepth = 6
+)
+
 // Check judges cmdline under the policy and the endpoint's approvals (nil
 // for none). It never panics and never errors: anything it cannot judge is
-// a Deny with the reason.
+// a Deny with the reason. The verdict is the strictest over all commands
+// in the line (deny > needs approval > allow).
 func (p *Policy) Check(cmdline string, ap *Approvals) Verdict {
-	return Verdict{Decision: Deny, Reason: "not implemented yet"}
+	if p.mode == ModeDeny {
+		return Verdict{Decision: Deny, Reason: "execSecurity is \"deny\": shell commands are disabled"}
+	}
+	if strings.TrimSpace(cmdline) == "" {
+		return Verdict{Decision: Deny, Reason: "empty command"}
+	}
+	if len(cmdline) > MaxCommandLine {
+		return Verdict{Decision: Deny, Reason: fmt.Sprintf("command line longer than %d bytes", MaxCommandLine)}
+	}
+	j := &judge{p: p}
+	j.source(cmdline, syntax.LangBash, 0)
+	v := Verdict{Commands: j.cmds}
+	if j.denied != "" {
+		v.Decision, v.Reason = Deny, j.denied
+		return v
+	}
+	if len(j.pending) == 0 {
+		v.Decision = Allow
+		v.Reason = "allowed: " + strings.Join(j.allowWhy, "; ")
+		return v
+	}
+	if ap != nil && ap.AlwaysBash {
+		v.Decision, v.Reason = Allow, "approved by the owner (/approve always bash)"
+		return v
+	}
+	var rest []pending
+	var ruleIDs []string
+	for _, pd := range j.pending {
+		if r, ok := ap.match(pd.cmd); ok {
+			ruleIDs = append(ruleIDs, r.ID)
+			continue
+		}
+		rest = append(rest, pd)
+	}
+	if len(rest) == 0 {
+		v.Decision, v.Reason = Allow, "approved by owner rule "+strings.Join(dedupe(ruleIDs), ", ")
+		return v
+	}
+	var why []string
+	for _, pd := range rest {
+		v.Pending = append(v.Pending, pd.cmd)
+		why = append(why, pd.why)
+	}
+	why = dedupe(why)
+	switch p.approval {
+	case ApprovalAsk:
+		v.Decision, v.Reason = Ask, "needs owner approval: "+strings.Join(why, "; ")
+	case ApprovalAllow:
+		v.Decision, v.Reason = Allow, "allowed by execApprovalMode allow: "+strings.Join(why, "; ")
+	default:
+		v.Decision, v.Reason = Deny, "not allowed: "+strings.Join(why, "; ")
+	}
+	return v
+}
+
+type pending struct{ cmd, why string }
+
+// judge accumulates the outcome of one Check.
+type judge struct {
+	p        *Policy
+	denied   string // first deny reason; once set the line is denied
+	pending  []pending
+	cmds     []string
+	allowWhy []string
+}
+
+func (j *judge) deny(format string, args ...any) {
+	if j.denied == "" {
+		j.denied = fmt.Sprintf(format, args...)
+	}
+}
+
+func (j *judge) need(cmd, why string) { j.pending = append(j.pending, pending{cmd, why}) }
+
+func (j *judge) allow(why string) {
+	for _, w := range j.allowWhy {
+		if w == why {
+			return
+		}
+	}
+	j.allowWhy = append(j.allowWhy, why)
+}
+
+// source parses and judges a whole script (the command line, a bash -c
+// string or a here-document fed to a shell).
+func (j *judge) source(src string, lang syntax.LangVariant, depth int) {
+	if depth > MaxDepth {
+		j.deny("shell strings nested deeper than %d levels", MaxDepth)
+		return
+	}
+	if strings.ContainsRune(src, 0) {
+		j.deny("NUL byte in command")
+		return
+	}
+	f, err := syntax.NewParser(syntax.Variant(lang)).Parse(strings.NewReader(src), "")
+	if err != nil {
+		j.deny("cannot parse command: %v", err)
+		return
+	}
+	sc := scope{depth: depth}
+	j.stmts(f.Stmts, sc)
+}
+
+// scope carries context down the tree.
+type scope struct {
+	depth int
+}
+
+func (j *judge) stmts(list []*syntax.Stmt, sc scope) {
+	for _, s := range list {
+		if j.denied != "" {
+			return
+		}
+		j.stmt(s, sc)
+	}
+}
+
+func (j *judge) stmt(s *syntax.Stmt, sc scope) {
+	for _, r := range s.Redirs {
+		j.redirect(r, sc)
+	}
+	switch c := s.Cmd.(type) {
+	case nil:
+		// Redirections only ("> file"): judged above.
+	case *syntax.CallExpr:
+		j.call(c, s.Redirs, sc)
+	case *syntax.BinaryCmd:
+		j.stmt(c.X, sc)
+		j.stmt(c.Y, sc)
+	case *syntax.Subshell:
+		j.stmts(c.Stmts, sc)
+	case *syntax.Block:
+		j.stmts(c.Stmts, sc)
+	case *syntax.IfClause:
+		for ic := c; ic != nil; ic = ic.Else {
+			j.stmts(ic.Cond, sc)
+			j.stmts(ic.Then, sc)
+		}
+	case *syntax.WhileClause:
+		j.stmts(c.Cond, sc)
+		j.stmts(c.Do, sc)
+	case *syntax.ForClause:
+		switch l := c.Loop.(type) {
+		case *syntax.WordIter:
+			if l.Name != nil && dangerousVar(l.Name.Value) {
+				j.deny("loop variable %s changes how commands run", l.Name.Value)
+			}
+			for _, w := range l.Items {
+				j.word(w, sc)
+			}
+		case *syntax.CStyleLoop:
+			for _, x := range []syntax.ArithmExpr{l.Init, l.Cond, l.Post} {
+				if x != nil {
+					j.arith(x)
+				}
+			}
+		}
+		j.stmts(c.Do, sc)
+	case *syntax.CaseClause:
+		j.word(c.Word, sc)
+		for _, it := range c.Items {
+			for _, w := range it.Patterns {
+				j.word(w, sc)
+			}
+			j.stmts(it.Stmts, sc)
+		}
+	case *syntax.FuncDecl:
+		j.deny("function definitions are not allowed (they can shadow commands)")
+	case *syntax.ArithmCmd:
+		j.arith(c.X)
+	case *syntax.LetClause:
+		for _, x := range c.Exprs {
+			j.arith(x)
+		}
+	case *syntax.TestClause:
+		j.test(c.X, sc)
+	case *syntax.DeclClause:
+		j.decl(c, sc)
+	case *syntax.TimeClause:
+		if c.Stmt != nil {
+			j.stmt(c.Stmt, sc)
+		}
+	case *syntax.CoprocClause:
+		if c.Name != nil {
+			j.word(c.Name, sc)
+		}
+		j.stmt(c.Stmt, sc)
+	default:
+		j.deny("unsupported shell construct %T", s.Cmd)
+	}
+}
+
+// word judges everything a word runs: command and process substitutions,
+// arithmetic, and parameter expansions that evaluate code.
+func (j *judge) word(w *syntax.Word, sc scope) {
+	if w == nil {
+		return
+	}
+	syntax.Walk(w, func(n syntax.Node) bool {
+		if j.denied != "" {
+			return false
+		}
+		switch x := n.(type) {
+		case *syntax.CmdSubst:
+			if x.TempFile || x.ReplyVar {
+				j.deny("mksh command substitution forms are not supported")
+				return false
+			}
+			j.stmts(x.Stmts, sc)
+			return false
+		case *syntax.ProcSubst:
+			j.stmts(x.Stmts, sc)
+			return false
+		case *syntax.ArithmExp:
+			j.arith(x.X)
+			return false
+		case *syntax.ParamExp:
+			j.param(x, sc)
+			return true
+		}
+		return true
+	})
+}
+
+func (j *judge) param(x *syntax.ParamExp, sc scope) {
+	if x.Index != nil {
+		if !literalSubscript(x.Index) {
+			j.deny("array subscript evaluated as arithmetic: only literal subscripts are allowed")
+		}
+	}
+	if x.Slice != nil {
+		for _, a := range []syntax.ArithmExpr{x.Slice.Offset, x.Slice.Length} {
+			if a != nil {
+				j.arith(a)
+			}
+		}
+	}
+	if x.Exp != nil {
+		switch x.Exp.Op {
+		case syntax.OtherParamOps:
+			// ${x@P} expands prompt escapes (and $(…) in the value).
+			j.deny("${name@op} expansions are not allowed")
+		case syntax.AssignUnset, syntax.AssignUnsetOrNull:
+			if x.Param != nil && dangerousVar(x.Param.Value) {
+				j.deny("assignment to %s changes how commands run", x.Param.Value)
+			}
+		}
+	}
+	if x.Flags != nil || x.NestedParam != nil {
+		j.deny("zsh parameter expansion flags are not supported")
+	}
+}
+
+// literalSubscript: a[0], a[12], a["key"], a['key'] evaluate nothing.
+func literalSubscript(x syntax.ArithmExpr) bool {
+	w, ok := x.(*syntax.Word)
+	if !ok {
+		return false
+	}
+	if isNumber(w.Lit()) {
+		return true
+	}
+	if len(w.Parts) == 1 {
+		switch q := w.Parts[0].(type) {
+		case *syntax.SglQuoted:
+			return !q.Dollar
+		case *syntax.DblQuoted:
+			for _, p := range q.Parts {
+				if _, ok := p.(*syntax.Lit); !ok {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	return false
+}
+
+var numberRe = regexp.MustCompile(`^([0-9]+|0[xX][0-9a-fA-F]+|[0-9]{1,2}#[0-9a-zA-Z@_]+)$`)
+
+func isNumber(s string) bool { return s != "" && numberRe.MatchString(s) }
+
+// arith allows arithmetic over literal numbers only: bash evaluates a
+// variable's value as an expression, and a[$(cmd)] inside such a value
+// runs cmd, so any name or expansion in arithmetic is unjudgeable.
+func (j *judge) arith(x syntax.ArithmExpr) {
+	syntax.Walk(x, func(n syntax.Node) bool {
+		if j.denied != "" {
+			return false
+		}
+		switch v := n.(type) {
+		case *syntax.Word:
+			if !isNumber(v.Lit()) {
+				j.deny("arithmetic over variables or expansions is not allowed (bash evaluates their values as code)")
+			}
+			return false
+		case *syntax.ParamExp, *syntax.CmdSubst:
+			j.deny("arithmetic over variables or expansions is not allowed (bash evaluates their values as code)")
+			return false
+		}
+		return true
+	})
+}
+
+func (j *judge) test(x syntax.TestExpr, sc scope) {
+	switch t := x.(type) {
+	case *syntax.Word:
+		j.word(t, sc)
+	case *syntax.ParenTest:
+		j.test(t.X, sc)
+	case *syntax.UnaryTest:
+		if t.Op == syntax.TsVarSet || t.Op == syntax.TsRefVar {
+			if w, ok := t.X.(*syntax.Word); !ok || !varNameRe.MatchString(w.Lit()) {
+				j.deny("[[ -v ]] needs a plain variable name")
+				return
+			}
+		}
+		j.test(t.X, sc)
+	case *syntax.BinaryTest:
+		switch t.Op {
+		case syntax.TsEql, syntax.TsNeq, syntax.TsLeq, syntax.TsGeq, syntax.TsLss, syntax.TsGtr:
+			for _, side := range []syntax.TestExpr{t.X, t.Y} {
+				w, ok := side.(*syntax.Word)
+				if !ok || !isNumber(w.Lit()) {
+					j.deny("[[ … -eq … ]] evaluates operands as arithmetic: only literal numbers are allowed")
+					return
+				}
+			}
+		}
+		j.test(t.X, sc)
+		j.test(t.Y, sc)
+	default:
+		j.deny("unsupported test expression %T", x)
+	}
+}
+
+var varNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// decl judges declare/local/export/readonly/typeset/nameref.
+func (j *judge) decl(d *syntax.DeclClause, sc scope) {
+	for _, a := range d.Args {
+		if a.Naked && a.Name == nil {
+			// An option or a name given as a word.
+			v, ok := staticWord(a.Value)
+			if !ok || len(v) != 1 {
+				j.deny("%s with a dynamic argument", d.Variant.Value)
+				return
+			}
+			s := v[0]
+			if strings.HasPrefix(s, "-") || strings.HasPrefix(s, "+") {
+				if strings.ContainsAny(s[1:], "ifFn") {
+					j.deny("%s %s is not allowed (integer attributes evaluate code; functions and namerefs hide commands)", d.Variant.Value, s)
+					return
+				}
+				continue
+			}
+			if !varNameRe.MatchString(s) || dangerousVar(s) {
+				j.deny("%s %s is not allowed", d.Variant.Value, s)
+				return
+			}
+			continue
+		}
+		j.assign(a, sc)
+	}
+}
+
+func (j *judge) assign(a *syntax.Assign, sc scope) {
+	if a.Name != nil && dangerousVar(a.Name.Value) {
+		j.deny("assignment to %s changes how commands run", a.Name.Value)
+		return
+	}
+	if a.Index != nil && !literalSubscript(a.Index) {
+		j.deny("array subscript evaluated as arithmetic: only literal subscripts are allowed")
+		return
+	}
+	j.word(a.Value, sc)
+	if a.Array != nil {
+		for _, e := range a.Array.Elems {
+			if e.Index != nil && !literalSubscript(e.Index) {
+				j.deny("array subscript evaluated as arithmetic: only literal subscripts are allowed")
+				return
+			}
+			j.word(e.Value, sc)
+		}
+	}
+}
+
+// dangerousVar: variables that change which program runs or make a
+// shell or interpreter run extra code. Assigning them is denied.
+func dangerousVar(name string) bool {
+	n := strings.ToUpper(name)
+	switch n {
+	case "PATH", "ENV", "SHELLOPTS", "BASHOPTS", "IFS", "PS0", "PS1", "PS2", "PS3", "PS4",
+		"PROMPT_COMMAND", "CDPATH", "HOME", "OLDPWD", "PWD", "GLOBIGNORE", "EDITOR", "VISUAL",
+		"PAGER", "MANPAGER", "BROWSER", "SSH_ASKPASS", "SUDO_ASKPASS", "SHELL", "GCONV_PATH",
+		"LOCPATH", "NLSPATH", "TERMINFO", "HOSTALIASES", "TMOUT", "HISTFILE", "INPUTRC", "EXECIGNORE":
+		return true
+	}
+	for _, pre := range []string{"LD_", "DYLD_", "BASH_", "GIT_", "NPM_CONFIG_", "PYTHON", "PERL", "RUBY", "NODE_", "JAVA_", "_JAVA_", "LESS", "ZDOTDIR", "KSH_", "FPATH"} {
+		if strings.HasPrefix(n, pre) {
+			return true
+		}
+	}
+	return false
+}
+
+// staticWord expands a word the way the shell would if it contains only
+// literal text and quotes (no expansions, no globs, no ~): the fields it
+// becomes (brace expansion can make several). ok is false otherwise.
+func staticWord(w *syntax.Word) ([]string, bool) {
+	if w == nil {
+		return nil, false
+	}
+	for i, part := range w.Parts {
+		switch x := part.(type) {
+		case *syntax.Lit:
+			if hasGlob(x.Value) || (i == 0 && strings.HasPrefix(x.Value, "~")) {
+				return nil, false
+			}
+		case *syntax.SglQuoted:
+		case *syntax.DblQuoted:
+			for _, q := range x.Parts {
+				if _, ok := q.(*syntax.Lit); !ok {
+					return nil, false
+				}
+			}
+		default:
+			return nil, false
+		}
+	}
+	fields, err := expand.Fields(nil, w)
+	if err != nil {
+		return nil, false
+	}
+	return fields, true
+}
+
+// hasGlob reports unescaped glob metacharacters in an unquoted literal.
+func hasGlob(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case '*', '?':
+			return true
+		case '[':
+			if strings.ContainsRune(s[i+1:], ']') {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// token is one argv element after expansion; dyn marks an element whose
+// value is only known at run time (it may also be zero or many fields).
+type token struct {
+	val string
+	dyn bool
+}
+
+func (t token) String() string {
+	if t.dyn {
+		return "<dynamic>"
+	}
+	return t.val
+}
+
+func (j *judge) call(c *syntax.CallExpr, redirs []*syntax.Redirect, sc scope) {
+	for _, a := range c.Assigns {
+		j.assign(a, sc)
+	}
+	var toks []token
+	for _, w := range c.Args {
+		j.word(w, sc)
+		if f, ok := staticWord(w); ok {
+			for _, s := range f {
+				toks = append(toks, token{val: s})
+			}
+		} else {
+			toks = append(toks, token{dyn: true})
+		}
+	}
+	if j.denied != "" || len(toks) == 0 {
+		return
+	}
+	j.command(toks, redirs, sc)
+}
+
+// command judges argv: it strips wrappers and follows payloads, then
+// judges the program that finally runs.
+func (j *judge) command(toks []token, redirs []*syntax.Redirect, sc scope) {
+	if j.denied != "" {
+		return
+	}
+	if len(toks) == 0 {
+		return
+	}
+	name := toks[0]
+	if name.dyn {
+		j.deny("command name is not static (comes from a variable, substitution or glob)")
+		return
+	}
+	if name.val != "[" && !validName(name.val) {
+		j.deny("command name %q has characters the policy does not accept (non-ASCII look-alikes, globs, control characters)", name.val)
+		return
+	}
+	base := name.val
+	qualified := strings.Contains(base, "/")
+	if qualified {
+		base = path.Base(base)
+		if !validName(base) || base == "." || base == ".." {
+			j.deny("command path %q does not name a program", name.val)
+			return
+		}
+	}
+	if isBlocked(base) {
+		j.deny("%s is on the hard blocklist", base)
+		return
+	}
+	args := toks[1:]
+	if qualified && !systemDirs[path.Dir(name.val)] {
+		// ./timeout or /tmp/x/bash is whatever that file is, not the
+		// wrapper or shell its name suggests.
+		j.final(name.val, base, true, args)
+		return
+	}
+	if w, ok := wrappers[base]; ok {
+		j.wrapper(base, w, args, redirs, sc)
+		return
+	}
+	if _, ok := shells[base]; ok {
+		j.shell(base, name.val, args, redirs, sc)
+		return
+	}
+	switch base {
+	case "find":
+		j.find(name.val, args, sc)
+		return
+	case "xargs":
+		j.xargs(args, redirs, sc)
+		return
+	case "trap":
+		j.trap(args, sc)
+		return
+	}
+	j.final(name.val, base, qualified, args)
+}
+
+// systemDirs hold programs that a bare allowlist name may also be called by
+// full path (/usr/bin/ls is ls; ./ls is not).
+var systemDirs = map[string]bool{"/bin": true, "/usr/bin": true, "/usr/local/bin": true, "/sbin": true, "/usr/sbin": true, "/usr/local/sbin": true}
+
+// harmlessBuiltins are shell builtins allowed in allowlist mode once their
+// arguments passed the variable checks below.
+var harmlessBuiltins = map[string]bool{
+	"read": true, "mapfile": true, "readarray": true, "set": true, "unset": true, "shift": true,
+	"return": true, "exit": true, "break": true, "continue": true, "getopts": true, "wait": true,
+	"jobs": true, "umask": true, "ulimit": true, "times": true, "help": true,
+	"command": true, "builtin": true, "trap": true, "env": true,
+}
+
+// varTakingBuiltins take variable names that bash evaluates (a[$(cmd)]).
+var varTakingBuiltins = map[string]bool{"read": true, "mapfile": true, "readarray": true, "getopts": true, "unset": true, "printf": true, "test": true, "[": true, "wait": true}
+
+// final judges the program that actually runs.
+func (j *judge) final(written, base string, qualified bool, args []token) {
+	canon := canonical(base, args)
+	j.cmds = append(j.cmds, canon)
+	if varTakingBuiltins[base] {
+		if !j.builtinVars(base, args) {
+			return
+		}
+	}
+	if base == "rm" && catastrophicRm(args) {
+		j.deny("rm -r of / or the home directory")
+		return
+	}
+	dir := path.Dir(written)
+	trusted := !qualified || systemDirs[dir]
+	class, uses := filepolicy.Unknown, []filepolicy.PathUse(nil)
+	if trusted {
+		class, uses = classify(base, args)
+	}
+	// File policy applies to known file arguments in every mode.
+	pathsOK := j.checkPaths(canon, base, uses)
+	if j.denied != "" {
+		return
+	}
+	switch j.p.mode {
+	case ModeFull:
+		j.allow("execSecurity full")
+		return
+	}
+	// Allowlist mode.
+	if re, ok := j.p.sensitive[base]; ok && trusted {
+		for _, t := range args {
+			if t.dyn {
+				j.need(canon, base+" with dynamic arguments")
+				return
+			}
+		}
+		for _, r := range re {
+			if r.MatchString(canon) {
+				j.need(canon, "sensitive subcommand: "+canon)
+				return
+			}
+		}
+		j.allow("non-sensitive " + base + " subcommand")
+		return
+	}
+	if !trusted {
+		j.need(canon, fmt.Sprintf("%s is not a system program (only bare names and /usr/bin… match the allowlist)", written))
+		return
+	}
+	if j.p.allow[base] {
+		if !pathsOK {
+			j.need(canon, base+" with file arguments the file policy cannot check")
+			return
+		}
+		j.allow(base + " is allowlisted")
+		return
+	}
+	if class == filepolicy.ReadOnly || harmlessBuiltins[base] {
+		if !pathsOK {
+			j.need(canon, base+" with file arguments the file policy cannot check")
+			return
+		}
+		j.allow("read-only " + base)
+		return
+	}
+	if class == filepolicy.Writes {
+		j.need(canon, base+" writes files and is not in the allowlist")
+		return
+	}
+	j.need(canon, base+" is not in the allowlist")
+}
+
+// classify runs the shared file classification on argv; dynamic
+// arguments become "" paths so callers see that a path is unknown.
+func classify(base string, args []token) (filepolicy.Class, []filepolicy.PathUse) {
+	argv := make([]string, 0, len(args)+1)
+	argv = append(argv, base)
+	dyn := map[int]bool{}
+	for i, t := range args {
+		if t.dyn {
+			dyn[i+1] = true
+			argv = append(argv, "\x00dyn")
+			continue
+		}
+		argv = append(argv, t.val)
+	}
+	class, uses := filepolicy.ClassifyCommand(argv)
+	for i := range uses {
+		if uses[i].Path == "\x00dyn" {
+			uses[i].Path = ""
+		}
+	}
+	return class, uses
+}
+
+// checkPaths applies the file policy to the known paths of a command.
+// It denies on a violation and returns false when a path is dynamic.
+func (j *judge) checkPaths(canon, base string, uses []filepolicy.PathUse) bool {
+	if j.p.files == nil {
+		return true
+	}
+	ok := true
+	for _, u := range uses {
+		if u.Path == "" {
+			ok = false
+			continue
+		}
+		if _, err := j.p.files.Resolve(u.Path, u.Access); err != nil {
+			j.deny("%s: %v", base, err)
+			return false
+		}
+	}
+	return ok
+}
+
+// builtinVars checks the variable-name arguments of read, printf -v,
+// unset, test -v, ...: bash evaluates subscripts in them as code, and
+// reading into PATH or IFS changes how later commands run.
+func (j *judge) builtinVars(base string, args []token) bool {
+	check := func(t token) bool {
+		if t.dyn {
+			j.deny("%s with a dynamic variable name", base)
+			return false
+		}
+		if strings.ContainsAny(t.val, "$`[") || dangerousVar(t.val) {
+			j.deny("%s %q: variable names with subscripts or expansions, or that change how commands run, are not allowed", base, t.val)
+			return false
+		}
+		return true
+	}
+	switch base {
+	case "printf":
+		for i, t := range args {
+			if !t.dyn && t.val == "-v" && i+1 < len(args) {
+				return check(args[i+1])
+			}
+			if !t.dyn && strings.HasPrefix(t.val, "-v") && len(t.val) > 2 {
+				return check(token{val: t.val[2:]})
+			}
+		}
+		return true
+	case "test", "[":
+		for i, t := range args {
+			if !t.dyn && (t.val == "-v" || t.val == "-R") && i+1 < len(args) {
+				if !check(args[i+1]) {
+					return false
+				}
+			}
+		}
+		return true
+	case "wait":
+		for i, t := range args {
+			if !t.dyn && t.val == "-p" && i+1 < len(args) {
+				return check(args[i+1])
+			}
+		}
+		return true
+	}
+	for _, t := range args {
+		if t.dyn || !strings.HasPrefix(t.val, "-") {
+			if !check(t) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func catastrophicRm(args []token) bool {
+	recursive := false
+	var targets []string
+	for _, t := range args {
+		if t.dyn {
+			continue
+		}
+		switch {
+		case t.val == "--recursive":
+			recursive = true
+		case strings.HasPrefix(t.val, "-") && !strings.HasPrefix(t.val, "--"):
+			if strings.ContainsAny(t.val, "rR") {
+				recursive = true
+			}
+		default:
+			targets = append(targets, t.val)
+		}
+	}
+	if !recursive {
+		return false
+	}
+	for _, t := range targets {
+		c := path.Clean(t)
+		if c == "/" || c == "/*" || strings.HasPrefix(t, "~") || c == "/home" || c == "/root" || c == "/usr" || c == "/etc" {
+			return true
+		}
+	}
+	return false
+}
+
+// canonical renders the normalized command that approval rules and the
+// sensitive table match: base name and arguments, single spaces, shell
+// quoting where needed, <dynamic> for run-time values.
+func canonical(base string, args []token) string {
+	var b strings.Builder
+	b.WriteString(base)
+	for _, t := range args {
+		b.WriteByte(' ')
+		if t.dyn {
+			b.WriteString("<dynamic>")
+			continue
+		}
+		b.WriteString(quoteArg(t.val))
+	}
+	return b.String()
+}
+
+var plainArg = regexp.MustCompile(`^[A-Za-z0-9_./:=@%+,^-]+$`)
+
+func quoteArg(s string) string {
+	if plainArg.MatchString(s) {
+		return s
+	}
+	q, err := syntax.Quote(s, syntax.LangBash)
+	if err != nil {
+		return fmt.Sprintf("%q", s)
+	}
+	return q
+}
+
+func dedupe(in []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range in {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func validName(s string) bool {
@@ -14,7 +839,7 @@ func validName(s string) bool {
 	for _, r := range s {
 		switch {
 		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
-		case r == '.' || r == '_' || r == '-' || r == '+' || r == '/' || r == '@' || r == ':' || r == ',' || r == '[':
+		case r == '.' || r == '_' || r == '-' || r == '+' || r == '/' || r == '@' || r == ':' || r == ',':
 		default:
 			return false
 		}
