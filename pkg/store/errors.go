@@ -1,0 +1,39 @@
+package store
+
+import (
+	"errors"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+var (
+	// ErrNotFound: the session, lease or record does not exist.
+	ErrNotFound = errors.New("store: not found")
+	// ErrConflict: a read-modify-write lost the revision race more often than the retry bound.
+	ErrConflict = errors.New("store: revision conflict, retries exhausted")
+	// ErrLeaseHeld: another owner holds an unexpired lease on the session.
+	ErrLeaseHeld = errors.New("store: lease held by another owner")
+	// ErrLeaseLost: the lease's revision moved (it expired, was released or taken over); the
+	// holder must stop acting for the session.
+	ErrLeaseLost = errors.New("store: lease lost")
+	// ErrStaleWriter: a fenced append expected a last sequence the session's context log no longer
+	// has; nothing was written. The writer must reload (and usually re-check its lease).
+	ErrStaleWriter = errors.New("store: stale writer, context log moved")
+	// ErrFenced is ErrStaleWriter under the name the design uses for fencing.
+	ErrFenced = ErrStaleWriter
+	// ErrInvalid: bad input (wrapped with the reason).
+	ErrInvalid = errors.New("store: invalid argument")
+	// ErrTooLarge: a record exceeds the server's max payload (wrapped with the sizes).
+	ErrTooLarge = errors.New("store: record too large")
+)
+
+// isWrongLastSeq reports a failed expected-last-(subject-)sequence check: 10071, or 10164 on
+// replicated streams.
+func isWrongLastSeq(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}

@@ -1,0 +1,170 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func TestLeaseContention(t *testing.T) {
+	ctx := context.Background()
+	js := startJS(t)
+	l, err := NewLeases(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sk := testKey("contended")
+	const n = 16
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		winners []Lease
+		held    int
+	)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lease, err := l.Acquire(ctx, sk, fmt.Sprint("worker-", i), 30*time.Second)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				winners = append(winners, lease)
+			case errors.Is(err, ErrLeaseHeld):
+				held++
+			default:
+				t.Errorf("worker %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(winners) != 1 || held != n-1 {
+		t.Fatalf("winners %d, held %d", len(winners), held)
+	}
+	w := winners[0]
+	owner, rev, err := l.Holder(ctx, sk)
+	if err != nil || owner != w.Owner || rev != w.Revision || w.Token != w.Revision {
+		t.Fatalf("holder %q rev %d err %v; lease %+v", owner, rev, err, w)
+	}
+	// Renew moves the revision, keeps the token; a renew with the old revision is lost.
+	r1, err := l.Renew(ctx, w)
+	if err != nil || r1.Revision <= w.Revision || r1.Token != w.Token {
+		t.Fatalf("renew: %+v %v", r1, err)
+	}
+	if _, err := l.Renew(ctx, w); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("renew with stale revision: %v", err)
+	}
+	// Release lets the next owner in at once, with a larger token.
+	if err := l.Release(ctx, r1); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx, r1); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("double release: %v", err)
+	}
+	next, err := l.Acquire(ctx, sk, "worker-next", 30*time.Second)
+	if err != nil || next.Token <= w.Token {
+		t.Fatalf("acquire after release: %+v %v", next, err)
+	}
+	if _, err := l.Renew(ctx, r1); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("old holder renew after hand-over: %v", err)
+	}
+	// The same owner re-acquiring (restart with a stable id) gets a fresh token.
+	again, err := l.Acquire(ctx, sk, "worker-next", 30*time.Second)
+	if err != nil || again.Token <= next.Token {
+		t.Fatalf("re-acquire by owner: %+v %v", again, err)
+	}
+	if _, err := l.Renew(ctx, next); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("renew of the superseded lease: %v", err)
+	}
+}
+
+func TestLeaseInvalid(t *testing.T) {
+	ctx := context.Background()
+	js := startJS(t)
+	l, _ := NewLeases(ctx, js)
+	for _, tc := range []struct {
+		name  string
+		owner string
+		ttl   time.Duration
+	}{
+		{"no owner", "", time.Second},
+		{"ttl below 1s", "w", 500 * time.Millisecond},
+	} {
+		if _, err := l.Acquire(ctx, testKey("x"), tc.owner, tc.ttl); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+	if _, err := l.Renew(ctx, Lease{}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("renew zero lease: %v", err)
+	}
+}
+
+// TestLeaseTTLSurvivesRenew is the point about TTLs: a renewal published with a fresh
+// Nats-TTL keeps the lease alive past its first TTL and lets it expire TTL after the last renew,
+// on a real server. An expired lease hands over to the next owner.
+func TestLeaseTTLSurvivesRenew(t *testing.T) {
+	ctx := context.Background()
+	js := startJS(t)
+	l, _ := NewLeases(ctx, js)
+	sk := testKey("ttl")
+	a, err := l.Acquire(ctx, sk, "a", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The contrast: a plain KV Update of a TTL'd key drops its TTL, so it never expires.
+	plain := testKey("plain-update").Token()
+	rev, err := l.kv.Create(ctx, plain, []byte("x"), jetstream.KeyTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.kv.Update(ctx, plain, []byte("y"), rev); err != nil {
+		t.Fatal(err)
+	}
+	// Keep renewing for 2.5 TTLs: the lease must never lapse.
+	deadline := time.Now().Add(2500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		time.Sleep(300 * time.Millisecond)
+		if a, err = l.Renew(ctx, a); err != nil {
+			t.Fatalf("renew at %v: %v", time.Until(deadline), err)
+		}
+		if _, err := l.Acquire(ctx, sk, "b", time.Second); !errors.Is(err, ErrLeaseHeld) {
+			t.Fatalf("b acquired a renewed lease: %v", err)
+		}
+	}
+	// Stop renewing: the server expires it and b takes over.
+	stopped := time.Now()
+	var b Lease
+	for {
+		b, err = l.Acquire(ctx, sk, "b", time.Second)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrLeaseHeld) {
+			t.Fatal(err)
+		}
+		if time.Since(stopped) > 10*time.Second {
+			t.Fatal("lease never expired")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if waited := time.Since(stopped); waited < 900*time.Millisecond {
+		t.Fatalf("handed over after %v, before the TTL", waited)
+	} else {
+		t.Logf("hand-over %v after the last renew (ttl 1s)", waited)
+	}
+	if b.Token <= a.Token {
+		t.Fatalf("token did not grow: %d -> %d", a.Token, b.Token)
+	}
+	if _, err := l.Renew(ctx, a); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("old holder renew: %v", err)
+	}
+	if _, err := l.kv.Get(ctx, plain); err != nil {
+		t.Fatalf("plain-updated key after 3 TTLs: %v (expected it to have lost its TTL)", err)
+	}
+}
