@@ -1,0 +1,343 @@
+package events
+
+import (
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Stream names (DESIGN.md §3).
+const (
+	StreamIMIn        = "IM_IN"
+	StreamSessionIn   = "SESSION_IN"
+	StreamAgentEvents = "AGENT_EVENTS"
+	StreamAgentCtx    = "AGENT_CTX"
+	StreamToolCalls   = "TOOL_CALLS"
+	StreamToolResults = "TOOL_RESULTS"
+	StreamIMOut       = "IM_OUT"
+	StreamIMSent      = "IM_SENT"
+	StreamTasks       = "TASKS"
+	StreamDeadLetters = "DEAD_LETTERS"
+)
+
+// StreamSchedules is the name DESIGN.md §3 gives the schedule store. There is no separate
+// stream by that name: nats-server fires a schedule only into a subject of the stream that holds
+// it (Nats-Schedule-Target must be one of the stream's own subjects), so schedules live in
+// SESSION_IN on schedule.<sk>.<id> and fire straight into agent.in.<sk>, durable and in order
+// with the rest of the inbox. The constant names that choice: StreamSchedules == StreamSessionIn.
+const StreamSchedules = StreamSessionIn
+
+// KV bucket and object store names.
+const (
+	BucketSessions  = "sessions"
+	BucketLeases    = "leases"
+	BucketTools     = "tools"
+	BucketProfiles  = "profiles"
+	BucketApprovals = "approvals"
+	BucketModels    = "models"
+	BucketDelivered = "delivered"
+	ObjectMedia     = "media"
+)
+
+// Spec parameterizes every stream and bucket: replication, storage and retention. The zero
+// value of a duration means its default (see DefaultSpec); Provision applies defaults itself.
+type Spec struct {
+	// Replicas: 1 (embedded, single server) or 3 (cluster).
+	Replicas int
+	// Storage: jetstream.FileStorage (default) or jetstream.MemoryStorage. A stream's storage
+	// cannot change after creation; Provision reports that as an error.
+	Storage jetstream.StorageType
+
+	IMInMaxAge        time.Duration // IM_IN and IM_SENT (default 30 days)
+	SessionInMaxAge   time.Duration // SESSION_IN; keep forever when 0 — also bounds how far ahead a schedule may fire
+	EventsMaxAge      time.Duration // AGENT_EVENTS (default 30 days)
+	ToolCallsMaxAge   time.Duration // TOOL_CALLS unclaimed requests (default 24 hours)
+	ToolResultsMaxAge time.Duration // TOOL_RESULTS (default 7 days)
+	OutMaxAge         time.Duration // IM_OUT (default 7 days)
+	DeadLetterMaxAge  time.Duration // DEAD_LETTERS (default 30 days)
+	Duplicates        time.Duration // dedupe window of every stream (default 2 minutes)
+
+	SessionsHistory uint8         // KV sessions history (default 5)
+	ToolsTTL        time.Duration // KV tools entry lifetime; workers refresh well before (default 2 minutes)
+	ModelsTTL       time.Duration // KV models discovery cache (default 1 hour)
+	DeliveredTTL    time.Duration // KV delivered egress idempotency (default 7 days)
+	MarkerTTL       time.Duration // how long KV keeps the marker of a TTL-expired key (default 1 minute)
+	MediaMaxAge     time.Duration // object store media (default 30 days)
+}
+
+// Defaults.
+const (
+	DefaultIMInMaxAge        = 30 * 24 * time.Hour
+	DefaultEventsMaxAge      = 30 * 24 * time.Hour
+	DefaultToolCallsMaxAge   = 24 * time.Hour
+	DefaultToolResultsMaxAge = 7 * 24 * time.Hour
+	DefaultOutMaxAge         = 7 * 24 * time.Hour
+	DefaultDeadLetterMaxAge  = 30 * 24 * time.Hour
+	DefaultDuplicates        = 2 * time.Minute
+	DefaultSessionsHistory   = 5
+	DefaultToolsTTL          = 2 * time.Minute
+	DefaultModelsTTL         = time.Hour
+	DefaultDeliveredTTL      = 7 * 24 * time.Hour
+	DefaultMarkerTTL         = time.Minute
+	DefaultMediaMaxAge       = 30 * 24 * time.Hour
+)
+
+// DefaultSpec is the single-server default: 1 replica, file storage, default ages.
+func DefaultSpec() Spec { return Spec{}.WithDefaults() }
+
+// SpecFromConfig builds a Spec from the nats: config block (replicas, storage, ages); the rest
+// keeps its defaults.
+func SpecFromConfig(c config.NATS) Spec {
+	s := Spec{
+		Replicas:          c.Replicas,
+		IMInMaxAge:        time.Duration(c.IMInMaxAgeMs) * time.Millisecond,
+		EventsMaxAge:      time.Duration(c.EventsMaxAgeMs) * time.Millisecond,
+		ToolResultsMaxAge: time.Duration(c.ToolResultsMaxAge) * time.Millisecond,
+	}
+	if c.Storage == "memory" {
+		s.Storage = jetstream.MemoryStorage
+	}
+	return s.WithDefaults()
+}
+
+// WithDefaults returns s with every zero field set to its default.
+func (s Spec) WithDefaults() Spec {
+	if s.Replicas <= 0 {
+		s.Replicas = 1
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&s.IMInMaxAge, DefaultIMInMaxAge)
+	def(&s.EventsMaxAge, DefaultEventsMaxAge)
+	def(&s.ToolCallsMaxAge, DefaultToolCallsMaxAge)
+	def(&s.ToolResultsMaxAge, DefaultToolResultsMaxAge)
+	def(&s.OutMaxAge, DefaultOutMaxAge)
+	def(&s.DeadLetterMaxAge, DefaultDeadLetterMaxAge)
+	def(&s.Duplicates, DefaultDuplicates)
+	def(&s.ToolsTTL, DefaultToolsTTL)
+	def(&s.ModelsTTL, DefaultModelsTTL)
+	def(&s.DeliveredTTL, DefaultDeliveredTTL)
+	def(&s.MarkerTTL, DefaultMarkerTTL)
+	def(&s.MediaMaxAge, DefaultMediaMaxAge)
+	if s.SessionInMaxAge < 0 {
+		s.SessionInMaxAge = 0
+	}
+	if s.SessionsHistory == 0 {
+		s.SessionsHistory = DefaultSessionsHistory
+	}
+	return s
+}
+
+// dup returns the dedupe window clamped to the stream's max age (the server rejects a window
+// larger than MaxAge).
+func dup(window, maxAge time.Duration) time.Duration {
+	if maxAge > 0 && window > maxAge {
+		return maxAge
+	}
+	return window
+}
+
+func (s Spec) stream(name, desc string, subjects []string, maxAge time.Duration) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:              name,
+		Description:       desc,
+		Subjects:          subjects,
+		Retention:         jetstream.LimitsPolicy,
+		MaxConsumers:      -1,
+		MaxMsgs:           -1,
+		MaxBytes:          -1,
+		MaxAge:            maxAge,
+		MaxMsgsPerSubject: -1,
+		MaxMsgSize:        -1,
+		Discard:           jetstream.DiscardOld,
+		Storage:           s.Storage,
+		Replicas:          s.Replicas,
+		Duplicates:        dup(s.Duplicates, maxAge),
+		AllowDirect:       true,
+	}
+}
+
+// IMInStream is IM_IN: every normalized inbound message, deduplicated on the platform message id.
+func (s Spec) IMInStream() jetstream.StreamConfig {
+	s = s.WithDefaults()
+	return s.stream(StreamIMIn, "agentbus: normalized inbound IM messages", []string{all(PrefixIMIn)}, s.IMInMaxAge)
+}
+
+// SessionInStream is SESSION_IN: the per-session inboxes agent.in.<sk>, plus the schedule
+// holders schedule.<sk>.<id> (AllowMsgSchedules; a schedule's Nats-Schedule-Target is
+// agent.in.<sk> of the same stream). Message TTLs are allowed for Nats-Schedule-TTL, rollups
+// because schedules require them.
+func (s Spec) SessionInStream() jetstream.StreamConfig {
+	s = s.WithDefaults()
+	c := s.stream(StreamSessionIn, "agentbus: per-session inbox and schedules",
+		[]string{all(PrefixAgentIn), all(PrefixSchedule)}, s.SessionInMaxAge)
+	c.AllowMsgSchedules = true
+	c.AllowMsgTTL = true
+	c.AllowRollup = true
+	return c
+}
+
+// AgentEventsStream is AGENT_EVENTS: the turn event log (resume, replay, audit).
+func (s Spec) AgentEventsStream() jetstream.StreamConfig {
+	s = s.WithDefaults()
+	return s.stream(StreamAgentEvents, "agentbus: persisted turn events", []string{all(PrefixAgentEvt)}, s.EventsMaxAge)
+}
+
+// AgentCtxStream is AGENT_CTX: the committed context log, kept until sessions are purged.
+// Commits fence with Nats-Expected-Last-Subject-Sequence on agent.ctx.<sk>.<epoch>, and a
+// turn's messages may be published as one atomic batch (AllowAtomicPublish, nats-server 2.12+;
+// orbit.go jetstreamext).
+func (s Spec) AgentCtxStream() jetstream.StreamConfig {
+	s = s.WithDefaults()
+	c := s.stream(StreamAgentCtx, "agentbus: committed context log", []string{all(PrefixAgentCtx)}, 0)
+	c.AllowAtomicPublish = true
+	return c
+}
+
+// ToolCallsStream is TOOL_CALLS: a work queue of tool call requests (one consumer per tool
+// filter; each request is removed once a worker acks it).
+func (s Spec) ToolCallsStream() jetstream.StreamConfig {
+	s = s.WithDefaults()
+	c := s.stream(StreamToolCalls, "agentbus: tool call requests", []string{all(PrefixToolCall)}, s.ToolCallsMaxAge)
+	c.Retention = jetstream.WorkQueuePolicy
+	return c
+}
+
+// ToolResultsStream is TOOL_RESULTS: results keyed by subject tool.result.<sk>.<callId>
+// (direct get of the last message on the subject answers "has this call run?").
+func (s Spec) ToolResultsStream() jetstream.StreamConfig {
+	s = s.WithDefaults()
+	return s.stream(StreamToolResults, "agentbus: tool results", []string{all(PrefixToolResult)}, s.ToolResultsMaxAge)
+}
+
+// IMOutStream is IM_OUT: outbound reply parts, deduplicated on the out id.
+func (s Spec) IMOutStream() jetstream.StreamConfig {
+	s = s.WithDefaults()
+	return s.stream(StreamIMOut, "agentbus: outbound replies", []string{all(PrefixIMOut)}, s.OutMaxAge)
+}
+
+// IMSentStream is IM_SENT: delivery receipts.
+func (s Spec) IMSentStream() jetstream.StreamConfig {
+	s = s.WithDefaults()
+	return s.stream(StreamIMSent, "agentbus: delivery receipts", []string{all(PrefixIMSent)}, s.IMInMaxAge)
+}
+
+// TasksStream is TASKS: a work queue of durable background work.
+func (s Spec) TasksStream() jetstream.StreamConfig {
+	s = s.WithDefaults()
+	c := s.stream(StreamTasks, "agentbus: background tasks", []string{all(PrefixTask)}, 0)
+	c.Retention = jetstream.WorkQueuePolicy
+	return c
+}
+
+// DeadLettersStream is DEAD_LETTERS: dlq.<role>.<reason>.
+func (s Spec) DeadLettersStream() jetstream.StreamConfig {
+	s = s.WithDefaults()
+	return s.stream(StreamDeadLetters, "agentbus: dead letters with the reason", []string{all(PrefixDeadLetter)}, s.DeadLetterMaxAge)
+}
+
+// Streams returns every stream config, in provisioning order.
+func (s Spec) Streams() []jetstream.StreamConfig {
+	return []jetstream.StreamConfig{
+		s.IMInStream(), s.SessionInStream(), s.AgentEventsStream(), s.AgentCtxStream(),
+		s.ToolCallsStream(), s.ToolResultsStream(), s.IMOutStream(), s.IMSentStream(),
+		s.TasksStream(), s.DeadLettersStream(),
+	}
+}
+
+func (s Spec) kv(bucket, desc string) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      bucket,
+		Description: desc,
+		History:     1,
+		Storage:     s.Storage,
+		Replicas:    s.Replicas,
+	}
+}
+
+// SessionsKV is KV sessions: key SessionKey.Token(), value the session record; every update is
+// a revision CAS; a few revisions of history help debugging.
+func (s Spec) SessionsKV() jetstream.KeyValueConfig {
+	s = s.WithDefaults()
+	c := s.kv(BucketSessions, "agentbus: session records")
+	c.History = s.SessionsHistory
+	return c
+}
+
+// LeasesKV is KV leases: key SessionKey.Token(), one owner per session. No bucket TTL: each
+// lease carries its own per-message TTL (LimitMarkerTTL turns on AllowMsgTTL for the bucket's
+// stream), renewed by publishing to the key's subject with expected-last-subject-sequence and
+// Nats-TTL, which keeps the TTL (a plain KV Update would drop it).
+func (s Spec) LeasesKV() jetstream.KeyValueConfig {
+	s = s.WithDefaults()
+	c := s.kv(BucketLeases, "agentbus: session leases")
+	c.LimitMarkerTTL = s.MarkerTTL
+	return c
+}
+
+// ToolsKV is KV tools: the tool registry; entries expire unless workers refresh them.
+func (s Spec) ToolsKV() jetstream.KeyValueConfig {
+	s = s.WithDefaults()
+	c := s.kv(BucketTools, "agentbus: tool registry")
+	c.TTL = s.ToolsTTL
+	c.LimitMarkerTTL = s.MarkerTTL
+	return c
+}
+
+// ProfilesKV is KV profiles: user profiles.
+func (s Spec) ProfilesKV() jetstream.KeyValueConfig {
+	s = s.WithDefaults()
+	return s.kv(BucketProfiles, "agentbus: user profiles")
+}
+
+// ApprovalsKV is KV approvals: owner approvals; pending requests may carry a per-key TTL.
+func (s Spec) ApprovalsKV() jetstream.KeyValueConfig {
+	s = s.WithDefaults()
+	c := s.kv(BucketApprovals, "agentbus: owner approvals")
+	c.LimitMarkerTTL = s.MarkerTTL
+	return c
+}
+
+// ModelsKV is KV models: the model discovery cache.
+func (s Spec) ModelsKV() jetstream.KeyValueConfig {
+	s = s.WithDefaults()
+	c := s.kv(BucketModels, "agentbus: model discovery cache")
+	c.TTL = s.ModelsTTL
+	return c
+}
+
+// DeliveredKV is KV delivered: egress idempotency, key = EncodeToken(out id).
+func (s Spec) DeliveredKV() jetstream.KeyValueConfig {
+	s = s.WithDefaults()
+	c := s.kv(BucketDelivered, "agentbus: delivered outbound parts")
+	c.TTL = s.DeliveredTTL
+	return c
+}
+
+// KeyValues returns every KV bucket config.
+func (s Spec) KeyValues() []jetstream.KeyValueConfig {
+	return []jetstream.KeyValueConfig{
+		s.SessionsKV(), s.LeasesKV(), s.ToolsKV(), s.ProfilesKV(), s.ApprovalsKV(), s.ModelsKV(), s.DeliveredKV(),
+	}
+}
+
+// MediaObjectStore is object store media: images and files referenced by events.
+func (s Spec) MediaObjectStore() jetstream.ObjectStoreConfig {
+	s = s.WithDefaults()
+	return jetstream.ObjectStoreConfig{
+		Bucket:      ObjectMedia,
+		Description: "agentbus: media referenced by events",
+		TTL:         s.MediaMaxAge,
+		Storage:     s.Storage,
+		Replicas:    s.Replicas,
+	}
+}
+
+// ObjectStores returns every object store config.
+func (s Spec) ObjectStores() []jetstream.ObjectStoreConfig {
+	return []jetstream.ObjectStoreConfig{s.MediaObjectStore()}
+}

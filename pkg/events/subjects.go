@@ -1,0 +1,302 @@
+package events
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Subjects (DESIGN.md §3). Every variable token is passed through EncodeToken, so ids and names
+// may hold any bytes; <sk> is SessionKey.Token(). Builders never fail; parsers return an error
+// wrapping ErrInvalid for anything a builder could not have produced.
+//
+//	im.in.<platform>.<bot>.<scope>.<scene>     IM_IN        normalized inbound message
+//	agent.in.<sk>                              SESSION_IN   per-session inbox
+//	schedule.<sk>.<id>                         SESSION_IN   schedule holder, fires into agent.in.<sk>
+//	agent.evt.<sk>.<turn>.<kind>               AGENT_EVENTS turn event log
+//	agent.ctx.<sk>.<epoch>                     AGENT_CTX    committed context log of one session id
+//	tool.call.<tool>                           TOOL_CALLS   tool call requests (work queue)
+//	tool.result.<sk>.<callId>                  TOOL_RESULTS tool results
+//	im.out.<platform>.<bot>.<scope>.<scene>    IM_OUT       outbound replies
+//	im.sent.<platform>.<bot>.<scope>.<scene>   IM_SENT      delivery receipts
+//	task.subagent.<id> / task.deferred.<id>    TASKS        background work (work queue)
+//	dlq.<role>.<reason>                        DEAD_LETTERS poison messages with the reason
+//	agent.live.<sk>                            core NATS    live token deltas, not persisted
+const (
+	PrefixIMIn        = "im.in"
+	PrefixAgentIn     = "agent.in"
+	PrefixSchedule    = "schedule"
+	PrefixAgentEvt    = "agent.evt"
+	PrefixAgentCtx    = "agent.ctx"
+	PrefixToolCall    = "tool.call"
+	PrefixToolResult  = "tool.result"
+	PrefixIMOut       = "im.out"
+	PrefixIMSent      = "im.sent"
+	PrefixTask        = "task"
+	PrefixDeadLetter  = "dlq"
+	PrefixAgentLive   = "agent.live"
+	TaskKindSubagent  = "subagent"
+	TaskKindDeferred  = "deferred"
+	wildcardAllTokens = ">"
+)
+
+// ---- builders ----
+
+// sceneSubject builds prefix.<platform>.<bot>.<scope>.<scene>.
+func sceneSubject(prefix string, k SessionKey) string {
+	return prefix + "." + EncodeToken(k.Platform) + "." + EncodeToken(k.Bot) + "." +
+		EncodeToken(k.Scope) + "." + EncodeToken(k.Scene)
+}
+
+// IMInSubject is im.in.<platform>.<bot>.<scope>.<scene>.
+func IMInSubject(k SessionKey) string { return sceneSubject(PrefixIMIn, k) }
+
+// IMOutSubject is im.out.<platform>.<bot>.<scope>.<scene>.
+func IMOutSubject(k SessionKey) string { return sceneSubject(PrefixIMOut, k) }
+
+// IMSentSubject is im.sent.<platform>.<bot>.<scope>.<scene>.
+func IMSentSubject(k SessionKey) string { return sceneSubject(PrefixIMSent, k) }
+
+// AgentInSubject is agent.in.<sk>, the session's inbox.
+func AgentInSubject(k SessionKey) string { return PrefixAgentIn + "." + k.Token() }
+
+// ScheduleSubject is schedule.<sk>.<id>: the subject that holds schedule id of session k (one
+// message per schedule, replaced on update). It lives in SESSION_IN; see SessionInStream.
+func ScheduleSubject(k SessionKey, id string) string {
+	return PrefixSchedule + "." + k.Token() + "." + EncodeToken(id)
+}
+
+// AgentEvtSubject is agent.evt.<sk>.<turn>.<kind>; kind is an EvtKind* constant.
+func AgentEvtSubject(k SessionKey, turn, kind string) string {
+	return PrefixAgentEvt + "." + k.Token() + "." + EncodeToken(turn) + "." + EncodeToken(kind)
+}
+
+// AgentEvtTurnFilter matches every event of one turn: agent.evt.<sk>.<turn>.*
+func AgentEvtTurnFilter(k SessionKey, turn string) string {
+	return PrefixAgentEvt + "." + k.Token() + "." + EncodeToken(turn) + ".*"
+}
+
+// AgentEvtSessionFilter matches every turn event of a session: agent.evt.<sk>.>
+func AgentEvtSessionFilter(k SessionKey) string {
+	return PrefixAgentEvt + "." + k.Token() + ".>"
+}
+
+// AgentCtxSubject is agent.ctx.<sk>.<epoch>: the context log of one session id. Commits fence
+// on this subject's last sequence.
+func AgentCtxSubject(id SessionID) string {
+	return PrefixAgentCtx + "." + id.Key.Token() + "." + strconv.FormatUint(id.Epoch, 10)
+}
+
+// ToolCallSubject is tool.call.<tool>.
+func ToolCallSubject(tool string) string { return PrefixToolCall + "." + EncodeToken(tool) }
+
+// ToolResultSubject is tool.result.<sk>.<callId>.
+func ToolResultSubject(k SessionKey, callID string) string {
+	return PrefixToolResult + "." + k.Token() + "." + EncodeToken(callID)
+}
+
+// TaskSubject is task.<kind>.<id> with kind TaskKindSubagent or TaskKindDeferred.
+func TaskSubject(kind, id string) string {
+	return PrefixTask + "." + EncodeToken(kind) + "." + EncodeToken(id)
+}
+
+// TaskSubagentSubject is task.subagent.<id>.
+func TaskSubagentSubject(id string) string { return TaskSubject(TaskKindSubagent, id) }
+
+// TaskDeferredSubject is task.deferred.<id>.
+func TaskDeferredSubject(id string) string { return TaskSubject(TaskKindDeferred, id) }
+
+// AgentLiveSubject is agent.live.<sk> (core NATS, not stored).
+func AgentLiveSubject(k SessionKey) string { return PrefixAgentLive + "." + k.Token() }
+
+// DeadLetterSubject is dlq.<role>.<reason>, e.g. dlq.egress.poison. Role is the component that
+// gave up (ingest, turn-worker, tool-worker, egress, archiver); reason is a short code
+// (invalid, poison, max_deliveries, unknown_tool, ...). The full story is in the DeadLetter body.
+func DeadLetterSubject(role, reason string) string {
+	return PrefixDeadLetter + "." + EncodeToken(role) + "." + EncodeToken(reason)
+}
+
+// ---- parsers ----
+
+func splitSubject(subj, prefix string, n int) ([]string, error) {
+	if !strings.HasPrefix(subj, prefix+".") {
+		return nil, invalid("subject", "%q: want prefix %s.", subj, prefix)
+	}
+	toks := strings.Split(subj[len(prefix)+1:], ".")
+	if len(toks) != n {
+		return nil, invalid("subject", "%q: want %d tokens after %s, got %d", subj, n, prefix, len(toks))
+	}
+	return toks, nil
+}
+
+func decodeTokens(subj string, toks []string) ([]string, error) {
+	out := make([]string, len(toks))
+	for i, t := range toks {
+		s, err := DecodeToken(t)
+		if err != nil {
+			return nil, invalid("subject", "%q: token %d: %v", subj, i, err)
+		}
+		out[i] = s
+	}
+	return out, nil
+}
+
+func parseScene(subj, prefix string) (SessionKey, error) {
+	toks, err := splitSubject(subj, prefix, 4)
+	if err != nil {
+		return SessionKey{}, err
+	}
+	v, err := decodeTokens(subj, toks)
+	if err != nil {
+		return SessionKey{}, err
+	}
+	k := SessionKey{Platform: v[0], Bot: v[1], Scope: v[2], Scene: v[3]}
+	if err := k.validate(); err != nil {
+		return SessionKey{}, invalid("subject", "%q: %v", subj, err)
+	}
+	return k, nil
+}
+
+func parseSK(subj, tok string) (SessionKey, error) {
+	k, err := ParseSessionKeyToken(tok)
+	if err != nil {
+		return SessionKey{}, invalid("subject", "%q: session key: %v", subj, err)
+	}
+	return k, nil
+}
+
+// ParseIMInSubject reverses IMInSubject.
+func ParseIMInSubject(subj string) (SessionKey, error) { return parseScene(subj, PrefixIMIn) }
+
+// ParseIMOutSubject reverses IMOutSubject.
+func ParseIMOutSubject(subj string) (SessionKey, error) { return parseScene(subj, PrefixIMOut) }
+
+// ParseIMSentSubject reverses IMSentSubject.
+func ParseIMSentSubject(subj string) (SessionKey, error) { return parseScene(subj, PrefixIMSent) }
+
+// ParseAgentInSubject reverses AgentInSubject.
+func ParseAgentInSubject(subj string) (SessionKey, error) {
+	toks, err := splitSubject(subj, PrefixAgentIn, 1)
+	if err != nil {
+		return SessionKey{}, err
+	}
+	return parseSK(subj, toks[0])
+}
+
+// ParseScheduleSubject reverses ScheduleSubject.
+func ParseScheduleSubject(subj string) (k SessionKey, id string, err error) {
+	toks, err := splitSubject(subj, PrefixSchedule, 2)
+	if err != nil {
+		return SessionKey{}, "", err
+	}
+	if k, err = parseSK(subj, toks[0]); err != nil {
+		return SessionKey{}, "", err
+	}
+	v, err := decodeTokens(subj, toks[1:])
+	if err != nil {
+		return SessionKey{}, "", err
+	}
+	return k, v[0], nil
+}
+
+// ParseAgentEvtSubject reverses AgentEvtSubject.
+func ParseAgentEvtSubject(subj string) (k SessionKey, turn, kind string, err error) {
+	toks, err := splitSubject(subj, PrefixAgentEvt, 3)
+	if err != nil {
+		return SessionKey{}, "", "", err
+	}
+	if k, err = parseSK(subj, toks[0]); err != nil {
+		return SessionKey{}, "", "", err
+	}
+	v, err := decodeTokens(subj, toks[1:])
+	if err != nil {
+		return SessionKey{}, "", "", err
+	}
+	return k, v[0], v[1], nil
+}
+
+// ParseAgentCtxSubject reverses AgentCtxSubject.
+func ParseAgentCtxSubject(subj string) (SessionID, error) {
+	toks, err := splitSubject(subj, PrefixAgentCtx, 2)
+	if err != nil {
+		return SessionID{}, err
+	}
+	k, err := parseSK(subj, toks[0])
+	if err != nil {
+		return SessionID{}, err
+	}
+	epoch, ok := parseEpoch(toks[1])
+	if !ok {
+		return SessionID{}, invalid("subject", "%q: epoch %q must be a positive decimal integer", subj, toks[1])
+	}
+	return SessionID{Key: k, Epoch: epoch}, nil
+}
+
+// ParseToolCallSubject reverses ToolCallSubject.
+func ParseToolCallSubject(subj string) (tool string, err error) {
+	toks, err := splitSubject(subj, PrefixToolCall, 1)
+	if err != nil {
+		return "", err
+	}
+	v, err := decodeTokens(subj, toks)
+	if err != nil {
+		return "", err
+	}
+	return v[0], nil
+}
+
+// ParseToolResultSubject reverses ToolResultSubject.
+func ParseToolResultSubject(subj string) (k SessionKey, callID string, err error) {
+	toks, err := splitSubject(subj, PrefixToolResult, 2)
+	if err != nil {
+		return SessionKey{}, "", err
+	}
+	if k, err = parseSK(subj, toks[0]); err != nil {
+		return SessionKey{}, "", err
+	}
+	v, err := decodeTokens(subj, toks[1:])
+	if err != nil {
+		return SessionKey{}, "", err
+	}
+	return k, v[0], nil
+}
+
+// ParseTaskSubject reverses TaskSubject.
+func ParseTaskSubject(subj string) (kind, id string, err error) {
+	toks, err := splitSubject(subj, PrefixTask, 2)
+	if err != nil {
+		return "", "", err
+	}
+	v, err := decodeTokens(subj, toks)
+	if err != nil {
+		return "", "", err
+	}
+	if v[0] != TaskKindSubagent && v[0] != TaskKindDeferred {
+		return "", "", invalid("subject", "%q: task kind %q must be subagent or deferred", subj, v[0])
+	}
+	return v[0], v[1], nil
+}
+
+// ParseAgentLiveSubject reverses AgentLiveSubject.
+func ParseAgentLiveSubject(subj string) (SessionKey, error) {
+	toks, err := splitSubject(subj, PrefixAgentLive, 1)
+	if err != nil {
+		return SessionKey{}, err
+	}
+	return parseSK(subj, toks[0])
+}
+
+// ParseDeadLetterSubject reverses DeadLetterSubject.
+func ParseDeadLetterSubject(subj string) (role, reason string, err error) {
+	toks, err := splitSubject(subj, PrefixDeadLetter, 2)
+	if err != nil {
+		return "", "", err
+	}
+	v, err := decodeTokens(subj, toks)
+	if err != nil {
+		return "", "", err
+	}
+	return v[0], v[1], nil
+}
+
+// all returns prefix.> (the stream subject filter for a prefix).
+func all(prefix string) string { return prefix + "." + wildcardAllTokens }
