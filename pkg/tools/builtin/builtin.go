@@ -1,0 +1,128 @@
+// Package builtin provides agentbus's built-in tools: read_file, write_file, edit_file,
+// list_dir, glob, grep, bash, web_fetch, web_search, ask_user, activate_skill, install_skill.
+//
+// The file tools resolve every path through pkg/filepolicy (workspace confinement, symlink
+// escapes, device and private paths); bash asks pkg/execpolicy first and runs through
+// pkg/sandbox; web_fetch and install_skill go through pkg/netguard (the SSRF guard). Each
+// tool is built from a Config so tool workers, subagents and deferred workers that share a
+// Config share the same policies.
+//
+// Contracts the pipeline relies on:
+//   - ask_user: Result.Details is tools.AskDetails {"ask": question, "options": [...]}; the
+//     turn should end and the question go to the chat.
+//   - bash with an Ask verdict: Result.NeedsOwner is true, IsError is true (the command did not
+//     run) and the text starts with ZHIN_NEEDS_OWNER and tells the agent to use ask_user.
+//   - activate_skill: Details is SkillDetails (the skill's tools, for the pipeline to add).
+package builtin
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/filepolicy"
+	"github.com/agentbus/agentbus/pkg/netguard"
+	"github.com/agentbus/agentbus/pkg/sandbox"
+	"github.com/agentbus/agentbus/pkg/skills"
+	"github.com/agentbus/agentbus/pkg/tools"
+)
+
+// Config selects and configures the built-in tools. A nil dependency leaves out the tools
+// that need it.
+type Config struct {
+	// Files is required for the file tools and bash.
+	Files *filepolicy.Policy
+	// Exec judges bash command lines (*execpolicy.Policy); nil leaves bash out.
+	Exec ExecChecker
+	// Approvals loads the endpoint's owner approvals for bash (optional).
+	Approvals ApprovalsFunc
+	// BashTimeout caps one command (default 30s); BashOutputLimit caps each output stream.
+	BashTimeout     time.Duration
+	BashOutputLimit int
+	// Guard is the SSRF guard of web_fetch and install_skill (default: netguard with no
+	// exceptions).
+	Guard *netguard.Guard
+	// FetchMaxBytes (default 2 MiB) and FetchTimeout (default 30s) bound web_fetch.
+	FetchMaxBytes int64
+	FetchTimeout  time.Duration
+	// Search is web_search's backend; nil leaves web_search out.
+	Search SearchBackend
+	// Skills enables activate_skill; with SkillsDir also install_skill.
+	Skills    *skills.Store
+	SkillsDir string
+	// ModelSizeHint and SkillInstructionMaxChars size activate_skill's text.
+	ModelSizeHint            string
+	SkillInstructionMaxChars int
+	// InstallSkillRoles gate install_skill (default master and trusted: installing a skill
+	// changes the bot for everyone).
+	InstallSkillRoles []string
+	// Disabled names tools to leave out (ai.tools.disabled); Enabled, when non-empty, is the
+	// only ones to keep (ai.tools.enabled).
+	Enabled, Disabled []string
+	Log               *slog.Logger
+}
+
+// Names lists every built-in tool name.
+var Names = []string{"read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "bash",
+	"web_fetch", "web_search", "ask_user", "activate_skill", "install_skill"}
+
+// All builds the built-in tools cfg allows.
+func All(cfg Config) ([]tools.Tool, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	for _, n := range append(slices.Clone(cfg.Enabled), cfg.Disabled...) {
+		if !slices.Contains(Names, n) {
+			return nil, fmt.Errorf("builtin: unknown tool %q in ai.tools (known: %v)", n, Names)
+		}
+	}
+	if cfg.Guard == nil {
+		cfg.Guard = netguard.MustNew(netguard.Config{})
+	}
+	if cfg.BashTimeout <= 0 {
+		cfg.BashTimeout = 30 * time.Second
+	}
+	if cfg.FetchMaxBytes <= 0 {
+		cfg.FetchMaxBytes = 2 << 20
+	}
+	if cfg.FetchTimeout <= 0 {
+		cfg.FetchTimeout = 30 * time.Second
+	}
+	if cfg.InstallSkillRoles == nil {
+		cfg.InstallSkillRoles = []string{tools.RoleMaster, tools.RoleTrusted}
+	}
+	var out []tools.Tool
+	if cfg.Files != nil {
+		f := fileTools{fp: cfg.Files}
+		out = append(out, f.readFile(), f.writeFile(), f.editFile(), f.listDir(), f.glob(), f.grep())
+		if cfg.Exec != nil {
+			out = append(out, bashTool{exec: cfg.Exec, approvals: cfg.Approvals, files: cfg.Files, timeout: cfg.BashTimeout,
+				maxOut: cfg.BashOutputLimit, log: cfg.Log, run: sandbox.Run}.tool())
+		}
+	} else if cfg.Exec != nil {
+		return nil, errors.New("builtin: bash needs Files (the workspace policy)")
+	}
+	out = append(out, webFetch{guard: cfg.Guard, maxBytes: cfg.FetchMaxBytes, timeout: cfg.FetchTimeout}.tool())
+	if cfg.Search != nil {
+		out = append(out, webSearchTool(cfg.Search))
+	}
+	out = append(out, askUserTool())
+	if cfg.Skills != nil {
+		st := skillTools{store: cfg.Skills, dir: cfg.SkillsDir, guard: cfg.Guard, sizeHint: cfg.ModelSizeHint,
+			maxChars: cfg.SkillInstructionMaxChars, installRole: cfg.InstallSkillRoles}
+		out = append(out, st.activate())
+		if cfg.SkillsDir != "" {
+			out = append(out, st.install())
+		}
+	}
+	var kept []tools.Tool
+	for _, t := range out {
+		if slices.Contains(cfg.Disabled, t.Name) || (len(cfg.Enabled) > 0 && !slices.Contains(cfg.Enabled, t.Name)) {
+			continue
+		}
+		kept = append(kept, t)
+	}
+	return kept, nil
+}
