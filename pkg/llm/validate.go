@@ -151,7 +151,7 @@ func MustSchemaFor[T any]() json.RawMessage {
 
 // compiledSchema is a parsed and resolved tool schema.
 type compiledSchema struct {
-	schema      *jsonschema.Schema
+	schema   *jsonschema.Schema
 	resolved *jsonschema.Resolved
 	// defaults lists, per object schema, the optional properties that have a default or hold
 	// an object with defaults; the walk asks the library to apply defaults only when one of
