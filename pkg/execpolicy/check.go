@@ -485,6 +485,7 @@ func hasGlob(s string) bool {
 type token struct {
 	val string
 	dyn bool
+	raw string // source text of a dynamic literal word (a glob), for messages and rm checks
 }
 
 func (t token) String() string {
@@ -506,7 +507,7 @@ func (j *judge) call(c *syntax.CallExpr, redirs []*syntax.Redirect, sc scope) {
 				toks = append(toks, token{val: s})
 			}
 		} else {
-			toks = append(toks, token{dyn: true})
+			toks = append(toks, token{dyn: true, raw: w.Lit()})
 		}
 	}
 	if j.denied != "" || len(toks) == 0 {
@@ -641,6 +642,12 @@ func (j *judge) final(written, base string, qualified bool, args []token) {
 		j.need(canon, fmt.Sprintf("%s is not a system program (only bare names and /usr/bin… match the allowlist)", written))
 		return
 	}
+	if class == filepolicy.Writes && (j.p.allow[base] || filepolicy.IsReadOnlyName(base)) {
+		// An allowlisted (or normally read-only) program with options
+		// that write: the writes are judged like redirections.
+		j.writes(canon, base, uses)
+		return
+	}
 	if j.p.allow[base] {
 		if !pathsOK {
 			j.need(canon, base+" with file arguments the file policy cannot check")
@@ -662,6 +669,27 @@ func (j *judge) final(written, base string, qualified bool, args []token) {
 		return
 	}
 	j.need(canon, base+" is not in the allowlist")
+}
+
+// writes judges the written paths of a command that writes files.
+func (j *judge) writes(canon, base string, uses []filepolicy.PathUse) {
+	n := 0
+	for _, u := range uses {
+		if u.Access != filepolicy.Write {
+			continue
+		}
+		n++
+		if u.Path == "" {
+			j.need(canon, base+" writes a file named at run time")
+			continue
+		}
+		if !j.writePath(base, u.Path) {
+			return
+		}
+	}
+	if n == 0 {
+		j.need(canon, base+" with options that change files or system state")
+	}
 }
 
 // classify runs the shared file classification on argv; dynamic
@@ -765,6 +793,9 @@ func catastrophicRm(args []token) bool {
 	var targets []string
 	for _, t := range args {
 		if t.dyn {
+			if t.raw != "" {
+				targets = append(targets, t.raw)
+			}
 			continue
 		}
 		switch {
@@ -783,7 +814,7 @@ func catastrophicRm(args []token) bool {
 	}
 	for _, t := range targets {
 		c := path.Clean(t)
-		if c == "/" || c == "/*" || strings.HasPrefix(t, "~") || c == "/home" || c == "/root" || c == "/usr" || c == "/etc" {
+		if c == "/" || c == "/*" || c == "/.*" || t == "~" || t == "~/" || t == "~/*" || c == "/home" || c == "/root" || c == "/usr" || c == "/etc" || c == "/var" || c == "/boot" {
 			return true
 		}
 	}

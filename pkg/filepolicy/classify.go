@@ -306,6 +306,11 @@ func classifyFind(args []string) (Class, []PathUse) {
 			return Unknown, nil
 		case findWrite[a]:
 			class = Writes
+			if a == "-delete" {
+				for k := range uses {
+					uses[k].Access = Write
+				}
+			}
 			if a != "-delete" && i+1 < len(args) {
 				uses = append(uses, PathUse{args[i+1], Write})
 			}
