@@ -3,21 +3,24 @@ package loop
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"iter"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
 )
 
-// script is a tiny scripted provider at the protocol edge: each LLM call takes the next reply
-// and streams it with the event sequence of pkg/llm's contract. It records what every call saw.
+// script drives the loop with the faux provider (pkg/llm/providers/faux, the protocol edge):
+// each LLM call streams the next reply. It also records the context every call saw.
 type script struct {
-	mu      sync.Mutex
 	replies []reply
-	seen    []llm.Context
+
+	mu   sync.Mutex
+	p    *faux.Provider
+	seen []llm.Context
 }
 
 type reply struct {
@@ -26,81 +29,31 @@ type reply struct {
 	calls    []llm.Content
 	stop     llm.StopReason // default: toolUse with calls, stop without
 	errMsg   string         // ends with an error event instead of done
-	usage    llm.Usage
-	hold     chan struct{} // after the first text delta: wait for this or ctx
+	usage    *llm.Usage
+	stall    bool // wait (an hour) before every event after start: only an abort ends it
 }
 
-func (s *script) stream(ctx context.Context, model *llm.Model, c *llm.Context, _ *llm.StreamOptions) iter.Seq[llm.Event] {
+// scriptDeltaSize splits text into several deltas ("hello there" -> "hello ", "there").
+const scriptDeltaSize = 6
+
+func (s *script) stream(ctx context.Context, model *llm.Model, c *llm.Context, opts *llm.StreamOptions) iter.Seq[llm.Event] {
 	s.mu.Lock()
+	if s.p == nil {
+		rs := make([]faux.Response, len(s.replies))
+		for i, r := range s.replies {
+			rs[i] = faux.Response{Thinking: r.thinking, Text: r.text, ToolCalls: r.calls, StopReason: r.stop, Error: r.errMsg, Usage: r.usage}
+			if r.stall {
+				rs[i].DeltaLatency = time.Hour
+			}
+		}
+		s.p = faux.New(faux.WithResponses(rs...), faux.WithDeltaSize(scriptDeltaSize))
+	}
 	seen := *c
 	seen.Messages = append([]llm.Message(nil), c.Messages...)
 	s.seen = append(s.seen, seen)
-	var r reply
-	if len(s.replies) > 0 {
-		r = s.replies[0]
-		s.replies = s.replies[1:]
-	} else {
-		r = reply{text: "(script exhausted)"}
-	}
+	p := s.p
 	s.mu.Unlock()
-	return func(yield func(llm.Event) bool) {
-		p := llm.NewAssistant(model)
-		*p.Usage = r.usage
-		if !yield(llm.Event{Type: llm.EventStart, Partial: p}) {
-			return
-		}
-		if r.thinking != "" {
-			p.Content = append(p.Content, llm.Content{Type: llm.ContentThinking})
-			i := len(p.Content) - 1
-			yield(llm.Event{Type: llm.EventThinkingStart, ContentIndex: i, Partial: p})
-			p.Content[i].Thinking = r.thinking
-			yield(llm.Event{Type: llm.EventThinkingDelta, ContentIndex: i, Delta: r.thinking, Partial: p})
-			yield(llm.Event{Type: llm.EventThinkingEnd, ContentIndex: i, Content: r.thinking, Partial: p})
-		}
-		if r.text != "" {
-			p.Content = append(p.Content, llm.Content{Type: llm.ContentText})
-			i := len(p.Content) - 1
-			yield(llm.Event{Type: llm.EventTextStart, ContentIndex: i, Partial: p})
-			half := len(r.text) / 2
-			for n, d := range []string{r.text[:half], r.text[half:]} {
-				p.Content[i].Text += d
-				yield(llm.Event{Type: llm.EventTextDelta, ContentIndex: i, Delta: d, Partial: p})
-				if n == 0 && r.hold != nil {
-					select {
-					case <-r.hold:
-					case <-ctx.Done():
-						yield(llm.ErrorEvent(model, p, llm.StopReasonAborted, ctx.Err()))
-						return
-					}
-				}
-			}
-			yield(llm.Event{Type: llm.EventTextEnd, ContentIndex: i, Content: r.text, Partial: p})
-		}
-		for _, c := range r.calls {
-			p.Content = append(p.Content, llm.Content{Type: llm.ContentToolCall, ID: c.ID, Name: c.Name, Arguments: map[string]any{}})
-			i := len(p.Content) - 1
-			yield(llm.Event{Type: llm.EventToolCallStart, ContentIndex: i, Partial: p})
-			raw, _ := json.Marshal(c.Arguments)
-			p.Content[i].Arguments = c.Arguments
-			yield(llm.Event{Type: llm.EventToolCallDelta, ContentIndex: i, Delta: string(raw), Partial: p})
-			tc := p.Content[i]
-			yield(llm.Event{Type: llm.EventToolCallEnd, ContentIndex: i, ToolCall: &tc, Partial: p})
-		}
-		if r.errMsg != "" {
-			yield(llm.ErrorEvent(model, p, llm.StopReasonError, errors.New(r.errMsg)))
-			return
-		}
-		stop := r.stop
-		if stop == "" {
-			stop = llm.StopReasonStop
-			if len(r.calls) > 0 {
-				stop = llm.StopReasonToolUse
-			}
-		}
-		final := p.Clone()
-		final.StopReason = stop
-		yield(llm.Event{Type: llm.EventDone, Reason: stop, Message: &final})
-	}
+	return p.Stream(ctx, model, c, opts)
 }
 
 func (s *script) calls() int {

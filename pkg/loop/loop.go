@@ -83,6 +83,9 @@ type run struct {
 	steps  int
 	calls  []toolCall // reused per step
 	runOptions
+
+	yield          func(llm.Event) bool // r.onEvent, made once
+	final, started *llm.Message         // of the current step
 }
 
 func newRun(ac *AgentContext, cfg *Config, emit func(Event), extra int) *run {
@@ -98,7 +101,14 @@ func newRun(ac *AgentContext, cfg *Config, emit func(Event), extra int) *run {
 	}
 	n := len(ac.Messages)
 	r.base = n
-	r.msgs = make([]llm.Message, n, n+extra+8)
+	// Room for the prompts and the answer, plus one tool round trip (result, assistant) when
+	// there are tools, without regrowth. (Keeping run and msgs small matters: objects over 512
+	// bytes cost noticeably more to allocate.)
+	room := n + extra + 1
+	if len(ac.Tools) > 0 {
+		room += 2
+	}
+	r.msgs = make([]llm.Message, n, room)
 	copy(r.msgs, ac.Messages)
 	r.llmCtx.SystemPrompt = ac.SystemPrompt
 	if len(ac.Tools) > 0 {
@@ -109,6 +119,7 @@ func newRun(ac *AgentContext, cfg *Config, emit func(Event), extra int) *run {
 		r.llmCtx.Tools = tools
 	}
 	r.info = AgentContext{SystemPrompt: ac.SystemPrompt, Tools: ac.Tools}
+	r.yield = r.onEvent
 	return r
 }
 
@@ -227,31 +238,12 @@ func (r *run) step(ctx context.Context) *llm.Message {
 		}
 	}
 
-	var final *llm.Message
-	var started *llm.Message
-	for ev := range r.stream(ctx, cfg.Model, &r.llmCtx, &r.opts) {
-		switch ev.Type {
-		case llm.EventDone, llm.EventError:
-			final = ev.Message
-		case llm.EventStart:
-			if started == nil && ev.Partial != nil {
-				started = ev.Partial
-				r.emit(Event{Type: EventMessageStart, Message: ev.Partial})
-			}
-		default:
-			if ev.Partial == nil {
-				continue
-			}
-			if started == nil {
-				started = ev.Partial
-				r.emit(Event{Type: EventMessageStart, Message: ev.Partial})
-			}
-			r.emit(Event{Type: EventMessageUpdate, Message: ev.Partial, Update: ev})
-		}
-		if final != nil {
-			break
-		}
-	}
+	// The yield function is made once per run (r.yield): a closure per step would allocate,
+	// and so would the variables a range-over-func body captures.
+	r.final, r.started = nil, nil
+	r.stream(ctx, cfg.Model, &r.llmCtx, &r.opts)(r.yield)
+	final, started := r.final, r.started
+	r.final, r.started = nil, nil
 	if final == nil {
 		// Only a custom StreamFn can get here: llm.Stream always ends with done or error.
 		reason, err := llm.StopReasonError, errors.New("stream ended without a done or error event")
@@ -261,6 +253,33 @@ func (r *run) step(ctx context.Context) *llm.Message {
 		final = llm.ErrorEvent(cfg.Model, started, reason, err).Message
 	}
 	return r.finishStep(started, final)
+}
+
+// onEvent is the yield function of every LLM stream of the run.
+func (r *run) onEvent(ev llm.Event) bool {
+	if r.final != nil {
+		return false // a stream that ignores a stop request
+	}
+	switch ev.Type {
+	case llm.EventDone, llm.EventError:
+		r.final = ev.Message
+		return false
+	case llm.EventStart:
+		if r.started == nil && ev.Partial != nil {
+			r.started = ev.Partial
+			r.emit(Event{Type: EventMessageStart, Message: ev.Partial})
+		}
+	default:
+		if ev.Partial == nil {
+			return true
+		}
+		if r.started == nil {
+			r.started = ev.Partial
+			r.emit(Event{Type: EventMessageStart, Message: ev.Partial})
+		}
+		r.emit(Event{Type: EventMessageUpdate, Message: ev.Partial, Update: ev})
+	}
+	return true
 }
 
 func (r *run) finishStep(started, final *llm.Message) *llm.Message {

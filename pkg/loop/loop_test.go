@@ -582,8 +582,7 @@ func TestErrorStopEndsRun(t *testing.T) {
 }
 
 func TestAbortMidStreamKeepsUsage(t *testing.T) {
-	hold := make(chan struct{})
-	s := &script{replies: []reply{{text: "a long answer", hold: hold, usage: llm.Usage{Input: 120, Output: 7, TotalTokens: 127}}}}
+	s := &script{replies: []reply{{text: "a long answer"}}}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	rec := &recorder{}
@@ -598,11 +597,11 @@ func TestAbortMidStreamKeepsUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := out[len(out)-1]
-	if last.StopReason != llm.StopReasonAborted || last.Usage == nil || last.Usage.Input != 120 || last.Usage.Output != 7 {
+	if last.StopReason != llm.StopReasonAborted || last.Usage == nil || last.Usage.Input == 0 || last.Usage.Output == 0 {
 		t.Fatalf("aborted message: %+v usage %+v", last, last.Usage)
 	}
-	if last.TextContent() == "" {
-		t.Fatalf("partial content lost")
+	if last.TextContent() != "a long" {
+		t.Fatalf("partial content: %q", last.TextContent())
 	}
 	if !strings.HasSuffix(rec.trace(), "message_end(assistant) turn_end agent_end") {
 		t.Fatalf("events: %s", rec.trace())
