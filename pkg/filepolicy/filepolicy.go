@@ -193,6 +193,9 @@ func (p *Policy) Resolve(path string, access Access) (string, error) {
 		}
 		return "", err
 	}
+	if isNullDevice(real) {
+		return real, nil
+	}
 	if fi, err := os.Stat(real); err == nil {
 		if fi.Mode()&(fs.ModeDevice|fs.ModeCharDevice|fs.ModeNamedPipe|fs.ModeSocket|fs.ModeIrregular) != 0 {
 			return "", fmt.Errorf("%w: %q is a %s", ErrDevicePath, orig, fileKind(fi.Mode()))
