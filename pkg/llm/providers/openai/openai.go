@@ -1,0 +1,153 @@
+// Package openai implements the "openai-completions" API (POST /chat/completions with
+// stream: true) on the official SDK github.com/openai/openai-go/v3. It talks to OpenAI and to
+// any OpenAI-compatible server: vLLM, llama.cpp, DeepSeek, Moonshot, Zhipu, DashScope, ...
+// Differences between servers are llm.Compat switches, detected from the base URL when unset
+// (see docs/providers.md).
+//
+// Streaming: text deltas become text blocks; reasoning deltas (reasoning_content, reasoning or
+// reasoning_text, whichever the server sends) become thinking blocks whose ThinkingSignature
+// names the field; tool calls are accumulated by their index, so interleaved parallel calls
+// build separate blocks, and their arguments are re-parsed with llm.ParsePartialJSON on every
+// delta. Usage comes from the usage chunk (stream_options.include_usage) or from any chunk that
+// carries usage. Every failure ends the stream with one error event: HTTP errors quote the
+// server's message, a chunk with an "error" object or a malformed chunk is reported as such,
+// an unknown finish reason or invalid final tool-call JSON is an error, and cancelling ctx ends
+// the stream with StopReason aborted, the usage seen so far kept.
+//
+// Retries: the initial request is retried on 429, 5xx and connection errors by the shared
+// internal/retry helper, plugged in as SDK middleware with the SDK's own retries off. Once a
+// response has been accepted nothing is retried, so no token is ever streamed twice.
+package openai
+
+import (
+	"context"
+	"errors"
+	"iter"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/llm/providers/internal/retry"
+)
+
+// DefaultBaseURL is used when a model has no BaseURL.
+const DefaultBaseURL = "https://api.openai.com/v1"
+
+// Provider implements llm.Provider for the openai-completions API. It is safe for concurrent
+// use; each Stream call builds its own request.
+type Provider struct {
+	httpClient *http.Client
+	headers    map[string]string
+	policy     retry.Policy
+}
+
+// Option configures a Provider.
+type Option func(*Provider)
+
+// WithHTTPClient sets the HTTP client used when a call's StreamOptions.HTTPClient is nil.
+func WithHTTPClient(c *http.Client) Option { return func(p *Provider) { p.httpClient = c } }
+
+// WithHeaders adds headers to every request (model.Headers and StreamOptions.Headers are added
+// after them and win).
+func WithHeaders(h map[string]string) Option { return func(p *Provider) { p.headers = h } }
+
+// WithMaxAttempts sets how many times the initial request is tried in total (1 = no retries;
+// default retry.DefaultMaxAttempts = 4).
+func WithMaxAttempts(n int) Option { return func(p *Provider) { p.policy.MaxAttempts = n } }
+
+// WithBackoff sets the exponential backoff used when the server sends no Retry-After: the first
+// wait and the largest one (defaults 500ms and 30s).
+func WithBackoff(initial, max time.Duration) Option {
+	return func(p *Provider) { p.policy.InitialInterval, p.policy.MaxInterval = initial, max }
+}
+
+// WithLogger sets the logger for retry warnings (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(p *Provider) { p.policy.Logger = l } }
+
+// New returns a Provider.
+func New(opts ...Option) *Provider {
+	p := &Provider{}
+	for _, o := range opts {
+		o(p)
+	}
+	if p.httpClient == nil {
+		// One client per provider so connections are reused across calls. No overall timeout:
+		// streams last as long as the model talks; ctx bounds them.
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.ResponseHeaderTimeout = 5 * time.Minute
+		p.httpClient = &http.Client{Transport: t}
+	}
+	return p
+}
+
+// Register registers New(opts...) as the implementation of llm.APIOpenAICompletions.
+func Register(opts ...Option) { llm.RegisterAPI(llm.APIOpenAICompletions, New(opts...)) }
+
+var _ llm.Provider = (*Provider)(nil)
+
+// Stream implements llm.Provider.
+func (p *Provider) Stream(ctx context.Context, model *llm.Model, c *llm.Context, opts *llm.StreamOptions) iter.Seq[llm.Event] {
+	return func(yield func(llm.Event) bool) {
+		if opts == nil {
+			opts = &llm.StreamOptions{}
+		}
+		if c == nil {
+			c = &llm.Context{}
+		}
+		s := newStreamer(model, yield)
+		if !s.emit(llm.Event{Type: llm.EventStart, Partial: s.msg}) {
+			return
+		}
+		cp := resolveCompat(model)
+		params, err := buildParams(model, c, opts, cp)
+		if err != nil {
+			s.fail(llm.StopReasonError, err)
+			return
+		}
+		svc := openai.NewChatCompletionService(p.requestOptions(model, opts)...)
+		stream := svc.NewStreaming(ctx, params)
+		defer stream.Close()
+		s.consume(ctx, stream)
+	}
+}
+
+// requestOptions builds the SDK options of one call. NewChatCompletionService (rather than
+// openai.NewClient) is used on purpose: NewClient reads OPENAI_API_KEY, OPENAI_BASE_URL and
+// friends from the environment, which would send an OpenAI key to whatever server a model
+// points at.
+func (p *Provider) requestOptions(model *llm.Model, opts *llm.StreamOptions) []option.RequestOption {
+	base := model.BaseURL
+	if base == "" {
+		base = DefaultBaseURL
+	}
+	hc := p.httpClient
+	if opts.HTTPClient != nil {
+		hc = opts.HTTPClient
+	}
+	policy := p.policy
+	policy.MaxDelay = opts.MaxRetryDelay
+	ro := []option.RequestOption{
+		option.WithBaseURL(base),
+		option.WithHTTPClient(hc),
+		option.WithAPIKey(opts.APIKey),
+		option.WithMaxRetries(0), // retries are ours: see package retry
+		option.WithMiddleware(retry.Middleware(policy)),
+	}
+	for k, v := range p.headers {
+		ro = append(ro, option.WithHeader(k, v))
+	}
+	for k, v := range model.Headers {
+		ro = append(ro, option.WithHeader(k, v))
+	}
+	for k, v := range opts.Headers {
+		ro = append(ro, option.WithHeader(k, v))
+	}
+	return ro
+}
+
+// errAborted is reported when ctx ends the stream without a more specific cause.
+var errAborted = errors.New("request aborted")
