@@ -72,7 +72,7 @@ func DecodeToken(t string) (string, error) {
 	if n == 0 {
 		return t, nil
 	}
-	out := make([]byte, 0, len(t)-2*n)
+	out := make([]byte, 0, len(t)) // an upper bound; malformed input may have fewer bytes per escape
 	for i := 0; i < len(t); i++ {
 		c := t[i]
 		if c != tokenEscape {
