@@ -456,7 +456,9 @@ func staticWord(w *syntax.Word) ([]string, bool) {
 			return nil, false
 		}
 	}
-	fields, err := expand.Fields(nil, w)
+	// A fresh Config per call: expand.Fields(nil, …) mutates a shared
+	// package-level default, which races under concurrent Checks.
+	fields, err := expand.Fields(&expand.Config{}, w)
 	if err != nil {
 		return nil, false
 	}
