@@ -1,0 +1,274 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/llm"
+)
+
+func newCtxLog(t testing.TB, bounds ContextBounds) (*ContextLog, *ContextLog) {
+	t.Helper()
+	js := startJS(t)
+	a, err := NewContextLog(context.Background(), js, bounds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second repository on the same server: another worker with a cold pointer cache.
+	b, err := NewContextLog(context.Background(), js, bounds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, b
+}
+
+func sid(scene string, epoch uint64) events.SessionID {
+	return events.NewSessionID(testKey(scene), epoch)
+}
+
+func texts(ms []llm.Message) []string {
+	out := make([]string, len(ms))
+	for i := range ms {
+		out[i] = ms[i].TextContent()
+	}
+	return out
+}
+
+func turn(ts int64, user, reply string) []llm.Message {
+	a := llm.Message{Role: llm.RoleAssistant, Content: []llm.Content{llm.Text(reply)}, Timestamp: ts, StopReason: llm.StopReasonStop}
+	return []llm.Message{llm.UserText(user, ts), a}
+}
+
+func TestAppendFenced(t *testing.T) {
+	ctx := context.Background()
+	a, b := newCtxLog(t, ContextBounds{})
+	id := sid("fence", 1)
+	s1, err := a.AppendMessages(ctx, id, 0, turn(1, "u1", "a1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		log      *ContextLog
+		expected uint64
+		msgs     []llm.Message
+		want     error
+	}{
+		{"empty-log expectation on a non-empty log", a, 0, turn(2, "x", "x"), ErrStaleWriter},
+		{"expected sequence from the future", a, s1 + 100, turn(2, "x", "x"), ErrStaleWriter},
+		{"cold cache, stale", b, s1 - 1, turn(2, "x", "x"), ErrFenced},
+		{"invalid message (no role)", a, s1, []llm.Message{{Content: []llm.Content{llm.Text("x")}}}, ErrInvalid},
+		{"no messages", a, s1, nil, ErrInvalid},
+		{"too large", a, s1, []llm.Message{llm.UserText(strings.Repeat("x", 2<<20), 2)}, ErrTooLarge},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.log.AppendMessages(ctx, id, tc.expected, tc.msgs)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+	got, err := b.LoadContext(ctx, id)
+	if err != nil || got.LastSeq != s1 || fmt.Sprint(texts(got.Messages)) != "[u1 a1]" {
+		t.Fatalf("after rejected appends: %+v %v", got, err)
+	}
+	// The right expectation from a cold cache works.
+	s2, err := b.AppendMessages(ctx, id, s1, turn(2, "u2", "a2"))
+	if err != nil || s2 <= s1 {
+		t.Fatalf("append at %d: %d %v", s1, s2, err)
+	}
+	// Epochs are separate logs: epoch 2 starts empty.
+	if got, _ := a.LoadContext(ctx, sid("fence", 2)); got.LastSeq != 0 || len(got.Messages) != 0 {
+		t.Fatalf("epoch 2: %+v", got)
+	}
+}
+
+// TestAppendConcurrentOneWins: N writers append at the same expected sequence; exactly one
+// batch lands, whole.
+func TestAppendConcurrentOneWins(t *testing.T) {
+	ctx := context.Background()
+	a, _ := newCtxLog(t, ContextBounds{})
+	id := sid("race", 1)
+	base, err := a.AppendMessages(ctx, id, 0, turn(1, "u0", "a0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 12
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	wins, stale := 0, 0
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			batch := []llm.Message{llm.UserText(fmt.Sprint("w", i, "-1"), 2), llm.UserText(fmt.Sprint("w", i, "-2"), 2),
+				llm.UserText(fmt.Sprint("w", i, "-3"), 2), llm.UserText(fmt.Sprint("w", i, "-4"), 2)}
+			_, err := a.AppendMessages(ctx, id, base, batch)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				wins++
+			case errors.Is(err, ErrStaleWriter):
+				stale++
+			default:
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if wins != 1 || stale != n-1 {
+		t.Fatalf("wins %d stale %d", wins, stale)
+	}
+	got, _ := a.LoadContext(ctx, id)
+	if len(got.Messages) != 6 {
+		t.Fatalf("messages %q", texts(got.Messages))
+	}
+	w := strings.Split(got.Messages[2].TextContent(), "-")[0]
+	for i, m := range got.Messages[2:] {
+		if m.TextContent() != fmt.Sprint(w, "-", i+1) {
+			t.Fatalf("batch interleaved: %q", texts(got.Messages))
+		}
+	}
+}
+
+func TestAppendMsgIDRetry(t *testing.T) {
+	ctx := context.Background()
+	a, _ := newCtxLog(t, ContextBounds{})
+	id := sid("retry", 1)
+	s1, err := a.AppendMessages(ctx, id, 0, turn(1, "u", "a"), WithMsgID("turn-1:commit"), WithTurn("turn-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same commit retried (e.g. after a lost ack) reports the original sequence.
+	s1b, err := a.AppendMessages(ctx, id, 0, turn(1, "u", "a"), WithMsgID("turn-1:commit"))
+	if err != nil || s1b != s1 {
+		t.Fatalf("retry: %d %v (first %d)", s1b, err, s1)
+	}
+	if got, _ := a.LoadContext(ctx, id); len(got.Messages) != 2 {
+		t.Fatalf("duplicate stored: %q", texts(got.Messages))
+	}
+}
+
+func TestLoadContextBounds(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now()
+	hour := time.Hour.Milliseconds()
+	// Ten turns, one per hour, ending now: u0/a0 ten hours ago ... u9/a9 one hour ago.
+	write := func(t *testing.T, l *ContextLog, id events.SessionID) []uint64 {
+		var seqs []uint64
+		var last uint64
+		for i := 0; i < 10; i++ {
+			var err error
+			last, err = l.AppendMessages(ctx, id, last, turn(now.UnixMilli()-int64(10-i)*hour, fmt.Sprint("u", i), fmt.Sprint("a", i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			seqs = append(seqs, last)
+		}
+		return seqs
+	}
+	tests := []struct {
+		name        string
+		bounds      ContextBounds
+		summaryAt   int // turn index whose record the summary anchors on; -1 = no summary
+		afterSum    bool
+		want        string
+		wantSummary string
+	}{
+		{"unbounded", ContextBounds{}, -1, false, "[u0 a0 u1 a1 u2 a2 u3 a3 u4 a4 u5 a5 u6 a6 u7 a7 u8 a8 u9 a9]", ""},
+		{"count", ContextBounds{MaxMessages: 5}, -1, false, "[a7 u8 a8 u9 a9]", ""},
+		{"age", ContextBounds{MaxAge: 3*time.Hour + time.Minute}, -1, false, "[u7 a7 u8 a8 u9 a9]", ""},
+		{"age and count", ContextBounds{MaxMessages: 3, MaxAge: 3*time.Hour + time.Minute}, -1, false, "[a8 u9 a9]", ""},
+		{"summary anchor", ContextBounds{}, 6, false, "[u7 a7 u8 a8 u9 a9]", "S6"},
+		{"summary anchor + count", ContextBounds{MaxMessages: 4}, 6, false, "[u8 a8 u9 a9]", "S6"},
+		{"summary then more turns", ContextBounds{}, 8, true, "[u9 a9 x1 y1]", "S8"},
+		{"old summary survives age bound", ContextBounds{MaxAge: 90 * time.Minute}, 3, false, "[u9 a9]", "S3"},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := newCtxLog(t, tc.bounds)
+			a.now, b.now = func() time.Time { return now }, func() time.Time { return now }
+			id := sid(fmt.Sprint("bounds", i), 1)
+			seqs := write(t, a, id)
+			last := seqs[len(seqs)-1]
+			if tc.summaryAt >= 0 {
+				var err error
+				last, err = a.AppendSummary(ctx, id, last, Summary{Text: fmt.Sprint("S", tc.summaryAt), AnchorSeq: seqs[tc.summaryAt], Covered: 2 * (tc.summaryAt + 1)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.afterSum {
+					// A cold-cache writer appends after the summary: the pointer must carry over.
+					if last, err = b.AppendMessages(ctx, id, last, turn(now.UnixMilli(), "x1", "y1")); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for _, l := range []*ContextLog{a, b} {
+				got, err := l.LoadContext(ctx, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if fmt.Sprint(texts(got.Messages)) != tc.want || got.LastSeq != last || len(got.Seqs) != len(got.Messages) {
+					t.Fatalf("got %q last %d, want %s last %d", texts(got.Messages), got.LastSeq, tc.want, last)
+				}
+				sum := ""
+				if got.Summary != nil {
+					sum = got.Summary.Text
+				}
+				if sum != tc.wantSummary {
+					t.Fatalf("summary %q want %q", sum, tc.wantSummary)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadContextTrimsOrphanToolResults(t *testing.T) {
+	ctx := context.Background()
+	a, _ := newCtxLog(t, ContextBounds{MaxMessages: 3})
+	id := sid("tools", 1)
+	call := llm.Message{Role: llm.RoleAssistant, Content: []llm.Content{llm.ToolCall("c1", "search", map[string]any{"q": "x"})}, Timestamp: 1}
+	res := llm.Message{Role: llm.RoleToolResult, ToolCallID: "c1", ToolName: "search", Content: []llm.Content{llm.Text("r1")}, Timestamp: 1}
+	final := llm.Message{Role: llm.RoleAssistant, Content: []llm.Content{llm.Text("done")}, Timestamp: 1}
+	if _, err := a.AppendMessages(ctx, id, 0, []llm.Message{llm.UserText("q", 1), call, res, res, final}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := a.LoadContext(ctx, id)
+	if err != nil || fmt.Sprint(texts(got.Messages)) != "[done]" {
+		t.Fatalf("got %q %v", texts(got.Messages), err)
+	}
+}
+
+func TestAppendSummaryInvalid(t *testing.T) {
+	ctx := context.Background()
+	a, _ := newCtxLog(t, ContextBounds{})
+	id := sid("suminv", 1)
+	s1, _ := a.AppendMessages(ctx, id, 0, turn(1, "u", "a"))
+	for _, tc := range []struct {
+		name string
+		s    Summary
+		at   uint64
+		want error
+	}{
+		{"anchor zero", Summary{Text: "s"}, s1, ErrInvalid},
+		{"anchor beyond the log", Summary{Text: "s", AnchorSeq: s1 + 1}, s1, ErrInvalid},
+		{"no text", Summary{AnchorSeq: s1}, s1, ErrInvalid},
+		{"stale", Summary{Text: "s", AnchorSeq: 1}, s1 + 5, ErrStaleWriter},
+	} {
+		if _, err := a.AppendSummary(ctx, id, tc.at, tc.s); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+	if _, err := a.LoadContext(ctx, events.SessionID{Key: testKey("x")}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("load without epoch: %v", err)
+	}
+}
