@@ -69,3 +69,25 @@ func BenchmarkTurn(b *testing.B) {
 		}, []loop.AgentTool{weatherTool})
 	})
 }
+
+// BenchmarkAgentPrompt is the one-step turn through the stateful Agent (state updates, a
+// listener, history kept; the history is reset every iteration so that it does not grow).
+func BenchmarkAgentPrompt(b *testing.B) {
+	p := faux.New(faux.WithResponder(func(*llm.Context) faux.Response { return faux.Response{Text: "Sunny, 21 °C."} }))
+	a := loop.NewAgent(loop.AgentOptions{SystemPrompt: "You are a helpful assistant.", Model: benchModel, Config: loop.Config{StreamFn: p.Stream}})
+	events := 0
+	a.Subscribe(func(context.Context, loop.Event) { events++ })
+	ctx := context.Background()
+	b.ReportAllocs()
+	cpu := processCPU()
+	for b.Loop() {
+		a.ReplaceMessages(nil)
+		if err := a.Prompt(ctx, "What is the weather like in Berlin today?"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if cpu := processCPU() - cpu; cpu > 0 {
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+	}
+	b.ReportMetric(float64(events)/float64(b.N), "events/op")
+}
