@@ -1,12 +1,13 @@
 package store
 
-// Stream and bucket names (DESIGN.md §3).
-// TODO(events): switch to the pkg/events constants once they exist; these must stay equal.
+import "github.com/agentbus/agentbus/pkg/events"
+
+// Stream and bucket names: the wire contract's (DESIGN.md §3), provisioned by natsutil.Provision.
 const (
-	bucketSessions    = "sessions"
-	bucketLeases      = "leases"
-	streamAgentCtx    = "AGENT_CTX"
-	streamAgentEvents = "AGENT_EVENTS"
-	streamIMIn        = "IM_IN"
-	streamIMSent      = "IM_SENT"
+	bucketSessions    = events.BucketSessions
+	bucketLeases      = events.BucketLeases
+	streamAgentCtx    = events.StreamAgentCtx
+	streamAgentEvents = events.StreamAgentEvents
+	streamIMIn        = events.StreamIMIn
+	streamIMSent      = events.StreamIMSent
 )
