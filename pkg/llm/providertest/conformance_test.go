@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/anthropic"
+	"github.com/agentbus/agentbus/pkg/llm/providers/google"
 	"github.com/agentbus/agentbus/pkg/llm/providers/ollama"
 	"github.com/agentbus/agentbus/pkg/llm/providertest"
 )
@@ -85,8 +86,52 @@ func ollamaHarness() providertest.Harness {
 	}
 }
 
+func googleHarness() providertest.Harness {
+	idRE := regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+	return providertest.Harness{
+		API:      llm.APIGoogleGenerative,
+		Provider: google.New(),
+		Dir:      "../providers/google/testdata",
+		Model: func(base string) *llm.Model {
+			if base != "" {
+				base += "/v1beta"
+			}
+			return &llm.Model{ID: "gemini-2.5-flash", API: llm.APIGoogleGenerative, Provider: "google", BaseURL: base,
+				Reasoning: true, Input: []string{"text", "image"}, Cost: testCost, ContextWindow: 1048576, MaxTokens: 65536}
+		},
+		RequestToolCallIDs: func(body []byte) []string {
+			var req struct {
+				Contents []struct {
+					Parts []struct {
+						FunctionCall *struct {
+							ID string `json:"id"`
+						} `json:"functionCall"`
+						FunctionResponse *struct {
+							ID string `json:"id"`
+						} `json:"functionResponse"`
+					} `json:"parts"`
+				} `json:"contents"`
+			}
+			_ = json.Unmarshal(body, &req)
+			var ids []string
+			for _, c := range req.Contents {
+				for _, p := range c.Parts {
+					if p.FunctionCall != nil {
+						ids = append(ids, p.FunctionCall.ID)
+					}
+					if p.FunctionResponse != nil {
+						ids = append(ids, p.FunctionResponse.ID)
+					}
+				}
+			}
+			return ids
+		},
+		ValidToolCallID: idRE.MatchString,
+	}
+}
+
 func harnesses() []providertest.Harness {
-	return []providertest.Harness{anthropicHarness(), ollamaHarness()}
+	return []providertest.Harness{anthropicHarness(), ollamaHarness(), googleHarness()}
 }
 
 func TestConformance(t *testing.T) {
