@@ -16,7 +16,8 @@ import "strings"
 // manage accounts (passwd, chpasswd, useradd, userdel, usermod, groupadd,
 // visudo, chsh), or schedule commands outside the call (crontab, at,
 // batch, systemd-run), or run programs in ways the policy cannot follow
-// (script, expect, parallel, unbuffer, screen, tmux, nohup is fine).
+// (script, expect, parallel, unbuffer, screen, tmux; zsh's autoload,
+// zmodload, emulate -c, sched, zpty), or signal every process (killall5).
 var Blocklist = []string{
 	"sudo", "su", "doas", "pkexec", "runuser", "sg", "newgrp", "chroot", "nsenter", "unshare", "setpriv", "capsh", "setcap",
 	"eval", "exec", "source", ".", "alias", "unalias", "hash", "enable", "fc",
@@ -26,6 +27,7 @@ var Blocklist = []string{
 	"passwd", "chpasswd", "useradd", "userdel", "usermod", "groupadd", "visudo", "chsh",
 	"crontab", "at", "batch", "systemd-run",
 	"script", "expect", "parallel", "unbuffer", "screen", "tmux",
+	"autoload", "zmodload", "emulate", "sched", "zpty", "killall5",
 }
 
 var blockSet = func() map[string]bool {

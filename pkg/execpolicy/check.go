@@ -44,7 +44,11 @@ func (p *Policy) Check(cmdline string, ap *Approvals) Verdict {
 	}
 	if len(j.pending) == 0 {
 		v.Decision = Allow
-		v.Reason = "allowed: " + strings.Join(j.allowWhy, "; ")
+		if len(j.allowWhy) == 0 {
+			v.Reason = "allowed: only assignments and shell syntax, no programs"
+		} else {
+			v.Reason = "allowed: " + strings.Join(j.allowWhy, "; ")
+		}
 		return v
 	}
 	if ap != nil && ap.AlwaysBash {
@@ -532,7 +536,7 @@ func (j *judge) command(toks []token, redirs []*syntax.Redirect, sc scope) {
 		j.deny("command name is not static (comes from a variable, substitution or glob)")
 		return
 	}
-	if name.val != "[" && !validName(name.val) {
+	if name.val != "[" && (!validName(name.val) || strings.HasPrefix(name.val, "-")) {
 		j.deny("command name %q has characters the policy does not accept (non-ASCII look-alikes, globs, control characters)", name.val)
 		return
 	}
@@ -605,6 +609,10 @@ func (j *judge) final(written, base string, qualified bool, args []token) {
 	}
 	if base == "rm" && catastrophicRm(args) {
 		j.deny("rm -r of / or the home directory")
+		return
+	}
+	if (base == "kill" || base == "pkill") && killsEverything(args) {
+		j.deny("%s of every process (pid -1)", base)
 		return
 	}
 	dir := path.Dir(written)
@@ -753,6 +761,13 @@ func (j *judge) builtinVars(base string, args []token) bool {
 		return true
 	}
 	switch base {
+	case "mapfile", "readarray":
+		for _, t := range args {
+			if !t.dyn && strings.HasPrefix(t.val, "-") && strings.Contains(t.val, "C") {
+				j.deny("%s -C runs a callback as code", base)
+				return false
+			}
+		}
 	case "printf":
 		for i, t := range args {
 			if !t.dyn && t.val == "-v" && i+1 < len(args) {
@@ -788,6 +803,17 @@ func (j *judge) builtinVars(base string, args []token) bool {
 		}
 	}
 	return true
+}
+
+// killsEverything: kill -9 -1, kill -- -1 signal every process the user
+// owns, the agent included.
+func killsEverything(args []token) bool {
+	for i, t := range args {
+		if !t.dyn && t.val == "-1" && (i > 0 || len(args) == 1) {
+			return true
+		}
+	}
+	return false
 }
 
 func catastrophicRm(args []token) bool {

@@ -36,6 +36,9 @@ var wrappers = map[string]wrapSpec{
 	"time":    {short: "pvaq", shortVal: "fo", long: []string{"--portability", "--verbose", "--append", "--quiet"}, longVal: []string{"--format", "--output"}, writeVal: []string{"-o", "--output"}},
 	"command": {short: "p", stop: "vV", noPayloadOK: true},
 	"builtin": {noPayloadOK: true},
+	// zsh precommand modifiers.
+	"noglob":    {},
+	"nocorrect": {},
 	"busybox": {stopAtDash: true, noPayloadOK: true},
 	"toybox":  {stopAtDash: true, noPayloadOK: true},
 	"taskset": {short: "ac", stop: "p", long: []string{"--all-tasks", "--cpu-list"}, positional: 1},
