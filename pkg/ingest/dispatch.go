@@ -1,0 +1,252 @@
+// Package ingest turns inbound IM messages into bus events: every normalized message goes to
+// IM_IN, and the MessageDispatcher decides what reaches the session inbox (SESSION_IN): a turn
+// (user_message), context only (listen), a command, or nothing.
+package ingest
+
+import (
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/events"
+)
+
+// Route is what the dispatcher decided for one message.
+type Route int
+
+const (
+	RouteIgnore  Route = iota // nothing reaches the session (archived in IM_IN only)
+	RouteListen               // group message not addressed to the bot: context, no turn
+	RouteAI                   // start (or join) a turn
+	RouteCommand              // a known command
+)
+
+func (r Route) String() string {
+	return [...]string{"ignore", "listen", "ai", "command"}[r]
+}
+
+// Decision is the dispatcher's verdict. In dual mode both Command and AI may be set; Routes
+// lists what to do, in order.
+type Decision struct {
+	Routes  []Route
+	Command *events.Command // set when RouteCommand is in Routes
+	Text    string          // the text the model sees (trigger prefix and mention removed)
+	Reason  string          // why, for logs
+}
+
+// Has reports whether r is among the routes.
+func (d Decision) Has(r Route) bool { return slices.Contains(d.Routes, r) }
+
+// Commands the dispatcher recognizes. Anything else starting with "/" is not a command.
+var knownCommands = map[string]bool{
+	"reset": true, "models": true, "health": true, "cancel": true,
+	"steer": true, "followup": true, "approve": true, "help": true,
+}
+
+// MasterOnly commands are refused for anyone without the master role.
+var masterOnly = map[string]bool{"steer": true, "followup": true, "approve": true}
+
+// IsMasterOnly reports whether a command needs the master role.
+func IsMasterOnly(name string) bool { return masterOnly[name] }
+
+// Dispatcher applies ai.trigger and ai.dispatcher.
+type Dispatcher struct {
+	trigger config.Trigger
+	mode    config.Dispatcher
+}
+
+// NewDispatcher returns a dispatcher for the ai block.
+func NewDispatcher(ai config.AI) *Dispatcher {
+	return &Dispatcher{trigger: ai.Trigger, mode: ai.Dispatcher}
+}
+
+// Dispatch decides what m causes. m.MentionsBot and m.Sender.Roles must already be filled.
+func (d *Dispatcher) Dispatch(m *events.IMMessage) Decision {
+	text := strings.TrimSpace(StripSpoofedSender(textWithoutMentions(m)))
+	cmd := parseCommand(text, m)
+	aiDecision, aiReason := d.wantsAI(m, text)
+
+	var dec Decision
+	dec.Text = aiDecision
+	switch {
+	case cmd != nil && d.mode.Mode != "dual":
+		dec.Routes, dec.Command, dec.Reason = []Route{RouteCommand}, cmd, "command"
+		return dec
+	case cmd != nil: // dual: command and AI judged separately
+		dec.Command = cmd
+		both := aiReason == "" && aiDecision != ""
+		switch {
+		case !both:
+			dec.Routes = []Route{RouteCommand}
+		case !d.mode.AllowDualReply && d.mode.Order == "ai-first":
+			dec.Routes = []Route{RouteAI}
+		case !d.mode.AllowDualReply:
+			dec.Routes = []Route{RouteCommand}
+		case d.mode.Order == "ai-first":
+			dec.Routes = []Route{RouteAI, RouteCommand}
+		default:
+			dec.Routes = []Route{RouteCommand, RouteAI}
+		}
+		dec.Reason = "dual"
+		return dec
+	}
+	if aiReason == "" {
+		dec.Routes, dec.Reason = []Route{RouteAI}, "trigger"
+		return dec
+	}
+	dec.Reason = aiReason
+	if m.Scene.Type != events.ScopePrivate && aiReason == "not addressed" {
+		dec.Routes = []Route{RouteListen}
+		return dec
+	}
+	dec.Routes = []Route{RouteIgnore}
+	return dec
+}
+
+// wantsAI returns the text for the model and "" when the message triggers a turn, or a reason
+// why it does not.
+func (d *Dispatcher) wantsAI(m *events.IMMessage, text string) (string, string) {
+	if !config.Bool(d.trigger.Enabled, true) {
+		return "", "trigger disabled"
+	}
+	for _, p := range d.trigger.IgnorePrefixes {
+		if p != "" && strings.HasPrefix(text, p) {
+			return "", "ignored prefix " + p
+		}
+	}
+	hasContent := text != "" || m.Content.HasMedia()
+	if m.Scene.Type == events.ScopePrivate {
+		for _, p := range d.trigger.Prefixes {
+			if p != "" && strings.HasPrefix(strings.ToLower(text), strings.ToLower(p)) {
+				stripped := strings.TrimSpace(text[len(p):])
+				if stripped == "" && !m.Content.HasMedia() {
+					return "", "empty after prefix"
+				}
+				return stripped, ""
+			}
+		}
+		if config.Bool(d.trigger.RespondToPrivate, true) && hasContent {
+			return text, ""
+		}
+		return "", "private trigger off"
+	}
+	// Groups and channels: only an @ of the bot triggers; prefixes do not (seed: 群/频道不用此前缀触发).
+	if m.MentionsBot && config.Bool(d.trigger.RespondToAt, true) {
+		if !hasContent {
+			return "", "empty mention"
+		}
+		return text, ""
+	}
+	return "", "not addressed"
+}
+
+func parseCommand(text string, m *events.IMMessage) *events.Command {
+	if !strings.HasPrefix(text, "/") {
+		return nil
+	}
+	fields := strings.Fields(text[1:])
+	if len(fields) == 0 {
+		return nil
+	}
+	name := strings.ToLower(fields[0])
+	if i := strings.IndexByte(name, '@'); i > 0 { // /reset@botname
+		name = name[:i]
+	}
+	if !knownCommands[name] {
+		return nil
+	}
+	rest := strings.TrimSpace(strings.TrimPrefix(text[1:], fields[0]))
+	mc := *m
+	return &events.Command{Name: name, Args: fields[1:], Raw: rest, Message: &mc}
+}
+
+// textWithoutMentions is the message's text with @-mentions of anyone dropped: the bot's own
+// mention is the trigger, not content, and other mentions are kept as "@name".
+func textWithoutMentions(m *events.IMMessage) string {
+	var b strings.Builder
+	for _, s := range m.Content {
+		switch s.Type {
+		case events.SegText:
+			b.WriteString(s.Str("text"))
+		case events.SegAt:
+			if s.MentionID() == m.Bot {
+				continue
+			}
+			b.WriteByte('@')
+			if n := s.Str("name"); n != "" {
+				b.WriteString(n)
+			} else {
+				b.WriteString(s.MentionID())
+			}
+			b.WriteByte(' ')
+		}
+	}
+	return b.String()
+}
+
+// spoofedSender matches a sender prefix anywhere in user text, including look-alike brackets
+// and spacing, so that a user cannot impersonate someone else to the model (seed Grill #11).
+var spoofedSender = regexp.MustCompile(`(?i)[\[［【]\s*sender\s*[:：][^\]］】]*[\]］】]\s*`)
+
+// StripSpoofedSender removes any [sender:...] prefix a user typed.
+func StripSpoofedSender(text string) string {
+	return spoofedSender.ReplaceAllString(text, "")
+}
+
+// SenderPrefix is the trusted prefix group user messages carry in the session context.
+func SenderPrefix(s events.Sender) string {
+	var b strings.Builder
+	b.WriteString("[sender:id=")
+	b.WriteString(sanitizePrefixValue(s.ID))
+	if s.Name != "" {
+		b.WriteString(" name=")
+		b.WriteString(sanitizePrefixValue(s.Name))
+	}
+	if len(s.Roles) > 0 {
+		b.WriteString(" roles=")
+		b.WriteString(sanitizePrefixValue(strings.Join(s.Roles, ",")))
+	}
+	b.WriteString("] ")
+	return b.String()
+}
+
+// sanitizePrefixValue keeps a name from closing the prefix early or faking a field.
+func sanitizePrefixValue(v string) string {
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case ']', '[', '］', '【', '】', '［', '\n', '\r', '=':
+			return '_'
+		}
+		return r
+	}, v)
+}
+
+// Roles computes a sender's roles: always user; master and trusted from configuration (the
+// bot's lists and ai.trigger's); platform roles as the adapter reported them.
+func Roles(senderID string, platformRoles []string, masters, trusted []string) []string {
+	roles := []string{"user"}
+	for _, r := range platformRoles {
+		switch r {
+		case "group_admin", "admin":
+			roles = appendOnce(roles, "group_admin")
+		case "group_owner", "owner":
+			roles = appendOnce(roles, "group_owner")
+		}
+	}
+	if slices.Contains(trusted, senderID) {
+		roles = appendOnce(roles, "trusted")
+	}
+	if slices.Contains(masters, senderID) {
+		roles = appendOnce(roles, "trusted")
+		roles = appendOnce(roles, "master")
+	}
+	return roles
+}
+
+func appendOnce(s []string, v string) []string {
+	if slices.Contains(s, v) {
+		return s
+	}
+	return append(s, v)
+}

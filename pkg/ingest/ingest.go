@@ -1,0 +1,160 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/events"
+)
+
+// Publisher is the part of jetstream.JetStream ingest needs.
+type Publisher interface {
+	PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error)
+}
+
+// BotRoles holds who is master and trusted for one bot (ai.trigger lists plus the bot's own).
+type BotRoles struct {
+	Masters []string
+	Trusted []string
+}
+
+// Ingestor normalizes, archives and dispatches inbound messages. It is safe for concurrent use;
+// every replica of the ingest role may run one.
+type Ingestor struct {
+	js   Publisher
+	disp *Dispatcher
+	ai   config.AI
+	log  *slog.Logger
+	// roles per "platform/bot"
+	roles map[string]BotRoles
+}
+
+// New returns an Ingestor. bots maps "platform/bot" to its role lists; ai.trigger's masters
+// and trusted apply to every bot.
+func New(js Publisher, ai config.AI, bots map[string]BotRoles, log *slog.Logger) *Ingestor {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Ingestor{js: js, disp: NewDispatcher(ai), ai: ai, log: log, roles: bots}
+}
+
+// Result says what happened to one message.
+type Result struct {
+	Duplicate bool     // IM_IN had already seen this platform message id
+	Decision  Decision // what the dispatcher decided
+}
+
+// Ingest publishes m to IM_IN (deduplicated on the platform message id) and dispatches it to
+// the session inbox. It fills m.MentionsBot and the sender's roles.
+//
+// It is safe to call again with the same message after a failure: every publish carries a
+// Nats-Msg-Id derived from the platform message id, so JetStream drops the repeats and a
+// message that reached IM_IN but not SESSION_IN is completed by the retry.
+func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (Result, error) {
+	m.MentionsBot = m.MentionsBot || m.Content.Mentions(m.Bot)
+	br := in.roles[m.Platform+"/"+m.Bot]
+	m.Sender.Roles = Roles(m.Sender.ID, m.Sender.Roles,
+		append(append([]string(nil), in.ai.Trigger.Masters...), br.Masters...),
+		append(append([]string(nil), in.ai.Trigger.Trusted...), br.Trusted...))
+	if err := m.Validate(); err != nil {
+		return Result{}, fmt.Errorf("%w: %v", events.ErrInvalid, err)
+	}
+	sk := m.SessionKey()
+	trace := events.NewTraceID()
+	imEv := events.New(*m, events.WithSession(sk.String()), events.WithTrace(trace))
+	msg, err := events.NewMsg(events.IMInSubject(sk), imEv)
+	if err != nil {
+		return Result{}, err
+	}
+	ack, err := in.js.PublishMsg(ctx, msg)
+	if err != nil {
+		return Result{}, fmt.Errorf("publish im.in %s: %w", m.MsgID(), err)
+	}
+	res := Result{Duplicate: ack.Duplicate}
+	res.Decision = in.disp.Dispatch(m)
+	log := in.log.With("session", sk.String(), "msg", m.MessageID, "trace", trace)
+	for i, r := range res.Decision.Routes {
+		var ev events.Any
+		switch r {
+		case RouteIgnore:
+			continue
+		case RouteListen:
+			ev = events.New(events.Listen{Message: *m, IMSeq: ack.Sequence})
+		case RouteAI:
+			ev = events.New(events.UserMessage{Message: *m, Text: res.Decision.Text, IMSeq: ack.Sequence})
+		case RouteCommand:
+			c := *res.Decision.Command
+			if IsMasterOnly(c.Name) && !m.Sender.HasRole(events.RoleMaster) {
+				if err := in.refuse(ctx, m, sk, c.Name, trace); err != nil {
+					return res, err
+				}
+				log.Info("refused master-only command", "command", c.Name, "sender", m.Sender.ID)
+				continue
+			}
+			ev = commandEvent(c, m)
+		}
+		meta := ev.EventMeta()
+		meta.Session, meta.Trace = sk.String(), trace
+		// One inbound message may cause two inbox events (dual mode); each needs its own stable id.
+		meta.ID = stableID(m, i)
+		out, err := events.NewMsg(events.AgentInSubject(sk), ev)
+		if err != nil {
+			return res, err
+		}
+		if _, err := in.js.PublishMsg(ctx, out); err != nil {
+			return res, fmt.Errorf("publish agent.in %s: %w", m.MsgID(), err)
+		}
+	}
+	log.Debug("ingested", "routes", fmt.Sprint(res.Decision.Routes), "reason", res.Decision.Reason, "duplicate", res.Duplicate)
+	return res, nil
+}
+
+// commandEvent maps /steer and /followup to their own inbox kinds, /cancel to abort; the rest
+// stay commands for the session actor.
+func commandEvent(c events.Command, m *events.IMMessage) events.Any {
+	switch c.Name {
+	case "steer":
+		return events.New(events.Steer{Text: c.Raw, Sender: m.Sender, ReplyTo: m.MessageID, Message: m})
+	case "followup":
+		return events.New(events.FollowUp{Text: c.Raw, Sender: m.Sender, ReplyTo: m.MessageID, Message: m})
+	case "cancel":
+		return events.New(events.Abort{Reason: "cancelled by " + m.Sender.ID, Sender: m.Sender})
+	}
+	return events.New(c)
+}
+
+func stableID(m *events.IMMessage, i int) string {
+	id := "in-" + strings.NewReplacer("/", "_", ".", "_").Replace(m.MsgID())
+	if i > 0 {
+		id += fmt.Sprintf("-%d", i)
+	}
+	return id
+}
+
+// refuse answers a non-master's master-only command directly, without bothering the session.
+func (in *Ingestor) refuse(ctx context.Context, m *events.IMMessage, sk events.SessionKey, name, trace string) error {
+	text := fmt.Sprintf("/%s is for the bot's masters only.", name)
+	out := events.Outbound{
+		OutID: "refusal-" + stableID(m, 0), Part: 0, Platform: m.Platform, Bot: m.Bot,
+		Scene: m.Scene, ReplyTo: m.MessageID, Content: events.Segments{events.TextSeg(text)},
+	}
+	ev := events.New(out, events.WithSession(sk.String()), events.WithTrace(trace))
+	msg, err := events.NewMsg(events.IMOutSubject(sk), ev)
+	if err != nil {
+		return err
+	}
+	if _, err := in.js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("publish refusal: %w", err)
+	}
+	return nil
+}
+
+// IsInvalid reports whether err is a rejected message (as opposed to a bus failure).
+func IsInvalid(err error) bool { return errors.Is(err, events.ErrInvalid) }

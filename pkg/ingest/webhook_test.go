@@ -1,0 +1,151 @@
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
+	"github.com/agentbus/agentbus/pkg/webhook"
+)
+
+const secret = "s3cret"
+
+func newWebhook(t *testing.T) (*httptest.Server, *natstest.Server) {
+	t.Helper()
+	ns := natstest.New(t, natstest.WithMemoryStorage())
+	cfg, err := config.Parse(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bots := []config.WebhookBot{{ID: "b1", Secret: secret, Masters: []string{"boss"}}}
+	in := New(ns.JS, cfg.AI, map[string]BotRoles{"webhook/b1": {Masters: []string{"boss"}}}, nil)
+	mux := http.NewServeMux()
+	NewWebhookHandler(in, bots, nil).Routes(mux)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv, ns
+}
+
+func post(t *testing.T, url, sig string, body []byte) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if sig != "" {
+		req.Header.Set(webhook.SignatureHeader, sig)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func streamMsgs(t *testing.T, js jetstream.JetStream, stream string) uint64 {
+	t.Helper()
+	s, err := js.Stream(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+func TestWebhookRequests(t *testing.T) {
+	srv, ns := newWebhook(t)
+	good := []byte(`{"id":"m1","scene":{"type":"group","id":"g1"},"sender":{"id":"u1","name":"Ann"},"content":[{"type":"text","data":{"text":"hello"}},{"type":"at","data":{"id":"b1"}}],"time":1700000000000}`)
+	tests := []struct {
+		name string
+		path string
+		body []byte
+		sig  string
+		want int
+	}{
+		{"malformed json", "/webhook/b1", []byte(`{"id":`), "", 400},
+		{"missing fields", "/webhook/b1", []byte(`{"id":"x","scene":{"type":"group"},"content":[]}`), "", 400},
+		{"bad scene type", "/webhook/b1", []byte(`{"id":"x","scene":{"type":"room","id":"r"},"sender":{"id":"u"},"content":[{"type":"text","data":{"text":"a"}}]}`), "", 400},
+		{"bad text segment", "/webhook/b1", []byte(`{"id":"x","scene":{"type":"group","id":"r"},"sender":{"id":"u"},"content":[{"type":"text","data":{}}]}`), "", 400},
+		{"bad signature", "/webhook/b1", good, "sha256=00", 401},
+		{"missing signature", "/webhook/b1", good, "-", 401},
+		{"unknown bot", "/webhook/nope", good, "", 404},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sig := tt.sig
+			switch sig {
+			case "":
+				sig = webhook.Sign(secret, tt.body)
+			case "-":
+				sig = ""
+			}
+			if got := post(t, srv.URL+tt.path, sig, tt.body); got != tt.want {
+				t.Fatalf("status = %d, want %d", got, tt.want)
+			}
+		})
+	}
+	for _, s := range []string{events.StreamIMIn, events.StreamSessionIn, events.StreamIMOut} {
+		if n := streamMsgs(t, ns.JS, s); n != 0 {
+			t.Errorf("%s has %d messages after rejected requests, want 0", s, n)
+		}
+	}
+
+	// Accepted twice, published once.
+	for i := 0; i < 2; i++ {
+		if got := post(t, srv.URL+"/webhook/b1", webhook.Sign(secret, good), good); got != 202 {
+			t.Fatalf("status = %d, want 202", got)
+		}
+	}
+	if n := streamMsgs(t, ns.JS, events.StreamIMIn); n != 1 {
+		t.Errorf("IM_IN has %d messages, want 1", n)
+	}
+	if n := streamMsgs(t, ns.JS, events.StreamSessionIn); n != 1 {
+		t.Errorf("SESSION_IN has %d messages, want 1", n)
+	}
+	sk := events.SessionKey{Platform: "webhook", Bot: "b1", Scope: "group", Scene: "g1"}
+	s, _ := ns.JS.Stream(context.Background(), events.StreamSessionIn)
+	raw, err := s.GetLastMsgForSubject(context.Background(), events.AgentInSubject(sk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := events.Decode(raw.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	um, ok := ev.(*events.Event[events.UserMessage])
+	if !ok {
+		t.Fatalf("inbox event %T, want user message", ev)
+	}
+	if um.Data.Text != "hello" || !um.Data.Message.MentionsBot || um.Data.Message.Sender.Name != "Ann" {
+		t.Errorf("user message = %+v", um.Data)
+	}
+}
+
+func TestSteerRefusedForNonMaster(t *testing.T) {
+	srv, ns := newWebhook(t)
+	body := []byte(`{"id":"m2","scene":{"type":"private","id":"u1"},"sender":{"id":"u1"},"content":[{"type":"text","data":{"text":"/steer stop"}}]}`)
+	if got := post(t, srv.URL+"/webhook/b1", webhook.Sign(secret, body), body); got != 202 {
+		t.Fatalf("status %d", got)
+	}
+	if n := streamMsgs(t, ns.JS, events.StreamSessionIn); n != 0 {
+		t.Errorf("non-master steer reached the session inbox")
+	}
+	if n := streamMsgs(t, ns.JS, events.StreamIMOut); n != 1 {
+		t.Errorf("IM_OUT has %d messages, want the refusal", n)
+	}
+	body = []byte(`{"id":"m3","scene":{"type":"private","id":"boss"},"sender":{"id":"boss"},"content":[{"type":"text","data":{"text":"/steer stop"}}]}`)
+	if got := post(t, srv.URL+"/webhook/b1", webhook.Sign(secret, body), body); got != 202 {
+		t.Fatalf("status %d", got)
+	}
+	if n := streamMsgs(t, ns.JS, events.StreamSessionIn); n != 1 {
+		t.Errorf("master steer did not reach the inbox")
+	}
+}
