@@ -39,9 +39,9 @@ var wrappers = map[string]wrapSpec{
 	// zsh precommand modifiers.
 	"noglob":    {},
 	"nocorrect": {},
-	"busybox": {stopAtDash: true, noPayloadOK: true},
-	"toybox":  {stopAtDash: true, noPayloadOK: true},
-	"taskset": {short: "ac", stop: "p", long: []string{"--all-tasks", "--cpu-list"}, positional: 1},
+	"busybox":   {stopAtDash: true, noPayloadOK: true},
+	"toybox":    {stopAtDash: true, noPayloadOK: true},
+	"taskset":   {short: "ac", stop: "p", long: []string{"--all-tasks", "--cpu-list"}, positional: 1},
 	"env": {short: "i0v", shortVal: "u", long: []string{"--ignore-environment", "--null", "--debug"}, longVal: []string{"--unset"},
 		dirVal: []string{"-C", "--chdir"}, unsupportedShort: "S", noPayloadOK: true},
 	"flock": {short: "sxeunoF", shortVal: "wE", long: []string{"--shared", "--exclusive", "--unlock", "--nonblock", "--close", "--no-fork", "--verbose"}, longVal: []string{"--timeout", "--conflict-exit-code"}, positional: 1, noPayloadOK: true},
