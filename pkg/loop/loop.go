@@ -72,8 +72,8 @@ type run struct {
 	stream StreamFunc
 	exec   ToolExecutor
 
-	// msgs is the working context: agentCtx.Messages (shared, capacity-clipped so appends copy)
-	// followed by the messages of this run, which are msgs[base:].
+	// msgs is the working context: a copy of agentCtx.Messages followed by the messages of
+	// this run, which are msgs[base:]. (A copy, so that the caller's slice is never written.)
 	msgs []llm.Message
 	base int
 

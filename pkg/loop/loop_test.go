@@ -217,7 +217,7 @@ func TestParallelToolsKeepSourceOrder(t *testing.T) {
 		{text: "all done"},
 	}}
 	done := map[string]chan struct{}{"a": make(chan struct{}), "b": make(chan struct{}), "c": make(chan struct{})}
-	waitFor := map[string]string{"a": "b", "b": "c"} // a waits for b, b for c
+	waitFor := map[string]string{"a": "b", "b": "c"} // a waits for b's end, b for c's
 	var running atomic.Int32
 	var maxRunning atomic.Int32
 	tool := toolTool("wait", func(ctx context.Context, id string, _ map[string]any, up func(ToolResult)) (ToolResult, error) {
@@ -237,11 +237,24 @@ func TestParallelToolsKeepSourceOrder(t *testing.T) {
 		}
 		up(TextResult("finishing " + id))
 		running.Add(-1)
-		close(done[id])
 		return TextResult("result " + id), nil
 	})
 	rec := &recorder{}
-	out := mustRun(t, t.Context(), []llm.Message{userMsg("go")}, &AgentContext{Tools: []AgentTool{tool}}, newConfig(s), rec)
+	var inEmit atomic.Int32
+	emit := func(ev Event) { // emit must never be entered concurrently
+		if inEmit.Add(1) > 1 {
+			t.Error("emit called concurrently")
+		}
+		rec.add(ev)
+		if ev.Type == EventToolExecutionEnd {
+			close(done[ev.ToolCallID]) // the next tool finishes only after this end was reported
+		}
+		inEmit.Add(-1)
+	}
+	out, err := Run(t.Context(), []llm.Message{userMsg("go")}, &AgentContext{Tools: []AgentTool{tool}}, newConfig(s), emit)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	var starts, ends []string
 	for _, ev := range rec.ofType(EventToolExecutionStart) {
@@ -627,6 +640,9 @@ func TestAbortDuringTools(t *testing.T) {
 			}
 			if roles(out) != "user,assistant,toolResult,toolResult,assistant" || s.calls() != 1 {
 				t.Fatalf("messages %s, %d calls", roles(out), s.calls())
+			}
+			if out[2].TextContent() != "Operation aborted" || out[3].TextContent() != "Operation aborted" {
+				t.Fatalf("results: %q %q", out[2].TextContent(), out[3].TextContent())
 			}
 			if !out[2].IsError || !out[3].IsError || out[4].StopReason != llm.StopReasonAborted {
 				t.Fatalf("results: %+v %+v %+v", out[2], out[3], out[4])

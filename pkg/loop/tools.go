@@ -2,6 +2,7 @@ package loop
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -262,7 +263,11 @@ func (r *run) runCall(ctx context.Context, msg *llm.Message, tc *toolCall, onUpd
 	}()
 	res, err := r.exec.Execute(ctx, ToolCallRequest{ID: tc.call.ID, Name: tc.call.Name, Args: tc.args, Tool: tc.tool, OnUpdate: onUpdate})
 	if err != nil {
-		res = ToolResult{Content: []llm.Content{llm.Text(err.Error())}}
+		text := err.Error()
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			text = msgAborted
+		}
+		res = ToolResult{Content: []llm.Content{llm.Text(text)}}
 		tc.err = true
 	} else {
 		tc.err = res.IsError
