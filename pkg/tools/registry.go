@@ -103,7 +103,7 @@ func Filter(ts []Tool, env Env) []Tool {
 // Scopes (each when non-empty), and the sender must hold one of RequiredAnyRole (master holds
 // every role, user is everyone's). A tool that names platforms or scopes is hidden from an env
 // that does not say its platform or scope: gating fails closed.
-func (t *Tool) AllowedFor(env Env) bool {
+func (t Tool) AllowedFor(env Env) bool {
 	if len(t.Platforms) > 0 && !slices.Contains(t.Platforms, env.Platform) {
 		return false
 	}

@@ -201,7 +201,7 @@ var nameRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 func ValidName(name string) bool { return nameRE.MatchString(name) }
 
 // Validate checks that t can be offered to a model.
-func (t *Tool) Validate() error {
+func (t Tool) Validate() error {
 	if !ValidName(t.Name) {
 		return fmt.Errorf("%w: name %q: want 1-64 characters of [a-zA-Z0-9_-]", ErrInvalidTool, t.Name)
 	}
@@ -232,7 +232,7 @@ func checkObjectSchema(s json.RawMessage) error {
 }
 
 // LLM returns what the model is told about the tool.
-func (t *Tool) LLM() llm.Tool {
+func (t Tool) LLM() llm.Tool {
 	p := t.Parameters
 	if len(p) == 0 {
 		p = emptyObject
@@ -251,7 +251,7 @@ func LLMTools(ts []Tool) []llm.Tool {
 
 // Run executes the call and always returns a Result: an error from Execute or a panic inside
 // it becomes an IsError result naming the tool, and a nil Args map is replaced by an empty one.
-func (t *Tool) Run(ctx context.Context, call Call) (res Result) {
+func (t Tool) Run(ctx context.Context, call Call) (res Result) {
 	if call.Args == nil {
 		call.Args = map[string]any{}
 	}
