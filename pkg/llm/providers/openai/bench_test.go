@@ -1,0 +1,154 @@
+package openai
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/packages/ssestream"
+
+	"github.com/agentbus/agentbus/pkg/llm"
+)
+
+// benchStream builds a recorded-looking stream: nThink reasoning deltas, nText text deltas and
+// one tool call whose arguments arrive in nArgs deltas, then finish and usage chunks. It
+// returns the SSE bytes and the number of delta chunks.
+func benchStream(nThink, nText, nArgs int) ([]byte, int) {
+	var b bytes.Buffer
+	head := `{"id":"chatcmpl-Bench","object":"chat.completion.chunk","created":1764422100,"model":"gpt-4.1-2025-04-14","system_fingerprint":"fp_b3f1","choices":[{"index":0,"delta":`
+	tail := `,"logprobs":null,"finish_reason":null}],"usage":null}`
+	chunk := func(delta string) { fmt.Fprintf(&b, "data: %s%s%s\n\n", head, delta, tail) }
+	chunk(`{"role":"assistant","content":""}`)
+	// JSON-escaped words: one with quotes and one with a newline exercise the unescape paths.
+	words := strings.Fields(`the quick brown fox jumps over the lazy dog while a \"model\" streams tokens\n`)
+	for i := 0; i < nThink; i++ {
+		chunk(`{"reasoning_content":" ` + words[i%len(words)] + `"}`)
+	}
+	for i := 0; i < nText; i++ {
+		chunk(`{"content":" ` + words[i%len(words)] + `"}`)
+	}
+	chunk(`{"tool_calls":[{"index":0,"id":"call_bench","type":"function","function":{"name":"write_file","arguments":""}}]}`)
+	chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"{\"path\":\"notes.txt\",\"content\":\""}}]}`)
+	for i := 0; i < nArgs; i++ {
+		chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"` + words[i%9] + ` "}}]}`) // plain words only: these are JSON inside a JSON string
+	}
+	chunk(`{"tool_calls":[{"index":0,"function":{"arguments":"\"}"}}]}`)
+	fmt.Fprintf(&b, "data: %s{}%s\n\n", head, strings.Replace(tail, `"finish_reason":null`, `"finish_reason":"tool_calls"`, 1))
+	b.WriteString(`data: {"id":"chatcmpl-Bench","object":"chat.completion.chunk","created":1764422100,"model":"gpt-4.1-2025-04-14","choices":[],"usage":{"prompt_tokens":2000,"completion_tokens":700,"total_tokens":2700,"prompt_tokens_details":{"cached_tokens":1536}}}` + "\n\n")
+	b.WriteString("data: [DONE]\n\n")
+	return b.Bytes(), nThink + nText + nArgs + 2
+}
+
+// BenchmarkParse measures the stream parser alone (SSE decoding, the SDK's chunk decoding and
+// our event building) on an in-memory body: MB/s of wire bytes, and ns and allocations per
+// delta chunk.
+func BenchmarkParse(b *testing.B) {
+	for _, shape := range []struct {
+		name                string
+		think, text, toolNs int
+	}{
+		{"text", 0, 400, 0},
+		{"thinking+text", 200, 200, 0},
+		{"toolargs", 0, 0, 200},
+	} {
+		b.Run(shape.name, func(b *testing.B) {
+			data, deltas := benchStream(shape.think, shape.text, shape.toolNs)
+			model := &llm.Model{ID: "bench", API: llm.APIOpenAICompletions, Provider: "bench"}
+			ctx := context.Background()
+			b.SetBytes(int64(len(data)))
+			b.ReportAllocs()
+			var ms0, ms1 runtime.MemStats
+			runtime.ReadMemStats(&ms0)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				resp := &http.Response{Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: io.NopCloser(bytes.NewReader(data))}
+				stream := ssestream.NewStream[openai.ChatCompletionChunk](ssestream.NewDecoder(resp), nil)
+				var last llm.Event
+				s := newStreamer(model, func(ev llm.Event) bool { last = ev; return true })
+				s.consume(ctx, stream)
+				if last.Type != llm.EventDone {
+					b.Fatalf("stream ended with %s: %s", last.Type, last.Message.ErrorMessage)
+				}
+			}
+			b.StopTimer()
+			runtime.ReadMemStats(&ms1)
+			n := float64(b.N * deltas)
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/n, "ns/delta")
+			b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/n, "allocs/delta")
+		})
+	}
+}
+
+// BenchmarkStreamHTTP is the whole provider path: request building, the SDK's HTTP call to an
+// httptest server on loopback, streaming and parsing.
+func BenchmarkStreamHTTP(b *testing.B) {
+	data, deltas := benchStream(0, 400, 0)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = w.Write(data)
+	}))
+	defer srv.Close()
+	p := New(WithLogger(quiet))
+	model := &llm.Model{ID: "bench", API: llm.APIOpenAICompletions, Provider: "bench", BaseURL: srv.URL + "/v1"}
+	ctx := context.Background()
+	c := hello()
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		var last llm.Event
+		for ev := range p.Stream(ctx, model, c, nil) {
+			last = ev
+		}
+		if last.Type != llm.EventDone {
+			b.Fatalf("stream ended with %s: %s", last.Type, last.Message.ErrorMessage)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*deltas), "ns/delta")
+}
+
+// BenchmarkEvents isolates this package's share: chunks are decoded by the SDK once, outside
+// the timer, and only event building (block transitions, text builders, partial JSON of tool
+// arguments, usage) is measured.
+func BenchmarkEvents(b *testing.B) {
+	for _, shape := range []struct {
+		name                string
+		think, text, toolNs int
+	}{
+		{"text", 0, 400, 0},
+		{"toolargs", 0, 0, 200},
+	} {
+		b.Run(shape.name, func(b *testing.B) {
+			data, deltas := benchStream(shape.think, shape.text, shape.toolNs)
+			resp := &http.Response{Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: io.NopCloser(bytes.NewReader(data))}
+			stream := ssestream.NewStream[openai.ChatCompletionChunk](ssestream.NewDecoder(resp), nil)
+			var chunks []openai.ChatCompletionChunk
+			for stream.Next() {
+				chunks = append(chunks, stream.Current())
+			}
+			model := &llm.Model{ID: "bench", API: llm.APIOpenAICompletions, Provider: "bench"}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				var last llm.Event
+				s := newStreamer(model, func(ev llm.Event) bool { last = ev; return true })
+				for j := range chunks {
+					s.chunk(chunks[j])
+				}
+				s.end()
+				if last.Type != llm.EventDone {
+					b.Fatalf("ended with %s", last.Type)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*deltas), "ns/delta")
+		})
+	}
+}
