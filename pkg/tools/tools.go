@@ -249,6 +249,14 @@ func LLMTools(ts []Tool) []llm.Tool {
 	return out
 }
 
+// CheckArgs validates (and coerces) args against the tool's schema with llm.ValidateArguments.
+// The agent loop does this before execution; a caller that runs tools without the loop (a
+// tool worker taking calls from the bus) must call it first.
+func (t Tool) CheckArgs(args map[string]any) (map[string]any, error) {
+	lt := t.LLM()
+	return llm.ValidateArguments(&lt, args)
+}
+
 // Run executes the call and always returns a Result: an error from Execute or a panic inside
 // it becomes an IsError result naming the tool, and a nil Args map is replaced by an empty one.
 func (t Tool) Run(ctx context.Context, call Call) (res Result) {
@@ -308,7 +316,7 @@ func MustRaw(name, desc string, schema json.RawMessage, fn ExecuteFunc, opts ...
 // Before fn runs, the call's arguments are decoded into a T; a decoding failure becomes an
 // error result telling the model what was wrong.
 func New[T any](name, desc string, fn func(ctx context.Context, call Call, args T) (Result, error), opts ...Option) (Tool, error) {
-	schema, err := schemaFor[T]()
+	schema, err := llm.SchemaFor[T]()
 	if err != nil {
 		return Tool{}, fmt.Errorf("%w: %s: infer parameters: %v", ErrInvalidTool, name, err)
 	}

@@ -111,6 +111,12 @@ func TestNewInfersSchemaAndDecodes(t *testing.T) {
 	if r.IsError || r.Text() != "hi bo hi bo " {
 		t.Fatalf("result %+v", r)
 	}
+	if args, err := tl.CheckArgs(map[string]any{"name": "bo", "times": "3"}); err != nil || args["times"] != float64(3) && args["times"] != 3 && args["times"] != int64(3) {
+		t.Fatalf("CheckArgs coercion: %v %#v", err, args)
+	}
+	if _, err := tl.CheckArgs(map[string]any{"times": 1}); err == nil {
+		t.Fatal("missing required name accepted")
+	}
 	r = tl.Run(context.Background(), Call{Args: map[string]any{"name": 5}})
 	if !r.IsError || !strings.Contains(r.Text(), "greet") {
 		t.Fatalf("bad args should be an error result: %+v", r)
