@@ -593,6 +593,7 @@ var harmlessBuiltins = map[string]bool{
 	"return": true, "exit": true, "break": true, "continue": true, "getopts": true, "wait": true,
 	"jobs": true, "umask": true, "ulimit": true, "times": true, "help": true,
 	"command": true, "builtin": true, "trap": true, "env": true,
+	"declare": true, "typeset": true, "export": true, "local": true, "readonly": true,
 }
 
 // varTakingBuiltins take variable names that bash evaluates (a[$(cmd)]).
@@ -602,6 +603,17 @@ var varTakingBuiltins = map[string]bool{"read": true, "mapfile": true, "readarra
 func (j *judge) final(written, base string, qualified bool, args []token) {
 	canon := canonical(base, args)
 	j.cmds = append(j.cmds, canon)
+	switch base {
+	case "let":
+		j.deny("let evaluates arithmetic over variables (bash evaluates their values as code)")
+		return
+	case "declare", "typeset", "export", "local", "readonly", "nameref":
+		// Reached as a plain command only when quoted or wrapped
+		// (\export, builtin declare); judged like the declaration syntax.
+		if !j.declArgs(base, args) {
+			return
+		}
+	}
 	if varTakingBuiltins[base] {
 		if !j.builtinVars(base, args) {
 			return
@@ -743,6 +755,31 @@ func (j *judge) checkPaths(canon, base string, uses []filepolicy.PathUse) bool {
 		}
 	}
 	return ok
+}
+
+// declArgs checks declare/export/… arguments given as plain words.
+func (j *judge) declArgs(base string, args []token) bool {
+	for _, t := range args {
+		if t.dyn {
+			j.deny("%s with a dynamic argument", base)
+			return false
+		}
+		s := t.val
+		if strings.HasPrefix(s, "-") || strings.HasPrefix(s, "+") {
+			if strings.ContainsAny(s[1:], "ifFn") {
+				j.deny("%s %s is not allowed (integer attributes evaluate code; functions and namerefs hide commands)", base, s)
+				return false
+			}
+			continue
+		}
+		name, _, _ := strings.Cut(s, "=")
+		name = strings.TrimSuffix(name, "+")
+		if !varNameRe.MatchString(name) || dangerousVar(name) {
+			j.deny("%s %s is not allowed", base, s)
+			return false
+		}
+	}
+	return true
 }
 
 // builtinVars checks the variable-name arguments of read, printf -v,
