@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 
+	"mvdan.cc/sh/v3/expand"
 	"mvdan.cc/sh/v3/syntax"
 
 	"github.com/agentbus/agentbus/pkg/filepolicy"
@@ -355,6 +356,16 @@ func heredocBody(redirs []*syntax.Redirect) (string, bool) {
 				b.WriteString(lit.Value)
 			}
 			body, found = b.String(), true
+			if delim := r.Word.Lit(); delim != "" && !strings.Contains(delim, "\\") {
+				// Unquoted delimiter: the outer shell removes \$ \` \\
+				// and backslash-newline before the inner shell reads the
+				// text, so judge what the inner shell will see.
+				doc, err := expand.Document(&expand.Config{}, r.Hdoc)
+				if err != nil {
+					return "", false
+				}
+				body = doc
+			}
 		case syntax.WordHdoc:
 			f, ok := staticWord(r.Word)
 			if !ok {
