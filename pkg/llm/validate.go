@@ -3,6 +3,7 @@ package llm
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -206,6 +207,9 @@ func resolveSchema(params []byte) (*jsonschema.Schema, *jsonschema.Resolved, err
 	rs, err := s.Resolve(nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("parameters schema: %w", err)
+	}
+	if hasInPlaceCycle(&s) {
+		return nil, nil, errors.New("parameters schema: a $ref cycle applies to the same value forever (e.g. {\"$ref\": \"#\"})")
 	}
 	return &s, rs, nil
 }

@@ -117,11 +117,21 @@ func TestValidateArgumentsEdges(t *testing.T) {
 		t.Fatalf("copied or failed: %v", err)
 	}
 	// A broken schema is a clear error naming the tool, not a panic.
-	for _, p := range []string{`{"type": 5}`, `not json`, `{"$ref": "http://example.com/remote.json"}`} {
+	for _, p := range []string{`{"type": 5}`, `not json`, `{"$ref": "http://example.com/remote.json"}`,
+		// In-place reference cycles would recurse forever inside the validator.
+		`{"$ref": "#"}`, `{"anyOf": [{"$ref": "#"}]}`,
+		`{"allOf": [{"$ref": "#/$defs/a"}], "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"not": {"$ref": "#/$defs/a"}}}}`,
+		`{"properties": {"x": {"$anchor": "x", "allOf": [{"$ref": "#x"}]}}}`} {
 		_, err := ValidateArguments(&Tool{Name: "broken", Parameters: json.RawMessage(p)}, map[string]any{})
 		if err == nil || !strings.Contains(err.Error(), "broken") {
 			t.Errorf("schema %s: %v", p, err)
 		}
+	}
+	// Recursive schemas that descend into the value are fine.
+	tree := &Tool{Name: "tree", Parameters: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"},"children":{"type":"array","items":{"$ref":"#"}}}}`)}
+	got, err = ValidateArguments(tree, args(`{"name":"a","children":[{"name":"b","children":[{"name":7}]}]}`))
+	if err != nil || got["children"].([]any)[0].(map[string]any)["children"].([]any)[0].(map[string]any)["name"] != "7" {
+		t.Fatalf("tree: %v %v", got, err)
 	}
 	// Old drafts are validated rather than refused.
 	old := &Tool{Name: "old", Parameters: json.RawMessage(`{"$schema":"http://json-schema.org/draft-04/schema#","type":"object","properties":{"n":{"type":"integer"}}}`)}
@@ -188,12 +198,56 @@ func BenchmarkValidateArguments(b *testing.B) {
 			sinkValidated, _ = ValidateArguments(tool, in)
 		}
 	})
+	// For reference: the library's Validate alone on the same schema and arguments.
+	b.Run("library-validate-only", func(b *testing.B) {
+		cs, err := compileSchema(tool.Parameters)
+		if err != nil {
+			b.Fatal(err)
+		}
+		in := args(`{"command":"ls -la","timeout":10,"verbose":true}`)
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = cs.resolved.Validate(in)
+		}
+	})
 	simple := &Tool{Name: "read", Parameters: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}`)}
 	b.Run("simple", func(b *testing.B) {
 		in := args(`{"path":"/etc/hosts"}`)
 		b.ReportAllocs()
 		for b.Loop() {
 			sinkValidated, _ = ValidateArguments(simple, in)
+		}
+	})
+}
+
+// FuzzValidateArguments: any schema and any arguments give a result or an error, never a panic,
+// and a successful result validates again unchanged (coercion reaches a fixed point).
+func FuzzValidateArguments(f *testing.F) {
+	f.Add(bashSchema, `{"command":"ls","timeout":"5"}`)
+	f.Add(`{"type":"object","properties":{"a":{"type":["integer","null"]},"b":{"type":"array","items":{"type":"boolean"}}}}`, `{"a":"","b":"true"}`)
+	f.Add(`{"type":"object","properties":{"o":{"type":"object","properties":{"x":{"default":{"y":1}}}}}}`, `{"o":{}}`)
+	f.Add(`{"$ref":"#"}`, `{}`)
+	f.Fuzz(func(t *testing.T, schema, in string) {
+		var m map[string]any
+		if json.Unmarshal([]byte(in), &m) != nil {
+			m = ParsePartialJSON(in)
+		}
+		tool := &Tool{Name: "fuzz", Parameters: json.RawMessage(schema)}
+		out, err := ValidateArguments(tool, m)
+		if err != nil {
+			return
+		}
+		if out == nil {
+			t.Fatal("nil result without error")
+		}
+		again, err := ValidateArguments(tool, out)
+		if err != nil {
+			t.Fatalf("result %v of %s does not validate again: %v", out, in, err)
+		}
+		a, _ := json.Marshal(again)
+		o, _ := json.Marshal(out)
+		if string(a) != string(o) {
+			t.Fatalf("not a fixed point: %s -> %s", o, a)
 		}
 	})
 }
