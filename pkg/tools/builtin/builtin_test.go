@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/execpolicy"
@@ -447,5 +448,35 @@ func TestEnabledDisabled(t *testing.T) {
 	}
 	if _, err := All(Config{Disabled: []string{"nope"}}); err == nil {
 		t.Error("unknown tool name accepted")
+	}
+}
+
+func TestFromConfig(t *testing.T) {
+	cfg, err := config.Parse([]byte("ai:\n  agent:\n    webFetch: {allowHosts: [wiki.corp]}\n    webSearch: {backend: searxng, url: 'http://127.0.0.1:8888'}\n  tools:\n    disabled: [install_skill]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := skills.NewStore(slog.New(slog.DiscardHandler), t.TempDir())
+	c, err := FromConfig(cfg.AI, nil, nil, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err := All(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range ts {
+		names = append(names, tl.Name)
+	}
+	if got := strings.Join(names, " "); got != "web_fetch web_search ask_user activate_skill" {
+		t.Fatalf("tools = %s", got)
+	}
+	if c.BashTimeout != 30*time.Second || c.SkillsDir != "skills" {
+		t.Fatalf("%+v", c)
+	}
+	cfg.AI.Agent.WebSearch.Backend = "nope"
+	if _, err := FromConfig(cfg.AI, nil, nil, nil); err == nil {
+		t.Fatal("bad backend accepted")
 	}
 }
