@@ -122,7 +122,9 @@ func convertMessages(model *llm.Model, c *llm.Context, cp compat) ([]openai.Chat
 			out = append(out, openai.SystemMessage(c.SystemPrompt))
 		}
 	}
-	msgs := transformMessages(c.Messages, model)
+	// Cross-provider handoff (DESIGN.md §2): thinking from other models becomes text, tool-call
+	// ids are normalized, errored/aborted steps dropped, orphan tool calls answered.
+	msgs := llm.TransformMessages(c.Messages, model)
 	images := model.SupportsImages()
 	lastRole := ""
 	for i := 0; i < len(msgs); i++ {
@@ -233,6 +235,11 @@ func assistantMessage(m *llm.Message, cp compat) (openai.ChatCompletionMessagePa
 	for _, b := range m.Content {
 		switch b.Type {
 		case llm.ContentText:
+			// Several text blocks (e.g. another model's thinking turned into text by the
+			// handoff) are kept apart by a blank line.
+			if text.Len() > 0 && b.Text != "" {
+				text.WriteString("\n\n")
+			}
 			text.WriteString(b.Text)
 		case llm.ContentThinking:
 			if b.Redacted || strings.TrimSpace(b.Thinking) == "" {
@@ -282,23 +289,4 @@ func assistantMessage(m *llm.Message, cp compat) (openai.ChatCompletionMessagePa
 		am.SetExtraFields(extra)
 	}
 	return openai.ChatCompletionMessageParamUnion{OfAssistant: &am}, true
-}
-
-// transformMessages is the cross-provider handoff step (DESIGN.md §2): thinking from another
-// model becomes text, signatures dropped, tool-call ids normalized, errored/aborted assistant
-// messages dropped, orphan tool calls answered.
-//
-// HANDOFF CALL SITE: pkg/llm/handoff.go (llm.TransformMessages) is being written by another
-// engineer; once it lands this body becomes `return llm.TransformMessages(msgs, model)`.
-// Until then the messages pass through unchanged, except that errored and aborted assistant
-// messages are dropped (servers reject their half-built tool calls).
-var transformMessages = func(msgs []llm.Message, model *llm.Model) []llm.Message {
-	out := msgs[:0:0]
-	for _, m := range msgs {
-		if m.Role == llm.RoleAssistant && (m.StopReason == llm.StopReasonError || m.StopReason == llm.StopReasonAborted) {
-			continue
-		}
-		out = append(out, m)
-	}
-	return out
 }

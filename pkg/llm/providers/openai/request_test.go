@@ -160,6 +160,27 @@ func TestRequestBody(t *testing.T) {
 			},
 		},
 		{
+			name: "handoff from another model: thinking as text, aborted step and its results dropped",
+			ctx: func() *llm.Context {
+				c := toolTurn()
+				c.Messages[1].Provider, c.Messages[1].Model = "other", "other-model"
+				aborted := llm.Message{Role: llm.RoleAssistant, Provider: "test", Model: "test-model", API: llm.APIOpenAICompletions,
+					StopReason: llm.StopReasonAborted, Content: []llm.Content{llm.ToolCall("call_x", "get_weather", nil)}}
+				c.Messages = append(c.Messages, aborted,
+					llm.Message{Role: llm.RoleToolResult, ToolCallID: "call_x", Content: []llm.Content{llm.Text("late")}},
+					llm.UserText("again", 7))
+				return c
+			}(),
+			expect: map[string]any{
+				`["messages",2,"content"]`:           "need the tool\n\nLet me check.",
+				`["messages",2,"reasoning_content"]`: nil,
+				`["messages",4,"content"]`:           "thanks",
+				`["messages",5,"role"]`:              "user",
+				`["messages",5,"content"]`:           "again",
+				`["messages",6]`:                     nil,
+			},
+		},
+		{
 			name: "zai thinking format",
 			model: func(m *llm.Model) {
 				m.Reasoning = true
