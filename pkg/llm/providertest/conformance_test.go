@@ -9,6 +9,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/llm/providers/anthropic"
 	"github.com/agentbus/agentbus/pkg/llm/providers/google"
 	"github.com/agentbus/agentbus/pkg/llm/providers/ollama"
+	"github.com/agentbus/agentbus/pkg/llm/providers/openairesponses"
 	"github.com/agentbus/agentbus/pkg/llm/providertest"
 )
 
@@ -130,8 +131,42 @@ func googleHarness() providertest.Harness {
 	}
 }
 
+func responsesHarness() providertest.Harness {
+	idRE := regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+	return providertest.Harness{
+		API:      llm.APIOpenAIResponses,
+		Provider: openairesponses.New(),
+		Dir:      "../providers/openairesponses/testdata",
+		Model: func(base string) *llm.Model {
+			if base != "" {
+				base += "/v1"
+			}
+			return &llm.Model{ID: "gpt-5-mini", API: llm.APIOpenAIResponses, Provider: "openai", BaseURL: base,
+				Reasoning: true, Input: []string{"text", "image"}, Cost: testCost, ContextWindow: 400000, MaxTokens: 128000}
+		},
+		StreamsToolArguments: true,
+		RequestToolCallIDs: func(body []byte) []string {
+			var req struct {
+				Input []struct {
+					Type   string `json:"type"`
+					CallID string `json:"call_id"`
+				} `json:"input"`
+			}
+			_ = json.Unmarshal(body, &req)
+			var ids []string
+			for _, it := range req.Input {
+				if it.Type == "function_call" || it.Type == "function_call_output" {
+					ids = append(ids, it.CallID)
+				}
+			}
+			return ids
+		},
+		ValidToolCallID: idRE.MatchString,
+	}
+}
+
 func harnesses() []providertest.Harness {
-	return []providertest.Harness{anthropicHarness(), ollamaHarness(), googleHarness()}
+	return []providertest.Harness{anthropicHarness(), ollamaHarness(), googleHarness(), responsesHarness()}
 }
 
 func TestConformance(t *testing.T) {
