@@ -134,6 +134,9 @@ func convertMessages(model *llm.Model, c *llm.Context, cp compat) ([]openai.Chat
 			if lastRole == llm.RoleToolResult && cp.assistantAfterToolResult {
 				out = append(out, openai.AssistantMessage("I have processed the tool results."))
 			}
+			if emptyUser(m.Content) {
+				continue // servers reject empty user turns; there is nothing to say
+			}
 			out = append(out, userMessage(m.Content, images))
 		case llm.RoleAssistant:
 			if am, ok := assistantMessage(m, cp); ok {
@@ -185,6 +188,15 @@ func convertMessages(model *llm.Model, c *llm.Context, cp compat) ([]openai.Chat
 		lastRole = m.Role
 	}
 	return out, nil
+}
+
+func emptyUser(blocks []llm.Content) bool {
+	for _, b := range blocks {
+		if b.Type == llm.ContentImage || (b.Type == llm.ContentText && b.Text != "") {
+			return false
+		}
+	}
+	return true
 }
 
 func textOf(blocks []llm.Content) string {
