@@ -77,9 +77,13 @@ func New(opts ...Option) *Provider {
 	if p.httpClient == nil {
 		// One client per provider so connections are reused across calls. No overall timeout:
 		// streams last as long as the model talks; ctx bounds them.
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.ResponseHeaderTimeout = 5 * time.Minute
-		p.httpClient = &http.Client{Transport: t}
+		var rt http.RoundTripper = http.DefaultTransport
+		if t, ok := http.DefaultTransport.(*http.Transport); ok { // not when wrapped (otelhttp, ...)
+			t = t.Clone()
+			t.ResponseHeaderTimeout = 5 * time.Minute // a server that accepts and never answers
+			rt = t
+		}
+		p.httpClient = &http.Client{Transport: rt}
 	}
 	return p
 }

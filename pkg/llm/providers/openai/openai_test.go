@@ -311,6 +311,32 @@ func TestStreamFixtures(t *testing.T) {
 			},
 		},
 		{
+			fixture:   "tools_same_index.sse",
+			wantTypes: seq("start", "toolcall_start", "toolcall_delta", "toolcall_start", "toolcall_delta", "toolcall_end", "toolcall_end", "done"),
+			wantStop:  llm.StopReasonToolUse,
+			check: func(t *testing.T, evs []llm.Event, m *llm.Message) {
+				calls := m.ToolCalls()
+				if len(calls) != 2 || calls[0].Arguments["city"] != "Paris" || calls[1].Arguments["city"] != "Tokyo" || calls[1].ID != "function-call-15938" {
+					t.Errorf("calls = %+v, want two calls despite the shared index", calls)
+				}
+			},
+		},
+		{
+			fixture:   "llamacpp_tool_stop.sse",
+			wantTypes: seq("start", "thinking_start", "thinking_delta", "thinking_end", "toolcall_start", "toolcall_delta", "toolcall_end", "done"),
+			wantStop:  llm.StopReasonToolUse,
+			check: func(t *testing.T, evs []llm.Event, m *llm.Message) {
+				if c := m.ToolCalls(); len(c) != 1 || c[0].Arguments["tz"] != "UTC" {
+					t.Errorf("calls = %+v", c)
+				}
+			},
+		},
+		{
+			fixture:   "text_after_tool.sse",
+			wantTypes: seq("start", "toolcall_start", "toolcall_delta", "toolcall_end", "text_start", "text_delta", "text_end", "done"),
+			wantStop:  llm.StopReasonToolUse,
+		},
+		{
 			fixture:   "malformed.sse",
 			wantTypes: seq("start", "text_start", "text_delta", "error"),
 			wantStop:  llm.StopReasonError,
@@ -437,6 +463,16 @@ func TestHTTPErrorsAndRetries(t *testing.T) {
 				t.Errorf("Authorization = %q", got)
 			}
 		})
+	}
+}
+
+func TestConnectionRefused(t *testing.T) {
+	srv := newServer(t, reply{fixture: "text.sse"})
+	model := testModel(srv)
+	srv.Close() // nothing listens on the port any more
+	_, _, m := collect(t, testProvider().Stream(context.Background(), model, hello(), nil))
+	if m.StopReason != llm.StopReasonError || !strings.Contains(m.ErrorMessage, "after 3 attempts") || !strings.Contains(m.ErrorMessage, "connection refused") {
+		t.Errorf("got %q %q", m.StopReason, m.ErrorMessage)
 	}
 }
 

@@ -114,7 +114,7 @@ func describe(err error) error {
 	case errors.As(err, &syn), errors.As(err, &typ):
 		return fmt.Errorf("%w: %w", ErrMalformedChunk, err)
 	}
-	return fmt.Errorf("reading stream: %w", err)
+	return fmt.Errorf("request failed: %w", err)
 }
 
 // chunk applies one chunk. Only choice 0 is read: requests never ask for n > 1.
