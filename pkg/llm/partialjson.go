@@ -2,8 +2,10 @@ package llm
 
 import (
 	"strconv"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // ParsePartialJSON parses a JSON object that may be cut off anywhere, as tool-call arguments are
@@ -283,74 +285,102 @@ func validJSONNumber(s string) bool {
 }
 
 // str parses a string starting at '"'. A cut string returns its content so far with pvPartial.
+//
+// Runs between escapes are found with strings.IndexByte (vectorized) and copied whole, because
+// large arguments (a file's content) are re-parsed on every delta.
 func (p *partialParser) str() (string, int) {
 	p.i++ // opening quote
 	start := p.i
-	// Fast path: no escapes, the result is a substring of the input.
-	for p.i < len(p.s) {
-		c := p.s[p.i]
-		if c == '"' {
-			v := p.s[start:p.i]
-			p.i++
-			return v, pvComplete
-		}
-		if c == '\\' {
-			break
-		}
-		p.i++
+	rest := p.s[start:]
+	q := strings.IndexByte(rest, '"') // first quote, relative to start (-1: none)
+	scope := rest
+	if q >= 0 {
+		scope = rest[:q]
 	}
-	if p.i >= len(p.s) {
-		return p.s[start:], pvPartial
+	bs := strings.IndexByte(scope, '\\')
+	if bs < 0 {
+		// Fast path: no escapes, the result is a substring of the input.
+		if q < 0 {
+			p.i = len(p.s)
+			return rest, pvPartial
+		}
+		p.i = start + q + 1
+		return rest[:q], pvComplete
 	}
-	buf := make([]byte, 0, p.i-start+16)
-	buf = append(buf, p.s[start:p.i]...)
-	for p.i < len(p.s) {
-		c := p.s[p.i]
-		switch c {
-		case '"':
-			p.i++
-			return string(buf), pvComplete
-		case '\\':
-			if p.i+1 >= len(p.s) {
+	buf := make([]byte, 0, len(rest))
+	nextQ := -1 // absolute index of the next quote at or after p.i; valid while noQuote is false
+	noQuote := q < 0
+	if !noQuote {
+		nextQ = start + q
+	}
+	for {
+		if !noQuote && nextQ < p.i {
+			if k := strings.IndexByte(p.s[p.i:], '"'); k < 0 {
+				noQuote = true
+			} else {
+				nextQ = p.i + k
+			}
+		}
+		end := len(p.s)
+		if !noQuote {
+			end = nextQ
+		}
+		k := strings.IndexByte(p.s[p.i:end], '\\')
+		if k < 0 {
+			buf = append(buf, p.s[p.i:end]...)
+			p.i = end
+			if noQuote {
+				return bytesToString(buf), pvPartial
+			}
+			p.i++ // closing quote
+			return bytesToString(buf), pvComplete
+		}
+		buf = append(buf, p.s[p.i:p.i+k]...)
+		p.i += k
+		if p.i+1 >= len(p.s) {
+			p.i = len(p.s)
+			return bytesToString(buf), pvPartial
+		}
+		e := p.s[p.i+1]
+		p.i += 2
+		switch e {
+		case '"', '\\', '/':
+			buf = append(buf, e)
+		case 'b':
+			buf = append(buf, '\b')
+		case 'f':
+			buf = append(buf, '\f')
+		case 'n':
+			buf = append(buf, '\n')
+		case 'r':
+			buf = append(buf, '\r')
+		case 't':
+			buf = append(buf, '\t')
+		case 'u':
+			r, ok, cut := p.hex4()
+			if cut {
 				p.i = len(p.s)
-				return string(buf), pvPartial
+				return bytesToString(buf), pvPartial
 			}
-			e := p.s[p.i+1]
-			p.i += 2
-			switch e {
-			case '"', '\\', '/':
-				buf = append(buf, e)
-			case 'b':
-				buf = append(buf, '\b')
-			case 'f':
-				buf = append(buf, '\f')
-			case 'n':
-				buf = append(buf, '\n')
-			case 'r':
-				buf = append(buf, '\r')
-			case 't':
-				buf = append(buf, '\t')
-			case 'u':
-				r, ok, cut := p.hex4()
-				if cut {
-					p.i = len(p.s)
-					return string(buf), pvPartial
-				}
-				if !ok {
-					r = utf8.RuneError
-				} else if utf16.IsSurrogate(r) {
-					r = p.lowSurrogate(r)
-				}
-				buf = utf8.AppendRune(buf, r)
-			default:
-				buf = append(buf, e) // unknown escape: keep the character
+			if !ok {
+				r = utf8.RuneError
+			} else if utf16.IsSurrogate(r) {
+				r = p.lowSurrogate(r)
 			}
+			buf = utf8.AppendRune(buf, r)
 		default:
-			buf = append(buf, c)
-			p.i++
+			buf = append(buf, e) // unknown escape: keep the character
 		}
 	}
-	return string(buf), pvPartial
+}
+
+// bytesToString returns buf as a string without copying: str never touches buf again after
+// returning it, and a large argument (a file's content) is re-parsed on every delta.
+func bytesToString(buf []byte) string {
+	if len(buf) == 0 {
+		return ""
+	}
+	return unsafe.String(&buf[0], len(buf))
 }
 
 // hex4 reads four hex digits at p.i. cut reports that the input ended inside them.

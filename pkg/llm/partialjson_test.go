@@ -168,3 +168,17 @@ func BenchmarkParsePartialJSON(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkParsePartialJSONLarge re-parses a 64 KiB write_file call (content with newlines and
+// quotes, as source code has), the worst case of re-parsing on every delta.
+func BenchmarkParsePartialJSONLarge(b *testing.B) {
+	line := `	fmt.Println("hello, world") // a line of Go` + "\n"
+	content := strings.Repeat(line, 64*1024/len(line))
+	raw, _ := json.Marshal(map[string]any{"path": "main.go", "content": content})
+	doc := string(raw)
+	b.SetBytes(int64(len(doc)))
+	b.ReportAllocs()
+	for b.Loop() {
+		sinkArgs = ParsePartialJSON(doc[:len(doc)-10])
+	}
+}
