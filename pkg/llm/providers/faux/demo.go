@@ -85,6 +85,9 @@ func mentionedTool(tools []llm.Tool, text string) (*llm.Tool, string) {
 	}
 	sort.SliceStable(order, func(a, b int) bool { return len(tools[order[a]].Name) > len(tools[order[b]].Name) })
 	lower := strings.ToLower(text)
+	if len(lower) != len(text) { // lower-casing changed byte offsets (rare scripts): match exactly
+		lower = text
+	}
 	for _, i := range order {
 		name := strings.ToLower(tools[i].Name)
 		if name == "" {

@@ -329,3 +329,13 @@ func TestDemo(t *testing.T) {
 		t.Fatal("empty context")
 	}
 }
+
+func TestDemoUnicode(t *testing.T) {
+	tools := []llm.Tool{{Name: "bash", Parameters: json.RawMessage(`{"type":"object","properties":{"command":{"type":"string"}},"required":["command"]}`)}}
+	for _, s := range []string{"İİİ bash ls", "用 bash 运行 ls", "ǅ", ""} {
+		r := faux.Demo(&llm.Context{Messages: []llm.Message{llm.UserText(s, 1)}, Tools: tools})
+		if strings.Contains(s, "bash") && (len(r.ToolCalls) != 1 || r.ToolCalls[0].Arguments["command"] == "") {
+			t.Errorf("%q: %+v", s, r)
+		}
+	}
+}
