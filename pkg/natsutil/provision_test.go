@@ -2,6 +2,8 @@ package natsutil_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -69,5 +71,49 @@ func checkProvisioned(t *testing.T, ctx context.Context, js jetstream.JetStream,
 		if _, err := js.ObjectStore(ctx, c.Bucket); err != nil {
 			t.Errorf("object store %s: %v", c.Bucket, err)
 		}
+	}
+}
+
+func TestProvisionImpossibleChangeFailsClearly(t *testing.T) {
+	srv := natstest.New(t) // file storage
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mem := srv.Spec
+	mem.Storage = jetstream.MemoryStorage
+	start := time.Now()
+	err := natsutil.Provision(ctx, srv.JS, mem)
+	if !errors.Is(err, natsutil.ErrProvision) || !strings.Contains(err.Error(), "stream IM_IN") ||
+		!strings.Contains(err.Error(), "storage") {
+		t.Fatalf("err = %v", err)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Errorf("a permanent error was retried for %s", time.Since(start))
+	}
+
+	t.Logf("storage change: %v", err)
+	three := srv.Spec
+	three.Replicas = 3
+	err = natsutil.Provision(ctx, srv.JS, three)
+	t.Logf("replicas change: %v", err)
+	if !errors.Is(err, natsutil.ErrProvision) {
+		t.Fatalf("3 replicas on one server: %v", err)
+	}
+}
+
+func TestProvisionUpdatesAges(t *testing.T) {
+	srv := natstest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := srv.Spec
+	s.IMInMaxAge = time.Hour
+	if err := natsutil.Provision(ctx, srv.JS, s); err != nil {
+		t.Fatal(err)
+	}
+	st, err := srv.JS.Stream(ctx, events.StreamIMIn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.CachedInfo().Config.MaxAge; got != time.Hour {
+		t.Errorf("IM_IN max age %s after update, want 1h", got)
 	}
 }
