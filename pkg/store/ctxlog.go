@@ -84,25 +84,51 @@ func WithTrace(trace string) AppendOption { return func(o *appendOpts) { o.trace
 // the price is the max payload (1 MB by default) per commit, which holds any text turn, and
 // images travel by object-store reference anyway. An oversized commit fails with ErrTooLarge
 // and writes nothing.
+//
+// Cache: the log is append-only per subject, so a decoded tail as of sequence n stays true
+// forever. ContextLog keeps the decoded tail of recently used sessions (bounded by
+// WithCacheSessions) and extends it with what it appends itself; LoadContext then costs one
+// direct get of the subject's last record (to learn the current last sequence) plus a read of
+// only the records it has not seen. Another writer's commits are picked up by that read, so the
+// cache never serves a stale context.
 type ContextLog struct {
 	js       jetstream.JetStream
 	stream   jetstream.Stream
 	bounds   ContextBounds
 	now      func() time.Time
 	maxBytes int64
+	cacheMax int
 
-	mu  sync.Mutex
-	ptr map[string]ctxPointer // subject -> summary pointer as of lastSeq
+	mu    sync.Mutex
+	cache map[string]*ctxState // subject -> what this process knows of it
 }
 
+// ctxPointer is what a record says about the latest summary before it.
 type ctxPointer struct {
 	lastSeq, summarySeq, anchorSeq uint64
 }
 
-const ptrCacheMax = 8192
+// ctxState is the known state of one session's log as of ptr.lastSeq: always the summary
+// pointer, and (hasTail) the decoded latest summary and the messages after its anchor, trimmed
+// to the newest bounds.MaxMessages.
+type ctxState struct {
+	ptr     ctxPointer
+	hasTail bool
+	summary *Summary
+	msgs    []llm.Message
+	seqs    []uint64
+	times   []int64 // message time for the age bound: Timestamp, or the record's time
+}
+
+// ContextLogOption configures a ContextLog.
+type ContextLogOption func(*ContextLog)
+
+// WithCacheSessions bounds how many sessions' decoded tails are kept (default 256; 0 keeps
+// none, so every load decodes from the stream).
+func WithCacheSessions(n int) ContextLogOption { return func(l *ContextLog) { l.cacheMax = n } }
 
 // NewContextLog binds the provisioned AGENT_CTX stream (it must allow direct gets).
-func NewContextLog(ctx context.Context, js jetstream.JetStream, bounds ContextBounds) (*ContextLog, error) {
+func NewContextLog(ctx context.Context, js jetstream.JetStream, bounds ContextBounds, opts ...ContextLogOption) (*ContextLog, error) {
 	st, err := js.Stream(ctx, streamAgentCtx)
 	if err != nil {
 		return nil, fmt.Errorf("open stream %s: %w", streamAgentCtx, err)
@@ -110,7 +136,12 @@ func NewContextLog(ctx context.Context, js jetstream.JetStream, bounds ContextBo
 	if !st.CachedInfo().Config.AllowDirect {
 		return nil, fmt.Errorf("stream %s: AllowDirect is required for LoadContext", streamAgentCtx)
 	}
-	return &ContextLog{js: js, stream: st, bounds: bounds, now: time.Now, maxBytes: js.Conn().MaxPayload(), ptr: map[string]ctxPointer{}}, nil
+	l := &ContextLog{js: js, stream: st, bounds: bounds, now: time.Now, maxBytes: js.Conn().MaxPayload(),
+		cacheMax: 256, cache: map[string]*ctxState{}}
+	for _, o := range opts {
+		o(l)
+	}
+	return l, nil
 }
 
 func checkID(id events.SessionID) error {
@@ -137,13 +168,107 @@ func pointerOf(m *jetstream.RawStreamMsg) ctxPointer {
 	return p
 }
 
-func (l *ContextLog) remember(subj string, p ctxPointer) {
-	l.mu.Lock()
-	if len(l.ptr) >= ptrCacheMax {
-		clear(l.ptr) // crude bound; a miss costs one direct get
+// store saves st for subj (caller holds l.mu), evicting an arbitrary entry when full. Pointers
+// are kept even with the tail cache off: they are tiny and save a direct get per append.
+func (l *ContextLog) store(subj string, st *ctxState) {
+	if l.cacheMax <= 0 {
+		st = &ctxState{ptr: st.ptr}
 	}
-	l.ptr[subj] = p
-	l.mu.Unlock()
+	if _, ok := l.cache[subj]; !ok && len(l.cache) >= max(l.cacheMax, 1024) {
+		for k := range l.cache {
+			delete(l.cache, k)
+			break
+		}
+	}
+	l.cache[subj] = st
+}
+
+// apply extends st with records (in sequence order). It copies before appending, so slices
+// handed out earlier are never written.
+func (l *ContextLog) apply(st *ctxState, recs []*jetstream.RawStreamMsg) error {
+	st.msgs = append([]llm.Message(nil), st.msgs...)
+	st.seqs = append([]uint64(nil), st.seqs...)
+	st.times = append([]int64(nil), st.times...)
+	for _, r := range recs {
+		switch typ := r.Header.Get(events.HeaderType); typ {
+		case events.TypeCtxMessages:
+			var ev events.Event[events.CtxMessages]
+			if err := events.Unmarshal(r.Data, &ev); err != nil {
+				return fmt.Errorf("record %d: %w", r.Sequence, err)
+			}
+			st.appendMsgs(ev.Data.Messages, r.Sequence, r.Time.UnixMilli())
+		case events.TypeCtxSummary:
+			var ev events.Event[events.CtxSummary]
+			if err := events.Unmarshal(r.Data, &ev); err != nil {
+				return fmt.Errorf("record %d: %w", r.Sequence, err)
+			}
+			st.setSummary(&Summary{Text: ev.Data.Summary, AnchorSeq: ev.Data.AnchorSeq, Covered: ev.Data.Covered,
+				Model: ev.Data.Model, Seq: r.Sequence, Time: r.Time})
+		default:
+			return fmt.Errorf("record %d has unknown type %q", r.Sequence, typ)
+		}
+		st.trim(l.bounds.MaxMessages)
+	}
+	return nil
+}
+
+func (st *ctxState) appendMsgs(msgs []llm.Message, seq uint64, recordMs int64) {
+	for _, m := range msgs {
+		ts := m.Timestamp
+		if ts == 0 {
+			ts = recordMs
+		}
+		st.msgs = append(st.msgs, m)
+		st.seqs = append(st.seqs, seq)
+		st.times = append(st.times, ts)
+	}
+}
+
+// setSummary installs s; the messages it covers leave the tail.
+func (st *ctxState) setSummary(s *Summary) {
+	st.summary = s
+	k := 0
+	for k < len(st.seqs) && st.seqs[k] <= s.AnchorSeq {
+		k++
+	}
+	st.msgs, st.seqs, st.times = st.msgs[k:], st.seqs[k:], st.times[k:]
+}
+
+// trim keeps the newest n messages (n <= 0: all). Older ones can never be loaded again: the
+// count bound only ever selects newer messages as the log grows.
+func (st *ctxState) trim(n int) {
+	if n > 0 && len(st.msgs) > n {
+		d := len(st.msgs) - n
+		st.msgs, st.seqs, st.times = st.msgs[d:], st.seqs[d:], st.times[d:]
+	}
+}
+
+// result applies the bounds to st and copies it out.
+func (l *ContextLog) result(st *ctxState) Loaded {
+	out := Loaded{LastSeq: st.ptr.lastSeq}
+	if st.summary != nil {
+		s := *st.summary
+		out.Summary = &s
+	}
+	i := 0
+	if l.bounds.MaxAge > 0 {
+		cutoff := l.now().Add(-l.bounds.MaxAge).UnixMilli()
+		for i < len(st.times) && st.times[i] < cutoff {
+			i++
+		}
+	}
+	if n := l.bounds.MaxMessages; n > 0 && len(st.msgs)-i > n {
+		i = len(st.msgs) - n
+	}
+	// Never start mid tool exchange: a toolResult whose call fell outside the bounds goes too.
+	for i < len(st.msgs) && st.msgs[i].Role == llm.RoleToolResult {
+		i++
+	}
+	if i < len(st.msgs) {
+		out.Messages = append([]llm.Message(nil), st.msgs[i:]...)
+		out.Seqs = append([]uint64(nil), st.seqs[i:]...)
+	}
+	return out
 }
 
 // LoadContext returns the latest summary and the messages after its anchor, bounded by the
@@ -152,8 +277,12 @@ func (l *ContextLog) remember(subj string, p ctxPointer) {
 // outside the bounds are dropped, so the tail never starts mid tool exchange. An empty log is
 // an empty Loaded with LastSeq 0.
 //
-// Cost: one direct get of the subject's last record, then one batched direct get of the records
-// after the summary's anchor (or, without a summary, from MaxAge ago).
+// The returned slices are the caller's, but the messages' inner slices (content blocks) are
+// shared with the cache: treat them as read-only (llm.Message.Clone before mutating).
+//
+// Cost: one direct get of the subject's last record; then, for a session not cached, one
+// batched direct get of the records after the summary's anchor (or, without a summary, from
+// MaxAge ago); for a cached one, only of the records it has not seen.
 func (l *ContextLog) LoadContext(ctx context.Context, id events.SessionID) (Loaded, error) {
 	if err := checkID(id); err != nil {
 		return Loaded{}, err
@@ -167,24 +296,38 @@ func (l *ContextLog) LoadContext(ctx context.Context, id events.SessionID) (Load
 		return Loaded{}, fmt.Errorf("load context %s: %w", id, err)
 	}
 	p := pointerOf(last)
-	l.remember(subj, p)
 
-	now := l.now()
-	var cutoff int64 // Unix ms; messages older are outside the bounds
-	if l.bounds.MaxAge > 0 {
-		cutoff = now.Add(-l.bounds.MaxAge).UnixMilli()
+	// Warm: the cached tail is current, or only needs the records after it.
+	l.mu.Lock()
+	cached := l.cache[subj]
+	if cached != nil && cached.hasTail && cached.ptr.lastSeq == p.lastSeq {
+		out := l.result(cached)
+		l.mu.Unlock()
+		return out, nil
 	}
+	var base ctxState
+	warm := cached != nil && cached.hasTail && cached.ptr.lastSeq < p.lastSeq && cached.ptr.summarySeq == p.summarySeq
+	if warm {
+		base = *cached
+	}
+	l.mu.Unlock()
+
 	var recs []*jetstream.RawStreamMsg
 	switch {
+	case warm && base.ptr.lastSeq+1 == last.Sequence:
+		recs = []*jetstream.RawStreamMsg{last}
+	case warm:
+		recs, err = l.readRange(ctx, subj, base.ptr.lastSeq+1, time.Time{}, last.Sequence)
 	case p.summarySeq > 0 && p.anchorSeq+1 >= last.Sequence:
 		recs = []*jetstream.RawStreamMsg{last}
 	case p.summarySeq > 0:
 		recs, err = l.readRange(ctx, subj, p.anchorSeq+1, time.Time{}, last.Sequence)
-	case cutoff > 0:
-		if last.Time.UnixMilli() < cutoff {
-			return Loaded{LastSeq: last.Sequence}, nil // everything is older than the bound
+	case l.bounds.MaxAge > 0:
+		cutoff := l.now().Add(-l.bounds.MaxAge)
+		if last.Time.Before(cutoff) {
+			break // everything is older than the bound
 		}
-		recs, err = l.readRange(ctx, subj, 0, time.UnixMilli(cutoff), last.Sequence)
+		recs, err = l.readRange(ctx, subj, 0, cutoff, last.Sequence)
 	case last.Sequence == 1:
 		recs = []*jetstream.RawStreamMsg{last}
 	default:
@@ -193,51 +336,19 @@ func (l *ContextLog) LoadContext(ctx context.Context, id events.SessionID) (Load
 	if err != nil {
 		return Loaded{}, fmt.Errorf("load context %s: %w", id, err)
 	}
-	out := Loaded{LastSeq: last.Sequence}
-	for _, r := range recs {
-		switch typ := r.Header.Get(events.HeaderType); typ {
-		case events.TypeCtxMessages:
-			var ev events.Event[events.CtxMessages]
-			if err := events.Unmarshal(r.Data, &ev); err != nil {
-				return Loaded{}, fmt.Errorf("load context %s: record %d: %w", id, r.Sequence, err)
-			}
-			for _, m := range ev.Data.Messages {
-				ts := m.Timestamp
-				if ts == 0 {
-					ts = r.Time.UnixMilli()
-				}
-				if cutoff > 0 && ts < cutoff {
-					continue
-				}
-				out.Messages = append(out.Messages, m)
-				out.Seqs = append(out.Seqs, r.Sequence)
-			}
-		case events.TypeCtxSummary:
-			var ev events.Event[events.CtxSummary]
-			if err := events.Unmarshal(r.Data, &ev); err != nil {
-				return Loaded{}, fmt.Errorf("load context %s: record %d: %w", id, r.Sequence, err)
-			}
-			out.Summary = &Summary{Text: ev.Data.Summary, AnchorSeq: ev.Data.AnchorSeq, Covered: ev.Data.Covered,
-				Model: ev.Data.Model, Seq: r.Sequence, Time: r.Time}
-			// Messages the summary covers are gone from the tail.
-			k := 0
-			for k < len(out.Seqs) && out.Seqs[k] <= ev.Data.AnchorSeq {
-				k++
-			}
-			out.Messages, out.Seqs = out.Messages[k:], out.Seqs[k:]
-		default:
-			return Loaded{}, fmt.Errorf("load context %s: record %d has unknown type %q", id, r.Sequence, typ)
-		}
+	st := &base
+	if err := l.apply(st, recs); err != nil {
+		return Loaded{}, fmt.Errorf("load context %s: %w", id, err)
 	}
-	if n := l.bounds.MaxMessages; n > 0 && len(out.Messages) > n {
-		out.Messages, out.Seqs = out.Messages[len(out.Messages)-n:], out.Seqs[len(out.Seqs)-n:]
+	st.ptr, st.hasTail = p, true
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// Keep the newer of what we read and what a concurrent append/load stored meanwhile.
+	if cur := l.cache[subj]; cur == nil || cur.ptr.lastSeq <= st.ptr.lastSeq {
+		l.store(subj, st)
 	}
-	k := 0
-	for k < len(out.Messages) && out.Messages[k].Role == llm.RoleToolResult {
-		k++
-	}
-	out.Messages, out.Seqs = out.Messages[k:], out.Seqs[k:]
-	return out, nil
+	return l.result(st), nil
 }
 
 const readPage = 512
@@ -284,10 +395,10 @@ func (l *ContextLog) pointerAt(ctx context.Context, subj string, expectedLastSeq
 		return ctxPointer{}, nil
 	}
 	l.mu.Lock()
-	p, ok := l.ptr[subj]
+	st := l.cache[subj]
 	l.mu.Unlock()
-	if ok && p.lastSeq == expectedLastSeq {
-		return p, nil
+	if st != nil && st.ptr.lastSeq == expectedLastSeq {
+		return st.ptr, nil
 	}
 	m, err := l.stream.GetMsg(ctx, expectedLastSeq, jetstream.WithGetMsgSubject(subj))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -306,7 +417,10 @@ func (l *ContextLog) pointerAt(ctx context.Context, subj string, expectedLastSeq
 
 // publish writes one record. p is the summary pointer the record carries: for a messages record
 // the pointer as of expectedLastSeq, for a summary record its own anchor.
-func (l *ContextLog) publish(ctx context.Context, id events.SessionID, expectedLastSeq uint64, ev events.Any, p ctxPointer, summary bool, o appendOpts) (uint64, error) {
+//
+// On success the cache learns the commit through extend, which gets a private copy of the
+// state as of expectedLastSeq (only when the cache held exactly that state).
+func (l *ContextLog) publish(ctx context.Context, id events.SessionID, expectedLastSeq uint64, ev events.Any, p ctxPointer, summary bool, o appendOpts, extend func(st *ctxState, seq uint64)) (uint64, error) {
 	subj := events.AgentCtxSubject(id)
 	msg, err := events.NewMsg(subj, ev)
 	if err != nil {
@@ -348,7 +462,26 @@ func (l *ContextLog) publish(ctx context.Context, id events.SessionID, expectedL
 	if summary {
 		p.summarySeq = ack.Sequence
 	}
-	l.remember(subj, p)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	next := &ctxState{ptr: p}
+	if cur := l.cache[subj]; cur != nil && cur.ptr.lastSeq > p.lastSeq {
+		return ack.Sequence, nil // someone already cached a later state
+	} else if cur != nil && cur.hasTail && cur.ptr.lastSeq == expectedLastSeq {
+		*next = *cur
+		next.msgs = append([]llm.Message(nil), cur.msgs...)
+		next.seqs = append([]uint64(nil), cur.seqs...)
+		next.times = append([]int64(nil), cur.times...)
+		extend(next, ack.Sequence)
+		next.trim(l.bounds.MaxMessages)
+		next.ptr = p
+	} else if expectedLastSeq == 0 {
+		// The log was empty: this commit is the whole tail.
+		next.hasTail = true
+		extend(next, ack.Sequence)
+		next.trim(l.bounds.MaxMessages)
+	}
+	l.store(subj, next)
 	return ack.Sequence, nil
 }
 
@@ -371,7 +504,9 @@ func (l *ContextLog) AppendMessages(ctx context.Context, id events.SessionID, ex
 		return 0, fmt.Errorf("append %d messages to %s at %d: %w", len(msgs), id, expectedLastSeq, err)
 	}
 	ev := events.New(events.CtxMessages{Messages: msgs}, events.WithSession(id.String()), events.WithTurn(o.turn), events.WithTrace(o.trace))
-	seq, err := l.publish(ctx, id, expectedLastSeq, ev, p, false, o)
+	seq, err := l.publish(ctx, id, expectedLastSeq, ev, p, false, o, func(st *ctxState, seq uint64) {
+		st.appendMsgs(msgs, seq, l.now().UnixMilli())
+	})
 	if err != nil {
 		return 0, fmt.Errorf("append %d messages to %s at %d: %w", len(msgs), id, expectedLastSeq, err)
 	}
@@ -393,7 +528,9 @@ func (l *ContextLog) AppendSummary(ctx context.Context, id events.SessionID, exp
 	}
 	ev := events.New(events.CtxSummary{Summary: s.Text, AnchorSeq: s.AnchorSeq, Covered: s.Covered, Model: s.Model},
 		events.WithSession(id.String()), events.WithTurn(o.turn), events.WithTrace(o.trace))
-	seq, err := l.publish(ctx, id, expectedLastSeq, ev, ctxPointer{anchorSeq: s.AnchorSeq}, true, o)
+	seq, err := l.publish(ctx, id, expectedLastSeq, ev, ctxPointer{anchorSeq: s.AnchorSeq}, true, o, func(st *ctxState, seq uint64) {
+		st.setSummary(&Summary{Text: s.Text, AnchorSeq: s.AnchorSeq, Covered: s.Covered, Model: s.Model, Seq: seq, Time: l.now()})
+	})
 	if err != nil {
 		return 0, fmt.Errorf("append summary to %s at %d: %w", id, expectedLastSeq, err)
 	}

@@ -272,3 +272,52 @@ func TestAppendSummaryInvalid(t *testing.T) {
 		t.Errorf("load without epoch: %v", err)
 	}
 }
+
+// TestLoadContextSeesOtherWriters: a cached (warm) reader never serves a stale context: it
+// picks up another writer's commits and summaries, with the cache on and off.
+func TestLoadContextSeesOtherWriters(t *testing.T) {
+	for _, cache := range []int{256, 0} {
+		t.Run(fmt.Sprint("cache=", cache), func(t *testing.T) {
+			ctx := context.Background()
+			js := startJS(t)
+			a, _ := NewContextLog(ctx, js, ContextBounds{MaxMessages: 6}, WithCacheSessions(cache))
+			b, _ := NewContextLog(ctx, js, ContextBounds{MaxMessages: 6}, WithCacheSessions(cache))
+			id := sid("shared", 1)
+			check := func(l *ContextLog, want, wantSum string) Loaded {
+				t.Helper()
+				got, err := l.LoadContext(ctx, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sum := ""
+				if got.Summary != nil {
+					sum = got.Summary.Text
+				}
+				if fmt.Sprint(texts(got.Messages)) != want || sum != wantSum {
+					t.Fatalf("got %q summary %q, want %s %q", texts(got.Messages), sum, want, wantSum)
+				}
+				return got
+			}
+			s, _ := a.AppendMessages(ctx, id, 0, turn(1, "u1", "a1"))
+			check(a, "[u1 a1]", "")
+			check(b, "[u1 a1]", "")
+			s, _ = b.AppendMessages(ctx, id, s, turn(2, "u2", "a2"))
+			s, _ = b.AppendMessages(ctx, id, s, turn(3, "u3", "a3"))
+			check(a, "[u1 a1 u2 a2 u3 a3]", "")
+			s, _ = b.AppendMessages(ctx, id, s, turn(4, "u4", "a4"))
+			check(a, "[u2 a2 u3 a3 u4 a4]", "") // count bound on the warm path
+			s, _ = b.AppendSummary(ctx, id, s, Summary{Text: "S", AnchorSeq: s - 1})
+			check(a, "[u4 a4]", "S")
+			got := check(b, "[u4 a4]", "S")
+			s, _ = a.AppendMessages(ctx, id, got.LastSeq, turn(5, "u5", "a5"))
+			check(b, "[u4 a4 u5 a5]", "S")
+			l := check(a, "[u4 a4 u5 a5]", "S")
+			if l.LastSeq != s {
+				t.Fatalf("last %d want %d", l.LastSeq, s)
+			}
+			// Callers may scribble on what they got without touching the cache.
+			l.Messages[0] = llm.UserText("scribble", 0)
+			check(a, "[u4 a4 u5 a5]", "S")
+		})
+	}
+}

@@ -1,0 +1,203 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
+)
+
+// benchTurn is a realistic 4-message turn: the user asks, the model calls a tool, the tool
+// answers, the model replies (~1.5 KB as a record).
+func benchTurn(i int) []llm.Message {
+	ts := time.Now().UnixMilli()
+	return []llm.Message{
+		llm.UserText(fmt.Sprintf("@bot what is the weather in Hangzhou tomorrow, and should I bring an umbrella? (%d)", i), ts),
+		{Role: llm.RoleAssistant, Content: []llm.Content{llm.ToolCall(fmt.Sprint("call_", i), "weather", map[string]any{"city": "Hangzhou", "day": "tomorrow"})},
+			API: llm.APIOpenAICompletions, Provider: "openai", Model: "gpt-4o-mini", StopReason: llm.StopReasonToolUse, Timestamp: ts,
+			Usage: &llm.Usage{Input: 812, Output: 23, TotalTokens: 835}},
+		{Role: llm.RoleToolResult, ToolCallID: fmt.Sprint("call_", i), ToolName: "weather", Timestamp: ts,
+			Content: []llm.Content{llm.Text(`{"city":"Hangzhou","date":"tomorrow","condition":"light rain","high_c":19,"low_c":13,"precip_mm":6.5,"wind":"NE 3","humidity":0.82}`)}},
+		{Role: llm.RoleAssistant, Content: []llm.Content{llm.Text(strings.Repeat("Tomorrow in Hangzhou: light rain, 13–19°C, north-east wind. Yes, bring an umbrella. ", 3))},
+			API: llm.APIOpenAICompletions, Provider: "openai", Model: "gpt-4o-mini", StopReason: llm.StopReasonStop, Timestamp: ts,
+			Usage: &llm.Usage{Input: 901, Output: 64, TotalTokens: 965}},
+	}
+}
+
+func recordSize() int {
+	b, _ := json.Marshal(events.New(events.CtxMessages{Messages: benchTurn(0)}))
+	return len(b)
+}
+
+// reportBaseline measures raw async publishes of size-byte messages on the same server and
+// connection, after the timed part, so every figure has its machine-speed reference beside it.
+func reportBaseline(b *testing.B, js jetstream.JetStream, size int) {
+	b.StopTimer()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rate, err := baselinePublish(ctx, js, 20000, size)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(rate, "baseline-async-pub/s")
+}
+
+// baselinePublish is raw JetStream PublishAsync throughput into a throwaway file stream, in
+// windows of 1000 in-flight messages. (natsutil.BaselinePublish publishes everything at once and
+// stalls past nats.go's 4000 outstanding async publishes.)
+func baselinePublish(ctx context.Context, js jetstream.JetStream, n, size int) (float64, error) {
+	name := "BASELINE_" + nuid.Next()
+	subj := "baseline." + name
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subj}, Storage: jetstream.FileStorage}); err != nil {
+		return 0, err
+	}
+	defer js.DeleteStream(context.WithoutCancel(ctx), name)
+	payload := []byte(strings.Repeat("x", size))
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		if _, err := js.PublishAsync(subj, payload); err != nil {
+			return 0, err
+		}
+		if i%1000 == 999 || i == n-1 {
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		}
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// BenchmarkContextCommit: fenced 4-message commits, each goroutine its own session (concurrent
+// sessions), each commit expecting the sequence of the previous one.
+func BenchmarkContextCommit(b *testing.B) {
+	srv := natstest.New(b)
+	ctx := context.Background()
+	log, err := NewContextLog(ctx, srv.JS, ContextBounds{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sessions atomic.Int64
+	msgs := benchTurn(1)
+	b.SetParallelism(16) // 32 sessions on 2 cores: commits are round trips, not CPU
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		id := events.NewSessionID(testKey(fmt.Sprint("commit-", sessions.Add(1))), 1)
+		var last uint64
+		for pb.Next() {
+			var err error
+			if last, err = log.AppendMessages(ctx, id, last, msgs); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commits/s")
+	reportBaseline(b, srv.JS, recordSize())
+}
+
+// BenchmarkLeaseRenew: CAS renewals with a fresh per-message TTL, one lease per goroutine.
+func BenchmarkLeaseRenew(b *testing.B) {
+	srv := natstest.New(b)
+	ctx := context.Background()
+	leases, err := NewLeases(ctx, srv.JS)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n atomic.Int64
+	b.SetParallelism(16)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		w := n.Add(1)
+		lease, err := leases.Acquire(ctx, testKey(fmt.Sprint("renew-", w)), fmt.Sprint("worker-", w), 30*time.Second)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		for pb.Next() {
+			if lease, err = leases.Renew(ctx, lease); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "renewals/s")
+	reportBaseline(b, srv.JS, 120)
+}
+
+// BenchmarkLeaseAcquireRelease: take a free lease and give it back (a session changing hands).
+func BenchmarkLeaseAcquireRelease(b *testing.B) {
+	srv := natstest.New(b)
+	ctx := context.Background()
+	leases, _ := NewLeases(ctx, srv.JS)
+	var n atomic.Int64
+	b.SetParallelism(16)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		w := n.Add(1)
+		sk := testKey(fmt.Sprint("acq-", w))
+		for pb.Next() {
+			lease, err := leases.Acquire(ctx, sk, fmt.Sprint("worker-", w), 30*time.Second)
+			if err == nil {
+				err = leases.Release(ctx, lease)
+			}
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "acquire+release/s")
+	reportBaseline(b, srv.JS, 120)
+}
+
+// BenchmarkLoadContext200: load a 200-message context (50 commits of 4), without and with a
+// summary in front of the tail.
+func BenchmarkLoadContext200(b *testing.B) {
+	for _, withSummary := range []bool{false, true} {
+		b.Run(fmt.Sprintf("summary=%v", withSummary), func(b *testing.B) {
+			srv := natstest.New(b)
+			ctx := context.Background()
+			log, _ := NewContextLog(ctx, srv.JS, ContextBounds{MaxMessages: 200, MaxAge: 24 * time.Hour})
+			id := events.NewSessionID(testKey("load"), 1)
+			var last uint64
+			var err error
+			if withSummary {
+				// 25 older commits that the summary covers, then the 200-message tail.
+				for i := 0; i < 25; i++ {
+					if last, err = log.AppendMessages(ctx, id, last, benchTurn(i)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if last, err = log.AppendSummary(ctx, id, last, Summary{Text: strings.Repeat("Earlier: weather questions. ", 20), AnchorSeq: last}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for i := 0; i < 50; i++ {
+				if last, err = log.AppendMessages(ctx, id, last, benchTurn(i)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				got, err := log.LoadContext(ctx, id)
+				if err != nil || len(got.Messages) != 200 || got.LastSeq != last {
+					b.Fatalf("loaded %d messages, last %d, err %v", len(got.Messages), got.LastSeq, err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/load")
+			reportBaseline(b, srv.JS, recordSize())
+		})
+	}
+}
