@@ -166,19 +166,40 @@ func (t *transformer) sameModel(m *Message) bool {
 }
 
 func (t *transformer) assistant(m *Message) Message {
+	seen := map[string]bool{} // ids of this message: a repeated id would get two results
 	if t.sameModel(m) {
-		// Keep everything, but ids must still be unique and known for the results that follow.
+		// Keep everything; only a repeated id within the message (a provider bug) is replaced.
+		a := *m
 		for j := range m.Content {
-			if m.Content[j].Type == ContentToolCall {
-				t.keepID(m.Content[j].ID)
+			c := &m.Content[j]
+			if c.Type != ContentToolCall {
+				continue
 			}
+			if seen[c.ID] || c.ID == "" {
+				if len(a.Content) > 0 && &a.Content[0] == &m.Content[0] {
+					a.Content = append([]Content(nil), m.Content...)
+				}
+				a.Content[j].ID = t.fresh(c.ID)
+				continue
+			}
+			seen[c.ID] = true
+			t.keepID(c.ID)
 		}
-		return *m
+		return a
 	}
 	a := *m
 	a.Content = make([]Content, 0, len(m.Content))
 	for j := range m.Content {
 		c := m.Content[j]
+		if c.Type == ContentToolCall {
+			if seen[c.ID] {
+				c.ThoughtSignature = ""
+				c.ID = t.fresh(NormalizeToolCallID(t.target.API, c.ID))
+				a.Content = append(a.Content, c)
+				continue
+			}
+			seen[c.ID] = true
+		}
 		switch c.Type {
 		case ContentThinking:
 			if c.Redacted || strings.TrimSpace(c.Thinking) == "" {
@@ -207,34 +228,17 @@ func (t *transformer) keepID(id string) {
 }
 
 // normalize maps a foreign tool-call id to one the target accepts, unique in this conversation.
+// The same original id always maps to the same new id, so its results follow it.
 func (t *transformer) normalize(id string) string {
 	if n, ok := t.ids[id]; ok {
 		return n
 	}
 	n := NormalizeToolCallID(t.target.API, id)
-	if t.used == nil {
-		t.used = map[string]bool{}
-	}
 	if n == "" || t.used[n] {
-		base := n
-		if base == "" {
-			base = "call"
-		}
-		limit := maxToolCallIDLen(t.target.API)
-		for k := len(t.used) + 1; ; k++ {
-			suffix := "_" + strconv.Itoa(k)
-			cand := base
-			if limit > 0 && len(cand)+len(suffix) > limit {
-				cand = cand[:limit-len(suffix)]
-			}
-			cand += suffix
-			if !t.used[cand] {
-				n = cand
-				break
-			}
-		}
+		n = t.fresh(n)
+	} else {
+		t.keepID(n)
 	}
-	t.used[n] = true
 	if n != id {
 		if t.ids == nil {
 			t.ids = map[string]string{}
@@ -242,6 +246,30 @@ func (t *transformer) normalize(id string) string {
 		t.ids[id] = n
 	}
 	return n
+}
+
+// fresh returns an unused id derived from base (within the target's length limit) and marks
+// it used.
+func (t *transformer) fresh(base string) string {
+	if base == "" {
+		base = "call"
+	}
+	limit := maxToolCallIDLen(t.target.API)
+	if limit > 0 && len(base) > limit {
+		base = base[:limit]
+	}
+	for k := len(t.used) + 1; ; k++ {
+		suffix := "_" + strconv.Itoa(k)
+		cand := base
+		if limit > 0 && len(cand)+len(suffix) > limit {
+			cand = cand[:limit-len(suffix)]
+		}
+		cand += suffix
+		if !t.used[cand] {
+			t.keepID(cand)
+			return cand
+		}
+	}
 }
 
 // maxToolCallIDLen is the longest tool-call id an API accepts (0: no limit we enforce).

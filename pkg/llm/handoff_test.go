@@ -2,6 +2,7 @@ package llm
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -190,5 +191,77 @@ func TestNormalizeToolCallID(t *testing.T) {
 	got := TransformMessages(msgs, &Model{ID: "c", API: APIAnthropicMessages})
 	if id := got[0].Content[0].ID; id == "" || got[1].ToolCallID != id || got[1].IsError {
 		t.Fatalf("generated id %q, result %+v", id, got[1])
+	}
+}
+
+// TestTransformMessagesInvariants checks, over random conversations, what every provider needs:
+// each tool call is answered exactly once before the next user or assistant message, every
+// result answers a call of the step before it, no errored/aborted step survives, and ids are
+// valid for the target.
+func TestTransformMessagesInvariants(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	ids := []string{"a", "b", "call_1|fc_1", "weird id", strings.Repeat("x", 70), ""}
+	models := []*Model{
+		{ID: "claude", API: APIAnthropicMessages, Provider: "anthropic"},
+		{ID: "gpt", API: APIOpenAICompletions, Provider: "openai"},
+	}
+	for iter := 0; iter < 3000; iter++ {
+		var msgs []Message
+		for n := rng.IntN(10); n >= 0; n-- {
+			switch rng.IntN(3) {
+			case 0:
+				msgs = append(msgs, UserText("u", 1))
+			case 1:
+				src := models[rng.IntN(2)]
+				stops := []StopReason{StopReasonStop, StopReasonToolUse, StopReasonError, StopReasonAborted}
+				m := asst(src.API, src.Provider, src.ID, stops[rng.IntN(4)], thinking("t", "s"))
+				for k := rng.IntN(3); k > 0; k-- {
+					m.Content = append(m.Content, ToolCall(ids[rng.IntN(len(ids))], "tool", nil))
+				}
+				msgs = append(msgs, m)
+			case 2:
+				msgs = append(msgs, result(ids[rng.IntN(len(ids))], "tool", "r"))
+			}
+		}
+		target := models[rng.IntN(2)]
+		out := TransformMessages(msgs, target)
+		pending := map[string]bool{}
+		check := func() {
+			for id, answered := range pending {
+				if !answered {
+					t.Fatalf("iter %d: call %q unanswered\nin %+v\nout %+v", iter, id, msgs, out)
+				}
+			}
+		}
+		for _, m := range out {
+			switch m.Role {
+			case RoleUser:
+				check()
+				pending = map[string]bool{}
+			case RoleAssistant:
+				check()
+				pending = map[string]bool{}
+				if m.StopReason == StopReasonError || m.StopReason == StopReasonAborted {
+					t.Fatalf("iter %d: failed step kept", iter)
+				}
+				for _, c := range m.ToolCalls() {
+					same := m.Provider == target.Provider && m.API == target.API && m.Model == target.ID
+					if c.ID == "" || !same && len(c.ID) > maxToolCallIDLen(target.API) {
+						t.Fatalf("iter %d: bad id %q for %s", iter, c.ID, target.API)
+					}
+					if _, dup := pending[c.ID]; dup {
+						t.Fatalf("iter %d: id %q twice in one step", iter, c.ID)
+					}
+					pending[c.ID] = false
+				}
+			case RoleToolResult:
+				answered, ok := pending[m.ToolCallID]
+				if !ok || answered {
+					t.Fatalf("iter %d: result %q answers nothing pending\nout %+v", iter, m.ToolCallID, out)
+				}
+				pending[m.ToolCallID] = true
+			}
+		}
+		check()
 	}
 }
