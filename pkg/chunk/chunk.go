@@ -1,4 +1,6 @@
-package egress
+// Package chunk cuts replies into parts that fit a platform: length limits that respect
+// paragraphs, sentences and code fences, and Markdown images as their own parts.
+package chunk
 
 import (
 	"regexp"
