@@ -1,0 +1,499 @@
+package toolworker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/tools"
+)
+
+// call is one request being handled.
+type call struct {
+	msg   jetstream.Msg
+	meta  *jetstream.MsgMetadata
+	ev    events.Event[events.ToolCall]
+	start time.Time
+}
+
+func (c *call) subject() string { return events.ToolResultSubject(c.ev.Data.SessionKey, c.ev.Data.CallID) }
+
+// handle runs the steps listed in the package doc for one delivered request.
+func (h *Handle) handle(s *served, msg jetstream.Msg) {
+	stopKeep := h.keepAlive(msg)
+	defer stopKeep()
+	c := &call{msg: msg, start: time.Now()}
+	meta, err := msg.Metadata()
+	if err != nil {
+		meta = &jetstream.MsgMetadata{NumDelivered: 1}
+	}
+	c.meta = meta
+	nm := &nats.Msg{Subject: msg.Subject(), Data: msg.Data(), Header: msg.Headers()}
+	if err := events.UnmarshalMsg(nm, &c.ev); err != nil {
+		h.malformed(s, c, err)
+		return
+	}
+	if c.ev.Data.Tool != s.name {
+		h.malformed(s, c, fmt.Errorf("tool.call event: tool %q does not match subject %s (tool %q)", c.ev.Data.Tool, msg.Subject(), s.name))
+		return
+	}
+	tc := c.ev.Data
+	log := h.log.With("tool", tc.Tool, "call", tc.CallID, "session", c.ev.Session, "turn", c.ev.Turn, "trace", c.ev.Trace)
+
+	// One handling per call id on this worker: a duplicate waits for the first to finish and
+	// then finds its result.
+	release, ok := h.claim(tc.CallID)
+	if !ok {
+		return // killed while waiting
+	}
+	defer release()
+
+	switch _, err := h.results.GetLastMsgForSubject(h.killCtx, c.subject()); {
+	case err == nil:
+		h.ack(c)
+		return
+	case !errors.Is(err, jetstream.ErrMsgNotFound):
+		if h.killed.Load() {
+			return
+		}
+		log.Warn("tool worker: cannot check for an existing result; retrying later", "err", err)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+
+	if int(meta.NumDelivered) > h.opts.MaxAttempts {
+		reason := fmt.Sprintf("tool %s was not run: its call was delivered %d times without a recorded result (the workers handling it kept failing or crashing); giving up",
+			tc.Tool, meta.NumDelivered)
+		log.Error("tool worker: giving up on call", "deliveries", meta.NumDelivered)
+		h.deadLetter(c, events.DLQMaxDeliveries, errors.New(reason))
+		h.finish(c, tools.ErrorResult("%s", reason))
+		return
+	}
+	if tc.Expired(time.Now()) {
+		h.finish(c, tools.ErrorResult("tool %s was not run: deadline passed (the caller stopped waiting at %s)",
+			tc.Tool, time.UnixMilli(tc.Deadline).UTC().Format(time.RFC3339)))
+		return
+	}
+	t, ok := h.opts.Registry.Get(tc.Tool)
+	if !ok {
+		if int(meta.NumDelivered) < h.opts.MaxAttempts {
+			_ = msg.NakWithDelay(time.Second) // another worker may still serve it
+			return
+		}
+		h.finish(c, tools.ErrorResult("tool %s is not served by any tool worker right now", tc.Tool))
+		return
+	}
+	env := envOf(tc, h.opts.Workspace)
+	if why := refusal(t, tc, env); why != "" {
+		log.Info("tool worker: call refused", "why", why)
+		h.finish(c, tools.ErrorResult("tool %s refused: %s", tc.Tool, why))
+		return
+	}
+	args, err := t.CheckArgs(tc.Args)
+	if err != nil {
+		h.finish(c, tools.ErrorResult("%v", err))
+		return
+	}
+	timeout := h.timeoutFor(t.Name)
+	if !t.Idempotent {
+		proceed := h.markStarted(c, t, timeout, log)
+		if !proceed {
+			return
+		}
+	}
+	res := h.run(t, tools.Call{ID: tc.CallID, Args: args, Env: env}, tc.Deadline, timeout)
+	if h.killed.Load() {
+		return
+	}
+	h.finish(c, res)
+}
+
+// claim makes this handler the only one of callID on this worker, waiting for another
+// handler of the same id to end first. ok is false when the worker was killed meanwhile.
+func (h *Handle) claim(callID string) (release func(), ok bool) {
+	for {
+		h.mu.Lock()
+		ch, busy := h.inflight[callID]
+		if !busy {
+			mine := make(chan struct{})
+			h.inflight[callID] = mine
+			h.mu.Unlock()
+			return func() {
+				h.mu.Lock()
+				delete(h.inflight, callID)
+				h.mu.Unlock()
+				close(mine)
+			}, true
+		}
+		h.mu.Unlock()
+		select {
+		case <-ch:
+		case <-h.killCtx.Done():
+			return nil, false
+		}
+	}
+}
+
+// marker is the value of the "started" record of a non-idempotent call in KV delivered.
+type marker struct {
+	Worker    string `json:"worker"`
+	Tool      string `json:"tool"`
+	StartedAt int64  `json:"startedAt"`
+	// Until is when that attempt stops waiting for the tool (its timeout), Unix ms.
+	Until int64 `json:"until"`
+}
+
+// MarkerKey is the KV delivered key of a non-idempotent call's started marker. Egress keys are
+// bare tokens, which never contain '.', so the "tool." prefix keeps the two apart.
+func MarkerKey(callID string) string { return "tool." + events.EncodeToken(callID) }
+
+// markStarted records that a non-idempotent call is about to run. It reports whether to run it;
+// when an earlier attempt had already started, it settles the call itself (waiting for that
+// attempt's result, else answering that the call was interrupted) and reports false.
+func (h *Handle) markStarted(c *call, t tools.Tool, timeout time.Duration, log interface {
+	Warn(string, ...any)
+	Info(string, ...any)
+}) bool {
+	now := time.Now()
+	until := now.Add(timeout)
+	if d := c.ev.Data.Deadline; d > 0 && time.UnixMilli(d).Before(until) {
+		until = time.UnixMilli(d)
+	}
+	val, _ := json.Marshal(marker{Worker: h.opts.ID, Tool: t.Name, StartedAt: now.UnixMilli(), Until: until.UnixMilli()})
+	key := MarkerKey(c.ev.Data.CallID)
+	_, err := h.markers.Create(h.killCtx, key, val)
+	if err == nil {
+		return true
+	}
+	if h.killed.Load() {
+		return false
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		log.Warn("tool worker: cannot record the start of a non-idempotent call; retrying later", "err", err)
+		_ = c.msg.NakWithDelay(time.Second)
+		return false
+	}
+	// An earlier attempt started. It may still be running on a live worker: wait until its own
+	// timeout has passed before calling it interrupted.
+	var prev marker
+	waitUntil := time.Now()
+	if e, err := h.markers.Get(h.killCtx, key); err == nil && json.Unmarshal(e.Value(), &prev) == nil && prev.Until > 0 {
+		waitUntil = time.UnixMilli(prev.Until)
+	}
+	waitUntil = waitUntil.Add(h.opts.InterruptGrace)
+	log.Info("tool worker: non-idempotent call started before; waiting for that attempt's result",
+		"previousWorker", prev.Worker, "until", waitUntil)
+	if h.awaitResult(c, waitUntil) {
+		h.ack(c)
+		return false
+	}
+	if h.killed.Load() {
+		return false
+	}
+	who := ""
+	if prev.Worker != "" {
+		who = " on worker " + prev.Worker
+	}
+	h.finish(c, tools.ErrorResult("tool %s was interrupted after it started%s and is not idempotent; not retried automatically (it may or may not have taken effect — check before calling it again)",
+		t.Name, who))
+	return false
+}
+
+// awaitResult waits until a result for the call is stored or until passes.
+func (h *Handle) awaitResult(c *call, until time.Time) bool {
+	subj := c.subject()
+	sub, err := h.opts.NC.SubscribeSync(subj)
+	if err == nil {
+		defer sub.Unsubscribe()
+	}
+	for {
+		if _, err := h.results.GetLastMsgForSubject(h.killCtx, subj); err == nil {
+			return true
+		}
+		left := time.Until(until)
+		if left <= 0 || h.killCtx.Err() != nil {
+			return false
+		}
+		step := min(left, time.Second)
+		if sub == nil {
+			select {
+			case <-time.After(step):
+			case <-h.killCtx.Done():
+				return false
+			}
+			continue
+		}
+		ctx, cancel := context.WithTimeout(h.killCtx, step)
+		_, _ = sub.NextMsgWithContext(ctx)
+		cancel()
+	}
+}
+
+// run executes the tool with its timeout (never past the call's deadline). A tool that ignores
+// its context is abandoned at the timeout; its result is then an error.
+func (h *Handle) run(t tools.Tool, tc tools.Call, deadline int64, timeout time.Duration) tools.Result {
+	ctx, cancel := context.WithTimeout(h.killCtx, timeout)
+	defer cancel()
+	byDeadline := false
+	if deadline > 0 {
+		if dl := time.UnixMilli(deadline); dl.Before(time.Now().Add(timeout)) {
+			var c2 context.CancelFunc
+			ctx, c2 = context.WithDeadline(ctx, dl)
+			defer c2()
+			byDeadline = true
+		}
+	}
+	done := make(chan tools.Result, 1)
+	go func() { done <- t.Run(ctx, tc) }()
+	var res tools.Result
+	select {
+	case res = <-done:
+		if ctx.Err() == nil || !res.IsError {
+			return res
+		}
+	case <-ctx.Done():
+	}
+	if byDeadline {
+		return tools.ErrorResult("tool %s did not finish before the call's deadline (the caller stopped waiting)", t.Name)
+	}
+	return tools.ErrorResult("tool %s timed out after %s", t.Name, timeout)
+}
+
+// finish records res as the call's result (waiting for the PubAck) and acks the request.
+func (h *Handle) finish(c *call, res tools.Result) {
+	if h.killed.Load() {
+		return
+	}
+	tc := c.ev.Data
+	m, err := resultMsg(c.ev.Meta, tc.SessionKey, tc.CallID, tc.Tool, res, h.opts.ID, time.Since(c.start), h.opts.NC.MaxPayload())
+	if err == nil {
+		err = h.publish(m)
+	}
+	if err != nil {
+		if h.killed.Load() {
+			return
+		}
+		h.log.Error("tool worker: cannot record result; the call will be redelivered", "tool", tc.Tool, "call", tc.CallID, "err", err)
+		_ = c.msg.NakWithDelay(time.Second)
+		return
+	}
+	h.ack(c)
+}
+
+// publish sends a message to JetStream with a few quick retries (a result is expensive to
+// recompute and, for non-idempotent tools, cannot be).
+func (h *Handle) publish(m *nats.Msg) error {
+	var err error
+	for i, wait := 0, 50*time.Millisecond; i < 4; i, wait = i+1, wait*4 {
+		ctx, cancel := context.WithTimeout(h.killCtx, 5*time.Second)
+		_, err = h.opts.JS.PublishMsg(ctx, m)
+		cancel()
+		if err == nil || h.killCtx.Err() != nil {
+			return err
+		}
+		select {
+		case <-time.After(wait):
+		case <-h.killCtx.Done():
+			return err
+		}
+	}
+	return err
+}
+
+func (h *Handle) ack(c *call) {
+	if h.killed.Load() {
+		return
+	}
+	if err := c.msg.Ack(); err != nil {
+		h.log.Warn("tool worker: ack", "subject", c.msg.Subject(), "err", err)
+	}
+}
+
+// keepAlive sends in-progress acks every AckWait/3 until the returned func is called.
+func (h *Handle) keepAlive(msg jetstream.Msg) func() {
+	every := h.opts.AckWait / 3
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	mu.Lock()
+	t = time.AfterFunc(every, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped || h.killed.Load() {
+			return
+		}
+		_ = msg.InProgress()
+		t.Reset(every)
+	})
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
+}
+
+// resultMsg builds the TOOL_RESULTS message for a call, with the call's correlation ids.
+func resultMsg(from events.Meta, sk events.SessionKey, callID, tool string, res tools.Result, worker string, took time.Duration, maxPayload int64) (*nats.Msg, error) {
+	content := res.Content
+	if content == nil {
+		content = []llm.Content{}
+	}
+	details := res.Details
+	if res.NeedsOwner {
+		details = withNeedsOwner(details)
+	}
+	tr := events.ToolResult{CallID: callID, Tool: tool, Content: content, IsError: res.IsError, Details: details,
+		Worker: worker, DurationMs: took.Milliseconds()}
+	ev := events.New(tr, events.WithCorrelation(&from))
+	subj := events.ToolResultSubject(sk, callID)
+	m, err := events.NewMsg(subj, ev)
+	if err != nil {
+		return nil, err
+	}
+	// Leave room for headers; an oversized result is replaced by an error the model can act on.
+	if maxPayload > 0 && int64(len(m.Data)) > maxPayload-4096 {
+		ev.Data.Content = []llm.Content{llm.Text(fmt.Sprintf(
+			"tool %s produced %d bytes of output, more than the bus can carry (%d); ask for less (narrower query, smaller range)",
+			tool, len(m.Data), maxPayload))}
+		ev.Data.Details, ev.Data.IsError = nil, true
+		return events.NewMsg(subj, ev)
+	}
+	return m, nil
+}
+
+func withNeedsOwner(d json.RawMessage) json.RawMessage {
+	var m map[string]json.RawMessage
+	if len(d) == 0 || json.Unmarshal(d, &m) != nil || m == nil {
+		w := map[string]any{"needsOwner": true}
+		if len(d) > 0 {
+			w["details"] = d
+		}
+		b, _ := json.Marshal(w)
+		return b
+	}
+	m["needsOwner"] = json.RawMessage("true")
+	b, _ := json.Marshal(m)
+	return b
+}
+
+// malformed dead-letters an undecodable request and, when its call id and session key are
+// readable, answers it with an error result so the waiting turn does not hang; then acks.
+func (h *Handle) malformed(s *served, c *call, cause error) {
+	h.log.Warn("tool worker: malformed tool call", "subject", c.msg.Subject(), "err", cause)
+	h.deadLetter(c, events.DLQInvalid, cause)
+	var peek struct {
+		Data struct {
+			CallID     string            `json:"callId"`
+			Tool       string            `json:"tool"`
+			SessionKey events.SessionKey `json:"sessionKey"`
+		} `json:"data"`
+	}
+	_ = json.Unmarshal(c.msg.Data(), &peek) // best effort: type errors still fill the other fields
+	d := peek.Data
+	if d.CallID != "" && d.SessionKey.Validate() == nil {
+		tool := d.Tool
+		if tool == "" {
+			tool = s.name
+		}
+		corr := events.CorrelationFromHeader(c.msg.Headers())
+		from := events.Meta{Turn: corr.Turn, Trace: corr.Trace}
+		if _, err := events.ParseSessionID(corr.Session); err == nil {
+			from.Session = corr.Session
+		} else {
+			from.Session = d.SessionKey.String()
+		}
+		res := tools.ErrorResult("tool %s was not run: the request was malformed (%v)", tool, cause)
+		if m, err := resultMsg(from, d.SessionKey, d.CallID, tool, res, h.opts.ID, time.Since(c.start), h.opts.NC.MaxPayload()); err == nil {
+			if err := h.publish(m); err != nil && !h.killed.Load() {
+				h.log.Warn("tool worker: error result for malformed call", "err", err)
+			}
+		}
+	}
+	h.ack(c)
+}
+
+// deadLetter records the request on dlq.tool-worker.<reason> with the original bytes.
+func (h *Handle) deadLetter(c *call, reason string, cause error) {
+	if h.killed.Load() {
+		return
+	}
+	dl := events.DeadLetter{Role: events.RoleToolWorker, Reason: reason, Error: cause.Error(), Subject: c.msg.Subject(),
+		Stream: c.meta.Stream, Seq: c.meta.Sequence.Stream, Deliveries: c.meta.NumDelivered}
+	if hdr := c.msg.Headers(); len(hdr) > 0 {
+		dl.Headers = map[string][]string(hdr)
+	}
+	dl.SetBody(c.msg.Data())
+	id := "tool-worker/" + reason + "/" + events.NewID()
+	if c.meta.Sequence.Stream > 0 {
+		id = "tool-worker/" + reason + "/" + c.meta.Stream + "/" + strconv.FormatUint(c.meta.Sequence.Stream, 10)
+	}
+	ev := events.New(dl, events.WithID(id))
+	m, err := events.NewMsg(events.DeadLetterSubject(events.RoleToolWorker, reason), ev)
+	if err == nil {
+		err = h.publish(m)
+	}
+	if err != nil && !h.killed.Load() {
+		h.log.Error("tool worker: dead letter", "subject", c.msg.Subject(), "err", err)
+	}
+}
+
+// envOf is the tools.Env of a call: who it acts for, taken from the call's Caller and session.
+func envOf(tc events.ToolCall, workspace string) tools.Env {
+	return tools.Env{
+		Platform: tc.Caller.Platform, BotID: tc.SessionKey.Bot, Scope: tc.Caller.Scope, SceneID: tc.SessionKey.Scene,
+		SenderID: tc.Caller.SenderID, SenderRoles: normalizeRoles(tc.Caller.Roles), SessionKey: tc.SessionKey.String(),
+		Workspace: workspace,
+	}
+}
+
+// normalizeRoles maps the platform role names of events (owner, admin) to the tool API's
+// (group_owner, group_admin); everyone is a user.
+func normalizeRoles(in []string) []string {
+	out := make([]string, 0, len(in)+1)
+	out = append(out, tools.RoleUser)
+	for _, r := range in {
+		switch r {
+		case events.RoleAdmin:
+			r = tools.RoleGroupAdmin
+		case events.RoleOwner:
+			r = tools.RoleGroupOwner
+		}
+		if !slices.Contains(out, r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// refusal re-checks the gating of t for the call (the turn worker filtered already; a tool
+// worker never relies on that alone) and returns why it is refused, or "".
+func refusal(t tools.Tool, tc events.ToolCall, env tools.Env) string {
+	k := tc.SessionKey
+	if tc.Caller.Platform != k.Platform || tc.Caller.Scope != k.Scope || (tc.Caller.Bot != "" && tc.Caller.Bot != k.Bot) {
+		return fmt.Sprintf("the caller (%s/%s/%s) does not match the session %s", tc.Caller.Platform, tc.Caller.Bot, tc.Caller.Scope, k)
+	}
+	if len(t.Platforms) > 0 && !slices.Contains(t.Platforms, env.Platform) {
+		return fmt.Sprintf("it is not available on platform %q (only %s)", env.Platform, strings.Join(t.Platforms, ", "))
+	}
+	if len(t.Scopes) > 0 && !slices.Contains(t.Scopes, env.Scope) {
+		return fmt.Sprintf("it is not available in %s chats (only %s)", env.Scope, strings.Join(t.Scopes, ", "))
+	}
+	if !env.HasAnyRole(t.RequiredAnyRole...) {
+		return fmt.Sprintf("it requires one of the roles %s and the sender has %s",
+			strings.Join(t.RequiredAnyRole, ", "), strings.Join(env.SenderRoles, ", "))
+	}
+	return ""
+}

@@ -1,0 +1,400 @@
+package toolworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/tools"
+)
+
+// Defaults of Options.
+const (
+	DefaultConcurrency    = 32
+	DefaultTimeout        = 60 * time.Second
+	DefaultAckWait        = 30 * time.Second
+	DefaultMaxAttempts    = 4
+	DefaultPollWait       = 2 * time.Second
+	DefaultInterruptGrace = 5 * time.Second
+	// DefaultHeartbeat is used when the tools bucket has no TTL; otherwise the default is TTL/4.
+	DefaultHeartbeat = 30 * time.Second
+)
+
+// Options configure Run. NC, JS and Registry are required.
+type Options struct {
+	NC       *nats.Conn
+	JS       jetstream.JetStream
+	Registry *tools.Registry
+	// ID names this worker in the registry, results and logs (default: "tool-worker-" + a NUID).
+	ID  string
+	Log *slog.Logger
+	// Concurrency is how many calls of one tool this worker runs at once (default 32). Each
+	// tool has its own budget, so a slow tool cannot starve the others.
+	Concurrency int
+	// HeartbeatEvery is how often registry entries are refreshed (default: the tools bucket
+	// TTL / 4; clamped to TTL / 3 so an entry never lapses between two beats).
+	HeartbeatEvery time.Duration
+	// DefaultTimeout bounds one tool run (default 60s); Timeouts overrides it per tool name.
+	// The effective value is announced as the entry's TimeoutMs.
+	DefaultTimeout time.Duration
+	Timeouts       map[string]time.Duration
+	// AckWait of the per-tool consumers (default 30s); in-progress acks go out every AckWait/3.
+	AckWait time.Duration
+	// MaxAttempts is how often a call may be delivered before the worker gives up on it with an
+	// error result and a dead letter (default 4; the consumer's MaxDeliver is MaxAttempts+1, the
+	// last delivery being the one that records the give-up).
+	MaxAttempts int
+	// PollWait is how long one pull request waits for calls (default 2s). Stop returns after
+	// at most about this long plus the running calls.
+	PollWait time.Duration
+	// InterruptGrace is how long past a non-idempotent attempt's own timeout the worker waits
+	// for its result before calling it interrupted (default 5s).
+	InterruptGrace time.Duration
+	// Workspace is copied into every call's tools.Env (tools that touch files need one).
+	Workspace string
+}
+
+func (o *Options) defaults() error {
+	switch {
+	case o.NC == nil:
+		return fmt.Errorf("%w: NC is required", ErrConfig)
+	case o.JS == nil:
+		return fmt.Errorf("%w: JS is required", ErrConfig)
+	case o.Registry == nil:
+		return fmt.Errorf("%w: Registry is required", ErrConfig)
+	case o.Concurrency < 0, o.HeartbeatEvery < 0, o.DefaultTimeout < 0, o.AckWait < 0, o.MaxAttempts < 0,
+		o.PollWait < 0, o.InterruptGrace < 0:
+		return fmt.Errorf("%w: durations and counts must not be negative", ErrConfig)
+	}
+	if o.ID == "" {
+		o.ID = "tool-worker-" + events.NewID()
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	if o.DefaultTimeout == 0 {
+		o.DefaultTimeout = DefaultTimeout
+	}
+	if o.AckWait == 0 {
+		o.AckWait = DefaultAckWait
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = DefaultMaxAttempts
+	}
+	if o.PollWait == 0 {
+		o.PollWait = DefaultPollWait
+	}
+	if o.PollWait < 100*time.Millisecond {
+		o.PollWait = 100 * time.Millisecond
+	}
+	if o.InterruptGrace == 0 {
+		o.InterruptGrace = DefaultInterruptGrace
+	}
+	return nil
+}
+
+// Handle is a running tool worker. Stop drains it; Kill drops everything like a crash.
+type Handle struct {
+	opts    Options
+	log     *slog.Logger
+	results jetstream.Stream
+	toolsKV jetstream.KeyValue
+	markers jetstream.KeyValue
+
+	// killCtx is the parent of every tool run and fetch; cancelled by Kill and at the end of Stop.
+	killCtx  context.Context
+	kill     context.CancelFunc
+	killed   atomic.Bool
+	stopping chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
+
+	loops sync.WaitGroup // fetch loops and the heartbeat loop
+	calls sync.WaitGroup // calls being handled
+
+	mu       sync.Mutex
+	served   map[string]*served
+	inflight map[string]chan struct{} // call id -> closed when its handling ends
+	window   time.Duration            // registry generation window (2 × heartbeat)
+	beat     time.Duration
+}
+
+// served is one tool this worker consumes calls for.
+type served struct {
+	name string
+	cons jetstream.Consumer
+	sem  chan struct{}
+	stop chan struct{} // closed when the tool left the registry
+}
+
+// Run starts a tool worker serving every tool of opts.Registry: it creates the per-tool
+// consumers, announces the tools in KV "tools" and starts consuming. Tools added to or removed
+// from the registry later are picked up at the next heartbeat. When ctx ends the worker stops
+// as by Stop.
+func Run(ctx context.Context, opts Options) (*Handle, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	h := &Handle{opts: opts, log: opts.Log.With("worker", opts.ID), stopping: make(chan struct{}), done: make(chan struct{}),
+		served: map[string]*served{}, inflight: map[string]chan struct{}{}}
+	var err error
+	if h.results, err = opts.JS.Stream(ctx, events.StreamToolResults); err != nil {
+		return nil, fmt.Errorf("open stream %s: %w", events.StreamToolResults, err)
+	}
+	if h.toolsKV, err = opts.JS.KeyValue(ctx, events.BucketTools); err != nil {
+		return nil, fmt.Errorf("open KV %s: %w", events.BucketTools, err)
+	}
+	if h.markers, err = opts.JS.KeyValue(ctx, events.BucketDelivered); err != nil {
+		return nil, fmt.Errorf("open KV %s: %w", events.BucketDelivered, err)
+	}
+	h.beat = opts.HeartbeatEvery
+	var ttl time.Duration
+	if st, err := h.toolsKV.Status(ctx); err == nil {
+		ttl = st.TTL()
+	}
+	switch {
+	case h.beat == 0 && ttl > 0:
+		h.beat = ttl / 4
+	case h.beat == 0:
+		h.beat = DefaultHeartbeat
+	case ttl > 0 && h.beat > ttl/3:
+		h.log.Warn("tool worker: heartbeat too slow for the tools bucket TTL; clamped", "heartbeat", h.beat, "ttl", ttl)
+		h.beat = ttl / 3
+	}
+	h.window = 2 * h.beat
+	h.killCtx, h.kill = context.WithCancel(context.Background())
+
+	for _, t := range opts.Registry.List() {
+		if err := h.serve(ctx, t); err != nil {
+			h.Kill()
+			return nil, err
+		}
+	}
+	h.loops.Add(1)
+	go h.heartbeatLoop()
+	go func() {
+		select {
+		case <-ctx.Done():
+			h.Stop()
+		case <-h.done:
+		}
+	}()
+	h.log.Info("tool worker started", "tools", len(h.served), "heartbeat", h.beat)
+	return h, nil
+}
+
+// ID returns the worker id.
+func (h *Handle) ID() string { return h.opts.ID }
+
+// Tools returns the names of the tools this worker serves now.
+func (h *Handle) Tools() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]string, 0, len(h.served))
+	for n := range h.served {
+		out = append(out, n)
+	}
+	return out
+}
+
+// ConsumerName is the durable consumer of a tool's calls on TOOL_CALLS.
+func ConsumerName(tool string) string { return "tool_" + events.EncodeToken(tool) }
+
+func (h *Handle) consumerConfig(name string) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       ConsumerName(name),
+		Description:   "agentbus: calls of tool " + name,
+		FilterSubject: events.ToolCallSubject(name),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       h.opts.AckWait,
+		MaxDeliver:    h.opts.MaxAttempts + 1,
+	}
+}
+
+// serve starts consuming t's calls and announces it.
+func (h *Handle) serve(ctx context.Context, t tools.Tool) error {
+	cons, err := h.opts.JS.CreateOrUpdateConsumer(ctx, events.StreamToolCalls, h.consumerConfig(t.Name))
+	if err != nil {
+		return fmt.Errorf("consumer for tool %s: %w", t.Name, err)
+	}
+	if err := h.announce(ctx, t); err != nil {
+		return fmt.Errorf("announce tool %s: %w", t.Name, err)
+	}
+	s := &served{name: t.Name, cons: cons, sem: make(chan struct{}, h.opts.Concurrency), stop: make(chan struct{})}
+	h.mu.Lock()
+	h.served[t.Name] = s
+	h.mu.Unlock()
+	h.loops.Add(1)
+	go h.fetchLoop(s)
+	return nil
+}
+
+// sync follows registry changes: new tools are served, removed ones withdrawn.
+func (h *Handle) sync(ctx context.Context) {
+	want := map[string]tools.Tool{}
+	for _, t := range h.opts.Registry.List() {
+		want[t.Name] = t
+	}
+	h.mu.Lock()
+	var gone []*served
+	for name, s := range h.served {
+		if _, ok := want[name]; !ok {
+			gone = append(gone, s)
+			delete(h.served, name)
+		}
+	}
+	var added []tools.Tool
+	for name, t := range want {
+		if _, ok := h.served[name]; !ok {
+			added = append(added, t)
+		}
+	}
+	h.mu.Unlock()
+	for _, s := range gone {
+		close(s.stop)
+		if err := h.withdraw(ctx, s.name); err != nil {
+			h.log.Warn("tool worker: withdraw removed tool", "tool", s.name, "err", err)
+		}
+	}
+	for _, t := range added {
+		if err := h.serve(ctx, t); err != nil {
+			h.log.Warn("tool worker: serve new tool", "tool", t.Name, "err", err)
+		}
+	}
+}
+
+func (h *Handle) heartbeatLoop() {
+	defer h.loops.Done()
+	tick := time.NewTicker(h.beat)
+	defer tick.Stop()
+	for {
+		select {
+		case <-h.stopping:
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(h.killCtx, h.beat)
+		h.sync(ctx)
+		h.mu.Lock()
+		names := make([]string, 0, len(h.served))
+		for n := range h.served {
+			names = append(names, n)
+		}
+		h.mu.Unlock()
+		for _, n := range names {
+			t, ok := h.opts.Registry.Get(n)
+			if !ok {
+				continue
+			}
+			if err := h.announce(ctx, t); err != nil && h.killCtx.Err() == nil {
+				h.log.Warn("tool worker: heartbeat", "tool", n, "err", err)
+			}
+		}
+		cancel()
+	}
+}
+
+// fetchLoop pulls calls of one tool as long as the worker runs, never more than the tool's
+// free concurrency slots, so no fetched call waits in a buffer without in-progress acks.
+func (h *Handle) fetchLoop(s *served) {
+	defer h.loops.Done()
+	for {
+		select {
+		case s.sem <- struct{}{}:
+		case <-h.stopping:
+			return
+		case <-s.stop:
+			return
+		}
+		n := 1
+	grab:
+		for n < cap(s.sem) {
+			select {
+			case s.sem <- struct{}{}:
+				n++
+			default:
+				break grab
+			}
+		}
+		fctx, cancel := context.WithTimeout(h.killCtx, h.opts.PollWait)
+		batch, err := s.cons.Fetch(n, jetstream.FetchContext(fctx))
+		got := 0
+		if err == nil {
+			for msg := range batch.Messages() {
+				got++
+				h.calls.Add(1)
+				go func() {
+					defer h.calls.Done()
+					defer func() { <-s.sem }()
+					h.handle(s, msg)
+				}()
+			}
+			err = batch.Error()
+		}
+		cancel()
+		for ; got < n; got++ {
+			<-s.sem
+		}
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) &&
+			!errors.Is(err, nats.ErrTimeout) && h.killCtx.Err() == nil {
+			h.log.Warn("tool worker: fetch", "tool", s.name, "err", err)
+			select {
+			case <-time.After(500 * time.Millisecond):
+			case <-h.stopping:
+			case <-s.stop:
+			}
+		}
+	}
+}
+
+// Stop drains the worker: no new calls are fetched, running calls finish and record their
+// results, then the worker's id is removed from its registry entries (the entry itself when it
+// was the last worker). Safe to call more than once and after Kill.
+func (h *Handle) Stop() {
+	h.stopOnce.Do(func() {
+		close(h.stopping)
+		h.loops.Wait()
+		h.calls.Wait()
+		if !h.killed.Load() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			h.mu.Lock()
+			names := make([]string, 0, len(h.served))
+			for n := range h.served {
+				names = append(names, n)
+			}
+			h.mu.Unlock()
+			for _, n := range names {
+				if err := h.withdraw(ctx, n); err != nil {
+					h.log.Warn("tool worker: withdraw on stop", "tool", n, "err", err)
+				}
+			}
+			cancel()
+		}
+		h.kill()
+		close(h.done)
+		h.log.Info("tool worker stopped")
+	})
+}
+
+// Kill stops the worker as a crash would: running tools are cancelled, nothing more is
+// published or acknowledged (the calls come back to another worker after AckWait) and the
+// registry entries are left to expire with the bucket TTL. For tests of crash recovery.
+func (h *Handle) Kill() {
+	h.killed.Store(true)
+	h.kill()
+	h.Stop()
+}
+
+// Done is closed once the worker has stopped.
+func (h *Handle) Done() <-chan struct{} { return h.done }
