@@ -361,3 +361,16 @@ func BenchmarkDecodeCtxMessages4(b *testing.B) {
 		}
 	}
 }
+
+func TestMarshalNil(t *testing.T) {
+	var ev *Event[Abort]
+	if _, err := Marshal(ev); !errors.Is(err, ErrInvalid) {
+		t.Errorf("typed nil: %v", err)
+	}
+	if _, err := NewMsg("x", ev); !errors.Is(err, ErrInvalid) {
+		t.Errorf("NewMsg typed nil: %v", err)
+	}
+	if _, err := Marshal(nil); !errors.Is(err, ErrInvalid) {
+		t.Errorf("nil: %v", err)
+	}
+}

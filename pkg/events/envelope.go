@@ -65,7 +65,10 @@ type Event[P Payload] struct {
 type Any interface {
 	EventMeta() *Meta
 	EventPayload() Payload
+	isNil() bool // seals Any to *Event[P] and lets Marshal reject a typed nil
 }
+
+func (e *Event[P]) isNil() bool { return e == nil }
 
 // EventMeta returns the envelope.
 func (e *Event[P]) EventMeta() *Meta { return &e.Meta }
@@ -120,7 +123,7 @@ func NewTraceID() string {
 // Version in the output (ev itself is not changed); a Type that does not match the payload, a
 // missing id or time, or an invalid payload is an error wrapping ErrInvalid.
 func Marshal(ev Any) ([]byte, error) {
-	if ev == nil {
+	if ev == nil || ev.isNil() {
 		return nil, invalid("event", "nil event")
 	}
 	m := ev.EventMeta()
