@@ -10,7 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
@@ -351,42 +350,18 @@ func (l *ContextLog) LoadContext(ctx context.Context, id events.SessionID) (Load
 	return l.result(st), nil
 }
 
-const readPage = 512
-
 // readRange reads the subject's records from seq (or from time when seq is 0) up to and
-// including upTo, in pages of batched direct gets.
+// including upTo.
 func (l *ContextLog) readRange(ctx context.Context, subj string, seq uint64, from time.Time, upTo uint64) ([]*jetstream.RawStreamMsg, error) {
 	var out []*jetstream.RawStreamMsg
-	for {
-		opts := []jetstreamext.GetBatchOpt{jetstreamext.GetBatchSubject(subj)}
-		if seq > 0 {
-			opts = append(opts, jetstreamext.GetBatchSeq(seq))
-		} else {
-			opts = append(opts, jetstreamext.GetBatchStartTime(from))
+	err := scan(ctx, l.js, streamAgentCtx, subj, seq, from, func(m *jetstream.RawStreamMsg) bool {
+		if m.Sequence > upTo {
+			return false
 		}
-		it, err := jetstreamext.GetBatch(ctx, l.js, streamAgentCtx, readPage, opts...)
-		if err != nil {
-			return nil, err
-		}
-		n := 0
-		for m, err := range it {
-			if errors.Is(err, jetstreamext.ErrNoMessages) {
-				break
-			}
-			if err != nil {
-				return nil, err
-			}
-			if m.Sequence > upTo {
-				return out, nil
-			}
-			out = append(out, m)
-			n++
-			seq = m.Sequence + 1
-		}
-		if n < readPage || seq > upTo {
-			return out, nil
-		}
-	}
+		out = append(out, m)
+		return m.Sequence < upTo
+	})
+	return out, err
 }
 
 // pointerAt returns the summary pointer as of expectedLastSeq on subj.

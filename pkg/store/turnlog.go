@@ -1,0 +1,150 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/events"
+)
+
+// TurnLog is the turn event log on AGENT_EVENTS (agent.evt.<sk>.<turn>.<kind>): what a worker
+// resumes a crashed turn from, and what replay and audit read.
+type TurnLog struct {
+	js jetstream.JetStream
+}
+
+// NewTurnLog binds the provisioned AGENT_EVENTS stream (it must allow direct gets).
+func NewTurnLog(ctx context.Context, js jetstream.JetStream) (*TurnLog, error) {
+	st, err := js.Stream(ctx, streamAgentEvents)
+	if err != nil {
+		return nil, fmt.Errorf("open stream %s: %w", streamAgentEvents, err)
+	}
+	if !st.CachedInfo().Config.AllowDirect {
+		return nil, fmt.Errorf("stream %s: AllowDirect is required to read turns", streamAgentEvents)
+	}
+	return &TurnLog{js: js}, nil
+}
+
+// TurnRecord is one stored turn event.
+type TurnRecord struct {
+	Seq     uint64
+	Time    time.Time // when the server stored it
+	Subject string
+	Key     events.SessionKey
+	Turn    string
+	Kind    string // events.EvtKind*
+	Event   events.Any
+}
+
+// Append stores ev (an evt.* event whose Meta.Turn is set) on agent.evt.<sk>.<turn>.<kind> and
+// returns its stream sequence. The Nats-Msg-Id is events.MsgID(ev) (the event id unless the
+// payload names its own), so republishing the same event after a crash is stored once and
+// returns the original sequence.
+func (t *TurnLog) Append(ctx context.Context, sk events.SessionKey, ev events.Any) (uint64, error) {
+	if err := sk.Validate(); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if ev == nil {
+		return 0, fmt.Errorf("%w: nil event", ErrInvalid)
+	}
+	m := ev.EventMeta()
+	typ := ev.EventPayload().EventType()
+	kind := events.EvtKind(typ)
+	switch {
+	case kind == "":
+		return 0, fmt.Errorf("%w: %s is not a turn event (want evt.*)", ErrInvalid, typ)
+	case m.Turn == "":
+		return 0, fmt.Errorf("%w: %s event %s has no turn id", ErrInvalid, typ, m.ID)
+	}
+	msg, err := events.NewMsg(events.AgentEvtSubject(sk, m.Turn, kind), ev)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	ack, err := t.js.PublishMsg(ctx, msg)
+	if err != nil {
+		return 0, fmt.Errorf("append %s of turn %s: %w", typ, m.Turn, err)
+	}
+	return ack.Sequence, nil
+}
+
+func decodeTurnRecord(m *jetstream.RawStreamMsg) (TurnRecord, error) {
+	k, turn, kind, err := events.ParseAgentEvtSubject(m.Subject)
+	if err != nil {
+		return TurnRecord{}, fmt.Errorf("record %d: %w", m.Sequence, err)
+	}
+	ev, err := events.DecodeMsg(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
+	if err != nil {
+		return TurnRecord{}, fmt.Errorf("record %d on %s: %w", m.Sequence, m.Subject, err)
+	}
+	return TurnRecord{Seq: m.Sequence, Time: m.Time, Subject: m.Subject, Key: k, Turn: turn, Kind: kind, Event: ev}, nil
+}
+
+// ReadTurn returns every event of one turn in order. fromSeq > 0 skips the stream before it
+// (e.g. the turn's TurnStarted sequence, known from the session's open turns), which saves the
+// server a scan on a long stream.
+func (t *TurnLog) ReadTurn(ctx context.Context, sk events.SessionKey, turn string, fromSeq uint64) ([]TurnRecord, error) {
+	if err := sk.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if turn == "" {
+		return nil, fmt.Errorf("%w: empty turn id", ErrInvalid)
+	}
+	var out []TurnRecord
+	var derr error
+	err := scan(ctx, t.js, streamAgentEvents, events.AgentEvtTurnFilter(sk, turn), max(fromSeq, 1), time.Time{}, func(m *jetstream.RawStreamMsg) bool {
+		r, err := decodeTurnRecord(m)
+		if err != nil {
+			derr = err
+			return false
+		}
+		out = append(out, r)
+		return true
+	})
+	if err == nil {
+		err = derr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read turn %s of %s: %w", turn, sk, err)
+	}
+	return out, nil
+}
+
+// ReplayFrom says where a replay starts: at stream sequence Seq, or (Seq 0) at the first event
+// stored at or after Time; both zero = from the beginning.
+type ReplayFrom struct {
+	Seq  uint64
+	Time time.Time
+}
+
+// Replay yields every turn event of the session, in stream order, from the given point up to
+// the end of the stream as it is while reading. It stops at the first error (yielded). A record
+// that does not decode is yielded as an error too, so a replay never silently skips.
+func (t *TurnLog) Replay(ctx context.Context, sk events.SessionKey, from ReplayFrom) iter.Seq2[TurnRecord, error] {
+	return func(yield func(TurnRecord, error) bool) {
+		if err := sk.Validate(); err != nil {
+			yield(TurnRecord{}, fmt.Errorf("%w: %w", ErrInvalid, err))
+			return
+		}
+		seq := from.Seq
+		if seq == 0 && from.Time.IsZero() {
+			seq = 1
+		}
+		stopped := false
+		err := scan(ctx, t.js, streamAgentEvents, events.AgentEvtSessionFilter(sk), seq, from.Time, func(m *jetstream.RawStreamMsg) bool {
+			r, err := decodeTurnRecord(m)
+			if !yield(r, err) || err != nil {
+				stopped = true
+				return false
+			}
+			return true
+		})
+		if err != nil && !stopped {
+			yield(TurnRecord{}, fmt.Errorf("replay %s: %w", sk, err))
+		}
+	}
+}

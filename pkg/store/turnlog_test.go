@@ -1,0 +1,148 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/llm"
+)
+
+func turnEvents(sk events.SessionKey, turn string, inboxSeq uint64) []events.Any {
+	opts := []events.Option{events.WithSession(events.NewSessionID(sk, 1).String()), events.WithTurn(turn)}
+	return []events.Any{
+		events.New(events.TurnStarted{Turn: turn, Trigger: events.InboxRef{Seq: inboxSeq}, Model: events.ModelRef{ID: "m"},
+			Input: []llm.Message{llm.UserText("q "+turn, 1)}}, opts...),
+		events.New(events.MessageEnd{Index: 0, Message: llm.Message{Role: llm.RoleAssistant, Content: []llm.Content{llm.ToolCall("c-"+turn, "search", nil)}}}, opts...),
+		events.New(events.ToolCallRequested{CallID: "c-" + turn, Tool: "search", Args: map[string]any{}}, opts...),
+		events.New(events.MessageEnd{Index: 1, Message: llm.Message{Role: llm.RoleAssistant, Content: []llm.Content{llm.Text("answer " + turn)}}}, opts...),
+		events.New(events.TurnCommitted{FirstSeq: 1, LastSeq: 1, Messages: 3}, opts...),
+	}
+}
+
+func kinds(rs []TurnRecord) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.Turn + "/" + r.Kind
+	}
+	return out
+}
+
+func TestTurnLog(t *testing.T) {
+	ctx := context.Background()
+	js := startJS(t)
+	tl, err := NewTurnLog(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sk, other := testKey("turns"), testKey("other")
+	var seqs []uint64
+	// Two turns of sk interleaved with another session's turn.
+	t1, t2, o1 := turnEvents(sk, "t1", 1), turnEvents(sk, "t2", 2), turnEvents(other, "t1", 1)
+	for i := range t1 {
+		for _, x := range []struct {
+			k  events.SessionKey
+			ev events.Any
+		}{{sk, t1[i]}, {other, o1[i]}} {
+			s, err := tl.Append(ctx, x.k, x.ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seqs = append(seqs, s)
+		}
+	}
+	before := time.Now()
+	time.Sleep(5 * time.Millisecond)
+	var t2start uint64
+	for i, ev := range t2 {
+		s, err := tl.Append(ctx, sk, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			t2start = s
+		}
+	}
+	// A re-published event (a resumed worker) is stored once, at its original sequence.
+	again, err := tl.Append(ctx, sk, t1[1])
+	if err != nil || again != seqs[2] {
+		t.Fatalf("republish: seq %d err %v, want %d", again, err, seqs[2])
+	}
+
+	got, err := tl.ReadTurn(ctx, sk, "t1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "[t1/turn_started t1/message_end t1/tool_call_requested t1/message_end t1/turn_committed]"
+	if fmt.Sprint(kinds(got)) != want {
+		t.Fatalf("ReadTurn: %v", kinds(got))
+	}
+	me, ok := got[3].Event.(*events.Event[events.MessageEnd])
+	if !ok || me.Data.Message.TextContent() != "answer t1" || got[3].Key != sk || me.Meta.Turn != "t1" {
+		t.Fatalf("decoded %T %+v", got[3].Event, got[3])
+	}
+	if got, _ := tl.ReadTurn(ctx, sk, "t2", t2start); len(got) != 5 || got[0].Seq != t2start {
+		t.Fatalf("ReadTurn from seq: %v", kinds(got))
+	}
+	if got, _ := tl.ReadTurn(ctx, sk, "nope", 0); len(got) != 0 {
+		t.Fatalf("unknown turn: %v", kinds(got))
+	}
+
+	tests := []struct {
+		name string
+		from ReplayFrom
+		want int
+		// first record expected
+		first string
+	}{
+		{"whole session", ReplayFrom{}, 10, "t1/turn_started"},
+		{"from sequence", ReplayFrom{Seq: t2start}, 5, "t2/turn_started"},
+		{"from time", ReplayFrom{Time: before}, 5, "t2/turn_started"},
+		{"past the end", ReplayFrom{Seq: t2start + 100}, 0, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var rs []TurnRecord
+			for r, err := range tl.Replay(ctx, sk, tc.from) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Key != sk {
+					t.Fatalf("other session's record %s", r.Subject)
+				}
+				rs = append(rs, r)
+			}
+			if len(rs) != tc.want || (tc.want > 0 && kinds(rs)[0] != tc.first) {
+				t.Fatalf("replay: %v", kinds(rs))
+			}
+			for i := 1; i < len(rs); i++ {
+				if rs[i].Seq <= rs[i-1].Seq {
+					t.Fatal("out of order")
+				}
+			}
+		})
+	}
+	// Stopping early is allowed.
+	n := 0
+	for range tl.Replay(ctx, sk, ReplayFrom{}) {
+		if n++; n == 2 {
+			break
+		}
+	}
+
+	for _, tc := range []struct {
+		name string
+		ev   events.Any
+	}{
+		{"not a turn event", events.New(events.CtxSummary{Summary: "s", AnchorSeq: 1}, events.WithTurn("t"))},
+		{"no turn id", events.New(events.TurnCommitted{})},
+		{"invalid payload", events.New(events.MessageEnd{Index: -1}, events.WithTurn("t"))},
+	} {
+		if _, err := tl.Append(ctx, sk, tc.ev); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+}
