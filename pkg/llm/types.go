@@ -329,3 +329,9 @@ func ParseThinkingLevel(s string) (ThinkingLevel, error) {
 	}
 	return "", fmt.Errorf("thinking level %q: want minimal, low, medium, high or xhigh", s)
 }
+
+// TextContentOf joins the text blocks of content.
+func TextContentOf(cs []Content) string {
+	m := Message{Content: cs}
+	return m.TextContent()
+}

@@ -1,0 +1,550 @@
+package turn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/store"
+)
+
+// actor is the single writer of one session while its worker holds the lease.
+type actor struct {
+	w      *Worker
+	sk     events.SessionKey
+	subj   string
+	log    *slog.Logger
+	killed atomic.Bool
+	dead   atomic.Bool
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	lease   store.Lease
+	held    map[uint64][]jetstream.Msg // deliveries this actor still owes an ack, by stream seq
+	wake    chan struct{}
+	cursor  uint64
+	turns   map[string]*turnRun // running turns
+	latest  *turnRun            // the newest running turn (steer / follow-up target)
+	queued  []*pendingTurn      // queue policy: turns waiting for the running one
+	ready   []*pendingTurn      // turns to start from the actor goroutine (interrupt merges)
+	collect *pendingTurn        // collect policy: the turn being gathered
+	ctxLast map[string]uint64   // session id -> last AGENT_CTX sequence this actor wrote or read
+	commit  sync.Mutex          // serializes context commits (parallel turns share a snapshot)
+	turnsWG sync.WaitGroup
+}
+
+func newActor(w *Worker, sk events.SessionKey, lease store.Lease) *actor {
+	ctx, cancel := context.WithCancel(w.ctx)
+	return &actor{
+		w: w, sk: sk, subj: events.AgentInSubject(sk), lease: lease,
+		log: w.log.With("session", sk.String()), ctx: ctx, cancel: cancel,
+		held: map[uint64][]jetstream.Msg{}, wake: make(chan struct{}, 1),
+		turns: map[string]*turnRun{}, ctxLast: map[string]uint64{},
+	}
+}
+
+func (a *actor) alive() bool { return !a.dead.Load() }
+
+func (a *actor) leaseToken() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lease.Token
+}
+
+// earlier returns the done channels of running turns triggered before seq: in every policy a
+// turn commits and replies only after the turns before it, so replies keep the inbox order.
+func (a *actor) earlier(seq uint64) []chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []chan struct{}
+	for _, t := range a.turns {
+		if t.seq < seq {
+			out = append(out, t.done)
+		}
+	}
+	return out
+}
+
+// deliver hands a delivery to the actor, which acks it once its effect is durable.
+func (a *actor) deliver(msg jetstream.Msg, seq uint64) {
+	a.mu.Lock()
+	a.held[seq] = append(a.held[seq], msg)
+	a.mu.Unlock()
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run is the actor's life: resume what the previous owner left open, then follow the inbox.
+func (a *actor) run() {
+	defer a.shutdown()
+	sess, err := a.w.sessions.GetOrCreate(a.ctx, a.sk)
+	if err != nil {
+		a.log.Error("load session", "err", err)
+		return
+	}
+	a.cursor = sess.InboxCursor
+	go a.keepLease()
+	for _, ot := range sess.OpenTurns {
+		a.resume(sess, ot)
+	}
+	idleSince := time.Now()
+	inProgress := time.NewTicker(a.w.opts.AckWait / 3)
+	defer inProgress.Stop()
+	for a.ctx.Err() == nil {
+		a.startWaiting()
+		progressed, err := a.step()
+		if err != nil {
+			if a.ctx.Err() == nil {
+				a.log.Error("inbox step failed", "err", err)
+				a.sleep(500 * time.Millisecond)
+			}
+			continue
+		}
+		a.ackDone()
+		if progressed {
+			idleSince = time.Now()
+			continue
+		}
+		if a.idle() {
+			if time.Since(idleSince) > a.w.opts.IdleRelease {
+				return
+			}
+		} else {
+			idleSince = time.Now()
+		}
+		select {
+		case <-a.ctx.Done():
+		case <-a.wake:
+		case <-inProgress.C:
+			a.touchHeld()
+		case <-a.collectDue():
+			a.flushCollect()
+		case <-time.After(a.w.opts.IdleRelease / 4):
+		}
+	}
+}
+
+func (a *actor) sleep(d time.Duration) {
+	select {
+	case <-a.ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+func (a *actor) idle() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.turns) == 0 && len(a.held) == 0 && len(a.queued) == 0 && len(a.ready) == 0 && a.collect == nil
+}
+
+// step processes the next inbox event after the cursor, if there is one.
+func (a *actor) step() (bool, error) {
+	raw, err := a.w.inbox.GetMsg(a.ctx, a.cursor+1, jetstream.WithGetMsgSubject(a.subj))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read inbox after %d: %w", a.cursor, err)
+	}
+	ev, derr := events.Decode(raw.Data)
+	if derr != nil {
+		a.w.deadLetter(raw.Subject, raw.Sequence, raw.Data, raw.Header, "invalid_event", derr)
+		return true, a.advance(raw.Sequence, nil)
+	}
+	return true, a.handle(ev, raw.Sequence)
+}
+
+// advance moves the cursor past seq, recording a started turn in the same CAS when given.
+func (a *actor) advance(seq uint64, open *store.OpenTurn) error {
+	_, err := a.w.sessions.Update(a.ctx, a.sk, func(s *store.Session) error {
+		if seq > s.InboxCursor {
+			s.InboxCursor = seq
+		}
+		if open != nil {
+			s.SetOpenTurn(*open)
+		}
+		s.LastActivity = time.Now().UnixMilli()
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("advance cursor to %d: %w", seq, err)
+	}
+	a.mu.Lock()
+	if seq > a.cursor {
+		a.cursor = seq
+	}
+	a.mu.Unlock()
+	return nil
+}
+
+// ackDone acks the deliveries whose effect is durable and that no running turn depends on.
+func (a *actor) ackDone() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for seq, msgs := range a.held {
+		if seq > a.cursor || a.neededLocked(seq) {
+			continue
+		}
+		for _, m := range msgs {
+			_ = m.Ack()
+		}
+		delete(a.held, seq)
+	}
+}
+
+func (a *actor) neededLocked(seq uint64) bool {
+	for _, t := range a.turns {
+		if t.needs(seq) {
+			return true
+		}
+	}
+	for _, q := range a.queued {
+		if q.needs(seq) {
+			return true
+		}
+	}
+	return a.collect != nil && a.collect.needs(seq)
+}
+
+// touchHeld keeps the deliveries of running turns from being redelivered.
+func (a *actor) touchHeld() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, msgs := range a.held {
+		for _, m := range msgs {
+			_ = m.InProgress()
+		}
+	}
+}
+
+// keepLease renews the lease; when it is lost the actor stops at once: another worker owns
+// the session now, and fencing makes sure nothing this actor still tries to commit lands.
+func (a *actor) keepLease() {
+	t := time.NewTicker(a.w.opts.LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.ctx.Done():
+			return
+		case <-t.C:
+		}
+		a.mu.Lock()
+		l := a.lease
+		a.mu.Unlock()
+		nl, err := a.w.leases.Renew(a.ctx, l)
+		if err != nil {
+			if a.ctx.Err() != nil {
+				return
+			}
+			a.log.Warn("lease lost, stopping actor", "err", err)
+			a.dead.Store(true)
+			a.cancel()
+			return
+		}
+		a.mu.Lock()
+		a.lease = nl
+		a.mu.Unlock()
+	}
+}
+
+// shutdown ends the actor: running turns are cancelled (they stay open in the session record),
+// held deliveries are left unacked for redelivery, and the lease is released unless the
+// worker is being killed.
+func (a *actor) shutdown() {
+	a.dead.Store(true)
+	a.cancel()
+	a.turnsWG.Wait()
+	if a.killed.Load() {
+		return
+	}
+	a.mu.Lock()
+	held := a.held
+	a.held = nil
+	lease := a.lease
+	a.mu.Unlock()
+	for _, msgs := range held {
+		for _, m := range msgs {
+			_ = m.Nak()
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = a.w.leases.Release(ctx, lease)
+}
+
+// handle applies one inbox event.
+func (a *actor) handle(ev events.Any, seq uint64) error {
+	policy := a.w.opts.AI.Agent.Concurrency
+	switch e := ev.(type) {
+	case *events.Event[events.UserMessage]:
+		in := a.userInput(&e.Data.Message, e.Data.Text)
+		pt := &pendingTurn{seq: seq, input: []llm.Message{in}, msg: e.Data.Message, trace: e.Trace}
+		return a.schedule(pt, policy)
+	case *events.Event[events.Listen]:
+		m := a.userInput(&e.Data.Message, "")
+		if err := a.appendContext(seq, []llm.Message{m}); err != nil {
+			return err
+		}
+		return a.advance(seq, nil)
+	case *events.Event[events.Steer]:
+		text := llm.UserText(e.Data.Text, time.Now().UnixMilli())
+		if t := a.runningTurn(); t != nil {
+			t.steer(text)
+			return a.advance(seq, nil)
+		}
+		return a.schedule(a.pendingFrom(seq, text, e.Data.Message, e.Data.Sender, e.Trace), "parallel")
+	case *events.Event[events.FollowUp]:
+		text := llm.UserText(e.Data.Text, time.Now().UnixMilli())
+		if t := a.runningTurn(); t != nil {
+			t.followUp(text)
+			return a.advance(seq, nil)
+		}
+		return a.schedule(a.pendingFrom(seq, text, e.Data.Message, e.Data.Sender, e.Trace), "parallel")
+	case *events.Event[events.Abort]:
+		n := a.abortAll(e.Data.Reason)
+		a.log.Info("abort", "turns", n, "by", e.Data.Sender.ID)
+		return a.advance(seq, nil)
+	case *events.Event[events.Command]:
+		return a.command(e, seq)
+	case *events.Event[events.Scheduled]:
+		m := llm.UserText("[scheduled reminder] "+e.Data.Text, time.Now().UnixMilli())
+		return a.schedule(&pendingTurn{seq: seq, input: []llm.Message{m}, msg: a.syntheticTarget(e.Data.CreatedBy, e.Data.ReplyTo), trace: e.Trace}, "parallel")
+	case *events.Event[events.SubagentResult]:
+		text := llm.TextContentOf(e.Data.Content)
+		m := llm.UserText("[background task "+e.Data.TaskID+" finished]\n"+text, time.Now().UnixMilli())
+		return a.schedule(&pendingTurn{seq: seq, input: []llm.Message{m}, msg: a.syntheticTarget(events.Sender{ID: "system"}, ""), trace: e.Trace}, "parallel")
+	}
+	a.w.deadLetter(a.subj, seq, nil, nil, "unhandled_event", fmt.Errorf("event type %s is not handled by the turn worker", ev.EventMeta().Type))
+	return a.advance(seq, nil)
+}
+
+func (a *actor) pendingFrom(seq uint64, m llm.Message, im *events.IMMessage, sender events.Sender, trace string) *pendingTurn {
+	target := a.syntheticTarget(sender, "")
+	if im != nil {
+		target = *im
+	}
+	return &pendingTurn{seq: seq, input: []llm.Message{m}, msg: target, trace: trace}
+}
+
+// syntheticTarget is a reply target for events that did not come from a chat message.
+func (a *actor) syntheticTarget(sender events.Sender, replyTo string) events.IMMessage {
+	return events.IMMessage{Platform: a.sk.Platform, Bot: a.sk.Bot, MessageID: replyTo,
+		Scene: events.Scene{Type: a.sk.Scope, ID: a.sk.Scene}, Sender: sender}
+}
+
+func (a *actor) runningTurn() *turnRun {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.latest
+}
+
+func (a *actor) abortAll(reason string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, t := range a.turns {
+		t.abort(reason)
+	}
+	n := len(a.turns) + len(a.queued)
+	// Queued turns are dropped with their inputs committed as context (nothing is lost).
+	for _, q := range a.queued {
+		q.cancelled = true
+	}
+	return n
+}
+
+// schedule starts, queues, steers into, interrupts or collects a user turn per policy.
+func (a *actor) schedule(pt *pendingTurn, policy string) error {
+	a.mu.Lock()
+	running := a.latest
+	a.mu.Unlock()
+	switch {
+	case policy == "queue" && (running != nil || a.hasQueued()):
+		return a.enqueue(pt)
+	case running == nil && policy != "collect":
+		return a.startTurn(pt)
+	case policy == "steer":
+		running.steer(pt.input...)
+		return a.advance(pt.seq, nil)
+	case policy == "interrupt":
+		running.interruptWith(pt)
+		return nil // the interrupted turn's finish starts the merged one and advances the cursor
+	case policy == "collect":
+		return a.gather(pt)
+	}
+	return a.startTurn(pt)
+}
+
+// enqueue records a queued turn as open (state "queued") so that a takeover starts it.
+func (a *actor) enqueue(pt *pendingTurn) error {
+	pt.id = turnID(pt.seq)
+	if err := a.advance(pt.seq, &store.OpenTurn{ID: pt.id, State: "queued", InboxSeq: pt.seq, StartedAt: time.Now().UnixMilli()}); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.queued = append(a.queued, pt)
+	a.mu.Unlock()
+	return nil
+}
+
+// gather adds a message to the collect window; the turn starts when the window closes.
+func (a *actor) gather(pt *pendingTurn) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	window := time.Duration(a.w.opts.AI.Agent.CollectWindowMs) * time.Millisecond
+	if a.collect == nil {
+		pt.due = time.Now().Add(window)
+		a.collect = pt
+		return nil
+	}
+	a.collect.merge(pt)
+	a.collect.due = time.Now().Add(window)
+	return nil
+}
+
+func (a *actor) collectDue() <-chan time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.collect == nil {
+		return nil
+	}
+	return time.After(time.Until(a.collect.due))
+}
+
+func (a *actor) flushCollect() {
+	a.mu.Lock()
+	pt := a.collect
+	if pt == nil || time.Now().Before(pt.due) {
+		a.mu.Unlock()
+		return
+	}
+	a.collect = nil
+	a.mu.Unlock()
+	if err := a.startTurn(pt); err != nil {
+		a.log.Error("start collected turn", "err", err)
+	}
+}
+
+// turnDone is called by a finished turn: it forgets the turn and wakes the actor, which
+// starts what waited for it (startWaiting). Starting turns only from the actor goroutine keeps
+// their order the inbox order.
+func (a *actor) turnDone(t *turnRun, next *pendingTurn) {
+	a.mu.Lock()
+	delete(a.turns, t.id)
+	if a.latest == t {
+		a.latest = nil
+		for _, o := range a.turns {
+			if a.latest == nil || o.seq > a.latest.seq {
+				a.latest = o
+			}
+		}
+	}
+	if next != nil {
+		a.ready = append(a.ready, next)
+	}
+	a.mu.Unlock()
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (a *actor) hasQueued() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.queued) > 0
+}
+
+// startWaiting starts interrupt merges, and the next queued turn when none is running.
+func (a *actor) startWaiting() {
+	a.mu.Lock()
+	ready := a.ready
+	a.ready = nil
+	var next *pendingTurn
+	for a.latest == nil && len(a.queued) > 0 && next == nil {
+		next = a.queued[0]
+		a.queued = a.queued[1:]
+		if next.cancelled {
+			a.cancelQueued(next)
+			next = nil
+		}
+	}
+	a.mu.Unlock()
+	if next != nil {
+		ready = append(ready, next)
+	}
+	for _, pt := range ready {
+		if err := a.startTurn(pt); err != nil {
+			a.log.Error("start turn", "turn", pt.id, "err", err)
+		}
+	}
+}
+
+// cancelQueued closes a queued turn that /cancel dropped, keeping its input as context.
+func (a *actor) cancelQueued(pt *pendingTurn) {
+	go func() {
+		_ = a.appendContext(pt.seq, pt.input)
+		_, _ = a.w.sessions.Update(a.ctx, a.sk, func(s *store.Session) error { s.CloseTurn(pt.id); return nil })
+	}()
+}
+
+// appendContext commits messages to the session's context (listen, cancelled inputs).
+func (a *actor) appendContext(seq uint64, msgs []llm.Message) error {
+	sess, err := a.w.sessions.Get(a.ctx, a.sk)
+	if err != nil {
+		return err
+	}
+	sid, err := sess.ID()
+	if err != nil {
+		return err
+	}
+	_, err = a.commitMessages(sid, msgs, fmt.Sprintf("in-%d", seq), "")
+	return err
+}
+
+// commitMessages appends msgs to the session id's context log, fenced on the last sequence
+// this actor knows. Commits of one actor are serialized; another writer (a worker that took
+// the session over) makes the append fail with store.ErrStaleWriter.
+func (a *actor) commitMessages(sid events.SessionID, msgs []llm.Message, msgID, turn string) (uint64, error) {
+	a.commit.Lock()
+	defer a.commit.Unlock()
+	key := sid.String()
+	last, ok := a.ctxLast[key]
+	if !ok {
+		l, err := a.w.ctxlog.LoadContext(a.ctx, sid)
+		if err != nil {
+			return 0, err
+		}
+		last = l.LastSeq
+	}
+	seq, err := a.w.ctxlog.AppendMessages(a.ctx, sid, last, msgs, store.WithMsgID(msgID), store.WithTurn(turn))
+	if err != nil {
+		return 0, fmt.Errorf("commit context %s: %w", key, err)
+	}
+	a.ctxLast[key] = seq
+	return seq, nil
+}
+
+// sortedSeqs lists held sequences (for tests and logs).
+func (a *actor) sortedSeqs() []uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]uint64, 0, len(a.held))
+	for s := range a.held {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}

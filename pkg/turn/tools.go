@@ -1,0 +1,209 @@
+package turn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/loop"
+)
+
+// ToolCatalog mirrors KV tools: the tools some tool worker serves right now. Entries vanish
+// when their workers stop refreshing them (bucket TTL).
+type ToolCatalog struct {
+	kv jetstream.KeyValue
+	mu sync.RWMutex
+	m  map[string]events.ToolEntry
+}
+
+// NewToolCatalog opens the registry bucket.
+func NewToolCatalog(ctx context.Context, js jetstream.JetStream) (*ToolCatalog, error) {
+	kv, err := js.KeyValue(ctx, events.BucketTools)
+	if err != nil {
+		return nil, fmt.Errorf("open KV %s: %w", events.BucketTools, err)
+	}
+	return &ToolCatalog{kv: kv, m: map[string]events.ToolEntry{}}, nil
+}
+
+// Start follows the bucket until ctx ends.
+func (c *ToolCatalog) Start(ctx context.Context) {
+	go func() {
+		for ctx.Err() == nil {
+			w, err := c.kv.WatchAll(ctx)
+			if err != nil {
+				time.Sleep(time.Second)
+				continue
+			}
+			for e := range w.Updates() {
+				if e == nil {
+					continue // initial values done
+				}
+				c.apply(e)
+			}
+			_ = w.Stop()
+		}
+	}()
+}
+
+func (c *ToolCatalog) apply(e jetstream.KeyValueEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(c.m, e.Key())
+		return
+	}
+	te, err := events.UnmarshalToolEntry(e.Value())
+	if err != nil {
+		delete(c.m, e.Key())
+		return
+	}
+	c.m[e.Key()] = te
+}
+
+// Refresh reads the bucket once (used before the watcher caught up, and by tests).
+func (c *ToolCatalog) Refresh(ctx context.Context) error {
+	keys, err := c.kv.ListKeys(ctx)
+	if err != nil {
+		return err
+	}
+	for k := range keys.Keys() {
+		e, err := c.kv.Get(ctx, k)
+		if err == nil {
+			c.apply(e)
+		}
+	}
+	return nil
+}
+
+// For returns the tools the sender of m may use here, sorted by name.
+func (c *ToolCatalog) For(m events.IMMessage) []events.ToolEntry {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []events.ToolEntry
+	for _, t := range c.m {
+		if len(t.Platforms) > 0 && !slices.Contains(t.Platforms, m.Platform) {
+			continue
+		}
+		if len(t.Scopes) > 0 && !slices.Contains(t.Scopes, m.Scene.Type) {
+			continue
+		}
+		if len(t.Roles) > 0 && !slices.ContainsFunc(t.Roles, m.Sender.HasRole) {
+			continue
+		}
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (c *ToolCatalog) count() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.m)
+}
+
+func (c *ToolCatalog) entry(name string) (events.ToolEntry, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	t, ok := c.m[events.EncodeToken(name)]
+	return t, ok
+}
+
+// agentTools describes the tools to the loop; the bus executor runs them.
+func (w *Worker) agentTools(entries []events.ToolEntry, t *turnRun) []loop.AgentTool {
+	out := make([]loop.AgentTool, len(entries))
+	for i, e := range entries {
+		out[i] = loop.AgentTool{Tool: llm.Tool{Name: e.Name, Description: e.Description, Parameters: e.Parameters}}
+	}
+	return out
+}
+
+// busExecutor runs a tool call on a tool worker: the call goes to TOOL_CALLS (deduplicated on
+// the call id) and the result is read from TOOL_RESULTS, where it may already be if this is a
+// resumed turn.
+type busExecutor struct {
+	w *Worker
+	t *turnRun
+}
+
+// ErrToolTimeout is the error result of a call no tool worker answered in time.
+var ErrToolTimeout = errors.New("tool call timed out")
+
+func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (loop.ToolResult, error) {
+	w, t := x.w, x.t
+	subj := events.ToolResultSubject(t.a.sk, call.ID)
+	sub, err := w.nc.SubscribeSync(subj)
+	if err != nil {
+		return loop.ToolResult{}, fmt.Errorf("subscribe %s: %w", subj, err)
+	}
+	defer sub.Unsubscribe()
+	if res, ok := x.existing(ctx, subj); ok {
+		return res, nil
+	}
+	timeout := w.opts.ToolTimeout
+	entry, _ := w.tools.entry(call.Name)
+	if entry.TimeoutMs > 0 {
+		timeout = time.Duration(entry.TimeoutMs) * time.Millisecond
+	}
+	tc := events.ToolCall{
+		CallID: call.ID, Tool: call.Name, Args: call.Args, SessionKey: t.a.sk, Turn: t.id,
+		Caller:     events.Caller{Platform: t.msg.Platform, Bot: t.msg.Bot, Scope: t.a.sk.Scope, SenderID: t.msg.Sender.ID, Roles: t.msg.Sender.Roles},
+		Deadline:   time.Now().Add(timeout).UnixMilli(),
+		Idempotent: entry.Idempotent,
+	}
+	if tc.Args == nil {
+		tc.Args = map[string]any{}
+	}
+	ev := events.New(tc, events.WithSession(t.sid.String()), events.WithTurn(t.id), events.WithTrace(t.trace))
+	m, err := events.NewMsg(events.ToolCallSubject(call.Name), ev)
+	if err != nil {
+		return loop.ToolResult{}, err
+	}
+	if _, err := w.js.PublishMsg(ctx, m); err != nil {
+		return loop.ToolResult{}, fmt.Errorf("request tool %s: %w", call.Name, err)
+	}
+	wait, cancel := context.WithTimeout(ctx, timeout+time.Second)
+	defer cancel()
+	for {
+		msg, err := sub.NextMsgWithContext(wait)
+		if err != nil {
+			if ctx.Err() != nil {
+				return loop.ToolResult{}, ctx.Err()
+			}
+			// A result may have been stored while the subscription was not yet active.
+			if res, ok := x.existing(ctx, subj); ok {
+				return res, nil
+			}
+			return loop.ToolResult{}, fmt.Errorf("%w: %s did not answer within %s", ErrToolTimeout, call.Name, timeout)
+		}
+		if res, ok := decodeResult(msg); ok {
+			return res, nil
+		}
+	}
+}
+
+func (x *busExecutor) existing(ctx context.Context, subj string) (loop.ToolResult, bool) {
+	raw, err := x.w.results.GetLastMsgForSubject(ctx, subj)
+	if err != nil {
+		return loop.ToolResult{}, false
+	}
+	return decodeResult(&nats.Msg{Data: raw.Data, Header: raw.Header})
+}
+
+func decodeResult(msg *nats.Msg) (loop.ToolResult, bool) {
+	var ev events.Event[events.ToolResult]
+	if err := events.UnmarshalMsg(msg, &ev); err != nil {
+		return loop.ToolResult{}, false
+	}
+	r := ev.Data
+	return loop.ToolResult{Content: r.Content, Details: r.Details, IsError: r.IsError}, true
+}

@@ -1,0 +1,615 @@
+package turn
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/chunk"
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/ingest"
+	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/loop"
+	"github.com/agentbus/agentbus/pkg/store"
+)
+
+// pendingTurn is a turn decided on but not started yet (queue, collect, interrupt).
+type pendingTurn struct {
+	id        string
+	seq       uint64   // trigger inbox sequence
+	merged    []uint64 // further inbox sequences folded into this turn
+	input     []llm.Message
+	msg       events.IMMessage // reply target and sender
+	trace     string
+	due       time.Time
+	cancelled bool
+}
+
+func (p *pendingTurn) needs(seq uint64) bool {
+	if p.seq == seq {
+		return true
+	}
+	for _, s := range p.merged {
+		if s == seq {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *pendingTurn) merge(o *pendingTurn) {
+	p.merged = append(p.merged, o.seq)
+	p.merged = append(p.merged, o.merged...)
+	p.input = append(p.input, o.input...)
+	p.msg = o.msg // reply to the newest message
+}
+
+// turnID is deterministic in the trigger's inbox sequence, so a worker that re-reads the
+// trigger after a crash finds the turn the previous owner started instead of a second one.
+func turnID(seq uint64) string { return "t" + strconv.FormatUint(seq, 10) }
+
+// turnRun is a running turn.
+type turnRun struct {
+	pendingTurn
+	a       *actor
+	sid     events.SessionID
+	model   *llm.Model
+	cancel  context.CancelFunc
+	done    chan struct{}
+	index   int // next message_end index
+	evtSeq  uint64
+	mu      sync.Mutex
+	steerQ  []llm.Message
+	followQ []llm.Message
+	reason  string       // why it was aborted
+	next    *pendingTurn // interrupt: the turn to start when this one stops
+}
+
+func (t *turnRun) steer(ms ...llm.Message) {
+	t.mu.Lock()
+	t.steerQ = append(t.steerQ, ms...)
+	t.mu.Unlock()
+}
+
+func (t *turnRun) followUp(ms ...llm.Message) {
+	t.mu.Lock()
+	t.followQ = append(t.followQ, ms...)
+	t.mu.Unlock()
+}
+
+func (t *turnRun) abort(reason string) {
+	t.mu.Lock()
+	t.reason = reason
+	t.mu.Unlock()
+	t.cancel()
+}
+
+// interruptWith aborts the turn; when it has stopped, pt starts with this turn's input first.
+func (t *turnRun) interruptWith(pt *pendingTurn) {
+	t.mu.Lock()
+	if t.next == nil {
+		merged := &pendingTurn{seq: pt.seq, input: append(append([]llm.Message(nil), t.input...), pt.input...),
+			msg: pt.msg, trace: pt.trace, merged: append([]uint64{t.seq}, t.merged...)}
+		t.next = merged
+	} else {
+		t.next.merge(pt)
+	}
+	t.reason = "interrupted"
+	t.mu.Unlock()
+	t.a.mu.Lock()
+	// The new trigger must not be acked before the merged turn has started.
+	t.merged = append(t.merged, pt.seq)
+	t.a.mu.Unlock()
+	t.cancel()
+}
+
+func (t *turnRun) drain(q *[]llm.Message, mode string) []llm.Message {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(*q) == 0 {
+		return nil
+	}
+	if mode == "all" {
+		out := *q
+		*q = nil
+		return out
+	}
+	out := (*q)[:1:1]
+	*q = (*q)[1:]
+	return out
+}
+
+// startTurn records the turn as started (AGENT_EVENTS, then the session record with the
+// cursor in the same CAS) and runs it.
+func (a *actor) startTurn(pt *pendingTurn) error {
+	sess, err := a.w.sessions.Get(a.ctx, a.sk)
+	if err != nil {
+		return err
+	}
+	sid, err := sess.ID()
+	if err != nil {
+		return err
+	}
+	if pt.id == "" {
+		pt.id = turnID(pt.seq)
+	}
+	model, err := a.w.pickModel(pt.input)
+	if err != nil {
+		a.replyText(pt, pt.id, "⚠️ "+err.Error())
+		_, _ = a.commitMessages(sid, pt.input, pt.id+":commit", pt.id)
+		return a.advance(pt.seq, nil)
+	}
+	t := &turnRun{pendingTurn: *pt, a: a, sid: sid, model: model, done: make(chan struct{})}
+	started := events.TurnStarted{
+		Turn: t.id, Trigger: events.InboxRef{Seq: pt.seq}, Model: events.ModelRef{Provider: model.Provider, ID: model.ID, API: model.API},
+		Input: pt.input, Worker: a.w.opts.ID, LeaseRevision: a.leaseToken(),
+	}
+	for _, s := range pt.merged {
+		started.Merged = append(started.Merged, events.InboxRef{Seq: s})
+	}
+	if err := record(t, events.EvtKindTurnStarted, started, "started"); err != nil {
+		return err
+	}
+	last := pt.seq
+	for _, s := range pt.merged {
+		last = max(last, s)
+	}
+	if err := a.advance(last, &store.OpenTurn{ID: t.id, State: "running", InboxSeq: pt.seq, StartedAt: time.Now().UnixMilli()}); err != nil {
+		return err
+	}
+	a.launch(t, nil)
+	return nil
+}
+
+// launch runs t in its own goroutine; resumed carries the turn's persisted messages.
+func (a *actor) launch(t *turnRun, resumed *turnLog) {
+	ctx, cancel := context.WithCancel(a.ctx)
+	t.cancel = cancel
+	a.mu.Lock()
+	a.turns[t.id] = t
+	if a.latest == nil || t.seq >= a.latest.seq {
+		a.latest = t
+	}
+	a.mu.Unlock()
+	a.turnsWG.Add(1)
+	go func() {
+		defer a.turnsWG.Done()
+		defer close(t.done)
+		defer cancel()
+		err := t.execute(ctx, resumed)
+		if err != nil && a.ctx.Err() == nil {
+			a.log.Error("turn failed", "turn", t.id, "err", err)
+		}
+		if a.ctx.Err() != nil { // lease lost or worker stopping: the turn stays open for resume
+			return
+		}
+		t.mu.Lock()
+		next := t.next
+		t.mu.Unlock()
+		a.turnDone(t, next)
+	}()
+}
+
+// execute runs (or resumes) the agent loop, commits and replies.
+func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
+	a := t.a
+	w := a.w
+	var persisted []llm.Message
+	committed := false
+	if resumed != nil {
+		persisted, committed = resumed.messages, resumed.committed
+		t.index = len(persisted)
+	}
+	if !committed {
+		final, newMsgs, err := t.runLoop(ctx, persisted)
+		interrupted := t.isInterrupted()
+		if ctx.Err() != nil && a.ctx.Err() != nil {
+			return ctx.Err() // the actor is going away; leave the turn open
+		}
+		if interrupted {
+			// The merged turn carries this turn's input; nothing of this one is committed.
+			_ = record(t, events.EvtKindTurnFailed, events.TurnFailed{Reason: events.FailAborted, Error: "interrupted by a newer message"}, "failed")
+			return t.close("interrupted")
+		}
+		if err != nil && !errors.Is(err, loop.ErrMaxIterations) {
+			return fmt.Errorf("turn %s: %w", t.id, err)
+		}
+		for _, done := range a.earlier(t.seq) {
+			select {
+			case <-done:
+			case <-a.ctx.Done():
+				return a.ctx.Err()
+			}
+		}
+		seq, err := a.commitMessages(t.sid, newMsgs, t.id+":commit", t.id)
+		if err != nil {
+			return err
+		}
+		var usage *llm.Usage
+		if final != nil {
+			usage = final.Usage
+		}
+		if err := record(t, events.EvtKindTurnCommitted, events.TurnCommitted{FirstSeq: seq, LastSeq: seq, Messages: len(newMsgs), Usage: usage, StopReason: stopOf(final)}, "committed"); err != nil {
+			return err
+		}
+		t.publishReply(final)
+	} else {
+		t.publishReply(lastAssistant(persisted))
+	}
+	_ = w
+	return t.close("done")
+}
+
+func (t *turnRun) isInterrupted() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.next != nil
+}
+
+// close removes the turn from the session record.
+func (t *turnRun) close(state string) error {
+	_, err := t.a.w.sessions.Update(t.a.ctx, t.a.sk, func(s *store.Session) error {
+		s.CloseTurn(t.id)
+		if state == "done" {
+			s.Model = t.model.Provider + "/" + t.model.ID
+		}
+		return nil
+	})
+	return err
+}
+
+// runLoop runs the loop from the input, or continues from what a previous owner persisted.
+// It returns the final assistant message and every message of the turn (input included).
+func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Message, []llm.Message, error) {
+	a, w := t.a, t.a.w
+	loaded, err := w.ctxlog.LoadContext(ctx, t.sid)
+	if err != nil {
+		return nil, nil, err
+	}
+	tools := w.tools.For(t.msg)
+	ac := &loop.AgentContext{
+		SystemPrompt: w.systemPrompt(ctx, t.msg, t.model, tools),
+		Messages:     loaded.Messages,
+		Tools:        w.agentTools(tools, t),
+	}
+	if loaded.Summary != nil {
+		ac.Messages = append([]llm.Message{llm.UserText("[summary of the earlier conversation]\n"+loaded.Summary.Text, loaded.Summary.Time.UnixMilli())}, ac.Messages...)
+	}
+	agentCfg := w.opts.AI.Agent
+	cfg := &loop.Config{
+		Model:         t.model,
+		StreamFn:      w.opts.StreamFn,
+		GetAPIKey:     w.opts.Models.APIKey,
+		ToolExecution: loop.ToolExecutionMode(agentCfg.ToolExecution),
+		Executor:      &busExecutor{w: w, t: t},
+		MaxIterations: w.maxIterations(t.model),
+		GetSteeringMessages: func() []llm.Message {
+			return t.drain(&t.steerQ, agentCfg.SteeringMode)
+		},
+		GetFollowUpMessages: func() []llm.Message {
+			return t.drain(&t.followQ, agentCfg.FollowUpMode)
+		},
+	}
+	if lvl, err := llm.ParseThinkingLevel(agentCfg.Thinking); err == nil {
+		cfg.StreamOptions.Thinking = lvl
+	}
+	cfg.StreamOptions.SessionID = t.sid.String()
+	emit := t.emitter()
+	var out []llm.Message
+	switch {
+	case len(persisted) == 0:
+		out, err = loop.Run(ctx, t.input, ac, cfg, emit)
+	default:
+		out, err = t.resumeLoop(ctx, ac, cfg, persisted, emit)
+	}
+	_ = a
+	return lastAssistant(out), out, err
+}
+
+// resumeLoop continues a turn from its persisted messages: tool calls without a result are
+// requested again under their original ids (tool workers answer each id once), and no LLM
+// step whose message was persisted is repeated.
+func (t *turnRun) resumeLoop(ctx context.Context, ac *loop.AgentContext, cfg *loop.Config, persisted []llm.Message, emit func(loop.Event)) ([]llm.Message, error) {
+	msgs := append([]llm.Message(nil), persisted...)
+	last := msgs[len(msgs)-1]
+	if last.Role == llm.RoleAssistant {
+		calls := last.ToolCalls()
+		if len(calls) == 0 || last.StopReason == llm.StopReasonError || last.StopReason == llm.StopReasonAborted {
+			return msgs, nil // the final message was persisted: nothing left to run
+		}
+	}
+	// Complete missing tool results of the last assistant message.
+	if ai := lastAssistantIndex(msgs); ai >= 0 && len(msgs[ai].ToolCalls()) > 0 {
+		have := map[string]bool{}
+		for _, m := range msgs[ai+1:] {
+			if m.Role == llm.RoleToolResult {
+				have[m.ToolCallID] = true
+			}
+		}
+		for _, c := range msgs[ai].ToolCalls() {
+			if have[c.ID] {
+				continue
+			}
+			res, err := (&busExecutor{w: t.a.w, t: t}).Execute(ctx, loop.ToolCallRequest{ID: c.ID, Name: c.Name, Args: c.Arguments, OnUpdate: func(loop.ToolResult) {}})
+			if err != nil {
+				res = loop.ErrorResult(err.Error())
+			}
+			m := llm.Message{Role: llm.RoleToolResult, Content: res.Content, Details: res.Details, IsError: res.IsError,
+				ToolCallID: c.ID, ToolName: c.Name, Timestamp: time.Now().UnixMilli()}
+			emit(loop.Event{Type: loop.EventMessageEnd, Message: &m})
+			msgs = append(msgs, m)
+		}
+	}
+	ac.Messages = append(ac.Messages, msgs...)
+	more, err := loop.Continue(ctx, ac, cfg, emit)
+	return append(msgs, more...), err
+}
+
+func lastAssistantIndex(ms []llm.Message) int {
+	for i := len(ms) - 1; i >= 0; i-- {
+		if ms[i].Role == llm.RoleAssistant {
+			return i
+		}
+	}
+	return -1
+}
+
+func lastAssistant(ms []llm.Message) *llm.Message {
+	if i := lastAssistantIndex(ms); i >= 0 {
+		return &ms[i]
+	}
+	return nil
+}
+
+func stopOf(m *llm.Message) llm.StopReason {
+	if m == nil {
+		return ""
+	}
+	return m.StopReason
+}
+
+// emitter persists every finished message and streams text deltas live.
+func (t *turnRun) emitter() func(loop.Event) {
+	live := events.AgentLiveSubject(t.a.sk)
+	return func(ev loop.Event) {
+		switch ev.Type {
+		case loop.EventMessageEnd:
+			idx := t.index
+			t.index++
+			if err := record(t, events.EvtKindMessageEnd, events.MessageEnd{Index: idx, Message: *ev.Message}, "m"+strconv.Itoa(idx)); err != nil {
+				t.a.log.Error("persist message", "turn", t.id, "index", idx, "err", err)
+			}
+		case loop.EventMessageUpdate:
+			if ev.Update.Type == llm.EventTextDelta {
+				b, _ := json.Marshal(liveDelta{Turn: t.id, Delta: ev.Update.Delta})
+				_ = t.a.w.nc.Publish(live, b)
+			}
+		}
+	}
+}
+
+type liveDelta struct {
+	Turn  string `json:"turn"`
+	Delta string `json:"delta"`
+}
+
+// record appends one turn event to AGENT_EVENTS, deduplicated on turn + name.
+func record[P events.Payload](t *turnRun, kind string, p P, name string) error {
+	ev := events.New(p, events.WithSession(t.sid.String()), events.WithTurn(t.id), events.WithTrace(t.trace),
+		events.WithID(t.id+"-"+name))
+	m, err := events.NewMsg(events.AgentEvtSubject(t.a.sk, t.id, kind), ev)
+	if err != nil {
+		return err
+	}
+	ack, err := t.a.w.js.PublishMsg(t.a.ctx, m)
+	if err != nil {
+		return fmt.Errorf("record %s of %s: %w", kind, t.id, err)
+	}
+	t.evtSeq = ack.Sequence
+	return nil
+}
+
+// publishReply sends the final assistant text as outbound parts (ids turn-0, turn-1, ...; a
+// resumed turn republishes under the same ids and JetStream drops the duplicates).
+func (t *turnRun) publishReply(final *llm.Message) {
+	text := ""
+	switch {
+	case final == nil:
+		text = "⚠️ The turn ended without a reply."
+	case final.StopReason == llm.StopReasonError:
+		text = "⚠️ The model failed: " + final.ErrorMessage
+	case final.StopReason == llm.StopReasonAborted:
+		t.mu.Lock()
+		reason := t.reason
+		t.mu.Unlock()
+		if reason == "" {
+			reason = "aborted"
+		}
+		text = strings.TrimSpace(final.TextContent() + "\n\n(" + reason + ")")
+	default:
+		text = final.TextContent()
+	}
+	t.a.replyText(&t.pendingTurn, t.id, text)
+}
+
+// replyLimit is the part size for platforms without a known limit.
+const replyLimit = 4000
+
+// replyText publishes text as outbound parts to the pending turn's reply target.
+func (a *actor) replyText(pt *pendingTurn, turn, text string) {
+	parts := chunk.SplitImages(text)
+	var segs []events.Segments
+	for _, p := range parts {
+		if p.ImageURL != "" {
+			seg := events.ImageSeg(p.ImageURL)
+			if p.Alt != "" {
+				seg.Data["alt"] = p.Alt
+			}
+			segs = append(segs, events.Segments{seg})
+			continue
+		}
+		for _, c := range chunk.Chunk(p.Text, replyLimit) {
+			segs = append(segs, events.Segments{events.TextSeg(c)})
+		}
+	}
+	for i, content := range segs {
+		out := events.Outbound{
+			OutID: events.OutID(turn, i), Turn: turn, Part: i, Platform: a.sk.Platform, Bot: a.sk.Bot,
+			Scene: events.Scene{Type: a.sk.Scope, ID: a.sk.Scene}, ReplyTo: pt.msg.MessageID, Content: content,
+		}
+		ev := events.New(out, events.WithSession(a.sk.String()), events.WithTurn(turn), events.WithTrace(pt.trace), events.WithID(out.OutID))
+		m, err := events.NewMsg(events.IMOutSubject(a.sk), ev)
+		if err == nil {
+			_, err = a.w.js.PublishMsg(a.ctx, m)
+		}
+		if err != nil {
+			a.log.Error("publish reply", "turn", turn, "part", i, "err", err)
+		}
+	}
+}
+
+// userInput turns an inbound message into the user message the model sees: group messages
+// carry the trusted sender prefix (seed Grill #11); images arrive as image blocks when the
+// adapter inlined them, else as a reference the model can read.
+func (a *actor) userInput(m *events.IMMessage, text string) llm.Message {
+	if text == "" {
+		text = strings.TrimSpace(ingest.StripSpoofedSender(m.Content.PlainText()))
+	}
+	if m.Scene.Type != events.ScopePrivate {
+		text = ingest.SenderPrefix(m.Sender) + text
+	}
+	msg := llm.Message{Role: llm.RoleUser, Content: []llm.Content{llm.Text(text)}, Timestamp: m.Time}
+	if msg.Timestamp == 0 {
+		msg.Timestamp = time.Now().UnixMilli()
+	}
+	for _, s := range m.Content {
+		if s.Type != events.SegImage {
+			continue
+		}
+		if data := s.Str("base64"); data != "" {
+			mime := s.Str("mimeType")
+			if mime == "" {
+				mime = "image/png"
+			}
+			msg.Content = append(msg.Content, llm.Image(data, mime))
+		} else if ref := s.MediaRef(); ref != "" {
+			msg.Content = append(msg.Content, llm.Text("[image: "+ref+"]"))
+		}
+	}
+	return msg
+}
+
+// turnLog is what AGENT_EVENTS holds about one turn.
+type turnLog struct {
+	started   *events.TurnStarted
+	messages  []llm.Message
+	committed bool
+}
+
+// readTurn loads a turn's events (resume).
+func (w *Worker) readTurn(ctx context.Context, sk events.SessionKey, turn string) (*turnLog, error) {
+	cons, err := w.evts.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.AgentEvtTurnFilter(sk, turn)}, DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, err
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tl := &turnLog{}
+	byIndex := map[int]llm.Message{}
+	n := info.NumPending
+	for n > 0 {
+		batch, err := cons.Fetch(int(min(n, 256)), jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return nil, err
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			ev, err := events.Decode(m.Data())
+			if err != nil {
+				continue
+			}
+			switch e := ev.(type) {
+			case *events.Event[events.TurnStarted]:
+				tl.started = &e.Data
+			case *events.Event[events.MessageEnd]:
+				byIndex[e.Data.Index] = e.Data.Message
+			case *events.Event[events.TurnCommitted]:
+				tl.committed = true
+			}
+		}
+		if got == 0 {
+			break
+		}
+		n -= uint64(got)
+	}
+	for i := 0; ; i++ {
+		m, ok := byIndex[i]
+		if !ok {
+			break
+		}
+		tl.messages = append(tl.messages, m)
+	}
+	return tl, nil
+}
+
+// resume restarts a turn the previous owner left open.
+func (a *actor) resume(sess *store.Session, ot store.OpenTurn) {
+	sid, err := sess.ID()
+	if err != nil {
+		return
+	}
+	tl, err := a.w.readTurn(a.ctx, a.sk, ot.ID)
+	if err != nil {
+		a.log.Error("read open turn", "turn", ot.ID, "err", err)
+		return
+	}
+	if tl.started == nil { // queued, never started: start it from its inbox event
+		raw, err := a.w.inbox.GetMsg(a.ctx, ot.InboxSeq)
+		if err != nil {
+			a.log.Error("read queued turn trigger", "turn", ot.ID, "err", err)
+			return
+		}
+		ev, err := events.Decode(raw.Data)
+		if um, ok := ev.(*events.Event[events.UserMessage]); err == nil && ok {
+			pt := &pendingTurn{id: ot.ID, seq: ot.InboxSeq, input: []llm.Message{a.userInput(&um.Data.Message, um.Data.Text)}, msg: um.Data.Message, trace: um.Trace}
+			if err := a.startTurn(pt); err != nil {
+				a.log.Error("start queued turn", "turn", ot.ID, "err", err)
+			}
+		}
+		return
+	}
+	model, err := a.w.opts.Models.GetModel(tl.started.Model.Provider, tl.started.Model.ID)
+	if err != nil {
+		if model, err = a.w.defaultModel(); err != nil {
+			a.log.Error("resume: no model", "turn", ot.ID, "err", err)
+			return
+		}
+	}
+	target := a.syntheticTarget(events.Sender{ID: "unknown"}, "")
+	if raw, err := a.w.inbox.GetMsg(a.ctx, ot.InboxSeq); err == nil {
+		if ev, err := events.Decode(raw.Data); err == nil {
+			if um, ok := ev.(*events.Event[events.UserMessage]); ok {
+				target = um.Data.Message
+			}
+		}
+	}
+	pt := pendingTurn{id: ot.ID, seq: ot.InboxSeq, input: tl.started.Input, msg: target}
+	for _, m := range tl.started.Merged {
+		pt.merged = append(pt.merged, m.Seq)
+	}
+	t := &turnRun{pendingTurn: pt, a: a, sid: sid, model: model, done: make(chan struct{})}
+	a.log.Info("resuming turn", "turn", ot.ID, "persisted", len(tl.messages), "committed", tl.committed)
+	a.launch(t, tl)
+}

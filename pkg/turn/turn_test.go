@@ -1,0 +1,239 @@
+package turn
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
+	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
+)
+
+// harness is a provisioned server, a turn worker with a faux model, and helpers to feed the
+// inbox and read replies.
+type harness struct {
+	t    *testing.T
+	ns   *natstest.Server
+	cfg  *config.Config
+	reg  *llm.Registry
+	faux *faux.Provider
+}
+
+func newHarness(t *testing.T, mutate func(*config.Config), fopts ...faux.Option) *harness {
+	t.Helper()
+	ns := natstest.New(t, natstest.WithMemoryStorage())
+	cfg, err := config.Parse([]byte(`
+ai:
+  providers:
+    demo: {api: faux}
+  agents:
+    zhin: {provider: demo, model: demo-1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mutate != nil {
+		mutate(cfg)
+	}
+	reg, err := llm.NewRegistry(cfg.AI.Providers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &harness{t: t, ns: ns, cfg: cfg, reg: reg, faux: faux.New(fopts...)}
+}
+
+func (h *harness) worker(id string) *Worker {
+	h.t.Helper()
+	w, err := New(context.Background(), h.ns.NC, h.ns.JS, Options{
+		ID: id, AI: h.cfg.AI, Models: h.reg, StreamFn: h.faux.Stream,
+		LeaseTTL: 2 * time.Second, AckWait: 2 * time.Second, IdleRelease: 5 * time.Second,
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(w.Stop)
+	return w
+}
+
+var sk = events.SessionKey{Platform: "webhook", Bot: "b1", Scope: "private", Scene: "u1"}
+
+func (h *harness) send(k events.SessionKey, id, text string, roles ...string) {
+	h.t.Helper()
+	m := events.IMMessage{Platform: k.Platform, Bot: k.Bot, MessageID: id, Scene: events.Scene{Type: k.Scope, ID: k.Scene},
+		Sender: events.Sender{ID: "u1", Name: "Ann", Roles: append([]string{"user"}, roles...)}, Content: events.Segments{events.TextSeg(text)},
+		Time: time.Now().UnixMilli()}
+	var ev events.Any = events.New(events.UserMessage{Message: m, Text: text}, events.WithSession(k.String()))
+	if strings.HasPrefix(text, "/") {
+		f := strings.Fields(text[1:])
+		ev = events.New(events.Command{Name: f[0], Args: f[1:], Raw: strings.TrimSpace(strings.TrimPrefix(text[1:], f[0])), Message: &m})
+	}
+	h.publish(k, ev)
+}
+
+func (h *harness) publish(k events.SessionKey, ev events.Any) {
+	h.t.Helper()
+	msg, err := events.NewMsg(events.AgentInSubject(k), ev)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := h.ns.JS.PublishMsg(context.Background(), msg); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// replies waits until n outbound parts exist for k and returns their texts in stream order.
+func (h *harness) replies(k events.SessionKey, n int) []string {
+	h.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out := h.outbound(k)
+		if len(out) >= n || time.Now().After(deadline) {
+			if len(out) < n {
+				h.t.Fatalf("got %d replies %q, want %d", len(out), out, n)
+			}
+			return out
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (h *harness) outbound(k events.SessionKey) []string {
+	ctx := context.Background()
+	s, err := h.ns.JS.Stream(ctx, events.StreamIMOut)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	c, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.IMOutSubject(k)}})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	info, _ := c.Info(ctx)
+	var out []string
+	if info.NumPending == 0 {
+		return nil
+	}
+	b, err := c.Fetch(int(info.NumPending), jetstream.FetchMaxWait(time.Second))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for m := range b.Messages() {
+		var ev events.Event[events.Outbound]
+		if err := events.Unmarshal(m.Data(), &ev); err != nil {
+			h.t.Fatal(err)
+		}
+		out = append(out, ev.Data.Content.PlainText())
+	}
+	return out
+}
+
+func TestPlainTurn(t *testing.T) {
+	h := newHarness(t, nil, faux.WithResponder(faux.Echo))
+	h.worker("w1")
+	h.send(sk, "m1", "hello there")
+	got := h.replies(sk, 1)
+	if !strings.Contains(got[0], "hello there") {
+		t.Fatalf("reply = %q", got[0])
+	}
+	// The turn is committed to the session's context.
+	h.send(sk, "m2", "second")
+	got = h.replies(sk, 2)
+	w := h.worker("w-reader")
+	sess, err := w.sessions.Get(context.Background(), sk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid, _ := sess.ID()
+	loaded, err := w.ctxlog.LoadContext(context.Background(), sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(loaded.Messages) != 4 {
+		t.Fatalf("context has %d messages, want 4: %+v", len(loaded.Messages), loaded.Messages)
+	}
+	if len(sess.OpenTurns) != 0 {
+		t.Errorf("open turns left: %+v", sess.OpenTurns)
+	}
+	_ = got
+}
+
+func TestResetStartsNewEpoch(t *testing.T) {
+	h := newHarness(t, nil, faux.WithResponder(faux.Echo))
+	w := h.worker("w1")
+	h.send(sk, "m1", "remember me")
+	h.replies(sk, 1)
+	h.send(sk, "m2", "/reset")
+	got := h.replies(sk, 2)
+	if !strings.Contains(got[1], "epoch 2") {
+		t.Fatalf("reset reply = %q", got[1])
+	}
+	h.send(sk, "m3", "hi again")
+	h.replies(sk, 3)
+	sess, _ := w.sessions.Get(context.Background(), sk)
+	sid, _ := sess.ID()
+	loaded, _ := w.ctxlog.LoadContext(context.Background(), sid)
+	if sess.Epoch != 2 || len(loaded.Messages) != 2 {
+		t.Fatalf("epoch %d with %d messages, want epoch 2 with only the new turn", sess.Epoch, len(loaded.Messages))
+	}
+}
+
+func TestInvalidInboxEventIsDeadLettered(t *testing.T) {
+	h := newHarness(t, nil, faux.WithResponder(faux.Echo))
+	h.worker("w1")
+	if _, err := h.ns.JS.Publish(context.Background(), events.AgentInSubject(sk), []byte(`{"type":"inbox.user_message","v":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	h.send(sk, "m1", "still working?")
+	if got := h.replies(sk, 1); !strings.Contains(got[0], "still working?") {
+		t.Fatalf("reply = %q", got)
+	}
+	s, _ := h.ns.JS.Stream(context.Background(), events.StreamDeadLetters)
+	raw, err := s.GetLastMsgForSubject(context.Background(), events.DeadLetterSubject("turn-worker", "invalid_event"))
+	if err != nil {
+		t.Fatalf("no dead letter: %v", err)
+	}
+	if !strings.Contains(string(raw.Data), "id is required") {
+		t.Errorf("dead letter lacks the reason: %s", raw.Data)
+	}
+}
+
+func TestTwoWorkersKeepPerSessionOrder(t *testing.T) {
+	if testing.Short() {
+		t.Skip("many sessions")
+	}
+	h := newHarness(t, func(c *config.Config) { c.AI.Agent.Concurrency = "queue" }, faux.WithResponder(faux.Echo))
+	h.worker("w1")
+	h.worker("w2")
+	const sessions, msgs = 20, 5
+	var wg sync.WaitGroup
+	for s := 0; s < sessions; s++ {
+		k := events.SessionKey{Platform: "webhook", Bot: "b1", Scope: "private", Scene: fmt.Sprintf("s%d", s)}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < msgs; i++ {
+				h.send(k, fmt.Sprintf("m%d", i), fmt.Sprintf("msg-%d", i))
+			}
+		}()
+	}
+	wg.Wait()
+	for s := 0; s < sessions; s++ {
+		k := events.SessionKey{Platform: "webhook", Bot: "b1", Scope: "private", Scene: fmt.Sprintf("s%d", s)}
+		got := h.replies(k, msgs)
+		for i, r := range got {
+			if !strings.Contains(r, fmt.Sprintf("msg-%d", i)) {
+				t.Fatalf("session %d reply %d = %q: order broken: %q", s, i, r, got)
+			}
+		}
+	}
+}

@@ -1,0 +1,294 @@
+// Package turn is the turn-worker role: session actors that own chat sessions and run the agent
+// loop for them (DESIGN.md §4–§5).
+//
+// Ownership. Every replica consumes the shared durable consumer on SESSION_IN. A delivery is
+// only a wake-up: the worker that holds the session's lease (KV leases) runs the session's
+// actor, and the actor reads the session's inbox subject itself, in stream order, from the
+// cursor kept in the session record (KV sessions). Order therefore comes from the log, not
+// from delivery. A worker without the lease NAKs the delivery with a delay, or acks it once
+// the owner's cursor has passed it and no open turn still depends on it.
+//
+// Durability. A delivery that started a turn is acked only when the turn is finished, and is
+// kept alive with in-progress acks meanwhile; if the worker dies, the delivery comes back to
+// another replica after AckWait, which takes the expired lease and resumes the open turns
+// recorded in the session record (see resume in turn.go).
+package turn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/approvals"
+	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/loop"
+	"github.com/agentbus/agentbus/pkg/store"
+)
+
+// ConsumerName is the durable consumer all turn-worker replicas share.
+const ConsumerName = "turn-workers"
+
+// Options configure a Worker. Zero values pick the documented defaults.
+type Options struct {
+	// ID names this replica in leases and logs (default: a random id).
+	ID string
+	// AI is the ai: block (agents, agent, sessions, trigger).
+	AI config.AI
+	// Models resolves ai.agents bindings to models.
+	Models *llm.Registry
+	// LeaseTTL is how long a session stays owned without renewal (default 5s). A dead
+	// worker's sessions are taken over after at most LeaseTTL + AckWait.
+	LeaseTTL time.Duration
+	// AckWait of the shared consumer (default 5s); turns in flight send in-progress acks.
+	AckWait time.Duration
+	// IdleRelease is how long an actor with nothing to do keeps its lease (default 30s).
+	IdleRelease time.Duration
+	// ToolTimeout bounds one tool call (default ai.agent.toolTimeout).
+	ToolTimeout time.Duration
+	// StreamFn replaces llm.Stream (tests, benchmarks).
+	StreamFn loop.StreamFunc
+	// Prompt adds sections to the system prompt (bootstrap files, profiles); may be nil.
+	Prompt PromptSource
+	// Health adds lines to /health; may be nil.
+	Health HealthSource
+	Log    *slog.Logger
+}
+
+// Worker runs session actors for every session whose lease it holds.
+type Worker struct {
+	opts     Options
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	inbox    jetstream.Stream
+	evts     jetstream.Stream
+	results  jetstream.Stream
+	sessions *store.Sessions
+	leases   *store.Leases
+	ctxlog   *store.ContextLog
+	tools     *ToolCatalog
+	approvals *approvals.Store
+	log       *slog.Logger
+
+	mu     sync.Mutex
+	actors map[string]*actor // by session key string
+	wg     sync.WaitGroup
+	ctx    context.Context
+	cancel context.CancelFunc
+	cc     jetstream.ConsumeContext
+}
+
+// New prepares a worker on a provisioned JetStream.
+func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Options) (*Worker, error) {
+	if opts.ID == "" {
+		opts.ID = "tw-" + events.NewID()[:8]
+	}
+	if opts.LeaseTTL == 0 {
+		opts.LeaseTTL = 5 * time.Second
+	}
+	if opts.AckWait == 0 {
+		opts.AckWait = 5 * time.Second
+	}
+	if opts.IdleRelease == 0 {
+		opts.IdleRelease = 30 * time.Second
+	}
+	if opts.ToolTimeout == 0 {
+		opts.ToolTimeout = time.Duration(opts.AI.Agent.ToolTimeoutMs) * time.Millisecond
+		if opts.ToolTimeout == 0 {
+			opts.ToolTimeout = time.Minute
+		}
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	if opts.Models == nil {
+		return nil, errors.New("turn: Options.Models is required")
+	}
+	w := &Worker{opts: opts, nc: nc, js: js, actors: map[string]*actor{}, log: opts.Log.With("worker", opts.ID)}
+	var err error
+	if w.inbox, err = js.Stream(ctx, events.StreamSessionIn); err != nil {
+		return nil, fmt.Errorf("open %s: %w", events.StreamSessionIn, err)
+	}
+	if w.evts, err = js.Stream(ctx, events.StreamAgentEvents); err != nil {
+		return nil, fmt.Errorf("open %s: %w", events.StreamAgentEvents, err)
+	}
+	if w.results, err = js.Stream(ctx, events.StreamToolResults); err != nil {
+		return nil, fmt.Errorf("open %s: %w", events.StreamToolResults, err)
+	}
+	if w.sessions, err = store.OpenSessions(ctx, js); err != nil {
+		return nil, err
+	}
+	if w.leases, err = store.NewLeases(ctx, js); err != nil {
+		return nil, err
+	}
+	s := opts.AI.Sessions
+	if w.ctxlog, err = store.NewContextLog(ctx, js, store.ContextBounds{
+		MaxMessages: s.ColdStartMaxMessages, MaxAge: time.Duration(s.ColdStartMaxAgeMs) * time.Millisecond,
+	}); err != nil {
+		return nil, err
+	}
+	if w.tools, err = NewToolCatalog(ctx, js); err != nil {
+		return nil, err
+	}
+	if w.approvals, err = approvals.Open(ctx, js); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// ID returns the replica id.
+func (w *Worker) ID() string { return w.opts.ID }
+
+// Start begins consuming SESSION_IN. Stop ends it.
+func (w *Worker) Start(ctx context.Context) error {
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	cons, err := w.js.CreateOrUpdateConsumer(ctx, events.StreamSessionIn, jetstream.ConsumerConfig{
+		Durable:       ConsumerName,
+		FilterSubject: events.PrefixAgentIn + ".>",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       w.opts.AckWait,
+		MaxAckPending: 20000,
+		MaxDeliver:    -1,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("create consumer %s: %w", ConsumerName, err)
+	}
+	w.cc, err = cons.Consume(w.onDelivery, jetstream.PullMaxMessages(512))
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", ConsumerName, err)
+	}
+	w.tools.Start(w.ctx)
+	return nil
+}
+
+// Stop stops consuming, aborts running turns and releases the leases it holds. Turns that were
+// interrupted stay open in their session records and are resumed by whichever worker takes the
+// session next.
+func (w *Worker) Stop() {
+	if w.cc != nil {
+		w.cc.Stop()
+	}
+	if w.cancel != nil {
+		w.cancel()
+	}
+	w.wg.Wait()
+}
+
+// Kill simulates a crash in tests: it stops consuming and abandons every actor without
+// releasing leases or acking anything, as a killed process would.
+func (w *Worker) Kill() {
+	if w.cc != nil {
+		w.cc.Stop()
+	}
+	w.mu.Lock()
+	for _, a := range w.actors {
+		a.killed.Store(true)
+	}
+	w.mu.Unlock()
+	if w.cancel != nil {
+		w.cancel()
+	}
+	w.wg.Wait()
+}
+
+// onDelivery routes one SESSION_IN delivery to the session's actor, starting one if this
+// worker can take the lease.
+func (w *Worker) onDelivery(msg jetstream.Msg) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		_ = msg.Term()
+		return
+	}
+	sk, err := events.ParseAgentInSubject(msg.Subject())
+	if err != nil {
+		w.deadLetter(msg.Subject(), meta.Sequence.Stream, msg.Data(), msg.Headers(), "bad_subject", err)
+		_ = msg.Ack()
+		return
+	}
+	key := sk.String()
+	w.mu.Lock()
+	a := w.actors[key]
+	if a != nil && a.alive() {
+		a.deliver(msg, meta.Sequence.Stream)
+		w.mu.Unlock()
+		return
+	}
+	w.mu.Unlock()
+
+	lease, err := w.leases.Acquire(w.ctx, sk, w.opts.ID, w.opts.LeaseTTL)
+	if errors.Is(err, store.ErrLeaseHeld) {
+		w.notOwner(sk, msg, meta.Sequence.Stream)
+		return
+	}
+	if err != nil {
+		w.log.Warn("acquire lease", "session", key, "err", err)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	w.mu.Lock()
+	if old := w.actors[key]; old != nil && old.alive() { // lost a race with another delivery
+		old.deliver(msg, meta.Sequence.Stream)
+		w.mu.Unlock()
+		_ = w.leases.Release(w.ctx, lease)
+		return
+	}
+	a = newActor(w, sk, lease)
+	w.actors[key] = a
+	a.deliver(msg, meta.Sequence.Stream)
+	w.wg.Add(1)
+	w.mu.Unlock()
+	go func() {
+		defer w.wg.Done()
+		a.run()
+		w.mu.Lock()
+		if w.actors[key] == a {
+			delete(w.actors, key)
+		}
+		w.mu.Unlock()
+	}()
+}
+
+// notOwner handles a delivery for a session another worker owns: ack it when its effect is
+// already durable, otherwise leave it to the owner.
+func (w *Worker) notOwner(sk events.SessionKey, msg jetstream.Msg, seq uint64) {
+	s, err := w.sessions.Get(w.ctx, sk)
+	if err == nil && seq <= s.InboxCursor && !openTurnNeeds(s, seq) {
+		_ = msg.Ack()
+		return
+	}
+	_ = msg.NakWithDelay(w.opts.LeaseTTL / 4)
+}
+
+func openTurnNeeds(s *store.Session, seq uint64) bool {
+	for _, t := range s.OpenTurns {
+		if t.InboxSeq == seq {
+			return true
+		}
+	}
+	return false
+}
+
+// deadLetter records something the worker gave up on, with the reason.
+func (w *Worker) deadLetter(subject string, seq uint64, body []byte, h nats.Header, reason string, cause error) {
+	dl := events.DeadLetter{Role: "turn-worker", Reason: reason, Error: cause.Error(), Subject: subject,
+		Stream: events.StreamSessionIn, Seq: seq, Headers: map[string][]string(h)}
+	dl.SetBody(body)
+	ev := events.New(dl)
+	m, err := events.NewMsg(events.DeadLetterSubject("turn-worker", reason), ev)
+	if err == nil {
+		_, err = w.js.PublishMsg(w.ctx, m)
+	}
+	if err != nil {
+		w.log.Error("dead letter not recorded", "subject", subject, "seq", seq, "reason", reason, "err", err)
+		return
+	}
+	w.log.Warn("dead-lettered", "subject", subject, "seq", seq, "reason", reason, "err", cause)
+}
