@@ -3,10 +3,13 @@ package providertest_test
 import (
 	"encoding/json"
 	"regexp"
+	"sync/atomic"
 	"testing"
 
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/anthropic"
+	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
+	"github.com/agentbus/agentbus/pkg/llm/providers/openai"
 	"github.com/agentbus/agentbus/pkg/llm/providers/google"
 	"github.com/agentbus/agentbus/pkg/llm/providers/ollama"
 	"github.com/agentbus/agentbus/pkg/llm/providers/openairesponses"
@@ -165,8 +168,77 @@ func responsesHarness() providertest.Harness {
 	}
 }
 
+// openaiHarness runs openai-completions over the fixtures its package keeps for this suite
+// (pkg/llm/providers/openai/testdata/conformance); the package runs the same harness itself.
+func openaiHarness() providertest.Harness {
+	return providertest.Harness{
+		API:      llm.APIOpenAICompletions,
+		Provider: openai.New(),
+		Dir:      "../providers/openai/testdata/conformance",
+		Model: func(base string) *llm.Model {
+			if base != "" {
+				base += "/v1"
+			}
+			return &llm.Model{ID: "gpt-4.1-mini", API: llm.APIOpenAICompletions, Provider: "openai", BaseURL: base,
+				Input: []string{"text", "image"}, Cost: testCost, ContextWindow: 128000, MaxTokens: 32768}
+		},
+		StreamsToolArguments: true,
+		RequestToolCallIDs: func(body []byte) []string {
+			var req struct {
+				Messages []struct {
+					Role       string `json:"role"`
+					ToolCallID string `json:"tool_call_id"`
+					ToolCalls  []struct {
+						ID string `json:"id"`
+					} `json:"tool_calls"`
+				} `json:"messages"`
+			}
+			_ = json.Unmarshal(body, &req)
+			var ids []string
+			for _, m := range req.Messages {
+				for _, c := range m.ToolCalls {
+					ids = append(ids, c.ID)
+				}
+				if m.Role == "tool" {
+					ids = append(ids, m.ToolCallID)
+				}
+			}
+			return ids
+		},
+		ValidToolCallID: func(id string) bool { return id != "" && len(id) <= 40 },
+	}
+}
+
+// fauxHarness runs the scenarios that need no wire against the scripted faux provider: its
+// responder answers with what each scenario's fixture holds.
+func fauxHarness() providertest.Harness {
+	var cur atomic.Value // string: the scenario being run
+	cur.Store(providertest.ScenarioText)
+	replies := map[string]faux.Response{
+		providertest.ScenarioText:     {Text: providertest.WantText},
+		providertest.ScenarioThinking: {Thinking: "The user asks for 2+2. That is 4.", Text: providertest.WantThinkingText},
+		providertest.ScenarioToolCall: {ToolCalls: []llm.Content{llm.ToolCall("", providertest.WantToolName, providertest.WantToolArgs)}},
+		providertest.ScenarioTwoToolCalls: {ToolCalls: []llm.Content{
+			llm.ToolCall("", providertest.WantToolName, map[string]any{"location": "Paris"}),
+			llm.ToolCall("", providertest.WantToolName, map[string]any{"location": "Tokyo"}),
+		}},
+		providertest.ScenarioEmpty:           {},
+		providertest.ScenarioContextOverflow: {Error: "prompt is too long: 213462 tokens > 200000 maximum"},
+	}
+	p := faux.New(faux.WithResponder(func(*llm.Context) faux.Response { return replies[cur.Load().(string)] }))
+	return providertest.Harness{
+		API:      llm.APIFaux,
+		Provider: p,
+		Model: func(string) *llm.Model {
+			return &llm.Model{ID: "faux-1", API: llm.APIFaux, Provider: "faux", Cost: testCost, ContextWindow: 200000}
+		},
+		Prepare:              func(_ *testing.T, scenario string) { cur.Store(scenario) },
+		StreamsToolArguments: true,
+	}
+}
+
 func harnesses() []providertest.Harness {
-	return []providertest.Harness{anthropicHarness(), ollamaHarness(), googleHarness(), responsesHarness()}
+	return []providertest.Harness{anthropicHarness(), ollamaHarness(), googleHarness(), responsesHarness(), openaiHarness(), fauxHarness()}
 }
 
 func TestConformance(t *testing.T) {

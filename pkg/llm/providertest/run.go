@@ -410,7 +410,7 @@ func overflow(t *testing.T, h *Harness) {
 	if final.StopReason != llm.StopReasonError {
 		t.Fatalf("stop reason %q, want error", final.StopReason)
 	}
-	if !isContextOverflow(final, h.Model("").ContextWindow) {
+	if !llm.IsContextOverflow(final, h.Model("").ContextWindow) {
 		t.Errorf("llm.IsContextOverflow false for %q", final.ErrorMessage)
 	}
 }

@@ -30,7 +30,6 @@ import (
 	"iter"
 	"net/http"
 	"os"
-	"regexp"
 	"strings"
 
 	"github.com/anthropics/anthropic-sdk-go"
@@ -268,18 +267,4 @@ func describeError(err error, key string) error {
 		return fmt.Errorf("anthropic: %d %s: %s", status, http.StatusText(status), redact(msg, key))
 	}
 	return errors.New("anthropic: " + redact(err.Error(), key))
-}
-
-var idUnsafe = regexp.MustCompile(`[^a-zA-Z0-9_-]`)
-
-// normalizeID makes a foreign tool-call id acceptable to Anthropic (^[a-zA-Z0-9_-]{1,64}$).
-func normalizeID(id string) string {
-	if id == "" {
-		return "toolu_empty"
-	}
-	id = idUnsafe.ReplaceAllString(id, "_")
-	if len(id) > 64 {
-		id = id[:64]
-	}
-	return id
 }

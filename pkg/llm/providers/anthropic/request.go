@@ -34,7 +34,7 @@ func buildParams(model *llm.Model, c *llm.Context, opts *llm.StreamOptions) (ant
 		}
 		params.System = []anthropic.TextBlockParam{sys}
 	}
-	msgs, err := convertMessages(transformMessages(c.Messages, model, normalizeID), model)
+	msgs, err := convertMessages(llm.TransformMessages(c.Messages, model), model)
 	if err != nil {
 		return params, err
 	}

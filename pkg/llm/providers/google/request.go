@@ -58,7 +58,7 @@ func buildRequest(model *llm.Model, c *llm.Context, opts *llm.StreamOptions) ([]
 			cfg.ThinkingConfig = &genai.ThinkingConfig{ThinkingBudget: &zero}
 		}
 	}
-	contents, err := convertMessages(transformMessages(c.Messages, model, normalizeID), model)
+	contents, err := convertMessages(llm.TransformMessages(c.Messages, model), model)
 	return contents, cfg, err
 }
 
@@ -134,7 +134,7 @@ func convertMessages(in []llm.Message, model *llm.Model) ([]*genai.Content, erro
 						args = map[string]any{}
 					}
 					parts = append(parts, &genai.Part{
-						FunctionCall:     &genai.FunctionCall{ID: b.ID, Name: b.Name, Args: sanitizeMap(args)},
+						FunctionCall:     &genai.FunctionCall{ID: normalizeID(b.ID), Name: b.Name, Args: sanitizeMap(args)},
 						ThoughtSignature: decodeSig(b.ThoughtSignature),
 					})
 				}
@@ -172,7 +172,7 @@ func functionResponse(m llm.Message, images bool) []*genai.Part {
 		key = "error"
 	}
 	resp := map[string]any{key: strings.Join(text, "\n")}
-	return append([]*genai.Part{{FunctionResponse: &genai.FunctionResponse{ID: m.ToolCallID, Name: m.ToolName, Response: resp}}}, extra...)
+	return append([]*genai.Part{{FunctionResponse: &genai.FunctionResponse{ID: normalizeID(m.ToolCallID), Name: m.ToolName, Response: resp}}}, extra...)
 }
 
 func sanitizeMap(m map[string]any) map[string]any {

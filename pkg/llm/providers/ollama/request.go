@@ -73,7 +73,7 @@ func buildRequest(model *llm.Model, c *llm.Context, opts *llm.StreamOptions) cha
 		req.Messages = append(req.Messages, message{Role: "system", Content: sanitize(c.SystemPrompt)})
 	}
 	images := model.SupportsImages() || len(model.Input) == 0
-	for _, m := range transformMessages(c.Messages, model, func(id string) string { return id }) {
+	for _, m := range llm.TransformMessages(c.Messages, model) {
 		switch m.Role {
 		case llm.RoleUser:
 			om := message{Role: "user"}

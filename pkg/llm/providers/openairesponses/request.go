@@ -3,7 +3,6 @@ package openairesponses
 import (
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/openai/openai-go/v3"
@@ -53,7 +52,7 @@ func buildParams(model *llm.Model, c *llm.Context, opts *llm.StreamOptions) (res
 		}
 		params.Tools = append(params.Tools, responses.ToolUnionParam{OfFunction: ft})
 	}
-	input, err := convertMessages(transformMessages(c.Messages, model, normalizeID), model)
+	input, err := convertMessages(llm.TransformMessages(c.Messages, model), model)
 	if err != nil {
 		return params, err
 	}
@@ -73,30 +72,6 @@ func effort(l llm.ThinkingLevel) shared.ReasoningEffort {
 		return shared.ReasoningEffortXhigh
 	}
 	return shared.ReasoningEffortMedium
-}
-
-var idUnsafe = regexp.MustCompile(`[^a-zA-Z0-9_-]`)
-
-// normalizeID turns any tool-call id into "call_id|item_id" parts the API accepts: call ids
-// are at most 64 of [a-zA-Z0-9_-]; an item id is kept only when it is a function-call item id
-// ("fc_..."). Ids of this provider pass unchanged.
-func normalizeID(id string) string {
-	call, item, _ := strings.Cut(id, "|")
-	call = idUnsafe.ReplaceAllString(call, "_")
-	if call == "" {
-		call = "call_empty"
-	}
-	if len(call) > 64 {
-		call = call[:64]
-	}
-	item = idUnsafe.ReplaceAllString(item, "_")
-	if !strings.HasPrefix(item, "fc") {
-		return call
-	}
-	if len(item) > 64 {
-		item = item[:64]
-	}
-	return call + "|" + item
 }
 
 // reasoningItem is what ThinkingSignature holds.
