@@ -83,6 +83,7 @@ type Guard struct {
 	maxRedirects int
 	resolver     Resolver
 	dialer       net.Dialer
+	transport    *http.Transport // shared by Fetch and Client, so connections are reused
 }
 
 // New builds a guard. An unparsable AllowHosts entry is an error naming it.
@@ -115,6 +116,7 @@ func New(cfg Config) (*Guard, error) {
 		}
 	}
 	g.dialer = net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	g.transport = g.newTransport()
 	return g, nil
 }
 
@@ -334,8 +336,11 @@ func (g *Guard) DialContext(ctx context.Context, network, addr string) (net.Conn
 	return nil, firstErr
 }
 
-// Transport returns an http.Transport that dials through the guard and ignores proxies.
-func (g *Guard) Transport() *http.Transport {
+// Transport returns the guard's http.Transport: it dials through the guard and ignores
+// proxies. It is shared; do not modify it.
+func (g *Guard) Transport() *http.Transport { return g.transport }
+
+func (g *Guard) newTransport() *http.Transport {
 	return &http.Transport{
 		Proxy:                  nil,
 		DialContext:            g.DialContext,

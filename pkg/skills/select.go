@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/agentbus/agentbus/pkg/tools"
 )
@@ -108,14 +109,19 @@ func matchScore(msg string, msgTerms map[string]bool, name, desc string, keyword
 		}
 	}
 	n := strings.ToLower(name)
-	if n != "" && (strings.Contains(msg, n) || strings.Contains(msg, strings.NewReplacer("_", " ", "-", " ").Replace(n))) {
+	if n != "" && (strings.Contains(msg, n) || strings.Contains(msg, strings.Map(underscoreToSpace, n))) {
 		score += 3
 	}
-	for t := range termSet(strings.ToLower(desc)) {
-		if msgTerms[t] {
+	var seen map[string]bool // only allocated on a hit: descriptions rarely repeat a term
+	forEachTerm(strings.ToLower(desc), func(t string) {
+		if msgTerms[t] && !seen[t] {
+			if seen == nil {
+				seen = map[string]bool{}
+			}
+			seen[t] = true
 			score++
 		}
-	}
+	})
 	return score
 }
 
@@ -127,34 +133,57 @@ var stopwords = map[string]bool{"the": true, "and": true, "for": true, "with": t
 // Chinese text without spaces still overlaps meaningfully.
 func termSet(s string) map[string]bool {
 	out := map[string]bool{}
-	var word []rune
-	var cjk []rune
-	flushWord := func() {
-		if len(word) >= 3 && !stopwords[string(word)] {
-			out[string(word)] = true
-		}
-		word = word[:0]
-	}
-	flushCJK := func() {
-		for i := 0; i+1 < len(cjk); i++ {
-			out[string(cjk[i:i+2])] = true
-		}
-		cjk = cjk[:0]
-	}
-	for _, r := range s {
-		switch {
-		case unicode.Is(unicode.Han, r) || unicode.Is(unicode.Hiragana, r) || unicode.Is(unicode.Katakana, r) || unicode.Is(unicode.Hangul, r):
-			flushWord()
-			cjk = append(cjk, r)
-		case unicode.IsLetter(r) || unicode.IsDigit(r):
-			flushCJK()
-			word = append(word, unicode.ToLower(r))
-		default:
-			flushWord()
-			flushCJK()
-		}
-	}
-	flushWord()
-	flushCJK()
+	forEachTerm(s, func(t string) { out[t] = true })
 	return out
+}
+
+func isCJK(r rune) bool {
+	if r < 0x1100 { // below Hangul Jamo: no CJK script, skip the table lookups
+		return false
+	}
+	return unicode.Is(unicode.Han, r) || unicode.Is(unicode.Hiragana, r) || unicode.Is(unicode.Katakana, r) || unicode.Is(unicode.Hangul, r)
+}
+
+// forEachTerm calls fn with every term of s (already lower-cased), as substrings of s so no
+// term is allocated.
+func forEachTerm(s string, fn func(string)) {
+	wordStart, cjkStart := -1, -1
+	prevCJK := -1 // byte offset of the previous CJK rune in the current run
+	flushWord := func(end int) {
+		if wordStart >= 0 {
+			if w := s[wordStart:end]; utf8.RuneCountInString(w) >= 3 && !stopwords[w] {
+				fn(w)
+			}
+			wordStart = -1
+		}
+	}
+	for i, r := range s {
+		switch {
+		case isCJK(r):
+			flushWord(i)
+			if cjkStart >= 0 && prevCJK >= 0 {
+				fn(s[prevCJK : i+utf8.RuneLen(r)])
+			}
+			if cjkStart < 0 {
+				cjkStart = i
+			}
+			prevCJK = i
+		case unicode.IsLetter(r) || unicode.IsDigit(r):
+			cjkStart, prevCJK = -1, -1
+			if wordStart < 0 {
+				wordStart = i
+			}
+		default:
+			flushWord(i)
+			cjkStart, prevCJK = -1, -1
+		}
+	}
+	flushWord(len(s))
+}
+
+func underscoreToSpace(r rune) rune {
+	if r == '_' || r == '-' {
+		return ' '
+	}
+	return r
 }

@@ -10,8 +10,9 @@ import (
 // Registry holds the tools a process offers. It is safe for concurrent use; List and Allowed
 // return copies sorted by name, so prompts are stable from turn to turn (prompt caching).
 type Registry struct {
-	mu    sync.RWMutex
-	tools map[string]Tool
+	mu     sync.RWMutex
+	tools  map[string]Tool
+	sorted []Tool // snapshot sorted by name; nil after a change. Never modified in place.
 }
 
 // NewRegistry returns a registry holding ts (see Add).
@@ -39,6 +40,7 @@ func (r *Registry) Add(t Tool) error {
 		return fmt.Errorf("%w: %s", ErrDuplicate, t.Name)
 	}
 	r.tools[t.Name] = t
+	r.sorted = nil
 	return nil
 }
 
@@ -53,6 +55,7 @@ func (r *Registry) Put(t Tool) error {
 		r.tools = map[string]Tool{}
 	}
 	r.tools[t.Name] = t
+	r.sorted = nil
 	return nil
 }
 
@@ -62,6 +65,7 @@ func (r *Registry) Remove(name string) bool {
 	defer r.mu.Unlock()
 	_, ok := r.tools[name]
 	delete(r.tools, name)
+	r.sorted = nil
 	return ok
 }
 
@@ -73,20 +77,33 @@ func (r *Registry) Get(name string) (Tool, bool) {
 	return t, ok
 }
 
-// List returns every tool, sorted by name.
-func (r *Registry) List() []Tool {
+// snapshot returns the sorted snapshot, building it after a change. Callers must not modify it.
+func (r *Registry) snapshot() []Tool {
 	r.mu.RLock()
-	out := make([]Tool, 0, len(r.tools))
-	for _, t := range r.tools {
-		out = append(out, t)
-	}
+	s := r.sorted
 	r.mu.RUnlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
+	if s != nil {
+		return s
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sorted == nil {
+		s := make([]Tool, 0, len(r.tools))
+		for _, t := range r.tools {
+			s = append(s, t)
+		}
+		sort.Slice(s, func(i, j int) bool { return s[i].Name < s[j].Name })
+		r.sorted = s
+	}
+	return r.sorted
 }
 
-// Allowed returns the tools env may use, sorted by name (see AllowedFor).
-func (r *Registry) Allowed(env Env) []Tool { return Filter(r.List(), env) }
+// List returns every tool, sorted by name.
+func (r *Registry) List() []Tool { return slices.Clone(r.snapshot()) }
+
+// Allowed returns the tools env may use, sorted by name (see AllowedFor). It is called for
+// every turn, so it filters a cached snapshot instead of re-sorting.
+func (r *Registry) Allowed(env Env) []Tool { return Filter(r.snapshot(), env) }
 
 // Filter keeps the tools of ts that env may use, in order.
 func Filter(ts []Tool, env Env) []Tool {

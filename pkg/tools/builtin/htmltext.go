@@ -25,7 +25,7 @@ var blockElems = map[string]bool{"p": true, "div": true, "section": true, "artic
 // markup never fails: it just yields less structure.
 func HTMLToText(r io.Reader, base *url.URL) (title, text string) {
 	z := html.NewTokenizer(r)
-	var b strings.Builder
+	var b textBuf
 	skip := 0 // depth inside skipped elements
 	pre := 0  // depth inside <pre>
 	inTitle := false
@@ -35,18 +35,13 @@ func HTMLToText(r io.Reader, base *url.URL) (title, text string) {
 	spaceBeforeLink := false
 	pendingSpace := false
 	newline := func(n int) {
-		s := b.String()
-		trail := len(s) - len(strings.TrimRight(s, "\n"))
-		if len(s) == 0 {
+		if b.Len() == 0 {
 			return
 		}
-		// Remove trailing spaces before the newline.
-		if t := strings.TrimRight(s, " "); len(t) != len(s) {
-			b.Reset()
-			b.WriteString(t)
-		}
+		b.trimRight(' ')
+		trail := b.trailing('\n')
 		for ; trail < n; trail++ {
-			b.WriteByte('\n')
+			b.writeByte('\n')
 		}
 		pendingSpace = false
 	}
@@ -55,14 +50,13 @@ func HTMLToText(r io.Reader, base *url.URL) (title, text string) {
 			linkText.WriteString(s)
 			return
 		}
-		b.WriteString(s)
+		b.writeString(s)
 	}
 	for {
 		tt := z.Next()
 		switch tt {
 		case html.ErrorToken:
-			out := strings.TrimSpace(b.String())
-			return strings.TrimSpace(title), out
+			return strings.TrimSpace(title), strings.TrimSpace(string(b.buf))
 		case html.StartTagToken, html.SelfClosingTagToken, html.EndTagToken:
 			nameB, hasAttr := z.TagName()
 			name := string(nameB)
@@ -101,11 +95,11 @@ func HTMLToText(r io.Reader, base *url.URL) (title, text string) {
 				if !end {
 					switch name {
 					case "h1", "h2", "h3", "h4", "h5", "h6":
-						b.WriteString(strings.Repeat("#", int(name[1]-'0')) + " ")
+						b.writeString(strings.Repeat("#", int(name[1]-'0')) + " ")
 					case "li":
-						b.WriteString("- ")
+						b.writeString("- ")
 					case "hr":
-						b.WriteString("---")
+						b.writeString("---")
 						newline(2)
 					}
 				}
@@ -129,14 +123,14 @@ func HTMLToText(r io.Reader, base *url.URL) (title, text string) {
 					inLink = false
 					t := strings.TrimSpace(collapse(linkText.String()))
 					link := absLink(base, href)
-					if spaceBeforeLink && t != "" && b.Len() > 0 && !strings.HasSuffix(b.String(), "\n") && !strings.HasSuffix(b.String(), " ") {
-						b.WriteByte(' ')
+					if spaceBeforeLink && t != "" && b.Len() > 0 && !b.endsWith('\n') && !b.endsWith(' ') {
+						b.writeByte(' ')
 					}
 					switch {
 					case t != "" && link != "":
-						b.WriteString("[" + t + "](" + link + ")")
+						b.writeString("[" + t + "](" + link + ")")
 					case t != "":
-						b.WriteString(t)
+						b.writeString(t)
 					}
 				}
 			case name == "img" && !end:
@@ -170,11 +164,14 @@ func HTMLToText(r io.Reader, base *url.URL) (title, text string) {
 				}
 				continue
 			}
-			cur := b.String()
+			var empty, endsBlank bool
 			if inLink {
-				cur = linkText.String()
+				cur := linkText.String()
+				empty, endsBlank = cur == "", strings.HasSuffix(cur, "\n") || strings.HasSuffix(cur, " ")
+			} else {
+				empty, endsBlank = b.Len() == 0, b.endsWith('\n') || b.endsWith(' ')
 			}
-			if (lead || pendingSpace) && len(cur) > 0 && !strings.HasSuffix(cur, "\n") && !strings.HasSuffix(cur, " ") {
+			if (lead || pendingSpace) && !empty && !endsBlank {
 				write(" ")
 			}
 			write(c)
@@ -203,4 +200,24 @@ func absLink(base *url.URL, href string) string {
 		return ""
 	}
 	return u.String()
+}
+
+// textBuf is the converter's output: a byte slice that can look at and trim its own tail
+// without copying (a strings.Builder would need String() for that, quadratic on big pages).
+type textBuf struct{ buf []byte }
+
+func (t *textBuf) Len() int             { return len(t.buf) }
+func (t *textBuf) writeString(s string) { t.buf = append(t.buf, s...) }
+func (t *textBuf) writeByte(c byte)     { t.buf = append(t.buf, c) }
+func (t *textBuf) endsWith(c byte) bool { return len(t.buf) > 0 && t.buf[len(t.buf)-1] == c }
+func (t *textBuf) trimRight(c byte) {
+	for t.endsWith(c) {
+		t.buf = t.buf[:len(t.buf)-1]
+	}
+}
+func (t *textBuf) trailing(c byte) (n int) {
+	for i := len(t.buf) - 1; i >= 0 && t.buf[i] == c; i-- {
+		n++
+	}
+	return n
 }
