@@ -9,9 +9,9 @@ import (
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/anthropic"
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
-	"github.com/agentbus/agentbus/pkg/llm/providers/openai"
 	"github.com/agentbus/agentbus/pkg/llm/providers/google"
 	"github.com/agentbus/agentbus/pkg/llm/providers/ollama"
+	"github.com/agentbus/agentbus/pkg/llm/providers/openai"
 	"github.com/agentbus/agentbus/pkg/llm/providers/openairesponses"
 	"github.com/agentbus/agentbus/pkg/llm/providertest"
 )
