@@ -128,13 +128,15 @@ type Bus struct {
 }
 
 // Open connects as cfg says: with cfg.Embedded it starts an embedded server in cfg.StoreDir
-// (listening on cfg.Listen when set) and connects in-process; otherwise it Connects to cfg.URL.
+// (listening on cfg.Listen when set, requiring cfg.Token or cfg.User/Password from clients when
+// set) and connects in-process; otherwise it Connects to cfg.URL.
 // Then it provisions every stream and bucket (events.SpecFromConfig(cfg)). logger may be nil.
 func Open(ctx context.Context, cfg config.NATS, logger *slog.Logger) (*Bus, error) {
 	b := &Bus{}
 	var err error
 	if cfg.Embedded {
-		b.Embedded, err = StartEmbedded(EmbeddedOptions{StoreDir: cfg.StoreDir, Listen: cfg.Listen, Logger: logger})
+		b.Embedded, err = StartEmbedded(EmbeddedOptions{StoreDir: cfg.StoreDir, Listen: cfg.Listen, Logger: logger,
+			Token: cfg.Token, User: cfg.User, Password: cfg.Password})
 		if err != nil {
 			return nil, err
 		}

@@ -25,6 +25,14 @@ type EmbeddedOptions struct {
 	// MaxMemory and MaxStore cap JetStream resources (0 = the server's defaults).
 	MaxMemory int64
 	MaxStore  int64
+	// Token, or User and Password, require clients to authenticate (set them whenever Listen
+	// is not loopback: whoever can publish agent.in.> can claim any sender role). Embedded.Connect
+	// presents them itself.
+	Token    string
+	User     string
+	Password string
+	// MaxPayload raises the largest message the server accepts (0 = the server default, 1 MB).
+	MaxPayload int32
 	// Logger receives the server's logs (nil = no server logs). Debug enables its debug logs.
 	Logger *slog.Logger
 	Debug  bool
@@ -35,6 +43,7 @@ type EmbeddedOptions struct {
 // Embedded is a running in-process nats-server with JetStream.
 type Embedded struct {
 	srv       *server.Server
+	auth      nats.Option // credentials for in-process clients, nil without auth
 	closeOnce sync.Once
 }
 
@@ -58,6 +67,13 @@ func StartEmbedded(opts EmbeddedOptions) (*Embedded, error) {
 		NoSigs:             true,
 		NoLog:              opts.Logger == nil,
 		Debug:              opts.Debug,
+		Authorization:      opts.Token,
+		Username:           opts.User,
+		Password:           opts.Password,
+		MaxPayload:         opts.MaxPayload,
+	}
+	if opts.Token != "" && opts.User != "" {
+		return nil, fmt.Errorf("%w: embedded server: use a token or user/password, not both", ErrConfig)
 	}
 	if opts.Listen == "" {
 		so.DontListen = true
@@ -92,7 +108,14 @@ func StartEmbedded(opts EmbeddedOptions) (*Embedded, error) {
 		srv.WaitForShutdown()
 		return nil, fmt.Errorf("%w: embedded server not ready after %s", ErrNotReady, wait)
 	}
-	return &Embedded{srv: srv}, nil
+	e := &Embedded{srv: srv}
+	switch {
+	case opts.Token != "":
+		e.auth = nats.Token(opts.Token)
+	case opts.User != "":
+		e.auth = nats.UserInfo(opts.User, opts.Password)
+	}
+	return e, nil
 }
 
 // Server returns the underlying server.
@@ -109,7 +132,11 @@ func (e *Embedded) ClientURL() string {
 // Connect opens an in-process client connection (no TCP, works with or without a listener).
 // Options are applied after the defaults (name, reconnect forever).
 func (e *Embedded) Connect(opts ...nats.Option) (*nats.Conn, error) {
-	all := append([]nats.Option{nats.Name("agentbus"), nats.InProcessServer(e.srv), nats.MaxReconnects(-1)}, opts...)
+	all := []nats.Option{nats.Name("agentbus"), nats.InProcessServer(e.srv), nats.MaxReconnects(-1)}
+	if e.auth != nil {
+		all = append(all, e.auth)
+	}
+	all = append(all, opts...)
 	nc, err := nats.Connect("", all...)
 	if err != nil {
 		return nil, fmt.Errorf("connect in-process: %w", err)

@@ -282,3 +282,34 @@ func BenchmarkNewServer(b *testing.B) {
 		natstest.New(b)
 	}
 }
+
+func TestEmbeddedAuth(t *testing.T) {
+	ctx := ctxT(t)
+	emb, err := natsutil.StartEmbedded(natsutil.EmbeddedOptions{StoreDir: t.TempDir(), Listen: "127.0.0.1:0", Token: "s3cret-token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emb.Close()
+	// In-process clients present the token themselves.
+	nc, err := emb.Connect()
+	if err != nil {
+		t.Fatalf("in-process: %v", err)
+	}
+	nc.Close()
+	// TCP clients need it.
+	if nc, err := natsutil.Connect(ctx, config.NATS{URL: emb.ClientURL()}); err == nil {
+		nc.Close()
+		t.Fatal("connected without the token")
+	} else if strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("error leaks the token: %v", err)
+	}
+	nc, err = natsutil.Connect(ctx, config.NATS{URL: emb.ClientURL(), Token: "s3cret-token"})
+	if err != nil {
+		t.Fatalf("with token: %v", err)
+	}
+	nc.Close()
+
+	if _, err := natsutil.StartEmbedded(natsutil.EmbeddedOptions{StoreDir: t.TempDir(), Token: "a", User: "b"}); !errors.Is(err, natsutil.ErrConfig) {
+		t.Errorf("token and user: %v", err)
+	}
+}
