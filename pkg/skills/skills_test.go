@@ -224,3 +224,21 @@ func TestSelect(t *testing.T) {
 		}
 	}
 }
+
+func TestPromptSectionAndIterations(t *testing.T) {
+	w, _ := Parse("w", []byte(weather))
+	got := PromptSection([]*Skill{w})
+	if !strings.Contains(got, "- weather: 查询城市天气预报 (tools: web_fetch, write_file)") || !strings.Contains(got, "activate_skill") {
+		t.Fatalf("%s", got)
+	}
+	if PromptSection(nil) != "" {
+		t.Fatal("empty selection should render nothing")
+	}
+	nop := func(context.Context, tools.Call) (tools.Result, error) { return tools.Result{}, nil }
+	if n := AdjustMaxIterations(15, []tools.Tool{tools.MustRaw("read_file", "", nil, nop)}); n != 15 {
+		t.Fatal(n)
+	}
+	if n := AdjustMaxIterations(15, []tools.Tool{tools.MustRaw("activate_skill", "", nil, nop)}); n != 18 {
+		t.Fatal(n)
+	}
+}
