@@ -149,23 +149,29 @@ func BenchmarkParsePartialJSON(b *testing.B) {
 	prefixes = append(prefixes, doc)
 	b.Run("per-delta", func(b *testing.B) {
 		b.ReportAllocs()
+		cpu := cpuNow()
 		for i := 0; b.Loop(); i++ {
 			sinkArgs = ParsePartialJSON(prefixes[i%len(prefixes)])
 		}
+		reportCPU(b, cpu)
 	})
 	b.Run("complete", func(b *testing.B) {
 		b.ReportAllocs()
+		cpu := cpuNow()
 		for b.Loop() {
 			sinkArgs = ParsePartialJSON(doc)
 		}
+		reportCPU(b, cpu)
 	})
 	b.Run("encoding-json-complete", func(b *testing.B) {
 		b.ReportAllocs()
+		cpu := cpuNow()
 		for b.Loop() {
 			var m map[string]any
 			_ = json.Unmarshal([]byte(doc), &m)
 			sinkArgs = m
 		}
+		reportCPU(b, cpu)
 	})
 }
 
@@ -178,7 +184,9 @@ func BenchmarkParsePartialJSONLarge(b *testing.B) {
 	doc := string(raw)
 	b.SetBytes(int64(len(doc)))
 	b.ReportAllocs()
+	cpu := cpuNow()
 	for b.Loop() {
 		sinkArgs = ParsePartialJSON(doc[:len(doc)-10])
 	}
+	reportCPU(b, cpu)
 }

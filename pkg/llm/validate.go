@@ -63,7 +63,7 @@ func ValidateArguments(tool *Tool, args map[string]any) (map[string]any, error) 
 		return nil, fmt.Errorf("tool %s: %w", tool.Name, err)
 	}
 	w := coercer{root: cs.schema, defaults: cs.defaults}
-	v, _ := w.walk(args, cs.schema, nil, 0)
+	v, _ := w.walk(args, cs.schema, 0)
 	out, ok := v.(map[string]any)
 	if !ok { // the schema coerced the object into something else; validation reports it
 		out = args
@@ -336,46 +336,38 @@ type coercer struct {
 	root         *jsonschema.Schema
 	defaults     map[*jsonschema.Schema][]string
 	issues       []ValidationIssue
-	needDefaults bool // an optional property with a default is missing somewhere
+	path         []pathElem // a stack, so walking allocates once, not per property
+	needDefaults bool       // an optional property with a default is missing somewhere
 }
 
 const maxCoerceDepth = 64
 
-// pathSeg is one step of a data path, kept as a linked list so no string is built unless an
-// issue is reported.
-type pathSeg struct {
-	parent *pathSeg
-	key    string
-	index  int // -1 for a key
+// pathElem is one step of the data path being walked: a key, or an index when index >= 0.
+type pathElem struct {
+	key   string
+	index int
 }
 
-func (p *pathSeg) String() string {
-	if p == nil {
-		return ""
-	}
-	var segs []*pathSeg
-	for s := p; s != nil; s = s.parent {
-		segs = append(segs, s)
-	}
+// pathString renders the current data path ("files[1].path"); only called for an issue.
+func (w *coercer) pathString() string {
 	var b strings.Builder
-	for i := len(segs) - 1; i >= 0; i-- {
-		s := segs[i]
-		if s.index >= 0 {
+	for _, e := range w.path {
+		if e.index >= 0 {
 			b.WriteByte('[')
-			b.WriteString(strconv.Itoa(s.index))
+			b.WriteString(strconv.Itoa(e.index))
 			b.WriteByte(']')
 			continue
 		}
 		if b.Len() > 0 {
 			b.WriteByte('.')
 		}
-		b.WriteString(s.key)
+		b.WriteString(e.key)
 	}
 	return b.String()
 }
 
-func (w *coercer) issue(path *pathSeg, msg string) {
-	w.issues = append(w.issues, ValidationIssue{Path: path.String(), Message: msg})
+func (w *coercer) issue(msg string) {
+	w.issues = append(w.issues, ValidationIssue{Path: w.pathString(), Message: msg})
 }
 
 // deref follows a local $ref.
@@ -400,7 +392,7 @@ func (w *coercer) deref(s *jsonschema.Schema) *jsonschema.Schema {
 }
 
 // walk returns v coerced towards s and whether it changed.
-func (w *coercer) walk(v any, s *jsonschema.Schema, path *pathSeg, depth int) (any, bool) {
+func (w *coercer) walk(v any, s *jsonschema.Schema, depth int) (any, bool) {
 	if s == nil || depth > maxCoerceDepth {
 		return v, false
 	}
@@ -408,13 +400,13 @@ func (w *coercer) walk(v any, s *jsonschema.Schema, path *pathSeg, depth int) (a
 	if s.Ref != "" {
 		if r := w.deref(s); r != nil && r != s {
 			var c bool
-			v, c = w.walk(v, r, path, depth+1)
+			v, c = w.walk(v, r, depth+1)
 			changed = changed || c
 		}
 	}
 	for _, sub := range s.AllOf {
 		var c bool
-		v, c = w.walk(v, sub, path, depth+1)
+		v, c = w.walk(v, sub, depth+1)
 		changed = changed || c
 	}
 
@@ -429,7 +421,7 @@ func (w *coercer) walk(v any, s *jsonschema.Schema, path *pathSeg, depth int) (a
 		nv, ok := coerceTo(v, types, s)
 		if !ok {
 			if s.Type != "" || s.Types != nil { // anyOf/oneOf mismatches are the library's to explain
-				w.issue(path, "must be "+strings.Join(types, " or ")+", got "+describe(v))
+				w.issue("must be " + strings.Join(types, " or ") + ", got " + describe(v))
 			}
 			return v, changed
 		}
@@ -438,12 +430,12 @@ func (w *coercer) walk(v any, s *jsonschema.Schema, path *pathSeg, depth int) (a
 
 	switch x := v.(type) {
 	case map[string]any:
-		nm, c := w.walkObject(x, s, path, depth)
+		nm, c := w.walkObject(x, s, depth)
 		if c {
 			v, changed = nm, true
 		}
 	case []any:
-		na, c := w.walkArray(x, s, path, depth)
+		na, c := w.walkArray(x, s, depth)
 		if c {
 			v, changed = na, true
 		}
@@ -451,10 +443,12 @@ func (w *coercer) walk(v any, s *jsonschema.Schema, path *pathSeg, depth int) (a
 	return v, changed
 }
 
-func (w *coercer) walkObject(m map[string]any, s *jsonschema.Schema, path *pathSeg, depth int) (map[string]any, bool) {
+func (w *coercer) walkObject(m map[string]any, s *jsonschema.Schema, depth int) (map[string]any, bool) {
 	for _, req := range s.Required {
 		if _, ok := m[req]; !ok {
-			w.issue(&pathSeg{parent: path, key: req, index: -1}, "required property is missing")
+			w.path = append(w.path, pathElem{key: req, index: -1})
+			w.issue("required property is missing")
+			w.path = w.path[:len(w.path)-1]
 		}
 	}
 	if !w.needDefaults && w.defaults != nil {
@@ -477,8 +471,9 @@ func (w *coercer) walkObject(m map[string]any, s *jsonschema.Schema, path *pathS
 				continue
 			}
 		}
-		seg := pathSeg{parent: path, key: k, index: -1}
-		ne, c := w.walk(e, sub, &seg, depth+1)
+		w.path = append(w.path, pathElem{key: k, index: -1})
+		ne, c := w.walk(e, sub, depth+1)
+		w.path = w.path[:len(w.path)-1]
 		if c {
 			if out == nil {
 				out = make(map[string]any, len(m))
@@ -495,7 +490,7 @@ func (w *coercer) walkObject(m map[string]any, s *jsonschema.Schema, path *pathS
 	return out, true
 }
 
-func (w *coercer) walkArray(a []any, s *jsonschema.Schema, path *pathSeg, depth int) ([]any, bool) {
+func (w *coercer) walkArray(a []any, s *jsonschema.Schema, depth int) ([]any, bool) {
 	prefix := s.PrefixItems
 	if prefix == nil {
 		prefix = s.ItemsArray
@@ -514,8 +509,9 @@ func (w *coercer) walkArray(a []any, s *jsonschema.Schema, path *pathSeg, depth 
 		if sub == nil {
 			continue
 		}
-		seg := pathSeg{parent: path, index: i}
-		ne, c := w.walk(e, sub, &seg, depth+1)
+		w.path = append(w.path, pathElem{index: i})
+		ne, c := w.walk(e, sub, depth+1)
+		w.path = w.path[:len(w.path)-1]
 		if c {
 			if out == nil {
 				out = make([]any, len(a))

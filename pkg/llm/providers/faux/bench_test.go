@@ -15,12 +15,14 @@ func benchStream(b *testing.B, r faux.Response, opts ...faux.Option) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	events := 0
+	cpu := cpuNow()
 	for b.Loop() {
 		for ev := range p.Stream(ctx, model, c, nil) {
 			events++
 			_ = ev
 		}
 	}
+	reportCPU(b, cpu)
 	b.ReportMetric(float64(events)/float64(b.N), "events/op")
 }
 
@@ -46,8 +48,10 @@ func BenchmarkLLMStreamText(b *testing.B) {
 	c := userCtx("What is the weather like in Berlin today?")
 	ctx := context.Background()
 	b.ReportAllocs()
+	cpu := cpuNow()
 	for b.Loop() {
 		for range llm.Stream(ctx, model, c, nil) {
 		}
 	}
+	reportCPU(b, cpu)
 }

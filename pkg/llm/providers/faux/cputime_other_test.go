@@ -1,0 +1,11 @@
+//go:build !unix
+
+package faux_test
+
+import (
+	"testing"
+	"time"
+)
+
+func cpuNow() time.Duration                       { return 0 }
+func reportCPU(b *testing.B, since time.Duration) {}
