@@ -1,0 +1,170 @@
+package transcript
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
+)
+
+func publish(t *testing.T, js jetstream.JetStream, subj string, ev events.Any, msgID string) {
+	t.Helper()
+	m, err := events.NewMsg(subj, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msgID != "" {
+		m.Header.Set(nats.MsgIdHdr, msgID)
+	}
+	if _, err := js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func inbound(id, text string, segs ...events.Segment) events.IMMessage {
+	if text != "" {
+		segs = append([]events.Segment{events.TextSeg(text)}, segs...)
+	}
+	return events.IMMessage{Platform: "qq", Bot: "bot1", MessageID: id, Scene: events.Scene{Type: "group", ID: "g1"},
+		Sender: events.Sender{ID: "u1", Name: "Alice", Roles: []string{"member"}}, Content: segs, Time: 1_700_000_000_000}
+}
+
+func waitCount(t *testing.T, db *DB, want int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := db.Count(context.Background(), sceneA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("count %d, want %d", n, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func TestArchiver(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.New(t)
+	js := srv.JS
+	db, err := Open(filepath.Join(t.TempDir(), "transcripts.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+
+	in := func(m events.IMMessage) { publish(t, js, events.IMInSubject(m.SessionKey()), events.New(m), "") }
+	in(inbound("m1", "hello archive"))
+	in(inbound("m2", "", events.ImageSeg("https://x/cat.png")))                 // media only: stored, empty body
+	in(inbound("m3", "", events.TextSeg("")))                                   // nothing: skipped
+	in(inbound("m4", "look", events.AtSeg("bot1", "Bot"), events.ImageSeg("u"))) // text + mention + media
+	// The same platform message published twice under different msg ids (a replay by a third
+	// party): the stream keeps both, the archive one.
+	dup := inbound("m1", "hello archive")
+	publish(t, js, events.IMInSubject(dup.SessionKey()), events.New(dup), "other-id")
+	receipt := events.Receipt{OutID: "turn1-0", Turn: "turn1", Platform: "qq", Bot: "bot1", Scene: events.Scene{Type: "group", ID: "g1"},
+		MessageID: "p-99", Time: 1_700_000_001_000, Content: events.Segments{events.TextSeg("Hi Alice!")}, Sender: events.Sender{ID: "bot1", Name: "Bot"}}
+	publish(t, js, events.IMSentSubject(receipt.SessionKey()), events.New(receipt), "")
+	// Garbage on IM_IN is dead-lettered with the reason.
+	if _, err := js.Publish(ctx, "im.in.qq.bot1.group.g1", []byte(`{"type":"im.message","v":1}`)); err != nil {
+		t.Fatal(err)
+	}
+
+	a, err := RunArchiver(ctx, js, db, ArchiverOptions{Node: "n1", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCount(t, db, 4)
+	rows, err := db.Search(ctx, Query{Scene: sceneA, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Row{}
+	for _, r := range rows {
+		got[string(r.Direction)+"/"+r.MessageID] = r
+	}
+	if r := got["outbound/p-99"]; r.Body != "Hi Alice!" || r.SenderName != "Bot" || r.Time != receipt.Time {
+		t.Fatalf("outbound row: %+v", r)
+	}
+	if r := got["inbound/m2"]; r.Body != "" || r.MediaJSON == "" {
+		t.Fatalf("media-only row: %+v", r)
+	}
+	if r := got["inbound/m4"]; r.Body != "look@Bot " || r.SenderRole != "member" || r.SceneType != "group" {
+		t.Fatalf("mixed row: %+v", r)
+	}
+	if _, ok := got["inbound/m3"]; ok {
+		t.Fatal("empty message archived")
+	}
+
+	// The dead letter names the problem.
+	dlq, err := js.Stream(ctx, events.StreamDeadLetters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		dl, err := dlq.GetLastMsgForSubject(ctx, events.DeadLetterSubject("archiver", "invalid"))
+		if err == nil {
+			var ev events.Event[events.DeadLetter]
+			if err := events.Unmarshal(dl.Data, &ev); err != nil || ev.Data.Stream != events.StreamIMIn || ev.Data.Error == "" {
+				t.Fatalf("dead letter %+v %v", ev.Data, err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no dead letter: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Everything redelivered (consumers reset, as after losing their state): still one row each.
+	for _, d := range []string{"transcripts-n1-in", "transcripts-n1-sent"} {
+		s := events.StreamIMIn
+		if d == "transcripts-n1-sent" {
+			s = events.StreamIMSent
+		}
+		if err := js.DeleteConsumer(ctx, s, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err = RunArchiver(ctx, js, db, ArchiverOptions{Node: "n1", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in(inbound("m5", "after restart"))
+	waitCount(t, db, 5)
+	time.Sleep(200 * time.Millisecond) // give a duplicate the chance to show up
+	waitCount(t, db, 5)
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{events.StreamIMIn, events.StreamIMSent} {
+		info, err := js.Consumer(ctx, c, map[string]string{events.StreamIMIn: "transcripts-n1-in", events.StreamIMSent: "transcripts-n1-sent"}[c])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ci := info.CachedInfo(); ci.NumAckPending != 0 {
+			t.Fatalf("%s: %d unacked", c, ci.NumAckPending)
+		}
+	}
+	if _, err := RunArchiver(ctx, js, db, ArchiverOptions{Node: "bad.name"}); err == nil {
+		t.Fatal("accepted a node name with a dot")
+	}
+}
