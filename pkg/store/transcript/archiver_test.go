@@ -69,8 +69,8 @@ func TestArchiver(t *testing.T) {
 
 	in := func(m events.IMMessage) { publish(t, js, events.IMInSubject(m.SessionKey()), events.New(m), "") }
 	in(inbound("m1", "hello archive"))
-	in(inbound("m2", "", events.ImageSeg("https://x/cat.png")))                 // media only: stored, empty body
-	in(inbound("m3", "", events.TextSeg("")))                                   // nothing: skipped
+	in(inbound("m2", "", events.ImageSeg("https://x/cat.png")))                  // media only: stored, empty body
+	in(inbound("m3", "", events.TextSeg("")))                                    // nothing: skipped
 	in(inbound("m4", "look", events.AtSeg("bot1", "Bot"), events.ImageSeg("u"))) // text + mention + media
 	// The same platform message published twice under different msg ids (a replay by a third
 	// party): the stream keeps both, the archive one.
