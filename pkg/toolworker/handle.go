@@ -27,7 +27,9 @@ type call struct {
 	start time.Time
 }
 
-func (c *call) subject() string { return events.ToolResultSubject(c.ev.Data.SessionKey, c.ev.Data.CallID) }
+func (c *call) subject() string {
+	return events.ToolResultSubject(c.ev.Data.SessionKey, c.ev.Data.CallID)
+}
 
 // handle runs the steps listed in the package doc for one delivered request.
 func (h *Handle) handle(s *served, msg jetstream.Msg) {
