@@ -26,6 +26,7 @@ package faux
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
 	"strconv"
 	"sync"
@@ -167,7 +168,18 @@ func (p *Provider) next(c *llm.Context) (Response, bool) {
 	if f == nil {
 		return Response{}, false
 	}
-	return f(c), true
+	return respond(f, c), true
+}
+
+// respond calls a responder; a panic becomes a scripted provider error rather than a crash of
+// whoever ranges over the stream.
+func respond(f Responder, c *llm.Context) (r Response) {
+	defer func() {
+		if v := recover(); v != nil {
+			r = Response{Error: fmt.Sprintf("faux: responder panicked: %v", v)}
+		}
+	}()
+	return f(c)
 }
 
 // Stream implements llm.Provider.

@@ -339,3 +339,12 @@ func TestDemoUnicode(t *testing.T) {
 		}
 	}
 }
+
+func TestResponderPanicBecomesErrorEvent(t *testing.T) {
+	p := faux.New(faux.WithResponder(func(*llm.Context) faux.Response { panic("bug") }))
+	rs := collect(t, context.Background(), p, userCtx("x"))
+	last := rs[len(rs)-1].ev
+	if types(rs) != "start error" || last.Reason != llm.StopReasonError || !strings.Contains(last.Message.ErrorMessage, "responder panicked: bug") {
+		t.Fatalf("%s %+v", types(rs), last.Message)
+	}
+}
