@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -172,20 +173,40 @@ func Unmarshal[P Payload](data []byte, ev *Event[P]) error {
 // Decode reads any known event, picking the payload type from "type", and validates it like
 // Unmarshal. Use it on streams that carry several types (SESSION_IN, AGENT_EVENTS, AGENT_CTX).
 func Decode(data []byte) (Any, error) {
-	var peek struct {
-		Type string `json:"type"`
+	typ, ok := fastType(data)
+	if !ok {
+		var peek struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(data, &peek); err != nil {
+			return nil, jsonError("event", err)
+		}
+		typ = peek.Type
 	}
-	if err := json.Unmarshal(data, &peek); err != nil {
-		return nil, jsonError("event", err)
-	}
-	if peek.Type == "" {
+	if typ == "" {
 		return nil, invalid("event", "type is required")
 	}
-	mk, ok := registry[peek.Type]
+	mk, ok := registry[typ]
 	if !ok {
-		return nil, &InvalidError{What: "event", Reason: fmt.Sprintf("unknown type %q", peek.Type), Err: ErrUnknownType}
+		return nil, &InvalidError{What: "event", Reason: fmt.Sprintf("unknown type %q", typ), Err: ErrUnknownType}
 	}
 	return mk(data)
+}
+
+// fastType reads the type of an event that starts with {"type":"...", as everything Marshal
+// writes does, without a second JSON pass. Anything else (whitespace, escapes, another field
+// first) falls back to a full peek. The full decode that follows validates the JSON anyway.
+func fastType(data []byte) (string, bool) {
+	const prefix = `{"type":"`
+	if !bytes.HasPrefix(data, []byte(prefix)) {
+		return "", false
+	}
+	rest := data[len(prefix):]
+	end := bytes.IndexByte(rest, '"')
+	if end < 0 || bytes.IndexByte(rest[:end], '\\') >= 0 {
+		return "", false
+	}
+	return string(rest[:end]), true
 }
 
 // PeekMeta decodes only the envelope, without validating the payload. Useful for routing and
