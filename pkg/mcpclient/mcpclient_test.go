@@ -284,3 +284,35 @@ func TestToolName(t *testing.T) {
 		t.Errorf("long names %q %q", long1, long2)
 	}
 }
+
+func TestToolListChangedRelists(t *testing.T) {
+	srv := newTestServer()
+	m, _ := New(nil, Options{Log: quiet()})
+	m.AddServer("live", func() (mcp.Transport, error) {
+		ct, st := mcp.NewInMemoryTransports()
+		if _, err := srv.Connect(context.Background(), st, nil); err != nil {
+			return nil, err
+		}
+		return ct, nil
+	}, 0)
+	defer m.Close()
+	ctx := context.Background()
+	if n := len(m.Tools(ctx)); n != 3 {
+		t.Fatalf("%d tools", n)
+	}
+	mcp.AddTool(srv, &mcp.Tool{Name: "late", Description: "Added later"},
+		func(ctx context.Context, req *mcp.CallToolRequest, in struct{}) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "here"}}}, nil, nil
+		})
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if ts := byName(m.Tools(ctx)); len(ts) == 4 {
+			if r := ts["mcp_live_late"].Run(ctx, tools.Call{}); r.Text() != "here" {
+				t.Fatalf("%+v", r)
+			}
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("tool list change was not picked up")
+}
