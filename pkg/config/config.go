@@ -68,6 +68,29 @@ type TLS struct {
 // IM holds the platform adapters.
 type IM struct {
 	Webhook Webhook `yaml:"webhook"`
+	// Egress tunes outbound delivery (pkg/egress); zero values pick its defaults.
+	Egress Egress `yaml:"egress"`
+}
+
+// Egress tunes outbound delivery. See docs/operations.md "Egress".
+type Egress struct {
+	// Concurrency is how many parts one egress process sends at the same time (default 16).
+	Concurrency int `yaml:"concurrency"`
+	// AckWaitMs is the IM_OUT consumer's ack wait (default 30000); in-progress acks extend it
+	// while a send is underway.
+	AckWaitMs int64 `yaml:"ackWaitMs"`
+	// MaxRetries is how often a transient failure is retried within one delivery (default 3).
+	MaxRetries int `yaml:"maxRetries"`
+	// MaxDeliveries is how many deliveries a part gets before it is dead-lettered (default 8).
+	MaxDeliveries int `yaml:"maxDeliveries"`
+	// RateLimits per platform ("*" = every platform not listed); absent means unlimited.
+	RateLimits map[string]EgressRateLimit `yaml:"rateLimits"`
+}
+
+// EgressRateLimit is a token bucket: perSecond sends on average, bursts of up to burst.
+type EgressRateLimit struct {
+	PerSecond float64 `yaml:"perSecond"`
+	Burst     int     `yaml:"burst"`
 }
 
 // Webhook is the reference HTTP adapter.

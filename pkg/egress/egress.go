@@ -1,0 +1,634 @@
+package egress
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/store/transcript"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// Defaults of Options.
+const (
+	DefaultDurable         = "egress"
+	DefaultConcurrency     = 16
+	DefaultAckWait         = 30 * time.Second
+	DefaultMaxAckPending   = 1024
+	DefaultMaxRetries      = 3
+	DefaultRetryInitial    = 200 * time.Millisecond
+	DefaultRetryMax        = 5 * time.Second
+	DefaultMaxDeliveries   = 8
+	DefaultRedeliveryDelay = 2 * time.Second
+	DefaultMaxRedelivery   = 2 * time.Minute
+	DefaultSendTimeout     = 15 * time.Second
+	DefaultHandlerTimeout  = 5 * time.Minute
+	DefaultMaxRetryAfter   = 2 * time.Minute
+)
+
+// Options configure Run. NC is required; everything else has a default.
+type Options struct {
+	// NC is the bus connection. Egress opens one more connection with the same options for its
+	// IM_OUT subscription (the watermill subscriber drains its connection on close, which must
+	// not take the shared one down) and uses NC for receipts, KV, dead letters and the search
+	// service.
+	NC *nats.Conn
+	// JS is the JetStream context on NC (default jetstream.New(NC)).
+	JS jetstream.JetStream
+	// Config supplies im.webhook.bots (callbacks and secrets) and im.egress tuning.
+	Config *config.Config
+	// DataDir holds transcripts.db, the transcript archive (empty: no archive, unless
+	// Transcripts is set).
+	DataDir string
+	// Log is the logger (default slog.Default()).
+	Log *slog.Logger
+	// HTTPClient is used by the webhook sender (default: 15 s timeout).
+	HTTPClient *http.Client
+	// Senders overrides or adds senders by platform name; a nil value removes a built-in one.
+	Senders map[string]Sender
+	// Transcripts is an already open archive to serve transcripts.search from (Run does not
+	// close it). When nil and DataDir is set, Run opens DataDir/transcripts.db and closes it on
+	// Stop.
+	Transcripts *transcript.DB
+
+	// Durable names the shared IM_OUT consumer and its deliver group: every egress replica with
+	// the same name shares the work (default "egress").
+	Durable string
+	// Concurrency is how many parts this process handles at once (default 16, or im.egress.concurrency).
+	Concurrency int
+	// AckWait of the consumer (default 30 s). In-progress acks are sent every AckWait/3 while
+	// a part is being handled.
+	AckWait time.Duration
+	// MaxAckPending bounds unacknowledged parts across all replicas (default 1024). Keep it
+	// below rate × AckWait when a platform is throttled, or buffered parts outlive AckWait.
+	MaxAckPending int
+	// MaxRetries, RetryInitial, RetryMax: in-process retries of transient failures within one
+	// delivery (exponential backoff, multiplier 2).
+	MaxRetries   int
+	RetryInitial time.Duration
+	RetryMax     time.Duration
+	// MaxDeliveries: after this many deliveries that all failed transiently the part is
+	// dead-lettered (reason max_deliveries) instead of redelivered (default 8).
+	MaxDeliveries int
+	// RedeliveryDelay is the NAK delay after the first failed delivery; it doubles per
+	// delivery up to MaxRedeliveryDelay (defaults 2 s and 2 min).
+	RedeliveryDelay    time.Duration
+	MaxRedeliveryDelay time.Duration
+	// SendTimeout bounds one Send call (default 15 s). A send that has started is not
+	// cancelled by Stop: it runs to its end so its outcome is recorded.
+	SendTimeout time.Duration
+	// HandlerTimeout bounds one delivery including throttling and retries (default 5 min).
+	HandlerTimeout time.Duration
+	// RateLimits per platform ("*" = default for platforms not listed). Default: none, or
+	// im.egress.rateLimits.
+	RateLimits map[string]RateLimit
+	// MaxRetryAfter caps how long a platform's Retry-After pauses it (default 2 min).
+	MaxRetryAfter time.Duration
+
+	// afterRecord is a test hook run after a part was sent, recorded and its receipt published,
+	// before the handler returns (and so before the ack).
+	afterRecord func(out events.Outbound)
+}
+
+func (o Options) withDefaults() Options {
+	var ec config.Egress
+	if o.Config != nil {
+		ec = o.Config.IM.Egress
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.Durable == "" {
+		o.Durable = DefaultDurable
+	}
+	def := func(v *int, cfg, d int) {
+		if *v <= 0 {
+			*v = cfg
+		}
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&o.Concurrency, ec.Concurrency, DefaultConcurrency)
+	def(&o.MaxRetries, ec.MaxRetries, DefaultMaxRetries)
+	def(&o.MaxDeliveries, ec.MaxDeliveries, DefaultMaxDeliveries)
+	def(&o.MaxAckPending, 0, DefaultMaxAckPending)
+	dur := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	if o.AckWait <= 0 && ec.AckWaitMs > 0 {
+		o.AckWait = time.Duration(ec.AckWaitMs) * time.Millisecond
+	}
+	dur(&o.AckWait, DefaultAckWait)
+	dur(&o.RetryInitial, DefaultRetryInitial)
+	dur(&o.RetryMax, DefaultRetryMax)
+	dur(&o.RedeliveryDelay, DefaultRedeliveryDelay)
+	dur(&o.MaxRedeliveryDelay, DefaultMaxRedelivery)
+	dur(&o.SendTimeout, DefaultSendTimeout)
+	dur(&o.HandlerTimeout, DefaultHandlerTimeout)
+	dur(&o.MaxRetryAfter, DefaultMaxRetryAfter)
+	if o.RateLimits == nil && len(ec.RateLimits) > 0 {
+		o.RateLimits = make(map[string]RateLimit, len(ec.RateLimits))
+		for k, v := range ec.RateLimits {
+			o.RateLimits[k] = RateLimit{PerSecond: v.PerSecond, Burst: v.Burst}
+		}
+	}
+	return o
+}
+
+// Stats counts what a running egress did.
+type Stats struct {
+	Delivered    uint64 // parts sent and recorded
+	Skipped      uint64 // deliveries of parts already recorded in KV delivered (not sent again)
+	DeadLettered uint64 // parts moved to DEAD_LETTERS
+	Failures     uint64 // failed send attempts (transient or permanent)
+}
+
+// Handle is a running egress.
+type Handle struct {
+	e       *egress
+	router  *message.Router
+	runDone chan struct{}
+	runErr  error
+	svc     micro.Service
+	db      *transcript.DB
+	ownDB   bool
+	subConn *nats.Conn
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Stats returns the counters so far.
+func (h *Handle) Stats() Stats {
+	return Stats{
+		Delivered:    h.e.delivered.Load(),
+		Skipped:      h.e.skipped.Load(),
+		DeadLettered: h.e.deadLettered.Load(),
+		Failures:     h.e.failures.Load(),
+	}
+}
+
+// Transcripts returns the archive egress serves searches from (nil when there is none).
+func (h *Handle) Transcripts() *transcript.DB { return h.db }
+
+// Stop closes the router (waiting for parts in flight, up to SendTimeout + 5 s), the search
+// service, the archive (when Run opened it) and the subscription connection. Parts whose ack
+// was not sent are redelivered to another replica (or this one after restart) and skipped
+// there via KV delivered. Safe to call more than once.
+func (h *Handle) Stop() error {
+	h.stopOnce.Do(func() {
+		var errs []error
+		if err := h.router.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close router: %w", err))
+		}
+		<-h.runDone
+		if h.svc != nil {
+			if err := h.svc.Stop(); err != nil {
+				errs = append(errs, fmt.Errorf("stop search service: %w", err))
+			}
+		}
+		if h.ownDB && h.db != nil {
+			if err := h.db.Close(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		h.subConn.Close()
+		h.stopErr = errors.Join(errs...)
+	})
+	return h.stopErr
+}
+
+// Done is closed when the router has stopped (after Stop, or when its subscription died).
+func (h *Handle) Done() <-chan struct{} { return h.runDone }
+
+// egress is the handler state shared by the middleware.
+type egress struct {
+	o        Options
+	log      *slog.Logger
+	js       jetstream.JetStream
+	kv       jetstream.KeyValue
+	senders  map[string]Sender
+	limiter  *limiter
+	inflight inflight
+	unmarsh  *unmarshaler
+
+	delivered, skipped, deadLettered, failures atomic.Uint64
+}
+
+// Run starts egress: a watermill router on the shared IM_OUT consumer (created or updated;
+// streams and buckets must already be provisioned, egress never creates or alters them), the
+// transcripts.search service when an archive is available, and returns once the router is
+// running. ctx bounds the start only; the role runs until Handle.Stop.
+func Run(ctx context.Context, o Options) (*Handle, error) {
+	if o.NC == nil {
+		return nil, errors.New("egress: Options.NC is required")
+	}
+	o = o.withDefaults()
+	js := o.JS
+	if js == nil {
+		var err error
+		if js, err = jetstream.New(o.NC); err != nil {
+			return nil, fmt.Errorf("egress: jetstream: %w", err)
+		}
+	}
+	kv, err := js.KeyValue(ctx, events.BucketDelivered)
+	if err != nil {
+		return nil, fmt.Errorf("egress: KV %s (are the streams provisioned?): %w", events.BucketDelivered, err)
+	}
+	if _, err := js.Stream(ctx, events.StreamDeadLetters); err != nil {
+		return nil, fmt.Errorf("egress: stream %s (are the streams provisioned?): %w", events.StreamDeadLetters, err)
+	}
+	filter := events.PrefixIMOut + ".>"
+	if _, err := js.CreateOrUpdatePushConsumer(ctx, events.StreamIMOut, jetstream.ConsumerConfig{
+		Durable:        o.Durable,
+		Description:    "agentbus egress: outbound delivery",
+		DeliverSubject: deliverSubject(o.Durable),
+		DeliverGroup:   o.Durable,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        o.AckWait,
+		MaxDeliver:     -1, // egress dead-letters after MaxDeliveries itself: nothing expires silently
+		MaxAckPending:  o.MaxAckPending,
+		FilterSubject:  filter,
+	}); err != nil {
+		return nil, fmt.Errorf("egress: consumer %s on %s (is the stream provisioned?): %w", o.Durable, events.StreamIMOut, err)
+	}
+
+	e := &egress{
+		o:       o,
+		log:     o.Log.With("role", events.RoleEgress),
+		js:      js,
+		kv:      kv,
+		senders: buildSenders(o),
+		limiter: newLimiter(o.RateLimits, o.MaxRetryAfter),
+		unmarsh: &unmarshaler{},
+	}
+
+	subOpts := o.NC.Opts
+	if subOpts.Name != "" {
+		subOpts.Name += " "
+	}
+	subOpts.Name += "egress-sub"
+	subConn, err := subOpts.Connect()
+	if err != nil {
+		return nil, fmt.Errorf("egress: connect subscriber: %w", err)
+	}
+	wlog := watermill.NewSlogLoggerWithLevelMapping(e.log, map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug})
+	sub, err := wmnats.NewSubscriberWithNatsConn(subConn, wmnats.SubscriberSubscriptionConfig{
+		Unmarshaler:      e.unmarsh,
+		SubscribersCount: o.Concurrency,
+		// How long watermill waits for the handler's verdict; the handler has its own deadline
+		// (HandlerTimeout) and a started send its own (SendTimeout).
+		AckWaitTimeout:   o.HandlerTimeout + o.SendTimeout + time.Minute,
+		CloseTimeout:     o.SendTimeout + 5*time.Second,
+		SubscribeTimeout: 30 * time.Second,
+		NakDelay:         redeliveryDelay{base: o.RedeliveryDelay, max: o.MaxRedeliveryDelay},
+		QueueGroupPrefix: o.Durable,
+		JetStream: wmnats.JetStreamConfig{
+			AutoProvision: false, // streams are pkg/natsutil's business
+			DurablePrefix: o.Durable,
+			SubscribeOptions: []nats.SubOpt{
+				nats.Bind(events.StreamIMOut, o.Durable),
+				// Without ManualAck nats.go acks when the callback returns, which would ack
+				// parts watermill gave up on (shutdown, timeout) instead of leaving them to
+				// redelivery.
+				nats.ManualAck(),
+			},
+		},
+	}, wlog)
+	if err != nil {
+		subConn.Close()
+		return nil, fmt.Errorf("egress: subscriber: %w", err)
+	}
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: o.SendTimeout + 5*time.Second}, wlog)
+	if err != nil {
+		subConn.Close()
+		return nil, fmt.Errorf("egress: router: %w", err)
+	}
+	retry := middleware.Retry{
+		MaxRetries:          o.MaxRetries,
+		InitialInterval:     o.RetryInitial,
+		MaxInterval:         o.RetryMax,
+		Multiplier:          2,
+		RandomizationFactor: 0.2,
+		ShouldRetry: func(p middleware.RetryParams) bool {
+			_, perm := classify(p.Err)
+			return !perm
+		},
+	}
+	// Outermost first: correlation ids and the delivery's metadata into the context; dead
+	// letters for permanent failures and exhausted deliveries; in-progress acks while a part is
+	// handled; in-process retries of transient failures; panics turned into errors.
+	router.AddMiddleware(e.correlation, e.deadLetter, e.inProgress, retry.Middleware, middleware.Recoverer)
+	router.AddConsumerHandler("egress", filter, sub, e.handle)
+
+	h := &Handle{e: e, router: router, runDone: make(chan struct{}), subConn: subConn}
+	go func() {
+		defer close(h.runDone)
+		h.runErr = router.Run(context.Background())
+	}()
+	select {
+	case <-router.Running():
+	case <-h.runDone:
+		subConn.Close()
+		return nil, fmt.Errorf("egress: router: %w", h.runErr)
+	case <-ctx.Done():
+		_ = h.Stop()
+		return nil, ctx.Err()
+	}
+
+	if err := h.startArchive(ctx); err != nil {
+		_ = h.Stop()
+		return nil, err
+	}
+	e.log.Info("egress running", "durable", o.Durable, "concurrency", o.Concurrency, "platforms", senderNames(e.senders))
+	return h, nil
+}
+
+// startArchive opens the transcript archive and serves transcripts.search from it.
+//
+// The archiver that fills it from IM_IN and IM_SENT belongs to pkg/store/transcript; egress
+// hosts it once that package offers one (see runArchiver).
+func (h *Handle) startArchive(ctx context.Context) error {
+	o := h.e.o
+	db := o.Transcripts
+	if db == nil && o.DataDir != "" {
+		var err error
+		db, err = transcript.Open(filepath.Join(o.DataDir, "transcripts.db"), nil)
+		if err != nil {
+			return fmt.Errorf("egress: %w", err)
+		}
+		h.ownDB = true
+	}
+	if db == nil {
+		h.e.log.Info("egress: no transcript archive (no data dir); transcripts.search is not served here")
+		return nil
+	}
+	h.db = db
+	if err := runArchiver(ctx, h); err != nil {
+		return err
+	}
+	svc, err := ServeSearch(o.NC, db, h.e.log)
+	if err != nil {
+		return err
+	}
+	h.svc = svc
+	return nil
+}
+
+// runArchiver is where egress starts the transcript archiver (IM_IN + IM_SENT -> bbolt). It
+// is a no-op until pkg/store/transcript provides one.
+var runArchiver = func(ctx context.Context, h *Handle) error { return nil }
+
+func deliverSubject(durable string) string {
+	return "_AGENTBUS.egress." + events.EncodeToken(durable)
+}
+
+func buildSenders(o Options) map[string]Sender {
+	var bots []config.WebhookBot
+	if o.Config != nil {
+		bots = o.Config.IM.Webhook.Bots
+	}
+	m := map[string]Sender{
+		PlatformWebhook: NewWebhookSender(o.HTTPClient, bots),
+		PlatformConsole: NewConsoleSender(o.NC),
+	}
+	for name, s := range o.Senders {
+		if s == nil {
+			delete(m, name)
+			continue
+		}
+		m[name] = s
+	}
+	return m
+}
+
+func senderNames(m map[string]Sender) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// record is the value of a KV delivered entry.
+type record struct {
+	OutID     string `json:"outId"`
+	MessageID string `json:"messageId"`
+	Time      int64  `json:"time"`
+}
+
+// handle delivers one IM_OUT message. Returning nil acks it (after the middleware).
+func (e *egress) handle(msg *message.Message) error {
+	ctx := msg.Context()
+	d := deliveryFrom(ctx)
+	ev := new(events.Event[events.Outbound])
+	if err := events.UnmarshalMsg(&nats.Msg{Data: msg.Payload, Header: d.header}, ev); err != nil {
+		return permanent(ReasonInvalid, err)
+	}
+	out := ev.Data
+	key := events.EncodeToken(out.OutID)
+	release, err := e.inflight.acquire(ctx, key)
+	if err != nil {
+		return err
+	}
+	defer release()
+
+	log := loggerFrom(ctx)
+	switch rec, found, err := e.lookup(ctx, key); {
+	case err != nil:
+		return err
+	case found:
+		// Sent before (a redelivery, or the same out id published again): never twice. The
+		// receipt is published again in case the earlier attempt died before publishing it;
+		// IM_SENT drops the duplicate (same Nats-Msg-Id).
+		e.skipped.Add(1)
+		log.Debug("egress: already delivered, skipping", "out", out.OutID, "platformMsg", rec.MessageID)
+		return e.publishReceipt(ctx, ev, rec)
+	}
+
+	sender, ok := e.senders[out.Platform]
+	if !ok {
+		return permanent(ReasonNoSender, fmt.Errorf("%w %q", ErrNoSender, out.Platform))
+	}
+	if err := e.limiter.Wait(ctx, out.Platform); err != nil {
+		return fmt.Errorf("throttle %s: %w", out.Platform, err)
+	}
+	// Once started, a send runs to its end even if egress is stopping, so that its outcome is
+	// recorded: an abandoned request the platform did accept would be sent again.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.SendTimeout)
+	pmid, err := send(sctx, sender, ev)
+	cancel()
+	if err != nil {
+		e.failures.Add(1)
+		if ra := retryAfterOf(err); ra > 0 {
+			e.limiter.Pause(out.Platform, ra)
+		}
+		return fmt.Errorf("send %s via %s: %w", out.OutID, out.Platform, err)
+	}
+	if pmid == "" {
+		pmid = out.OutID
+	}
+	rec := record{OutID: out.OutID, MessageID: pmid, Time: time.Now().UnixMilli()}
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.SendTimeout)
+	defer rcancel()
+	if err := e.remember(rctx, key, rec); err != nil {
+		// The one window for a second send: delivered, but not recorded. The redelivery will
+		// send again; the body's id (the out id) lets the receiver drop it.
+		log.Error("egress: delivered but not recorded; a redelivery may send it again", "out", out.OutID, "err", err)
+		return err
+	}
+	e.delivered.Add(1)
+	if err := e.publishReceipt(rctx, ev, rec); err != nil {
+		return err // redelivered, found in KV, receipt published then
+	}
+	log.Debug("egress: delivered", "out", out.OutID, "platform", out.Platform, "platformMsg", pmid)
+	if e.o.afterRecord != nil {
+		e.o.afterRecord(out)
+	}
+	return nil
+}
+
+func send(ctx context.Context, s Sender, ev *events.Event[events.Outbound]) (string, error) {
+	if es, ok := s.(eventSender); ok {
+		return es.sendEvent(ctx, ev)
+	}
+	return s.Send(ctx, ev.Data)
+}
+
+// lookup reads the KV delivered entry of key.
+func (e *egress) lookup(ctx context.Context, key string) (record, bool, error) {
+	ent, err := e.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return record{}, false, nil
+	}
+	if err != nil {
+		return record{}, false, fmt.Errorf("read %s/%s: %w", events.BucketDelivered, key, err)
+	}
+	var rec record
+	if err := json.Unmarshal(ent.Value(), &rec); err != nil || rec.MessageID == "" {
+		// Still a delivery record: the key's presence is what counts.
+		rec = record{MessageID: key, Time: ent.Created().UnixMilli()}
+	}
+	return rec, true, nil
+}
+
+// remember writes the KV delivered entry, retrying briefly: losing it is the one way a part
+// could be sent twice.
+func (e *egress) remember(ctx context.Context, key string, rec record) error {
+	val, _ := json.Marshal(rec)
+	wait := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		_, err := e.kv.Create(ctx, key, val)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, jetstream.ErrKeyExists):
+			// Another delivery of the same out id got there first (e.g. a replica that took
+			// over after AckWait while this one was still sending).
+			loggerFrom(ctx).Warn("egress: out id recorded concurrently; it may have been sent twice", "key", key)
+			return nil
+		case attempt >= 5 || ctx.Err() != nil:
+			return fmt.Errorf("record %s/%s: %w", events.BucketDelivered, key, err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+		wait *= 2
+	}
+}
+
+// publishReceipt publishes the im.sent receipt (Nats-Msg-Id "sent/<out id>", so repeats are
+// dropped by IM_SENT within its duplicate window).
+func (e *egress) publishReceipt(ctx context.Context, ev *events.Event[events.Outbound], rec record) error {
+	out := ev.Data
+	r := events.New(events.Receipt{
+		OutID:     out.OutID,
+		Turn:      out.Turn,
+		Platform:  out.Platform,
+		Bot:       out.Bot,
+		Scene:     out.Scene,
+		MessageID: rec.MessageID,
+		Time:      rec.Time,
+		Content:   out.Content,
+		Sender:    events.Sender{ID: out.Bot},
+	}, events.WithCorrelation(&ev.Meta))
+	m, err := events.NewMsg(events.IMSentSubject(out.SessionKey()), r)
+	if err != nil {
+		return permanent(ReasonInvalid, fmt.Errorf("receipt: %w", err))
+	}
+	if _, err := e.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("publish receipt %s: %w", out.OutID, err)
+	}
+	return nil
+}
+
+// inflight serializes the handling of one out id inside this process, so that two copies
+// (a redelivery next to the original, or the same part published twice) never race past the
+// KV check together.
+type inflight struct {
+	mu sync.Mutex
+	m  map[string]chan struct{}
+}
+
+func (f *inflight) acquire(ctx context.Context, key string) (func(), error) {
+	for {
+		f.mu.Lock()
+		if f.m == nil {
+			f.m = map[string]chan struct{}{}
+		}
+		ch, busy := f.m[key]
+		if !busy {
+			ch = make(chan struct{})
+			f.m[key] = ch
+			f.mu.Unlock()
+			return func() {
+				f.mu.Lock()
+				delete(f.m, key)
+				f.mu.Unlock()
+				close(ch)
+			}, nil
+		}
+		f.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// redeliveryDelay is the NAK delay: base doubling per delivery, capped at max.
+type redeliveryDelay struct{ base, max time.Duration }
+
+func (r redeliveryDelay) WaitTime(n uint64) time.Duration {
+	d := r.base
+	for i := uint64(1); i < n && d < r.max; i++ {
+		d *= 2
+	}
+	if d > r.max {
+		d = r.max
+	}
+	return d
+}

@@ -1,0 +1,650 @@
+package egress
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
+	"github.com/agentbus/agentbus/pkg/webhook"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+const testSecret = "s3cret"
+
+// callback is a webhook receiver (the remote IM platform): it records every POST and answers
+// with the status reply(n) gives for the n-th request (1-based).
+type callback struct {
+	t     testing.TB
+	srv   *httptest.Server
+	reply func(n int) (status int, header http.Header, body string)
+
+	mu    sync.Mutex
+	posts []post
+	seen  chan struct{}
+}
+
+type post struct {
+	body   []byte
+	sig    string
+	at     time.Time
+	header http.Header
+}
+
+func newCallback(t testing.TB, reply func(n int) (int, http.Header, string)) *callback {
+	c := &callback{t: t, reply: reply, seen: make(chan struct{}, 1<<16)}
+	if c.reply == nil {
+		c.reply = func(int) (int, http.Header, string) { return 200, nil, "" }
+	}
+	c.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		c.mu.Lock()
+		c.posts = append(c.posts, post{body: body, sig: r.Header.Get(webhook.SignatureHeader), at: time.Now(), header: r.Header.Clone()})
+		n := len(c.posts)
+		c.mu.Unlock()
+		status, h, b := c.reply(n)
+		for k, v := range h {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(status)
+		io.WriteString(w, b)
+		c.seen <- struct{}{}
+	}))
+	t.Cleanup(c.srv.Close)
+	return c
+}
+
+func (c *callback) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.posts)
+}
+
+func (c *callback) get(i int) post {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.posts[i]
+}
+
+func testConfig(cb *callback) *config.Config {
+	cfg := &config.Config{}
+	url := ""
+	if cb != nil {
+		url = cb.srv.URL + "/hook"
+	}
+	cfg.IM.Webhook.Bots = []config.WebhookBot{{ID: "b1", Secret: testSecret, Callback: url}}
+	return cfg
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: testLevel}))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// fastOptions shortens every delay so failure paths run in milliseconds.
+func fastOptions(srv *natstest.Server, cfg *config.Config, t testing.TB) Options {
+	return Options{
+		NC:              srv.NC,
+		JS:              srv.JS,
+		Config:          cfg,
+		Log:             testLogger(t),
+		AckWait:         time.Second,
+		RetryInitial:    5 * time.Millisecond,
+		RetryMax:        20 * time.Millisecond,
+		RedeliveryDelay: 20 * time.Millisecond,
+		SendTimeout:     5 * time.Second,
+	}
+}
+
+func start(t testing.TB, o Options) *Handle {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h, err := Run(ctx, o)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	t.Cleanup(func() { _ = h.Stop() })
+	return h
+}
+
+func outbound(id string) events.Outbound {
+	return events.Outbound{
+		OutID:    id,
+		Turn:     "t1",
+		Part:     0,
+		Platform: PlatformWebhook,
+		Bot:      "b1",
+		Scene:    events.Scene{Type: "group", ID: "g1"},
+		ReplyTo:  "m1",
+		Content:  events.Segments{events.TextSeg("hello " + id), events.ImageSeg("https://x/y.png")},
+	}
+}
+
+const testTrace = "0af7651916cd43dd8448eb211c80319c"
+
+// publish puts out on IM_OUT; msgID overrides the Nats-Msg-Id (to get a second copy of the
+// same out id past the stream's dedupe).
+func publish(t testing.TB, js jetstream.JetStream, out events.Outbound, msgID string) {
+	t.Helper()
+	ev := events.New(out, events.WithTurn(out.Turn), events.WithTrace(testTrace),
+		events.WithSession(events.NewSessionID(out.SessionKey(), 1).String()))
+	m, err := events.NewMsg(events.IMOutSubject(out.SessionKey()), ev)
+	if err != nil {
+		t.Fatalf("NewMsg: %v", err)
+	}
+	if msgID != "" {
+		m.Header.Set(events.HeaderMsgID, msgID)
+	}
+	if _, err := js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+}
+
+func publishRaw(t testing.TB, js jetstream.JetStream, subject string, data []byte) {
+	t.Helper()
+	if _, err := js.Publish(context.Background(), subject, data); err != nil {
+		t.Fatalf("publish raw: %v", err)
+	}
+}
+
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// streamMsgs returns how many messages stream holds on subject filter.
+func streamMsgs(t testing.TB, js jetstream.JetStream, stream, filter string) uint64 {
+	t.Helper()
+	s, err := js.Stream(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background(), jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	return n
+}
+
+func lastMsg(t testing.TB, js jetstream.JetStream, stream, subject string) *jetstream.RawStreamMsg {
+	t.Helper()
+	s, err := js.Stream(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(context.Background(), subject)
+	if err != nil {
+		t.Fatalf("last message on %s: %v", subject, err)
+	}
+	return m
+}
+
+func deadLetter(t testing.TB, js jetstream.JetStream, reason string) *events.Event[events.DeadLetter] {
+	t.Helper()
+	subj := events.DeadLetterSubject(events.RoleEgress, reason)
+	waitFor(t, "dead letter "+subj, func() bool { return streamMsgs(t, js, events.StreamDeadLetters, subj) > 0 })
+	m := lastMsg(t, js, events.StreamDeadLetters, subj)
+	ev := new(events.Event[events.DeadLetter])
+	if err := events.Unmarshal(m.Data, ev); err != nil {
+		t.Fatalf("dead letter: %v", err)
+	}
+	return ev
+}
+
+func TestDeliverWebhook(t *testing.T) {
+	srv := natstest.New(t)
+	cb := newCallback(t, func(int) (int, http.Header, string) { return 200, nil, `{"id":"plat-42"}` })
+	h := start(t, fastOptions(srv, testConfig(cb), t))
+
+	out := outbound("turnA-0")
+	publish(t, srv.JS, out, "")
+	waitFor(t, "receipt", func() bool { return streamMsgs(t, srv.JS, events.StreamIMSent, events.PrefixIMSent+".>") == 1 })
+
+	if n := cb.count(); n != 1 {
+		t.Fatalf("callback got %d posts, want 1", n)
+	}
+	p := cb.get(0)
+	if err := webhook.Verify(testSecret, p.body, p.sig); err != nil {
+		t.Fatalf("signature: %v", err)
+	}
+	if got := p.header.Get("Idempotency-Key"); got != out.OutID {
+		t.Errorf("Idempotency-Key = %q", got)
+	}
+	var body webhook.Outbound
+	if err := json.Unmarshal(p.body, &body); err != nil {
+		t.Fatal(err)
+	}
+	want := webhook.Outbound{ID: out.OutID, ReplyTo: "m1", Bot: "b1", Scene: webhook.Scene{Type: "group", ID: "g1"}, Content: out.Content}
+	if gotJ, wantJ := mustJSON(t, body), mustJSON(t, want); gotJ != wantJ {
+		t.Fatalf("body\n got %s\nwant %s", gotJ, wantJ)
+	}
+
+	// Receipt on IM_SENT, with the platform message id and the outbound's correlation.
+	m := lastMsg(t, srv.JS, events.StreamIMSent, events.IMSentSubject(out.SessionKey()))
+	rev := new(events.Event[events.Receipt])
+	if err := events.Unmarshal(m.Data, rev); err != nil {
+		t.Fatal(err)
+	}
+	if rev.Data.MessageID != "plat-42" || rev.Data.OutID != out.OutID || rev.Trace != testTrace || rev.Turn != "t1" {
+		t.Fatalf("receipt = %+v (trace %q turn %q)", rev.Data, rev.Trace, rev.Turn)
+	}
+	if m.Header.Get(events.HeaderMsgID) != "sent/"+out.OutID {
+		t.Errorf("receipt Nats-Msg-Id = %q", m.Header.Get(events.HeaderMsgID))
+	}
+
+	// KV delivered has the key.
+	kv, err := srv.JS.KeyValue(context.Background(), events.BucketDelivered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ent, err := kv.Get(context.Background(), events.EncodeToken(out.OutID))
+	if err != nil {
+		t.Fatalf("delivered key: %v", err)
+	}
+	var rec record
+	if err := json.Unmarshal(ent.Value(), &rec); err != nil || rec.MessageID != "plat-42" {
+		t.Fatalf("delivered value %s (%v)", ent.Value(), err)
+	}
+	if s := h.Stats(); s.Delivered != 1 || s.DeadLettered != 0 {
+		t.Fatalf("stats = %+v", s)
+	}
+}
+
+func mustJSON(t testing.TB, v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestSameOutIDTwiceSentOnce(t *testing.T) {
+	srv := natstest.New(t)
+	cb := newCallback(t, nil)
+	h := start(t, fastOptions(srv, testConfig(cb), t))
+
+	out := outbound("turnB-0")
+	// Two stream messages with the same out id: different Nats-Msg-Id gets past the stream's
+	// dedupe, as a republish after the duplicate window would.
+	publish(t, srv.JS, out, "copy-1")
+	publish(t, srv.JS, out, "copy-2")
+	waitFor(t, "both copies handled", func() bool { s := h.Stats(); return s.Delivered+s.Skipped == 2 })
+	if n := cb.count(); n != 1 {
+		t.Fatalf("callback got %d posts, want 1", n)
+	}
+	if s := h.Stats(); s.Delivered != 1 || s.Skipped != 1 {
+		t.Fatalf("stats = %+v", s)
+	}
+	if n := streamMsgs(t, srv.JS, events.StreamIMSent, events.PrefixIMSent+".>"); n != 1 {
+		t.Fatalf("%d receipts, want 1", n)
+	}
+}
+
+// TestStoppedAfterSendBeforeAck: egress dies after the platform took the part and the
+// delivery was recorded, but before the ack reached the server. The part is redelivered to the
+// next egress, which must not send it again.
+func TestStoppedAfterSendBeforeAck(t *testing.T) {
+	srv := natstest.New(t)
+	cb := newCallback(t, nil)
+
+	o := fastOptions(srv, testConfig(cb), t)
+	var first *Handle
+	crashed := make(chan struct{})
+	o.afterRecord = func(events.Outbound) {
+		// Cut the subscription's connection: the ack that follows this return is lost, as in
+		// a process killed at this point.
+		first.subConn.Close()
+		close(crashed)
+	}
+	first = start(t, o)
+
+	out := outbound("turnC-0")
+	publish(t, srv.JS, out, "")
+	select {
+	case <-crashed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("first egress never delivered")
+	}
+	_ = first.Stop()
+	if n := cb.count(); n != 1 {
+		t.Fatalf("callback got %d posts before restart, want 1", n)
+	}
+
+	o2 := fastOptions(srv, testConfig(cb), t)
+	second := start(t, o2)
+	// The unacked part comes back after AckWait (1 s) and is skipped.
+	waitFor(t, "redelivery to be skipped", func() bool { return second.Stats().Skipped == 1 })
+	if n := cb.count(); n != 1 {
+		t.Fatalf("callback got %d posts, want exactly 1", n)
+	}
+	if s := second.Stats(); s.Delivered != 0 {
+		t.Fatalf("second egress delivered again: %+v", s)
+	}
+	if n := streamMsgs(t, srv.JS, events.StreamIMSent, events.PrefixIMSent+".>"); n != 1 {
+		t.Fatalf("%d receipts, want 1", n)
+	}
+	// Acked now: nothing comes back.
+	time.Sleep(1500 * time.Millisecond)
+	if s := second.Stats(); s.Skipped != 1 || cb.count() != 1 {
+		t.Fatalf("after ack: stats %+v, posts %d", s, cb.count())
+	}
+}
+
+func TestRetries(t *testing.T) {
+	tests := []struct {
+		name      string
+		reply     func(n int) (int, http.Header, string)
+		maxRetry  int
+		maxDeliv  int
+		wantPosts int
+		wantDLQ   string // reason, "" = delivered
+	}{
+		{
+			name: "500 twice then 200",
+			reply: func(n int) (int, http.Header, string) {
+				if n <= 2 {
+					return 500, nil, "boom"
+				}
+				return 200, nil, ""
+			},
+			wantPosts: 3,
+		},
+		{
+			name:      "400 is permanent",
+			reply:     func(int) (int, http.Header, string) { return 400, nil, `{"error":"bad scene"}` },
+			wantPosts: 1,
+			wantDLQ:   ReasonRejected,
+		},
+		{
+			name:      "503 on every delivery",
+			reply:     func(int) (int, http.Header, string) { return 503, nil, "" },
+			maxRetry:  1,
+			maxDeliv:  2,
+			wantPosts: 4, // 2 deliveries × (1 try + 1 retry)
+			wantDLQ:   ReasonMaxDeliveries,
+		},
+		{
+			name: "429 then 200",
+			reply: func(n int) (int, http.Header, string) {
+				if n == 1 {
+					return 429, nil, ""
+				}
+				return 200, nil, ""
+			},
+			wantPosts: 2,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := natstest.New(t)
+			cb := newCallback(t, tc.reply)
+			o := fastOptions(srv, testConfig(cb), t)
+			o.MaxRetries, o.MaxDeliveries = tc.maxRetry, tc.maxDeliv
+			h := start(t, o)
+			out := outbound("turnR-0")
+			publish(t, srv.JS, out, "")
+			if tc.wantDLQ == "" {
+				waitFor(t, "delivery", func() bool { return h.Stats().Delivered == 1 })
+			} else {
+				dl := deadLetter(t, srv.JS, tc.wantDLQ)
+				if dl.Data.Role != events.RoleEgress || dl.Data.Subject != events.IMOutSubject(out.SessionKey()) || dl.Data.Seq == 0 {
+					t.Fatalf("dead letter = %+v", dl.Data)
+				}
+				var back events.Event[events.Outbound]
+				if err := events.Unmarshal(dl.Data.Body(), &back); err != nil || back.Data.OutID != out.OutID {
+					t.Fatalf("dead letter body: %v %+v", err, back.Data)
+				}
+				if dl.Trace != testTrace {
+					t.Errorf("dead letter trace = %q", dl.Trace)
+				}
+				t.Logf("dead letter error: %s", dl.Data.Error)
+			}
+			// Nothing is retried forever: the count stays put.
+			time.Sleep(200 * time.Millisecond)
+			if n := cb.count(); n != tc.wantPosts {
+				t.Fatalf("callback got %d posts, want %d", n, tc.wantPosts)
+			}
+		})
+	}
+}
+
+func TestRetryAfterPausesPlatform(t *testing.T) {
+	srv := natstest.New(t)
+	cb := newCallback(t, func(n int) (int, http.Header, string) {
+		if n == 1 {
+			return 429, http.Header{"Retry-After": {"1"}}, ""
+		}
+		return 200, nil, ""
+	})
+	h := start(t, fastOptions(srv, testConfig(cb), t))
+	publish(t, srv.JS, outbound("turnRA-0"), "")
+	waitFor(t, "delivery", func() bool { return h.Stats().Delivered == 1 })
+	if gap := cb.get(1).at.Sub(cb.get(0).at); gap < 900*time.Millisecond {
+		t.Fatalf("retried %v after a 429 with Retry-After: 1", gap)
+	}
+}
+
+func TestDeadLetters(t *testing.T) {
+	tests := []struct {
+		name    string
+		publish func(t *testing.T, js jetstream.JetStream)
+		reason  string
+		errText string
+	}{
+		{
+			name: "malformed JSON",
+			publish: func(t *testing.T, js jetstream.JetStream) {
+				publishRaw(t, js, "im.out.webhook.b1.group.g1", []byte("{not json"))
+			},
+			reason:  ReasonInvalid,
+			errText: "malformed JSON",
+		},
+		{
+			name: "valid JSON, missing outId",
+			publish: func(t *testing.T, js jetstream.JetStream) {
+				publishRaw(t, js, "im.out.webhook.b1.group.g1",
+					[]byte(`{"type":"im.out","v":1,"id":"x","time":1,"data":{"platform":"webhook","bot":"b1","scene":{"type":"group","id":"g1"},"content":[{"type":"text","data":{"text":"hi"}}]}}`))
+			},
+			reason:  ReasonInvalid,
+			errText: "outId is required",
+		},
+		{
+			name: "unknown platform",
+			publish: func(t *testing.T, js jetstream.JetStream) {
+				o := outbound("turnU-0")
+				o.Platform = "carrier-pigeon"
+				publish(t, js, o, "")
+			},
+			reason:  ReasonNoSender,
+			errText: `no sender for platform "carrier-pigeon"`,
+		},
+		{
+			name: "unknown bot",
+			publish: func(t *testing.T, js jetstream.JetStream) {
+				o := outbound("turnK-0")
+				o.Bot = "ghost"
+				publish(t, js, o, "")
+			},
+			reason:  ReasonUnknownBot,
+			errText: `"ghost" is not configured`,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := natstest.New(t)
+			cb := newCallback(t, nil)
+			h := start(t, fastOptions(srv, testConfig(cb), t))
+			tc.publish(t, srv.JS)
+			dl := deadLetter(t, srv.JS, tc.reason)
+			if !strings.Contains(dl.Data.Error, tc.errText) {
+				t.Fatalf("dead letter error %q, want it to mention %q", dl.Data.Error, tc.errText)
+			}
+			if len(dl.Data.Body()) == 0 {
+				t.Fatal("dead letter lost the original body")
+			}
+			waitFor(t, "ack", func() bool { return h.Stats().DeadLettered == 1 })
+			if cb.count() != 0 {
+				t.Fatalf("callback got %d posts", cb.count())
+			}
+		})
+	}
+}
+
+func TestConsole(t *testing.T) {
+	srv := natstest.New(t)
+	h := start(t, fastOptions(srv, testConfig(nil), t))
+	sub, err := srv.NC.SubscribeSync(ConsoleSubject("local", "me"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := outbound("turnT-0")
+	out.Platform, out.Bot, out.Scene = PlatformConsole, "local", events.Scene{Type: "private", ID: "me"}
+	publish(t, srv.JS, out, "")
+	m, err := sub.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("console message: %v", err)
+	}
+	ev := new(events.Event[events.Outbound])
+	if err := events.UnmarshalMsg(m, ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev.Data.OutID != out.OutID || ev.Data.Content.PlainText() != out.Content.PlainText() || ev.Trace != testTrace {
+		t.Fatalf("console got %+v trace %q", ev.Data, ev.Trace)
+	}
+	waitFor(t, "receipt", func() bool { return h.Stats().Delivered == 1 })
+	rm := lastMsg(t, srv.JS, events.StreamIMSent, events.IMSentSubject(out.SessionKey()))
+	var rev events.Event[events.Receipt]
+	if err := events.Unmarshal(rm.Data, &rev); err != nil || rev.Data.MessageID != out.OutID {
+		t.Fatalf("receipt %v %+v", err, rev.Data)
+	}
+}
+
+func TestSenderOverride(t *testing.T) {
+	srv := natstest.New(t)
+	got := make(chan events.Outbound, 1)
+	o := fastOptions(srv, testConfig(nil), t)
+	o.Senders = map[string]Sender{"pigeon": SenderFunc(func(ctx context.Context, out events.Outbound) (string, error) {
+		got <- out
+		return "coo-1", nil
+	})}
+	start(t, o)
+	out := outbound("turnP-0")
+	out.Platform = "pigeon"
+	publish(t, srv.JS, out, "")
+	select {
+	case g := <-got:
+		if g.OutID != out.OutID {
+			t.Fatalf("got %+v", g)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("custom sender not called")
+	}
+}
+
+func TestRunRequiresProvisionedStreams(t *testing.T) {
+	srv := natstest.New(t, natstest.WithoutProvision())
+	_, err := Run(context.Background(), Options{NC: srv.NC, JS: srv.JS, Log: testLogger(t)})
+	if err == nil || !strings.Contains(err.Error(), "provisioned") {
+		t.Fatalf("Run on an empty server: %v", err)
+	}
+	// And it did not create anything.
+	names := srv.JS.StreamNames(context.Background())
+	for n := range names.Name() {
+		t.Fatalf("egress created stream %s", n)
+	}
+	if _, err := Run(context.Background(), Options{}); err == nil {
+		t.Fatal("Run without NC succeeded")
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		in   string
+		want time.Duration
+	}{
+		{"", 0},
+		{"3", 3 * time.Second},
+		{"-1", 0},
+		{"soon", 0},
+		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
+		{now.Add(-time.Minute).Format(http.TimeFormat), 0},
+	}
+	for _, tc := range tests {
+		if got := parseRetryAfter(tc.in, now); got != tc.want {
+			t.Errorf("parseRetryAfter(%q) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestClassify(t *testing.T) {
+	tests := []struct {
+		err    error
+		reason string
+		perm   bool
+	}{
+		{&StatusError{StatusCode: 400}, ReasonRejected, true},
+		{&StatusError{StatusCode: 404}, ReasonRejected, true},
+		{&StatusError{StatusCode: 408}, "", false},
+		{&StatusError{StatusCode: 429}, "", false},
+		{&StatusError{StatusCode: 502}, "", false},
+		{errors.New("connection refused"), "", false},
+		{ErrUnknownBot, ReasonUnknownBot, true},
+		{ErrNoSender, ReasonNoSender, true},
+		{events.ErrInvalid, ReasonInvalid, true},
+		{permanent("custom", errors.New("x")), "custom", true},
+		{context.DeadlineExceeded, "", false},
+		{nats.ErrTimeout, "", false},
+	}
+	for _, tc := range tests {
+		reason, perm := classify(tc.err)
+		if reason != tc.reason || perm != tc.perm {
+			t.Errorf("classify(%v) = %q, %v; want %q, %v", tc.err, reason, perm, tc.reason, tc.perm)
+		}
+	}
+}
+
+func TestRedeliveryDelay(t *testing.T) {
+	d := redeliveryDelay{base: time.Second, max: 5 * time.Second}
+	for n, want := range map[uint64]time.Duration{0: time.Second, 1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 4: 5 * time.Second, 100: 5 * time.Second} {
+		if got := d.WaitTime(n); got != want {
+			t.Errorf("WaitTime(%d) = %v, want %v", n, got, want)
+		}
+	}
+}
+
+var testLevel = func() slog.Level {
+	if os.Getenv("EGRESS_DEBUG") != "" {
+		return slog.LevelDebug
+	}
+	return slog.LevelWarn
+}()

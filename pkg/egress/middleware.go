@@ -1,0 +1,235 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+)
+
+// Metadata keys the unmarshaler adds next to the NATS headers (which are copied as they are,
+// Nats-Msg-Id and the Agentbus-* correlation headers included).
+const (
+	MetaSubject   = "_nats_subject"
+	MetaStream    = "_nats_stream"
+	MetaStreamSeq = "_nats_stream_seq"
+	MetaDelivered = "_nats_num_delivered"
+)
+
+// unmarshaler turns a JetStream message into a watermill message that keeps everything:
+// payload untouched (decoding and validation happen in the handler, so a malformed event is
+// dead-lettered instead of dropped by the subscriber), every header as metadata, and the
+// delivery's subject, stream, sequence and delivery count. The *nats.Msg itself is kept
+// aside for the middleware (in-progress acks, dead-letter records).
+//
+// watermill-nats' own NATSMarshaler drops Nats-Msg-Id and fails on multi-valued headers, and
+// the watermill UUID header is absent on events other publishers write, so each delivery
+// gets a fresh UUID here.
+type unmarshaler struct {
+	pending sync.Map // watermill UUID -> *nats.Msg
+}
+
+func (u *unmarshaler) Unmarshal(m *nats.Msg) (*message.Message, error) {
+	id := nuid.Next()
+	wm := message.NewMessage(id, m.Data)
+	for k, v := range m.Header {
+		if len(v) > 0 {
+			wm.Metadata.Set(k, v[0])
+		}
+	}
+	wm.Metadata.Set(MetaSubject, m.Subject)
+	if md, err := m.Metadata(); err == nil {
+		wm.Metadata.Set(MetaStream, md.Stream)
+		wm.Metadata.Set(MetaStreamSeq, strconv.FormatUint(md.Sequence.Stream, 10))
+		wm.Metadata.Set(MetaDelivered, strconv.FormatUint(md.NumDelivered, 10))
+	}
+	u.pending.Store(id, m)
+	return wm, nil
+}
+
+func (u *unmarshaler) take(id string) *nats.Msg {
+	v, ok := u.pending.LoadAndDelete(id)
+	if !ok {
+		return nil
+	}
+	return v.(*nats.Msg)
+}
+
+// delivery is what the middleware knows about the message being handled.
+type delivery struct {
+	msg        *nats.Msg // nil when the unmarshaler's entry is gone (should not happen)
+	header     nats.Header
+	subject    string
+	stream     string
+	seq        uint64
+	deliveries uint64
+	corr       events.Correlation
+	log        *slog.Logger
+}
+
+type ctxKey int
+
+const deliveryKey ctxKey = 0
+
+func deliveryFrom(ctx context.Context) *delivery {
+	if d, ok := ctx.Value(deliveryKey).(*delivery); ok {
+		return d
+	}
+	return &delivery{log: slog.Default()}
+}
+
+func loggerFrom(ctx context.Context) *slog.Logger { return deliveryFrom(ctx).log }
+
+// correlation is the outermost middleware: it gathers the delivery's metadata, reads the
+// correlation ids (Agentbus-Trace/Turn/Session, or W3C traceparent) into the logger and onto
+// the watermill correlation id, and bounds the whole delivery by HandlerTimeout.
+func (e *egress) correlation(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		d := &delivery{msg: e.unmarsh.take(msg.UUID), subject: msg.Metadata.Get(MetaSubject), stream: msg.Metadata.Get(MetaStream)}
+		d.seq, _ = strconv.ParseUint(msg.Metadata.Get(MetaStreamSeq), 10, 64)
+		d.deliveries, _ = strconv.ParseUint(msg.Metadata.Get(MetaDelivered), 10, 64)
+		if d.msg != nil {
+			d.header = d.msg.Header
+		} else {
+			d.header = nats.Header{}
+			for k, v := range msg.Metadata {
+				d.header.Set(k, v)
+			}
+		}
+		d.corr = events.CorrelationFromHeader(d.header)
+		attrs := make([]any, 0, 10)
+		attrs = append(attrs, "seq", d.seq)
+		if d.corr.Trace != "" {
+			attrs = append(attrs, "trace", d.corr.Trace)
+			middleware.SetCorrelationID(d.corr.Trace, msg)
+		}
+		if d.corr.Turn != "" {
+			attrs = append(attrs, "turn", d.corr.Turn)
+		}
+		if d.corr.Session != "" {
+			attrs = append(attrs, "session", d.corr.Session)
+		}
+		if d.deliveries > 1 {
+			attrs = append(attrs, "delivery", d.deliveries)
+		}
+		d.log = e.log.With(attrs...)
+		ctx, cancel := context.WithTimeout(context.WithValue(msg.Context(), deliveryKey, d), e.o.HandlerTimeout)
+		defer cancel()
+		msg.SetContext(ctx)
+		return h(msg)
+	}
+}
+
+// inProgress tells JetStream the part is still being worked on every AckWait/3, so a slow
+// platform or a long throttle does not make the server hand the part to another replica
+// while this one is still sending it.
+func (e *egress) inProgress(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		d := deliveryFrom(msg.Context())
+		if d.msg == nil || d.msg.Reply == "" {
+			return h(msg)
+		}
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			t := time.NewTicker(e.o.AckWait / 3)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+					_ = d.msg.InProgress()
+				}
+			}
+		}()
+		defer func() { close(stop); <-done }()
+		return h(msg)
+	}
+}
+
+// deadLetter decides what a failed delivery becomes. Permanent failures (bad event, platform
+// rejection, unknown bot, no sender, panic) and parts that failed transiently on their
+// MaxDeliveries-th delivery are published to dlq.egress.<reason> as an events.DeadLetter and
+// then acked; other failures are NAKed with a growing delay. If the dead letter cannot be
+// published, the part is NAKed too: nothing is dropped silently.
+func (e *egress) deadLetter(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		out, err := h(msg)
+		if err == nil {
+			return out, nil
+		}
+		ctx := msg.Context()
+		d := deliveryFrom(ctx)
+		reason, perm := classify(err)
+		if !perm {
+			if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
+				return nil, err // stopping: leave it to redelivery
+			}
+			if d.deliveries < uint64(e.o.MaxDeliveries) {
+				d.log.Warn("egress: delivery failed, will retry", "deliveries", d.deliveries, "err", err)
+				return nil, err
+			}
+			reason = ReasonMaxDeliveries
+			err = fmt.Errorf("gave up after %d deliveries: %w", d.deliveries, err)
+		}
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if dlErr := e.publishDeadLetter(pctx, d, msg.Payload, reason, err); dlErr != nil {
+			d.log.Error("egress: cannot dead-letter, will retry", "reason", reason, "err", err, "dlqErr", dlErr)
+			return nil, errors.Join(err, dlErr)
+		}
+		e.deadLettered.Add(1)
+		d.log.Warn("egress: dead-lettered", "reason", reason, "err", err)
+		return nil, nil
+	}
+}
+
+// maxErrorText bounds DeadLetter.Error (a panic's stack trace can be long).
+const maxErrorText = 8 << 10
+
+func (e *egress) publishDeadLetter(ctx context.Context, d *delivery, body []byte, reason string, cause error) error {
+	text := cause.Error()
+	if len(text) > maxErrorText {
+		text = text[:maxErrorText] + "…"
+	}
+	dl := events.DeadLetter{
+		Role:       events.RoleEgress,
+		Reason:     reason,
+		Error:      text,
+		Subject:    d.subject,
+		Stream:     d.stream,
+		Seq:        d.seq,
+		Deliveries: d.deliveries,
+		Headers:    map[string][]string(d.header),
+	}
+	if dl.Subject == "" {
+		dl.Subject = events.PrefixIMOut
+	}
+	dl.SetBody(body)
+	opts := []events.Option{}
+	if _, err := events.ParseSessionID(d.corr.Session); err == nil {
+		opts = append(opts, events.WithSession(d.corr.Session))
+	}
+	opts = append(opts, events.WithTurn(d.corr.Turn), events.WithTrace(d.corr.Trace))
+	if d.stream != "" && d.seq > 0 {
+		// Stable id: a retried dead-letter publish of the same delivery is dropped as a duplicate.
+		opts = append(opts, events.WithID("egress-"+d.stream+"-"+strconv.FormatUint(d.seq, 10)))
+	}
+	m, err := events.NewMsg(events.DeadLetterSubject(events.RoleEgress, reason), events.New(dl, opts...))
+	if err != nil {
+		return err
+	}
+	_, err = e.js.PublishMsg(ctx, m)
+	return err
+}
