@@ -34,7 +34,9 @@ type Sender interface {
 type SenderFunc func(ctx context.Context, out events.Outbound) (string, error)
 
 // Send calls f.
-func (f SenderFunc) Send(ctx context.Context, out events.Outbound) (string, error) { return f(ctx, out) }
+func (f SenderFunc) Send(ctx context.Context, out events.Outbound) (string, error) {
+	return f(ctx, out)
+}
 
 // Platform names of the built-in senders.
 const (
