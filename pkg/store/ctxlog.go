@@ -511,3 +511,20 @@ func (l *ContextLog) AppendSummary(ctx context.Context, id events.SessionID, exp
 	}
 	return seq, nil
 }
+
+// Purge deletes the whole context log of one session id (e.g. an archived epoch past its
+// retention). LoadContext of that id is empty afterwards; the current epoch is the caller's to
+// protect (purging it would let the next append start a new log at expectedLastSeq 0).
+func (l *ContextLog) Purge(ctx context.Context, id events.SessionID) error {
+	if err := checkID(id); err != nil {
+		return err
+	}
+	subj := events.AgentCtxSubject(id)
+	if err := l.stream.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
+		return fmt.Errorf("purge context %s: %w", id, err)
+	}
+	l.mu.Lock()
+	delete(l.cache, subj)
+	l.mu.Unlock()
+	return nil
+}

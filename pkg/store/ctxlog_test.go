@@ -84,9 +84,24 @@ func TestAppendFenced(t *testing.T) {
 	if err != nil || s2 <= s1 {
 		t.Fatalf("append at %d: %d %v", s1, s2, err)
 	}
-	// Epochs are separate logs: epoch 2 starts empty.
+	// Epochs are separate logs: epoch 2 starts empty, and purging epoch 1 leaves epoch 2 alone.
 	if got, _ := a.LoadContext(ctx, sid("fence", 2)); got.LastSeq != 0 || len(got.Messages) != 0 {
 		t.Fatalf("epoch 2: %+v", got)
+	}
+	e2, err := a.AppendMessages(ctx, sid("fence", 2), 0, turn(3, "new", "epoch"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Purge(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []*ContextLog{a, b} {
+		if got, _ := l.LoadContext(ctx, id); got.LastSeq != 0 || len(got.Messages) != 0 {
+			t.Fatalf("after purge: %+v", got)
+		}
+		if got, _ := l.LoadContext(ctx, sid("fence", 2)); got.LastSeq != e2 || len(got.Messages) != 2 {
+			t.Fatalf("epoch 2 after purging 1: %+v", got)
+		}
 	}
 }
 

@@ -1,0 +1,25 @@
+// Package store holds agentbus's durable state on NATS JetStream (DESIGN.md §3–§5, seed ADR
+// D4): the tables of the seed's memory design mapped onto streams and buckets, with the
+// concurrency rules that make one writer per session safe.
+//
+//	Sessions    KV sessions, key <sk>            agent_sessions: active epoch, status, model,
+//	                                              inbox cursor, open turns, active leaf; every
+//	                                              write a revision CAS (Update retries)
+//	Leases      KV leases, key <sk>              one owner per session; per-message TTL kept on
+//	                                              renewal (CAS publish with Nats-TTL); fencing
+//	                                              token = revision at acquisition
+//	ContextLog  AGENT_CTX agent.ctx.<sk>.<epoch>  agent_messages + agent_summaries: one record
+//	                                              per commit, fenced by expected last subject
+//	                                              sequence; LoadContext = summary + bounded tail
+//	TurnLog     AGENT_EVENTS agent.evt.<sk>.<turn>.<kind>  turn events: resume, replay, audit
+//
+// The im_transcripts archive is the bbolt file of subpackage transcript.
+//
+// Correctness never depends on a lease alone: a worker that lost its lease (expired while it
+// was stalled) still cannot commit, because its append expects a context sequence that the new
+// owner has moved past (ErrFenced). The lease decides who should work; the fence decides whose
+// work counts.
+//
+// Streams and buckets are provisioned by natsutil.Provision from the specs in pkg/events; this
+// package only binds them. See docs/storage.md for retention, inspection and replay.
+package store
