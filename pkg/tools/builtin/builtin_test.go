@@ -480,3 +480,34 @@ func TestFromConfig(t *testing.T) {
 		t.Fatal("bad backend accepted")
 	}
 }
+
+// TestBashWithRealPolicy drives the bash tool with the real exec policy in allowlist mode:
+// read-only commands run, unknown ones ask the owner, blocklisted ones are refused, and an
+// owner approval rule turns an ask into a run.
+func TestBashWithRealPolicy(t *testing.T) {
+	var rules *execpolicy.Approvals
+	f := newFixture(t, func(c *Config) {
+		p, err := execpolicy.New(execpolicy.Options{Mode: execpolicy.ModeAllowlist, Preset: "readonly", Approval: execpolicy.ApprovalAsk, Files: c.Files})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Exec = p
+		c.Approvals = func(context.Context, tools.Env) (*execpolicy.Approvals, error) { return rules, nil }
+	})
+	os.WriteFile(filepath.Join(f.ws, "a.txt"), []byte("alpha\nbeta\n"), 0o644)
+	want(t, f.call(t, "bash", map[string]any{"command": "cat a.txt | grep beta"}), false, "beta", "[exit code 0]")
+	r := f.call(t, "bash", map[string]any{"command": "touch b.txt"})
+	want(t, r, true, execpolicy.OwnerApprovalSignal)
+	if !r.NeedsOwner {
+		t.Fatalf("ask verdict without NeedsOwner: %s", r.Text())
+	}
+	want(t, f.call(t, "bash", map[string]any{"command": "sudo cat /etc/shadow"}), true, "refused by the exec policy")
+	rules = &execpolicy.Approvals{Version: execpolicy.ApprovalsVersion}
+	if _, err := rules.AddRule(`^touch\s+b\.txt$`, "owner", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	want(t, f.call(t, "bash", map[string]any{"command": "touch b.txt"}), false, "[exit code 0]")
+	if _, err := os.Stat(filepath.Join(f.ws, "b.txt")); err != nil {
+		t.Fatal("approved command did not run")
+	}
+}
