@@ -45,6 +45,18 @@ const maxPartialDepth = 512
 type partialParser struct {
 	s string
 	i int
+	// cut is set by str when it returns pvPartial: the index where the unconsumed tail of the
+	// input begins (a cut escape sequence), len(s) when everything was consumed.
+	cut int
+
+	// Tracking, for PartialJSON: the path to the value being parsed, and where the input ended
+	// inside a string value.
+	track    bool
+	path     []pathElem
+	open     bool
+	openPath []pathElem
+	openStr  string
+	openCut  int
 }
 
 // status of a parsed value.
@@ -106,7 +118,13 @@ func (p *partialParser) object(depth int) (map[string]any, int) {
 		if p.i >= len(p.s) {
 			return m, pvPartial
 		}
+		if p.track {
+			p.path = append(p.path, pathElem{key: key, index: -1})
+		}
 		v, st := p.value(depth + 1)
+		if p.track {
+			p.path = p.path[:len(p.path)-1]
+		}
 		switch st {
 		case pvComplete:
 			m[key] = v
@@ -147,7 +165,13 @@ func (p *partialParser) array(depth int) ([]any, int) {
 			p.i++
 			continue
 		}
+		if p.track {
+			p.path = append(p.path, pathElem{index: len(a)})
+		}
 		v, st := p.value(depth + 1)
+		if p.track {
+			p.path = p.path[:len(p.path)-1]
+		}
 		switch st {
 		case pvComplete:
 			a = append(a, v)
@@ -177,7 +201,12 @@ func (p *partialParser) value(depth int) (any, int) {
 		a, st := p.array(depth)
 		return a, st
 	case c == '"':
-		return p.str()
+		v, st := p.str()
+		if p.track && st == pvPartial {
+			p.open, p.openStr, p.openCut = true, v, p.cut
+			p.openPath = append([]pathElem(nil), p.path...)
+		}
+		return v, st
 	case c == '-' || (c >= '0' && c <= '9'):
 		return p.number()
 	case c == 't':
@@ -302,6 +331,7 @@ func (p *partialParser) str() (string, int) {
 		// Fast path: no escapes, the result is a substring of the input.
 		if q < 0 {
 			p.i = len(p.s)
+			p.cut = p.i
 			return rest, pvPartial
 		}
 		p.i = start + q + 1
@@ -330,6 +360,7 @@ func (p *partialParser) str() (string, int) {
 			buf = append(buf, p.s[p.i:end]...)
 			p.i = end
 			if noQuote {
+				p.cut = p.i
 				return bytesToString(buf), pvPartial
 			}
 			p.i++ // closing quote
@@ -337,8 +368,9 @@ func (p *partialParser) str() (string, int) {
 		}
 		buf = append(buf, p.s[p.i:p.i+k]...)
 		p.i += k
+		esc := p.i
 		if p.i+1 >= len(p.s) {
-			p.i = len(p.s)
+			p.i, p.cut = len(p.s), esc
 			return bytesToString(buf), pvPartial
 		}
 		e := p.s[p.i+1]
@@ -358,8 +390,10 @@ func (p *partialParser) str() (string, int) {
 			buf = append(buf, '\t')
 		case 'u':
 			r, ok, cut := p.hex4()
-			if cut {
-				p.i = len(p.s)
+			if cut || ok && r >= 0xD800 && r < 0xDC00 && p.cutEscapeFollows() {
+				// A cut escape, or a high surrogate whose low half has not fully arrived:
+				// leave both out until the rest is there.
+				p.i, p.cut = len(p.s), esc
 				return bytesToString(buf), pvPartial
 			}
 			if !ok {
@@ -404,6 +438,26 @@ func (p *partialParser) hex4() (r rune, ok, cut bool) {
 	}
 	p.i += 4
 	return r, true, false
+}
+
+// cutEscapeFollows reports whether the input ends with a proper prefix of a "\uXXXX" escape
+// starting at p.i (possibly empty).
+func (p *partialParser) cutEscapeFollows() bool {
+	rest := p.s[p.i:]
+	if len(rest) >= 6 {
+		return false
+	}
+	for j := 0; j < len(rest); j++ {
+		switch {
+		case j == 0 && rest[j] != '\\', j == 1 && rest[j] != 'u':
+			return false
+		case j >= 2:
+			if _, ok := unhex(rest[j]); !ok {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // lowSurrogate completes a UTF-16 surrogate pair when the next escape is its low half.

@@ -190,3 +190,104 @@ func BenchmarkParsePartialJSONLarge(b *testing.B) {
 	}
 	reportCPU(b, cpu)
 }
+
+// checkAccumulator feeds doc in the given chunk sizes and compares every step with
+// ParsePartialJSON of the same prefix; earlier results must not change afterwards.
+func checkAccumulator(t *testing.T, doc string, sizes func(i int) int) {
+	t.Helper()
+	var acc PartialJSON
+	type snap struct {
+		m    map[string]any
+		json string
+	}
+	var snaps []snap
+	for off, i := 0, 0; off < len(doc); i++ {
+		n := max(1, sizes(i))
+		end := min(len(doc), off+n)
+		got := acc.Append(doc[off:end])
+		want := ParsePartialJSON(doc[:end])
+		if !reflect.DeepEqual(got, want) {
+			g, _ := json.Marshal(got)
+			w, _ := json.Marshal(want)
+			t.Fatalf("after %q:\n got %s\nwant %s", doc[:end], g, w)
+		}
+		j, _ := json.Marshal(got)
+		snaps = append(snaps, snap{got, string(j)})
+		off = end
+	}
+	for _, s := range snaps {
+		if j, _ := json.Marshal(s.m); string(j) != s.json {
+			t.Fatalf("an earlier result changed: %s -> %s", s.json, j)
+		}
+	}
+	if acc.String() != doc {
+		t.Fatalf("String() = %q", acc.String())
+	}
+}
+
+func TestPartialJSONAccumulator(t *testing.T) {
+	docs := []string{
+		`{"path": "main.go", "content": "package main\n\nfunc main() {\n\tprintln(\"hi \\\\ there\")\n}\n", "mode": 420}`,
+		`{"a": ["x\u00e9y", {"b": "c\ud83d\ude00d\u20ac"}, "tail \"q\""], "n": -1.5e3, "t": true}`,
+		`{"nested": {"deep": {"text": "` + strings.Repeat(`line \"quoted\" \\ back\n`, 50) + `"}}}`,
+		`{"s": "lone \ud83d then \ude00 and \uZZ bad \x escape"}`,
+		` {"k":"v"} trailing`,
+		`not json at all`,
+	}
+	for _, doc := range docs {
+		for _, size := range []int{1, 2, 3, 5, 7, 16, 1000} {
+			checkAccumulator(t, doc, func(int) int { return size })
+		}
+		checkAccumulator(t, doc, func(i int) int { return i%9 + 1 })
+	}
+	var acc PartialJSON
+	if m := acc.Result(); m == nil || len(m) != 0 {
+		t.Fatal(m)
+	}
+	acc.Append(`{"a":1}`)
+	acc.Reset()
+	if m := acc.Append(`{"b":`); len(m) != 0 {
+		t.Fatalf("reset: %v", m)
+	}
+}
+
+func FuzzPartialJSONAccumulator(f *testing.F) {
+	f.Add(`{"content": "a\nb\"c\\d\u00e9\ud83d\ude00"}`, uint64(3))
+	f.Add(`{"a": [1, "two", {"three": "3"}]}`, uint64(7))
+	f.Fuzz(func(t *testing.T, doc string, seed uint64) {
+		if len(doc) > 2048 {
+			return
+		}
+		checkAccumulator(t, doc, func(i int) int { return int((seed>>(uint(i)%60))&7) + 1 })
+	})
+}
+
+// BenchmarkPartialJSONAccumulator streams the 64 KiB write_file call in 24-byte deltas: the
+// whole call per op, with PartialJSON and with ParsePartialJSON on every prefix.
+func BenchmarkPartialJSONAccumulator(b *testing.B) {
+	line := `	fmt.Println("hello, world") // a line of Go` + "\n"
+	content := strings.Repeat(line, 64*1024/len(line))
+	raw, _ := json.Marshal(map[string]any{"path": "main.go", "content": content})
+	doc := string(raw)
+	b.Run("PartialJSON", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := cpuNow()
+		for b.Loop() {
+			var acc PartialJSON
+			for off := 0; off < len(doc); off += 24 {
+				sinkArgs = acc.Append(doc[off:min(len(doc), off+24)])
+			}
+		}
+		reportCPU(b, cpu)
+	})
+	b.Run("ParsePartialJSON-every-prefix", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu := cpuNow()
+		for b.Loop() {
+			for off := 0; off < len(doc); off += 24 {
+				sinkArgs = ParsePartialJSON(doc[:min(len(doc), off+24)])
+			}
+		}
+		reportCPU(b, cpu)
+	})
+}
