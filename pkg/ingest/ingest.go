@@ -60,6 +60,10 @@ type Result struct {
 func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (Result, error) {
 	m.MentionsBot = m.MentionsBot || m.Content.Mentions(m.Bot)
 	br := in.roles[m.Platform+"/"+m.Bot]
+	if m.Platform == PlatformConsole {
+		// Whoever reaches the bus is the operator: console users are masters.
+		br.Masters = append(append([]string(nil), br.Masters...), m.Sender.ID)
+	}
 	m.Sender.Roles = Roles(m.Sender.ID, m.Sender.Roles,
 		append(append([]string(nil), in.ai.Trigger.Masters...), br.Masters...),
 		append(append([]string(nil), in.ai.Trigger.Trusted...), br.Trusted...))

@@ -138,9 +138,13 @@ type busExecutor struct {
 // ErrToolTimeout is the error result of a call no tool worker answered in time.
 var ErrToolTimeout = errors.New("tool call timed out")
 
+// Execute runs one call. On the bus the call id is the turn id plus the model's id: models
+// (and small local servers) reuse ids like "call_0" across turns, and the bus keys results by
+// id, so a bare model id could pick up another turn's result.
 func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (loop.ToolResult, error) {
 	w, t := x.w, x.t
-	subj := events.ToolResultSubject(t.a.sk, call.ID)
+	busID := t.id + "-" + call.ID
+	subj := events.ToolResultSubject(t.a.sk, busID)
 	sub, err := w.nc.SubscribeSync(subj)
 	if err != nil {
 		return loop.ToolResult{}, fmt.Errorf("subscribe %s: %w", subj, err)
@@ -155,7 +159,7 @@ func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (l
 		timeout = time.Duration(entry.TimeoutMs) * time.Millisecond
 	}
 	tc := events.ToolCall{
-		CallID: call.ID, Tool: call.Name, Args: call.Args, SessionKey: t.a.sk, Turn: t.id,
+		CallID: busID, Tool: call.Name, Args: call.Args, SessionKey: t.a.sk, Turn: t.id,
 		Caller:     events.Caller{Platform: t.msg.Platform, Bot: t.msg.Bot, Scope: t.a.sk.Scope, SenderID: t.msg.Sender.ID, Roles: t.msg.Sender.Roles},
 		Deadline:   time.Now().Add(timeout).UnixMilli(),
 		Idempotent: entry.Idempotent,

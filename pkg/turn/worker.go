@@ -64,15 +64,15 @@ type Options struct {
 
 // Worker runs session actors for every session whose lease it holds.
 type Worker struct {
-	opts     Options
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	inbox    jetstream.Stream
-	evts     jetstream.Stream
-	results  jetstream.Stream
-	sessions *store.Sessions
-	leases   *store.Leases
-	ctxlog   *store.ContextLog
+	opts      Options
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	inbox     jetstream.Stream
+	evts      jetstream.Stream
+	results   jetstream.Stream
+	sessions  *store.Sessions
+	leases    *store.Leases
+	ctxlog    *store.ContextLog
 	tools     *ToolCatalog
 	approvals *approvals.Store
 	log       *slog.Logger

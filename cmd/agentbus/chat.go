@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agentbus/agentbus/pkg/egress"
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/ingest"
+)
+
+// defaultNATS is where `agentbus up` listens unless its port was taken.
+func defaultNATS() string {
+	if u := os.Getenv("AGENTBUS_NATS_URL"); u != "" {
+		return u
+	}
+	return "nats://127.0.0.1:4222"
+}
+
+func cmdChat(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+	fs := flag.NewFlagSet("chat", flag.ContinueOnError)
+	url := fs.String("nats", defaultNATS(), "NATS URL of a running agentbus")
+	user := fs.String("user", os.Getenv("USER"), "your user id in the console scene")
+	wait := fs.Duration("wait", 60*time.Second, "after the input ends, how long to wait for outstanding replies")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *user == "" {
+		*user = "operator"
+	}
+	nc, err := nats.Connect(*url, nats.Name("agentbus chat"))
+	if err != nil {
+		return fmt.Errorf("connect %s (is `agentbus up` running?): %w", *url, err)
+	}
+	defer nc.Close()
+	sk := events.SessionKey{Platform: ingest.PlatformConsole, Bot: ingest.ConsoleBot, Scope: events.ScopePrivate, Scene: *user}
+
+	var mu sync.Mutex
+	pending := 0
+	streamed := map[string]bool{}
+	done := make(chan struct{}, 64)
+	live, err := nc.Subscribe(events.AgentLiveSubject(sk), func(m *nats.Msg) {
+		var d struct{ Turn, Delta string }
+		if json.Unmarshal(m.Data, &d) != nil {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !streamed[d.Turn] {
+			fmt.Fprint(stdout, "bot> ")
+			streamed[d.Turn] = true
+		}
+		fmt.Fprint(stdout, d.Delta)
+	})
+	if err != nil {
+		return err
+	}
+	defer live.Unsubscribe()
+	out, err := nc.Subscribe(egress.ConsoleSubject(ingest.ConsoleBot, *user), func(m *nats.Msg) {
+		var ev events.Event[events.Outbound]
+		if events.UnmarshalMsg(m, &ev) != nil {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if streamed[ev.Data.Turn] && ev.Data.Part == 0 {
+			fmt.Fprintln(stdout)
+		} else {
+			fmt.Fprintf(stdout, "bot> %s\n", renderSegments(ev.Data.Content))
+		}
+		if ev.Data.Part == 0 && pending > 0 {
+			pending--
+			done <- struct{}{}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer out.Unsubscribe()
+
+	fmt.Fprintf(stdout, "connected to %s as %s (master). Type a message; /help lists commands; Ctrl-D quits.\n", *url, *user)
+	sc := bufio.NewScanner(stdin)
+	n := 0
+	for sc.Scan() {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" {
+			continue
+		}
+		n++
+		line := ingest.ConsoleLine{ID: fmt.Sprintf("%s-%d-%d", *user, time.Now().UnixNano(), n), User: *user, Text: text}
+		b, _ := json.Marshal(line)
+		resp, err := nc.RequestWithContext(ctx, ingest.ConsoleInSubject, b)
+		if err != nil {
+			return fmt.Errorf("send: %w", err)
+		}
+		var ack ingest.ConsoleAck
+		_ = json.Unmarshal(resp.Data, &ack)
+		if ack.Error != "" {
+			fmt.Fprintln(stdout, "error:", ack.Error)
+			continue
+		}
+		if ack.Route == "ai" || ack.Route == "command" {
+			mu.Lock()
+			pending++
+			mu.Unlock()
+		}
+	}
+	// Input ended (Ctrl-D or a pipe): wait for the replies still owed.
+	deadline := time.After(*wait)
+	for {
+		mu.Lock()
+		p := pending
+		mu.Unlock()
+		if p == 0 {
+			return nil
+		}
+		select {
+		case <-done:
+		case <-deadline:
+			return fmt.Errorf("%d replies did not arrive within %s", p, *wait)
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+func renderSegments(ss events.Segments) string {
+	var b strings.Builder
+	for _, s := range ss {
+		switch s.Type {
+		case events.SegText:
+			b.WriteString(s.Str("text"))
+		case events.SegImage:
+			b.WriteString("[image: " + s.MediaRef() + "]")
+		default:
+			b.WriteString("[" + s.Type + "]")
+		}
+	}
+	return b.String()
+}

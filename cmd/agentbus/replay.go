@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/store"
+)
+
+func connectJS(url string) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(url, nats.Name("agentbus cli"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect %s: %w", url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
+// cmdSessions lists the session records in KV sessions.
+func cmdSessions(ctx context.Context, args []string, w io.Writer) error {
+	fs := flag.NewFlagSet("sessions", flag.ContinueOnError)
+	url := fs.String("nats", defaultNATS(), "NATS URL")
+	asJSON := fs.Bool("json", false, "print the records as JSON lines")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	nc, js, err := connectJS(*url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	kv, err := js.KeyValue(ctx, events.BucketSessions)
+	if err != nil {
+		return err
+	}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return err
+	}
+	var rows []store.Session
+	for k := range keys.Keys() {
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var s store.Session
+		if json.Unmarshal(e.Value(), &s) == nil {
+			rows = append(rows, s)
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].LastActivity > rows[j].LastActivity })
+	for _, s := range rows {
+		if *asJSON {
+			b, _ := json.Marshal(s)
+			fmt.Fprintln(w, string(b))
+			continue
+		}
+		fmt.Fprintf(w, "%-50s epoch %-3d %-8s model %-24s open turns %d  last %s\n", s.SessionKey, s.Epoch, s.Status,
+			s.Model, len(s.OpenTurns), time.UnixMilli(s.LastActivity).Format(time.DateTime))
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(w, "no sessions yet")
+	}
+	return nil
+}
+
+// cmdReplay prints a session's turns from AGENT_EVENTS: inputs, every message, tool calls and
+// their results, commits and failures, in stream order.
+func cmdReplay(ctx context.Context, args []string, w io.Writer) error {
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	url := fs.String("nats", defaultNATS(), "NATS URL")
+	fromSeq := fs.Uint64("from-seq", 0, "start at this AGENT_EVENTS sequence")
+	since := fs.Duration("since", 0, "start this long ago (e.g. 2h)")
+	asJSON := fs.Bool("json", false, "print the raw events as JSON lines")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return errors.New("usage: agentbus replay [--from-seq N | --since D] platform:bot:scope:scene")
+	}
+	sk, err := events.ParseSessionKey(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	nc, js, err := connectJS(*url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	log, err := store.NewTurnLog(ctx, js)
+	if err != nil {
+		return err
+	}
+	from := store.ReplayFrom{Seq: *fromSeq}
+	if *since > 0 {
+		from.Time = time.Now().Add(-*since)
+	}
+	n := 0
+	for rec, err := range log.Replay(ctx, sk, from) {
+		if err != nil {
+			return err
+		}
+		n++
+		if *asJSON {
+			b, _ := json.Marshal(rec.Event)
+			fmt.Fprintln(w, string(b))
+			continue
+		}
+		printRecord(w, rec)
+	}
+	if n == 0 {
+		fmt.Fprintf(w, "no turn events for %s\n", sk)
+	}
+	return nil
+}
+
+func printRecord(w io.Writer, rec store.TurnRecord) {
+	ts := rec.Time.Format("15:04:05.000")
+	switch e := rec.Event.(type) {
+	case *events.Event[events.TurnStarted]:
+		fmt.Fprintf(w, "\n%s  ── turn %s (model %s/%s, worker %s)\n", ts, e.Data.Turn, e.Data.Model.Provider, e.Data.Model.ID, e.Data.Worker)
+	case *events.Event[events.MessageEnd]:
+		printMessage(w, ts, &e.Data.Message)
+	case *events.Event[events.TurnCommitted]:
+		cost := ""
+		if e.Data.Usage != nil {
+			cost = fmt.Sprintf(", %d in / %d out tokens, $%.6f", e.Data.Usage.Input, e.Data.Usage.Output, e.Data.Usage.Cost.Total)
+		}
+		fmt.Fprintf(w, "%s  ✓ committed %d messages (context seq %d%s)\n", ts, e.Data.Messages, e.Data.LastSeq, cost)
+	case *events.Event[events.TurnFailed]:
+		fmt.Fprintf(w, "%s  ✗ failed: %s %s\n", ts, e.Data.Reason, e.Data.Error)
+	default:
+		fmt.Fprintf(w, "%s  %s\n", ts, rec.Kind)
+	}
+}
+
+func printMessage(w io.Writer, ts string, m *llm.Message) {
+	switch m.Role {
+	case llm.RoleUser:
+		fmt.Fprintf(w, "%s  user: %s\n", ts, oneLine(m.TextContent()))
+	case llm.RoleAssistant:
+		for _, c := range m.Content {
+			switch c.Type {
+			case llm.ContentText:
+				fmt.Fprintf(w, "%s  assistant: %s\n", ts, oneLine(c.Text))
+			case llm.ContentThinking:
+				fmt.Fprintf(w, "%s  (thinking) %s\n", ts, oneLine(c.Thinking))
+			case llm.ContentToolCall:
+				args, _ := json.Marshal(c.Arguments)
+				fmt.Fprintf(w, "%s  → %s(%s) [%s]\n", ts, c.Name, args, c.ID)
+			}
+		}
+		if m.StopReason == llm.StopReasonError || m.StopReason == llm.StopReasonAborted {
+			fmt.Fprintf(w, "%s  (%s) %s\n", ts, m.StopReason, m.ErrorMessage)
+		}
+	case llm.RoleToolResult:
+		mark := "←"
+		if m.IsError {
+			mark = "← error"
+		}
+		fmt.Fprintf(w, "%s  %s %s: %s\n", ts, mark, m.ToolName, oneLine(m.TextContent()))
+	default:
+		fmt.Fprintf(w, "%s  [%s]\n", ts, m.Role)
+	}
+}
+
+func oneLine(s string) string {
+	s = strings.ReplaceAll(strings.TrimSpace(s), "\n", " ⏎ ")
+	if r := []rune(s); len(r) > 300 {
+		return string(r[:300]) + "…"
+	}
+	return s
+}

@@ -1,0 +1,276 @@
+// Package app composes agentbus's roles into processes: `agentbus up` runs all four roles on
+// one embedded NATS server; cmd/ingest, cmd/turn-worker, cmd/tool-worker and cmd/egress run
+// one role each against a NATS URL.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/ingest"
+	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/natsutil"
+	"github.com/agentbus/agentbus/pkg/turn"
+)
+
+// Roles selects what a process runs.
+type Roles struct {
+	Ingest, TurnWorker, ToolWorker, Egress bool
+}
+
+// AllRoles runs everything (agentbus up).
+var AllRoles = Roles{true, true, true, true}
+
+// FromConfig applies roles: from the file over defaults.
+func (r Roles) FromConfig(c config.Roles) Roles {
+	return Roles{
+		Ingest:     config.Bool(c.Ingest, r.Ingest),
+		TurnWorker: config.Bool(c.TurnWorker, r.TurnWorker),
+		ToolWorker: config.Bool(c.ToolWorker, r.ToolWorker),
+		Egress:     config.Bool(c.Egress, r.Egress),
+	}
+}
+
+// Options adjust Run.
+type Options struct {
+	Roles Roles
+	// Out receives the human-readable start banner (default os.Stdout).
+	Out io.Writer
+	Log *slog.Logger
+	// Ready, when set, is called with the running process once every role has started.
+	Ready func(*Process)
+	// NoProbe skips looking for a local Ollama / API keys when no provider is configured.
+	NoProbe bool
+	// HTTPClient is used for webhook callbacks (tests).
+	HTTPClient *http.Client
+}
+
+// Process is a running agentbus process.
+type Process struct {
+	Config     *config.Config
+	NC         *nats.Conn
+	JS         jetstream.JetStream
+	Embedded   *natsutil.Embedded // nil when connected to an external server
+	WebhookURL string             // http://host:port, when ingest runs
+	Turn       *turn.Worker
+	Models     *llm.Registry
+	Demo       bool // the built-in demo model is in use
+	stops      []func()
+}
+
+// Stop stops the roles in reverse start order and then the bus.
+func (p *Process) Stop() {
+	for i := len(p.stops) - 1; i >= 0; i-- {
+		p.stops[i]()
+	}
+	p.stops = nil
+}
+
+func (p *Process) onStop(f func()) { p.stops = append(p.stops, f) }
+
+// Run starts the configured roles and blocks until ctx ends, then stops them.
+func Run(ctx context.Context, cfg *config.Config, opts Options) error {
+	p, err := Start(ctx, cfg, opts)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	p.Stop()
+	return nil
+}
+
+// Start starts the configured roles and returns once they run.
+func Start(ctx context.Context, cfg *config.Config, opts Options) (p *Process, err error) {
+	if opts.Out == nil {
+		opts.Out = os.Stdout
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	p = &Process{Config: cfg}
+	defer func() {
+		if err != nil {
+			p.Stop()
+		}
+	}()
+	if err := p.connect(ctx, cfg, log); err != nil {
+		return nil, err
+	}
+	r := opts.Roles
+	if r.TurnWorker {
+		if err := p.startTurnWorker(ctx, cfg, opts, log); err != nil {
+			return nil, err
+		}
+	}
+	if r.ToolWorker {
+		if err := p.startToolWorker(ctx, cfg, log); err != nil {
+			return nil, err
+		}
+	}
+	if r.Egress {
+		if err := p.startEgress(ctx, cfg, opts, log); err != nil {
+			return nil, err
+		}
+	}
+	if r.Ingest {
+		if err := p.startIngest(ctx, cfg, log); err != nil {
+			return nil, err
+		}
+	}
+	p.banner(opts.Out, r)
+	if opts.Ready != nil {
+		opts.Ready(p)
+	}
+	return p, nil
+}
+
+// connect starts the embedded server (nats.embedded) or dials nats.url, then provisions.
+func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	if cfg.NATS.Embedded {
+		if err := os.MkdirAll(cfg.NATS.StoreDir, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", cfg.NATS.StoreDir, err)
+		}
+		listen := cfg.NATS.Listen
+		if listen == "" {
+			listen = "127.0.0.1:4222"
+		}
+		emb, err := natsutil.StartEmbedded(natsutil.EmbeddedOptions{StoreDir: cfg.NATS.StoreDir, Listen: listen})
+		if err != nil && cfg.NATS.Listen == "" {
+			// The default port is taken (another agentbus?): fall back to a free one.
+			emb, err = natsutil.StartEmbedded(natsutil.EmbeddedOptions{StoreDir: cfg.NATS.StoreDir, Listen: "127.0.0.1:0"})
+		}
+		if err != nil {
+			return fmt.Errorf("start embedded NATS: %w", err)
+		}
+		p.Embedded = emb
+		p.onStop(func() { emb.Close() })
+		nc, err := emb.Connect()
+		if err != nil {
+			return err
+		}
+		p.NC = nc
+	} else {
+		nc, err := natsutil.Connect(ctx, cfg.NATS)
+		if err != nil {
+			return err
+		}
+		p.NC = nc
+	}
+	nc := p.NC
+	p.onStop(func() { _ = nc.Drain() })
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	p.JS = js
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := natsutil.Provision(pctx, js, events.SpecFromConfig(cfg.NATS)); err != nil {
+		return fmt.Errorf("provision streams: %w", err)
+	}
+	return nil
+}
+
+func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger) error {
+	demo, err := ApplyDefaultModel(ctx, cfg, !opts.NoProbe, log)
+	if err != nil {
+		return err
+	}
+	p.Demo = demo
+	reg, err := llm.NewRegistry(cfg.AI.Providers)
+	if err != nil {
+		return err
+	}
+	if err := RegisterProviders(cfg); err != nil {
+		return err
+	}
+	p.Models = reg
+	w, err := turn.New(ctx, p.NC, p.JS, turn.Options{AI: cfg.AI, Models: reg, Log: log.With("role", "turn-worker"),
+		Prompt: &promptSources{js: p.JS, dataDir: cfg.DataDir}})
+	if err != nil {
+		return err
+	}
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	p.Turn = w
+	p.onStop(w.Stop)
+	return nil
+}
+
+func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	bots := map[string]ingest.BotRoles{}
+	for _, b := range cfg.IM.Webhook.Bots {
+		bots[ingest.PlatformWebhook+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
+	}
+	in := ingest.New(p.JS, cfg.AI, bots, log.With("role", "ingest"))
+	console, err := ingest.ServeConsole(p.NC, in, log.With("role", "ingest"))
+	if err != nil {
+		return err
+	}
+	p.onStop(func() { _ = console.Unsubscribe() })
+	if len(cfg.IM.Webhook.Bots) == 0 {
+		return nil
+	}
+	mux := http.NewServeMux()
+	ingest.NewWebhookHandler(in, cfg.IM.Webhook.Bots, log.With("role", "ingest")).Routes(mux)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	ln, err := net.Listen("tcp", cfg.IM.Webhook.Listen)
+	if err != nil {
+		return fmt.Errorf("webhook listen %s: %w", cfg.IM.Webhook.Listen, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("webhook server", "err", err)
+		}
+	}()
+	p.WebhookURL = "http://" + ln.Addr().String()
+	p.onStop(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	})
+	return nil
+}
+
+func (p *Process) banner(out io.Writer, r Roles) {
+	fmt.Fprintln(out, "agentbus is running.")
+	if p.Embedded != nil {
+		fmt.Fprintf(out, "  NATS (embedded):  %s   data: %s\n", p.Embedded.ClientURL(), filepath.Clean(p.Config.NATS.StoreDir))
+	}
+	if p.Demo {
+		fmt.Fprintln(out, "  Model:            built-in DEMO model (no provider configured, no local Ollama, no API key found).")
+		fmt.Fprintln(out, "                    It echoes and can call tools by name; configure ai.providers for a real model.")
+	} else if p.Models != nil {
+		for _, a := range p.Models.Aliases() {
+			pc, _ := p.Models.Provider(a)
+			fmt.Fprintf(out, "  Provider:         %s (%s)\n", a, pc.API)
+		}
+	}
+	if r.Ingest {
+		url := ""
+		if p.Embedded != nil {
+			url = " --nats " + p.Embedded.ClientURL()
+		}
+		fmt.Fprintf(out, "  Chat:             agentbus chat%s   (or: go run ./cmd/agentbus chat%s)\n", url, url)
+		if p.WebhookURL != "" {
+			fmt.Fprintf(out, "  Webhook:          POST %s/webhook/{bot}  (signed with the bot's secret)\n", p.WebhookURL)
+		}
+	}
+	fmt.Fprintln(out, "Stop with Ctrl-C.")
+}

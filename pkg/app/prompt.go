@@ -1,0 +1,65 @@
+package app
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/toolworker"
+	"github.com/agentbus/agentbus/pkg/turn"
+)
+
+// bootstrapFiles are injected into the system prompt in this order (seed: SOUL → AGENTS →
+// TOOLS), each capped, looked up in the data directory and then the working directory.
+var bootstrapFiles = []struct {
+	name  string
+	limit int
+}{{"SOUL.md", 8 << 10}, {"AGENTS.md", 16 << 10}, {"TOOLS.md", 8 << 10}}
+
+// promptSources contributes the bootstrap files and the sender's profile.
+type promptSources struct {
+	js      jetstream.JetStream
+	dataDir string
+
+	mu      sync.Mutex
+	cached  []turn.Section
+	checked time.Time
+}
+
+func (p *promptSources) Sections(ctx context.Context, m events.IMMessage) []turn.Section {
+	out := append([]turn.Section(nil), p.bootstrap()...)
+	if s, err := toolworker.ProfileSummary(ctx, p.js, m.Platform, m.Sender.ID); err == nil && s != "" {
+		out = append(out, turn.Section{Title: "User profile", Body: s})
+	}
+	return out
+}
+
+// bootstrap re-reads the files at most every 10 seconds, so edits apply without a restart.
+func (p *promptSources) bootstrap() []turn.Section {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if time.Since(p.checked) < 10*time.Second {
+		return p.cached
+	}
+	p.checked = time.Now()
+	p.cached = nil
+	for _, f := range bootstrapFiles {
+		for _, dir := range []string{p.dataDir, "."} {
+			b, err := os.ReadFile(filepath.Join(dir, f.name))
+			if err != nil {
+				continue
+			}
+			if len(b) > f.limit {
+				b = append(b[:f.limit], "\n…(truncated)"...)
+			}
+			p.cached = append(p.cached, turn.Section{Title: f.name, Body: string(b)})
+			break
+		}
+	}
+	return p.cached
+}

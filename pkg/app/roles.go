@@ -1,0 +1,98 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/agentbus/agentbus/pkg/approvals"
+	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/egress"
+	"github.com/agentbus/agentbus/pkg/execpolicy"
+	"github.com/agentbus/agentbus/pkg/filepolicy"
+	"github.com/agentbus/agentbus/pkg/mcpclient"
+	"github.com/agentbus/agentbus/pkg/skills"
+	"github.com/agentbus/agentbus/pkg/tools"
+	"github.com/agentbus/agentbus/pkg/tools/builtin"
+	"github.com/agentbus/agentbus/pkg/tools/filetool"
+	"github.com/agentbus/agentbus/pkg/toolworker"
+)
+
+// ToolSet builds every tool a tool worker serves: the built-ins the config allows, user_profile
+// and chat_history, *.tool.md files and MCP servers' tools.
+func (p *Process) ToolSet(ctx context.Context, cfg *config.Config, log *slog.Logger) (*tools.Registry, error) {
+	a := cfg.AI.Agent
+	files, err := filepolicy.New(filepolicy.Options{Workspace: a.Workspace, PrivateDirs: []string{cfg.NATS.StoreDir}})
+	if err != nil {
+		return nil, fmt.Errorf("workspace: %w", err)
+	}
+	exec, err := execpolicy.FromConfig(a, files)
+	if err != nil {
+		return nil, fmt.Errorf("exec policy: %w", err)
+	}
+	store := skills.NewStore(log, filepath.Join(a.Workspace, a.SkillsDir), a.SkillsDir)
+	if err := store.Load(); err != nil {
+		log.Warn("skills not loaded", "err", err)
+	}
+	go store.Watch(ctx, 0)
+	bc, err := builtin.FromConfig(cfg.AI, files, exec, store)
+	if err != nil {
+		return nil, err
+	}
+	aps, err := approvals.Open(ctx, p.JS)
+	if err != nil {
+		return nil, err
+	}
+	bc.Approvals = func(ctx context.Context, env tools.Env) (*execpolicy.Approvals, error) {
+		ap, _, err := aps.Get(ctx, env.Platform, env.BotID)
+		return ap, err
+	}
+	bc.Log = log
+	all, err := builtin.All(bc)
+	if err != nil {
+		return nil, err
+	}
+	profiles, err := toolworker.NewProfileStore(ctx, p.JS)
+	if err != nil {
+		return nil, err
+	}
+	all = append(all, toolworker.UserProfileTool(profiles), toolworker.ChatHistoryTool(toolworker.NATSHistory{NC: p.NC}))
+	fileTools, err := filetool.LoadTools(a.ToolsDir, filetool.Options{})
+	if err != nil {
+		return nil, err // seed Grill #18: an unsupported tool.md fails start-up
+	}
+	all = append(all, fileTools...)
+	if len(cfg.AI.MCPServers) > 0 {
+		mgr, err := mcpclient.New(cfg.AI.MCPServers, mcpclient.Options{Log: log})
+		if err != nil {
+			return nil, err
+		}
+		p.onStop(func() { _ = mgr.Close() })
+		all = append(all, mgr.Tools(ctx)...)
+	}
+	return tools.NewRegistry(all...)
+}
+
+func (p *Process) startToolWorker(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	reg, err := p.ToolSet(ctx, cfg, log.With("role", "tool-worker"))
+	if err != nil {
+		return err
+	}
+	h, err := toolworker.Run(ctx, toolworker.Options{NC: p.NC, JS: p.JS, Registry: reg, Log: log.With("role", "tool-worker")})
+	if err != nil {
+		return err
+	}
+	p.onStop(h.Stop)
+	return nil
+}
+
+func (p *Process) startEgress(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger) error {
+	h, err := egress.Run(ctx, egress.Options{NC: p.NC, JS: p.JS, Config: cfg, DataDir: cfg.DataDir,
+		Log: log.With("role", "egress"), HTTPClient: opts.HTTPClient})
+	if err != nil {
+		return err
+	}
+	p.onStop(func() { _ = h.Stop() })
+	return nil
+}
