@@ -242,11 +242,14 @@ func readAll(r *http.Request) ([]byte, error) {
 	return b.Bytes(), err
 }
 
-// SplitEvents splits a recorded stream into its events: SSE events end with a blank line,
-// NDJSON events with a newline. Each chunk keeps its terminator.
+// SplitEvents splits a recorded stream into its events: SSE events end with a blank line
+// ("\n\n" or "\r\n\r\n"), NDJSON events with a newline. Each chunk keeps its terminator.
 func SplitEvents(body []byte) [][]byte {
 	sep := []byte("\n")
-	if bytes.Contains(body, []byte("\n\n")) {
+	switch {
+	case bytes.Contains(body, []byte("\r\n\r\n")):
+		sep = []byte("\r\n\r\n")
+	case bytes.Contains(body, []byte("\n\n")):
 		sep = []byte("\n\n")
 	}
 	var out [][]byte

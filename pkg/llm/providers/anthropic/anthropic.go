@@ -94,8 +94,10 @@ func (p *Provider) Stream(ctx context.Context, model *llm.Model, c *llm.Context,
 			b.fail(ctx, errors.New("anthropic: stream ended before message_stop"))
 			return
 		}
-		if st.refusal {
-			b.msg.ErrorMessage = "anthropic: the model refused to answer (stop_reason refusal)"
+		if st.refusal { // an error event that keeps whatever was said before the refusal
+			b.closeAll()
+			b.fail(ctx, errors.New("anthropic: the model refused to answer (stop_reason refusal)"))
+			return
 		}
 		b.finish(st.reason)
 	}

@@ -17,13 +17,14 @@ type builder struct {
 	model   *llm.Model
 	msg     *llm.Message
 	yield   func(llm.Event) bool
-	raw     map[int][]byte // raw tool-call JSON per content index
+	raw     map[int][]byte           // raw tool-call JSON per content index
+	text    map[int]*strings.Builder // text or thinking per content index: appending is amortized O(1)
 	open    map[int]bool
 	stopped bool // the consumer broke out of the range
 }
 
 func newBuilder(model *llm.Model, yield func(llm.Event) bool) *builder {
-	return &builder{model: model, msg: llm.NewAssistant(model), yield: yield, raw: map[int][]byte{}, open: map[int]bool{}}
+	return &builder{model: model, msg: llm.NewAssistant(model), yield: yield, raw: map[int][]byte{}, text: map[int]*strings.Builder{}, open: map[int]bool{}}
 }
 
 func (b *builder) emit(ev llm.Event) bool {
@@ -65,10 +66,10 @@ func (b *builder) delta(i int, d string) bool {
 	c := &b.msg.Content[i]
 	switch c.Type {
 	case llm.ContentText:
-		c.Text += d
+		c.Text = b.appendText(i, c.Text, d)
 		return b.emit(llm.Event{Type: llm.EventTextDelta, ContentIndex: i, Delta: d})
 	case llm.ContentThinking:
-		c.Thinking += d
+		c.Thinking = b.appendText(i, c.Thinking, d)
 		return b.emit(llm.Event{Type: llm.EventThinkingDelta, ContentIndex: i, Delta: d})
 	case llm.ContentToolCall:
 		b.raw[i] = append(b.raw[i], d...)
@@ -78,12 +79,27 @@ func (b *builder) delta(i int, d string) bool {
 	return !b.stopped
 }
 
+// appendText returns cur+d without copying cur: the block's text lives in a strings.Builder
+// whose String() shares its buffer, so a long reply costs O(n), not O(n²). Strings handed out
+// earlier stay valid (a Builder never writes over bytes it has returned).
+func (b *builder) appendText(i int, cur, d string) string {
+	sb := b.text[i]
+	if sb == nil {
+		sb = &strings.Builder{}
+		sb.WriteString(cur)
+		b.text[i] = sb
+	}
+	sb.WriteString(d)
+	return sb.String()
+}
+
 // closeBlock emits the *_end event of block i (once).
 func (b *builder) closeBlock(i int) bool {
 	if i < 0 || i >= len(b.msg.Content) || !b.open[i] {
 		return !b.stopped
 	}
 	delete(b.open, i)
+	delete(b.text, i)
 	c := &b.msg.Content[i]
 	switch c.Type {
 	case llm.ContentThinking:

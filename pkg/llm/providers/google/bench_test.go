@@ -1,0 +1,38 @@
+package google
+
+import (
+	"os"
+	"testing"
+
+	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/llm/providertest"
+)
+
+// The figures of issue 5: parse throughput (MB/s of recorded stream) and allocations per
+// delta. Run: go test -run '^$' -bench . -benchmem ./pkg/llm/providers/google/
+
+func benchBody(b *testing.B, name string) []byte {
+	b.Helper()
+	body, err := os.ReadFile("testdata/" + name + ".sse")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return body
+}
+
+// BenchmarkStreamText streams the recorded text reply with its middle delta repeated 1000
+// times (about 1000 text deltas).
+func BenchmarkStreamText(b *testing.B) {
+	body := providertest.RepeatEvent(benchBody(b, "text"), `How can I help`, 1000)
+	providertest.BenchStream(b, New(), func(base string) *llm.Model { return benchModel(base) }, body, "text/event-stream", nil)
+}
+
+// BenchmarkStreamToolCall streams the recorded tool call as it is.
+func BenchmarkStreamToolCall(b *testing.B) {
+	providertest.BenchStream(b, New(), func(base string) *llm.Model { return benchModel(base) }, benchBody(b, "tool_call"), "text/event-stream", nil)
+}
+
+func benchModel(base string) *llm.Model {
+	return &llm.Model{ID: "gemini-2.5-flash", API: llm.APIGoogleGenerative, Provider: "google", BaseURL: base,
+		Cost: llm.ModelCost{Input: 0.3, Output: 2.5}}
+}
