@@ -1,0 +1,12 @@
+// Command tool-worker runs agentbus's tool-worker role against a NATS server (nats.url or --nats).
+// Run any number of replicas; see docs/cluster.md.
+package main
+
+import (
+	"os"
+
+	"github.com/agentbus/agentbus/internal/rolemain"
+	"github.com/agentbus/agentbus/pkg/app"
+)
+
+func main() { os.Exit(rolemain.Main("tool-worker", app.Roles{ToolWorker: true})) }
