@@ -1,0 +1,119 @@
+package turn
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
+	"github.com/agentbus/agentbus/pkg/tools"
+	"github.com/agentbus/agentbus/pkg/toolworker"
+)
+
+// startTools runs a real tool worker serving ts.
+func (h *harness) startTools(ts ...tools.Tool) {
+	h.t.Helper()
+	reg, err := tools.NewRegistry(ts...)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	tw, err := toolworker.Run(context.Background(), toolworker.Options{NC: h.ns.NC, JS: h.ns.JS, Registry: reg, PollWait: 200 * time.Millisecond})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(tw.Stop)
+}
+
+func (h *harness) waitTools(w *Worker, n int) {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_ = w.tools.Refresh(context.Background())
+		if w.tools.count() >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("tool catalog has %d tools, want %d", w.tools.count(), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type echoArgs struct {
+	Text string `json:"text"`
+}
+
+func TestToolTurn(t *testing.T) {
+	h := newHarness(t, nil, faux.WithResponses(
+		faux.Response{Text: "checking", ToolCalls: []llm.Content{llm.ToolCall("c1", "echo", map[string]any{"text": "ping"})}},
+		faux.Response{Text: "the tool said pong"},
+	))
+	var runs atomic.Int32
+	h.startTools(tools.MustNew("echo", "echoes", func(ctx context.Context, c tools.Call, a echoArgs) (tools.Result, error) {
+		runs.Add(1)
+		return tools.TextResult("pong:" + a.Text), nil
+	}, tools.Idempotent()))
+	w := h.worker("w1")
+	h.waitTools(w, 1)
+	h.send(sk, "m1", "use the tool")
+	got := h.replies(sk, 1)
+	if got[0] != "the tool said pong" || runs.Load() != 1 {
+		t.Fatalf("reply %q, tool runs %d", got, runs.Load())
+	}
+}
+
+// A worker dies after its tool call was published: another worker takes the session over and
+// finishes the turn. The tool runs once, the LLM step before it is not repeated, and exactly
+// one reply goes out.
+func TestCrashAfterToolCallResumesOnOtherWorker(t *testing.T) {
+	h := newHarness(t, nil, faux.WithResponses(
+		faux.Response{Text: "let me look", ToolCalls: []llm.Content{llm.ToolCall("c1", "slow", map[string]any{"text": "x"})}},
+		faux.Response{Text: "done after the tool"},
+	))
+	var runs atomic.Int32
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	h.startTools(tools.MustNew("slow", "waits", func(ctx context.Context, c tools.Call, a echoArgs) (tools.Result, error) {
+		runs.Add(1)
+		started <- struct{}{}
+		<-release
+		return tools.TextResult("slow result"), nil
+	}))
+	a := h.worker("wA")
+	h.waitTools(a, 1)
+	h.send(sk, "m1", "do the slow thing")
+	select {
+	case <-started:
+	case <-time.After(15 * time.Second):
+		t.Fatal("tool never started")
+	}
+	a.Kill() // the owner dies while waiting for the result
+	close(release)
+
+	b := h.worker("wB")
+	h.waitTools(b, 1)
+	got := h.replies(sk, 1)
+	if got[0] != "done after the tool" {
+		t.Fatalf("reply = %q", got)
+	}
+	time.Sleep(500 * time.Millisecond) // a duplicate would show up now
+	if n := len(h.outbound(sk)); n != 1 {
+		t.Errorf("%d replies, want exactly 1", n)
+	}
+	if runs.Load() != 1 {
+		t.Errorf("tool ran %d times, want 1", runs.Load())
+	}
+	if calls := h.faux.Calls(); calls != 2 {
+		t.Errorf("model called %d times, want 2 (the step before the tool is not repeated)", calls)
+	}
+	sess, _ := b.sessions.Get(context.Background(), sk)
+	if len(sess.OpenTurns) != 0 {
+		t.Errorf("open turns left: %+v", sess.OpenTurns)
+	}
+	if !strings.Contains(got[0], "done") {
+		t.Fatal(got)
+	}
+}
