@@ -455,8 +455,9 @@ func InferCapabilities(id string) llm.Model {
 	return m
 }
 
-// hasFamily reports whether hint occurs in id at a word start (so "o3" matches "o3-mini" and
-// "openai-o3" but not "gpt-4o3x" nor "qwen2.5-coder:3b"'s "o" pieces).
+// hasFamily reports whether hint occurs in id as a whole word (so "o3" matches "o3-mini" and
+// "openai-o3" but not "foo3" or "o3x"); a hint that starts or ends with punctuation ("-vl")
+// needs no boundary on that side.
 func hasFamily(id, hint string) bool {
 	for i := 0; ; {
 		j := strings.Index(id[i:], hint)
@@ -464,7 +465,10 @@ func hasFamily(id, hint string) bool {
 			return false
 		}
 		j += i
-		if j == 0 || !isAlnum(id[j-1]) || !isAlnum(hint[0]) {
+		end := j + len(hint)
+		startOK := j == 0 || !isAlnum(id[j-1]) || !isAlnum(hint[0])
+		endOK := end == len(id) || !isAlnum(id[end]) || !isAlnum(hint[len(hint)-1])
+		if startOK && endOK {
 			return true
 		}
 		i = j + 1
