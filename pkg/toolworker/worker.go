@@ -327,27 +327,40 @@ func (h *Handle) fetchLoop(s *served) {
 				break grab
 			}
 		}
-		fctx, cancel := context.WithTimeout(h.killCtx, h.opts.PollWait)
-		batch, err := s.cons.Fetch(n, jetstream.FetchContext(fctx))
+		// FetchMaxWait, not a context deadline: the batch then ends with the server's own
+		// expiry notice, after every message the server sent for it. A client-side deadline
+		// can end the batch while a message is in flight, and that message would sit unacked
+		// for a whole AckWait.
+		batch, err := s.cons.Fetch(n, jetstream.FetchMaxWait(h.opts.PollWait))
 		got := 0
 		if err == nil {
-			for msg := range batch.Messages() {
-				got++
-				h.calls.Add(1)
-				go func() {
-					defer h.calls.Done()
-					defer func() { <-s.sem }()
-					h.handle(s, msg)
-				}()
+			msgs := batch.Messages()
+		recv:
+			for {
+				select {
+				case msg, ok := <-msgs:
+					if !ok {
+						break recv
+					}
+					got++
+					h.calls.Add(1)
+					go func() {
+						defer h.calls.Done()
+						defer func() { <-s.sem }()
+						h.handle(s, msg)
+					}()
+				case <-h.killCtx.Done():
+					break recv // a crash: whatever else arrives stays unacked
+				}
 			}
-			err = batch.Error()
+			if h.killCtx.Err() == nil {
+				err = batch.Error()
+			}
 		}
-		cancel()
 		for ; got < n; got++ {
 			<-s.sem
 		}
-		if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) &&
-			!errors.Is(err, nats.ErrTimeout) && h.killCtx.Err() == nil {
+		if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, jetstream.ErrNoMessages) && h.killCtx.Err() == nil {
 			h.log.Warn("tool worker: fetch", "tool", s.name, "err", err)
 			select {
 			case <-time.After(500 * time.Millisecond):
