@@ -79,6 +79,11 @@ func (a *actor) earlier(seq uint64) []chan struct{} {
 // deliver hands a delivery to the actor, which acks it once its effect is durable.
 func (a *actor) deliver(msg jetstream.Msg, seq uint64) {
 	a.mu.Lock()
+	if a.held == nil { // shutting down: let the next owner have it
+		a.mu.Unlock()
+		_ = msg.NakWithDelay(100 * time.Millisecond)
+		return
+	}
 	a.held[seq] = append(a.held[seq], msg)
 	a.mu.Unlock()
 	select {

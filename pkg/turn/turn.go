@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/agentbus/agentbus/pkg/chunk"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/ingest"
@@ -513,46 +511,23 @@ type turnLog struct {
 	committed bool
 }
 
-// readTurn loads a turn's events (resume).
+// readTurn loads what AGENT_EVENTS holds about a turn (resume).
 func (w *Worker) readTurn(ctx context.Context, sk events.SessionKey, turn string) (*turnLog, error) {
-	cons, err := w.evts.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.AgentEvtTurnFilter(sk, turn)}, DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		return nil, err
-	}
-	info, err := cons.Info(ctx)
+	recs, err := w.turnlog.ReadTurn(ctx, sk, turn, 0)
 	if err != nil {
 		return nil, err
 	}
 	tl := &turnLog{}
 	byIndex := map[int]llm.Message{}
-	n := info.NumPending
-	for n > 0 {
-		batch, err := cons.Fetch(int(min(n, 256)), jetstream.FetchMaxWait(2*time.Second))
-		if err != nil {
-			return nil, err
+	for _, r := range recs {
+		switch e := r.Event.(type) {
+		case *events.Event[events.TurnStarted]:
+			tl.started = &e.Data
+		case *events.Event[events.MessageEnd]:
+			byIndex[e.Data.Index] = e.Data.Message
+		case *events.Event[events.TurnCommitted]:
+			tl.committed = true
 		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			ev, err := events.Decode(m.Data())
-			if err != nil {
-				continue
-			}
-			switch e := ev.(type) {
-			case *events.Event[events.TurnStarted]:
-				tl.started = &e.Data
-			case *events.Event[events.MessageEnd]:
-				byIndex[e.Data.Index] = e.Data.Message
-			case *events.Event[events.TurnCommitted]:
-				tl.committed = true
-			}
-		}
-		if got == 0 {
-			break
-		}
-		n -= uint64(got)
 	}
 	for i := 0; ; i++ {
 		m, ok := byIndex[i]

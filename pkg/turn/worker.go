@@ -73,6 +73,7 @@ type Worker struct {
 	sessions  *store.Sessions
 	leases    *store.Leases
 	ctxlog    *store.ContextLog
+	turnlog   *store.TurnLog
 	tools     *ToolCatalog
 	approvals *approvals.Store
 	log       *slog.Logger
@@ -132,6 +133,9 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	if w.ctxlog, err = store.NewContextLog(ctx, js, store.ContextBounds{
 		MaxMessages: s.ColdStartMaxMessages, MaxAge: time.Duration(s.ColdStartMaxAgeMs) * time.Millisecond,
 	}); err != nil {
+		return nil, err
+	}
+	if w.turnlog, err = store.NewTurnLog(ctx, js); err != nil {
 		return nil, err
 	}
 	if w.tools, err = NewToolCatalog(ctx, js); err != nil {
