@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agentbus/agentbus/pkg/egress"
 	"github.com/agentbus/agentbus/pkg/store/transcript"
 )
 
@@ -50,7 +51,34 @@ func serveTranscripts(t *testing.T, nc *nats.Conn, db *transcript.DB) *[]int {
 	return &limits
 }
 
+// TestChatHistoryThroughTheArchiveService runs the tool against the real egress search
+// service (pkg/egress ServeSearch, a NATS micro service) and against serveTranscripts, a
+// stand-in speaking the same protocol, both over a real bbolt archive.
 func TestChatHistoryThroughTheArchiveService(t *testing.T) {
+	t.Run("egress service", func(t *testing.T) {
+		historyScenario(t, func(t *testing.T, nc *nats.Conn, db *transcript.DB) {
+			svc, err := egress.ServeSearch(nc, db, quietLog())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = svc.Stop() })
+		})
+	})
+	t.Run("stand-in responder", func(t *testing.T) {
+		historyScenario(t, func(t *testing.T, nc *nats.Conn, db *transcript.DB) {
+			limits := serveTranscripts(t, nc, db)
+			t.Cleanup(func() {
+				for _, l := range *limits {
+					if l < 1 || l > MaxHistoryLimit {
+						t.Errorf("service asked for limit %d", l)
+					}
+				}
+			})
+		})
+	})
+}
+
+func historyScenario(t *testing.T, serve func(*testing.T, *nats.Conn, *transcript.DB)) {
 	srv := newServer(t)
 	ctx := context.Background()
 	db, err := transcript.Open(filepath.Join(t.TempDir(), "transcripts.db"), &transcript.Options{NoSync: true})
@@ -78,7 +106,7 @@ func TestChatHistoryThroughTheArchiveService(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	limits := serveTranscripts(t, srv.NC, db)
+	serve(t, srv.NC, db)
 	startWorker(t, fastOpts(srv, mustRegistry(t, ChatHistoryTool(NATSHistory{NC: srv.NC})), "w1"))
 
 	tc := newCall("chat_history", "h1", map[string]any{"keyword": "DEPLOY"})
@@ -107,11 +135,6 @@ func TestChatHistoryThroughTheArchiveService(t *testing.T) {
 	publishCall(t, srv.JS, newCall("chat_history", "h5", map[string]any{"keyword": "nothing like this"}), "")
 	if r = waitResult(t, srv.JS, testSK, "h5"); r.Data.IsError || !strings.Contains(text(r), "No earlier messages") {
 		t.Fatalf("no match: %q", text(r))
-	}
-	for _, l := range *limits {
-		if l < 1 || l > MaxHistoryLimit {
-			t.Fatalf("service asked for limit %d", l)
-		}
 	}
 }
 
@@ -156,5 +179,11 @@ func TestFormatHistory(t *testing.T) {
 	if lines[0] != "[1970-01-01 00:00] u9: multi line text" || lines[1] != "[1970-01-01 00:01] unknown: [media]" ||
 		!strings.HasSuffix(lines[2], "é…") || len([]rune(lines[2])) != len("[1970-01-01 00:00] Long: ")+maxHistoryBody+1 {
 		t.Fatalf("got %q", got)
+	}
+}
+
+func TestSearchSubjectMatchesEgress(t *testing.T) {
+	if SearchSubject != egress.SearchSubject {
+		t.Fatalf("toolworker asks %q, egress serves %q", SearchSubject, egress.SearchSubject)
 	}
 }
