@@ -57,7 +57,7 @@ type Options struct {
 	DataDir string
 	// Log is the logger (default slog.Default()).
 	Log *slog.Logger
-	// HTTPClient is used by the webhook sender (default: 15 s timeout).
+	// HTTPClient is used by the webhook sender (default DefaultHTTPClient(Concurrency)).
 	HTTPClient *http.Client
 	// Senders overrides or adds senders by platform name; a nil value removes a built-in one.
 	Senders map[string]Sender
@@ -170,7 +170,10 @@ type Handle struct {
 	svc     micro.Service
 	db      *transcript.DB
 	ownDB   bool
+	sub     *wmnats.Subscriber
 	subConn *nats.Conn
+	// subClosed is closed once subConn is closed (the subscriber drains it on close).
+	subClosed chan struct{}
 
 	stopOnce sync.Once
 	stopErr  error
@@ -209,6 +212,16 @@ func (h *Handle) Stop() error {
 			if err := h.db.Close(); err != nil {
 				errs = append(errs, err)
 			}
+		}
+		// The router closes the subscriber only on some paths (its handler may see the router's
+		// context end first); closing it is idempotent. It drains subConn: give the drain time
+		// to finish (acks of the last parts in flight) before closing it for good.
+		if err := h.sub.Close(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			h.e.log.Debug("egress: close subscriber", "err", err)
+		}
+		select {
+		case <-h.subClosed:
+		case <-time.After(h.e.o.SendTimeout):
 		}
 		h.subConn.Close()
 		h.stopErr = errors.Join(errs...)
@@ -287,6 +300,20 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 		subOpts.Name += " "
 	}
 	subOpts.Name += "egress-sub"
+	// The shared connection's callbacks belong to whoever made it (a ClosedCB that exits the
+	// process, say); this connection reports to the egress log instead.
+	subClosed := make(chan struct{})
+	subOpts.ClosedCB = func(*nats.Conn) { close(subClosed) }
+	subOpts.DisconnectedCB, subOpts.ReconnectedCB, subOpts.DiscoveredServersCB = nil, nil, nil
+	subOpts.DisconnectedErrCB = func(_ *nats.Conn, err error) {
+		if err != nil {
+			e.log.Warn("egress: subscriber disconnected", "err", err)
+		}
+	}
+	subOpts.AsyncErrorCB = func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		e.log.Warn("egress: subscriber error", "err", err)
+	}
+	subOpts.ConnectedCB, subOpts.LameDuckModeHandler, subOpts.ReconnectErrCB = nil, nil, nil
 	subConn, err := subOpts.Connect()
 	if err != nil {
 		return nil, fmt.Errorf("egress: connect subscriber: %w", err)
@@ -340,7 +367,7 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 	router.AddMiddleware(e.correlation, e.deadLetter, e.inProgress, retry.Middleware, middleware.Recoverer)
 	router.AddConsumerHandler("egress", filter, sub, e.handle)
 
-	h := &Handle{e: e, router: router, runDone: make(chan struct{}), subConn: subConn}
+	h := &Handle{e: e, router: router, sub: sub, runDone: make(chan struct{}), subConn: subConn, subClosed: subClosed}
 	go func() {
 		defer close(h.runDone)
 		h.runErr = router.Run(context.Background())
@@ -407,8 +434,12 @@ func buildSenders(o Options) map[string]Sender {
 	if o.Config != nil {
 		bots = o.Config.IM.Webhook.Bots
 	}
+	client := o.HTTPClient
+	if client == nil {
+		client = DefaultHTTPClient(o.Concurrency)
+	}
 	m := map[string]Sender{
-		PlatformWebhook: NewWebhookSender(o.HTTPClient, bots),
+		PlatformWebhook: NewWebhookSender(client, bots),
 		PlatformConsole: NewConsoleSender(o.NC),
 	}
 	for name, s := range o.Senders {

@@ -66,16 +66,31 @@ type WebhookSender struct {
 	bots   map[string]config.WebhookBot
 }
 
-// NewWebhookSender returns a sender for bots. client nil means a client with a 15 s timeout.
+// NewWebhookSender returns a sender for bots. client nil means DefaultHTTPClient(16).
 func NewWebhookSender(client *http.Client, bots []config.WebhookBot) *WebhookSender {
 	if client == nil {
-		client = &http.Client{Timeout: 15 * time.Second}
+		client = DefaultHTTPClient(16)
 	}
 	m := make(map[string]config.WebhookBot, len(bots))
 	for _, b := range bots {
 		m[b.ID] = b
 	}
 	return &WebhookSender{client: client, bots: m}
+}
+
+// DefaultHTTPClient is the webhook sender's client: a 15 s timeout and up to perHost idle
+// keep-alive connections per callback host (net/http keeps only 2 by default, so concurrent
+// sends to one callback would otherwise open and close a connection per request).
+func DefaultHTTPClient(perHost int) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if perHost < 2 {
+		perHost = 2
+	}
+	tr.MaxIdleConnsPerHost = perHost
+	if tr.MaxIdleConns < perHost {
+		tr.MaxIdleConns = perHost
+	}
+	return &http.Client{Timeout: 15 * time.Second, Transport: tr}
 }
 
 // maxResponse bounds how much of a callback's answer is read.

@@ -1,0 +1,49 @@
+package egress
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
+)
+
+// BenchmarkDeliver measures deliveries per second through egress: IM_OUT -> KV check ->
+// signed POST to an httptest callback -> KV delivered -> receipt on IM_SENT -> ack.
+func BenchmarkDeliver(b *testing.B) {
+	for _, conc := range []int{16, 64} {
+		b.Run(fmt.Sprintf("concurrency=%d", conc), func(b *testing.B) {
+			srv := natstest.New(b, natstest.WithMemoryStorage())
+			cb := newCallback(b, nil)
+			o := fastOptions(srv, testConfig(cb), b)
+			o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+			o.Concurrency = conc
+			o.AckWait = 30 * time.Second
+			// Publish every part first, then start egress: the figure is egress alone.
+			for i := 0; i < b.N; i++ {
+				out := outbound(fmt.Sprintf("bench%d-%d", conc, i))
+				out.Scene.ID = fmt.Sprintf("g%d", i%50)
+				publish(b, srv.JS, out, "")
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			t0 := time.Now()
+			h := start(b, o)
+			deadline := time.Now().Add(time.Minute)
+			for h.Stats().Delivered < uint64(b.N) {
+				if time.Now().After(deadline) {
+					b.Fatalf("delivered %d of %d", h.Stats().Delivered, b.N)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			el := time.Since(t0)
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/el.Seconds(), "deliveries/s")
+			if n := cb.count(); n != b.N {
+				b.Fatalf("callback got %d posts for %d parts", n, b.N)
+			}
+		})
+	}
+}

@@ -1,0 +1,117 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
+	"github.com/agentbus/agentbus/pkg/store/transcript"
+	"github.com/nats-io/nats.go"
+)
+
+func seedTranscripts(t *testing.T, db *transcript.DB) {
+	t.Helper()
+	base := time.Now().Add(-time.Hour).UnixMilli()
+	rows := []transcript.Row{
+		{MessageID: "m1", Platform: "webhook", BotID: "b1", SceneID: "g1", SceneType: "group", SenderID: "u1", SenderName: "Ann", Direction: transcript.Inbound, Body: "shall we deploy on Friday?", Time: base},
+		{MessageID: "t1-0", Platform: "webhook", BotID: "b1", SceneID: "g1", SceneType: "group", SenderID: "b1", Direction: transcript.Outbound, Body: "Deploying on Friday is risky.", Time: base + 1000},
+		{MessageID: "m2", Platform: "webhook", BotID: "b1", SceneID: "g1", SceneType: "group", SenderID: "u2", Direction: transcript.Inbound, Body: "lunch?", Time: base + 2000},
+		{MessageID: "m3", Platform: "webhook", BotID: "b1", SceneID: "other", SceneType: "group", SenderID: "u3", Direction: transcript.Inbound, Body: "deploy elsewhere", Time: base + 3000},
+	}
+	if _, err := db.Insert(context.Background(), rows...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSearchRoundTrip(t *testing.T) {
+	srv := natstest.New(t)
+	db, err := transcript.Open(filepath.Join(t.TempDir(), "transcripts.db"), &transcript.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	seedTranscripts(t, db)
+	o := fastOptions(srv, testConfig(nil), t)
+	o.Transcripts = db
+	start(t, o)
+
+	ctx := context.Background()
+	tests := []struct {
+		name    string
+		req     SearchRequest
+		wantIDs []string
+		wantErr bool
+	}{
+		{"keyword, both directions, newest first", SearchRequest{Platform: "webhook", Bot: "b1", Scene: "g1", Keyword: "DEPLOY"}, []string{"t1-0", "m1"}, false},
+		{"limit", SearchRequest{Platform: "webhook", Bot: "b1", Scene: "g1", Keyword: "deploy", Limit: 1}, []string{"t1-0"}, false},
+		{"latest without keyword", SearchRequest{Platform: "webhook", Bot: "b1", Scene: "g1"}, []string{"m2", "t1-0", "m1"}, false},
+		{"other scene", SearchRequest{Platform: "webhook", Bot: "b1", Scene: "other", Keyword: "deploy"}, []string{"m3"}, false},
+		{"no match", SearchRequest{Platform: "webhook", Bot: "b1", Scene: "g1", Keyword: "zebra"}, nil, false},
+		{"missing scene", SearchRequest{Platform: "webhook", Bot: "b1"}, nil, true},
+		{"negative limit", SearchRequest{Platform: "webhook", Bot: "b1", Scene: "g1", Limit: -1}, nil, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := Search(ctx, srv.NC, tc.req)
+			if tc.wantErr {
+				if !errors.Is(err, ErrSearch) {
+					t.Fatalf("err = %v, want ErrSearch", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, r := range resp.Rows {
+				ids = append(ids, r.MessageID)
+			}
+			if len(ids) != len(tc.wantIDs) {
+				t.Fatalf("rows %v, want %v", ids, tc.wantIDs)
+			}
+			for i := range ids {
+				if ids[i] != tc.wantIDs[i] {
+					t.Fatalf("rows %v, want %v", ids, tc.wantIDs)
+				}
+			}
+		})
+	}
+
+	// A malformed request body gets a 400 error reply, not silence.
+	msg, err := srv.NC.Request(SearchSubject, []byte("{nope"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg.Header.Get("Nats-Service-Error-Code") != "400" {
+		t.Fatalf("malformed request: headers %v body %s", msg.Header, msg.Data)
+	}
+}
+
+func TestSearchArchiveFromDataDir(t *testing.T) {
+	srv := natstest.New(t)
+	dir := t.TempDir()
+	o := fastOptions(srv, testConfig(nil), t)
+	o.DataDir = dir
+	h := start(t, o)
+	if h.Transcripts() == nil {
+		t.Fatal("no archive opened from DataDir")
+	}
+	seedTranscripts(t, h.Transcripts())
+	resp, err := Search(context.Background(), srv.NC, SearchRequest{Platform: "webhook", Bot: "b1", Scene: "g1", Keyword: "lunch"})
+	if err != nil || len(resp.Rows) != 1 {
+		t.Fatalf("search: %v %+v", err, resp)
+	}
+	if err := h.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// Stop closed the archive and the service.
+	if _, err := h.Transcripts().Count(context.Background(), transcript.Scene{Platform: "webhook", BotID: "b1", SceneID: "g1"}); !errors.Is(err, transcript.ErrClosed) {
+		t.Fatalf("archive still open after Stop: %v", err)
+	}
+	if _, err := Search(context.Background(), srv.NC, SearchRequest{Platform: "webhook", Bot: "b1", Scene: "g1"}); !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("search after Stop: %v", err)
+	}
+}
