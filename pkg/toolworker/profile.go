@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 
@@ -35,6 +37,9 @@ type ProfileStore struct {
 
 // NewProfileStore opens the profiles bucket.
 func NewProfileStore(ctx context.Context, js jetstream.JetStream) (*ProfileStore, error) {
+	if js == nil {
+		return nil, fmt.Errorf("%w: profile store needs a JetStream context", ErrConfig)
+	}
 	kv, err := js.KeyValue(ctx, events.BucketProfiles)
 	if err != nil {
 		return nil, fmt.Errorf("open KV %s: %w", events.BucketProfiles, err)
@@ -213,12 +218,25 @@ func FormatSummary(p map[string]string) string {
 	return out
 }
 
-// ProfileSummary opens the profiles bucket and returns Summary for the user. Callers that
-// summarize on every turn should keep a ProfileStore instead (one bucket lookup less).
+// summaryStores caches one ProfileStore per JetStream context, so ProfileSummary on every
+// turn costs one KV get and not also a bucket lookup (a stream info request).
+var summaryStores sync.Map // jetstream.JetStream -> *ProfileStore
+
+// ProfileSummary returns Summary for the user, opening the profiles bucket on first use for
+// js and reusing it afterwards. It is what the turn worker puts into the system prompt.
 func ProfileSummary(ctx context.Context, js jetstream.JetStream, platform, userID string) (string, error) {
+	cacheable := js != nil && reflect.TypeOf(js).Comparable()
+	if cacheable {
+		if v, ok := summaryStores.Load(js); ok {
+			return v.(*ProfileStore).Summary(ctx, platform, userID)
+		}
+	}
 	s, err := NewProfileStore(ctx, js)
 	if err != nil {
 		return "", err
+	}
+	if cacheable {
+		summaryStores.Store(js, s)
 	}
 	return s.Summary(ctx, platform, userID)
 }
