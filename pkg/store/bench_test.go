@@ -163,17 +163,28 @@ func BenchmarkLeaseAcquireRelease(b *testing.B) {
 }
 
 // BenchmarkLoadContext200: load a 200-message context (50 commits of 4), without and with a
-// summary in front of the tail.
+// summary in front of the tail. cold = a process that has never seen the session (every record
+// read and decoded); warm = the session's actor, whose cache holds what it committed (one direct
+// get to learn the log has not moved).
 func BenchmarkLoadContext200(b *testing.B) {
-	for _, withSummary := range []bool{false, true} {
-		b.Run(fmt.Sprintf("summary=%v", withSummary), func(b *testing.B) {
+	for _, tc := range []struct {
+		name    string
+		summary bool
+		cache   int
+	}{
+		{"cold/summary=false", false, 0},
+		{"cold/summary=true", true, 0},
+		{"warm/summary=false", false, 256},
+		{"warm/summary=true", true, 256},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
 			srv := natstest.New(b)
 			ctx := context.Background()
-			log, _ := NewContextLog(ctx, srv.JS, ContextBounds{MaxMessages: 200, MaxAge: 24 * time.Hour})
+			log, _ := NewContextLog(ctx, srv.JS, ContextBounds{MaxMessages: 200, MaxAge: 24 * time.Hour}, WithCacheSessions(tc.cache))
 			id := events.NewSessionID(testKey("load"), 1)
 			var last uint64
 			var err error
-			if withSummary {
+			if tc.summary {
 				// 25 older commits that the summary covers, then the 200-message tail.
 				for i := 0; i < 25; i++ {
 					if last, err = log.AppendMessages(ctx, id, last, benchTurn(i)); err != nil {
@@ -192,7 +203,7 @@ func BenchmarkLoadContext200(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				got, err := log.LoadContext(ctx, id)
-				if err != nil || len(got.Messages) != 200 || got.LastSeq != last {
+				if err != nil || len(got.Messages) != 200 || got.LastSeq != last || (got.Summary != nil) != tc.summary {
 					b.Fatalf("loaded %d messages, last %d, err %v", len(got.Messages), got.LastSeq, err)
 				}
 			}

@@ -100,6 +100,7 @@ type ContextLog struct {
 
 	mu    sync.Mutex
 	cache map[string]*ctxState // subject -> what this process knows of it
+	tails int                  // entries with hasTail
 }
 
 // ctxPointer is what a record says about the latest summary before it.
@@ -118,6 +119,9 @@ type ctxState struct {
 	seqs    []uint64
 	times   []int64 // message time for the age bound: Timestamp, or the record's time
 }
+
+// ptrCacheMax bounds the entries of the cache (pointers are a few words each).
+const ptrCacheMax = 8192
 
 // ContextLogOption configures a ContextLog.
 type ContextLogOption func(*ContextLog)
@@ -167,48 +171,86 @@ func pointerOf(m *jetstream.RawStreamMsg) ctxPointer {
 	return p
 }
 
-// store saves st for subj (caller holds l.mu), evicting an arbitrary entry when full. Pointers
-// are kept even with the tail cache off: they are tiny and save a direct get per append.
+// store saves st for subj (caller holds l.mu). At most cacheMax entries keep a decoded tail
+// (the least recently stored are not tracked: an arbitrary one is demoted to its pointer); at most
+// ptrCacheMax entries are kept at all. Pointers are kept even with the tail cache off: they are
+// tiny and save a direct get per append.
 func (l *ContextLog) store(subj string, st *ctxState) {
-	if l.cacheMax <= 0 {
+	old := l.cache[subj]
+	if old != nil && old.hasTail {
+		l.tails--
+	}
+	if st.hasTail && l.cacheMax <= 0 {
 		st = &ctxState{ptr: st.ptr}
 	}
-	if _, ok := l.cache[subj]; !ok && len(l.cache) >= max(l.cacheMax, 1024) {
-		for k := range l.cache {
-			delete(l.cache, k)
-			break
+	if st.hasTail && l.tails >= l.cacheMax {
+		for k, v := range l.cache {
+			if v.hasTail && k != subj {
+				l.cache[k] = &ctxState{ptr: v.ptr} // a new object: in-flight warm loads see the change
+				l.tails--
+				break
+			}
+		}
+	}
+	if old == nil && len(l.cache) >= ptrCacheMax {
+		for k, v := range l.cache {
+			if k != subj {
+				if v.hasTail {
+					l.tails--
+				}
+				delete(l.cache, k)
+				break
+			}
 		}
 	}
 	l.cache[subj] = st
+	if st.hasTail {
+		l.tails++
+	}
 }
 
-// apply extends st with records (in sequence order). It copies before appending, so slices
-// handed out earlier are never written.
-func (l *ContextLog) apply(st *ctxState, recs []*jetstream.RawStreamMsg) error {
-	st.msgs = append([]llm.Message(nil), st.msgs...)
-	st.seqs = append([]uint64(nil), st.seqs...)
-	st.times = append([]int64(nil), st.times...)
-	for _, r := range recs {
-		switch typ := r.Header.Get(events.HeaderType); typ {
-		case events.TypeCtxMessages:
-			var ev events.Event[events.CtxMessages]
-			if err := events.Unmarshal(r.Data, &ev); err != nil {
-				return fmt.Errorf("record %d: %w", r.Sequence, err)
-			}
-			st.appendMsgs(ev.Data.Messages, r.Sequence, r.Time.UnixMilli())
-		case events.TypeCtxSummary:
-			var ev events.Event[events.CtxSummary]
-			if err := events.Unmarshal(r.Data, &ev); err != nil {
-				return fmt.Errorf("record %d: %w", r.Sequence, err)
-			}
-			st.setSummary(&Summary{Text: ev.Data.Summary, AnchorSeq: ev.Data.AnchorSeq, Covered: ev.Data.Covered,
-				Model: ev.Data.Model, Seq: r.Sequence, Time: r.Time})
-		default:
-			return fmt.Errorf("record %d has unknown type %q", r.Sequence, typ)
+// ctxRec is one decoded record.
+type ctxRec struct {
+	seq      uint64
+	recordMs int64
+	msgs     []llm.Message
+	summary  *Summary
+}
+
+// decodeRec decodes one raw record.
+func decodeRec(r *jetstream.RawStreamMsg) (ctxRec, error) {
+	cr := ctxRec{seq: r.Sequence, recordMs: r.Time.UnixMilli()}
+	switch typ := r.Header.Get(events.HeaderType); typ {
+	case events.TypeCtxMessages:
+		var ev events.Event[events.CtxMessages]
+		if err := events.Unmarshal(r.Data, &ev); err != nil {
+			return cr, fmt.Errorf("record %d: %w", r.Sequence, err)
 		}
-		st.trim(l.bounds.MaxMessages)
+		cr.msgs = ev.Data.Messages
+	case events.TypeCtxSummary:
+		var ev events.Event[events.CtxSummary]
+		if err := events.Unmarshal(r.Data, &ev); err != nil {
+			return cr, fmt.Errorf("record %d: %w", r.Sequence, err)
+		}
+		cr.summary = &Summary{Text: ev.Data.Summary, AnchorSeq: ev.Data.AnchorSeq, Covered: ev.Data.Covered,
+			Model: ev.Data.Model, Seq: r.Sequence, Time: r.Time}
+	default:
+		return cr, fmt.Errorf("record %d has unknown type %q", r.Sequence, typ)
 	}
-	return nil
+	return cr, nil
+}
+
+// apply extends st in place (the caller owns st, or holds l.mu for a cached one; the cache's
+// slices are never handed out, result copies).
+func (st *ctxState) apply(recs []ctxRec, maxMessages int) {
+	for _, r := range recs {
+		if r.summary != nil {
+			st.setSummary(r.summary)
+		} else {
+			st.appendMsgs(r.msgs, r.seq, r.recordMs)
+		}
+		st.trim(maxMessages)
+	}
 }
 
 func (st *ctxState) appendMsgs(msgs []llm.Message, seq uint64, recordMs int64) {
@@ -296,29 +338,65 @@ func (l *ContextLog) LoadContext(ctx context.Context, id events.SessionID) (Load
 	}
 	p := pointerOf(last)
 
-	// Warm: the cached tail is current, or only needs the records after it.
-	l.mu.Lock()
-	cached := l.cache[subj]
-	if cached != nil && cached.hasTail && cached.ptr.lastSeq == p.lastSeq {
-		out := l.result(cached)
-		l.mu.Unlock()
+	if out, ok, err := l.loadWarm(ctx, subj, last, p); ok || err != nil {
+		if err != nil {
+			return Loaded{}, fmt.Errorf("load context %s: %w", id, err)
+		}
 		return out, nil
 	}
-	var base ctxState
-	warm := cached != nil && cached.hasTail && cached.ptr.lastSeq < p.lastSeq && cached.ptr.summarySeq == p.summarySeq
-	if warm {
-		base = *cached
+	out, err := l.loadCold(ctx, subj, last, p)
+	if err != nil {
+		return Loaded{}, fmt.Errorf("load context %s: %w", id, err)
 	}
+	return out, nil
+}
+
+// loadWarm serves a load from the cached tail, reading only the records after it. ok=false means
+// the cache cannot serve it (no tail, a new summary since, or a concurrent change).
+func (l *ContextLog) loadWarm(ctx context.Context, subj string, last *jetstream.RawStreamMsg, p ctxPointer) (Loaded, bool, error) {
+	l.mu.Lock()
+	cached := l.cache[subj]
+	if cached == nil || !cached.hasTail || cached.ptr.lastSeq > p.lastSeq || cached.ptr.summarySeq != p.summarySeq {
+		l.mu.Unlock()
+		return Loaded{}, false, nil
+	}
+	if cached.ptr.lastSeq == p.lastSeq {
+		out := l.result(cached)
+		l.mu.Unlock()
+		return out, true, nil
+	}
+	base := cached.ptr.lastSeq
 	l.mu.Unlock()
 
-	var recs []*jetstream.RawStreamMsg
+	var recs []ctxRec
+	var err error
+	if base+1 < last.Sequence {
+		recs, err = l.readRange(ctx, subj, base+1, time.Time{}, last.Sequence)
+	} else {
+		recs, err = l.readOne(last)
+	}
+	if err != nil {
+		return Loaded{}, false, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if cur := l.cache[subj]; cur == cached && cur.ptr.lastSeq == base {
+		cur.apply(recs, l.bounds.MaxMessages)
+		cur.ptr = p
+		return l.result(cur), true, nil
+	} else if cur != nil && cur.hasTail && cur.ptr.lastSeq == p.lastSeq {
+		return l.result(cur), true, nil // a concurrent append or load got there first
+	}
+	return Loaded{}, false, nil
+}
+
+// loadCold decodes the tail from the summary's anchor (or from MaxAge ago, or the start).
+func (l *ContextLog) loadCold(ctx context.Context, subj string, last *jetstream.RawStreamMsg, p ctxPointer) (Loaded, error) {
+	var recs []ctxRec
+	var err error
 	switch {
-	case warm && base.ptr.lastSeq+1 == last.Sequence:
-		recs = []*jetstream.RawStreamMsg{last}
-	case warm:
-		recs, err = l.readRange(ctx, subj, base.ptr.lastSeq+1, time.Time{}, last.Sequence)
 	case p.summarySeq > 0 && p.anchorSeq+1 >= last.Sequence:
-		recs = []*jetstream.RawStreamMsg{last}
+		recs, err = l.readOne(last)
 	case p.summarySeq > 0:
 		recs, err = l.readRange(ctx, subj, p.anchorSeq+1, time.Time{}, last.Sequence)
 	case l.bounds.MaxAge > 0:
@@ -328,18 +406,15 @@ func (l *ContextLog) LoadContext(ctx context.Context, id events.SessionID) (Load
 		}
 		recs, err = l.readRange(ctx, subj, 0, cutoff, last.Sequence)
 	case last.Sequence == 1:
-		recs = []*jetstream.RawStreamMsg{last}
+		recs, err = l.readOne(last)
 	default:
 		recs, err = l.readRange(ctx, subj, 1, time.Time{}, last.Sequence)
 	}
 	if err != nil {
-		return Loaded{}, fmt.Errorf("load context %s: %w", id, err)
+		return Loaded{}, err
 	}
-	st := &base
-	if err := l.apply(st, recs); err != nil {
-		return Loaded{}, fmt.Errorf("load context %s: %w", id, err)
-	}
-	st.ptr, st.hasTail = p, true
+	st := &ctxState{ptr: p, hasTail: true}
+	st.apply(recs, l.bounds.MaxMessages)
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -350,17 +425,35 @@ func (l *ContextLog) LoadContext(ctx context.Context, id events.SessionID) (Load
 	return l.result(st), nil
 }
 
-// readRange reads the subject's records from seq (or from time when seq is 0) up to and
-// including upTo.
-func (l *ContextLog) readRange(ctx context.Context, subj string, seq uint64, from time.Time, upTo uint64) ([]*jetstream.RawStreamMsg, error) {
-	var out []*jetstream.RawStreamMsg
+func (l *ContextLog) readOne(m *jetstream.RawStreamMsg) ([]ctxRec, error) {
+	r, err := decodeRec(m)
+	if err != nil {
+		return nil, err
+	}
+	return []ctxRec{r}, nil
+}
+
+// readRange reads and decodes the subject's records from seq (or from time when seq is 0) up to
+// and including upTo. Records are decoded as they arrive, while the server is still sending the
+// rest, so the JSON work overlaps the transfer.
+func (l *ContextLog) readRange(ctx context.Context, subj string, seq uint64, from time.Time, upTo uint64) ([]ctxRec, error) {
+	var out []ctxRec
+	var derr error
 	err := scan(ctx, l.js, streamAgentCtx, subj, seq, from, func(m *jetstream.RawStreamMsg) bool {
 		if m.Sequence > upTo {
 			return false
 		}
-		out = append(out, m)
+		r, err := decodeRec(m)
+		if err != nil {
+			derr = err
+			return false
+		}
+		out = append(out, r)
 		return m.Sequence < upTo
 	})
+	if err == nil {
+		err = derr
+	}
 	return out, err
 }
 
@@ -370,10 +463,13 @@ func (l *ContextLog) pointerAt(ctx context.Context, subj string, expectedLastSeq
 		return ctxPointer{}, nil
 	}
 	l.mu.Lock()
-	st := l.cache[subj]
+	var cached ctxPointer
+	if st := l.cache[subj]; st != nil {
+		cached = st.ptr
+	}
 	l.mu.Unlock()
-	if st != nil && st.ptr.lastSeq == expectedLastSeq {
-		return st.ptr, nil
+	if cached.lastSeq == expectedLastSeq {
+		return cached, nil
 	}
 	m, err := l.stream.GetMsg(ctx, expectedLastSeq, jetstream.WithGetMsgSubject(subj))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -393,8 +489,8 @@ func (l *ContextLog) pointerAt(ctx context.Context, subj string, expectedLastSeq
 // publish writes one record. p is the summary pointer the record carries: for a messages record
 // the pointer as of expectedLastSeq, for a summary record its own anchor.
 //
-// On success the cache learns the commit through extend, which gets a private copy of the
-// state as of expectedLastSeq (only when the cache held exactly that state).
+// On success the cache learns the commit through extend, applied (under l.mu) to the cached
+// state when that state was exactly the one as of expectedLastSeq.
 func (l *ContextLog) publish(ctx context.Context, id events.SessionID, expectedLastSeq uint64, ev events.Any, p ctxPointer, summary bool, o appendOpts, extend func(st *ctxState, seq uint64)) (uint64, error) {
 	subj := events.AgentCtxSubject(id)
 	msg, err := events.NewMsg(subj, ev)
@@ -439,24 +535,23 @@ func (l *ContextLog) publish(ctx context.Context, id events.SessionID, expectedL
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	next := &ctxState{ptr: p}
-	if cur := l.cache[subj]; cur != nil && cur.ptr.lastSeq > p.lastSeq {
-		return ack.Sequence, nil // someone already cached a later state
-	} else if cur != nil && cur.hasTail && cur.ptr.lastSeq == expectedLastSeq {
-		*next = *cur
-		next.msgs = append([]llm.Message(nil), cur.msgs...)
-		next.seqs = append([]uint64(nil), cur.seqs...)
-		next.times = append([]int64(nil), cur.times...)
-		extend(next, ack.Sequence)
-		next.trim(l.bounds.MaxMessages)
-		next.ptr = p
-	} else if expectedLastSeq == 0 {
+	cur := l.cache[subj]
+	switch {
+	case cur != nil && cur.ptr.lastSeq > p.lastSeq:
+		// someone already cached a later state
+	case cur != nil && cur.hasTail && cur.ptr.lastSeq == expectedLastSeq:
+		extend(cur, ack.Sequence) // in place: the cache's slices are never handed out
+		cur.trim(l.bounds.MaxMessages)
+		cur.ptr = p
+	case expectedLastSeq == 0:
 		// The log was empty: this commit is the whole tail.
-		next.hasTail = true
+		next := &ctxState{ptr: p, hasTail: true}
 		extend(next, ack.Sequence)
 		next.trim(l.bounds.MaxMessages)
+		l.store(subj, next)
+	default:
+		l.store(subj, &ctxState{ptr: p})
 	}
-	l.store(subj, next)
 	return ack.Sequence, nil
 }
 
@@ -524,6 +619,9 @@ func (l *ContextLog) Purge(ctx context.Context, id events.SessionID) error {
 		return fmt.Errorf("purge context %s: %w", id, err)
 	}
 	l.mu.Lock()
+	if st := l.cache[subj]; st != nil && st.hasTail {
+		l.tails--
+	}
 	delete(l.cache, subj)
 	l.mu.Unlock()
 	return nil
