@@ -23,6 +23,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/ingest"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/natsutil"
+	"github.com/agentbus/agentbus/pkg/tools"
 	"github.com/agentbus/agentbus/pkg/turn"
 )
 
@@ -56,6 +57,9 @@ type Options struct {
 	NoProbe bool
 	// HTTPClient is used for webhook callbacks (tests).
 	HTTPClient *http.Client
+	// ExtraTools are served by the tool worker next to the configured tool set (benchmarks and
+	// tests add a trivial tool this way; see pkg/bench).
+	ExtraTools []tools.Tool
 }
 
 // Process is a running agentbus process.
@@ -68,6 +72,7 @@ type Process struct {
 	Turn       *turn.Worker
 	Models     *llm.Registry
 	Demo       bool // the built-in demo model is in use
+	turnOpts   turn.Options
 	stops      []func()
 }
 
@@ -117,7 +122,7 @@ func Start(ctx context.Context, cfg *config.Config, opts Options) (p *Process, e
 		}
 	}
 	if r.ToolWorker {
-		if err := p.startToolWorker(ctx, cfg, log); err != nil {
+		if err := p.startToolWorker(ctx, cfg, opts, log); err != nil {
 			return nil, err
 		}
 	}
@@ -199,17 +204,35 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 		return err
 	}
 	p.Models = reg
-	w, err := turn.New(ctx, p.NC, p.JS, turn.Options{AI: cfg.AI, Models: reg, Log: log.With("role", "turn-worker"),
-		Prompt: &promptSources{js: p.JS, dataDir: cfg.DataDir}})
+	p.turnOpts = turn.Options{AI: cfg.AI, Models: reg, Log: log.With("role", "turn-worker"),
+		Prompt: &promptSources{js: p.JS, dataDir: cfg.DataDir}}
+	w, err := p.AddTurnWorker(ctx, "")
 	if err != nil {
 		return err
 	}
-	if err := w.Start(ctx); err != nil {
-		return err
-	}
 	p.Turn = w
-	p.onStop(w.Stop)
 	return nil
+}
+
+// AddTurnWorker starts one more turn-worker replica in this process, configured like the
+// process's own (same models, prompt sources, connection), under id (a random one when empty).
+// It stops with the process. Benchmarks and tests use it to run several replicas side by side,
+// e.g. to kill one and watch another take its sessions over. It needs the turn-worker role.
+func (p *Process) AddTurnWorker(ctx context.Context, id string) (*turn.Worker, error) {
+	if p.turnOpts.Models == nil {
+		return nil, errors.New("app: AddTurnWorker: this process does not run the turn-worker role")
+	}
+	o := p.turnOpts
+	o.ID = id
+	w, err := turn.New(ctx, p.NC, p.JS, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Start(ctx); err != nil {
+		return nil, err
+	}
+	p.onStop(w.Stop)
+	return w, nil
 }
 
 func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog.Logger) error {

@@ -74,10 +74,15 @@ func (p *Process) ToolSet(ctx context.Context, cfg *config.Config, log *slog.Log
 	return tools.NewRegistry(all...)
 }
 
-func (p *Process) startToolWorker(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+func (p *Process) startToolWorker(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger) error {
 	reg, err := p.ToolSet(ctx, cfg, log.With("role", "tool-worker"))
 	if err != nil {
 		return err
+	}
+	for _, t := range opts.ExtraTools {
+		if err := reg.Add(t); err != nil {
+			return fmt.Errorf("extra tool: %w", err)
+		}
 	}
 	h, err := toolworker.Run(ctx, toolworker.Options{NC: p.NC, JS: p.JS, Registry: reg, Log: log.With("role", "tool-worker")})
 	if err != nil {
