@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/agentbus/agentbus/pkg/config"
@@ -43,9 +42,9 @@ const (
 
 // Options configure Run. NC is required; everything else has a default.
 type Options struct {
-	// NC is the bus connection. Egress opens one more connection with the same options for its
-	// IM_OUT subscription (the watermill subscriber drains its connection on close, which must
-	// not take the shared one down) and uses NC for receipts, KV, dead letters and the search
+	// NC is the bus connection. Egress opens one more connection with the same options (but
+	// none of its callbacks) for consuming IM_OUT, so pulls and acks have a socket of their own
+	// and Stop can cut them cleanly, and uses NC for receipts, KV, dead letters and the search
 	// service.
 	NC *nats.Conn
 	// JS is the JetStream context on NC (default jetstream.New(NC)).
@@ -65,6 +64,13 @@ type Options struct {
 	// close it). When nil and DataDir is set, Run opens DataDir/transcripts.db and closes it on
 	// Stop.
 	Transcripts *transcript.DB
+
+	// ArchiverNode names this node's archiver consumers (transcripts-<node>-in/-sent): every
+	// egress with its own transcripts.db needs its own name so that its archive gets every
+	// message (default "default", fine for one egress; replicas should use their host name).
+	ArchiverNode string
+	// NoArchiver serves searches from the archive without filling it (another process does).
+	NoArchiver bool
 
 	// Durable names the shared IM_OUT consumer and its deliver group: every egress replica with
 	// the same name shares the work (default "egress").
@@ -163,17 +169,16 @@ type Stats struct {
 
 // Handle is a running egress.
 type Handle struct {
-	e       *egress
-	router  *message.Router
-	runDone chan struct{}
-	runErr  error
-	svc     micro.Service
-	db      *transcript.DB
-	ownDB   bool
-	sub     *wmnats.Subscriber
-	subConn *nats.Conn
-	// subClosed is closed once subConn is closed (the subscriber drains it on close).
-	subClosed chan struct{}
+	e        *egress
+	router   *message.Router
+	runDone  chan struct{}
+	runErr   error
+	svc      micro.Service
+	db       *transcript.DB
+	ownDB    bool
+	archiver *transcript.Archiver
+	sub      *laneSubscriber
+	subConn  *nats.Conn
 
 	stopOnce sync.Once
 	stopErr  error
@@ -208,21 +213,19 @@ func (h *Handle) Stop() error {
 				errs = append(errs, fmt.Errorf("stop search service: %w", err))
 			}
 		}
+		if h.archiver != nil {
+			if err := h.archiver.Stop(); err != nil {
+				errs = append(errs, fmt.Errorf("archiver: %w", err))
+			}
+		}
 		if h.ownDB && h.db != nil {
 			if err := h.db.Close(); err != nil {
 				errs = append(errs, err)
 			}
 		}
 		// The router closes the subscriber only on some paths (its handler may see the router's
-		// context end first); closing it is idempotent. It drains subConn: give the drain time
-		// to finish (acks of the last parts in flight) before closing it for good.
-		if err := h.sub.Close(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-			h.e.log.Debug("egress: close subscriber", "err", err)
-		}
-		select {
-		case <-h.subClosed:
-		case <-time.After(h.e.o.SendTimeout):
-		}
+		// context end first); closing it is idempotent and waits for the last acks.
+		_ = h.sub.Close()
 		h.subConn.Close()
 		h.stopErr = errors.Join(errs...)
 	})
@@ -241,7 +244,6 @@ type egress struct {
 	senders  map[string]Sender
 	limiter  *limiter
 	inflight inflight
-	unmarsh  *unmarshaler
 
 	delivered, skipped, deadLettered, failures atomic.Uint64
 }
@@ -270,18 +272,17 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 		return nil, fmt.Errorf("egress: stream %s (are the streams provisioned?): %w", events.StreamDeadLetters, err)
 	}
 	filter := events.PrefixIMOut + ".>"
-	if _, err := js.CreateOrUpdatePushConsumer(ctx, events.StreamIMOut, jetstream.ConsumerConfig{
-		Durable:        o.Durable,
-		Description:    "agentbus egress: outbound delivery",
-		DeliverSubject: deliverSubject(o.Durable),
-		DeliverGroup:   o.Durable,
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        o.AckWait,
-		MaxDeliver:     -1, // egress dead-letters after MaxDeliveries itself: nothing expires silently
-		MaxAckPending:  o.MaxAckPending,
-		FilterSubject:  filter,
-	}); err != nil {
+	consCfg := jetstream.ConsumerConfig{
+		Durable:       o.Durable,
+		Description:   "agentbus egress: outbound delivery",
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       o.AckWait,
+		MaxDeliver:    -1, // egress dead-letters after MaxDeliveries itself: nothing expires silently
+		MaxAckPending: o.MaxAckPending,
+		FilterSubject: filter,
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, events.StreamIMOut, consCfg); err != nil {
 		return nil, fmt.Errorf("egress: consumer %s on %s (is the stream provisioned?): %w", o.Durable, events.StreamIMOut, err)
 	}
 
@@ -292,7 +293,6 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 		kv:      kv,
 		senders: buildSenders(o),
 		limiter: newLimiter(o.RateLimits, o.MaxRetryAfter),
-		unmarsh: &unmarshaler{},
 	}
 
 	subOpts := o.NC.Opts
@@ -302,8 +302,7 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 	subOpts.Name += "egress-sub"
 	// The shared connection's callbacks belong to whoever made it (a ClosedCB that exits the
 	// process, say); this connection reports to the egress log instead.
-	subClosed := make(chan struct{})
-	subOpts.ClosedCB = func(*nats.Conn) { close(subClosed) }
+	subOpts.ClosedCB = nil
 	subOpts.DisconnectedCB, subOpts.ReconnectedCB, subOpts.DiscoveredServersCB = nil, nil, nil
 	subOpts.DisconnectedErrCB = func(_ *nats.Conn, err error) {
 		if err != nil {
@@ -319,31 +318,29 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 		return nil, fmt.Errorf("egress: connect subscriber: %w", err)
 	}
 	wlog := watermill.NewSlogLoggerWithLevelMapping(e.log, map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug})
-	sub, err := wmnats.NewSubscriberWithNatsConn(subConn, wmnats.SubscriberSubscriptionConfig{
-		Unmarshaler:      e.unmarsh,
-		SubscribersCount: o.Concurrency,
-		// How long watermill waits for the handler's verdict; the handler has its own deadline
-		// (HandlerTimeout) and a started send its own (SendTimeout).
-		AckWaitTimeout:   o.HandlerTimeout + o.SendTimeout + time.Minute,
-		CloseTimeout:     o.SendTimeout + 5*time.Second,
-		SubscribeTimeout: 30 * time.Second,
-		NakDelay:         redeliveryDelay{base: o.RedeliveryDelay, max: o.MaxRedeliveryDelay},
-		QueueGroupPrefix: o.Durable,
-		JetStream: wmnats.JetStreamConfig{
-			AutoProvision: false, // streams are pkg/natsutil's business
-			DurablePrefix: o.Durable,
-			SubscribeOptions: []nats.SubOpt{
-				nats.Bind(events.StreamIMOut, o.Durable),
-				// Without ManualAck nats.go acks when the callback returns, which would ack
-				// parts watermill gave up on (shutdown, timeout) instead of leaving them to
-				// redelivery.
-				nats.ManualAck(),
-			},
-		},
-	}, wlog)
+	subJS, err := jetstream.New(subConn)
 	if err != nil {
 		subConn.Close()
-		return nil, fmt.Errorf("egress: subscriber: %w", err)
+		return nil, fmt.Errorf("egress: subscriber jetstream: %w", err)
+	}
+	cons, err := subJS.Consumer(ctx, events.StreamIMOut, o.Durable)
+	if err != nil {
+		subConn.Close()
+		return nil, fmt.Errorf("egress: consumer %s: %w", o.Durable, err)
+	}
+	pullMax := 2 * o.Concurrency
+	if pullMax > o.MaxAckPending {
+		pullMax = o.MaxAckPending
+	}
+	sub := &laneSubscriber{
+		cons:         cons,
+		lanes:        o.Concurrency,
+		laneBuf:      32,
+		pullMax:      pullMax,
+		delay:        redeliveryDelay{base: o.RedeliveryDelay, max: o.MaxRedeliveryDelay},
+		closeTimeout: o.SendTimeout + 5*time.Second,
+		log:          e.log,
+		closing:      make(chan struct{}),
 	}
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: o.SendTimeout + 5*time.Second}, wlog)
 	if err != nil {
@@ -367,7 +364,7 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 	router.AddMiddleware(e.correlation, e.deadLetter, e.inProgress, retry.Middleware, middleware.Recoverer)
 	router.AddConsumerHandler("egress", filter, sub, e.handle)
 
-	h := &Handle{e: e, router: router, sub: sub, runDone: make(chan struct{}), subConn: subConn, subClosed: subClosed}
+	h := &Handle{e: e, router: router, sub: sub, runDone: make(chan struct{}), subConn: subConn}
 	go func() {
 		defer close(h.runDone)
 		h.runErr = router.Run(context.Background())
@@ -390,10 +387,8 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 	return h, nil
 }
 
-// startArchive opens the transcript archive and serves transcripts.search from it.
-//
-// The archiver that fills it from IM_IN and IM_SENT belongs to pkg/store/transcript; egress
-// hosts it once that package offers one (see runArchiver).
+// startArchive opens the transcript archive, starts the archiver that fills it from IM_IN and
+// IM_SENT (pkg/store/transcript) and serves transcripts.search from it.
 func (h *Handle) startArchive(ctx context.Context) error {
 	o := h.e.o
 	db := o.Transcripts
@@ -421,9 +416,23 @@ func (h *Handle) startArchive(ctx context.Context) error {
 	return nil
 }
 
-// runArchiver is where egress starts the transcript archiver (IM_IN + IM_SENT -> bbolt). It
-// is a no-op until pkg/store/transcript provides one.
-var runArchiver = func(ctx context.Context, h *Handle) error { return nil }
+// runArchiver starts the transcript archiver (IM_IN + IM_SENT -> the archive). It lives as
+// long as the Handle (ctx only bounds the start).
+func runArchiver(ctx context.Context, h *Handle) error {
+	o := h.e.o
+	if o.NoArchiver {
+		return nil
+	}
+	a, err := transcript.RunArchiver(context.WithoutCancel(ctx), h.e.js, h.db, transcript.ArchiverOptions{
+		Node:   o.ArchiverNode,
+		Logger: h.e.log,
+	})
+	if err != nil {
+		return fmt.Errorf("egress: %w", err)
+	}
+	h.archiver = a
+	return nil
+}
 
 func deliverSubject(durable string) string {
 	return "_AGENTBUS.egress." + events.EncodeToken(durable)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -648,3 +649,44 @@ var testLevel = func() slog.Level {
 	}
 	return slog.LevelWarn
 }()
+
+// TestSceneOrder: parts for one scene reach the platform in the order they were published,
+// while several scenes are in flight at once.
+func TestSceneOrder(t *testing.T) {
+	srv := natstest.New(t)
+	var mu sync.Mutex
+	got := map[string][]string{} // scene -> out ids in arrival order
+	cb := newCallback(t, func(n int) (int, http.Header, string) {
+		// Uneven latency, so that a later part would overtake an earlier one if it could.
+		time.Sleep(time.Duration(n%4) * time.Millisecond)
+		return 200, nil, ""
+	})
+	o := fastOptions(srv, testConfig(cb), t)
+	o.Concurrency = 8
+	h := start(t, o)
+	const scenes, parts = 5, 30
+	var want = map[string][]string{}
+	for p := 0; p < parts; p++ {
+		for s := 0; s < scenes; s++ {
+			out := outbound(fmt.Sprintf("t%d-s%d", p, s))
+			out.Scene.ID = fmt.Sprintf("g%d", s)
+			want[out.Scene.ID] = append(want[out.Scene.ID], out.OutID)
+			publish(t, srv.JS, out, "")
+		}
+	}
+	waitFor(t, "all parts", func() bool { return h.Stats().Delivered == scenes*parts })
+	for i := 0; i < cb.count(); i++ {
+		var body webhook.Outbound
+		if err := json.Unmarshal(cb.get(i).body, &body); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		got[body.Scene.ID] = append(got[body.Scene.ID], body.ID)
+		mu.Unlock()
+	}
+	for scene, ids := range want {
+		if fmt.Sprint(got[scene]) != fmt.Sprint(ids) {
+			t.Fatalf("scene %s order\n got %v\nwant %v", scene, got[scene], ids)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 	"github.com/agentbus/agentbus/pkg/store/transcript"
 	"github.com/nats-io/nats.go"
@@ -113,5 +114,45 @@ func TestSearchArchiveFromDataDir(t *testing.T) {
 	}
 	if _, err := Search(context.Background(), srv.NC, SearchRequest{Platform: "webhook", Bot: "b1", Scene: "g1"}); !errors.Is(err, nats.ErrNoResponders) {
 		t.Fatalf("search after Stop: %v", err)
+	}
+}
+
+// TestArchiveEndToEnd: an inbound message on IM_IN and a reply delivered by egress both land
+// in the archive egress runs, and chat_history's search finds them.
+func TestArchiveEndToEnd(t *testing.T) {
+	srv := natstest.New(t)
+	cb := newCallback(t, nil)
+	o := fastOptions(srv, testConfig(cb), t)
+	o.DataDir = t.TempDir()
+	start(t, o)
+
+	in := events.IMMessage{
+		Platform: "webhook", Bot: "b1", MessageID: "m1",
+		Scene:   events.Scene{Type: "group", ID: "g1"},
+		Sender:  events.Sender{ID: "u1", Name: "Ann"},
+		Content: events.Segments{events.TextSeg("when is the release?")},
+	}
+	m, err := events.NewMsg(events.IMInSubject(in.SessionKey()), events.New(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.JS.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	out := outbound("turnH-0")
+	out.Content = events.Segments{events.TextSeg("The release is on Friday.")}
+	publish(t, srv.JS, out, "")
+
+	var rows []transcript.Row
+	waitFor(t, "both rows archived", func() bool {
+		resp, err := Search(context.Background(), srv.NC, SearchRequest{Platform: "webhook", Bot: "b1", Scene: "g1", Keyword: "release"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows = resp.Rows
+		return len(rows) == 2
+	})
+	if rows[0].Direction != transcript.Outbound || rows[0].MessageID == "" || rows[1].Direction != transcript.Inbound || rows[1].SenderName != "Ann" {
+		t.Fatalf("rows = %+v", rows)
 	}
 }

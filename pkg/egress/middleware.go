@@ -6,67 +6,18 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nuid"
+	"github.com/nats-io/nats.go/jetstream"
 )
-
-// Metadata keys the unmarshaler adds next to the NATS headers (which are copied as they are,
-// Nats-Msg-Id and the Agentbus-* correlation headers included).
-const (
-	MetaSubject   = "_nats_subject"
-	MetaStream    = "_nats_stream"
-	MetaStreamSeq = "_nats_stream_seq"
-	MetaDelivered = "_nats_num_delivered"
-)
-
-// unmarshaler turns a JetStream message into a watermill message that keeps everything:
-// payload untouched (decoding and validation happen in the handler, so a malformed event is
-// dead-lettered instead of dropped by the subscriber), every header as metadata, and the
-// delivery's subject, stream, sequence and delivery count. The *nats.Msg itself is kept
-// aside for the middleware (in-progress acks, dead-letter records).
-//
-// watermill-nats' own NATSMarshaler drops Nats-Msg-Id and fails on multi-valued headers, and
-// the watermill UUID header is absent on events other publishers write, so each delivery
-// gets a fresh UUID here.
-type unmarshaler struct {
-	pending sync.Map // watermill UUID -> *nats.Msg
-}
-
-func (u *unmarshaler) Unmarshal(m *nats.Msg) (*message.Message, error) {
-	id := nuid.Next()
-	wm := message.NewMessage(id, m.Data)
-	for k, v := range m.Header {
-		if len(v) > 0 {
-			wm.Metadata.Set(k, v[0])
-		}
-	}
-	wm.Metadata.Set(MetaSubject, m.Subject)
-	if md, err := m.Metadata(); err == nil {
-		wm.Metadata.Set(MetaStream, md.Stream)
-		wm.Metadata.Set(MetaStreamSeq, strconv.FormatUint(md.Sequence.Stream, 10))
-		wm.Metadata.Set(MetaDelivered, strconv.FormatUint(md.NumDelivered, 10))
-	}
-	u.pending.Store(id, m)
-	return wm, nil
-}
-
-func (u *unmarshaler) take(id string) *nats.Msg {
-	v, ok := u.pending.LoadAndDelete(id)
-	if !ok {
-		return nil
-	}
-	return v.(*nats.Msg)
-}
 
 // delivery is what the middleware knows about the message being handled.
 type delivery struct {
-	msg        *nats.Msg // nil when the unmarshaler's entry is gone (should not happen)
+	msg        jetstream.Msg // nil only for messages that did not come from JetStream
 	header     nats.Header
 	subject    string
 	stream     string
@@ -94,12 +45,13 @@ func loggerFrom(ctx context.Context) *slog.Logger { return deliveryFrom(ctx).log
 // the watermill correlation id, and bounds the whole delivery by HandlerTimeout.
 func (e *egress) correlation(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		d := &delivery{msg: e.unmarsh.take(msg.UUID), subject: msg.Metadata.Get(MetaSubject), stream: msg.Metadata.Get(MetaStream)}
+		d := &delivery{msg: jsMsgFrom(msg.Context()), subject: msg.Metadata.Get(MetaSubject), stream: msg.Metadata.Get(MetaStream)}
 		d.seq, _ = strconv.ParseUint(msg.Metadata.Get(MetaStreamSeq), 10, 64)
 		d.deliveries, _ = strconv.ParseUint(msg.Metadata.Get(MetaDelivered), 10, 64)
 		if d.msg != nil {
-			d.header = d.msg.Header
-		} else {
+			d.header = d.msg.Headers()
+		}
+		if d.header == nil {
 			d.header = nats.Header{}
 			for k, v := range msg.Metadata {
 				d.header.Set(k, v)
@@ -135,7 +87,7 @@ func (e *egress) correlation(h message.HandlerFunc) message.HandlerFunc {
 func (e *egress) inProgress(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		d := deliveryFrom(msg.Context())
-		if d.msg == nil || d.msg.Reply == "" {
+		if d.msg == nil {
 			return h(msg)
 		}
 		stop := make(chan struct{})
