@@ -153,6 +153,9 @@ func KindOf(model *llm.Model, c *llm.Context) Kind {
 
 // Stream implements the wrapped stream function.
 func (f *Fallback) Stream(ctx context.Context, model *llm.Model, c *llm.Context, opts *llm.StreamOptions) iter.Seq[llm.Event] {
+	if model == nil || f.opts.MaxAttempts <= 1 || f.opts.Registry == nil {
+		return f.opts.Stream(ctx, model, c, opts)
+	}
 	return func(yield func(llm.Event) bool) {
 		kind := KindOf(model, c)
 		cur := model

@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/skills"
@@ -33,6 +34,10 @@ type Tiers struct {
 	Rules []TierRule
 	// Unknown scores of models no rule matches, by size.
 	UnknownLarge, UnknownMedium int
+
+	// scores memoizes Score per model id (ids come from a bounded set: configuration and
+	// discovery listings). Rules must therefore not change once the table is in use.
+	scores sync.Map // string -> int
 }
 
 // DefaultTiers is the built-in table: the seed's rows ("模型系列 / 评分示例"), completed with
@@ -98,6 +103,15 @@ func (t *Tiers) Score(modelID string) int {
 	if t == nil {
 		t = DefaultTiers
 	}
+	if v, ok := t.scores.Load(modelID); ok {
+		return v.(int)
+	}
+	s := t.score(modelID)
+	t.scores.Store(modelID, s)
+	return s
+}
+
+func (t *Tiers) score(modelID string) int {
 	id := strings.ToLower(modelID)
 	size := skills.ModelSize(modelID, "")
 	score := -1
