@@ -30,7 +30,8 @@
 //  6. arguments validated and coerced against the schema → error result naming the path;
 //  7. non-idempotent tools: a "started" marker is created in KV "delivered" (key
 //     "tool."+token(callId)). If it already exists a previous attempt started and may have had
-//     side effects: the worker waits until that attempt's own timeout has passed (it may still
+//     side effects (idempotency comes from the worker's own tool definition, not from the
+//     request's Idempotent field): the worker waits until that attempt's own timeout has passed (it may still
 //     be running on a live worker) and, if no result appeared, answers "tool X was interrupted
 //     after it started and is not idempotent; not retried automatically". Idempotent tools just
 //     run again after a crash;
