@@ -1,0 +1,56 @@
+// Package egress is the role that delivers replies: it consumes IM_OUT, sends each part to its
+// IM platform at most once, records receipts on IM_SENT, dead-letters what cannot be sent,
+// runs the transcript archiver and answers transcript searches (the chat_history tool).
+//
+// # Pipeline
+//
+// A watermill router reads IM_OUT through a durable pull consumer ("egress", shared by every
+// replica; egress creates or updates the consumer but never creates or alters a stream).
+// Parts are spread over Concurrency lanes by scene, one part per lane at a time, so a scene's
+// parts go out in the order they were published while scenes are sent in parallel. Middleware,
+// outermost first:
+//
+//   - correlation: Agentbus-Trace/Turn/Session (or W3C traceparent) into the logger and the
+//     watermill correlation id; the whole delivery bounded by HandlerTimeout. The receipt
+//     carries the outbound's correlation ids.
+//   - dead letter: permanent failures (malformed event, platform 4xx other than 408/429,
+//     unknown bot, no sender for the platform, a panic) and parts that failed transiently on
+//     MaxDeliveries deliveries become an events.DeadLetter on dlq.egress.<reason>
+//     (DEAD_LETTERS) and are acked; other failures are NAKed with a doubling delay. A dead
+//     letter that cannot be published NAKs the part: nothing is dropped silently.
+//   - in-progress acks every AckWait/3 while a part is handled.
+//   - retry (watermill middleware.Retry): MaxRetries in-process retries of transient failures
+//     with exponential backoff; permanent failures are not retried.
+//   - recoverer: a panic becomes an error (and a dead letter, reason "poison").
+//
+// The handler throttles per platform (a token bucket per platform, RateLimits; a 429 with
+// Retry-After pauses the platform) right before the send, so duplicates skipped via KV cost no
+// token.
+//
+// # At most one send per out id
+//
+// Before sending, the handler looks the out id up in KV delivered (key
+// events.EncodeToken(outId)); a hit is skipped and acked (its receipt is published again, which
+// IM_SENT drops as a duplicate). After the platform's 2xx it Creates the key (value: platform
+// message id and time), publishes the events.Receipt on IM_SENT (Nats-Msg-Id "sent/<outId>"),
+// and only then lets the message be acked. Within one process, two copies of an out id are
+// handled one after the other, never side by side. A started send is not cancelled by Stop, so
+// its outcome is recorded.
+//
+// The one remaining window: a crash after the platform accepted the part but before the KV
+// write. The part is redelivered and sent again with the same id; the webhook body's "id" (and
+// the Idempotency-Key header) is the out id, so a receiver can drop the repeat.
+//
+// # Platforms
+//
+// Senders are chosen by Outbound.Platform: "webhook" (WebhookSender: signed POST to the bot's
+// callback), "console" (ConsoleSender: core NATS console.out.<bot>.<scene>, read by
+// `agentbus chat`), plus any Options.Senders. A platform without a sender is dead-lettered
+// with reason "no_sender".
+//
+// # Transcripts
+//
+// With a data dir, egress opens <dataDir>/transcripts.db, runs pkg/store/transcript's archiver
+// into it (IM_IN inbound rows, IM_SENT outbound rows) and serves SearchSubject
+// ("transcripts.search", a NATS micro service) from it; Search is the client.
+package egress
