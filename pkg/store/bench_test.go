@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
+	"github.com/agentbus/agentbus/pkg/store/internal/benchutil"
 )
 
 // benchTurn is a realistic 4-message turn: the user asks, the model calls a tool, the tool
@@ -45,38 +45,11 @@ func reportBaseline(b *testing.B, js jetstream.JetStream, size int) {
 	b.StopTimer()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rate, err := baselinePublish(ctx, js, 20000, size)
+	rate, err := benchutil.BaselinePublish(ctx, js, 20000, size)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(rate, "baseline-async-pub/s")
-}
-
-// baselinePublish is raw JetStream PublishAsync throughput into a throwaway file stream, in
-// windows of 1000 in-flight messages. (natsutil.BaselinePublish publishes everything at once and
-// stalls past nats.go's 4000 outstanding async publishes.)
-func baselinePublish(ctx context.Context, js jetstream.JetStream, n, size int) (float64, error) {
-	name := "BASELINE_" + nuid.Next()
-	subj := "baseline." + name
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subj}, Storage: jetstream.FileStorage}); err != nil {
-		return 0, err
-	}
-	defer js.DeleteStream(context.WithoutCancel(ctx), name)
-	payload := []byte(strings.Repeat("x", size))
-	start := time.Now()
-	for i := 0; i < n; i++ {
-		if _, err := js.PublishAsync(subj, payload); err != nil {
-			return 0, err
-		}
-		if i%1000 == 999 || i == n-1 {
-			select {
-			case <-js.PublishAsyncComplete():
-			case <-ctx.Done():
-				return 0, ctx.Err()
-			}
-		}
-	}
-	return float64(n) / time.Since(start).Seconds(), nil
 }
 
 // BenchmarkContextCommit: fenced 4-message commits, each goroutine its own session (concurrent

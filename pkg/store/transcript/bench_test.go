@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
+	"github.com/agentbus/agentbus/pkg/store/internal/benchutil"
 )
 
 var benchBodies = []string{
@@ -108,3 +111,14 @@ func BenchmarkTranscriptSearch100k(b *testing.B) {
 }
 
 func makeTempDir() (string, error) { return os.MkdirTemp("", "transcript-bench-") }
+
+// BenchmarkBaselineAsyncPublish is the raw JetStream reference for this run's figures (1 KB
+// messages into a file stream on an embedded server), printed next to the bbolt ones.
+func BenchmarkBaselineAsyncPublish(b *testing.B) {
+	srv := natstest.New(b)
+	rate, err := benchutil.BaselinePublish(context.Background(), srv.JS, max(b.N, 1000), 1024)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(rate, "baseline-async-pub/s")
+}

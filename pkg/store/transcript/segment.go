@@ -108,13 +108,14 @@ func (g *segment) encode() []byte {
 	return out
 }
 
-// match appends to dst the row keys of the entries whose text contains kw (kw non-empty, no NUL).
-func (s segView) match(kw []byte, dst [][]byte) [][]byte {
+// match appends to dst the row keys of the entries whose text contains kw (a finder for a
+// non-empty keyword without NUL).
+func (s segView) match(f *finder, dst [][]byte) [][]byte {
 	blob := s.blob()
 	n := s.n()
 	pos := 0
 	for pos < len(blob) {
-		j := bytes.Index(blob[pos:], kw)
+		j := f.index(blob[pos:])
 		if j < 0 {
 			break
 		}
@@ -128,4 +129,78 @@ func (s segView) match(kw []byte, dst [][]byte) [][]byte {
 		pos = s.end(i) + 1
 	}
 	return dst
+}
+
+// finder searches for one keyword by its rarest byte: memchr for that byte (SIMD-fast) and a
+// compare at each hit. bytes.Index anchors on the keyword's first byte, which for common
+// letters or the lead byte of a CJK character hits every few bytes and falls back to a much
+// slower loop; a rare anchor keeps the scan near memory speed.
+type finder struct {
+	kw  []byte
+	off int  // position of the anchor byte in kw
+	b   byte // the anchor byte
+}
+
+func newFinder(kw []byte) *finder {
+	f := &finder{kw: kw}
+	best := 1 << 30
+	for i, c := range kw {
+		if r := byteRank(c); r <= best {
+			best, f.off, f.b = r, i, c
+		}
+	}
+	return f
+}
+
+// byteRank estimates how common a byte is in chat text (higher = more common).
+func byteRank(c byte) int {
+	switch {
+	case c == ' ':
+		return 100
+	case c >= 0xE0 && c <= 0xEF: // lead byte of a 3-byte UTF-8 rune (all CJK)
+		return 95
+	case c >= 0x80 && c <= 0xBF: // continuation byte: spread over 64 values
+		return 30
+	case c >= 0xC0: // other lead bytes
+		return 40
+	case c >= 'a' && c <= 'z':
+		if r := letterRank[c-'a']; r > 0 {
+			return r
+		}
+		return 50
+	case c >= '0' && c <= '9':
+		return 35
+	}
+	return 20 // punctuation and the rest
+}
+
+// letterRank follows English letter frequency (etaoin shrdlu ...), scaled into 50..90.
+var letterRank = func() [26]int {
+	var r [26]int
+	for i, c := range "etaoinshrdlcumwfgypbvkjxqz" {
+		r[c-'a'] = 90 - i*40/26
+	}
+	return r
+}()
+
+// index returns the first index of f.kw in b, or -1.
+func (f *finder) index(b []byte) int {
+	if len(f.kw) == 1 {
+		return bytes.IndexByte(b, f.b)
+	}
+	pos := 0
+	for {
+		if len(b)-pos < len(f.kw) {
+			return -1
+		}
+		j := bytes.IndexByte(b[pos+f.off:len(b)-len(f.kw)+f.off+1], f.b)
+		if j < 0 {
+			return -1
+		}
+		start := pos + j
+		if bytes.Equal(b[start:start+len(f.kw)], f.kw) {
+			return start
+		}
+		pos = start + 1
+	}
 }

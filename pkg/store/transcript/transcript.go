@@ -421,6 +421,7 @@ func matchKeys(gb *bolt.Bucket, kw []byte, limit int, ctx context.Context) [][]b
 	if gb == nil {
 		return nil
 	}
+	f := newFinder(kw)
 	var cand [][]byte
 	sortTrim := func() {
 		sort.Slice(cand, func(i, j int) bool { return bytes.Compare(cand[i], cand[j]) > 0 })
@@ -441,7 +442,7 @@ func matchKeys(gb *bolt.Bucket, kw []byte, limit int, ctx context.Context) [][]b
 			continue
 		}
 		before := len(cand)
-		cand = s.match(kw, cand)
+		cand = s.match(f, cand)
 		if len(cand) > before {
 			sortTrim()
 		}
