@@ -22,6 +22,10 @@ func TestScore(t *testing.T) {
 		{"cu/claude-4.6-sonnet", 93},
 		{"claude-sonnet-4-5-20250929", 92},
 		{"o3", 91},
+		{"claude-3-5-sonnet-20241022", 88}, // the date's 4 is not a version
+		{"claude-3-7-sonnet-20250219", 90},
+		{"claude-sonnet-4-20250514", 92},
+		{"gemini-2.5-pro", 90},
 		{"openai/o3-mini", 87},
 		{"gpt-4o", 88},
 		{"gpt-4o-mini", 75},
