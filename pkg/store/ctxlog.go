@@ -608,8 +608,10 @@ func (l *ContextLog) AppendSummary(ctx context.Context, id events.SessionID, exp
 }
 
 // Purge deletes the whole context log of one session id (e.g. an archived epoch past its
-// retention). LoadContext of that id is empty afterwards; the current epoch is the caller's to
-// protect (purging it would let the next append start a new log at expectedLastSeq 0).
+// retention). LoadContext of that id is empty afterwards, in every process. Purge only ids that
+// are no longer written (archived epochs): purging the current epoch would let the next append
+// start a new log at expectedLastSeq 0, and another process's cached tail of the old log could be
+// extended with the new records.
 func (l *ContextLog) Purge(ctx context.Context, id events.SessionID) error {
 	if err := checkID(id); err != nil {
 		return err

@@ -1,0 +1,44 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/config"
+)
+
+// BoundsFromConfig maps ai.sessions.coldStartMaxMessages / coldStartMaxAgeMs to ContextBounds.
+func BoundsFromConfig(s config.Sessions) ContextBounds {
+	return ContextBounds{MaxMessages: s.ColdStartMaxMessages, MaxAge: time.Duration(s.ColdStartMaxAgeMs) * time.Millisecond}
+}
+
+// Stores bundles the JetStream repositories a role needs.
+type Stores struct {
+	Sessions *Sessions
+	Leases   *Leases
+	Context  *ContextLog
+	Turns    *TurnLog
+}
+
+// Open binds every repository to the provisioned streams and buckets.
+func Open(ctx context.Context, js jetstream.JetStream, bounds ContextBounds, opts ...ContextLogOption) (*Stores, error) {
+	sessions, err := OpenSessions(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	leases, err := NewLeases(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := NewContextLog(ctx, js, bounds, opts...)
+	if err != nil {
+		return nil, err
+	}
+	turns, err := NewTurnLog(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	return &Stores{Sessions: sessions, Leases: leases, Context: cl, Turns: turns}, nil
+}
