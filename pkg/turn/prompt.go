@@ -12,6 +12,8 @@ import (
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/skills"
+	"github.com/agentbus/agentbus/pkg/tools"
 )
 
 // PromptSource contributes sections to the system prompt of a turn: user profiles, bootstrap
@@ -28,7 +30,7 @@ type Section struct {
 
 // systemPrompt builds the seed's resident sections that apply: identity, the chat it is in,
 // how to treat sender prefixes, tool use, then contributed sections.
-func (w *Worker) systemPrompt(ctx context.Context, m events.IMMessage, model *llm.Model, tools []events.ToolEntry) string {
+func (w *Worker) systemPrompt(ctx context.Context, m events.IMMessage, model *llm.Model, tools []events.ToolEntry, skillText string) string {
 	var b strings.Builder
 	b.WriteString("You are a helpful assistant living in a chat. Answer in the language of the user, concisely, in plain text or light Markdown.\n")
 	fmt.Fprintf(&b, "\n## Context\n- Platform: %s, bot: %s\n- Chat: %s %s\n- Time: %s\n", m.Platform, m.Bot, m.Scene.Type, m.Scene.ID, time.Now().UTC().Format(time.RFC3339))
@@ -46,6 +48,11 @@ func (w *Worker) systemPrompt(ctx context.Context, m events.IMMessage, model *ll
 		b.WriteString(strings.Join(names, ", "))
 		b.WriteString(".\n")
 	}
+	if skillText != "" {
+		b.WriteString("\n")
+		b.WriteString(strings.TrimSpace(skillText))
+		b.WriteString("\n")
+	}
 	if w.opts.Prompt != nil {
 		for _, s := range w.opts.Prompt.Sections(ctx, m) {
 			if strings.TrimSpace(s.Body) == "" {
@@ -60,17 +67,60 @@ func (w *Worker) systemPrompt(ctx context.Context, m events.IMMessage, model *ll
 // ErrNoModel is returned when no ai.agents binding and no default model exist.
 var ErrNoModel = errors.New("no model configured: set ai.agents.zhin (provider + model)")
 
-// pickModel selects the binding for a turn: the highest-priority agent whose match.hasMedia
-// fits the input's media (vision), else ai.agents.zhin, else the only binding there is.
-func (w *Worker) pickModel(input []llm.Message) (*llm.Model, error) {
-	hasImage := false
-	for _, m := range input {
-		for _, c := range m.Content {
+// alwaysTools are offered whatever the message says (the seed's resident tools).
+var alwaysTools = []string{"ask_user", "activate_skill", "user_profile"}
+
+// selectTools applies the seed's two-level selection when skills are configured: skills by
+// keywords, then tools ranked and cut at maxTools. It returns the offered tools and the
+// instructions of the selected skills for the system prompt.
+func (w *Worker) selectTools(m events.IMMessage, input []llm.Message) ([]events.ToolEntry, string) {
+	permitted := w.tools.For(m)
+	if w.opts.Skills == nil {
+		return permitted, ""
+	}
+	avail := make([]tools.Tool, len(permitted))
+	for i, e := range permitted {
+		avail[i] = tools.Tool{Name: e.Name, Description: e.Description, Parameters: e.Parameters}
+	}
+	var text strings.Builder
+	for _, in := range input {
+		text.WriteString(in.TextContent())
+		text.WriteByte(' ')
+	}
+	a := w.opts.AI.Agent
+	sel := skills.Select(text.String(), w.opts.Skills.List(), avail, skills.SelectOptions{MaxSkills: a.MaxSkills, MaxTools: a.MaxTools, Always: alwaysTools})
+	byName := make(map[string]events.ToolEntry, len(permitted))
+	for _, e := range permitted {
+		byName[e.Name] = e
+	}
+	out := make([]events.ToolEntry, 0, len(sel.Tools))
+	for _, t := range sel.Tools {
+		out = append(out, byName[t.Name])
+	}
+	return out, skills.PromptSection(sel.Skills)
+}
+
+// hasMedia reports whether a message carries an image (segments, or image blocks of input).
+func hasImage(m events.IMMessage, input []llm.Message) bool {
+	for _, s := range m.Content {
+		if s.Type == events.SegImage {
+			return true
+		}
+	}
+	for _, in := range input {
+		for _, c := range in.Content {
 			if c.Type == llm.ContentImage {
-				hasImage = true
+				return true
 			}
 		}
 	}
+	return false
+}
+
+// pickModel selects the binding for a turn: the highest-priority agent whose match.hasMedia
+// fits the message's media (vision), else ai.agents.zhin, else the only binding there is.
+func (w *Worker) pickModel(m events.IMMessage, input []llm.Message) (*llm.Model, error) {
+	hasImage := hasImage(m, input)
 	agents := w.opts.AI.Agents
 	if hasImage {
 		var best *config.AgentBinding
@@ -112,9 +162,15 @@ func (w *Worker) defaultModel() (*llm.Model, error) {
 
 // maxIterations applies ai.agent.maxIterations and the modelHarness overrides: provider
 // patterns (with *), then models keyed by id or provider:id.
-func (w *Worker) maxIterations(m *llm.Model) int {
+func (w *Worker) maxIterations(m *llm.Model, offered []events.ToolEntry) int {
 	a := w.opts.AI.Agent
 	n := a.MaxIterations
+	for _, t := range offered { // seed: multi-step skill flows get 3 more iterations
+		if t.Name == "activate_skill" || t.Name == "install_skill" {
+			n += skills.SkillIterationBonus
+			break
+		}
+	}
 	for _, pat := range sortedKeys(a.ModelHarness.ProviderPatterns) {
 		if ok, _ := path.Match(pat, m.Provider); ok {
 			if h := a.ModelHarness.ProviderPatterns[pat]; h.MaxIterations > 0 {

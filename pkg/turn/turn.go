@@ -2,6 +2,7 @@ package turn
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -138,11 +139,14 @@ func (a *actor) startTurn(pt *pendingTurn) error {
 	if pt.id == "" {
 		pt.id = turnID(pt.seq)
 	}
-	model, err := a.w.pickModel(pt.input)
+	model, err := a.w.pickModel(pt.msg, pt.input)
 	if err != nil {
 		a.replyText(pt, pt.id, "⚠️ "+err.Error())
 		_, _ = a.commitMessages(sid, pt.input, pt.id+":commit", pt.id)
 		return a.advance(pt.seq, nil)
+	}
+	if model.SupportsImages() {
+		pt.input = a.w.inlineImages(a.ctx, pt.input)
 	}
 	t := &turnRun{pendingTurn: *pt, a: a, sid: sid, model: model, done: make(chan struct{})}
 	started := events.TurnStarted{
@@ -271,9 +275,9 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 	if err != nil {
 		return nil, nil, err
 	}
-	tools := w.tools.For(t.msg)
+	tools, skillText := w.selectTools(t.msg, t.input)
 	ac := &loop.AgentContext{
-		SystemPrompt: w.systemPrompt(ctx, t.msg, t.model, tools),
+		SystemPrompt: w.systemPrompt(ctx, t.msg, t.model, tools, skillText),
 		Messages:     loaded.Messages,
 		Tools:        w.agentTools(tools, t),
 	}
@@ -287,7 +291,7 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 		GetAPIKey:     w.opts.Models.APIKey,
 		ToolExecution: loop.ToolExecutionMode(agentCfg.ToolExecution),
 		Executor:      &busExecutor{w: w, t: t},
-		MaxIterations: w.maxIterations(t.model),
+		MaxIterations: w.maxIterations(t.model, tools),
 		GetSteeringMessages: func() []llm.Message {
 			return t.drain(&t.steerQ, agentCfg.SteeringMode)
 		},
@@ -498,10 +502,40 @@ func (a *actor) userInput(m *events.IMMessage, text string) llm.Message {
 			}
 			msg.Content = append(msg.Content, llm.Image(data, mime))
 		} else if ref := s.MediaRef(); ref != "" {
-			msg.Content = append(msg.Content, llm.Text("[image: "+ref+"]"))
+			msg.Content = append(msg.Content, llm.Text(imageRefPrefix+ref+"]"))
 		}
 	}
 	return msg
+}
+
+// imageRefPrefix marks an image a message referenced by URL (see userInput).
+const imageRefPrefix = "[image: "
+
+// inlineImages replaces image references with image blocks for a vision model. A reference
+// that cannot be fetched stays text, so the model still knows an image was there.
+func (w *Worker) inlineImages(ctx context.Context, input []llm.Message) []llm.Message {
+	if w.opts.FetchImage == nil {
+		return input
+	}
+	out := make([]llm.Message, len(input))
+	for i, m := range input {
+		m.Content = append([]llm.Content(nil), m.Content...)
+		for j, c := range m.Content {
+			ref, ok := strings.CutPrefix(c.Text, imageRefPrefix)
+			if c.Type != llm.ContentText || !ok {
+				continue
+			}
+			url := strings.TrimSuffix(ref, "]")
+			data, mime, err := w.opts.FetchImage(ctx, url)
+			if err != nil {
+				w.log.Warn("image not inlined", "url", url, "err", err)
+				continue
+			}
+			m.Content[j] = llm.Image(base64.StdEncoding.EncodeToString(data), mime)
+		}
+		out[i] = m
+	}
+	return out
 }
 
 // turnLog is what AGENT_EVENTS holds about one turn.

@@ -30,6 +30,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
+	"github.com/agentbus/agentbus/pkg/skills"
 	"github.com/agentbus/agentbus/pkg/store"
 )
 
@@ -59,7 +60,13 @@ type Options struct {
 	Prompt PromptSource
 	// Health adds lines to /health; may be nil.
 	Health HealthSource
-	Log    *slog.Logger
+	// Skills drives the seed's two-level tool selection (skills by keywords, then tools
+	// ranked, ai.agent.maxSkills / maxTools); nil offers every permitted tool.
+	Skills *skills.Store
+	// FetchImage inlines an image a message references by URL, for vision models; nil sends
+	// the reference as text.
+	FetchImage func(ctx context.Context, url string) (data []byte, mimeType string, err error)
+	Log        *slog.Logger
 }
 
 // Worker runs session actors for every session whose lease it holds.
