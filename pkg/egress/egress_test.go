@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -688,5 +689,27 @@ func TestSceneOrder(t *testing.T) {
 		if fmt.Sprint(got[scene]) != fmt.Sprint(ids) {
 			t.Fatalf("scene %s order\n got %v\nwant %v", scene, got[scene], ids)
 		}
+	}
+}
+
+func TestPanickingSenderDeadLettered(t *testing.T) {
+	srv := natstest.New(t)
+	o := fastOptions(srv, testConfig(nil), t)
+	var calls atomic.Int32
+	o.Senders = map[string]Sender{"boom": SenderFunc(func(context.Context, events.Outbound) (string, error) {
+		calls.Add(1)
+		panic("sender bug")
+	})}
+	h := start(t, o)
+	out := outbound("turnX-0")
+	out.Platform = "boom"
+	publish(t, srv.JS, out, "")
+	dl := deadLetter(t, srv.JS, ReasonPoison)
+	if !strings.Contains(dl.Data.Error, "sender bug") {
+		t.Fatalf("dead letter error %q", dl.Data.Error)
+	}
+	waitFor(t, "ack", func() bool { return h.Stats().DeadLettered == 1 })
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("panicking sender called %d times, want 1 (no retries)", n)
 	}
 }

@@ -28,7 +28,8 @@ import (
 // NAKed with redeliveryDelay after an error; and left unacked when the subscriber closes
 // before a verdict, so JetStream redelivers it after AckWait.
 //
-// Order holds within one process. Replicas share the consumer, so two parts of one scene that
+// A part NAKed after its in-process retries comes back after a delay, and the scene's later
+// parts may go first. Order holds within one process. Replicas share the consumer, so two parts of one scene that
 // are in flight at the same moment can reach two replicas and overtake each other; per-scene
 // order across replicas would need partitioned consumers (not done yet).
 type laneSubscriber struct {
