@@ -713,3 +713,33 @@ func TestPanickingSenderDeadLettered(t *testing.T) {
 		t.Fatalf("panicking sender called %d times, want 1 (no retries)", n)
 	}
 }
+
+// TestStopFinishesSendInFlight: Stop during a slow send lets the send finish, records it and
+// acks it, instead of abandoning a request the platform may have accepted.
+func TestStopFinishesSendInFlight(t *testing.T) {
+	srv := natstest.New(t)
+	cb := newCallback(t, func(int) (int, http.Header, string) {
+		time.Sleep(300 * time.Millisecond)
+		return 200, nil, ""
+	})
+	h := start(t, fastOptions(srv, testConfig(cb), t))
+	publish(t, srv.JS, outbound("turnS-0"), "")
+	waitFor(t, "the send to start", func() bool { return cb.count() == 1 })
+	if err := h.Stop(); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if s := h.Stats(); s.Delivered != 1 {
+		t.Fatalf("stats after Stop: %+v", s)
+	}
+	info, err := srv.JS.Consumer(context.Background(), events.StreamIMOut, DefaultDurable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := info.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci.NumAckPending != 0 || ci.NumPending != 0 || ci.AckFloor.Stream != 1 {
+		t.Fatalf("consumer after Stop: ack pending %d, pending %d, ack floor %d", ci.NumAckPending, ci.NumPending, ci.AckFloor.Stream)
+	}
+}
