@@ -60,6 +60,7 @@ const (
 	TestOverflow       = "context_overflow"
 	TestHTTPError      = "http_error_reported"
 	TestRetry          = "retry_429"
+	TestConsumerBreak  = "consumer_breaks_early"
 )
 
 var scenarios = []scenario{
@@ -78,6 +79,7 @@ var scenarios = []scenario{
 	{TestOverflow, false, overflow},
 	{TestHTTPError, true, httpError},
 	{TestRetry, true, retry429},
+	{TestConsumerBreak, false, consumerBreak},
 }
 
 // call runs scenario's fixture against c and returns the events, the final message and the
@@ -445,5 +447,30 @@ func retry429(t *testing.T, h *Harness) {
 	}
 	if final.TextContent() != WantText {
 		t.Errorf("text %q", final.TextContent())
+	}
+}
+
+// consumerBreak stops ranging at the first delta of every fixture: the provider must not
+// yield again (the Go runtime panics if it does) and must release the request.
+func consumerBreak(t *testing.T, h *Harness) {
+	for _, f := range []string{ScenarioText, ScenarioThinking, ScenarioToolCall} {
+		_, model := h.setup(t, f)
+		n := 0
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("%s: provider kept yielding after the consumer stopped: %v", f, r)
+				}
+			}()
+			for ev := range h.Provider.Stream(context.Background(), model, question("Hello"), h.options()) {
+				n++
+				if strings.HasSuffix(string(ev.Type), "_delta") || ev.Type == llm.EventDone || ev.Type == llm.EventError {
+					break
+				}
+			}
+		}()
+		if n == 0 {
+			t.Errorf("%s: no events", f)
+		}
 	}
 }
