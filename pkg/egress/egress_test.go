@@ -743,3 +743,54 @@ func TestStopFinishesSendInFlight(t *testing.T) {
 		t.Fatalf("consumer after Stop: ack pending %d, pending %d, ack floor %d", ci.NumAckPending, ci.NumPending, ci.AckFloor.Stream)
 	}
 }
+
+func TestPlatformRateLimit(t *testing.T) {
+	srv := natstest.New(t)
+	cb := newCallback(t, nil)
+	o := fastOptions(srv, testConfig(cb), t)
+	o.RateLimits = map[string]RateLimit{PlatformWebhook: {PerSecond: 20, Burst: 1}}
+	h := start(t, o)
+	const n = 10
+	for i := 0; i < n; i++ {
+		out := outbound(fmt.Sprintf("turnL%d-0", i))
+		out.Scene.ID = fmt.Sprintf("g%d", i) // different scenes: only the platform limit serializes them
+		publish(t, srv.JS, out, "")
+	}
+	waitFor(t, "all parts", func() bool { return h.Stats().Delivered == n })
+	// 10 sends at 20/s with a burst of 1 take at least 9 intervals of 50 ms.
+	if span := cb.get(n - 1).at.Sub(cb.get(0).at); span < 400*time.Millisecond {
+		t.Fatalf("10 sends at 20/s took only %v", span)
+	}
+}
+
+func TestToMessageKeepsHeaders(t *testing.T) {
+	srv := natstest.New(t)
+	out := outbound("turnM-0")
+	publish(t, srv.JS, out, "")
+	cons, err := srv.JS.OrderedConsumer(context.Background(), events.StreamIMOut, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wm := toMessage(context.Background(), m)
+	for k, want := range map[string]string{
+		events.HeaderMsgID: out.OutID,
+		events.HeaderTrace: testTrace,
+		events.HeaderTurn:  "t1",
+		events.HeaderType:  events.TypeIMOut,
+		MetaSubject:        events.IMOutSubject(out.SessionKey()),
+		MetaStream:         events.StreamIMOut,
+		MetaStreamSeq:      "1",
+		MetaDelivered:      "1",
+	} {
+		if got := wm.Metadata.Get(k); got != want {
+			t.Errorf("metadata %s = %q, want %q", k, got, want)
+		}
+	}
+	if jsMsgFrom(wm.Context()) == nil || string(wm.Payload) != string(m.Data()) || wm.UUID == "" {
+		t.Fatal("watermill message lost the JetStream message, payload or uuid")
+	}
+}
