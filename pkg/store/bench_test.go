@@ -109,6 +109,35 @@ func BenchmarkLeaseRenew(b *testing.B) {
 	reportBaseline(b, srv.JS, 120)
 }
 
+// BenchmarkLeaseRenewAll: a worker renewing the 100 leases it holds in one pipelined batch
+// (what a ticker does), per renewal.
+func BenchmarkLeaseRenewAll(b *testing.B) {
+	srv := natstest.New(b)
+	ctx := context.Background()
+	leases, _ := NewLeases(ctx, srv.JS)
+	held := make([]Lease, 100)
+	for i := range held {
+		var err error
+		if held[i], err = leases.Acquire(ctx, testKey(fmt.Sprint("all-", i)), "worker", 30*time.Second); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	done := 0
+	for done < b.N {
+		var errs []error
+		held, errs = leases.RenewAll(ctx, held)
+		for _, err := range errs {
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		done += len(held)
+	}
+	b.ReportMetric(float64(done)/b.Elapsed().Seconds(), "renewals/s")
+	reportBaseline(b, srv.JS, 120)
+}
+
 // BenchmarkLeaseAcquireRelease: take a free lease and give it back (a session changing hands).
 func BenchmarkLeaseAcquireRelease(b *testing.B) {
 	srv := natstest.New(b)

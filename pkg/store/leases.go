@@ -199,3 +199,49 @@ func (l *Leases) Holder(ctx context.Context, sk events.SessionKey) (owner string
 	}
 	return rec.Owner, e.Revision(), nil
 }
+
+// RenewAll renews many leases at once (a worker's ticker over the sessions it owns): the CAS
+// publishes are pipelined, so the batch costs about one round trip instead of one per lease.
+// out[i] and errs[i] are the result for leases[i], exactly as Renew would return them.
+func (l *Leases) RenewAll(ctx context.Context, leases []Lease) (out []Lease, errs []error) {
+	out = make([]Lease, len(leases))
+	errs = make([]error, len(leases))
+	futures := make([]jetstream.PubAckFuture, len(leases))
+	sent := l.now()
+	for i, lease := range leases {
+		if lease.Revision == 0 || lease.Owner == "" {
+			errs[i] = fmt.Errorf("%w: renew of a lease that was never acquired", ErrInvalid)
+			continue
+		}
+		rec := leaseRecord{Owner: lease.Owner, Token: lease.Token, AcquiredAt: lease.Acquired.UnixMilli(), RenewedAt: sent.UnixMilli(), TTLms: lease.TTL.Milliseconds()}
+		data, _ := json.Marshal(rec)
+		msg := &nats.Msg{Subject: l.subPre + lease.Key.Token(), Data: data}
+		f, err := l.js.PublishMsgAsync(msg, jetstream.WithExpectLastSequencePerSubject(lease.Revision), jetstream.WithMsgTTL(lease.TTL))
+		if err != nil {
+			errs[i] = fmt.Errorf("renew lease %s: %w", lease.Key, err)
+			continue
+		}
+		futures[i] = f
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		lease := leases[i]
+		select {
+		case ack := <-f.Ok():
+			lease.Revision = ack.Sequence
+			lease.ValidUntil = sent.Add(lease.TTL)
+			out[i] = lease
+		case err := <-f.Err():
+			if isWrongLastSeq(err) {
+				errs[i] = fmt.Errorf("renew lease %s (token %d): %w", lease.Key, lease.Token, ErrLeaseLost)
+			} else {
+				errs[i] = fmt.Errorf("renew lease %s: %w", lease.Key, err)
+			}
+		case <-ctx.Done():
+			errs[i] = fmt.Errorf("renew lease %s: %w", lease.Key, ctx.Err())
+		}
+	}
+	return out, errs
+}

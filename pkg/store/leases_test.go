@@ -168,3 +168,43 @@ func TestLeaseTTLSurvivesRenew(t *testing.T) {
 		t.Fatalf("plain-updated key after 3 TTLs: %v (expected it to have lost its TTL)", err)
 	}
 }
+
+func TestLeaseRenewAll(t *testing.T) {
+	ctx := context.Background()
+	js := startJS(t)
+	l, _ := NewLeases(ctx, js)
+	var held []Lease
+	for i := 0; i < 20; i++ {
+		lease, err := l.Acquire(ctx, testKey(fmt.Sprint("many-", i)), "w", 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, lease)
+	}
+	// One of them was lost (renewed elsewhere with its revision), one is garbage.
+	if _, err := l.Renew(ctx, held[7]); err != nil {
+		t.Fatal(err)
+	}
+	held = append(held, Lease{})
+	out, errs := l.RenewAll(ctx, held)
+	for i := range held {
+		switch {
+		case i == 7:
+			if !errors.Is(errs[i], ErrLeaseLost) {
+				t.Fatalf("lease 7: %v", errs[i])
+			}
+		case i == 20:
+			if !errors.Is(errs[i], ErrInvalid) {
+				t.Fatalf("zero lease: %v", errs[i])
+			}
+		default:
+			if errs[i] != nil || out[i].Revision <= held[i].Revision || out[i].Token != held[i].Token {
+				t.Fatalf("lease %d: %+v %v", i, out[i], errs[i])
+			}
+		}
+	}
+	// The renewed revisions are the current ones.
+	if _, err := l.Renew(ctx, out[3]); err != nil {
+		t.Fatal(err)
+	}
+}
