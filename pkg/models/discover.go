@@ -290,7 +290,7 @@ func (d *discoverer) ollama(ctx context.Context) ([]llm.Model, error) {
 				Capabilities []string       `json:"capabilities"`
 				ModelInfo    map[string]any `json:"model_info"`
 			}
-			if err := d.do(ctx, http.MethodPost, base+"/api/show", map[string]string{"model": m.ID}, hdr, &show); err != nil {
+			if err := d.do(ctx, http.MethodPost, base+"/api/show", map[string]string{"model": m.ID, "name": m.ID}, hdr, &show); err != nil {
 				return
 			}
 			for k, v := range show.ModelInfo {

@@ -82,6 +82,19 @@ func pickBinding(agents map[string]config.AgentBinding, hasMedia []string) (stri
 	return "", false
 }
 
+// MediaKinds lists the media kinds present in messages, for Route's hasMedia: "image" when
+// any content block is an image. (Audio and files are not content blocks of llm.Context yet.)
+func MediaKinds(msgs []llm.Message) []string {
+	for i := range msgs {
+		for j := range msgs[i].Content {
+			if msgs[i].Content[j].Type == llm.ContentImage {
+				return []string{"image"}
+			}
+		}
+	}
+	return nil
+}
+
 // resolveBinding turns a binding into a model; kind guides the choice when model is empty.
 func (t *Tiers) resolveBinding(reg *llm.Registry, b config.AgentBinding, kind Kind) (*llm.Model, error) {
 	if b.Provider == "" {

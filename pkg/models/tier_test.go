@@ -195,6 +195,12 @@ func TestRoute(t *testing.T) {
 			}
 		})
 	}
+	if k := MediaKinds([]llm.Message{llm.UserText("x", 1), {Role: llm.RoleUser, Content: []llm.Content{llm.Image("aGk=", "image/png")}}}); !slices.Equal(k, []string{"image"}) {
+		t.Errorf("MediaKinds = %v", k)
+	}
+	if k := MediaKinds([]llm.Message{llm.UserText("x", 1)}); k != nil {
+		t.Errorf("MediaKinds(text) = %v", k)
+	}
 	// A vision binding without a model picks its provider's vision model.
 	low := ai
 	low.Agents = map[string]config.AgentBinding{"zhin": {Provider: "openai-main", Model: "o3"}, "v": {Provider: "local", Match: config.AgentMatch{HasMedia: []string{"image"}}}}
