@@ -63,7 +63,7 @@ func BenchmarkContextCommit(b *testing.B) {
 	}
 	var sessions atomic.Int64
 	msgs := benchTurn(1)
-	b.SetParallelism(16) // 32 sessions on 2 cores: commits are round trips, not CPU
+	b.SetParallelism(32) // 64 sessions on 2 cores: commits are round trips, not CPU
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		id := events.NewSessionID(testKey(fmt.Sprint("commit-", sessions.Add(1))), 1)
