@@ -20,7 +20,6 @@
 package ollama
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -135,7 +134,7 @@ func describeError(err error, key string) error {
 
 // chunk is one NDJSON line of /api/chat.
 type chunk struct {
-	Message *struct {
+	Message struct {
 		Content   string     `json:"content"`
 		Thinking  string     `json:"thinking"`
 		ToolCalls []toolCall `json:"tool_calls"`
@@ -156,9 +155,11 @@ type toolCall struct {
 	} `json:"function"`
 }
 
-// readStream turns the NDJSON lines into events.
+// readStream turns the NDJSON lines into events. One json.Decoder over the body reuses its
+// buffer and decoder state across lines, and one chunk value is reused, so a delta costs a
+// handful of allocations (the delta strings themselves).
 func readStream(ctx context.Context, b *builder, r io.Reader) {
-	br := bufio.NewReaderSize(r, 64<<10)
+	dec := json.NewDecoder(r)
 	cur := -1 // open text/thinking block
 	curType := ""
 	calls := 0
@@ -173,70 +174,71 @@ func readStream(ctx context.Context, b *builder, r io.Reader) {
 		cur, curType = i, typ
 		return ok
 	}
+	var ch chunk
 	for {
-		line, err := br.ReadBytes('\n')
-		line = bytes.TrimSpace(line)
-		if len(line) > 0 {
-			var ch chunk
-			if jerr := json.Unmarshal(line, &ch); jerr != nil {
-				b.fail(ctx, fmt.Errorf("ollama: bad stream line %q: %w", clip(string(line), 200), jerr))
-				return
-			}
-			if ch.Error != "" {
-				b.fail(ctx, fmt.Errorf("ollama: %s", ch.Error))
-				return
-			}
-			if m := ch.Message; m != nil {
-				if m.Thinking != "" {
-					if !switchTo(llm.ContentThinking) || !b.delta(cur, m.Thinking) {
-						return
-					}
-				}
-				if m.Content != "" {
-					if !switchTo(llm.ContentText) || !b.delta(cur, m.Content) {
-						return
-					}
-				}
-				for _, tc := range m.ToolCalls {
-					if cur >= 0 {
-						if !b.closeBlock(cur) {
-							return
-						}
-						cur, curType = -1, ""
-					}
-					calls++
-					id := tc.ID
-					if id == "" {
-						id = fmt.Sprintf("call_%d_%s", calls, strconv.FormatInt(b.msg.Timestamp, 36))
-					}
-					args := string(tc.Function.Arguments)
-					if args == "" || args == "null" {
-						args = "{}"
-					}
-					i, ok := b.openBlock(llm.Content{Type: llm.ContentToolCall, ID: id, Name: tc.Function.Name})
-					if !ok || !b.delta(i, args) || !b.closeBlock(i) {
-						return
-					}
-				}
-			}
-			if ch.Done {
-				b.usage(llm.Usage{Input: ch.PromptEvalCount, Output: ch.EvalCount})
-				reason := llm.StopReasonStop
-				if ch.DoneReason == "length" {
-					reason = llm.StopReasonLength
-				}
-				if calls > 0 {
-					reason = llm.StopReasonToolUse
-				}
-				b.finish(reason)
-				return
-			}
-		}
-		if err != nil {
-			if ctx.Err() == nil && errors.Is(err, io.EOF) {
+		ch = chunk{}
+		if err := dec.Decode(&ch); err != nil {
+			switch {
+			case ctx.Err() != nil:
+			case errors.Is(err, io.EOF):
 				err = errors.New("stream ended before the done line")
+			default:
+				var syn *json.SyntaxError
+				if errors.As(err, &syn) {
+					err = fmt.Errorf("bad stream line: %w", err)
+				}
 			}
 			b.fail(ctx, fmt.Errorf("ollama: %w", err))
+			return
+		}
+		if ch.Error != "" {
+			b.fail(ctx, fmt.Errorf("ollama: %s", ch.Error))
+			return
+		}
+		{
+			m := &ch.Message
+			if m.Thinking != "" {
+				if !switchTo(llm.ContentThinking) || !b.delta(cur, m.Thinking) {
+					return
+				}
+			}
+			if m.Content != "" {
+				if !switchTo(llm.ContentText) || !b.delta(cur, m.Content) {
+					return
+				}
+			}
+			for _, tc := range m.ToolCalls {
+				if cur >= 0 {
+					if !b.closeBlock(cur) {
+						return
+					}
+					cur, curType = -1, ""
+				}
+				calls++
+				id := tc.ID
+				if id == "" {
+					id = fmt.Sprintf("call_%d_%s", calls, strconv.FormatInt(b.msg.Timestamp, 36))
+				}
+				args := string(tc.Function.Arguments)
+				if args == "" || args == "null" {
+					args = "{}"
+				}
+				i, ok := b.openBlock(llm.Content{Type: llm.ContentToolCall, ID: id, Name: tc.Function.Name})
+				if !ok || !b.delta(i, args) || !b.closeBlock(i) {
+					return
+				}
+			}
+		}
+		if ch.Done {
+			b.usage(llm.Usage{Input: ch.PromptEvalCount, Output: ch.EvalCount})
+			reason := llm.StopReasonStop
+			if ch.DoneReason == "length" {
+				reason = llm.StopReasonLength
+			}
+			if calls > 0 {
+				reason = llm.StopReasonToolUse
+			}
+			b.finish(reason)
 			return
 		}
 	}
