@@ -9,8 +9,8 @@ import (
 	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
-// scanPage is how many messages one batched direct get asks for.
-const scanPage = 512
+// scanPage is how many messages one batched direct get asks for (a var so tests can page).
+var scanPage = 512
 
 // scan calls fn for every message of stream matching filter (wildcards allowed), in sequence
 // order, starting at seq (or, when seq is 0, at the first message stored at or after from),
