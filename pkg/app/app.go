@@ -23,6 +23,8 @@ import (
 	"github.com/agentbus/agentbus/pkg/ingest"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/natsutil"
+	"github.com/agentbus/agentbus/pkg/netguard"
+	"github.com/agentbus/agentbus/pkg/skills"
 	"github.com/agentbus/agentbus/pkg/tools"
 	"github.com/agentbus/agentbus/pkg/turn"
 )
@@ -74,6 +76,7 @@ type Process struct {
 	Demo       bool // the built-in demo model is in use
 	turnOpts   turn.Options
 	stops      []func()
+	skills     *skills.Store
 }
 
 // Stop stops the roles in reverse start order and then the bus.
@@ -85,6 +88,26 @@ func (p *Process) Stop() {
 }
 
 func (p *Process) onStop(f func()) { p.stops = append(p.stops, f) }
+
+// maxImageBytes caps an image fetched for a vision model.
+const maxImageBytes = 8 << 20
+
+// skillStore loads skills/ (workspace and working directory) once per process and keeps it
+// hot-reloaded; the turn worker selects with it, the tool worker activates from it.
+func (p *Process) skillStore(cfg *config.Config, log *slog.Logger) *skills.Store {
+	if p.skills != nil {
+		return p.skills
+	}
+	a := cfg.AI.Agent
+	p.skills = skills.NewStore(log, filepath.Join(a.Workspace, a.SkillsDir), a.SkillsDir)
+	if err := p.skills.Load(); err != nil {
+		log.Warn("skills not loaded", "err", err)
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	p.onStop(cancel)
+	go p.skills.Watch(wctx, 0)
+	return p.skills
+}
 
 // Run starts the configured roles and blocks until ctx ends, then stops them.
 func Run(ctx context.Context, cfg *config.Config, opts Options) error {
@@ -204,8 +227,22 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 		return err
 	}
 	p.Models = reg
+	guard, err := netguard.New(netguard.Config{AllowPrivate: cfg.AI.Agent.WebFetch.AllowPrivate, AllowHosts: cfg.AI.Agent.WebFetch.AllowHosts})
+	if err != nil {
+		return err
+	}
 	p.turnOpts = turn.Options{AI: cfg.AI, Models: reg, Log: log.With("role", "turn-worker"),
-		Prompt: &promptSources{js: p.JS, dataDir: cfg.DataDir}}
+		Prompt: &promptSources{js: p.JS, dataDir: cfg.DataDir}, Skills: p.skillStore(cfg, log),
+		FetchImage: func(ctx context.Context, url string) ([]byte, string, error) {
+			res, err := guard.Fetch(ctx, url, netguard.FetchOptions{MaxBytes: maxImageBytes, Timeout: 20 * time.Second})
+			if err != nil {
+				return nil, "", err
+			}
+			if res.Truncated {
+				return nil, "", fmt.Errorf("image over %d bytes", maxImageBytes)
+			}
+			return res.Body, res.ContentType, nil
+		}}
 	w, err := p.AddTurnWorker(ctx, "")
 	if err != nil {
 		return err

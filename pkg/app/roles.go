@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"path/filepath"
+	"time"
 
 	"github.com/agentbus/agentbus/pkg/approvals"
 	"github.com/agentbus/agentbus/pkg/config"
@@ -12,7 +12,6 @@ import (
 	"github.com/agentbus/agentbus/pkg/execpolicy"
 	"github.com/agentbus/agentbus/pkg/filepolicy"
 	"github.com/agentbus/agentbus/pkg/mcpclient"
-	"github.com/agentbus/agentbus/pkg/skills"
 	"github.com/agentbus/agentbus/pkg/tools"
 	"github.com/agentbus/agentbus/pkg/tools/builtin"
 	"github.com/agentbus/agentbus/pkg/tools/filetool"
@@ -31,11 +30,7 @@ func (p *Process) ToolSet(ctx context.Context, cfg *config.Config, log *slog.Log
 	if err != nil {
 		return nil, fmt.Errorf("exec policy: %w", err)
 	}
-	store := skills.NewStore(log, filepath.Join(a.Workspace, a.SkillsDir), a.SkillsDir)
-	if err := store.Load(); err != nil {
-		log.Warn("skills not loaded", "err", err)
-	}
-	go store.Watch(ctx, 0)
+	store := p.skillStore(cfg, log)
 	bc, err := builtin.FromConfig(cfg.AI, files, exec, store)
 	if err != nil {
 		return nil, err
@@ -84,7 +79,8 @@ func (p *Process) startToolWorker(ctx context.Context, cfg *config.Config, opts 
 			return fmt.Errorf("extra tool: %w", err)
 		}
 	}
-	h, err := toolworker.Run(ctx, toolworker.Options{NC: p.NC, JS: p.JS, Registry: reg, Log: log.With("role", "tool-worker")})
+	h, err := toolworker.Run(ctx, toolworker.Options{NC: p.NC, JS: p.JS, Registry: reg, Log: log.With("role", "tool-worker"),
+		DefaultTimeout: time.Duration(cfg.AI.Agent.ToolTimeoutMs) * time.Millisecond})
 	if err != nil {
 		return err
 	}
