@@ -146,6 +146,42 @@ func (p *Provider) clientConfig(model *llm.Model, opts *llm.StreamOptions, key s
 	}
 }
 
+// SkipSignature is the documented placeholder thought signature Gemini 3 accepts on function
+// calls that have none (calls made by another model, replayed after a handoff); without it
+// Gemini 3 rejects the request.
+const SkipSignature = "skip_thought_signature_validator"
+
+// skipMissingSignatures puts SkipSignature on every functionCall part of the request body that
+// has no thoughtSignature. It works on the body map because the literal is not base64, and
+// genai would base64-encode a []byte signature.
+func skipMissingSignatures(body map[string]any) map[string]any {
+	forEach := func(v any, f func(map[string]any)) {
+		switch xs := v.(type) {
+		case []any:
+			for _, x := range xs {
+				if m, ok := x.(map[string]any); ok {
+					f(m)
+				}
+			}
+		case []map[string]any:
+			for _, m := range xs {
+				f(m)
+			}
+		}
+	}
+	forEach(body["contents"], func(content map[string]any) {
+		forEach(content["parts"], func(part map[string]any) {
+			if _, isCall := part["functionCall"]; !isCall {
+				return
+			}
+			if sig, _ := part["thoughtSignature"].(string); sig == "" {
+				part["thoughtSignature"] = SkipSignature
+			}
+		})
+	})
+	return body
+}
+
 var apiVersion = regexp.MustCompile(`^v\d+(alpha|beta)?\d*$`)
 
 func describeError(err error, key string) error {

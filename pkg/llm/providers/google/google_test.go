@@ -119,3 +119,20 @@ func TestOverflowErrorQuotedWithoutKey(t *testing.T) {
 		t.Errorf("error %q", final.ErrorMessage)
 	}
 }
+
+func TestGemini3ForeignCallsGetSkipSignature(t *testing.T) {
+	c := hello()
+	c.Messages = append(c.Messages,
+		llm.Message{Role: llm.RoleAssistant, API: llm.APIAnthropicMessages, Provider: "anthropic", Model: "claude", StopReason: llm.StopReasonToolUse,
+			Content: []llm.Content{llm.ToolCall("toolu_1", "get_weather", map[string]any{"location": "Paris"})}},
+		llm.Message{Role: llm.RoleToolResult, ToolCallID: "toolu_1", ToolName: "get_weather", Content: []llm.Content{llm.Text("sunny")}},
+	)
+	_, _, srv := run(t, "text", "gemini-3-pro-preview", c, nil)
+	if !strings.Contains(string(srv.LastRequest()), `"thoughtSignature":"`+SkipSignature+`"`) {
+		t.Errorf("gemini 3: foreign call without the skip signature: %s", srv.LastRequest())
+	}
+	_, _, srv = run(t, "text", "gemini-2.5-flash", c, nil)
+	if strings.Contains(string(srv.LastRequest()), SkipSignature) {
+		t.Errorf("gemini 2.5 got the placeholder")
+	}
+}

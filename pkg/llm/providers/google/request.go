@@ -58,6 +58,10 @@ func buildRequest(model *llm.Model, c *llm.Context, opts *llm.StreamOptions) ([]
 			cfg.ThinkingConfig = &genai.ThinkingConfig{ThinkingBudget: &zero}
 		}
 	}
+	if strings.Contains(model.ID, "gemini-3") {
+		// Per request: genai v1.77 applies ExtrasRequestProvider only from the call's options.
+		cfg.HTTPOptions = &genai.HTTPOptions{ExtrasRequestProvider: skipMissingSignatures}
+	}
 	contents, err := convertMessages(llm.TransformMessages(c.Messages, model), model)
 	return contents, cfg, err
 }
