@@ -5,6 +5,7 @@
 //   - thought parts (Part.Thought) become thinking blocks; thought signatures are kept
 //     base64-encoded: on a thinking block in ThinkingSignature, on text in TextSignature, on a
 //     function call in ThoughtSignature, and sent back on the next turn to the same model;
+//     Gemini 3 gets the placeholder SkipSignature on function calls another model made;
 //   - Gemini sends every function call whole, so a call is toolcall_start, one toolcall_delta
 //     with the whole JSON, toolcall_end; missing args become {}; ids are synthesized when the
 //     server sends none (the Gemini API usually does not);
