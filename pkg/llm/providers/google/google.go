@@ -200,7 +200,7 @@ func describeError(err error, key string) error {
 // state follows the streamed responses. Consecutive text (or thought) parts extend one block.
 type state struct {
 	b        *builder
-	cur      int // open text/thinking block, -1 none
+	cur      int // the open text/thinking block when haveOpen
 	curType  string
 	calls    int
 	reason   genai.FinishReason
