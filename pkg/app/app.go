@@ -19,9 +19,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/costs"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/ingest"
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/models"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/netguard"
 	"github.com/agentbus/agentbus/pkg/skills"
@@ -73,7 +75,8 @@ type Process struct {
 	WebhookURL string             // http://host:port, when ingest runs
 	Turn       *turn.Worker
 	Models     *llm.Registry
-	Demo       bool // the built-in demo model is in use
+	Demo       bool           // the built-in demo model is in use
+	Costs      *costs.Tracker // model usage and cost, when the turn worker runs here
 	turnOpts   turn.Options
 	stops      []func()
 	skills     *skills.Store
@@ -88,6 +91,19 @@ func (p *Process) Stop() {
 }
 
 func (p *Process) onStop(f func()) { p.stops = append(p.stops, f) }
+
+// startDiscovery fills the model registry from the providers' model lists (cached in KV
+// models), in the background; providers with an explicit models: list are not asked.
+func (p *Process) startDiscovery(ctx context.Context, cfg *config.Config, reg *llm.Registry, log *slog.Logger) *models.Manager {
+	opts := models.ManagerOptions{Log: log.With("role", "models"), Interval: time.Hour, FreshFor: 10 * time.Minute}
+	if kvc, err := models.OpenKVCache(ctx, p.JS); err == nil {
+		opts.Cache = kvc
+	}
+	mgr := models.NewManager(reg, cfg.AI.Providers, opts)
+	mgr.Start(ctx)
+	p.onStop(mgr.Stop)
+	return mgr
+}
 
 // maxImageBytes caps an image fetched for a vision model.
 const maxImageBytes = 8 << 20
@@ -227,12 +243,17 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 		return err
 	}
 	p.Models = reg
+	mgr := p.startDiscovery(ctx, cfg, reg, log)
+	p.Costs = costs.New()
+	fb := models.NewFallback(models.FallbackOptions{Registry: reg, Stream: models.StreamFunc(p.Costs.Wrap(llm.Stream)), Log: log.With("role", "turn-worker")})
 	guard, err := netguard.New(netguard.Config{AllowPrivate: cfg.AI.Agent.WebFetch.AllowPrivate, AllowHosts: cfg.AI.Agent.WebFetch.AllowHosts})
 	if err != nil {
 		return err
 	}
 	p.turnOpts = turn.Options{AI: cfg.AI, Models: reg, Log: log.With("role", "turn-worker"),
-		Prompt: &promptSources{js: p.JS, dataDir: cfg.DataDir}, Skills: p.skillStore(cfg, log),
+		StreamFn: fb.Stream, Health: p.Costs,
+		ModelsReport: func() string { return models.Report(cfg.AI, reg, nil, mgr.Status()) },
+		Prompt:       &promptSources{js: p.JS, dataDir: cfg.DataDir}, Skills: p.skillStore(cfg, log),
 		FetchImage: func(ctx context.Context, url string) ([]byte, string, error) {
 			res, err := guard.Fetch(ctx, url, netguard.FetchOptions{MaxBytes: maxImageBytes, Timeout: 20 * time.Second})
 			if err != nil {
@@ -289,6 +310,12 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 	mux := http.NewServeMux()
 	ingest.NewWebhookHandler(in, cfg.IM.Webhook.Bots, log.With("role", "ingest")).Routes(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	if p.Costs != nil {
+		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+			p.Costs.WriteMetrics(w)
+		})
+	}
 	ln, err := net.Listen("tcp", cfg.IM.Webhook.Listen)
 	if err != nil {
 		return fmt.Errorf("webhook listen %s: %w", cfg.IM.Webhook.Listen, err)

@@ -9,13 +9,17 @@ import (
 	"github.com/agentbus/agentbus/pkg/approvals"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/egress"
+	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/execpolicy"
 	"github.com/agentbus/agentbus/pkg/filepolicy"
+	"github.com/agentbus/agentbus/pkg/imagegen"
 	"github.com/agentbus/agentbus/pkg/mcpclient"
+	"github.com/agentbus/agentbus/pkg/netguard"
 	"github.com/agentbus/agentbus/pkg/tools"
 	"github.com/agentbus/agentbus/pkg/tools/builtin"
 	"github.com/agentbus/agentbus/pkg/tools/filetool"
 	"github.com/agentbus/agentbus/pkg/toolworker"
+	"net/http"
 )
 
 // ToolSet builds every tool a tool worker serves: the built-ins the config allows, user_profile
@@ -53,6 +57,17 @@ func (p *Process) ToolSet(ctx context.Context, cfg *config.Config, log *slog.Log
 		return nil, err
 	}
 	all = append(all, toolworker.UserProfileTool(profiles), toolworker.ChatHistoryTool(toolworker.NATSHistory{NC: p.NC}))
+	media, err := p.JS.ObjectStore(ctx, events.ObjectMedia)
+	if err != nil {
+		return nil, fmt.Errorf("open media store: %w", err)
+	}
+	if len(imagegen.ImageProviders(cfg.AI.Providers)) > 0 {
+		gen, err := imagegen.NewTool(imagegen.ToolConfig{AI: cfg.AI, Media: media, HTTPClient: guardedClient(cfg), Log: log})
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, gen)
+	}
 	fileTools, err := filetool.LoadTools(a.ToolsDir, filetool.Options{})
 	if err != nil {
 		return nil, err // seed Grill #18: an unsupported tool.md fails start-up
@@ -96,4 +111,13 @@ func (p *Process) startEgress(ctx context.Context, cfg *config.Config, opts Opti
 	}
 	p.onStop(func() { _ = h.Stop() })
 	return nil
+}
+
+// guardedClient downloads what image APIs answer with URLs through the SSRF guard.
+func guardedClient(cfg *config.Config) *http.Client {
+	g, err := netguard.New(netguard.Config{AllowPrivate: cfg.AI.Agent.WebFetch.AllowPrivate, AllowHosts: cfg.AI.Agent.WebFetch.AllowHosts})
+	if err != nil {
+		return nil
+	}
+	return g.Client(2 * time.Minute)
 }

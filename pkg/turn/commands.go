@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/execpolicy"
+	"github.com/agentbus/agentbus/pkg/models"
 )
 
 // HealthSource adds lines to /health (cost tracking, connected tools, ...).
@@ -75,35 +76,10 @@ func (a *actor) approve(c events.Command, from events.Sender) string {
 }
 
 func (w *Worker) modelsReport() string {
-	var b strings.Builder
-	b.WriteString("Providers and models:\n")
-	for _, alias := range w.opts.Models.Aliases() {
-		p, _ := w.opts.Models.Provider(alias)
-		fmt.Fprintf(&b, "- %s (%s)", alias, p.API)
-		if ms, err := w.opts.Models.Models(alias); err == nil && len(ms) > 0 {
-			ids := make([]string, 0, len(ms))
-			for _, m := range ms {
-				ids = append(ids, m.ID)
-			}
-			fmt.Fprintf(&b, ": %s", strings.Join(ids, ", "))
-		}
-		b.WriteByte('\n')
+	if w.opts.ModelsReport != nil {
+		return w.opts.ModelsReport()
 	}
-	b.WriteString("Bindings:\n")
-	for _, name := range sortedKeys(w.opts.AI.Agents) {
-		ag := w.opts.AI.Agents[name]
-		fmt.Fprintf(&b, "- %s → %s/%s", name, ag.Provider, ag.Model)
-		if len(ag.Match.HasMedia) > 0 {
-			fmt.Fprintf(&b, " (media: %s, priority %d)", strings.Join(ag.Match.HasMedia, ","), ag.Priority)
-		}
-		b.WriteByte('\n')
-	}
-	if len(w.opts.AI.Agents) == 0 {
-		if m, err := w.defaultModel(); err == nil {
-			fmt.Fprintf(&b, "- default → %s/%s\n", m.Provider, m.ID)
-		}
-	}
-	return strings.TrimSpace(b.String())
+	return models.Report(w.opts.AI, w.opts.Models, nil, nil)
 }
 
 func (w *Worker) healthReport() string {

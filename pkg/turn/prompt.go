@@ -2,16 +2,14 @@ package turn
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"path"
 	"sort"
 	"strings"
 	"time"
 
-	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/models"
 	"github.com/agentbus/agentbus/pkg/skills"
 	"github.com/agentbus/agentbus/pkg/tools"
 )
@@ -64,9 +62,6 @@ func (w *Worker) systemPrompt(ctx context.Context, m events.IMMessage, model *ll
 	return b.String()
 }
 
-// ErrNoModel is returned when no ai.agents binding and no default model exist.
-var ErrNoModel = errors.New("no model configured: set ai.agents.zhin (provider + model)")
-
 // alwaysTools are offered whatever the message says (the seed's resident tools).
 var alwaysTools = []string{"ask_user", "activate_skill", "user_profile"}
 
@@ -117,70 +112,30 @@ func hasImage(m events.IMMessage, input []llm.Message) bool {
 	return false
 }
 
-// pickModel selects the binding for a turn: the highest-priority agent whose match.hasMedia
-// fits the message's media (vision), else ai.agents.zhin, else the only binding there is.
+// pickModel routes a turn to an ai.agents binding (models.Route): the vision binding when the
+// message carries an image, else ai.agents.zhin, else the best model there is.
 func (w *Worker) pickModel(m events.IMMessage, input []llm.Message) (*llm.Model, error) {
-	hasImage := hasImage(m, input)
-	agents := w.opts.AI.Agents
-	if hasImage {
-		var best *config.AgentBinding
-		for _, name := range sortedKeys(agents) {
-			a := agents[name]
-			for _, kind := range a.Match.HasMedia {
-				if kind == "image" && (best == nil || a.Priority > best.Priority) {
-					a := a
-					best = &a
-				}
-			}
-		}
-		if best != nil {
-			return w.opts.Models.GetModel(best.Provider, best.Model)
-		}
+	var kinds []string
+	if hasImage(m, input) {
+		kinds = []string{"image"}
 	}
-	if a, ok := agents["zhin"]; ok {
-		return w.opts.Models.GetModel(a.Provider, a.Model)
-	}
-	return w.defaultModel()
+	_, model, err := models.Route(w.opts.AI, w.opts.Models, kinds)
+	return model, err
 }
 
-// defaultModel is the only binding, or the first provider's first model.
+// defaultModel is the model of a text turn.
 func (w *Worker) defaultModel() (*llm.Model, error) {
-	agents := w.opts.AI.Agents
-	for _, name := range sortedKeys(agents) {
-		a := agents[name]
-		if len(a.Match.HasMedia) == 0 {
-			return w.opts.Models.GetModel(a.Provider, a.Model)
-		}
-	}
-	for _, alias := range w.opts.Models.Aliases() {
-		if m, err := w.opts.Models.GetModel(alias, ""); err == nil {
-			return m, nil
-		}
-	}
-	return nil, ErrNoModel
+	_, model, err := models.Route(w.opts.AI, w.opts.Models, nil)
+	return model, err
 }
 
-// maxIterations applies ai.agent.maxIterations and the modelHarness overrides: provider
-// patterns (with *), then models keyed by id or provider:id.
+// maxIterations is the model's harness value (ai.agent.maxIterations, built-in size
+// defaults, modelHarness provider patterns and models), +3 when skill tools are offered.
 func (w *Worker) maxIterations(m *llm.Model, offered []events.ToolEntry) int {
-	a := w.opts.AI.Agent
-	n := a.MaxIterations
+	n := models.ResolveHarness(w.opts.AI.Agent, m.Provider, m.ID).MaxIterations
 	for _, t := range offered { // seed: multi-step skill flows get 3 more iterations
 		if t.Name == "activate_skill" || t.Name == "install_skill" {
-			n += skills.SkillIterationBonus
-			break
-		}
-	}
-	for _, pat := range sortedKeys(a.ModelHarness.ProviderPatterns) {
-		if ok, _ := path.Match(pat, m.Provider); ok {
-			if h := a.ModelHarness.ProviderPatterns[pat]; h.MaxIterations > 0 {
-				n = h.MaxIterations
-			}
-		}
-	}
-	for _, key := range []string{m.ID, m.Provider + ":" + m.ID} {
-		if h, ok := a.ModelHarness.Models[key]; ok && h.MaxIterations > 0 {
-			n = h.MaxIterations
+			return n + skills.SkillIterationBonus
 		}
 	}
 	return n

@@ -60,6 +60,8 @@ type Options struct {
 	Prompt PromptSource
 	// Health adds lines to /health; may be nil.
 	Health HealthSource
+	// ModelsReport answers /models (default: models.Report without discovery status).
+	ModelsReport func() string
 	// Skills drives the seed's two-level tool selection (skills by keywords, then tools
 	// ranked, ai.agent.maxSkills / maxTools); nil offers every permitted tool.
 	Skills *skills.Store
