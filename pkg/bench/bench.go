@@ -1,0 +1,470 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/natsutil"
+	"github.com/agentbus/agentbus/pkg/store"
+)
+
+// Config is one `agentbus bench` run.
+type Config struct {
+	Sessions int           // concurrent chat sessions (default 100)
+	Messages int           // messages per session (default 10)
+	Latency  time.Duration // model latency before its first event, per model call (ms resolution)
+	Tool     bool          // every turn calls the bench_echo tool once
+	Rate     float64       // offered turns/s; 0 = closed loop with concurrency = Sessions
+	Kill     bool          // two turn workers; kill the second when half the turns are done
+	// Baseline is how many messages the raw JetStream publish baseline sends (default 20000;
+	// negative skips it). BaselineSize is their size in bytes (default 512).
+	Baseline     int
+	BaselineSize int
+	// ReplyTimeout is how long one message waits for its reply before it counts as lost
+	// (default 60s).
+	ReplyTimeout time.Duration
+	Dir          string       // see Options.Dir
+	Log          *slog.Logger // see Options.Log
+	// CPUProfile, when set, receives a pprof CPU profile of the measured phase.
+	CPUProfile io.Writer
+}
+
+func (c *Config) defaults() error {
+	if c.Sessions == 0 {
+		c.Sessions = 100
+	}
+	if c.Messages == 0 {
+		c.Messages = 10
+	}
+	if c.Sessions < 0 || c.Messages < 0 || c.Rate < 0 || c.Latency < 0 {
+		return fmt.Errorf("%w: sessions, messages, rate and latency must not be negative", ErrConfig)
+	}
+	if c.Baseline == 0 {
+		c.Baseline = 20000
+	}
+	if c.BaselineSize <= 0 {
+		c.BaselineSize = 512
+	}
+	if c.ReplyTimeout <= 0 {
+		c.ReplyTimeout = 60 * time.Second
+	}
+	return nil
+}
+
+// ErrConfig reports an unusable Config.
+var ErrConfig = errors.New("bench: invalid config")
+
+// Run starts a process, warms it up, runs the workload, measures the raw publish baseline on
+// the same server and stops the process.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	h, err := Start(ctx, Options{Latency: cfg.Latency, SecondWorker: cfg.Kill, Dir: cfg.Dir, Log: cfg.Log})
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	if err := h.Warm(ctx, cfg.Tool); err != nil {
+		return nil, err
+	}
+	res, err := h.Run(ctx, Workload{Sessions: cfg.Sessions, Messages: cfg.Messages, Tool: cfg.Tool,
+		Rate: cfg.Rate, Kill: cfg.Kill, ReplyTimeout: cfg.ReplyTimeout, CPUProfile: cfg.CPUProfile})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Baseline > 0 {
+		bctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		rate, err := natsutil.BaselinePublish(bctx, h.Proc.JS, cfg.Baseline, cfg.BaselineSize)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		res.Baseline = &Baseline{Messages: cfg.Baseline, Size: cfg.BaselineSize, MsgsPerSec: rate}
+	}
+	return res, nil
+}
+
+// Warm sends messages on a session of its own until a reply shows that the turn worker sees
+// the tool worker's tools (withTool) or until one reply arrived, so the measured phase starts
+// with every role ready and the HTTP connections open.
+func (h *Harness) Warm(ctx context.Context, withTool bool) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; ; i++ {
+		id := "warm-" + strconv.Itoa(i)
+		wt := h.expectBody(id)
+		text := "warm up"
+		if withTool {
+			text = ToolName + " warm"
+		}
+		if err := h.send(ctx, id, -1, text); err != nil {
+			h.forget(id)
+			return fmt.Errorf("bench: warm-up: %w", err)
+		}
+		select {
+		case r := <-wt.ch:
+			if !withTool || r.usedTool {
+				return nil
+			}
+		case <-time.After(time.Until(deadline)):
+			h.forget(id)
+			return fmt.Errorf("bench: warm-up: no reply within 30s")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: warm-up: the turn worker never offered %s to the model", ToolName)
+		}
+		time.Sleep(100 * time.Millisecond) // the tool registry is a KV heartbeat away
+	}
+}
+
+// Workload is one measured phase on a running Harness.
+type Workload struct {
+	Sessions, Messages int
+	Tool               bool
+	Rate               float64
+	Kill               bool // needs Options.SecondWorker
+	ReplyTimeout       time.Duration
+	CPUProfile         io.Writer // see Config.CPUProfile
+}
+
+// session is the load generator's state for one chat session.
+type session struct {
+	mu      sync.Mutex
+	pending string // id of the message waiting for its reply, "" when idle
+	lat     []time.Duration
+}
+
+// Run runs one measured phase and returns its figures (Baseline unset).
+func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
+	if wl.Sessions <= 0 || wl.Messages <= 0 {
+		return nil, fmt.Errorf("%w: need at least one session and one message", ErrConfig)
+	}
+	if wl.Kill && h.Second == nil {
+		return nil, fmt.Errorf("%w: the kill scenario needs Options.SecondWorker", ErrConfig)
+	}
+	if wl.ReplyTimeout <= 0 {
+		wl.ReplyTimeout = 60 * time.Second
+	}
+	run := h.runSeq.Add(1)
+	total := wl.Sessions * wl.Messages
+	res := &Result{Sessions: wl.Sessions, Messages: wl.Messages, Tool: wl.Tool,
+		ModelLatencyMs: ms(h.opts.Latency), OfferedRate: wl.Rate, env: environment()}
+	res.GOMAXPROCS, res.NumCPU, res.LoadAvg = res.env.gomaxprocs, res.env.numCPU, res.env.load
+
+	runtime.GC()
+	var msIdle runtime.MemStats
+	runtime.ReadMemStats(&msIdle)
+	jsBefore, err := h.jsCounters()
+	if err != nil {
+		return nil, err
+	}
+	if wl.CPUProfile != nil {
+		if err := pprof.StartCPUProfile(wl.CPUProfile); err != nil {
+			return nil, fmt.Errorf("bench: cpu profile: %w", err)
+		}
+	}
+	cpuBefore := cpuTime()
+	start := time.Now()
+
+	var inflight, done, failed, lost atomic.Int64
+	sessions := make([]*session, wl.Sessions)
+	for i := range sessions {
+		sessions[i] = &session{lat: make([]time.Duration, 0, wl.Messages)}
+	}
+
+	// Memory: sample the heap while turns are in flight; keep the sample with the most.
+	sampleCtx, stopSampling := context.WithCancel(ctx)
+	var peak memSample
+	var samplerDone sync.WaitGroup
+	samplerDone.Add(1)
+	go func() {
+		defer samplerDone.Done()
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		var m runtime.MemStats
+		for {
+			select {
+			case <-sampleCtx.Done():
+				return
+			case <-t.C:
+			}
+			n := inflight.Load()
+			if n <= peak.inflight {
+				continue
+			}
+			runtime.ReadMemStats(&m)
+			if n2 := inflight.Load(); n2 < n {
+				n = n2
+			}
+			if n > peak.inflight {
+				peak = memSample{inflight: n, heapInuse: m.HeapInuse}
+			}
+		}
+	}()
+
+	// Rate: a pacer hands out permits; nil means closed loop.
+	var permits chan struct{}
+	if wl.Rate > 0 {
+		permits = make(chan struct{})
+		go pace(sampleCtx, permits, wl.Rate, total)
+	}
+
+	var kill *killWatch
+	if wl.Kill {
+		kill = &killWatch{}
+		go h.killHalfway(ctx, kill, sessions, &done, int64(total/2))
+	}
+
+	var wg sync.WaitGroup
+	for i := range sessions {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			s := sessions[i]
+			for m := 0; m < wl.Messages; m++ {
+				if permits != nil {
+					select {
+					case <-permits:
+					case <-ctx.Done():
+						return
+					}
+				}
+				id := "r" + strconv.FormatInt(run, 10) + "-s" + strconv.Itoa(i) + "-m" + strconv.Itoa(m)
+				text := "hello " + strconv.Itoa(m)
+				if wl.Tool {
+					text = ToolName + " " + strconv.Itoa(m)
+				}
+				wt := h.expect(id)
+				s.mu.Lock()
+				s.pending = id
+				s.mu.Unlock()
+				inflight.Add(1)
+				t0 := time.Now()
+				err := h.send(ctx, id, i, text)
+				if err != nil {
+					inflight.Add(-1)
+					h.forget(id)
+					failed.Add(1)
+					s.mu.Lock()
+					s.pending = ""
+					s.mu.Unlock()
+					if ctx.Err() != nil {
+						return
+					}
+					continue
+				}
+				timer := time.NewTimer(wl.ReplyTimeout)
+				select {
+				case r := <-wt.ch:
+					timer.Stop()
+					s.mu.Lock()
+					s.pending = ""
+					s.lat = append(s.lat, r.at.Sub(t0))
+					s.mu.Unlock()
+					if kill != nil {
+						kill.replied(id, r.at)
+					}
+					done.Add(1)
+				case <-timer.C:
+					h.forget(id)
+					lost.Add(1)
+					s.mu.Lock()
+					s.pending = ""
+					s.mu.Unlock()
+				case <-ctx.Done():
+					timer.Stop()
+					inflight.Add(-1)
+					return
+				}
+				inflight.Add(-1)
+			}
+		}(i)
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	cpu := cpuTime() - cpuBefore
+	if wl.CPUProfile != nil {
+		pprof.StopCPUProfile()
+	}
+	stopSampling()
+	samplerDone.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	jsAfter, err := h.jsCounters()
+	if err != nil {
+		return nil, err
+	}
+
+	var all []time.Duration
+	for _, s := range sessions {
+		all = append(all, s.lat...)
+	}
+	slices.Sort(all)
+	turns := len(all)
+	res.Turns, res.Failed, res.Lost = turns, int(failed.Load()), int(lost.Load())
+	res.Seconds = elapsed.Seconds()
+	if turns > 0 {
+		res.TurnsPerSec = float64(turns) / elapsed.Seconds()
+		res.P50Ms, res.P90Ms, res.P99Ms, res.MaxMs = ms(pct(all, 50)), ms(pct(all, 90)), ms(pct(all, 99)), ms(all[turns-1])
+		calls := 1
+		if wl.Tool {
+			calls = 2
+		}
+		model := time.Duration(calls) * h.opts.Latency
+		res.AddedP50Ms, res.AddedP99Ms = ms(pct(all, 50)-model), ms(pct(all, 99)-model)
+		res.CPUSecondsPerTurn = cpu.Seconds() / float64(turns)
+		d := jsAfter.sub(jsBefore)
+		res.StreamMsgsPerTurn = float64(d.streamMsgs) / float64(turns)
+		res.JSAPIPerTurn = float64(d.apiTotal) / float64(turns)
+		res.NATSInMsgsPerTurn = float64(d.inMsgs) / float64(turns)
+	}
+	res.CPUCores = cpu.Seconds() / elapsed.Seconds()
+	res.HeapIdleMiB = float64(msIdle.HeapInuse) / (1 << 20)
+	if peak.inflight > 0 {
+		res.PeakInFlight = int(peak.inflight)
+		res.HeapAtPeakMiB = float64(peak.heapInuse) / (1 << 20)
+		res.HeapPerInFlightKiB = float64(peak.heapInuse) / 1024 / float64(peak.inflight)
+		grown := int64(peak.heapInuse) - int64(msIdle.HeapInuse)
+		res.HeapGrowthPerInFlightKiB = float64(grown) / 1024 / float64(peak.inflight)
+	}
+	if kill != nil {
+		res.Kill = kill.result()
+	}
+	return res, nil
+}
+
+type memSample struct {
+	inflight  int64
+	heapInuse uint64
+}
+
+// pace sends n permits at rate per second. When no session is idle to take a permit the pacer
+// waits and does not catch up afterwards, so the offered rate is a ceiling.
+func pace(ctx context.Context, permits chan<- struct{}, rate float64, n int) {
+	interval := time.Duration(float64(time.Second) / rate)
+	next := time.Now()
+	for i := 0; i < n; i++ {
+		if d := time.Until(next); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return
+			}
+		}
+		select {
+		case permits <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		next = next.Add(interval)
+		if now := time.Now(); now.Sub(next) > interval {
+			next = now // fell behind (no idle session): do not burst to catch up
+		}
+	}
+}
+
+// killWatch measures takeovers after the kill.
+type killWatch struct {
+	mu       sync.Mutex
+	at       time.Time
+	worker   string
+	owned    int
+	pending  int
+	watch    map[string]struct{} // pending message ids of the killed worker's sessions
+	takeover []time.Duration
+	err      error
+}
+
+func (k *killWatch) replied(id string, at time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, ok := k.watch[id]; ok {
+		delete(k.watch, id)
+		k.takeover = append(k.takeover, at.Sub(k.at))
+	}
+}
+
+// killHalfway kills the second turn worker once half the turns are done and records which of
+// its sessions had a message waiting for a reply.
+func (h *Harness) killHalfway(ctx context.Context, k *killWatch, sessions []*session, done *atomic.Int64, half int64) {
+	for done.Load() < half {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	leases, err := store.NewLeases(ctx, h.Proc.JS)
+	if err != nil {
+		k.mu.Lock()
+		k.err = err
+		k.mu.Unlock()
+		return
+	}
+	victim := h.Second.ID()
+	var owned []int
+	for i := range sessions {
+		if owner, _, err := leases.Holder(ctx, sessionKey(i)); err == nil && owner == victim {
+			owned = append(owned, i)
+		}
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	h.Second.Kill()
+	k.at = time.Now()
+	k.worker, k.owned = victim, len(owned)
+	k.watch = map[string]struct{}{}
+	for _, i := range owned {
+		s := sessions[i]
+		s.mu.Lock()
+		if s.pending != "" {
+			k.watch[s.pending] = struct{}{}
+		}
+		s.mu.Unlock()
+	}
+	k.pendingAtKill()
+}
+
+func (k *killWatch) pendingAtKill() { k.pending = len(k.watch) }
+
+func (k *killWatch) result() *KillResult {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	r := &KillResult{Worker: k.worker, SessionsOwned: k.owned, Pending: k.pending, Recovered: len(k.takeover)}
+	if k.err != nil {
+		r.Error = k.err.Error()
+	}
+	if len(k.takeover) > 0 {
+		t := slices.Clone(k.takeover)
+		slices.Sort(t)
+		r.P50Ms, r.MaxMs = ms(pct(t, 50)), ms(t[len(t)-1])
+	}
+	return r
+}
+
+// pct returns the p-th percentile of sorted (nearest rank).
+func pct(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := (len(sorted)*p + 99) / 100
+	if i < 1 {
+		i = 1
+	}
+	return sorted[i-1]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

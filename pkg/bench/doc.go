@@ -1,0 +1,38 @@
+// Package bench measures the whole agentbus pipeline the way a chat platform sees it: signed
+// webhook POSTs in, signed callback POSTs out, with every role (ingest, turn worker, tool
+// worker, egress) and an embedded NATS JetStream server in this one process, exactly as
+// `agentbus up` composes them (pkg/app).
+//
+// The model is the faux provider configured through ai.providers (api: faux, responder: demo,
+// latencyMs), so the model costs no CPU beyond streaming its deltas and waits the configured
+// latency before its first event. With Config.Tool every message names the bench_echo tool, a
+// trivial tool added to the tool worker through app.Options.ExtraTools, so every turn is two
+// model calls around one tool call that travels TOOL_CALLS → tool worker → TOOL_RESULTS.
+//
+// What is measured (see Result):
+//   - turns/s: replies received per second of the measured phase;
+//   - latency per message: from just before the webhook POST to the moment the callback
+//     server has read the reply (the first part, when egress splits a long reply). Added
+//     latency subtracts the configured model latency once per model call;
+//   - CPU seconds per turn: getrusage(RUSAGE_SELF) user+system over the measured phase divided
+//     by turns. The load generator and the callback server run in the same process, so this
+//     includes the client side of HTTP too (an upper bound for the pipeline);
+//   - JetStream operations per turn: messages appended to streams (sum of every stream's last
+//     sequence, KV buckets included), JetStream API requests (the server's api.total counter)
+//     and all messages the server received (Varz in_msgs: publishes, acks, pulls, KV gets);
+//   - memory: HeapInuse sampled while turns are in flight, divided by the number in flight at
+//     the sample with the most in flight (and the same over the heap grown since the idle
+//     baseline);
+//   - a raw JetStream async-publish baseline (natsutil.BaselinePublish) on the same server,
+//     so a reader can tell the pipeline's cost from the machine's speed.
+//
+// With Config.Kill two turn-worker replicas share the sessions; when half of the turns are
+// done, the second one is killed (turn.Worker.Kill: no lease release, no acks, as a crashed
+// process). For every session whose lease it held and that had a message waiting for its
+// reply at that moment, the takeover time is the time from the kill to that reply.
+//
+// Load: with Rate 0 the run is a closed loop, each session sends its next message when the
+// previous reply arrived (concurrency = Sessions). With Rate > 0 a pacer hands out send permits
+// at Rate per second to idle sessions; when every session is waiting for a reply the pacer
+// waits too (the achieved rate is reported, never the offered one).
+package bench

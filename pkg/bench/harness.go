@@ -1,0 +1,283 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/app"
+	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/ingest"
+	"github.com/agentbus/agentbus/pkg/tools"
+	"github.com/agentbus/agentbus/pkg/turn"
+	"github.com/agentbus/agentbus/pkg/webhook"
+)
+
+// BotID is the webhook bot the benchmark talks to.
+const BotID = "bench"
+
+// ToolName is the trivial tool every turn calls when Config.Tool is set.
+const ToolName = "bench_echo"
+
+// Options configure a Harness (the process under test).
+type Options struct {
+	// Latency is the model's latency before its first event (whole milliseconds: the faux
+	// provider's options block takes latencyMs).
+	Latency time.Duration
+	// SecondWorker starts a second turn-worker replica (Harness.Second), for the kill scenario.
+	SecondWorker bool
+	// Dir holds the embedded server's store and the data directory; "" = a new temporary
+	// directory removed by Close.
+	Dir string
+	// Log receives the roles' logs (nil: discarded).
+	Log *slog.Logger
+}
+
+// Harness is a running agentbus process (all roles, embedded NATS) plus the benchmark's HTTP
+// client and callback server.
+type Harness struct {
+	Proc   *app.Process
+	Second *turn.Worker // the second turn worker, with Options.SecondWorker
+	opts   Options
+
+	secret  string
+	client  *http.Client
+	cbSrv   *http.Server
+	cbURL   string
+	tmpDir  string
+	runSeq  atomic.Int64
+	waiters sync.Map // message id -> *waiter
+}
+
+// waiter is a message waiting for its reply.
+type waiter struct {
+	ch       chan reply // receives the first reply part
+	wantBody bool
+}
+
+// reply is what the callback server saw.
+type reply struct {
+	at       time.Time
+	usedTool bool // the reply reports the bench tool's result (only with wantBody)
+}
+
+// Start starts the process under test.
+func Start(ctx context.Context, o Options) (_ *Harness, err error) {
+	h := &Harness{opts: o}
+	defer func() {
+		if err != nil {
+			h.Close()
+		}
+	}()
+	dir := o.Dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "agentbus-bench-"); err != nil {
+			return nil, fmt.Errorf("bench: temp dir: %w", err)
+		}
+		h.tmpDir = dir
+	}
+	var key [16]byte
+	_, _ = rand.Read(key[:])
+	h.secret = hex.EncodeToString(key[:])
+	if err := h.startCallbackServer(); err != nil {
+		return nil, err
+	}
+	h.client = &http.Client{
+		Timeout: 30 * time.Second,
+		Transport: &http.Transport{
+			Proxy:               nil,
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        4096,
+			MaxIdleConnsPerHost: 4096,
+			IdleConnTimeout:     90 * time.Second,
+		},
+	}
+	cfg, err := benchConfig(dir, h.secret, h.cbURL, o.Latency)
+	if err != nil {
+		return nil, err
+	}
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	p, err := app.Start(ctx, cfg, app.Options{
+		Roles: app.AllRoles, Out: io.Discard, Log: log, NoProbe: true,
+		ExtraTools: []tools.Tool{echoTool()},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bench: start agentbus: %w", err)
+	}
+	h.Proc = p
+	if o.SecondWorker {
+		if h.Second, err = p.AddTurnWorker(ctx, "bench-second"); err != nil {
+			return nil, fmt.Errorf("bench: second turn worker: %w", err)
+		}
+	}
+	return h, nil
+}
+
+// benchConfig is what `agentbus up` would read from a file: embedded NATS in dir, one webhook
+// bot whose callback is the benchmark's server, one faux provider bound to the zhin agent.
+func benchConfig(dir, secret, callback string, latency time.Duration) (*config.Config, error) {
+	cfg := &config.Config{DataDir: dir}
+	cfg.NATS.Embedded = true
+	cfg.NATS.StoreDir = filepath.Join(dir, "nats")
+	cfg.NATS.Listen = "127.0.0.1:0"
+	cfg.IM.Webhook.Listen = "127.0.0.1:0"
+	cfg.IM.Webhook.Bots = []config.WebhookBot{{ID: BotID, Secret: secret, Callback: callback}}
+	cfg.AI.Providers = map[string]config.Provider{"bench": {
+		API: "faux", ContextWindow: 128000, MaxTokens: 4096,
+		Models:  []config.ModelEntry{{ID: "bench", Name: "benchmark model"}},
+		Options: map[string]any{"responder": "demo", "latencyMs": latency.Milliseconds()},
+	}}
+	cfg.AI.Agents = map[string]config.AgentBinding{"zhin": {Provider: "bench", Model: "bench"}}
+	cfg.Log.Level = "error"
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("bench: config: %w", err)
+	}
+	return cfg, nil
+}
+
+// echoTool returns its text argument: the cheapest tool that still makes the full round trip
+// through TOOL_CALLS, a tool worker and TOOL_RESULTS.
+func echoTool() tools.Tool {
+	return tools.Tool{
+		Name:        ToolName,
+		Description: "Echoes text back (benchmark tool).",
+		Parameters:  json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`),
+		Idempotent:  true,
+		Source:      "bench",
+		Execute: func(_ context.Context, call tools.Call) (tools.Result, error) {
+			s, _ := call.Args["text"].(string)
+			return tools.TextResult(s), nil
+		},
+	}
+}
+
+func (h *Harness) startCallbackServer() error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("bench: callback listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /callback", h.onCallback)
+	h.cbSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	h.cbURL = "http://" + ln.Addr().String() + "/callback"
+	go func() { _ = h.cbSrv.Serve(ln) }()
+	return nil
+}
+
+// onCallback records the arrival of a reply. Signatures are not checked: egress signs every
+// part (that cost is in the figures), checking it would only add client-side CPU.
+func (h *Harness) onCallback(w http.ResponseWriter, r *http.Request) {
+	var out struct {
+		ReplyTo string `json:"replyTo"`
+	}
+	body, err := io.ReadAll(r.Body)
+	now := time.Now()
+	if err != nil || json.Unmarshal(body, &out) != nil {
+		http.Error(w, "bad body", http.StatusBadRequest)
+		return
+	}
+	if v, ok := h.waiters.LoadAndDelete(out.ReplyTo); ok {
+		wt := v.(*waiter)
+		rp := reply{at: now}
+		if wt.wantBody {
+			rp.usedTool = bytes.Contains(body, []byte("The "+ToolName+" tool returned"))
+		}
+		wt.ch <- rp
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// expect registers a waiter for message id before it is sent.
+func (h *Harness) expect(id string) *waiter {
+	wt := &waiter{ch: make(chan reply, 1)}
+	h.waiters.Store(id, wt)
+	return wt
+}
+
+// expectBody is expect for a reply whose content is looked at.
+func (h *Harness) expectBody(id string) *waiter {
+	wt := &waiter{ch: make(chan reply, 1), wantBody: true}
+	h.waiters.Store(id, wt)
+	return wt
+}
+
+func (h *Harness) forget(id string) { h.waiters.Delete(id) }
+
+// send POSTs one signed text message from user u<session> in private scene s<session>.
+func (h *Harness) send(ctx context.Context, id string, session int, text string) error {
+	scene := "s" + strconv.Itoa(session)
+	msg := webhook.Inbound{
+		ID:      id,
+		Scene:   webhook.Scene{Type: "private", ID: scene},
+		Sender:  webhook.Sender{ID: "u" + strconv.Itoa(session), Name: "Bench " + strconv.Itoa(session)},
+		Content: []webhook.Segment{{Type: "text", Data: map[string]any{"text": text}}},
+		Time:    time.Now().UnixMilli(),
+	}
+	body, err := json.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.Proc.WebhookURL+"/webhook/"+BotID, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(webhook.SignatureHeader, webhook.Sign(h.secret, body))
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("post %s: %w", id, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("post %s: %w: status %d", id, errRejected, resp.StatusCode)
+	}
+	return nil
+}
+
+var errRejected = errors.New("webhook rejected the message")
+
+// sessionKey is the key ingest derives for session i.
+func sessionKey(i int) events.SessionKey {
+	return events.SessionKey{Platform: ingest.PlatformWebhook, Bot: BotID, Scope: "private", Scene: "s" + strconv.Itoa(i)}
+}
+
+// Close stops the process and removes the temporary directory.
+func (h *Harness) Close() {
+	if h.Proc != nil {
+		h.Proc.Stop()
+		h.Proc = nil
+	}
+	if h.cbSrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = h.cbSrv.Shutdown(sctx)
+		cancel()
+		h.cbSrv = nil
+	}
+	if h.client != nil {
+		h.client.CloseIdleConnections()
+	}
+	if h.tmpDir != "" {
+		_ = os.RemoveAll(h.tmpDir)
+		h.tmpDir = ""
+	}
+}

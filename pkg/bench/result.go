@@ -1,0 +1,117 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+)
+
+// Result holds the figures of one run. Times are in milliseconds, memory in KiB or MiB, as the
+// field names say.
+type Result struct {
+	Sessions       int     `json:"sessions"`
+	Messages       int     `json:"messagesPerSession"`
+	Tool           bool    `json:"toolCallPerTurn"`
+	ModelLatencyMs float64 `json:"modelLatencyMs"`
+	OfferedRate    float64 `json:"offeredTurnsPerSec,omitempty"`
+
+	Turns       int     `json:"turns"`  // replies received
+	Failed      int     `json:"failed"` // webhook POSTs not accepted
+	Lost        int     `json:"lost"`   // accepted messages without a reply within ReplyTimeout
+	Seconds     float64 `json:"seconds"`
+	TurnsPerSec float64 `json:"turnsPerSec"`
+
+	P50Ms      float64 `json:"p50Ms"`
+	P90Ms      float64 `json:"p90Ms"`
+	P99Ms      float64 `json:"p99Ms"`
+	MaxMs      float64 `json:"maxMs"`
+	AddedP50Ms float64 `json:"addedP50Ms"` // minus the model latency of every model call
+	AddedP99Ms float64 `json:"addedP99Ms"`
+
+	CPUSecondsPerTurn float64 `json:"cpuSecondsPerTurn"`
+	CPUCores          float64 `json:"cpuCores"` // CPU seconds per wall second
+
+	StreamMsgsPerTurn float64 `json:"streamMsgsPerTurn"` // messages appended to streams (KV included)
+	JSAPIPerTurn      float64 `json:"jsApiPerTurn"`      // JetStream API requests
+	NATSInMsgsPerTurn float64 `json:"natsInMsgsPerTurn"` // every message the server received
+
+	PeakInFlight             int     `json:"peakInFlight"`
+	HeapIdleMiB              float64 `json:"heapIdleMiB"`
+	HeapAtPeakMiB            float64 `json:"heapAtPeakMiB"`
+	HeapPerInFlightKiB       float64 `json:"heapPerInFlightKiB"`       // HeapInuse / in flight
+	HeapGrowthPerInFlightKiB float64 `json:"heapGrowthPerInFlightKiB"` // (HeapInuse - idle) / in flight
+
+	Baseline *Baseline   `json:"baseline,omitempty"`
+	Kill     *KillResult `json:"kill,omitempty"`
+
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	NumCPU     int    `json:"numCPU"`
+	LoadAvg    string `json:"loadAvg,omitempty"` // 1, 5, 15 minute load averages at the start
+
+	env env
+}
+
+// Baseline is the raw JetStream async-publish rate on the same server.
+type Baseline struct {
+	Messages   int     `json:"messages"`
+	Size       int     `json:"size"`
+	MsgsPerSec float64 `json:"msgsPerSec"`
+}
+
+// KillResult is the takeover after the second turn worker was killed.
+type KillResult struct {
+	Worker        string  `json:"worker"`
+	SessionsOwned int     `json:"sessionsOwned"` // sessions whose lease it held at the kill
+	Pending       int     `json:"pending"`       // of those, sessions with a message waiting for its reply
+	Recovered     int     `json:"recovered"`     // of those, replied to after the kill
+	P50Ms         float64 `json:"takeoverP50Ms"` // kill → reply
+	MaxMs         float64 `json:"takeoverMaxMs"`
+	Error         string  `json:"error,omitempty"`
+}
+
+// WriteText prints the figures for people.
+func (r *Result) WriteText(w io.Writer) {
+	tool := "no tool call"
+	if r.Tool {
+		tool = "one tool call per turn"
+	}
+	load := "closed loop"
+	if r.OfferedRate > 0 {
+		load = fmt.Sprintf("offered %.0f turns/s", r.OfferedRate)
+	}
+	fmt.Fprintf(w, "agentbus bench: %d sessions × %d messages, model latency %s ms, %s, %s\n",
+		r.Sessions, r.Messages, num(r.ModelLatencyMs), tool, load)
+	fmt.Fprintf(w, "  machine:        GOMAXPROCS %d, %d CPUs, load average %s\n", r.GOMAXPROCS, r.NumCPU, r.LoadAvg)
+	fmt.Fprintf(w, "  turns:          %d replied, %d rejected, %d lost, in %.2f s\n", r.Turns, r.Failed, r.Lost, r.Seconds)
+	fmt.Fprintf(w, "  throughput:     %.0f turns/s\n", r.TurnsPerSec)
+	fmt.Fprintf(w, "  latency:        p50 %s ms, p90 %s ms, p99 %s ms, max %s ms (webhook POST → callback)\n",
+		num(r.P50Ms), num(r.P90Ms), num(r.P99Ms), num(r.MaxMs))
+	fmt.Fprintf(w, "  added latency:  p50 %s ms, p99 %s ms (minus the model's latency)\n", num(r.AddedP50Ms), num(r.AddedP99Ms))
+	fmt.Fprintf(w, "  CPU:            %.3f ms per turn, %.2f cores busy (load generator included)\n",
+		r.CPUSecondsPerTurn*1000, r.CPUCores)
+	fmt.Fprintf(w, "  JetStream:      %.1f stream appends, %.1f API requests, %.1f server messages in, per turn\n",
+		r.StreamMsgsPerTurn, r.JSAPIPerTurn, r.NATSInMsgsPerTurn)
+	fmt.Fprintf(w, "  memory:         %.0f KiB heap per in-flight turn (%.0f KiB grown since idle) at %d in flight; heap %.1f MiB, idle %.1f MiB\n",
+		r.HeapPerInFlightKiB, r.HeapGrowthPerInFlightKiB, r.PeakInFlight, r.HeapAtPeakMiB, r.HeapIdleMiB)
+	if b := r.Baseline; b != nil {
+		fmt.Fprintf(w, "  baseline:       %.0f msgs/s raw JetStream async publish (%d × %d B, same server)\n", b.MsgsPerSec, b.Messages, b.Size)
+	}
+	if k := r.Kill; k != nil {
+		fmt.Fprintf(w, "  kill:           %s held %d sessions, %d with a pending message; %d taken over, kill → reply p50 %s ms, max %s ms\n",
+			k.Worker, k.SessionsOwned, k.Pending, k.Recovered, num(k.P50Ms), num(k.MaxMs))
+		if k.Error != "" {
+			fmt.Fprintf(w, "  kill error:     %s\n", k.Error)
+		}
+	}
+}
+
+// num formats milliseconds with a precision that suits their size.
+func num(v float64) string {
+	switch {
+	case v >= 100 || v <= -100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10 || v <= -10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}

@@ -1,0 +1,66 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// jsCounters are the embedded server's cumulative counters.
+type jsCounters struct {
+	streamMsgs uint64 // sum of every stream's last sequence: messages ever appended
+	apiTotal   uint64 // JetStream API requests served
+	inMsgs     uint64 // every message the server received (publishes, acks, pulls, gets)
+}
+
+func (a jsCounters) sub(b jsCounters) jsCounters {
+	return jsCounters{a.streamMsgs - b.streamMsgs, a.apiTotal - b.apiTotal, a.inMsgs - b.inMsgs}
+}
+
+// jsCounters reads the counters from the server itself (monitoring calls, not JetStream API
+// requests, so reading them does not change them).
+func (h *Harness) jsCounters() (jsCounters, error) {
+	if h.Proc.Embedded == nil {
+		return jsCounters{}, fmt.Errorf("bench: needs the embedded server")
+	}
+	srv := h.Proc.Embedded.Server()
+	jsz, err := srv.Jsz(&server.JSzOptions{Accounts: true, Streams: true, Limit: 1 << 16})
+	if err != nil {
+		return jsCounters{}, fmt.Errorf("bench: jsz: %w", err)
+	}
+	var c jsCounters
+	c.apiTotal = jsz.API.Total
+	for _, a := range jsz.AccountDetails {
+		for _, s := range a.Streams {
+			if strings.HasPrefix(s.Name, "BASELINE_") {
+				continue
+			}
+			c.streamMsgs += s.State.LastSeq
+		}
+	}
+	vz, err := srv.Varz(nil)
+	if err != nil {
+		return jsCounters{}, fmt.Errorf("bench: varz: %w", err)
+	}
+	c.inMsgs = uint64(vz.InMsgs)
+	return c, nil
+}
+
+// env describes the machine the figures came from.
+type env struct {
+	gomaxprocs, numCPU int
+	load               string
+}
+
+func environment() env {
+	e := env{gomaxprocs: runtime.GOMAXPROCS(0), numCPU: runtime.NumCPU()}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) >= 3 {
+			e.load = strings.Join(f[:3], " ")
+		}
+	}
+	return e
+}
