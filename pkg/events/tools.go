@@ -130,6 +130,9 @@ type ToolEntry struct {
 	Roles     []string `json:"roles,omitempty"`
 	// Idempotent says a retried call is safe.
 	Idempotent bool `json:"idempotent,omitempty"`
+	// PreExecutable tools run (without arguments) before a turn; their output goes into the
+	// system prompt.
+	PreExecutable bool `json:"preExecutable,omitempty"`
 	// TimeoutMs is the tool's own execution limit (0 = the worker default).
 	TimeoutMs int64 `json:"timeoutMs,omitempty"`
 	// Workers lists the worker ids serving it; UpdatedAt is when the entry was last refreshed (Unix ms).

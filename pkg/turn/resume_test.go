@@ -117,3 +117,21 @@ func TestCrashAfterToolCallResumesOnOtherWorker(t *testing.T) {
 		t.Fatal(got)
 	}
 }
+
+func TestPreExecutableToolGoesIntoPrompt(t *testing.T) {
+	var prompt atomic.Value
+	h := newHarness(t, nil, faux.WithResponder(func(c *llm.Context) faux.Response {
+		prompt.Store(c.SystemPrompt)
+		return faux.Response{Text: "ok"}
+	}))
+	h.startTools(tools.MustRaw("weather_now", "current weather", nil, func(ctx context.Context, c tools.Call) (tools.Result, error) {
+		return tools.TextResult("sunny, 21°C"), nil
+	}, tools.PreExecutable(), tools.Idempotent()))
+	w := h.worker("w1")
+	h.waitTools(w, 1)
+	h.send(sk, "m1", "hello")
+	h.replies(sk, 1)
+	if p, _ := prompt.Load().(string); !strings.Contains(p, "weather_now: sunny, 21°C") {
+		t.Fatalf("system prompt lacks the pre-executed result:\n%s", p)
+	}
+}

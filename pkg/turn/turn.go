@@ -276,6 +276,9 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 		return nil, nil, err
 	}
 	tools, skillText := w.selectTools(t.msg, t.input)
+	if pre := t.preExecute(ctx); pre != "" {
+		skillText += "\n## Pre-executed tool results\n" + pre
+	}
 	ac := &loop.AgentContext{
 		SystemPrompt: w.systemPrompt(ctx, t.msg, t.model, tools, skillText),
 		Messages:     loaded.Messages,
@@ -313,6 +316,42 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 	}
 	_ = a
 	return lastAssistant(out), out, err
+}
+
+// preExecute runs the permitted preExecutable tools in parallel before the loop (seed:
+// pre-exec results go into the prompt of the same agentLoop) within ai.agent.preExecTimeout.
+// Their bus call ids are turn-scoped, so a resumed turn reads the same results back.
+func (t *turnRun) preExecute(ctx context.Context) string {
+	var pre []events.ToolEntry
+	for _, e := range t.a.w.tools.For(t.msg) {
+		if e.PreExecutable {
+			pre = append(pre, e)
+		}
+	}
+	if len(pre) == 0 {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(t.a.w.opts.AI.Agent.PreExecTimeoutMs)*time.Millisecond)
+	defer cancel()
+	out := make([]string, len(pre))
+	var wg sync.WaitGroup
+	for i, e := range pre {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := (&busExecutor{w: t.a.w, t: t}).Execute(ctx, loop.ToolCallRequest{ID: "pre-" + e.Name, Name: e.Name, Args: map[string]any{}})
+			switch {
+			case err != nil:
+				out[i] = "- " + e.Name + ": (unavailable: " + err.Error() + ")"
+			case res.IsError:
+				out[i] = "- " + e.Name + ": (error) " + llm.TextContentOf(res.Content)
+			default:
+				out[i] = "- " + e.Name + ": " + llm.TextContentOf(res.Content)
+			}
+		}()
+	}
+	wg.Wait()
+	return strings.Join(out, "\n")
 }
 
 // resumeLoop continues a turn from its persisted messages: tool calls without a result are
