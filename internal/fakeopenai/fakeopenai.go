@@ -119,6 +119,9 @@ type Reply struct {
 	ToolCalls []ToolCall
 	// Latency is waited before the first chunk; a client that goes away meanwhile gets nothing.
 	Latency time.Duration
+	// Until, when set, ends the Latency wait early once it is closed (e.g. Arrived(2): "answer
+	// as soon as a second request is in", which shows two requests overlapping).
+	Until <-chan struct{}
 	// Status, when not 0 or 200, answers with that HTTP status and an OpenAI error body.
 	Status int
 	// Chunks splits Text into this many deltas (default 2 when the text is long enough).
@@ -141,11 +144,12 @@ type Server struct {
 	inFlight int
 	maxIn    int
 	changed  chan struct{} // closed and replaced whenever a request arrives or ends
+	done     chan struct{} // closed when the test ends
 }
 
 // New starts a server answering with script; it is closed when the test ends.
 func New(t testing.TB, script Script) *Server {
-	s := &Server{script: script, changed: make(chan struct{})}
+	s := &Server{script: script, changed: make(chan struct{}), done: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.chat)
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
@@ -153,7 +157,10 @@ func New(t testing.TB, script Script) *Server {
 		_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"m1","object":"model","owned_by":"fake"}]}`)
 	})
 	s.Server = httptest.NewServer(mux)
-	t.Cleanup(s.Close)
+	t.Cleanup(func() {
+		close(s.done)
+		s.Close()
+	})
 	return s
 }
 
@@ -197,9 +204,21 @@ func (s *Server) WaitRequests(ctx context.Context, n int) ([]Request, error) {
 		select {
 		case <-ctx.Done():
 			return s.Requests(), fmt.Errorf("fakeopenai: %d requests arrived, want %d: %w", got, n, ctx.Err())
+		case <-s.done:
+			return s.Requests(), fmt.Errorf("fakeopenai: server closed with %d requests, want %d", got, n)
 		case <-ch:
 		}
 	}
+}
+
+// Arrived returns a channel that is closed once at least n requests have arrived.
+func (s *Server) Arrived(n int) <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		_, _ = s.WaitRequests(context.Background(), n)
+	}()
+	return ch
 }
 
 func (s *Server) notifyLocked() {
@@ -308,6 +327,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 			aborted = true
 			return
 		case <-time.After(reply.Latency):
+		case <-reply.Until:
 		}
 	}
 	if reply.Status != 0 && reply.Status != http.StatusOK {

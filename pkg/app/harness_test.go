@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -172,14 +173,16 @@ func (m msg) key() events.SessionKey {
 	return events.SessionKey{Platform: "webhook", Bot: botID, Scope: m.scene, Scene: m.sceneID}
 }
 
-// post sends a signed message and fails the test unless it is accepted (202).
-func (pl *pipeline) post(m msg) {
+// post sends a signed message, fails the test unless it is accepted (202) and returns the
+// response body.
+func (pl *pipeline) post(m msg) string {
 	pl.t.Helper()
 	b := m.body()
 	code, body := pl.postRaw(botID, b, webhook.Sign(botSecret, b))
 	if code != http.StatusAccepted {
 		pl.t.Fatalf("POST %s: %d %s", m.id, code, body)
 	}
+	return body
 }
 
 // postRaw sends body to /webhook/{bot} with the given signature header ("" = none).
@@ -210,6 +213,34 @@ func (pl *pipeline) replies(n int) []reply {
 		pl.t.Fatalf("%v; replies: %s", err, fmtReplies(got))
 	}
 	return got
+}
+
+// repliesIn waits until n replies in the scene sceneID have reached the callback.
+func (pl *pipeline) repliesIn(sceneID string, n int) []reply {
+	pl.t.Helper()
+	got, err := pl.cb.waitFor(n, 15*time.Second, func(r reply) bool { return r.Scene.ID == sceneID })
+	if err != nil {
+		pl.t.Fatalf("scene %s: %v; replies: %s", sceneID, err, fmtReplies(pl.cb.all()))
+	}
+	return got
+}
+
+// waitToolsServed asks /health (through the whole pipeline, in the private chat of a probe
+// user) until the turn worker sees at least one tool served.
+func (pl *pipeline) waitToolsServed() {
+	pl.t.Helper()
+	served := regexp.MustCompile(`(\d+) tools served`)
+	for i := 1; ; i++ {
+		pl.post(private(fmt.Sprintf("probe-%d", i), "probe", "/health"))
+		got := pl.repliesIn("probe", i)
+		if m := served.FindStringSubmatch(got[i-1].Text()); m != nil && m[1] != "0" {
+			return
+		}
+		if i == 50 {
+			pl.t.Fatalf("no tools served after %d /health probes: %q", i, got[i-1].Text())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // settle waits a little and fails if more than n replies arrived (a duplicate or an unwanted
@@ -331,10 +362,21 @@ func (c *callback) all() []reply {
 }
 
 func (c *callback) wait(n int, timeout time.Duration) ([]reply, error) {
+	return c.waitFor(n, timeout, nil)
+}
+
+// waitFor waits until n replies that keep (nil: all) has reached the callback.
+func (c *callback) waitFor(n int, timeout time.Duration, keep func(reply) bool) ([]reply, error) {
 	deadline := time.After(timeout)
 	for {
 		c.mu.Lock()
-		got, ch := append([]reply(nil), c.got...), c.changed
+		var got []reply
+		for _, r := range c.got {
+			if keep == nil || keep(r) {
+				got = append(got, r)
+			}
+		}
+		ch := c.changed
 		c.mu.Unlock()
 		if len(got) >= n {
 			return got, nil
