@@ -19,6 +19,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/tools/builtin"
 	"github.com/agentbus/agentbus/pkg/tools/filetool"
 	"github.com/agentbus/agentbus/pkg/toolworker"
+	"github.com/agentbus/agentbus/pkg/turn"
 	"net/http"
 )
 
@@ -56,7 +57,8 @@ func (p *Process) ToolSet(ctx context.Context, cfg *config.Config, log *slog.Log
 	if err != nil {
 		return nil, err
 	}
-	all = append(all, toolworker.UserProfileTool(profiles), toolworker.ChatHistoryTool(toolworker.NATSHistory{NC: p.NC}))
+	all = append(all, toolworker.UserProfileTool(profiles), toolworker.ChatHistoryTool(toolworker.NATSHistory{NC: p.NC}),
+		turn.SpawnTaskTool(p.JS))
 	media, err := p.JS.ObjectStore(ctx, events.ObjectMedia)
 	if err != nil {
 		return nil, fmt.Errorf("open media store: %w", err)

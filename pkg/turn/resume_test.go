@@ -135,3 +135,42 @@ func TestPreExecutableToolGoesIntoPrompt(t *testing.T) {
 		t.Fatalf("system prompt lacks the pre-executed result:\n%s", p)
 	}
 }
+
+// spawn_task hands work to a subagent; its result comes back into the chat as a new turn, and
+// the subagent's tools run on tool workers like the main conversation's.
+func TestSubagentResultReturnsToChat(t *testing.T) {
+	h := newHarness(t, nil, faux.WithResponder(func(c *llm.Context) faux.Response {
+		last := c.Messages[len(c.Messages)-1]
+		text := last.TextContent()
+		switch {
+		case strings.Contains(c.SystemPrompt, "background worker") && last.Role == llm.RoleUser:
+			return faux.Response{ToolCalls: []llm.Content{llm.ToolCall("s1", "echo", map[string]any{"text": "sub"})}}
+		case strings.Contains(c.SystemPrompt, "background worker"):
+			return faux.Response{Text: "subagent report: " + text}
+		case last.Role == llm.RoleUser && strings.Contains(text, "background task"):
+			return faux.Response{Text: "the background task finished: " + text}
+		case last.Role == llm.RoleUser:
+			return faux.Response{ToolCalls: []llm.Content{llm.ToolCall("c1", "spawn_task", map[string]any{"task": "investigate"})}}
+		}
+		return faux.Response{Text: "started it"}
+	}))
+	var runs atomic.Int32
+	h.startTools(
+		tools.MustNew("echo", "echoes", func(ctx context.Context, c tools.Call, a echoArgs) (tools.Result, error) {
+			runs.Add(1)
+			return tools.TextResult("pong:" + a.Text), nil
+		}, tools.Idempotent()),
+		SpawnTaskTool(h.ns.JS),
+	)
+	h.cfg.AI.Agent.SubagentTools = []string{"echo"}
+	w := h.worker("w1")
+	h.waitTools(w, 2)
+	h.send(sk, "m1", "please research this in the background")
+	got := h.replies(sk, 2)
+	if got[0] != "started it" || !strings.Contains(got[1], "subagent report: pong:sub") {
+		t.Fatalf("replies = %q", got)
+	}
+	if runs.Load() != 1 {
+		t.Errorf("subagent tool ran %d times", runs.Load())
+	}
+}

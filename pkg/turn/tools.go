@@ -131,8 +131,25 @@ func (w *Worker) agentTools(entries []events.ToolEntry, t *turnRun) []loop.Agent
 // the call id) and the result is read from TOOL_RESULTS, where it may already be if this is a
 // resumed turn.
 type busExecutor struct {
-	w *Worker
-	t *turnRun
+	w     *Worker
+	scope callScope
+}
+
+// callScope is who a tool call is made for: the session answering it, the turn (or task)
+// that scopes its ids, and the caller the tool worker gates on.
+type callScope struct {
+	sk     events.SessionKey
+	turn   string
+	sid    string
+	trace  string
+	caller events.Caller
+}
+
+// executor returns the bus executor of a turn.
+func (t *turnRun) executor() *busExecutor {
+	m := t.msg
+	return &busExecutor{w: t.a.w, scope: callScope{sk: t.a.sk, turn: t.id, sid: t.sid.String(), trace: t.trace,
+		caller: events.Caller{Platform: m.Platform, Bot: m.Bot, Scope: t.a.sk.Scope, SenderID: m.Sender.ID, Roles: m.Sender.Roles}}}
 }
 
 // ErrToolTimeout is the error result of a call no tool worker answered in time.
@@ -142,9 +159,9 @@ var ErrToolTimeout = errors.New("tool call timed out")
 // (and small local servers) reuse ids like "call_0" across turns, and the bus keys results by
 // id, so a bare model id could pick up another turn's result.
 func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (loop.ToolResult, error) {
-	w, t := x.w, x.t
-	busID := t.id + "-" + call.ID
-	subj := events.ToolResultSubject(t.a.sk, busID)
+	w, sc := x.w, x.scope
+	busID := sc.turn + "-" + call.ID
+	subj := events.ToolResultSubject(sc.sk, busID)
 	sub, err := w.nc.SubscribeSync(subj)
 	if err != nil {
 		return loop.ToolResult{}, fmt.Errorf("subscribe %s: %w", subj, err)
@@ -159,15 +176,15 @@ func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (l
 		timeout = time.Duration(entry.TimeoutMs) * time.Millisecond
 	}
 	tc := events.ToolCall{
-		CallID: busID, Tool: call.Name, Args: call.Args, SessionKey: t.a.sk, Turn: t.id,
-		Caller:     events.Caller{Platform: t.msg.Platform, Bot: t.msg.Bot, Scope: t.a.sk.Scope, SenderID: t.msg.Sender.ID, Roles: t.msg.Sender.Roles},
+		CallID: busID, Tool: call.Name, Args: call.Args, SessionKey: sc.sk, Turn: sc.turn,
+		Caller:     sc.caller,
 		Deadline:   time.Now().Add(timeout).UnixMilli(),
 		Idempotent: entry.Idempotent,
 	}
 	if tc.Args == nil {
 		tc.Args = map[string]any{}
 	}
-	ev := events.New(tc, events.WithSession(t.sid.String()), events.WithTurn(t.id), events.WithTrace(t.trace))
+	ev := events.New(tc, events.WithSession(sc.sid), events.WithTurn(sc.turn), events.WithTrace(sc.trace))
 	m, err := events.NewMsg(events.ToolCallSubject(call.Name), ev)
 	if err != nil {
 		return loop.ToolResult{}, err

@@ -293,7 +293,7 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 		StreamFn:      w.opts.StreamFn,
 		GetAPIKey:     w.opts.Models.APIKey,
 		ToolExecution: loop.ToolExecutionMode(agentCfg.ToolExecution),
-		Executor:      &busExecutor{w: w, t: t},
+		Executor:      t.executor(),
 		MaxIterations: w.maxIterations(t.model, tools),
 		GetSteeringMessages: func() []llm.Message {
 			return t.drain(&t.steerQ, agentCfg.SteeringMode)
@@ -339,7 +339,7 @@ func (t *turnRun) preExecute(ctx context.Context) string {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := (&busExecutor{w: t.a.w, t: t}).Execute(ctx, loop.ToolCallRequest{ID: "pre-" + e.Name, Name: e.Name, Args: map[string]any{}})
+			res, err := t.executor().Execute(ctx, loop.ToolCallRequest{ID: "pre-" + e.Name, Name: e.Name, Args: map[string]any{}})
 			switch {
 			case err != nil:
 				out[i] = "- " + e.Name + ": (unavailable: " + err.Error() + ")"
@@ -378,7 +378,7 @@ func (t *turnRun) resumeLoop(ctx context.Context, ac *loop.AgentContext, cfg *lo
 			if have[c.ID] {
 				continue
 			}
-			res, err := (&busExecutor{w: t.a.w, t: t}).Execute(ctx, loop.ToolCallRequest{ID: c.ID, Name: c.Name, Args: c.Arguments, OnUpdate: func(loop.ToolResult) {}})
+			res, err := t.executor().Execute(ctx, loop.ToolCallRequest{ID: c.ID, Name: c.Name, Args: c.Arguments, OnUpdate: func(loop.ToolResult) {}})
 			if err != nil {
 				res = loop.ErrorResult(err.Error())
 			}

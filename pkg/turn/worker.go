@@ -179,7 +179,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("consume %s: %w", ConsumerName, err)
 	}
 	w.tools.Start(w.ctx)
-	return nil
+	return w.startSubagents(ctx)
 }
 
 // Stop stops consuming, aborts running turns and releases the leases it holds. Turns that were

@@ -1,0 +1,197 @@
+package turn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/loop"
+	"github.com/agentbus/agentbus/pkg/tools"
+)
+
+// SubagentConsumer is the durable consumer of TASKS task.subagent.> shared by turn workers.
+const SubagentConsumer = "subagents"
+
+// SubagentTools are what a subagent may use (seed: 受限工具集), plus ai.agent.subagentTools.
+var SubagentTools = []string{"read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "bash", "web_search", "web_fetch"}
+
+// startSubagents runs background tasks from TASKS: each is a standalone agent loop with the
+// restricted tool set, whose tools run on tool workers under the parent's caller (so the exec
+// policy, file policy and role gating are the same as in the main conversation). The result
+// goes to the parent session's inbox as subagent_result and starts a turn there.
+//
+// A task is acked when its result is in the inbox; a worker that dies mid-task leaves it to be
+// redelivered and run again from the start (a subagent's own steps are not resumable).
+func (w *Worker) startSubagents(ctx context.Context) error {
+	cons, err := w.js.CreateOrUpdateConsumer(ctx, events.StreamTasks, jetstream.ConsumerConfig{
+		Durable: SubagentConsumer, FilterSubject: events.PrefixTask + "." + events.TaskKindSubagent + ".>",
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 3, MaxAckPending: 64,
+	})
+	if err != nil {
+		return fmt.Errorf("create consumer %s: %w", SubagentConsumer, err)
+	}
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			w.runSubagent(msg)
+		}()
+	}, jetstream.PullMaxMessages(8))
+	if err != nil {
+		return err
+	}
+	go func() {
+		<-w.ctx.Done()
+		cc.Stop()
+	}()
+	return nil
+}
+
+func (w *Worker) runSubagent(msg jetstream.Msg) {
+	var ev events.Event[events.SubagentTask]
+	if err := events.Unmarshal(msg.Data(), &ev); err != nil {
+		meta, _ := msg.Metadata()
+		var seq uint64
+		if meta != nil {
+			seq = meta.Sequence.Stream
+		}
+		w.deadLetter(msg.Subject(), seq, msg.Data(), msg.Headers(), "invalid_task", err)
+		_ = msg.Term()
+		return
+	}
+	task := ev.Data
+	stop := keepInProgress(msg, 10*time.Second)
+	defer stop()
+	ctx := w.ctx
+	if task.Deadline > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, time.UnixMilli(task.Deadline))
+		defer cancel()
+	}
+	text, isErr := w.subagentLoop(ctx, task, ev.Trace)
+	if w.ctx.Err() != nil {
+		return // stopping: the task is redelivered to another worker
+	}
+	res := events.SubagentResult{TaskID: task.TaskID, ParentTurn: task.ParentTurn, ToolCallID: task.ToolCallID,
+		Content: []llm.Content{llm.Text(text)}, IsError: isErr}
+	out := events.New(res, events.WithSession(task.Parent.String()), events.WithTrace(ev.Trace), events.WithID("subagent-result-"+task.TaskID))
+	m, err := events.NewMsg(events.AgentInSubject(task.Parent), out)
+	if err == nil {
+		_, err = w.js.PublishMsg(w.ctx, m)
+	}
+	if err != nil {
+		w.log.Error("subagent result not delivered", "task", task.TaskID, "err", err)
+		_ = msg.NakWithDelay(5 * time.Second)
+		return
+	}
+	_ = msg.Ack()
+}
+
+// subagentLoop runs the task and returns its final text.
+func (w *Worker) subagentLoop(ctx context.Context, task events.SubagentTask, trace string) (string, bool) {
+	model, err := w.defaultModel()
+	if task.Model != "" {
+		for _, alias := range w.opts.Models.Aliases() {
+			if m, e := w.opts.Models.GetModel(alias, task.Model); e == nil {
+				model, err = m, nil
+				break
+			}
+		}
+	}
+	if err != nil {
+		return "subagent has no model: " + err.Error(), true
+	}
+	allowed := task.Tools
+	if len(allowed) == 0 {
+		allowed = append(slices.Clone(SubagentTools), w.opts.AI.Agent.SubagentTools...)
+	}
+	caller := events.IMMessage{Platform: task.Caller.Platform, Bot: task.Caller.Bot,
+		Scene: events.Scene{Type: task.Caller.Scope, ID: task.Parent.Scene}, Sender: events.Sender{ID: task.Caller.SenderID, Roles: task.Caller.Roles}}
+	var offered []loop.AgentTool
+	for _, e := range w.tools.For(caller) {
+		if slices.Contains(allowed, e.Name) {
+			offered = append(offered, loop.AgentTool{Tool: llm.Tool{Name: e.Name, Description: e.Description, Parameters: e.Parameters}})
+		}
+	}
+	maxIter := task.MaxIterations
+	if maxIter <= 0 {
+		maxIter = w.opts.AI.Agent.MaxSubagentIterations
+	}
+	exec := &busExecutor{w: w, scope: callScope{sk: task.Parent, turn: "task-" + task.TaskID, sid: task.Parent.String(), trace: trace, caller: task.Caller}}
+	ac := &loop.AgentContext{
+		SystemPrompt: "You are a background worker agent. Complete the task with the tools you have, then answer with a concise report of what you did and found. Nobody can answer questions while you work.",
+		Tools:        offered,
+	}
+	cfg := &loop.Config{Model: model, StreamFn: w.opts.StreamFn, GetAPIKey: w.opts.Models.APIKey, Executor: exec,
+		MaxIterations: maxIter, ToolExecution: loop.ToolExecutionMode(w.opts.AI.Agent.ToolExecution)}
+	msgs, err := loop.Run(ctx, []llm.Message{llm.UserText(task.Prompt, time.Now().UnixMilli())}, ac, cfg, func(loop.Event) {})
+	final := lastAssistant(msgs)
+	switch {
+	case err != nil && !errors.Is(err, loop.ErrMaxIterations):
+		return "subagent failed: " + err.Error(), true
+	case final == nil:
+		return "subagent ended without an answer", true
+	case final.StopReason == llm.StopReasonError || final.StopReason == llm.StopReasonAborted:
+		return "subagent failed: " + final.ErrorMessage, true
+	}
+	return final.TextContent(), false
+}
+
+// keepInProgress sends in-progress acks until the returned stop is called.
+func keepInProgress(msg jetstream.Msg, every time.Duration) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// spawnArgs are spawn_task's parameters.
+type spawnArgs struct {
+	Task  string `json:"task" jsonschema:"what the background agent should do, self-contained"`
+	Label string `json:"label,omitempty" jsonschema:"a short name for the task, shown to the user"`
+}
+
+// SpawnTaskTool is spawn_task: it hands a task to a background subagent (TASKS) and returns at
+// once; the result arrives later as a new message in this chat. Served by tool workers.
+func SpawnTaskTool(js jetstream.JetStream) tools.Tool {
+	return tools.MustNew("spawn_task", "Run a longer task in the background with a subagent (files, shell, web). Returns immediately; the result is posted to this chat when done.",
+		func(ctx context.Context, c tools.Call, a spawnArgs) (tools.Result, error) {
+			sk, err := events.ParseSessionKey(c.Env.SessionKey)
+			if err != nil {
+				return tools.ErrorResult("spawn_task needs a chat session: %v", err), nil
+			}
+			if a.Task == "" {
+				return tools.ErrorResult("spawn_task: task is empty"), nil
+			}
+			task := events.SubagentTask{TaskID: events.EncodeToken(c.ID), Parent: sk, ToolCallID: c.ID, Prompt: a.Task,
+				Caller: events.Caller{Platform: c.Env.Platform, Bot: c.Env.BotID, Scope: c.Env.Scope, SenderID: c.Env.SenderID, Roles: c.Env.SenderRoles}}
+			m, err := events.NewMsg(events.TaskSubagentSubject(task.TaskID), events.New(task, events.WithSession(sk.String())))
+			if err != nil {
+				return tools.ErrorResult("spawn_task: %v", err), nil
+			}
+			if _, err := js.PublishMsg(ctx, m); err != nil {
+				return tools.Result{}, fmt.Errorf("spawn_task: queue task: %w", err)
+			}
+			label := a.Label
+			if label == "" {
+				label = task.TaskID
+			}
+			return tools.TextResult("delegated: background task " + label + " started; its result will be posted to this chat when it finishes. Tell the user."), nil
+		})
+}
