@@ -447,8 +447,14 @@ func buildSenders(o Options) map[string]Sender {
 	if client == nil {
 		client = DefaultHTTPClient(o.Concurrency)
 	}
+	wh := NewWebhookSender(client, bots)
+	if o.JS != nil {
+		if media, err := o.JS.ObjectStore(context.Background(), events.ObjectMedia); err == nil {
+			wh.WithMedia(media)
+		}
+	}
 	m := map[string]Sender{
-		PlatformWebhook: NewWebhookSender(client, bots),
+		PlatformWebhook: wh,
 		PlatformConsole: NewConsoleSender(o.NC),
 	}
 	for name, s := range o.Senders {

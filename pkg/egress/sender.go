@@ -15,6 +15,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/webhook"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Sender delivers one outbound part to an IM platform. Egress picks the Sender by
@@ -64,6 +65,13 @@ const (
 type WebhookSender struct {
 	client *http.Client
 	bots   map[string]config.WebhookBot
+	media  jetstream.ObjectStore // inlines media:// images; nil leaves them as references
+}
+
+// WithMedia makes the sender inline images stored in the media object store.
+func (s *WebhookSender) WithMedia(store jetstream.ObjectStore) *WebhookSender {
+	s.media = store
+	return s
 }
 
 // NewWebhookSender returns a sender for bots. client nil means DefaultHTTPClient(16).
@@ -105,12 +113,16 @@ func (s *WebhookSender) Send(ctx context.Context, out events.Outbound) (string, 
 	if bot.Callback == "" {
 		return "", fmt.Errorf("%w: webhook bot %q has no callback URL", ErrUnknownBot, out.Bot)
 	}
+	content, err := inlineMedia(ctx, s.media, out.Content)
+	if err != nil {
+		return "", permanent(ReasonInvalid, err)
+	}
 	body, err := json.Marshal(webhook.Outbound{
 		ID:      out.OutID,
 		ReplyTo: out.ReplyTo,
 		Bot:     out.Bot,
 		Scene:   webhook.Scene{Type: out.Scene.Type, ID: out.Scene.ID},
-		Content: out.Content,
+		Content: content,
 	})
 	if err != nil {
 		return "", permanent(ReasonInvalid, fmt.Errorf("encode webhook body: %w", err))
