@@ -176,6 +176,7 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 		}
 	}
 	cpuBefore := cpuTime()
+	schedBefore := schedHist()
 	start := time.Now()
 
 	var inflight, done, failed, lost atomic.Int64
@@ -295,6 +296,7 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	cpu := cpuTime() - cpuBefore
+	sp50, sp99 := schedPercentiles(schedBefore, schedHist())
 	if wl.CPUProfile != nil {
 		pprof.StopCPUProfile()
 	}
@@ -328,10 +330,15 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 		res.CPUSecondsPerTurn = cpu.Seconds() / float64(turns)
 		d := jsAfter.sub(jsBefore)
 		res.StreamMsgsPerTurn = float64(d.streamMsgs) / float64(turns)
+		res.AppendsPerTurn = map[string]float64{}
+		for name, n := range d.perStream {
+			res.AppendsPerTurn[name] = float64(n) / float64(turns)
+		}
 		res.JSAPIPerTurn = float64(d.apiTotal) / float64(turns)
 		res.NATSInMsgsPerTurn = float64(d.inMsgs) / float64(turns)
 	}
 	res.CPUCores = cpu.Seconds() / elapsed.Seconds()
+	res.SchedP50Ms, res.SchedP99Ms = ms(sp50), ms(sp99)
 	res.HeapIdleMiB = float64(msIdle.HeapInuse) / (1 << 20)
 	if peak.inflight > 0 {
 		res.PeakInFlight = int(peak.inflight)

@@ -3,6 +3,8 @@ package bench
 import (
 	"fmt"
 	"io"
+	"sort"
+	"strings"
 )
 
 // Result holds the figures of one run. Times are in milliseconds, memory in KiB or MiB, as the
@@ -29,9 +31,15 @@ type Result struct {
 
 	CPUSecondsPerTurn float64 `json:"cpuSecondsPerTurn"`
 	CPUCores          float64 `json:"cpuCores"` // CPU seconds per wall second
+	// SchedP50Ms and SchedP99Ms: how long runnable goroutines waited for a CPU (Go's
+	// /sched/latencies). Milliseconds here with few cores busy mean the machine is short of CPU.
+	SchedP50Ms float64 `json:"schedP50Ms"`
+	SchedP99Ms float64 `json:"schedP99Ms"`
 
 	StreamMsgsPerTurn float64 `json:"streamMsgsPerTurn"` // messages appended to streams (KV included)
 	JSAPIPerTurn      float64 `json:"jsApiPerTurn"`      // JetStream API requests
+	// AppendsPerTurn splits StreamMsgsPerTurn by stream (KV buckets are KV_<bucket>).
+	AppendsPerTurn map[string]float64 `json:"appendsPerTurn,omitempty"`
 	NATSInMsgsPerTurn float64 `json:"natsInMsgsPerTurn"` // every message the server received
 
 	PeakInFlight             int     `json:"peakInFlight"`
@@ -88,8 +96,21 @@ func (r *Result) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "  added latency:  p50 %s ms, p99 %s ms (minus the model's latency)\n", num(r.AddedP50Ms), num(r.AddedP99Ms))
 	fmt.Fprintf(w, "  CPU:            %.3f ms per turn, %.2f cores busy (load generator included)\n",
 		r.CPUSecondsPerTurn*1000, r.CPUCores)
+	fmt.Fprintf(w, "  scheduling:     runnable goroutines waited p50 %s ms, p99 %s ms for a CPU\n", num(r.SchedP50Ms), num(r.SchedP99Ms))
 	fmt.Fprintf(w, "  JetStream:      %.1f stream appends, %.1f API requests, %.1f server messages in, per turn\n",
 		r.StreamMsgsPerTurn, r.JSAPIPerTurn, r.NATSInMsgsPerTurn)
+	if len(r.AppendsPerTurn) > 0 {
+		names := make([]string, 0, len(r.AppendsPerTurn))
+		for n := range r.AppendsPerTurn {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		var b strings.Builder
+		for _, n := range names {
+			fmt.Fprintf(&b, " %s %.1f", n, r.AppendsPerTurn[n])
+		}
+		fmt.Fprintf(w, "  appends/turn:  %s\n", b.String())
+	}
 	fmt.Fprintf(w, "  memory:         %.0f KiB heap per in-flight turn (%.0f KiB grown since idle) at %d in flight; heap %.1f MiB, idle %.1f MiB\n",
 		r.HeapPerInFlightKiB, r.HeapGrowthPerInFlightKiB, r.PeakInFlight, r.HeapAtPeakMiB, r.HeapIdleMiB)
 	if b := r.Baseline; b != nil {

@@ -14,10 +14,17 @@ type jsCounters struct {
 	streamMsgs uint64 // sum of every stream's last sequence: messages ever appended
 	apiTotal   uint64 // JetStream API requests served
 	inMsgs     uint64 // every message the server received (publishes, acks, pulls, gets)
+	perStream  map[string]uint64
 }
 
 func (a jsCounters) sub(b jsCounters) jsCounters {
-	return jsCounters{a.streamMsgs - b.streamMsgs, a.apiTotal - b.apiTotal, a.inMsgs - b.inMsgs}
+	d := jsCounters{a.streamMsgs - b.streamMsgs, a.apiTotal - b.apiTotal, a.inMsgs - b.inMsgs, map[string]uint64{}}
+	for name, n := range a.perStream {
+		if n > b.perStream[name] {
+			d.perStream[name] = n - b.perStream[name]
+		}
+	}
+	return d
 }
 
 // jsCounters reads the counters from the server itself (monitoring calls, not JetStream API
@@ -31,7 +38,7 @@ func (h *Harness) jsCounters() (jsCounters, error) {
 	if err != nil {
 		return jsCounters{}, fmt.Errorf("bench: jsz: %w", err)
 	}
-	var c jsCounters
+	c := jsCounters{perStream: map[string]uint64{}}
 	c.apiTotal = jsz.API.Total
 	for _, a := range jsz.AccountDetails {
 		for _, s := range a.Streams {
@@ -39,6 +46,7 @@ func (h *Harness) jsCounters() (jsCounters, error) {
 				continue
 			}
 			c.streamMsgs += s.State.LastSeq
+			c.perStream[s.Name] = s.State.LastSeq
 		}
 	}
 	vz, err := srv.Varz(nil)
