@@ -39,8 +39,8 @@ type Result struct {
 	StreamMsgsPerTurn float64 `json:"streamMsgsPerTurn"` // messages appended to streams (KV included)
 	JSAPIPerTurn      float64 `json:"jsApiPerTurn"`      // JetStream API requests
 	// AppendsPerTurn splits StreamMsgsPerTurn by stream (KV buckets are KV_<bucket>).
-	AppendsPerTurn map[string]float64 `json:"appendsPerTurn,omitempty"`
-	NATSInMsgsPerTurn float64 `json:"natsInMsgsPerTurn"` // every message the server received
+	AppendsPerTurn    map[string]float64 `json:"appendsPerTurn,omitempty"`
+	NATSInMsgsPerTurn float64            `json:"natsInMsgsPerTurn"` // every message the server received
 
 	PeakInFlight             int     `json:"peakInFlight"`
 	HeapIdleMiB              float64 `json:"heapIdleMiB"`
