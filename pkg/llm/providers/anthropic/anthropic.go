@@ -37,6 +37,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/internal/retry"
+	"github.com/agentbus/agentbus/pkg/llm/providers/internal/streambuild"
 )
 
 // DefaultBaseURL is used when the model has no BaseURL.
@@ -60,24 +61,24 @@ func (p *Provider) Stream(ctx context.Context, model *llm.Model, c *llm.Context,
 		opts = &llm.StreamOptions{}
 	}
 	return func(yield func(llm.Event) bool) {
-		b := newBuilder(model, yield)
+		b := streambuild.New(model, yield)
 		key := opts.APIKey
 		if key == "" {
 			key = os.Getenv("ANTHROPIC_API_KEY")
 		}
 		if key == "" {
-			b.fail(ctx, errors.New("anthropic: no API key (set the provider's apiKey or ANTHROPIC_API_KEY)"))
+			b.Fail(ctx, errors.New("anthropic: no API key (set the provider's apiKey or ANTHROPIC_API_KEY)"))
 			return
 		}
 		params, err := buildParams(model, c, opts)
 		if err != nil {
-			b.fail(ctx, fmt.Errorf("anthropic: %w", err))
+			b.Fail(ctx, fmt.Errorf("anthropic: %w", err))
 			return
 		}
 		client := anthropic.NewClient(clientOptions(model, opts, key, p.HTTPClient)...)
 		stream := client.Messages.NewStreaming(ctx, params)
 		defer stream.Close()
-		if !b.start() {
+		if !b.Start() {
 			return
 		}
 		st := &state{b: b, blocks: map[int64]int{}}
@@ -87,19 +88,19 @@ func (p *Provider) Stream(ctx context.Context, model *llm.Model, c *llm.Context,
 			}
 		}
 		if err := stream.Err(); err != nil || ctx.Err() != nil {
-			b.fail(ctx, describeError(err, key))
+			b.Fail(ctx, describeError(err, key))
 			return
 		}
 		if !st.stopped {
-			b.fail(ctx, errors.New("anthropic: stream ended before message_stop"))
+			b.Fail(ctx, errors.New("anthropic: stream ended before message_stop"))
 			return
 		}
 		if st.refusal { // an error event that keeps whatever was said before the refusal
-			b.closeAll()
-			b.fail(ctx, errors.New("anthropic: the model refused to answer (stop_reason refusal)"))
+			b.CloseAll()
+			b.Fail(ctx, errors.New("anthropic: the model refused to answer (stop_reason refusal)"))
 			return
 		}
-		b.finish(st.reason)
+		b.Finish(st.reason)
 	}
 }
 
@@ -132,7 +133,7 @@ func clientOptions(model *llm.Model, opts *llm.StreamOptions, key string, hc *ht
 
 // state follows the SSE events of one response.
 type state struct {
-	b       *builder
+	b       *streambuild.Builder
 	blocks  map[int64]int // Anthropic block index → content index
 	usage   llm.Usage
 	reason  llm.StopReason
@@ -144,13 +145,13 @@ func (s *state) handle(ev anthropic.MessageStreamEventUnion) bool {
 	b := s.b
 	switch ev.Type {
 	case "message_start":
-		b.msg.ResponseID = ev.Message.ID
+		b.Msg.ResponseID = ev.Message.ID
 		u := ev.Message.Usage
 		s.usage = llm.Usage{
 			Input: int(u.InputTokens), Output: int(u.OutputTokens),
 			CacheRead: int(u.CacheReadInputTokens), CacheWrite: int(u.CacheCreationInputTokens),
 		}
-		b.usage(s.usage)
+		b.Usage(s.usage)
 	case "content_block_start":
 		cb := ev.ContentBlock
 		var c llm.Content
@@ -166,16 +167,16 @@ func (s *state) handle(ev anthropic.MessageStreamEventUnion) bool {
 		default:
 			return true // server tools and results are not part of the llm contract
 		}
-		i, ok := b.openBlock(c)
+		i, ok := b.OpenBlock(c)
 		s.blocks[ev.Index] = i
 		if !ok {
 			return false
 		}
 		if cb.Type == "text" && cb.Text != "" {
-			return b.delta(i, cb.Text)
+			return b.Delta(i, cb.Text)
 		}
 		if cb.Type == "thinking" && cb.Thinking != "" {
-			return b.delta(i, cb.Thinking)
+			return b.Delta(i, cb.Thinking)
 		}
 	case "content_block_delta":
 		i, ok := s.blocks[ev.Index]
@@ -185,18 +186,18 @@ func (s *state) handle(ev anthropic.MessageStreamEventUnion) bool {
 		d := ev.Delta
 		switch d.Type {
 		case "text_delta":
-			return b.delta(i, d.Text)
+			return b.Delta(i, d.Text)
 		case "thinking_delta":
-			return b.delta(i, d.Thinking)
+			return b.Delta(i, d.Thinking)
 		case "signature_delta":
-			b.msg.Content[i].ThinkingSignature += d.Signature
+			b.Msg.Content[i].ThinkingSignature += d.Signature
 		case "input_json_delta":
-			return b.delta(i, d.PartialJSON)
+			return b.Delta(i, d.PartialJSON)
 		}
 	case "content_block_stop":
 		if i, ok := s.blocks[ev.Index]; ok {
 			delete(s.blocks, ev.Index)
-			return b.closeBlock(i)
+			return b.CloseBlock(i)
 		}
 	case "message_delta":
 		u := ev.Usage
@@ -212,7 +213,7 @@ func (s *state) handle(ev anthropic.MessageStreamEventUnion) bool {
 		if u.OutputTokens > 0 {
 			s.usage.Output = int(u.OutputTokens)
 		}
-		b.usage(s.usage)
+		b.Usage(s.usage)
 		if r := ev.Delta.StopReason; r != "" {
 			s.reason, s.refusal = mapStopReason(r)
 		}
@@ -245,7 +246,7 @@ func describeError(err error, key string) error {
 	}
 	var herr *retry.HTTPError
 	if errors.As(err, &herr) {
-		return fmt.Errorf("anthropic: %s", redact(herr.Error(), key))
+		return fmt.Errorf("anthropic: %s", streambuild.Redact(herr.Error(), key))
 	}
 	var apiErr *anthropic.Error
 	if errors.As(err, &apiErr) {
@@ -256,7 +257,7 @@ func describeError(err error, key string) error {
 				Message string `json:"message"`
 			} `json:"error"`
 		}
-		msg := clip(body, 2000)
+		msg := streambuild.Clip(body, 2000)
 		if json.Unmarshal([]byte(body), &env) == nil && env.Error.Message != "" {
 			msg = env.Error.Type + ": " + env.Error.Message
 		}
@@ -266,7 +267,7 @@ func describeError(err error, key string) error {
 		} else {
 			status = apiErr.StatusCode
 		}
-		return fmt.Errorf("anthropic: %d %s: %s", status, http.StatusText(status), redact(msg, key))
+		return fmt.Errorf("anthropic: %d %s: %s", status, http.StatusText(status), streambuild.Redact(msg, key))
 	}
-	return errors.New("anthropic: " + redact(err.Error(), key))
+	return errors.New("anthropic: " + streambuild.Redact(err.Error(), key))
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go"
 
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/llm/providers/internal/streambuild"
 )
 
 // defaultMaxTokens is used when neither the options nor the model say (the API requires one).
@@ -28,7 +29,7 @@ func buildParams(model *llm.Model, c *llm.Context, opts *llm.StreamOptions) (ant
 
 	cache, ttl := cacheOption(opts)
 	if c.SystemPrompt != "" {
-		sys := anthropic.TextBlockParam{Text: sanitize(c.SystemPrompt)}
+		sys := anthropic.TextBlockParam{Text: streambuild.Sanitize(c.SystemPrompt)}
 		if cache {
 			sys.CacheControl = ephemeral(ttl)
 		}
@@ -164,7 +165,7 @@ func convertMessages(in []llm.Message, model *llm.Model) ([]anthropic.MessagePar
 				switch b.Type {
 				case llm.ContentText:
 					if b.Text != "" {
-						blocks = append(blocks, anthropic.NewTextBlock(sanitize(b.Text)))
+						blocks = append(blocks, anthropic.NewTextBlock(streambuild.Sanitize(b.Text)))
 					}
 				case llm.ContentImage:
 					if images {
@@ -184,7 +185,7 @@ func convertMessages(in []llm.Message, model *llm.Model) ([]anthropic.MessagePar
 				switch b.Type {
 				case llm.ContentText:
 					if b.Text != "" {
-						blocks = append(blocks, anthropic.NewTextBlock(sanitize(b.Text)))
+						blocks = append(blocks, anthropic.NewTextBlock(streambuild.Sanitize(b.Text)))
 					}
 				case llm.ContentThinking:
 					switch {
@@ -194,10 +195,10 @@ func convertMessages(in []llm.Message, model *llm.Model) ([]anthropic.MessagePar
 						// Without a signature the API would reject the block; keep what was
 						// thought as text.
 						if b.Thinking != "" {
-							blocks = append(blocks, anthropic.NewTextBlock(sanitize(b.Thinking)))
+							blocks = append(blocks, anthropic.NewTextBlock(streambuild.Sanitize(b.Thinking)))
 						}
 					default:
-						blocks = append(blocks, anthropic.NewThinkingBlock(b.ThinkingSignature, sanitize(b.Thinking)))
+						blocks = append(blocks, anthropic.NewThinkingBlock(b.ThinkingSignature, streambuild.Sanitize(b.Thinking)))
 					}
 				case llm.ContentToolCall:
 					args := b.Arguments
@@ -233,7 +234,7 @@ func toolResult(m llm.Message, images bool) anthropic.ContentBlockParamUnion {
 		switch b.Type {
 		case llm.ContentText:
 			if b.Text != "" {
-				tr.Content = append(tr.Content, anthropic.ToolResultBlockParamContentUnion{OfText: &anthropic.TextBlockParam{Text: sanitize(b.Text)}})
+				tr.Content = append(tr.Content, anthropic.ToolResultBlockParamContentUnion{OfText: &anthropic.TextBlockParam{Text: streambuild.Sanitize(b.Text)}})
 			}
 		case llm.ContentImage:
 			if images {
@@ -252,11 +253,11 @@ func toolResult(m llm.Message, images bool) anthropic.ContentBlockParamUnion {
 func sanitizeAny(v any) any {
 	switch x := v.(type) {
 	case string:
-		return sanitize(x)
+		return streambuild.Sanitize(x)
 	case map[string]any:
 		out := make(map[string]any, len(x))
 		for k, e := range x {
-			out[sanitize(k)] = sanitizeAny(e)
+			out[streambuild.Sanitize(k)] = sanitizeAny(e)
 		}
 		return out
 	case []any:

@@ -38,6 +38,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/internal/retry"
+	"github.com/agentbus/agentbus/pkg/llm/providers/internal/streambuild"
 )
 
 // DefaultBaseURL is used when the model has no BaseURL.
@@ -61,7 +62,7 @@ func (p *Provider) Stream(ctx context.Context, model *llm.Model, c *llm.Context,
 		opts = &llm.StreamOptions{}
 	}
 	return func(yield func(llm.Event) bool) {
-		b := newBuilder(model, yield)
+		b := streambuild.New(model, yield)
 		key := opts.APIKey
 		for _, env := range []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"} {
 			if key == "" {
@@ -69,17 +70,17 @@ func (p *Provider) Stream(ctx context.Context, model *llm.Model, c *llm.Context,
 			}
 		}
 		if key == "" {
-			b.fail(ctx, errors.New("google: no API key (set the provider's apiKey or GEMINI_API_KEY)"))
+			b.Fail(ctx, errors.New("google: no API key (set the provider's apiKey or GEMINI_API_KEY)"))
 			return
 		}
 		contents, config, err := buildRequest(model, c, opts)
 		if err != nil {
-			b.fail(ctx, fmt.Errorf("google: %w", err))
+			b.Fail(ctx, fmt.Errorf("google: %w", err))
 			return
 		}
 		client, err := genai.NewClient(ctx, p.clientConfig(model, opts, key))
 		if err != nil {
-			b.fail(ctx, fmt.Errorf("google: %s", redact(err.Error(), key)))
+			b.Fail(ctx, fmt.Errorf("google: %s", streambuild.Redact(err.Error(), key)))
 			return
 		}
 		st := &state{b: b}
@@ -89,12 +90,12 @@ func (p *Provider) Stream(ctx context.Context, model *llm.Model, c *llm.Context,
 				if started {
 					st.closeOpen()
 				}
-				b.fail(ctx, describeError(err, key))
+				b.Fail(ctx, describeError(err, key))
 				return
 			}
 			if !started {
 				started = true
-				if !b.start() {
+				if !b.Start() {
 					return
 				}
 			}
@@ -103,11 +104,11 @@ func (p *Provider) Stream(ctx context.Context, model *llm.Model, c *llm.Context,
 			}
 		}
 		if ctx.Err() != nil {
-			b.fail(ctx, ctx.Err())
+			b.Fail(ctx, ctx.Err())
 			return
 		}
 		if !started {
-			if !b.start() {
+			if !b.Start() {
 				return
 			}
 		}
@@ -188,18 +189,18 @@ var apiVersion = regexp.MustCompile(`^v\d+(alpha|beta)?\d*$`)
 func describeError(err error, key string) error {
 	var herr *retry.HTTPError
 	if errors.As(err, &herr) {
-		return fmt.Errorf("google: %s", redact(herr.Error(), key))
+		return fmt.Errorf("google: %s", streambuild.Redact(herr.Error(), key))
 	}
 	var apiErr genai.APIError
 	if errors.As(err, &apiErr) {
-		return fmt.Errorf("google: %d %s: %s", apiErr.Code, apiErr.Status, redact(apiErr.Message, key))
+		return fmt.Errorf("google: %d %s: %s", apiErr.Code, apiErr.Status, streambuild.Redact(apiErr.Message, key))
 	}
-	return errors.New("google: " + redact(err.Error(), key))
+	return errors.New("google: " + streambuild.Redact(err.Error(), key))
 }
 
 // state follows the streamed responses. Consecutive text (or thought) parts extend one block.
 type state struct {
-	b        *builder
+	b        *streambuild.Builder
 	cur      int // the open text/thinking block when haveOpen
 	curType  string
 	calls    int
@@ -210,7 +211,7 @@ type state struct {
 func (s *state) closeOpen() bool {
 	if s.haveOpen {
 		s.haveOpen = false
-		return s.b.closeBlock(s.cur)
+		return s.b.CloseBlock(s.cur)
 	}
 	return true
 }
@@ -218,11 +219,11 @@ func (s *state) closeOpen() bool {
 func (s *state) handle(resp *genai.GenerateContentResponse) bool {
 	b := s.b
 	if resp.ResponseID != "" {
-		b.msg.ResponseID = resp.ResponseID
+		b.Msg.ResponseID = resp.ResponseID
 	}
 	if u := resp.UsageMetadata; u != nil {
 		cached := int(u.CachedContentTokenCount)
-		b.usage(llm.Usage{
+		b.Usage(llm.Usage{
 			Input:     int(u.PromptTokenCount) - cached,
 			Output:    int(u.CandidatesTokenCount) + int(u.ThoughtsTokenCount),
 			CacheRead: cached,
@@ -255,7 +256,7 @@ func (s *state) handle(resp *genai.GenerateContentResponse) bool {
 			s.calls++
 			id := fc.ID
 			if id == "" {
-				id = fmt.Sprintf("%s_%s_%d", fc.Name, strconv.FormatInt(b.msg.Timestamp, 36), s.calls)
+				id = fmt.Sprintf("%s_%s_%d", fc.Name, strconv.FormatInt(b.Msg.Timestamp, 36), s.calls)
 			}
 			args := fc.Args
 			if args == nil {
@@ -265,16 +266,16 @@ func (s *state) handle(resp *genai.GenerateContentResponse) bool {
 			if err != nil {
 				raw = "{}"
 			}
-			i, ok := b.openBlock(llm.Content{Type: llm.ContentToolCall, ID: id, Name: fc.Name, ThoughtSignature: sig})
-			if !ok || !b.delta(i, raw) || !b.closeBlock(i) {
+			i, ok := b.OpenBlock(llm.Content{Type: llm.ContentToolCall, ID: id, Name: fc.Name, ThoughtSignature: sig})
+			if !ok || !b.Delta(i, raw) || !b.CloseBlock(i) {
 				return false
 			}
 		case part.Text == "" && sig != "" && s.haveOpen:
 			// A closing part that only carries the signature of what streamed before it.
 			if s.curType == llm.ContentThinking {
-				b.msg.Content[s.cur].ThinkingSignature = sig
+				b.Msg.Content[s.cur].ThinkingSignature = sig
 			} else {
-				b.msg.Content[s.cur].TextSignature = sig
+				b.Msg.Content[s.cur].TextSignature = sig
 			}
 		case part.Text != "" || (part.Thought && sig != ""):
 			typ := llm.ContentText
@@ -285,7 +286,7 @@ func (s *state) handle(resp *genai.GenerateContentResponse) bool {
 				if !s.closeOpen() {
 					return false
 				}
-				i, ok := b.openBlock(llm.Content{Type: typ})
+				i, ok := b.OpenBlock(llm.Content{Type: typ})
 				if !ok {
 					return false
 				}
@@ -293,12 +294,12 @@ func (s *state) handle(resp *genai.GenerateContentResponse) bool {
 			}
 			if sig != "" {
 				if typ == llm.ContentThinking {
-					b.msg.Content[s.cur].ThinkingSignature = sig
+					b.Msg.Content[s.cur].ThinkingSignature = sig
 				} else {
-					b.msg.Content[s.cur].TextSignature = sig
+					b.Msg.Content[s.cur].TextSignature = sig
 				}
 			}
-			if part.Text != "" && !b.delta(s.cur, part.Text) {
+			if part.Text != "" && !b.Delta(s.cur, part.Text) {
 				return false
 			}
 		}
@@ -314,14 +315,14 @@ func (s *state) finish() {
 	switch s.reason {
 	case genai.FinishReasonStop, "", genai.FinishReasonUnspecified:
 		if s.calls > 0 {
-			b.finish(llm.StopReasonToolUse)
+			b.Finish(llm.StopReasonToolUse)
 		} else {
-			b.finish(llm.StopReasonStop)
+			b.Finish(llm.StopReasonStop)
 		}
 	case genai.FinishReasonMaxTokens:
-		b.finish(llm.StopReasonLength)
+		b.Finish(llm.StopReasonLength)
 	default:
-		b.fail(context.Background(), fmt.Errorf("google: generation stopped: finish reason %s", s.reason))
+		b.Fail(context.Background(), fmt.Errorf("google: generation stopped: finish reason %s", s.reason))
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/genai"
 
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/llm/providers/internal/streambuild"
 )
 
 func jsonMarshal(v any) (string, error) {
@@ -19,7 +20,7 @@ func jsonMarshal(v any) (string, error) {
 func buildRequest(model *llm.Model, c *llm.Context, opts *llm.StreamOptions) ([]*genai.Content, *genai.GenerateContentConfig, error) {
 	cfg := &genai.GenerateContentConfig{}
 	if c.SystemPrompt != "" {
-		cfg.SystemInstruction = &genai.Content{Parts: []*genai.Part{{Text: sanitize(c.SystemPrompt)}}}
+		cfg.SystemInstruction = &genai.Content{Parts: []*genai.Part{{Text: streambuild.Sanitize(c.SystemPrompt)}}}
 	}
 	maxTokens := opts.MaxTokens
 	if maxTokens <= 0 {
@@ -101,7 +102,7 @@ func convertMessages(in []llm.Message, model *llm.Model) ([]*genai.Content, erro
 				switch b.Type {
 				case llm.ContentText:
 					if b.Text != "" {
-						parts = append(parts, &genai.Part{Text: sanitize(b.Text)})
+						parts = append(parts, &genai.Part{Text: streambuild.Sanitize(b.Text)})
 					}
 				case llm.ContentImage:
 					if !images {
@@ -123,14 +124,14 @@ func convertMessages(in []llm.Message, model *llm.Model) ([]*genai.Content, erro
 				switch b.Type {
 				case llm.ContentText:
 					if b.Text != "" {
-						parts = append(parts, &genai.Part{Text: sanitize(b.Text), ThoughtSignature: decodeSig(b.TextSignature)})
+						parts = append(parts, &genai.Part{Text: streambuild.Sanitize(b.Text), ThoughtSignature: decodeSig(b.TextSignature)})
 					}
 				case llm.ContentThinking:
 					if b.Redacted {
 						continue
 					}
 					if b.Thinking != "" || b.ThinkingSignature != "" {
-						parts = append(parts, &genai.Part{Text: sanitize(b.Thinking), Thought: true, ThoughtSignature: decodeSig(b.ThinkingSignature)})
+						parts = append(parts, &genai.Part{Text: streambuild.Sanitize(b.Thinking), Thought: true, ThoughtSignature: decodeSig(b.ThinkingSignature)})
 					}
 				case llm.ContentToolCall:
 					args := b.Arguments
@@ -164,7 +165,7 @@ func functionResponse(m llm.Message, images bool) []*genai.Part {
 	for _, b := range m.Content {
 		switch b.Type {
 		case llm.ContentText:
-			text = append(text, sanitize(b.Text))
+			text = append(text, streambuild.Sanitize(b.Text))
 		case llm.ContentImage:
 			if data, err := base64.StdEncoding.DecodeString(b.Data); err == nil && images {
 				extra = append(extra, &genai.Part{InlineData: &genai.Blob{MIMEType: b.MimeType, Data: data}})
@@ -182,7 +183,7 @@ func functionResponse(m llm.Message, images bool) []*genai.Part {
 func sanitizeMap(m map[string]any) map[string]any {
 	out := make(map[string]any, len(m))
 	for k, v := range m {
-		out[sanitize(k)] = sanitizeAny(v)
+		out[streambuild.Sanitize(k)] = sanitizeAny(v)
 	}
 	return out
 }
@@ -190,7 +191,7 @@ func sanitizeMap(m map[string]any) map[string]any {
 func sanitizeAny(v any) any {
 	switch x := v.(type) {
 	case string:
-		return sanitize(x)
+		return streambuild.Sanitize(x)
 	case map[string]any:
 		return sanitizeMap(x)
 	case []any:

@@ -34,6 +34,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/internal/retry"
+	"github.com/agentbus/agentbus/pkg/llm/providers/internal/streambuild"
 )
 
 // DefaultHost is Ollama's default listen address.
@@ -76,15 +77,15 @@ func (p *Provider) Stream(ctx context.Context, model *llm.Model, c *llm.Context,
 		opts = &llm.StreamOptions{}
 	}
 	return func(yield func(llm.Event) bool) {
-		b := newBuilder(model, yield)
+		b := streambuild.New(model, yield)
 		body, err := json.Marshal(buildRequest(model, c, opts))
 		if err != nil {
-			b.fail(ctx, fmt.Errorf("ollama: encode request: %w", err))
+			b.Fail(ctx, fmt.Errorf("ollama: encode request: %w", err))
 			return
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, Host(model)+"/api/chat", bytes.NewReader(body))
 		if err != nil {
-			b.fail(ctx, fmt.Errorf("ollama: %w", err))
+			b.Fail(ctx, fmt.Errorf("ollama: %w", err))
 			return
 		}
 		req.Header.Set("Content-Type", "application/json")
@@ -100,11 +101,11 @@ func (p *Provider) Stream(ctx context.Context, model *llm.Model, c *llm.Context,
 		}
 		resp, err := p.client(opts).Do(req)
 		if err != nil {
-			b.fail(ctx, describeError(err, opts.APIKey))
+			b.Fail(ctx, describeError(err, opts.APIKey))
 			return
 		}
 		defer resp.Body.Close()
-		if !b.start() {
+		if !b.Start() {
 			return
 		}
 		readStream(ctx, b, resp.Body)
@@ -127,9 +128,9 @@ func (p *Provider) client(opts *llm.StreamOptions) *http.Client {
 func describeError(err error, key string) error {
 	var herr *retry.HTTPError
 	if errors.As(err, &herr) {
-		return fmt.Errorf("ollama: %s", redact(herr.Error(), key))
+		return fmt.Errorf("ollama: %s", streambuild.Redact(herr.Error(), key))
 	}
-	return errors.New("ollama: " + redact(err.Error(), key))
+	return errors.New("ollama: " + streambuild.Redact(err.Error(), key))
 }
 
 // chunk is one NDJSON line of /api/chat.
@@ -158,7 +159,7 @@ type toolCall struct {
 // readStream turns the NDJSON lines into events. One json.Decoder over the body reuses its
 // buffer and decoder state across lines, and one chunk value is reused, so a delta costs a
 // handful of allocations (the delta strings themselves).
-func readStream(ctx context.Context, b *builder, r io.Reader) {
+func readStream(ctx context.Context, b *streambuild.Builder, r io.Reader) {
 	dec := json.NewDecoder(r)
 	cur := -1 // open text/thinking block
 	curType := ""
@@ -167,10 +168,10 @@ func readStream(ctx context.Context, b *builder, r io.Reader) {
 		if cur >= 0 && curType == typ {
 			return true
 		}
-		if cur >= 0 && !b.closeBlock(cur) {
+		if cur >= 0 && !b.CloseBlock(cur) {
 			return false
 		}
-		i, ok := b.openBlock(llm.Content{Type: typ})
+		i, ok := b.OpenBlock(llm.Content{Type: typ})
 		cur, curType = i, typ
 		return ok
 	}
@@ -188,28 +189,28 @@ func readStream(ctx context.Context, b *builder, r io.Reader) {
 					err = fmt.Errorf("bad stream line: %w", err)
 				}
 			}
-			b.fail(ctx, fmt.Errorf("ollama: %w", err))
+			b.Fail(ctx, fmt.Errorf("ollama: %w", err))
 			return
 		}
 		if ch.Error != "" {
-			b.fail(ctx, fmt.Errorf("ollama: %s", ch.Error))
+			b.Fail(ctx, fmt.Errorf("ollama: %s", ch.Error))
 			return
 		}
 		{
 			m := &ch.Message
 			if m.Thinking != "" {
-				if !switchTo(llm.ContentThinking) || !b.delta(cur, m.Thinking) {
+				if !switchTo(llm.ContentThinking) || !b.Delta(cur, m.Thinking) {
 					return
 				}
 			}
 			if m.Content != "" {
-				if !switchTo(llm.ContentText) || !b.delta(cur, m.Content) {
+				if !switchTo(llm.ContentText) || !b.Delta(cur, m.Content) {
 					return
 				}
 			}
 			for _, tc := range m.ToolCalls {
 				if cur >= 0 {
-					if !b.closeBlock(cur) {
+					if !b.CloseBlock(cur) {
 						return
 					}
 					cur, curType = -1, ""
@@ -217,20 +218,20 @@ func readStream(ctx context.Context, b *builder, r io.Reader) {
 				calls++
 				id := tc.ID
 				if id == "" {
-					id = fmt.Sprintf("call_%d_%s", calls, strconv.FormatInt(b.msg.Timestamp, 36))
+					id = fmt.Sprintf("call_%d_%s", calls, strconv.FormatInt(b.Msg.Timestamp, 36))
 				}
 				args := string(tc.Function.Arguments)
 				if args == "" || args == "null" {
 					args = "{}"
 				}
-				i, ok := b.openBlock(llm.Content{Type: llm.ContentToolCall, ID: id, Name: tc.Function.Name})
-				if !ok || !b.delta(i, args) || !b.closeBlock(i) {
+				i, ok := b.OpenBlock(llm.Content{Type: llm.ContentToolCall, ID: id, Name: tc.Function.Name})
+				if !ok || !b.Delta(i, args) || !b.CloseBlock(i) {
 					return
 				}
 			}
 		}
 		if ch.Done {
-			b.usage(llm.Usage{Input: ch.PromptEvalCount, Output: ch.EvalCount})
+			b.Usage(llm.Usage{Input: ch.PromptEvalCount, Output: ch.EvalCount})
 			reason := llm.StopReasonStop
 			if ch.DoneReason == "length" {
 				reason = llm.StopReasonLength
@@ -238,7 +239,7 @@ func readStream(ctx context.Context, b *builder, r io.Reader) {
 			if calls > 0 {
 				reason = llm.StopReasonToolUse
 			}
-			b.finish(reason)
+			b.Finish(reason)
 			return
 		}
 	}

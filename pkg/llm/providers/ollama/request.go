@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/llm/providers/internal/streambuild"
 )
 
 type chatRequest struct {
@@ -70,7 +71,7 @@ func buildRequest(model *llm.Model, c *llm.Context, opts *llm.StreamOptions) cha
 		}
 	}
 	if c.SystemPrompt != "" {
-		req.Messages = append(req.Messages, message{Role: "system", Content: sanitize(c.SystemPrompt)})
+		req.Messages = append(req.Messages, message{Role: "system", Content: streambuild.Sanitize(c.SystemPrompt)})
 	}
 	images := model.SupportsImages() || len(model.Input) == 0
 	for _, m := range llm.TransformMessages(c.Messages, model) {
@@ -82,7 +83,7 @@ func buildRequest(model *llm.Model, c *llm.Context, opts *llm.StreamOptions) cha
 				switch b.Type {
 				case llm.ContentText:
 					if b.Text != "" {
-						text = append(text, sanitize(b.Text))
+						text = append(text, streambuild.Sanitize(b.Text))
 					}
 				case llm.ContentImage:
 					if images {
@@ -102,11 +103,11 @@ func buildRequest(model *llm.Model, c *llm.Context, opts *llm.StreamOptions) cha
 				switch b.Type {
 				case llm.ContentText:
 					if b.Text != "" {
-						text = append(text, sanitize(b.Text))
+						text = append(text, streambuild.Sanitize(b.Text))
 					}
 				case llm.ContentThinking:
 					if !b.Redacted && b.Thinking != "" {
-						thinking = append(thinking, sanitize(b.Thinking))
+						thinking = append(thinking, streambuild.Sanitize(b.Thinking))
 					}
 				case llm.ContentToolCall:
 					var tc toolCall
@@ -133,7 +134,7 @@ func buildRequest(model *llm.Model, c *llm.Context, opts *llm.StreamOptions) cha
 			for _, b := range m.Content {
 				switch b.Type {
 				case llm.ContentText:
-					text = append(text, sanitize(b.Text))
+					text = append(text, streambuild.Sanitize(b.Text))
 				case llm.ContentImage:
 					if images {
 						om.Images = append(om.Images, b.Data)

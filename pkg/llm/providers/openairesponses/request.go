@@ -10,6 +10,7 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/llm/providers/internal/streambuild"
 )
 
 func buildParams(model *llm.Model, c *llm.Context, opts *llm.StreamOptions) (responses.ResponseNewParams, error) {
@@ -18,7 +19,7 @@ func buildParams(model *llm.Model, c *llm.Context, opts *llm.StreamOptions) (res
 		Store: openai.Bool(false), // replay carries everything (encrypted reasoning), no server state
 	}
 	if c.SystemPrompt != "" {
-		params.Instructions = openai.String(sanitize(c.SystemPrompt))
+		params.Instructions = openai.String(streambuild.Sanitize(c.SystemPrompt))
 	}
 	maxTokens := opts.MaxTokens
 	if maxTokens <= 0 {
@@ -94,7 +95,7 @@ func convertMessages(in []llm.Message, model *llm.Model) (responses.ResponseInpu
 				switch b.Type {
 				case llm.ContentText:
 					if b.Text != "" {
-						content = append(content, responses.ResponseInputContentUnionParam{OfInputText: &responses.ResponseInputTextParam{Text: sanitize(b.Text)}})
+						content = append(content, responses.ResponseInputContentUnionParam{OfInputText: &responses.ResponseInputTextParam{Text: streambuild.Sanitize(b.Text)}})
 					}
 				case llm.ContentImage:
 					if images {
@@ -136,12 +137,12 @@ func convertMessages(in []llm.Message, model *llm.Model) (responses.ResponseInpu
 						out = append(out, responses.ResponseInputItemUnionParam{OfOutputMessage: &responses.ResponseOutputMessageParam{
 							ID: b.TextSignature, Status: responses.ResponseOutputMessageStatusCompleted,
 							Content: []responses.ResponseOutputMessageContentUnionParam{{OfOutputText: &responses.ResponseOutputTextParam{
-								Text: sanitize(b.Text), Annotations: []responses.ResponseOutputTextAnnotationUnionParam{},
+								Text: streambuild.Sanitize(b.Text), Annotations: []responses.ResponseOutputTextAnnotationUnionParam{},
 							}}},
 						}})
 					} else {
 						out = append(out, responses.ResponseInputItemUnionParam{OfMessage: &responses.EasyInputMessageParam{
-							Role: responses.EasyInputMessageRoleAssistant, Content: responses.EasyInputMessageContentUnionParam{OfString: openai.String(sanitize(b.Text))},
+							Role: responses.EasyInputMessageRoleAssistant, Content: responses.EasyInputMessageContentUnionParam{OfString: openai.String(streambuild.Sanitize(b.Text))},
 						}})
 					}
 				case llm.ContentToolCall:
@@ -168,7 +169,7 @@ func convertMessages(in []llm.Message, model *llm.Model) (responses.ResponseInpu
 			for _, b := range m.Content {
 				switch b.Type {
 				case llm.ContentText:
-					text = append(text, sanitize(b.Text))
+					text = append(text, streambuild.Sanitize(b.Text))
 				case llm.ContentImage:
 					if images {
 						imgs = append(imgs, imagePart(b))

@@ -34,6 +34,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/internal/retry"
+	"github.com/agentbus/agentbus/pkg/llm/providers/internal/streambuild"
 )
 
 // DefaultBaseURL is used when the model has no BaseURL.
@@ -57,24 +58,24 @@ func (p *Provider) Stream(ctx context.Context, model *llm.Model, c *llm.Context,
 		opts = &llm.StreamOptions{}
 	}
 	return func(yield func(llm.Event) bool) {
-		b := newBuilder(model, yield)
+		b := streambuild.New(model, yield)
 		key := opts.APIKey
 		if key == "" {
 			key = os.Getenv("OPENAI_API_KEY")
 		}
 		if key == "" {
-			b.fail(ctx, errors.New("openai-responses: no API key (set the provider's apiKey or OPENAI_API_KEY)"))
+			b.Fail(ctx, errors.New("openai-responses: no API key (set the provider's apiKey or OPENAI_API_KEY)"))
 			return
 		}
 		params, err := buildParams(model, c, opts)
 		if err != nil {
-			b.fail(ctx, fmt.Errorf("openai-responses: %w", err))
+			b.Fail(ctx, fmt.Errorf("openai-responses: %w", err))
 			return
 		}
 		client := openai.NewClient(p.clientOptions(model, opts, key)...)
 		stream := client.Responses.NewStreaming(ctx, params)
 		defer stream.Close()
-		if !b.start() {
+		if !b.Start() {
 			return
 		}
 		st := &state{b: b, items: map[string]int{}}
@@ -83,19 +84,19 @@ func (p *Provider) Stream(ctx context.Context, model *llm.Model, c *llm.Context,
 				return
 			}
 			if st.err != nil {
-				b.fail(ctx, st.err)
+				b.Fail(ctx, st.err)
 				return
 			}
 		}
 		if err := stream.Err(); err != nil || ctx.Err() != nil {
-			b.fail(ctx, describeError(err, key))
+			b.Fail(ctx, describeError(err, key))
 			return
 		}
 		if !st.done {
-			b.fail(ctx, errors.New("openai-responses: stream ended before response.completed"))
+			b.Fail(ctx, errors.New("openai-responses: stream ended before response.completed"))
 			return
 		}
-		b.finish(st.reason)
+		b.Finish(st.reason)
 	}
 }
 
@@ -132,25 +133,25 @@ func describeError(err error, key string) error {
 	}
 	var herr *retry.HTTPError
 	if errors.As(err, &herr) {
-		return fmt.Errorf("openai-responses: %s", redact(herr.Error(), key))
+		return fmt.Errorf("openai-responses: %s", streambuild.Redact(herr.Error(), key))
 	}
 	var apiErr *openai.Error
 	if errors.As(err, &apiErr) {
 		msg := apiErr.Message
 		if msg == "" {
-			msg = clip(apiErr.RawJSON(), 2000)
+			msg = streambuild.Clip(apiErr.RawJSON(), 2000)
 		}
 		if apiErr.Code != "" {
 			msg += " (" + apiErr.Code + ")"
 		}
-		return fmt.Errorf("openai-responses: %d %s: %s", apiErr.StatusCode, http.StatusText(apiErr.StatusCode), redact(msg, key))
+		return fmt.Errorf("openai-responses: %d %s: %s", apiErr.StatusCode, http.StatusText(apiErr.StatusCode), streambuild.Redact(msg, key))
 	}
-	return errors.New("openai-responses: " + redact(err.Error(), key))
+	return errors.New("openai-responses: " + streambuild.Redact(err.Error(), key))
 }
 
 // state follows the stream's events.
 type state struct {
-	b      *builder
+	b      *streambuild.Builder
 	items  map[string]int // output item id → content index
 	parts  map[string]int // reasoning item id → summary parts seen
 	calls  int
@@ -163,7 +164,7 @@ func (s *state) handle(ev responses.ResponseStreamEventUnion) bool {
 	b := s.b
 	switch ev.Type {
 	case "response.created":
-		b.msg.ResponseID = ev.Response.ID
+		b.Msg.ResponseID = ev.Response.ID
 	case "response.output_item.added":
 		it := ev.Item
 		var c llm.Content
@@ -178,7 +179,7 @@ func (s *state) handle(ev responses.ResponseStreamEventUnion) bool {
 		default:
 			return true
 		}
-		i, ok := b.openBlock(c)
+		i, ok := b.OpenBlock(c)
 		s.items[it.ID] = i
 		return ok
 	case "response.reasoning_summary_part.added":
@@ -188,13 +189,13 @@ func (s *state) handle(ev responses.ResponseStreamEventUnion) bool {
 			}
 			s.parts[ev.ItemID]++
 			if s.parts[ev.ItemID] > 1 {
-				return b.delta(i, "\n\n")
+				return b.Delta(i, "\n\n")
 			}
 		}
 	case "response.reasoning_summary_text.delta", "response.reasoning_text.delta",
 		"response.output_text.delta", "response.refusal.delta", "response.function_call_arguments.delta":
 		if i, ok := s.items[ev.ItemID]; ok {
-			return b.delta(i, ev.Delta)
+			return b.Delta(i, ev.Delta)
 		}
 	case "response.output_item.done":
 		it := ev.Item
@@ -203,7 +204,7 @@ func (s *state) handle(ev responses.ResponseStreamEventUnion) bool {
 			return true
 		}
 		delete(s.items, it.ID)
-		c := &b.msg.Content[i]
+		c := &b.Msg.Content[i]
 		switch it.Type {
 		case "reasoning":
 			c.ThinkingSignature = it.RawJSON()
@@ -216,17 +217,17 @@ func (s *state) handle(ev responses.ResponseStreamEventUnion) bool {
 			}
 		case "function_call":
 			if args := it.Arguments.OfString; args != "" {
-				b.raw[i] = []byte(args)
+				b.Raw[i] = []byte(args)
 			}
 		}
-		return b.closeBlock(i)
+		return b.CloseBlock(i)
 	case "response.completed", "response.incomplete", "response.failed", "response.cancelled":
 		r := ev.Response
 		u := r.Usage
 		cached := int(u.InputTokensDetails.CachedTokens)
-		b.usage(llm.Usage{Input: int(u.InputTokens) - cached, Output: int(u.OutputTokens), CacheRead: cached})
+		b.Usage(llm.Usage{Input: int(u.InputTokens) - cached, Output: int(u.OutputTokens), CacheRead: cached})
 		if r.ID != "" {
-			b.msg.ResponseID = r.ID
+			b.Msg.ResponseID = r.ID
 		}
 		s.done = true
 		switch r.Status {
