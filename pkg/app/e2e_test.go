@@ -178,7 +178,7 @@ func TestSteerMasterOnly(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			pl := newPipeline(t, slowFirst(800*time.Millisecond, fakeopenai.Echo), pipelineOpts{})
+			pl := newPipeline(t, slowFirst(time.Second, fakeopenai.Echo), pipelineOpts{})
 			pl.post(private("story", tt.sender, "tell me a long story"))
 			pl.requests(1) // the turn is running (its first model call takes a while)
 			pl.post(private("steer", tt.sender, "/steer be brief"))
@@ -306,7 +306,7 @@ func TestConcurrencyPolicies(t *testing.T) {
 		},
 		{
 			policy:     "steer",
-			firstReply: func(*pipeline) fakeopenai.Reply { return fakeopenai.Reply{Latency: 800 * time.Millisecond} },
+			firstReply: func(*pipeline) fakeopenai.Reply { return fakeopenai.Reply{Latency: time.Second} },
 			waitFirst:  true, replies: 1,
 			check: func(t *testing.T, pl *pipeline, reqs []fakeopenai.Request, got []reply) {
 				// One turn: the second message is injected as steering after the first answer.
@@ -370,7 +370,7 @@ func TestConcurrencyPolicies(t *testing.T) {
 					rep.Latency, rep.Until = fr.Latency, fr.Until
 				}
 				return rep
-			}, pipelineOpts{concurrency: tt.policy, collectWindowMs: 300})
+			}, pipelineOpts{concurrency: tt.policy, collectWindowMs: 800})
 			pl.post(private("a", "u1", first))
 			if tt.waitFirst {
 				pl.requests(1)
