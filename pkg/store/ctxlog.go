@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
@@ -18,9 +20,13 @@ import (
 // Headers that make LoadContext cheap. Every record on agent.ctx.<sk>.<epoch> carries the
 // sequence of the latest summary record before it and that summary's anchor, so a load reads the
 // subject's last record, then exactly the records after the anchor: no scan from the start.
+//
+// Agentbus-Ctx-Total counts the messages of the epoch's log up to and including the record; a
+// cold load with a count bound binary-searches it to skip records that fall outside the bound.
 const (
 	HeaderCtxSummarySeq = "Agentbus-Ctx-Summary-Seq"
 	HeaderCtxAnchorSeq  = "Agentbus-Ctx-Anchor-Seq"
+	HeaderCtxTotal      = "Agentbus-Ctx-Total"
 )
 
 // ContextBounds are the cold-start bounds of LoadContext (ai.sessions.coldStartMaxMessages /
@@ -98,14 +104,19 @@ type ContextLog struct {
 	maxBytes int64
 	cacheMax int
 
+	decoded atomic.Int64 // records decoded by loads (tests check that skipping works)
+
 	mu    sync.Mutex
 	cache map[string]*ctxState // subject -> what this process knows of it
 	tails int                  // entries with hasTail
 }
 
-// ctxPointer is what a record says about the latest summary before it.
+// ctxPointer is what a record says about the log up to it: the latest summary (at or before
+// it) and its anchor, and the running message count (counted = the record carries one).
 type ctxPointer struct {
 	lastSeq, summarySeq, anchorSeq uint64
+	total                          uint64
+	counted                        bool
 }
 
 // ctxState is the known state of one session's log as of ptr.lastSeq: always the summary
@@ -165,6 +176,11 @@ func hdrUint(h nats.Header, k string) uint64 {
 // pointerOf reads the summary pointer a record establishes for the records after it.
 func pointerOf(m *jetstream.RawStreamMsg) ctxPointer {
 	p := ctxPointer{lastSeq: m.Sequence, summarySeq: hdrUint(m.Header, HeaderCtxSummarySeq), anchorSeq: hdrUint(m.Header, HeaderCtxAnchorSeq)}
+	if v := m.Header.Get(HeaderCtxTotal); v != "" {
+		if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+			p.total, p.counted = n, true
+		}
+	}
 	if m.Header.Get(events.HeaderType) == events.TypeCtxSummary {
 		p.summarySeq = m.Sequence
 	}
@@ -390,28 +406,50 @@ func (l *ContextLog) loadWarm(ctx context.Context, subj string, last *jetstream.
 	return Loaded{}, false, nil
 }
 
-// loadCold decodes the tail from the summary's anchor (or from MaxAge ago, or the start).
+// loadCold decodes the tail from the summary's anchor (or from MaxAge ago, or the start),
+// skipping by binary search the records that the count bound would drop anyway.
 func (l *ContextLog) loadCold(ctx context.Context, subj string, last *jetstream.RawStreamMsg, p ctxPointer) (Loaded, error) {
-	var recs []ctxRec
-	var err error
+	var lo uint64
+	var loTime time.Time
+	empty := false
 	switch {
-	case p.summarySeq > 0 && p.anchorSeq+1 >= last.Sequence:
-		recs, err = l.readOne(last)
 	case p.summarySeq > 0:
-		recs, err = l.readRange(ctx, subj, p.anchorSeq+1, time.Time{}, last.Sequence)
+		lo = p.anchorSeq + 1
 	case l.bounds.MaxAge > 0:
-		cutoff := l.now().Add(-l.bounds.MaxAge)
-		if last.Time.Before(cutoff) {
-			break // everything is older than the bound
-		}
-		recs, err = l.readRange(ctx, subj, 0, cutoff, last.Sequence)
-	case last.Sequence == 1:
-		recs, err = l.readOne(last)
+		loTime = l.now().Add(-l.bounds.MaxAge)
+		empty = last.Time.Before(loTime) // everything is older than the bound
 	default:
-		recs, err = l.readRange(ctx, subj, 1, time.Time{}, last.Sequence)
+		lo = 1
 	}
-	if err != nil {
-		return Loaded{}, err
+	var recs []ctxRec
+	if !empty {
+		start, err := l.countStart(ctx, subj, lo, loTime, last, p)
+		if err != nil {
+			return Loaded{}, err
+		}
+		if p.summarySeq > 0 && start > p.summarySeq {
+			// The skipped part holds the summary record: fetch it on its own.
+			m, err := l.stream.GetMsg(ctx, p.summarySeq)
+			if err != nil {
+				return Loaded{}, fmt.Errorf("summary record %d: %w", p.summarySeq, err)
+			}
+			if recs, err = l.readOne(m); err != nil {
+				return Loaded{}, err
+			}
+		}
+		var more []ctxRec
+		switch {
+		case start == last.Sequence:
+			more, err = l.readOne(last)
+		case start > 0:
+			more, err = l.readRange(ctx, subj, start, time.Time{}, last.Sequence)
+		default:
+			more, err = l.readRange(ctx, subj, 0, loTime, last.Sequence)
+		}
+		if err != nil {
+			return Loaded{}, err
+		}
+		recs = append(recs, more...)
 	}
 	st := &ctxState{ptr: p, hasTail: true}
 	st.apply(recs, l.bounds.MaxMessages)
@@ -425,7 +463,73 @@ func (l *ContextLog) loadCold(ctx context.Context, subj string, last *jetstream.
 	return l.result(st), nil
 }
 
+// countStart returns where a cold load must start reading so that the newest MaxMessages
+// messages are included: lo (or 0 = from loTime) when the log from there is short, else the
+// first record whose running total exceeds total-MaxMessages, found by binary search over
+// sequences with single direct gets (log2 of the sequence span, instead of reading every record
+// of a long, never-summarized epoch).
+func (l *ContextLog) countStart(ctx context.Context, subj string, lo uint64, loTime time.Time, last *jetstream.RawStreamMsg, p ctxPointer) (uint64, error) {
+	n := uint64(max(l.bounds.MaxMessages, 0))
+	if n == 0 || !p.counted || p.total <= 2*n {
+		return lo, nil
+	}
+	target := p.total - n // the first record with total > target holds the oldest message we keep
+	var r0 *jetstream.RawStreamMsg
+	var err error
+	if lo > 0 {
+		r0, err = l.stream.GetMsg(ctx, lo, jetstream.WithGetMsgSubject(subj))
+	} else {
+		r0, err = l.firstSince(ctx, subj, loTime)
+	}
+	if errors.Is(err, jetstream.ErrMsgNotFound) || r0 == nil {
+		return lo, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	p0 := pointerOf(r0)
+	if !p0.counted || p0.total > target || p.total-p0.total <= 2*n {
+		return r0.Sequence, nil // short enough to read from here
+	}
+	// Search the smallest sequence s whose first record at or after s has total > target (that
+	// predicate only flips once as s grows); reading from s then starts at that record.
+	lo, hi := r0.Sequence+1, last.Sequence
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		r, err := l.stream.GetMsg(ctx, mid, jetstream.WithGetMsgSubject(subj))
+		if err != nil {
+			return 0, err
+		}
+		pr := pointerOf(r)
+		if !pr.counted {
+			return r0.Sequence, nil
+		}
+		if pr.total > target {
+			hi = mid
+		} else {
+			lo = r.Sequence + 1 // every s in [mid, r] finds r: skip them all
+		}
+	}
+	return lo, nil
+}
+
+// firstSince returns the subject's first record stored at or after t.
+func (l *ContextLog) firstSince(ctx context.Context, subj string, t time.Time) (*jetstream.RawStreamMsg, error) {
+	it, err := jetstreamext.GetBatch(ctx, l.js, streamAgentCtx, 1, jetstreamext.GetBatchSubject(subj), jetstreamext.GetBatchStartTime(t))
+	if err != nil {
+		return nil, err
+	}
+	for m, err := range it {
+		if errors.Is(err, jetstreamext.ErrNoMessages) {
+			return nil, jetstream.ErrMsgNotFound
+		}
+		return m, err
+	}
+	return nil, jetstream.ErrMsgNotFound
+}
+
 func (l *ContextLog) readOne(m *jetstream.RawStreamMsg) ([]ctxRec, error) {
+	l.decoded.Add(1)
 	r, err := decodeRec(m)
 	if err != nil {
 		return nil, err
@@ -443,6 +547,7 @@ func (l *ContextLog) readRange(ctx context.Context, subj string, seq uint64, fro
 		if m.Sequence > upTo {
 			return false
 		}
+		l.decoded.Add(1)
 		r, err := decodeRec(m)
 		if err != nil {
 			derr = err
@@ -486,8 +591,9 @@ func (l *ContextLog) pointerAt(ctx context.Context, subj string, expectedLastSeq
 	return pointerOf(m), nil
 }
 
-// publish writes one record. p is the summary pointer the record carries: for a messages record
-// the pointer as of expectedLastSeq, for a summary record its own anchor.
+// publish writes one record. p is the pointer the record carries (the log as of this record:
+// for a messages record the previous summary, for a summary record its own anchor; the running
+// total including this record).
 //
 // On success the cache learns the commit through extend, applied (under l.mu) to the cached
 // state when that state was exactly the one as of expectedLastSeq.
@@ -505,6 +611,9 @@ func (l *ContextLog) publish(ctx context.Context, id events.SessionID, expectedL
 	}
 	if p.summarySeq > 0 || summary {
 		msg.Header.Set(HeaderCtxAnchorSeq, strconv.FormatUint(p.anchorSeq, 10))
+	}
+	if p.counted {
+		msg.Header.Set(HeaderCtxTotal, strconv.FormatUint(p.total, 10))
 	}
 	if size := int64(len(msg.Data) + len(subj) + 512); size > l.maxBytes {
 		return 0, fmt.Errorf("%w: %d bytes, server max payload %d", ErrTooLarge, size, l.maxBytes)
@@ -573,6 +682,9 @@ func (l *ContextLog) AppendMessages(ctx context.Context, id events.SessionID, ex
 	if err != nil {
 		return 0, fmt.Errorf("append %d messages to %s at %d: %w", len(msgs), id, expectedLastSeq, err)
 	}
+	if p.counted || expectedLastSeq == 0 {
+		p.total, p.counted = p.total+uint64(len(msgs)), true
+	}
 	ev := events.New(events.CtxMessages{Messages: msgs}, events.WithSession(id.String()), events.WithTurn(o.turn), events.WithTrace(o.trace))
 	seq, err := l.publish(ctx, id, expectedLastSeq, ev, p, false, o, func(st *ctxState, seq uint64) {
 		st.appendMsgs(msgs, seq, l.now().UnixMilli())
@@ -596,9 +708,14 @@ func (l *ContextLog) AppendSummary(ctx context.Context, id events.SessionID, exp
 	for _, f := range opts {
 		f(&o)
 	}
+	subj := events.AgentCtxSubject(id)
+	prev, err := l.pointerAt(ctx, subj, expectedLastSeq)
+	if err != nil {
+		return 0, fmt.Errorf("append summary to %s at %d: %w", id, expectedLastSeq, err)
+	}
 	ev := events.New(events.CtxSummary{Summary: s.Text, AnchorSeq: s.AnchorSeq, Covered: s.Covered, Model: s.Model},
 		events.WithSession(id.String()), events.WithTurn(o.turn), events.WithTrace(o.trace))
-	seq, err := l.publish(ctx, id, expectedLastSeq, ev, ctxPointer{anchorSeq: s.AnchorSeq}, true, o, func(st *ctxState, seq uint64) {
+	seq, err := l.publish(ctx, id, expectedLastSeq, ev, ctxPointer{anchorSeq: s.AnchorSeq, total: prev.total, counted: prev.counted}, true, o, func(st *ctxState, seq uint64) {
 		st.setSummary(&Summary{Text: s.Text, AnchorSeq: s.AnchorSeq, Covered: s.Covered, Model: s.Model, Seq: seq, Time: l.now()})
 	})
 	if err != nil {

@@ -402,3 +402,55 @@ func TestContextLogConcurrentWriters(t *testing.T) {
 	}
 	shared.mu.Unlock()
 }
+
+// TestColdLoadSkipsByCount: a long epoch without summaries is not read in full by a cold load
+// with a count bound: the running totals are binary-searched and only the last records decoded.
+func TestColdLoadSkipsByCount(t *testing.T) {
+	ctx := context.Background()
+	js := startJS(t)
+	w, _ := NewContextLog(ctx, js, ContextBounds{})
+	plain, withSum := sid("long", 1), sid("long-summary", 1)
+	var last, lastS, anchor uint64
+	var err error
+	for i := 0; i < 90; i++ {
+		if last, err = w.AppendMessages(ctx, plain, last, turn(time.Now().UnixMilli(), fmt.Sprint("u", i), fmt.Sprint("a", i))); err != nil {
+			t.Fatal(err)
+		}
+		if lastS, err = w.AppendMessages(ctx, withSum, lastS, turn(time.Now().UnixMilli(), fmt.Sprint("u", i), fmt.Sprint("a", i))); err != nil {
+			t.Fatal(err)
+		}
+		if i == 20 {
+			anchor = lastS
+			if lastS, err = w.AppendSummary(ctx, withSum, lastS, Summary{Text: "S20", AnchorSeq: anchor}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		id     events.SessionID
+		bounds ContextBounds
+		sum    string
+	}{
+		{"from the start", plain, ContextBounds{MaxMessages: 6}, ""},
+		{"from MaxAge ago", plain, ContextBounds{MaxMessages: 6, MaxAge: time.Hour}, ""},
+		{"from the summary anchor", withSum, ContextBounds{MaxMessages: 6}, "S20"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cold, _ := NewContextLog(ctx, js, tc.bounds, WithCacheSessions(0))
+			got, err := cold.LoadContext(ctx, tc.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(texts(got.Messages)) != "[u87 a87 u88 a88 u89 a89]" {
+				t.Fatalf("got %q", texts(got.Messages))
+			}
+			if (got.Summary == nil && tc.sum != "") || (got.Summary != nil && got.Summary.Text != tc.sum) {
+				t.Fatalf("summary %+v", got.Summary)
+			}
+			if n := cold.decoded.Load(); n > 5 {
+				t.Fatalf("decoded %d records of ~90 for 6 messages", n)
+			}
+		})
+	}
+}
