@@ -175,6 +175,7 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 			return nil, fmt.Errorf("bench: cpu profile: %w", err)
 		}
 	}
+	callsBefore := h.modelCalls.Load()
 	cpuBefore := cpuTime()
 	schedBefore := schedHist()
 	start := time.Now()
@@ -185,9 +186,10 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 		sessions[i] = &session{lat: make([]time.Duration, 0, wl.Messages)}
 	}
 
-	// Memory: sample the heap while turns are in flight; keep the sample with the most.
+	// Memory: sample the heap while turns are in flight; keep the sample with the most model
+	// calls running (turns inside the model), and the most messages awaiting their reply.
 	sampleCtx, stopSampling := context.WithCancel(ctx)
-	var peak memSample
+	var peak, peakAccepted memSample
 	var samplerDone sync.WaitGroup
 	samplerDone.Add(1)
 	go func() {
@@ -201,16 +203,18 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 				return
 			case <-t.C:
 			}
-			n := inflight.Load()
-			if n <= peak.inflight {
+			model, accepted := h.modelInFlight.Load(), inflight.Load()
+			if model <= peak.inflight && accepted <= peakAccepted.inflight {
 				continue
 			}
 			runtime.ReadMemStats(&m)
-			if n2 := inflight.Load(); n2 < n {
-				n = n2
+			model = min(model, h.modelInFlight.Load())
+			accepted = min(accepted, inflight.Load())
+			if model > peak.inflight {
+				peak = memSample{inflight: model, heapInuse: m.HeapInuse}
 			}
-			if n > peak.inflight {
-				peak = memSample{inflight: n, heapInuse: m.HeapInuse}
+			if accepted > peakAccepted.inflight {
+				peakAccepted = memSample{inflight: accepted, heapInuse: m.HeapInuse}
 			}
 		}
 	}()
@@ -328,6 +332,7 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 		model := time.Duration(calls) * h.opts.Latency
 		res.AddedP50Ms, res.AddedP99Ms = ms(pct(all, 50)-model), ms(pct(all, 99)-model)
 		res.CPUSecondsPerTurn = cpu.Seconds() / float64(turns)
+		res.ModelCallsPerTurn = float64(h.modelCalls.Load()-callsBefore) / float64(turns)
 		d := jsAfter.sub(jsBefore)
 		res.StreamMsgsPerTurn = float64(d.streamMsgs) / float64(turns)
 		res.AppendsPerTurn = map[string]float64{}
@@ -347,6 +352,7 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 		grown := int64(peak.heapInuse) - int64(msIdle.HeapInuse)
 		res.HeapGrowthPerInFlightKiB = float64(grown) / 1024 / float64(peak.inflight)
 	}
+	res.PeakAwaitingReply = int(peakAccepted.inflight)
 	if kill != nil {
 		res.Kill = kill.result()
 	}

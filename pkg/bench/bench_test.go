@@ -42,6 +42,9 @@ func TestTinyRun(t *testing.T) {
 			if r.TurnsPerSec <= 0 || r.P50Ms <= 0 || r.P99Ms < r.P50Ms || r.MaxMs < r.P99Ms {
 				t.Errorf("implausible figures: %+v", r)
 			}
+			if calls := map[bool]float64{false: 1, true: 2}[tc.wl.Tool]; r.ModelCallsPerTurn != calls {
+				t.Errorf("%.2f model calls per turn, want %.0f", r.ModelCallsPerTurn, calls)
+			}
 			if r.StreamMsgsPerTurn <= 0 || r.NATSInMsgsPerTurn <= 0 {
 				t.Errorf("JetStream counters not read: %+v", r)
 			}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"log/slog"
 	"net"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/ingest"
+	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/tools"
 	"github.com/agentbus/agentbus/pkg/turn"
 	"github.com/agentbus/agentbus/pkg/webhook"
@@ -62,6 +64,9 @@ type Harness struct {
 	tmpDir  string
 	runSeq  atomic.Int64
 	waiters sync.Map // message id -> *waiter
+
+	modelInFlight atomic.Int64 // model streams running now
+	modelCalls    atomic.Int64 // model streams started
 }
 
 // waiter is a message waiting for its reply.
@@ -123,6 +128,13 @@ func Start(ctx context.Context, o Options) (_ *Harness, err error) {
 		return nil, fmt.Errorf("bench: start agentbus: %w", err)
 	}
 	h.Proc = p
+	// Count model calls: wrap the faux implementation app.Start registered from the config's
+	// options block (the registry is process-wide, so one Harness at a time per process).
+	inner, err := llm.LookupAPI(llm.APIFaux)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	llm.RegisterAPI(llm.APIFaux, &countingProvider{inner: inner, h: h})
 	if o.SecondWorker {
 		if h.Second, err = p.AddTurnWorker(ctx, "bench-second"); err != nil {
 			return nil, fmt.Errorf("bench: second turn worker: %w", err)
@@ -152,6 +164,26 @@ func benchConfig(dir, secret, callback string, latency time.Duration) (*config.C
 		return nil, fmt.Errorf("bench: config: %w", err)
 	}
 	return cfg, nil
+}
+
+// countingProvider counts the streams of the provider it wraps.
+type countingProvider struct {
+	inner llm.Provider
+	h     *Harness
+}
+
+func (c *countingProvider) Stream(ctx context.Context, m *llm.Model, lc *llm.Context, o *llm.StreamOptions) iter.Seq[llm.Event] {
+	seq := c.inner.Stream(ctx, m, lc, o)
+	return func(yield func(llm.Event) bool) {
+		c.h.modelCalls.Add(1)
+		c.h.modelInFlight.Add(1)
+		defer c.h.modelInFlight.Add(-1)
+		for ev := range seq {
+			if !yield(ev) {
+				return
+			}
+		}
+	}
 }
 
 // echoTool returns its text argument: the cheapest tool that still makes the full round trip

@@ -42,7 +42,13 @@ type Result struct {
 	AppendsPerTurn    map[string]float64 `json:"appendsPerTurn,omitempty"`
 	NATSInMsgsPerTurn float64            `json:"natsInMsgsPerTurn"` // every message the server received
 
+	ModelCallsPerTurn float64 `json:"modelCallsPerTurn"` // 1 without a tool call, 2 with one
+
+	// PeakInFlight is the most turns inside a model call at one heap sample; the heap figures
+	// are from that sample. PeakAwaitingReply is the most messages accepted and not yet
+	// answered (queued ones included).
 	PeakInFlight             int     `json:"peakInFlight"`
+	PeakAwaitingReply        int     `json:"peakAwaitingReply"`
 	HeapIdleMiB              float64 `json:"heapIdleMiB"`
 	HeapAtPeakMiB            float64 `json:"heapAtPeakMiB"`
 	HeapPerInFlightKiB       float64 `json:"heapPerInFlightKiB"`       // HeapInuse / in flight
@@ -111,8 +117,9 @@ func (r *Result) WriteText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  appends/turn:  %s\n", b.String())
 	}
-	fmt.Fprintf(w, "  memory:         %.0f KiB heap per in-flight turn (%.0f KiB grown since idle) at %d in flight; heap %.1f MiB, idle %.1f MiB\n",
-		r.HeapPerInFlightKiB, r.HeapGrowthPerInFlightKiB, r.PeakInFlight, r.HeapAtPeakMiB, r.HeapIdleMiB)
+	fmt.Fprintf(w, "  model:          %.2f calls per turn\n", r.ModelCallsPerTurn)
+	fmt.Fprintf(w, "  memory:         %.0f KiB heap per in-flight turn (%.0f KiB grown since idle) at %d turns in a model call; heap %.1f MiB, idle %.1f MiB; at most %d messages awaiting a reply\n",
+		r.HeapPerInFlightKiB, r.HeapGrowthPerInFlightKiB, r.PeakInFlight, r.HeapAtPeakMiB, r.HeapIdleMiB, r.PeakAwaitingReply)
 	if b := r.Baseline; b != nil {
 		fmt.Fprintf(w, "  baseline:       %.0f msgs/s raw JetStream async publish (%d × %d B, same server)\n", b.MsgsPerSec, b.Messages, b.Size)
 	}
