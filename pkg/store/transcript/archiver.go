@@ -28,6 +28,10 @@ type ArchiverOptions struct {
 	Batch int
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
+	// Retention, when set, is applied by DB.Prune every PruneEvery (default 1 hour) while the
+	// archiver runs, and once at start.
+	Retention  Retention
+	PruneEvery time.Duration
 }
 
 // Archiver is a running archiver. Stop ends it.
@@ -114,6 +118,30 @@ func RunArchiver(ctx context.Context, js jetstream.JetStream, db *DB, opts Archi
 		<-ctx.Done()
 		stopAll()
 	}()
+	if opts.Retention != (Retention{}) {
+		every := opts.PruneEvery
+		if every <= 0 {
+			every = time.Hour
+		}
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			t := time.NewTicker(every)
+			defer t.Stop()
+			for {
+				if n, err := db.Prune(ctx, opts.Retention, time.Now()); err != nil && ctx.Err() == nil {
+					opts.Logger.Warn("transcript retention", "err", err)
+				} else if n > 0 {
+					opts.Logger.Info("transcript retention", "deleted", n)
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+			}
+		}()
+	}
 	return a, nil
 }
 

@@ -2,6 +2,7 @@ package transcript
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -166,5 +167,36 @@ func TestArchiver(t *testing.T) {
 	}
 	if _, err := RunArchiver(ctx, js, db, ArchiverOptions{Node: "bad.name"}); err == nil {
 		t.Fatal("accepted a node name with a dot")
+	}
+}
+
+func TestArchiverRetention(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.New(t)
+	db, err := Open(filepath.Join(t.TempDir(), "transcripts.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for i := 0; i < 5; i++ {
+		m := inbound(fmt.Sprint("r", i), fmt.Sprint("msg ", i))
+		m.Time = time.Now().UnixMilli() + int64(i)
+		publish(t, srv.JS, events.IMInSubject(m.SessionKey()), events.New(m), "")
+	}
+	a, err := RunArchiver(ctx, srv.JS, db, ArchiverOptions{Node: "ret", Logger: quiet,
+		Retention: Retention{MaxRowsPerScene: 2}, PruneEvery: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+	// All five arrive, the pruner keeps the newest two.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		rows, _ := db.Search(ctx, Query{Scene: sceneA, Limit: 10})
+		if len(rows) == 2 && rows[0].Body == "msg 4" && rows[1].Body == "msg 3" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kept %q", bodies(rows))
+		}
 	}
 }
