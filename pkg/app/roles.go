@@ -53,12 +53,16 @@ func (p *Process) ToolSet(ctx context.Context, cfg *config.Config, log *slog.Log
 	if err != nil {
 		return nil, err
 	}
+	presets, err := filetool.LoadAgents(a.AgentsDir)
+	if err != nil {
+		return nil, err
+	}
 	profiles, err := toolworker.NewProfileStore(ctx, p.JS)
 	if err != nil {
 		return nil, err
 	}
 	all = append(all, toolworker.UserProfileTool(profiles), toolworker.ChatHistoryTool(toolworker.NATSHistory{NC: p.NC}),
-		turn.SpawnTaskTool(p.JS))
+		turn.SpawnTaskTool(p.JS, presets))
 	media, err := p.JS.ObjectStore(ctx, events.ObjectMedia)
 	if err != nil {
 		return nil, fmt.Errorf("open media store: %w", err)

@@ -160,7 +160,7 @@ func TestSubagentResultReturnsToChat(t *testing.T) {
 			runs.Add(1)
 			return tools.TextResult("pong:" + a.Text), nil
 		}, tools.Idempotent()),
-		SpawnTaskTool(h.ns.JS),
+		SpawnTaskTool(h.ns.JS, nil),
 	)
 	h.cfg.AI.Agent.SubagentTools = []string{"echo"}
 	w := h.worker("w1")

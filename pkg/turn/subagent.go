@@ -13,6 +13,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
 	"github.com/agentbus/agentbus/pkg/tools"
+	"github.com/agentbus/agentbus/pkg/tools/filetool"
 )
 
 // SubagentConsumer is the durable consumer of TASKS task.subagent.> shared by turn workers.
@@ -165,12 +166,22 @@ func keepInProgress(msg jetstream.Msg, every time.Duration) (stop func()) {
 type spawnArgs struct {
 	Task  string `json:"task" jsonschema:"what the background agent should do, self-contained"`
 	Label string `json:"label,omitempty" jsonschema:"a short name for the task, shown to the user"`
+	Agent string `json:"agent,omitempty" jsonschema:"name of an agent preset (*.agent.md) to run the task with"`
 }
 
 // SpawnTaskTool is spawn_task: it hands a task to a background subagent (TASKS) and returns at
 // once; the result arrives later as a new message in this chat. Served by tool workers.
-func SpawnTaskTool(js jetstream.JetStream) tools.Tool {
-	return tools.MustNew("spawn_task", "Run a longer task in the background with a subagent (files, shell, web). Returns immediately; the result is posted to this chat when done.",
+// presets are the *.agent.md presets (agents/): a named preset gives the subagent its system
+// prompt, tools, model and iteration limit.
+func SpawnTaskTool(js jetstream.JetStream, presets []filetool.AgentPreset) tools.Tool {
+	desc := "Run a longer task in the background with a subagent (files, shell, web). Returns immediately; the result is posted to this chat when done."
+	if len(presets) > 0 {
+		desc += " Agent presets:"
+		for _, p := range presets {
+			desc += " " + p.Name + " (" + p.Description + ");"
+		}
+	}
+	return tools.MustNew("spawn_task", desc,
 		func(ctx context.Context, c tools.Call, a spawnArgs) (tools.Result, error) {
 			sk, err := events.ParseSessionKey(c.Env.SessionKey)
 			if err != nil {
@@ -181,6 +192,15 @@ func SpawnTaskTool(js jetstream.JetStream) tools.Tool {
 			}
 			task := events.SubagentTask{TaskID: events.EncodeToken(c.ID), Parent: sk, ToolCallID: c.ID, Prompt: a.Task,
 				Caller: events.Caller{Platform: c.Env.Platform, Bot: c.Env.BotID, Scope: c.Env.Scope, SenderID: c.Env.SenderID, Roles: c.Env.SenderRoles}}
+			if a.Agent != "" {
+				i := slices.IndexFunc(presets, func(p filetool.AgentPreset) bool { return p.Name == a.Agent })
+				if i < 0 {
+					return tools.ErrorResult("spawn_task: no agent preset %q", a.Agent), nil
+				}
+				p := presets[i]
+				task.Tools, task.Model, task.MaxIterations = p.Tools, p.Model, p.MaxIterations
+				task.Prompt = "[agent " + p.Name + "]\n" + p.SystemPrompt + "\n\n## Task\n" + a.Task
+			}
 			m, err := events.NewMsg(events.TaskSubagentSubject(task.TaskID), events.New(task, events.WithSession(sk.String())))
 			if err != nil {
 				return tools.ErrorResult("spawn_task: %v", err), nil
