@@ -27,6 +27,7 @@ func cmdBench(ctx context.Context, args []string, w io.Writer) error {
 	fs.BoolVar(&cfg.Kill, "kill", false, "run two turn workers and kill one when half the turns are done")
 	fs.IntVar(&cfg.Baseline, "baseline", 20000, "messages in the raw JetStream publish baseline (negative: skip)")
 	fs.DurationVar(&cfg.ReplyTimeout, "reply-timeout", 60*time.Second, "how long a message waits for its reply before it counts as lost")
+	fs.BoolVar(&cfg.Stages, "stages", false, "also report the time to each pipeline stage (an observer on the bus; costs CPU)")
 	asJSON := fs.Bool("json", false, "print the figures as JSON")
 	cpuProfile := fs.String("cpuprofile", "", "write a pprof CPU profile of the measured phase to this file")
 	verbose := fs.Bool("v", false, "log the roles' warnings and errors to stderr")

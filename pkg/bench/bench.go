@@ -37,6 +37,9 @@ type Config struct {
 	Log          *slog.Logger // see Options.Log
 	// CPUProfile, when set, receives a pprof CPU profile of the measured phase.
 	CPUProfile io.Writer
+	// Stages observes the bus and reports how long a message takes to reach each stage. The
+	// observer costs CPU in the same process, so the other figures are better without it.
+	Stages bool
 }
 
 func (c *Config) defaults() error {
@@ -79,7 +82,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	res, err := h.Run(ctx, Workload{Sessions: cfg.Sessions, Messages: cfg.Messages, Tool: cfg.Tool,
-		Rate: cfg.Rate, Kill: cfg.Kill, ReplyTimeout: cfg.ReplyTimeout, CPUProfile: cfg.CPUProfile})
+		Rate: cfg.Rate, Kill: cfg.Kill, ReplyTimeout: cfg.ReplyTimeout, CPUProfile: cfg.CPUProfile,
+		Stages: cfg.Stages})
 	if err != nil {
 		return nil, err
 	}
@@ -137,6 +141,7 @@ type Workload struct {
 	Kill               bool // needs Options.SecondWorker
 	ReplyTimeout       time.Duration
 	CPUProfile         io.Writer // see Config.CPUProfile
+	Stages             bool      // see Config.Stages
 }
 
 // session is the load generator's state for one chat session.
@@ -144,6 +149,8 @@ type session struct {
 	mu      sync.Mutex
 	pending string // id of the message waiting for its reply, "" when idle
 	lat     []time.Duration
+	marks   marks
+	stages  [numStages][]time.Duration
 }
 
 // Run runs one measured phase and returns its figures (Baseline unset).
@@ -184,6 +191,17 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 	sessions := make([]*session, wl.Sessions)
 	for i := range sessions {
 		sessions[i] = &session{lat: make([]time.Duration, 0, wl.Messages)}
+	}
+	if wl.Stages {
+		ms := make([]*marks, len(sessions))
+		for i, s := range sessions {
+			ms[i] = &s.marks
+		}
+		obs, err := h.observe(ms)
+		if err != nil {
+			return nil, err
+		}
+		defer obs.close()
 	}
 
 	// Memory: sample the heap while turns are in flight; keep the sample with the most model
@@ -257,6 +275,9 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 				s.mu.Unlock()
 				inflight.Add(1)
 				t0 := time.Now()
+				if wl.Stages {
+					s.marks.reset(t0)
+				}
 				err := h.send(ctx, id, i, text)
 				if err != nil {
 					inflight.Add(-1)
@@ -277,6 +298,9 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 					s.mu.Lock()
 					s.pending = ""
 					s.lat = append(s.lat, r.at.Sub(t0))
+					if wl.Stages {
+						s.marks.collect(&s.stages)
+					}
 					s.mu.Unlock()
 					if kill != nil {
 						kill.replied(id, r.at)
@@ -315,9 +339,14 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 	}
 
 	var all []time.Duration
+	var stages [numStages][]time.Duration
 	for _, s := range sessions {
 		all = append(all, s.lat...)
+		for i := range stages {
+			stages[i] = append(stages[i], s.stages[i]...)
+		}
 	}
+	res.Stages = stageTimes(&stages)
 	slices.Sort(all)
 	turns := len(all)
 	res.Turns, res.Failed, res.Lost = turns, int(failed.Load()), int(lost.Load())

@@ -29,6 +29,9 @@ type Result struct {
 	AddedP50Ms float64 `json:"addedP50Ms"` // minus the model latency of every model call
 	AddedP99Ms float64 `json:"addedP99Ms"`
 
+	// Stages (with Config.Stages): time from the webhook POST to each stage.
+	Stages []StageTime `json:"stages,omitempty"`
+
 	CPUSecondsPerTurn float64 `json:"cpuSecondsPerTurn"`
 	CPUCores          float64 `json:"cpuCores"` // CPU seconds per wall second
 	// SchedP50Ms and SchedP99Ms: how long runnable goroutines waited for a CPU (Go's
@@ -100,6 +103,9 @@ func (r *Result) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "  latency:        p50 %s ms, p90 %s ms, p99 %s ms, max %s ms (webhook POST → callback)\n",
 		num(r.P50Ms), num(r.P90Ms), num(r.P99Ms), num(r.MaxMs))
 	fmt.Fprintf(w, "  added latency:  p50 %s ms, p99 %s ms (minus the model's latency)\n", num(r.AddedP50Ms), num(r.AddedP99Ms))
+	for _, st := range r.Stages {
+		fmt.Fprintf(w, "    POST → %-26s p50 %s ms, p99 %s ms\n", st.Stage+":", num(st.P50Ms), num(st.P99Ms))
+	}
 	fmt.Fprintf(w, "  CPU:            %.3f ms per turn, %.2f cores busy (load generator included)\n",
 		r.CPUSecondsPerTurn*1000, r.CPUCores)
 	fmt.Fprintf(w, "  scheduling:     runnable goroutines waited p50 %s ms, p99 %s ms for a CPU\n", num(r.SchedP50Ms), num(r.SchedP99Ms))
