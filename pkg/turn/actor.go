@@ -34,6 +34,7 @@ type actor struct {
 	held    map[uint64][]jetstream.Msg // deliveries this actor still owes an ack, by stream seq
 	wake    chan struct{}
 	cursor  uint64
+	readPos uint64              // events up to here are taken but their effect is not durable yet (collect, interrupt)
 	turns   map[string]*turnRun // running turns
 	latest  *turnRun            // the newest running turn (steer / follow-up target)
 	queued  []*pendingTurn      // queue policy: turns waiting for the running one
@@ -157,12 +158,15 @@ func (a *actor) idle() bool {
 
 // step processes the next inbox event after the cursor, if there is one.
 func (a *actor) step() (bool, error) {
-	raw, err := a.w.inbox.GetMsg(a.ctx, a.cursor+1, jetstream.WithGetMsgSubject(a.subj))
+	a.mu.Lock()
+	from := max(a.cursor, a.readPos)
+	a.mu.Unlock()
+	raw, err := a.w.inbox.GetMsg(a.ctx, from+1, jetstream.WithGetMsgSubject(a.subj))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("read inbox after %d: %w", a.cursor, err)
+		return false, fmt.Errorf("read inbox after %d: %w", from, err)
 	}
 	ev, derr := events.Decode(raw.Data)
 	if derr != nil {
@@ -384,12 +388,23 @@ func (a *actor) schedule(pt *pendingTurn, policy string) error {
 		running.steer(pt.input...)
 		return a.advance(pt.seq, nil)
 	case policy == "interrupt":
+		a.taken(pt.seq)
 		running.interruptWith(pt)
 		return nil // the interrupted turn's finish starts the merged one and advances the cursor
 	case policy == "collect":
+		a.taken(pt.seq)
 		return a.gather(pt)
 	}
 	return a.startTurn(pt)
+}
+
+// taken moves the read position past seq without moving the durable cursor: the event is
+// part of a turn that starts later (its delivery stays unacked until then, and after a crash
+// the next owner reads it again).
+func (a *actor) taken(seq uint64) {
+	a.mu.Lock()
+	a.readPos = max(a.readPos, seq)
+	a.mu.Unlock()
 }
 
 // enqueue records a queued turn as open (state "queued") so that a takeover starts it.
