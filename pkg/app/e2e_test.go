@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -238,19 +237,6 @@ func slowFirst(d time.Duration, f fakeopenai.Script) fakeopenai.Script {
 	}
 }
 
-// bugInboxReread: pkg/turn/actor.go, actor.schedule: the interrupt and collect cases return
-// without advancing the cursor (by design: the cursor moves when the merged or collected turn
-// starts), but actor.step reads the inbox at cursor+1, so the same event is handled again on
-// every loop iteration. interrupt: the message is merged into the interrupted turn's successor
-// once per iteration (the model sees it 8+ times) and, once the interrupted turn is gone, it
-// also starts a turn of its own (3 model requests, 2 replies instead of 2 requests, 1 reply).
-// collect: the actor spins re-gathering the first message, pushing the window's due time
-// forward each time and never reaching the select that flushes it: no turn, no reply, ever.
-// Should: an event is handled once; e.g. an in-memory read position past events whose effect
-// is pending (step reads from max(cursor, read)+1; schedule sets read = seq in the interrupt
-// and collect cases), keeping the durable cursor where it is so a crash re-reads them.
-const bugInboxReread = "interrupt/collect re-handle the same inbox event in a loop (actor.step reads cursor+1, schedule does not advance it)"
-
 // Two quick messages to one session while the model is slow, under each concurrency policy.
 func TestConcurrencyPolicies(t *testing.T) {
 	const first, second = "first question alpha", "second question beta"
@@ -262,7 +248,6 @@ func TestConcurrencyPolicies(t *testing.T) {
 		waitFirst bool
 		replies   int
 		check     func(t *testing.T, pl *pipeline, reqs []fakeopenai.Request, got []reply)
-		bug       string // known bug: the case is skipped with this description
 	}{
 		{
 			policy: "parallel",
@@ -321,7 +306,6 @@ func TestConcurrencyPolicies(t *testing.T) {
 		},
 		{
 			policy:     "interrupt",
-			bug:        bugInboxReread,
 			firstReply: func(*pipeline) fakeopenai.Reply { return fakeopenai.Reply{Latency: 5 * time.Second} },
 			waitFirst:  true, replies: 1,
 			check: func(t *testing.T, pl *pipeline, reqs []fakeopenai.Request, got []reply) {
@@ -340,7 +324,6 @@ func TestConcurrencyPolicies(t *testing.T) {
 		},
 		{
 			policy:     "collect",
-			bug:        bugInboxReread,
 			firstReply: func(*pipeline) fakeopenai.Reply { return fakeopenai.Reply{} },
 			replies:    1,
 			check: func(t *testing.T, pl *pipeline, reqs []fakeopenai.Request, got []reply) {
@@ -359,9 +342,6 @@ func TestConcurrencyPolicies(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.policy, func(t *testing.T) {
-			if tt.bug != "" && os.Getenv("AGENTBUS_E2E_KNOWN_BUGS") == "" {
-				t.Skip("BUG: " + tt.bug + " (set AGENTBUS_E2E_KNOWN_BUGS=1 to run)")
-			}
 			var pl *pipeline
 			pl = newPipeline(t, func(r *fakeopenai.Request) fakeopenai.Reply {
 				rep := fakeopenai.Echo(r)

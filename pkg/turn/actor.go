@@ -388,8 +388,10 @@ func (a *actor) schedule(pt *pendingTurn, policy string) error {
 		running.steer(pt.input...)
 		return a.advance(pt.seq, nil)
 	case policy == "interrupt":
+		if !running.interruptWith(pt) { // it finished meanwhile: nothing to interrupt
+			return a.startTurn(pt)
+		}
 		a.taken(pt.seq)
-		running.interruptWith(pt)
 		return nil // the interrupted turn's finish starts the merged one and advances the cursor
 	case policy == "collect":
 		a.taken(pt.seq)

@@ -57,18 +57,19 @@ func turnID(seq uint64) string { return "t" + strconv.FormatUint(seq, 10) }
 // turnRun is a running turn.
 type turnRun struct {
 	pendingTurn
-	a       *actor
-	sid     events.SessionID
-	model   *llm.Model
-	cancel  context.CancelFunc
-	done    chan struct{}
-	index   int // next message_end index
-	evtSeq  uint64
-	mu      sync.Mutex
-	steerQ  []llm.Message
-	followQ []llm.Message
-	reason  string       // why it was aborted
-	next    *pendingTurn // interrupt: the turn to start when this one stops
+	a        *actor
+	sid      events.SessionID
+	model    *llm.Model
+	cancel   context.CancelFunc
+	done     chan struct{}
+	index    int // next message_end index
+	evtSeq   uint64
+	mu       sync.Mutex
+	steerQ   []llm.Message
+	followQ  []llm.Message
+	reason   string       // why it was aborted
+	next     *pendingTurn // interrupt: the turn to start when this one stops
+	finished bool         // the turn's goroutine has taken next: no more interrupts
 }
 
 func (t *turnRun) steer(ms ...llm.Message) {
@@ -91,8 +92,13 @@ func (t *turnRun) abort(reason string) {
 }
 
 // interruptWith aborts the turn; when it has stopped, pt starts with this turn's input first.
-func (t *turnRun) interruptWith(pt *pendingTurn) {
+// It reports false when the turn already finished, so that pt must start on its own.
+func (t *turnRun) interruptWith(pt *pendingTurn) bool {
 	t.mu.Lock()
+	if t.finished {
+		t.mu.Unlock()
+		return false
+	}
 	if t.next == nil {
 		merged := &pendingTurn{seq: pt.seq, input: append(append([]llm.Message(nil), t.input...), pt.input...),
 			msg: pt.msg, trace: pt.trace, merged: append([]uint64{t.seq}, t.merged...)}
@@ -107,6 +113,7 @@ func (t *turnRun) interruptWith(pt *pendingTurn) {
 	t.merged = append(t.merged, pt.seq)
 	t.a.mu.Unlock()
 	t.cancel()
+	return true
 }
 
 func (t *turnRun) drain(q *[]llm.Message, mode string) []llm.Message {
@@ -194,6 +201,7 @@ func (a *actor) launch(t *turnRun, resumed *turnLog) {
 		}
 		t.mu.Lock()
 		next := t.next
+		t.finished = true
 		t.mu.Unlock()
 		a.turnDone(t, next)
 	}()
