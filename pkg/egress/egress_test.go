@@ -543,6 +543,15 @@ func TestConsole(t *testing.T) {
 		t.Fatalf("console got %+v trace %q", ev.Data, ev.Trace)
 	}
 	waitFor(t, "receipt", func() bool { return h.Stats().Delivered == 1 })
+	// The receipt is published after the delivery is counted.
+	sent, err := srv.JS.Stream(context.Background(), events.StreamIMSent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "receipt message", func() bool {
+		_, err := sent.GetLastMsgForSubject(context.Background(), events.IMSentSubject(out.SessionKey()))
+		return err == nil
+	})
 	rm := lastMsg(t, srv.JS, events.StreamIMSent, events.IMSentSubject(out.SessionKey()))
 	var rev events.Event[events.Receipt]
 	if err := events.Unmarshal(rm.Data, &rev); err != nil || rev.Data.MessageID != out.OutID {
