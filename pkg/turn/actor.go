@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -557,16 +556,4 @@ func (a *actor) commitMessages(sid events.SessionID, msgs []llm.Message, msgID, 
 	}
 	a.ctxLast[key] = seq
 	return seq, nil
-}
-
-// sortedSeqs lists held sequences (for tests and logs).
-func (a *actor) sortedSeqs() []uint64 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	out := make([]uint64, 0, len(a.held))
-	for s := range a.held {
-		out = append(out, s)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
 }

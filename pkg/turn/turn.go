@@ -210,7 +210,6 @@ func (a *actor) launch(t *turnRun, resumed *turnLog) {
 // execute runs (or resumes) the agent loop, commits and replies.
 func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 	a := t.a
-	w := a.w
 	var persisted []llm.Message
 	committed := false
 	if resumed != nil {
@@ -229,6 +228,13 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 			return t.close("interrupted")
 		}
 		if err != nil && !errors.Is(err, loop.ErrMaxIterations) {
+			// Not a model failure (those end in an error message) but the loop's or the bus's:
+			// tell the user and close the turn rather than leave it open forever.
+			_ = record(t, events.EvtKindTurnFailed, events.TurnFailed{Reason: events.FailError, Error: err.Error()}, "failed")
+			a.replyText(&t.pendingTurn, t.id, "⚠️ This turn failed: "+err.Error())
+			if cerr := t.close("failed"); cerr != nil {
+				return cerr
+			}
 			return fmt.Errorf("turn %s: %w", t.id, err)
 		}
 		for _, done := range a.earlier(t.seq) {
@@ -253,7 +259,6 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 	} else {
 		t.publishReply(lastAssistant(persisted))
 	}
-	_ = w
 	return t.close("done")
 }
 
@@ -278,7 +283,7 @@ func (t *turnRun) close(state string) error {
 // runLoop runs the loop from the input, or continues from what a previous owner persisted.
 // It returns the final assistant message and every message of the turn (input included).
 func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Message, []llm.Message, error) {
-	a, w := t.a, t.a.w
+	w := t.a.w
 	loaded, err := w.ctxlog.LoadContext(ctx, t.sid)
 	if err != nil {
 		return nil, nil, err
@@ -322,7 +327,6 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 	default:
 		out, err = t.resumeLoop(ctx, ac, cfg, persisted, emit)
 	}
-	_ = a
 	return lastAssistant(out), out, err
 }
 

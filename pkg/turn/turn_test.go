@@ -147,7 +147,7 @@ func TestPlainTurn(t *testing.T) {
 	}
 	// The turn is committed to the session's context.
 	h.send(sk, "m2", "second")
-	got = h.replies(sk, 2)
+	h.replies(sk, 2)
 	w := h.worker("w-reader")
 	sess, err := w.sessions.Get(context.Background(), sk)
 	if err != nil {
@@ -164,7 +164,6 @@ func TestPlainTurn(t *testing.T) {
 	if len(sess.OpenTurns) != 0 {
 		t.Errorf("open turns left: %+v", sess.OpenTurns)
 	}
-	_ = got
 }
 
 func TestResetStartsNewEpoch(t *testing.T) {
