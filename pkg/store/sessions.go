@@ -32,6 +32,12 @@ type OpenTurn struct {
 	// ContextSeq is the AGENT_CTX sequence of the snapshot the turn runs on.
 	ContextSeq uint64 `json:"contextSeq,omitempty"`
 	StartedAt  int64  `json:"startedAt"`
+	// Merged are further SESSION_IN sequences whose messages are part of this turn's input
+	// (collect windows, interrupts), so a takeover rebuilds the same input.
+	Merged []uint64 `json:"merged,omitempty"`
+	// Steers are SESSION_IN sequences of steer / follow-up messages queued into the running
+	// turn; a takeover queues again those the turn had not consumed yet.
+	Steers []uint64 `json:"steers,omitempty"`
 }
 
 // Session is the record in KV sessions under the session key's token: which epoch is active and

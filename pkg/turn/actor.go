@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,7 +34,6 @@ type actor struct {
 	held    map[uint64][]jetstream.Msg // deliveries this actor still owes an ack, by stream seq
 	wake    chan struct{}
 	cursor  uint64
-	readPos uint64              // events up to here are taken but their effect is not durable yet (collect, interrupt)
 	turns   map[string]*turnRun // running turns
 	latest  *turnRun            // the newest running turn (steer / follow-up target)
 	queued  []*pendingTurn      // queue policy: turns waiting for the running one
@@ -102,9 +102,7 @@ func (a *actor) run() {
 	}
 	a.cursor = sess.InboxCursor
 	go a.keepLease()
-	for _, ot := range sess.OpenTurns {
-		a.resume(sess, ot)
-	}
+	a.resumeAll(sess)
 	idleSince := time.Now()
 	inProgress := time.NewTicker(a.w.opts.AckWait / 3)
 	defer inProgress.Stop()
@@ -158,7 +156,7 @@ func (a *actor) idle() bool {
 // step processes the next inbox event after the cursor, if there is one.
 func (a *actor) step() (bool, error) {
 	a.mu.Lock()
-	from := max(a.cursor, a.readPos)
+	from := a.cursor
 	a.mu.Unlock()
 	raw, err := a.w.inbox.GetMsg(a.ctx, from+1, jetstream.WithGetMsgSubject(a.subj))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -308,17 +306,17 @@ func (a *actor) handle(ev events.Any, seq uint64) error {
 		}
 		return a.advance(seq, nil)
 	case *events.Event[events.Steer]:
-		text := llm.UserText(e.Data.Text, time.Now().UnixMilli())
+		text := llm.UserText(e.Data.Text, e.Time) // the event time makes it recognizable on resume
 		if t := a.runningTurn(); t != nil {
-			t.steer(text)
-			return a.advance(seq, nil)
+			t.steer(seq, text)
+			return a.recordSteer(t, seq)
 		}
 		return a.schedule(a.pendingFrom(seq, text, e.Data.Message, e.Data.Sender, e.Trace), "parallel")
 	case *events.Event[events.FollowUp]:
-		text := llm.UserText(e.Data.Text, time.Now().UnixMilli())
+		text := llm.UserText(e.Data.Text, e.Time)
 		if t := a.runningTurn(); t != nil {
-			t.followUp(text)
-			return a.advance(seq, nil)
+			t.followUp(seq, text)
+			return a.recordSteer(t, seq)
 		}
 		return a.schedule(a.pendingFrom(seq, text, e.Data.Message, e.Data.Sender, e.Trace), "parallel")
 	case *events.Event[events.Abort]:
@@ -384,28 +382,21 @@ func (a *actor) schedule(pt *pendingTurn, policy string) error {
 	case running == nil && policy != "collect":
 		return a.startTurn(pt)
 	case policy == "steer":
-		running.steer(pt.input...)
-		return a.advance(pt.seq, nil)
+		running.steer(pt.seq, pt.input...)
+		return a.recordSteer(running, pt.seq)
 	case policy == "interrupt":
-		if !running.interruptWith(pt) { // it finished meanwhile: nothing to interrupt
+		next, ok := running.interruptWith(pt)
+		if !ok { // it finished meanwhile: nothing to interrupt
 			return a.startTurn(pt)
 		}
-		a.taken(pt.seq)
-		return nil // the interrupted turn's finish starts the merged one and advances the cursor
+		// The merged turn starts when the interrupted one has stopped; recorded as queued so
+		// that a takeover starts it with the same input.
+		return a.advance(pt.seq, &store.OpenTurn{ID: turnID(next.seq), State: "queued", InboxSeq: next.seq,
+			Merged: next.merged, StartedAt: time.Now().UnixMilli()})
 	case policy == "collect":
-		a.taken(pt.seq)
 		return a.gather(pt)
 	}
 	return a.startTurn(pt)
-}
-
-// taken moves the read position past seq without moving the durable cursor: the event is
-// part of a turn that starts later (its delivery stays unacked until then, and after a crash
-// the next owner reads it again).
-func (a *actor) taken(seq uint64) {
-	a.mu.Lock()
-	a.readPos = max(a.readPos, seq)
-	a.mu.Unlock()
 }
 
 // enqueue records a queued turn as open (state "queued") so that a takeover starts it.
@@ -420,18 +411,42 @@ func (a *actor) enqueue(pt *pendingTurn) error {
 	return nil
 }
 
-// gather adds a message to the collect window; the turn starts when the window closes.
+// gather adds a message to the collect window; the turn starts when the window closes. The
+// window so far is recorded as an open turn ("collecting"), so a takeover starts it.
 func (a *actor) gather(pt *pendingTurn) error {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	window := time.Duration(a.w.opts.AI.Agent.CollectWindowMs) * time.Millisecond
 	if a.collect == nil {
-		pt.due = time.Now().Add(window)
 		a.collect = pt
-		return nil
+	} else {
+		a.collect.merge(pt)
 	}
-	a.collect.merge(pt)
 	a.collect.due = time.Now().Add(window)
+	c := a.collect
+	ot := store.OpenTurn{ID: turnID(c.seq), State: "collecting", InboxSeq: c.seq, Merged: append([]uint64(nil), c.merged...), StartedAt: time.Now().UnixMilli()}
+	a.mu.Unlock()
+	return a.advance(pt.seq, &ot)
+}
+
+// recordSteer records that inbox event seq was queued into t, with the cursor past it.
+func (a *actor) recordSteer(t *turnRun, seq uint64) error {
+	t.mu.Lock()
+	t.steerSeqs = append(t.steerSeqs, seq)
+	t.mu.Unlock()
+	_, err := a.w.sessions.Update(a.ctx, a.sk, func(s *store.Session) error {
+		s.InboxCursor = max(s.InboxCursor, seq)
+		if ot := s.OpenTurn(t.id); ot != nil && !slices.Contains(ot.Steers, seq) {
+			ot.Steers = append(ot.Steers, seq)
+		}
+		s.LastActivity = time.Now().UnixMilli()
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("record steer %d: %w", seq, err)
+	}
+	a.mu.Lock()
+	a.cursor = max(a.cursor, seq)
+	a.mu.Unlock()
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
 	"github.com/agentbus/agentbus/pkg/tools"
@@ -172,5 +173,62 @@ func TestSubagentResultReturnsToChat(t *testing.T) {
 	}
 	if runs.Load() != 1 {
 		t.Errorf("subagent tool ran %d times", runs.Load())
+	}
+}
+
+// A steer queued into a running turn survives the owner's crash: the next owner resumes the
+// turn and the model still gets the steering message, once.
+func TestSteerSurvivesCrash(t *testing.T) {
+	var sawSteer atomic.Int32
+	h := newHarness(t, nil, faux.WithResponder(func(c *llm.Context) faux.Response {
+		n := 0
+		for _, m := range c.Messages {
+			if m.Role == llm.RoleUser && strings.Contains(m.TextContent(), "be brief") {
+				n++
+			}
+		}
+		if n > 0 {
+			sawSteer.Store(int32(n))
+			return faux.Response{Text: "brief answer"}
+		}
+		if c.Messages[len(c.Messages)-1].Role == llm.RoleUser {
+			return faux.Response{ToolCalls: []llm.Content{llm.ToolCall("c1", "slow", map[string]any{"text": "x"})}}
+		}
+		return faux.Response{Text: "long answer without the steer"}
+	}))
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	h.startTools(tools.MustNew("slow", "waits", func(ctx context.Context, c tools.Call, a echoArgs) (tools.Result, error) {
+		started <- struct{}{}
+		<-release
+		return tools.TextResult("slow result"), nil
+	}))
+	a := h.worker("wA")
+	h.waitTools(a, 1)
+	h.send(sk, "m1", "explain everything")
+	<-started
+	h.publish(sk, events.New(events.Steer{Text: "be brief", Sender: events.Sender{ID: "u1", Roles: []string{"master"}}}))
+	waitFor(t, func() bool {
+		s, err := a.sessions.Get(context.Background(), sk)
+		return err == nil && len(s.OpenTurns) == 1 && len(s.OpenTurns[0].Steers) == 1
+	})
+	a.Kill()
+	close(release)
+	b := h.worker("wB")
+	h.waitTools(b, 1)
+	got := h.replies(sk, 1)
+	if got[0] != "brief answer" || sawSteer.Load() != 1 {
+		t.Fatalf("reply %q, steer seen %d times in the context", got, sawSteer.Load())
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -1,11 +1,13 @@
 package turn
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,31 +59,62 @@ func turnID(seq uint64) string { return "t" + strconv.FormatUint(seq, 10) }
 // turnRun is a running turn.
 type turnRun struct {
 	pendingTurn
-	a        *actor
-	sid      events.SessionID
-	model    *llm.Model
-	cancel   context.CancelFunc
-	done     chan struct{}
-	index    int // next message_end index
-	evtSeq   uint64
-	mu       sync.Mutex
-	steerQ   []llm.Message
-	followQ  []llm.Message
-	reason   string       // why it was aborted
-	next     *pendingTurn // interrupt: the turn to start when this one stops
-	finished bool         // the turn's goroutine has taken next: no more interrupts
+	a         *actor
+	sid       events.SessionID
+	model     *llm.Model
+	cancel    context.CancelFunc
+	done      chan struct{}
+	index     int // next message_end index
+	evtSeq    uint64
+	mu        sync.Mutex
+	steerQ    []queued
+	followQ   []queued
+	reason    string       // why it was aborted
+	next      *pendingTurn // interrupt: the turn to start when this one stops
+	finished  bool         // the turn's goroutine has taken next: no more interrupts
+	steerSeqs []uint64     // inbox sequences queued into this turn (steer, follow-up)
 }
 
-func (t *turnRun) steer(ms ...llm.Message) {
+// queued is a steer or follow-up message and the inbox event it came from.
+type queued struct {
+	seq uint64
+	msg llm.Message
+}
+
+func (t *turnRun) steer(seq uint64, ms ...llm.Message) {
 	t.mu.Lock()
-	t.steerQ = append(t.steerQ, ms...)
+	for _, m := range ms {
+		t.steerQ = append(t.steerQ, queued{seq, m})
+	}
 	t.mu.Unlock()
 }
 
-func (t *turnRun) followUp(ms ...llm.Message) {
+func (t *turnRun) followUp(seq uint64, m llm.Message) {
 	t.mu.Lock()
-	t.followQ = append(t.followQ, ms...)
+	t.followQ = append(t.followQ, queued{seq, m})
 	t.mu.Unlock()
+}
+
+// leftover takes the steers and follow-ups the loop did not consume: they arrived after its
+// last poll. They become a turn of their own rather than being dropped.
+func (t *turnRun) leftover() *pendingTurn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	rest := append(t.steerQ, t.followQ...)
+	t.steerQ, t.followQ = nil, nil
+	if len(rest) == 0 {
+		return nil
+	}
+	slices.SortFunc(rest, func(a, b queued) int { return cmp.Compare(a.seq, b.seq) })
+	pt := &pendingTurn{seq: rest[0].seq, msg: t.msg, trace: t.trace}
+	for _, q := range rest {
+		pt.input = append(pt.input, q.msg)
+		if q.seq != pt.seq && !slices.Contains(pt.merged, q.seq) {
+			pt.merged = append(pt.merged, q.seq)
+		}
+	}
+	pt.id = turnID(pt.seq)
+	return pt
 }
 
 func (t *turnRun) abort(reason string) {
@@ -91,13 +124,14 @@ func (t *turnRun) abort(reason string) {
 	t.cancel()
 }
 
-// interruptWith aborts the turn; when it has stopped, pt starts with this turn's input first.
-// It reports false when the turn already finished, so that pt must start on its own.
-func (t *turnRun) interruptWith(pt *pendingTurn) bool {
+// interruptWith aborts the turn; when it has stopped, the returned turn starts with this
+// turn's input first. It reports false when the turn already finished, so that pt must start
+// on its own.
+func (t *turnRun) interruptWith(pt *pendingTurn) (*pendingTurn, bool) {
 	t.mu.Lock()
 	if t.finished {
 		t.mu.Unlock()
-		return false
+		return nil, false
 	}
 	if t.next == nil {
 		merged := &pendingTurn{seq: pt.seq, input: append(append([]llm.Message(nil), t.input...), pt.input...),
@@ -107,28 +141,28 @@ func (t *turnRun) interruptWith(pt *pendingTurn) bool {
 		t.next.merge(pt)
 	}
 	t.reason = "interrupted"
+	next := *t.next
+	next.merged = append([]uint64(nil), next.merged...)
 	t.mu.Unlock()
-	t.a.mu.Lock()
-	// The new trigger must not be acked before the merged turn has started.
-	t.merged = append(t.merged, pt.seq)
-	t.a.mu.Unlock()
 	t.cancel()
-	return true
+	return &next, true
 }
 
-func (t *turnRun) drain(q *[]llm.Message, mode string) []llm.Message {
+func (t *turnRun) drain(q *[]queued, mode string) []llm.Message {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(*q) == 0 {
+	n := len(*q)
+	if n == 0 {
 		return nil
 	}
-	if mode == "all" {
-		out := *q
-		*q = nil
-		return out
+	if mode != "all" {
+		n = 1
 	}
-	out := (*q)[:1:1]
-	*q = (*q)[1:]
+	out := make([]llm.Message, n)
+	for i := range out {
+		out[i] = (*q)[i].msg
+	}
+	*q = (*q)[n:]
 	return out
 }
 
@@ -268,15 +302,28 @@ func (t *turnRun) isInterrupted() bool {
 	return t.next != nil
 }
 
-// close removes the turn from the session record.
+// close removes the turn from the session record. Steers and follow-ups it did not consume
+// are recorded, in the same write, as a queued turn that the actor starts next.
 func (t *turnRun) close(state string) error {
+	var next *pendingTurn
+	if state != "interrupted" {
+		next = t.leftover()
+	}
 	_, err := t.a.w.sessions.Update(t.a.ctx, t.a.sk, func(s *store.Session) error {
 		s.CloseTurn(t.id)
 		if state == "done" {
 			s.Model = t.model.Provider + "/" + t.model.ID
 		}
+		if next != nil {
+			s.SetOpenTurn(store.OpenTurn{ID: next.id, State: "queued", InboxSeq: next.seq, Merged: next.merged, StartedAt: time.Now().UnixMilli()})
+		}
 		return nil
 	})
+	if err == nil && next != nil {
+		t.a.mu.Lock()
+		t.a.ready = append(t.a.ready, next)
+		t.a.mu.Unlock()
+	}
 	return err
 }
 
@@ -624,7 +671,49 @@ func (w *Worker) readTurn(ctx context.Context, sk events.SessionKey, turn string
 	return tl, nil
 }
 
-// resume restarts a turn the previous owner left open.
+// resumeAll restarts what the previous owner left open: running turns continue from their
+// events, queued and collecting turns start from their inbox events. A turn whose trigger was
+// merged into another open turn (interrupt) was superseded and is closed.
+func (a *actor) resumeAll(sess *store.Session) {
+	merged := map[uint64]bool{}
+	for _, ot := range sess.OpenTurns {
+		for _, s := range ot.Merged {
+			merged[s] = true
+		}
+	}
+	for _, ot := range sess.OpenTurns {
+		if merged[ot.InboxSeq] {
+			_, _ = a.w.sessions.Update(a.ctx, a.sk, func(s *store.Session) error { s.CloseTurn(ot.ID); return nil })
+			continue
+		}
+		a.resume(sess, ot)
+	}
+}
+
+// inboxEvent reads one SESSION_IN event of this session.
+func (a *actor) inboxEvent(seq uint64) (events.Any, error) {
+	raw, err := a.w.inbox.GetMsg(a.ctx, seq)
+	if err != nil {
+		return nil, fmt.Errorf("read inbox %d: %w", seq, err)
+	}
+	return events.Decode(raw.Data)
+}
+
+// inboxMessage rebuilds the user message an inbox event contributed to a turn, and the chat
+// message to reply to when it has one.
+func (a *actor) inboxMessage(ev events.Any) (llm.Message, *events.IMMessage, bool) {
+	switch e := ev.(type) {
+	case *events.Event[events.UserMessage]:
+		return a.userInput(&e.Data.Message, e.Data.Text), &e.Data.Message, true
+	case *events.Event[events.Steer]:
+		return llm.UserText(e.Data.Text, e.Time), e.Data.Message, true
+	case *events.Event[events.FollowUp]:
+		return llm.UserText(e.Data.Text, e.Time), e.Data.Message, true
+	}
+	return llm.Message{}, nil, false
+}
+
+// resume restarts one open turn.
 func (a *actor) resume(sess *store.Session, ot store.OpenTurn) {
 	sid, err := sess.ID()
 	if err != nil {
@@ -635,19 +724,31 @@ func (a *actor) resume(sess *store.Session, ot store.OpenTurn) {
 		a.log.Error("read open turn", "turn", ot.ID, "err", err)
 		return
 	}
-	if tl.started == nil { // queued, never started: start it from its inbox event
-		raw, err := a.w.inbox.GetMsg(a.ctx, ot.InboxSeq)
-		if err != nil {
-			a.log.Error("read queued turn trigger", "turn", ot.ID, "err", err)
-			return
-		}
-		ev, err := events.Decode(raw.Data)
-		if um, ok := ev.(*events.Event[events.UserMessage]); err == nil && ok {
-			pt := &pendingTurn{id: ot.ID, seq: ot.InboxSeq, input: []llm.Message{a.userInput(&um.Data.Message, um.Data.Text)}, msg: um.Data.Message, trace: um.Trace}
-			if err := a.startTurn(pt); err != nil {
-				a.log.Error("start queued turn", "turn", ot.ID, "err", err)
+	if tl.started == nil { // queued or collecting, never started: rebuild its input
+		pt := &pendingTurn{id: ot.ID, seq: ot.InboxSeq, merged: ot.Merged, msg: a.syntheticTarget(events.Sender{ID: "unknown"}, "")}
+		seqs := append([]uint64{ot.InboxSeq}, ot.Merged...)
+		slices.Sort(seqs)
+		for _, seq := range seqs {
+			ev, err := a.inboxEvent(seq)
+			if err != nil {
+				a.log.Error("rebuild open turn", "turn", ot.ID, "err", err)
+				continue
+			}
+			if m, target, ok := a.inboxMessage(ev); ok {
+				pt.input = append(pt.input, m)
+				if target != nil {
+					pt.msg = *target
+				}
+				pt.trace = ev.EventMeta().Trace
 			}
 		}
+		if len(pt.input) == 0 {
+			_, _ = a.w.sessions.Update(a.ctx, a.sk, func(s *store.Session) error { s.CloseTurn(ot.ID); return nil })
+			return
+		}
+		a.mu.Lock()
+		a.ready = append(a.ready, pt)
+		a.mu.Unlock()
 		return
 	}
 	model, err := a.w.opts.Models.GetModel(tl.started.Model.Provider, tl.started.Model.ID)
@@ -658,18 +759,35 @@ func (a *actor) resume(sess *store.Session, ot store.OpenTurn) {
 		}
 	}
 	target := a.syntheticTarget(events.Sender{ID: "unknown"}, "")
-	if raw, err := a.w.inbox.GetMsg(a.ctx, ot.InboxSeq); err == nil {
-		if ev, err := events.Decode(raw.Data); err == nil {
-			if um, ok := ev.(*events.Event[events.UserMessage]); ok {
-				target = um.Data.Message
-			}
+	if ev, err := a.inboxEvent(ot.InboxSeq); err == nil {
+		if _, m, ok := a.inboxMessage(ev); ok && m != nil {
+			target = *m
 		}
 	}
 	pt := pendingTurn{id: ot.ID, seq: ot.InboxSeq, input: tl.started.Input, msg: target}
 	for _, m := range tl.started.Merged {
 		pt.merged = append(pt.merged, m.Seq)
 	}
-	t := &turnRun{pendingTurn: pt, a: a, sid: sid, model: model, done: make(chan struct{})}
+	t := &turnRun{pendingTurn: pt, a: a, sid: sid, model: model, done: make(chan struct{}), steerSeqs: ot.Steers}
+	// Queue again the steers and follow-ups the turn had not consumed (its persisted messages
+	// carry them with the inbox event's time).
+	for _, seq := range ot.Steers {
+		ev, err := a.inboxEvent(seq)
+		if err != nil {
+			continue
+		}
+		m, _, ok := a.inboxMessage(ev)
+		if !ok || slices.ContainsFunc(tl.messages, func(p llm.Message) bool {
+			return p.Role == m.Role && p.Timestamp == m.Timestamp && p.TextContent() == m.TextContent()
+		}) {
+			continue
+		}
+		if _, follow := ev.(*events.Event[events.FollowUp]); follow {
+			t.followUp(seq, m)
+		} else {
+			t.steer(seq, m)
+		}
+	}
 	a.log.Info("resuming turn", "turn", ot.ID, "persisted", len(tl.messages), "committed", tl.committed)
 	a.launch(t, tl)
 }
