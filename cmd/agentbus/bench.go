@@ -30,6 +30,7 @@ func cmdBench(ctx context.Context, args []string, w io.Writer) error {
 	fs.BoolVar(&cfg.Stages, "stages", false, "also report the time to each pipeline stage (an observer on the bus; costs CPU)")
 	asJSON := fs.Bool("json", false, "print the figures as JSON")
 	cpuProfile := fs.String("cpuprofile", "", "write a pprof CPU profile of the measured phase to this file")
+	memProfile := fs.String("memprofile", "", "write a pprof heap profile taken with the most turns in a model call to this file")
 	verbose := fs.Bool("v", false, "log the roles' warnings and errors to stderr")
 	fs.Usage = func() {
 		fmt.Fprintln(w, "Usage: agentbus bench [flags]\n\nMeasures the whole pipeline in one process: signed webhook POSTs in, callback POSTs out.")
@@ -60,6 +61,14 @@ func cmdBench(ctx context.Context, args []string, w io.Writer) error {
 		}
 		defer f.Close()
 		cfg.CPUProfile = f
+	}
+	if *memProfile != "" {
+		f, err := os.Create(*memProfile)
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		defer f.Close()
+		cfg.HeapProfile = f
 	}
 	res, err := bench.Run(ctx, cfg)
 	if err != nil {

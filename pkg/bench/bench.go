@@ -1,12 +1,14 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -37,6 +39,9 @@ type Config struct {
 	Log          *slog.Logger // see Options.Log
 	// CPUProfile, when set, receives a pprof CPU profile of the measured phase.
 	CPUProfile io.Writer
+	// HeapProfile, when set, receives a pprof heap profile taken at the sample with the most
+	// turns inside a model call (re-taken whenever that number grows by a tenth).
+	HeapProfile io.Writer
 	// Stages observes the bus and reports how long a message takes to reach each stage. The
 	// observer costs CPU in the same process, so the other figures are better without it.
 	Stages bool
@@ -83,7 +88,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res, err := h.Run(ctx, Workload{Sessions: cfg.Sessions, Messages: cfg.Messages, Tool: cfg.Tool,
 		Rate: cfg.Rate, Kill: cfg.Kill, ReplyTimeout: cfg.ReplyTimeout, CPUProfile: cfg.CPUProfile,
-		Stages: cfg.Stages})
+		Stages: cfg.Stages, HeapProfile: cfg.HeapProfile})
 	if err != nil {
 		return nil, err
 	}
@@ -142,6 +147,7 @@ type Workload struct {
 	ReplyTimeout       time.Duration
 	CPUProfile         io.Writer // see Config.CPUProfile
 	Stages             bool      // see Config.Stages
+	HeapProfile        io.Writer // see Config.HeapProfile
 }
 
 // session is the load generator's state for one chat session.
@@ -208,6 +214,8 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 	// calls running (turns inside the model), and the most messages awaiting their reply.
 	sampleCtx, stopSampling := context.WithCancel(ctx)
 	var peak, peakAccepted memSample
+	var heapProf bytes.Buffer
+	var profiled int64
 	var samplerDone sync.WaitGroup
 	samplerDone.Add(1)
 	go func() {
@@ -229,7 +237,14 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 			model = min(model, h.modelInFlight.Load())
 			accepted = min(accepted, inflight.Load())
 			if model > peak.inflight {
-				peak = memSample{inflight: model, heapInuse: m.HeapInuse}
+				peak = memSample{inflight: model, heapInuse: m.HeapInuse, live: liveHeap()}
+				if wl.HeapProfile != nil && model > profiled+profiled/10 {
+					heapProf.Reset()
+					runtime.GC() // the profile shows the heap as of the last GC
+					if pprof.Lookup("heap").WriteTo(&heapProf, 0) == nil {
+						profiled = model
+					}
+				}
 			}
 			if accepted > peakAccepted.inflight {
 				peakAccepted = memSample{inflight: accepted, heapInuse: m.HeapInuse}
@@ -330,6 +345,11 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 	}
 	stopSampling()
 	samplerDone.Wait()
+	if wl.HeapProfile != nil && heapProf.Len() > 0 {
+		if _, err := wl.HeapProfile.Write(heapProf.Bytes()); err != nil {
+			return nil, fmt.Errorf("bench: heap profile: %w", err)
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -380,6 +400,8 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 		res.HeapPerInFlightKiB = float64(peak.heapInuse) / 1024 / float64(peak.inflight)
 		grown := int64(peak.heapInuse) - int64(msIdle.HeapInuse)
 		res.HeapGrowthPerInFlightKiB = float64(grown) / 1024 / float64(peak.inflight)
+		res.LiveHeapAtPeakMiB = float64(peak.live) / (1 << 20)
+		res.LivePerInFlightKiB = float64(peak.live) / 1024 / float64(peak.inflight)
 	}
 	res.PeakAwaitingReply = int(peakAccepted.inflight)
 	if kill != nil {
@@ -391,29 +413,49 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 type memSample struct {
 	inflight  int64
 	heapInuse uint64
+	live      uint64 // heap marked live by the last GC
 }
 
-// pace sends n permits at rate per second. When no session is idle to take a permit the pacer
-// waits and does not catch up afterwards, so the offered rate is a ceiling.
+// liveHeap is the heap the last garbage collection found live (HeapInuse also counts garbage
+// not yet swept, so it swings with GC timing).
+func liveHeap() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
+}
+
+// pace sends n permits at rate per second: permits due are computed from the start time, so a
+// late wake-up does not lower the rate. When no session is idle to take a permit, the backlog
+// is capped at 10 ms worth of permits, so the pacer does not burst to catch up and the offered
+// rate is a ceiling.
 func pace(ctx context.Context, permits chan<- struct{}, rate float64, n int) {
-	interval := time.Duration(float64(time.Second) / rate)
-	next := time.Now()
-	for i := 0; i < n; i++ {
+	maxBacklog := max(1, int(rate/100))
+	start := time.Now()
+	sent := 0
+	for sent < n {
+		due := min(n, int(time.Since(start).Seconds()*rate)+1)
+		if due-sent > maxBacklog {
+			// Stalled (every session busy): forget the permits that could not be taken.
+			start = time.Now().Add(-time.Duration(float64(sent) / rate * float64(time.Second)))
+			due = sent + 1
+		}
+		for ; sent < due; sent++ {
+			select {
+			case permits <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+		}
+		next := start.Add(time.Duration(float64(sent) / rate * float64(time.Second)))
 		if d := time.Until(next); d > 0 {
 			select {
 			case <-time.After(d):
 			case <-ctx.Done():
 				return
 			}
-		}
-		select {
-		case permits <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-		next = next.Add(interval)
-		if now := time.Now(); now.Sub(next) > interval {
-			next = now // fell behind (no idle session): do not burst to catch up
 		}
 	}
 }

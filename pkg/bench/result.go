@@ -56,6 +56,8 @@ type Result struct {
 	HeapAtPeakMiB            float64 `json:"heapAtPeakMiB"`
 	HeapPerInFlightKiB       float64 `json:"heapPerInFlightKiB"`       // HeapInuse / in flight
 	HeapGrowthPerInFlightKiB float64 `json:"heapGrowthPerInFlightKiB"` // (HeapInuse - idle) / in flight
+	LiveHeapAtPeakMiB        float64 `json:"liveHeapAtPeakMiB"`        // live heap as of the last GC
+	LivePerInFlightKiB       float64 `json:"livePerInFlightKiB"`
 
 	Baseline *Baseline   `json:"baseline,omitempty"`
 	Kill     *KillResult `json:"kill,omitempty"`
@@ -124,8 +126,10 @@ func (r *Result) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "  appends/turn:  %s\n", b.String())
 	}
 	fmt.Fprintf(w, "  model:          %.2f calls per turn\n", r.ModelCallsPerTurn)
-	fmt.Fprintf(w, "  memory:         %.0f KiB heap per in-flight turn (%.0f KiB grown since idle) at %d turns in a model call; heap %.1f MiB, idle %.1f MiB; at most %d messages awaiting a reply\n",
-		r.HeapPerInFlightKiB, r.HeapGrowthPerInFlightKiB, r.PeakInFlight, r.HeapAtPeakMiB, r.HeapIdleMiB, r.PeakAwaitingReply)
+	fmt.Fprintf(w, "  memory:         %.0f KiB heap in use per in-flight turn (%.0f KiB grown since idle), %.0f KiB live heap per in-flight turn,\n",
+		r.HeapPerInFlightKiB, r.HeapGrowthPerInFlightKiB, r.LivePerInFlightKiB)
+	fmt.Fprintf(w, "                  at %d turns in a model call; heap in use %.1f MiB (idle %.1f MiB), live %.1f MiB; at most %d messages awaiting a reply\n",
+		r.PeakInFlight, r.HeapAtPeakMiB, r.HeapIdleMiB, r.LiveHeapAtPeakMiB, r.PeakAwaitingReply)
 	if b := r.Baseline; b != nil {
 		fmt.Fprintf(w, "  baseline:       %.0f msgs/s raw JetStream async publish (%d × %d B, same server)\n", b.MsgsPerSec, b.Messages, b.Size)
 	}
