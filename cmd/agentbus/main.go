@@ -117,5 +117,8 @@ func cmdUp(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	log := newLogger(cfg, os.Stderr)
 	slog.SetDefault(log)
+	if len(cfg.MissingEnv) > 0 {
+		log.Warn("config refers to unset environment variables (expanded to empty)", "vars", cfg.MissingEnv)
+	}
 	return app.Run(ctx, cfg, app.Options{Roles: app.AllRoles.FromConfig(cfg.Roles), Out: stdout, Log: log})
 }

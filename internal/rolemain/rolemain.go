@@ -38,6 +38,9 @@ func Main(name string, roles app.Roles) int {
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("role", name)
 	slog.SetDefault(log)
+	if len(cfg.MissingEnv) > 0 {
+		log.Warn("config refers to unset environment variables (expanded to empty)", "vars", cfg.MissingEnv)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := app.Run(ctx, cfg, app.Options{Roles: roles, Out: io.Discard, Log: log}); err != nil {

@@ -25,6 +25,10 @@ type Config struct {
 	Roles   Roles  `yaml:"roles"`
 	AI      AI     `yaml:"ai"`
 	Log     Log    `yaml:"log"`
+
+	// MissingEnv lists ${VAR} references that were unset and had no default (they expanded to
+	// ""). Callers warn about them; a missing API key is not an error until it is used.
+	MissingEnv []string `yaml:"-"`
 }
 
 // Log configures slog output.
@@ -381,7 +385,7 @@ func Parse(raw []byte) (*Config, error) {
 	}
 	var missing []string
 	expandNode(&root, &missing)
-	c := &Config{}
+	c := &Config{MissingEnv: missing}
 	if len(root.Content) > 0 {
 		if err := root.Decode(c); err != nil {
 			return nil, fmt.Errorf("decode: %w", err)
@@ -409,9 +413,15 @@ func expandNode(n *yaml.Node, missing *[]string) {
 			*missing = append(*missing, m[1])
 			return ""
 		})
-		// A value produced by expansion is a string, never a YAML tag the file did not write.
-		if n.Tag == "!!int" || n.Tag == "!!bool" || n.Tag == "!!float" || n.Tag == "!!null" {
-			n.Tag = ""
+		// An unquoted ${PORT} resolves like the value it expands to (a number, a bool), so
+		// numeric and boolean keys can come from the environment too; a quoted one stays a
+		// string.
+		switch n.Value {
+		case "", "~", "null", "Null", "NULL": // a secret that reads "null" stays that string
+		default:
+			if n.Style == 0 {
+				n.Tag = ""
+			}
 		}
 	}
 	for _, c := range n.Content {
@@ -579,8 +589,14 @@ func (c *Config) Validate() error {
 	sort.Strings(names)
 	for _, n := range names {
 		p := c.AI.Providers[n]
-		if p.API == "" && p.Driver == "" {
-			bad("ai.providers.%s.api is required (one of openai-completions, openai-responses, anthropic-messages, google-generative-ai, ollama-chat, faux)", n)
+		switch p.API {
+		case "openai-completions", "openai-responses", "anthropic-messages", "google-generative-ai", "ollama-chat", "faux":
+		case "":
+			if p.Driver == "" {
+				bad("ai.providers.%s.api is required (one of openai-completions, openai-responses, anthropic-messages, google-generative-ai, ollama-chat, faux)", n)
+			}
+		default:
+			bad("ai.providers.%s.api %q is not known (one of openai-completions, openai-responses, anthropic-messages, google-generative-ai, ollama-chat, faux)", n, p.API)
 		}
 	}
 	for n, a := range c.AI.Agents {

@@ -50,6 +50,21 @@ var masterOnly = map[string]bool{"steer": true, "followup": true, "approve": tru
 // IsMasterOnly reports whether a command needs the master role.
 func IsMasterOnly(name string) bool { return masterOnly[name] }
 
+// moderated commands change the conversation for everyone in a group: there they need a
+// moderator (master, trusted, or the group's admin or owner); in a private chat anyone may.
+var moderated = map[string]bool{"reset": true, "cancel": true}
+
+// MayRun reports whether sender may run command name in a scene of scope.
+func MayRun(name, scope string, sender events.Sender) bool {
+	if masterOnly[name] {
+		return sender.HasRole(events.RoleMaster)
+	}
+	if moderated[name] && scope != events.ScopePrivate {
+		return slices.ContainsFunc([]string{"master", "trusted", "group_admin", "group_owner"}, sender.HasRole)
+	}
+	return true
+}
+
 // Dispatcher applies ai.trigger and ai.dispatcher.
 type Dispatcher struct {
 	trigger config.Trigger

@@ -96,3 +96,28 @@ func TestRoles(t *testing.T) {
 		t.Errorf("roles = %v", got)
 	}
 }
+
+func TestMayRun(t *testing.T) {
+	user := events.Sender{ID: "u", Roles: []string{"user"}}
+	admin := events.Sender{ID: "a", Roles: []string{"user", "group_admin"}}
+	master := events.Sender{ID: "m", Roles: []string{"user", "master"}}
+	tests := []struct {
+		cmd, scope string
+		s          events.Sender
+		want       bool
+	}{
+		{"reset", "private", user, true},
+		{"reset", "group", user, false},
+		{"reset", "group", admin, true},
+		{"cancel", "channel", user, false},
+		{"steer", "private", user, false},
+		{"steer", "group", master, true},
+		{"approve", "private", admin, false},
+		{"models", "group", user, true},
+	}
+	for _, tt := range tests {
+		if got := MayRun(tt.cmd, tt.scope, tt.s); got != tt.want {
+			t.Errorf("MayRun(%s, %s, %v) = %v", tt.cmd, tt.scope, tt.s.Roles, got)
+		}
+	}
+}

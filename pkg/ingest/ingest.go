@@ -95,11 +95,11 @@ func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (Result, er
 			ev = events.New(events.UserMessage{Message: *m, Text: res.Decision.Text, IMSeq: ack.Sequence})
 		case RouteCommand:
 			c := *res.Decision.Command
-			if IsMasterOnly(c.Name) && !m.Sender.HasRole(events.RoleMaster) {
+			if !MayRun(c.Name, m.Scene.Type, m.Sender) {
 				if err := in.refuse(ctx, m, sk, c.Name, trace); err != nil {
 					return res, err
 				}
-				log.Info("refused master-only command", "command", c.Name, "sender", m.Sender.ID)
+				log.Info("refused command", "command", c.Name, "sender", m.Sender.ID)
 				continue
 			}
 			ev = commandEvent(c, m)
@@ -145,6 +145,9 @@ func stableID(m *events.IMMessage, i int) string {
 // refuse answers a non-master's master-only command directly, without bothering the session.
 func (in *Ingestor) refuse(ctx context.Context, m *events.IMMessage, sk events.SessionKey, name, trace string) error {
 	text := fmt.Sprintf("/%s is for the bot's masters only.", name)
+	if !IsMasterOnly(name) {
+		text = fmt.Sprintf("/%s in a group is for the bot's masters, trusted users and the group's admins.", name)
+	}
 	out := events.Outbound{
 		OutID: "refusal-" + stableID(m, 0), Part: 0, Platform: m.Platform, Bot: m.Bot,
 		Scene: m.Scene, ReplyTo: m.MessageID, Content: events.Segments{events.TextSeg(text)},

@@ -1,0 +1,78 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestParseEnvAndDefaults(t *testing.T) {
+	t.Setenv("AB_PORT_REPLICAS", "3")
+	t.Setenv("AB_KEY", "sk: tricky # value")
+	t.Setenv("AB_ON", "false")
+	c, err := Parse([]byte(`
+nats:
+  url: nats://x:4222
+  replicas: ${AB_PORT_REPLICAS}
+ai:
+  providers:
+    main: {api: openai-completions, apiKey: "${AB_KEY}", baseUrl: "${AB_BASE:-http://localhost:1/v1}"}
+  trigger:
+    respondToAt: ${AB_ON}
+  agent:
+    execAllowlist: ["${AB_UNSET_TOOL}"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NATS.Replicas != 3 || c.NATS.Embedded {
+		t.Errorf("nats = %+v", c.NATS)
+	}
+	if p := c.AI.Providers["main"]; p.APIKey != "sk: tricky # value" || p.BaseURL != "http://localhost:1/v1" {
+		t.Errorf("provider = %+v", p)
+	}
+	if Bool(c.AI.Trigger.RespondToAt, true) {
+		t.Error("respondToAt from the environment was not applied")
+	}
+	if len(c.MissingEnv) != 1 || c.MissingEnv[0] != "AB_UNSET_TOOL" {
+		t.Errorf("MissingEnv = %v", c.MissingEnv)
+	}
+	if c.AI.Agent.MaxIterations != 15 || c.AI.Agent.ExecSecurity != "deny" || c.IM.Webhook.Listen != "127.0.0.1:8088" {
+		t.Errorf("defaults not applied: %+v", c.AI.Agent)
+	}
+}
+
+// Whatever an environment variable holds, a string key gets exactly that text.
+func TestEnvIntoStringKeys(t *testing.T) {
+	for _, v := range []string{"123", "true", "~", "null", "0x1F", "1e3", "-", "a: b", "[x]"} {
+		t.Setenv("AB_K", v)
+		c, err := Parse([]byte("ai:\n  providers:\n    p:\n      api: faux\n      apiKey: ${AB_K}\n"))
+		if err != nil {
+			t.Errorf("%q: %v", v, err)
+			continue
+		}
+		if got := c.AI.Providers["p"].APIKey; got != v {
+			t.Errorf("%q became %q", v, got)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"missing api", "ai: {providers: {p: {baseUrl: x}}}", "ai.providers.p.api is required"},
+		{"unknown api", "ai: {providers: {p: {api: openai}}}", `ai.providers.p.api "openai" is not known`},
+		{"binding to unknown provider", "ai: {agents: {zhin: {provider: nope, model: m}}}", `ai.agents.zhin.provider "nope"`},
+		{"bad policy", "ai: {agent: {concurrency: race}}", `ai.agent.concurrency "race"`},
+		{"bot without secret", "im: {webhook: {bots: [{id: b1}]}}", "im.webhook.bots[0].secret is required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.yaml))
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
