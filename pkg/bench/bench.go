@@ -210,10 +210,11 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 		defer obs.close()
 	}
 
-	// Memory: sample the heap while turns are in flight; keep the sample with the most model
-	// calls running (turns inside the model), and the most messages awaiting their reply.
+	// Memory: sample the heap every 10 ms. The per-turn figures divide the largest heap seen
+	// by the most turns seen in flight (an upper bound that does not depend on where in the GC
+	// cycle a sample fell).
 	sampleCtx, stopSampling := context.WithCancel(ctx)
-	var peak, peakAccepted memSample
+	var mem memPeaks
 	var heapProf bytes.Buffer
 	var profiled int64
 	var samplerDone sync.WaitGroup
@@ -230,24 +231,20 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 			case <-t.C:
 			}
 			model, accepted := h.modelInFlight.Load(), inflight.Load()
-			if model <= peak.inflight && accepted <= peakAccepted.inflight {
+			if model == 0 && accepted == 0 {
 				continue
 			}
 			runtime.ReadMemStats(&m)
-			model = min(model, h.modelInFlight.Load())
-			accepted = min(accepted, inflight.Load())
-			if model > peak.inflight {
-				peak = memSample{inflight: model, heapInuse: m.HeapInuse, live: liveHeap()}
-				if wl.HeapProfile != nil && model > profiled+profiled/10 {
-					heapProf.Reset()
-					runtime.GC() // the profile shows the heap as of the last GC
-					if pprof.Lookup("heap").WriteTo(&heapProf, 0) == nil {
-						profiled = model
-					}
+			mem.model = max(mem.model, min(model, h.modelInFlight.Load()))
+			mem.awaiting = max(mem.awaiting, min(accepted, inflight.Load()))
+			mem.heapInuse = max(mem.heapInuse, m.HeapInuse)
+			mem.live = max(mem.live, liveHeap())
+			if wl.HeapProfile != nil && model > profiled+profiled/10 {
+				heapProf.Reset()
+				runtime.GC() // the profile shows the heap as of the last GC
+				if pprof.Lookup("heap").WriteTo(&heapProf, 0) == nil {
+					profiled = model
 				}
-			}
-			if accepted > peakAccepted.inflight {
-				peakAccepted = memSample{inflight: accepted, heapInuse: m.HeapInuse}
 			}
 		}
 	}()
@@ -394,26 +391,29 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 	res.CPUCores = cpu.Seconds() / elapsed.Seconds()
 	res.SchedP50Ms, res.SchedP99Ms = ms(sp50), ms(sp99)
 	res.HeapIdleMiB = float64(msIdle.HeapInuse) / (1 << 20)
-	if peak.inflight > 0 {
-		res.PeakInFlight = int(peak.inflight)
-		res.HeapAtPeakMiB = float64(peak.heapInuse) / (1 << 20)
-		res.HeapPerInFlightKiB = float64(peak.heapInuse) / 1024 / float64(peak.inflight)
-		grown := int64(peak.heapInuse) - int64(msIdle.HeapInuse)
-		res.HeapGrowthPerInFlightKiB = float64(grown) / 1024 / float64(peak.inflight)
-		res.LiveHeapAtPeakMiB = float64(peak.live) / (1 << 20)
-		res.LivePerInFlightKiB = float64(peak.live) / 1024 / float64(peak.inflight)
+	res.PeakInFlight, res.PeakAwaitingReply = int(mem.model), int(mem.awaiting)
+	res.HeapAtPeakMiB = float64(mem.heapInuse) / (1 << 20)
+	res.LiveHeapAtPeakMiB = float64(mem.live) / (1 << 20)
+	if mem.model > 0 {
+		res.HeapPerInFlightKiB = float64(mem.heapInuse) / 1024 / float64(mem.model)
+		grown := int64(mem.heapInuse) - int64(msIdle.HeapInuse)
+		res.HeapGrowthPerInFlightKiB = float64(grown) / 1024 / float64(mem.model)
+		res.LivePerInFlightKiB = float64(mem.live) / 1024 / float64(mem.model)
 	}
-	res.PeakAwaitingReply = int(peakAccepted.inflight)
+	if mem.awaiting > 0 {
+		res.HeapPerAwaitingKiB = float64(mem.heapInuse) / 1024 / float64(mem.awaiting)
+		res.LivePerAwaitingKiB = float64(mem.live) / 1024 / float64(mem.awaiting)
+	}
 	if kill != nil {
 		res.Kill = kill.result()
 	}
 	return res, nil
 }
 
-type memSample struct {
-	inflight  int64
-	heapInuse uint64
-	live      uint64 // heap marked live by the last GC
+// memPeaks are the largest values the sampler saw.
+type memPeaks struct {
+	model, awaiting int64  // turns inside a model call; messages awaiting their reply
+	heapInuse, live uint64 // HeapInuse; heap marked live by the last GC
 }
 
 // liveHeap is the heap the last garbage collection found live (HeapInuse also counts garbage

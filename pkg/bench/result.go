@@ -47,9 +47,10 @@ type Result struct {
 
 	ModelCallsPerTurn float64 `json:"modelCallsPerTurn"` // 1 without a tool call, 2 with one
 
-	// PeakInFlight is the most turns inside a model call at one heap sample; the heap figures
-	// are from that sample. PeakAwaitingReply is the most messages accepted and not yet
-	// answered (queued ones included).
+	// PeakInFlight is the most turns inside a model call at once, PeakAwaitingReply the most
+	// messages accepted and not yet answered (queued ones included). The heap figures are the
+	// largest seen during the run (sampled every 10 ms); the per-turn ones divide them by
+	// those peaks, an upper bound.
 	PeakInFlight             int     `json:"peakInFlight"`
 	PeakAwaitingReply        int     `json:"peakAwaitingReply"`
 	HeapIdleMiB              float64 `json:"heapIdleMiB"`
@@ -58,6 +59,9 @@ type Result struct {
 	HeapGrowthPerInFlightKiB float64 `json:"heapGrowthPerInFlightKiB"` // (HeapInuse - idle) / in flight
 	LiveHeapAtPeakMiB        float64 `json:"liveHeapAtPeakMiB"`        // live heap as of the last GC
 	LivePerInFlightKiB       float64 `json:"livePerInFlightKiB"`
+	// The same per message awaiting its reply, at the sample with the most of those.
+	HeapPerAwaitingKiB float64 `json:"heapPerAwaitingKiB"`
+	LivePerAwaitingKiB float64 `json:"livePerAwaitingKiB"`
 
 	Baseline *Baseline   `json:"baseline,omitempty"`
 	Kill     *KillResult `json:"kill,omitempty"`
@@ -126,10 +130,12 @@ func (r *Result) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "  appends/turn:  %s\n", b.String())
 	}
 	fmt.Fprintf(w, "  model:          %.2f calls per turn\n", r.ModelCallsPerTurn)
-	fmt.Fprintf(w, "  memory:         %.0f KiB heap in use per in-flight turn (%.0f KiB grown since idle), %.0f KiB live heap per in-flight turn,\n",
-		r.HeapPerInFlightKiB, r.HeapGrowthPerInFlightKiB, r.LivePerInFlightKiB)
-	fmt.Fprintf(w, "                  at %d turns in a model call; heap in use %.1f MiB (idle %.1f MiB), live %.1f MiB; at most %d messages awaiting a reply\n",
-		r.PeakInFlight, r.HeapAtPeakMiB, r.HeapIdleMiB, r.LiveHeapAtPeakMiB, r.PeakAwaitingReply)
+	fmt.Fprintf(w, "  memory:         largest heap in use %.1f MiB (idle %.1f MiB), largest live heap %.1f MiB\n",
+		r.HeapAtPeakMiB, r.HeapIdleMiB, r.LiveHeapAtPeakMiB)
+	fmt.Fprintf(w, "                  per turn in a model call (%d at most): %.0f KiB in use (%.0f KiB grown since idle), %.0f KiB live\n",
+		r.PeakInFlight, r.HeapPerInFlightKiB, r.HeapGrowthPerInFlightKiB, r.LivePerInFlightKiB)
+	fmt.Fprintf(w, "                  per message awaiting its reply (%d at most): %.0f KiB in use, %.0f KiB live\n",
+		r.PeakAwaitingReply, r.HeapPerAwaitingKiB, r.LivePerAwaitingKiB)
 	if b := r.Baseline; b != nil {
 		fmt.Fprintf(w, "  baseline:       %.0f msgs/s raw JetStream async publish (%d × %d B, same server)\n", b.MsgsPerSec, b.Messages, b.Size)
 	}
