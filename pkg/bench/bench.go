@@ -173,8 +173,9 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 	run := h.runSeq.Add(1)
 	total := wl.Sessions * wl.Messages
 	res := &Result{Sessions: wl.Sessions, Messages: wl.Messages, Tool: wl.Tool,
-		ModelLatencyMs: ms(h.opts.Latency), OfferedRate: wl.Rate, env: environment()}
-	res.GOMAXPROCS, res.NumCPU, res.LoadAvg = res.env.gomaxprocs, res.env.numCPU, res.env.load
+		ModelLatencyMs: ms(h.opts.Latency), OfferedRate: wl.Rate}
+	e := environment()
+	res.GOMAXPROCS, res.NumCPU, res.LoadAvg = e.gomaxprocs, e.numCPU, e.load
 
 	runtime.GC()
 	var msIdle runtime.MemStats

@@ -69,8 +69,6 @@ type Result struct {
 	GOMAXPROCS int    `json:"gomaxprocs"`
 	NumCPU     int    `json:"numCPU"`
 	LoadAvg    string `json:"loadAvg,omitempty"` // 1, 5, 15 minute load averages at the start
-
-	env env
 }
 
 // Baseline is the raw JetStream async-publish rate on the same server.
