@@ -133,6 +133,8 @@ func (w *Worker) agentTools(entries []events.ToolEntry, t *turnRun) []loop.Agent
 type busExecutor struct {
 	w     *Worker
 	scope callScope
+	// resumed: results may exist from before a takeover, so look for one before requesting.
+	resumed bool
 }
 
 // callScope is who a tool call is made for: the session answering it, the turn (or task)
@@ -148,7 +150,7 @@ type callScope struct {
 // executor returns the bus executor of a turn.
 func (t *turnRun) executor() *busExecutor {
 	m := t.msg
-	return &busExecutor{w: t.a.w, scope: callScope{sk: t.a.sk, turn: t.id, sid: t.sid.String(), trace: t.trace,
+	return &busExecutor{w: t.a.w, resumed: t.resumed, scope: callScope{sk: t.a.sk, turn: t.id, sid: t.sid.String(), trace: t.trace,
 		caller: events.Caller{Platform: m.Platform, Bot: m.Bot, Scope: t.a.sk.Scope, SenderID: m.Sender.ID, Roles: m.Sender.Roles}}}
 }
 
@@ -162,13 +164,23 @@ func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (l
 	w, sc := x.w, x.scope
 	busID := sc.turn + "-" + call.ID
 	subj := events.ToolResultSubject(sc.sk, busID)
-	sub, err := w.nc.SubscribeSync(subj)
+	// A callback into a small channel rather than SubscribeSync: a sync subscription allocates
+	// a 64k-slot buffer, which per tool call was most of the turn worker's garbage.
+	results := make(chan *nats.Msg, 4)
+	sub, err := w.nc.Subscribe(subj, func(m *nats.Msg) {
+		select {
+		case results <- m:
+		default:
+		}
+	})
 	if err != nil {
 		return loop.ToolResult{}, fmt.Errorf("subscribe %s: %w", subj, err)
 	}
 	defer sub.Unsubscribe()
-	if res, ok := x.existing(ctx, subj); ok {
-		return res, nil
+	if x.resumed {
+		if res, ok := x.existing(ctx, subj); ok {
+			return res, nil
+		}
 	}
 	timeout := w.opts.ToolTimeout
 	entry, _ := w.tools.entry(call.Name)
@@ -192,22 +204,22 @@ func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (l
 	if _, err := w.js.PublishMsg(ctx, m); err != nil {
 		return loop.ToolResult{}, fmt.Errorf("request tool %s: %w", call.Name, err)
 	}
-	wait, cancel := context.WithTimeout(ctx, timeout+time.Second)
-	defer cancel()
+	timer := time.NewTimer(timeout + time.Second)
+	defer timer.Stop()
 	for {
-		msg, err := sub.NextMsgWithContext(wait)
-		if err != nil {
-			if ctx.Err() != nil {
-				return loop.ToolResult{}, ctx.Err()
+		select {
+		case msg := <-results:
+			if res, ok := decodeResult(msg); ok {
+				return res, nil
 			}
+		case <-ctx.Done():
+			return loop.ToolResult{}, ctx.Err()
+		case <-timer.C:
 			// A result may have been stored while the subscription was not yet active.
 			if res, ok := x.existing(ctx, subj); ok {
 				return res, nil
 			}
 			return loop.ToolResult{}, fmt.Errorf("%w: %s did not answer within %s", ErrToolTimeout, call.Name, timeout)
-		}
-		if res, ok := decodeResult(msg); ok {
-			return res, nil
 		}
 	}
 }

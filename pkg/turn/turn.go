@@ -73,6 +73,7 @@ type turnRun struct {
 	next      *pendingTurn // interrupt: the turn to start when this one stops
 	finished  bool         // the turn's goroutine has taken next: no more interrupts
 	steerSeqs []uint64     // inbox sequences queued into this turn (steer, follow-up)
+	resumed   bool         // taken over from another owner: tool results may already exist
 }
 
 // queued is a steer or follow-up message and the inbox event it came from.
@@ -768,7 +769,7 @@ func (a *actor) resume(sess *store.Session, ot store.OpenTurn) {
 	for _, m := range tl.started.Merged {
 		pt.merged = append(pt.merged, m.Seq)
 	}
-	t := &turnRun{pendingTurn: pt, a: a, sid: sid, model: model, done: make(chan struct{}), steerSeqs: ot.Steers}
+	t := &turnRun{pendingTurn: pt, a: a, sid: sid, model: model, done: make(chan struct{}), steerSeqs: ot.Steers, resumed: true}
 	// Queue again the steers and follow-ups the turn had not consumed (its persisted messages
 	// carry them with the inbox event's time).
 	for _, seq := range ot.Steers {

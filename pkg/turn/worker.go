@@ -50,7 +50,9 @@ type Options struct {
 	LeaseTTL time.Duration
 	// AckWait of the shared consumer (default 5s); turns in flight send in-progress acks.
 	AckWait time.Duration
-	// IdleRelease is how long an actor with nothing to do keeps its lease (default 30s).
+	// IdleRelease is how long an actor with nothing to do keeps its lease (default 10s). Longer
+	// keeps more sessions warm on this replica at the cost of a lease renewal every LeaseTTL/3
+	// per idle session.
 	IdleRelease time.Duration
 	// ToolTimeout bounds one tool call (default ai.agent.toolTimeout).
 	ToolTimeout time.Duration
@@ -107,7 +109,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 		opts.AckWait = 5 * time.Second
 	}
 	if opts.IdleRelease == 0 {
-		opts.IdleRelease = 30 * time.Second
+		opts.IdleRelease = 10 * time.Second
 	}
 	if opts.ToolTimeout == 0 {
 		opts.ToolTimeout = time.Duration(opts.AI.Agent.ToolTimeoutMs) * time.Millisecond
