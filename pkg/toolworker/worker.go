@@ -22,7 +22,7 @@ const (
 	DefaultTimeout        = 60 * time.Second
 	DefaultAckWait        = 30 * time.Second
 	DefaultMaxAttempts    = 4
-	DefaultPollWait       = 2 * time.Second
+	DefaultPollWait       = time.Second
 	DefaultInterruptGrace = 5 * time.Second
 	// DefaultHeartbeat is used when the tools bucket has no TTL; otherwise the default is TTL/4.
 	DefaultHeartbeat = 30 * time.Second
@@ -52,7 +52,7 @@ type Options struct {
 	// error result and a dead letter (default 4; the consumer's MaxDeliver is MaxAttempts+1, the
 	// last delivery being the one that records the give-up).
 	MaxAttempts int
-	// PollWait is how long one pull request waits for calls (default 2s). Stop returns after
+	// PollWait is how long one pull request waits for calls (default 1s). Stop returns after
 	// at most about this long plus the running calls.
 	PollWait time.Duration
 	// InterruptGrace is how long past a non-idempotent attempt's own timeout the worker waits
@@ -310,6 +310,15 @@ func (h *Handle) heartbeatLoop() {
 func (h *Handle) fetchLoop(s *served) {
 	defer h.loops.Done()
 	for {
+		// Stopping wins over a free slot: otherwise the select below may start one more poll
+		// and Stop waits for it.
+		select {
+		case <-h.stopping:
+			return
+		case <-s.stop:
+			return
+		default:
+		}
 		select {
 		case s.sem <- struct{}{}:
 		case <-h.stopping:
