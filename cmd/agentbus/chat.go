@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -87,6 +88,9 @@ func cmdChat(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 		return err
 	}
 	defer out.Unsubscribe()
+	if err := nc.Flush(); err != nil { // replies must not beat the subscriptions
+		return err
+	}
 
 	fmt.Fprintf(stdout, "connected to %s as %s (master). Type a message; /help lists commands; Ctrl-D quits.\n", *url, *user)
 	sc := bufio.NewScanner(stdin)
@@ -99,7 +103,7 @@ func cmdChat(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 		n++
 		line := ingest.ConsoleLine{ID: fmt.Sprintf("%s-%d-%d", *user, time.Now().UnixNano(), n), User: *user, Text: text}
 		b, _ := json.Marshal(line)
-		resp, err := nc.RequestWithContext(ctx, ingest.ConsoleInSubject, b)
+		resp, err := request(ctx, nc, b)
 		if err != nil {
 			return fmt.Errorf("send: %w", err)
 		}
@@ -130,6 +134,23 @@ func cmdChat(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 			return fmt.Errorf("%d replies did not arrive within %s", p, *wait)
 		case <-ctx.Done():
 			return nil
+		}
+	}
+}
+
+// request sends a console line, waiting a little for ingest when it is (re)starting.
+func request(ctx context.Context, nc *nats.Conn, b []byte) (*nats.Msg, error) {
+	for attempt := 0; ; attempt++ {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := nc.RequestWithContext(rctx, ingest.ConsoleInSubject, b)
+		cancel()
+		if !errors.Is(err, nats.ErrNoResponders) || attempt == 20 {
+			return resp, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
 }

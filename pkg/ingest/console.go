@@ -37,7 +37,7 @@ type ConsoleAck struct {
 // ServeConsole answers console lines. Whoever can reach the bus is the operator, so console
 // users are masters of the console bot (private scene per user).
 func ServeConsole(nc *nats.Conn, in *Ingestor, log *slog.Logger) (*nats.Subscription, error) {
-	return nc.QueueSubscribe(ConsoleInSubject, "ingest", func(msg *nats.Msg) {
+	sub, err := nc.QueueSubscribe(ConsoleInSubject, "ingest", func(msg *nats.Msg) {
 		var line ConsoleLine
 		ack := ConsoleAck{}
 		if err := json.Unmarshal(msg.Data, &line); err != nil || line.ID == "" || line.User == "" {
@@ -65,6 +65,15 @@ func ServeConsole(nc *nats.Conn, in *Ingestor, log *slog.Logger) (*nats.Subscrip
 		}
 		reply(msg, ack)
 	})
+	if err != nil {
+		return nil, err
+	}
+	// Make sure the server has the subscription before anyone is told agentbus is running.
+	if err := nc.Flush(); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, err
+	}
+	return sub, nil
 }
 
 func reply(msg *nats.Msg, v any) {
