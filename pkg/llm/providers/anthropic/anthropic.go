@@ -29,7 +29,6 @@ import (
 	"fmt"
 	"iter"
 	"net/http"
-	"os"
 	"strings"
 
 	"github.com/anthropics/anthropic-sdk-go"
@@ -38,6 +37,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/internal/retry"
 	"github.com/agentbus/agentbus/pkg/llm/providers/internal/streambuild"
+	"github.com/agentbus/agentbus/pkg/llm/providers/internal/vendorkey"
 )
 
 // DefaultBaseURL is used when the model has no BaseURL.
@@ -64,7 +64,7 @@ func (p *Provider) Stream(ctx context.Context, model *llm.Model, c *llm.Context,
 		b := streambuild.New(model, yield)
 		key := opts.APIKey
 		if key == "" {
-			key = os.Getenv("ANTHROPIC_API_KEY")
+			key = vendorkey.FromEnv(model.BaseURL, DefaultBaseURL, "ANTHROPIC_API_KEY")
 		}
 		if key == "" {
 			b.Fail(ctx, errors.New("anthropic: no API key (set the provider's apiKey or ANTHROPIC_API_KEY)"))

@@ -29,7 +29,6 @@ import (
 	"fmt"
 	"iter"
 	"net/http"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -39,6 +38,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/internal/retry"
 	"github.com/agentbus/agentbus/pkg/llm/providers/internal/streambuild"
+	"github.com/agentbus/agentbus/pkg/llm/providers/internal/vendorkey"
 )
 
 // DefaultBaseURL is used when the model has no BaseURL.
@@ -64,10 +64,8 @@ func (p *Provider) Stream(ctx context.Context, model *llm.Model, c *llm.Context,
 	return func(yield func(llm.Event) bool) {
 		b := streambuild.New(model, yield)
 		key := opts.APIKey
-		for _, env := range []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"} {
-			if key == "" {
-				key = os.Getenv(env)
-			}
+		if key == "" {
+			key = vendorkey.FromEnv(model.BaseURL, DefaultBaseURL, "GEMINI_API_KEY", "GOOGLE_API_KEY")
 		}
 		if key == "" {
 			b.Fail(ctx, errors.New("google: no API key (set the provider's apiKey or GEMINI_API_KEY)"))

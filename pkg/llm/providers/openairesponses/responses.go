@@ -25,7 +25,6 @@ import (
 	"fmt"
 	"iter"
 	"net/http"
-	"os"
 	"strings"
 
 	"github.com/openai/openai-go/v3"
@@ -35,6 +34,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/internal/retry"
 	"github.com/agentbus/agentbus/pkg/llm/providers/internal/streambuild"
+	"github.com/agentbus/agentbus/pkg/llm/providers/internal/vendorkey"
 )
 
 // DefaultBaseURL is used when the model has no BaseURL.
@@ -61,7 +61,7 @@ func (p *Provider) Stream(ctx context.Context, model *llm.Model, c *llm.Context,
 		b := streambuild.New(model, yield)
 		key := opts.APIKey
 		if key == "" {
-			key = os.Getenv("OPENAI_API_KEY")
+			key = vendorkey.FromEnv(model.BaseURL, DefaultBaseURL, "OPENAI_API_KEY")
 		}
 		if key == "" {
 			b.Fail(ctx, errors.New("openai-responses: no API key (set the provider's apiKey or OPENAI_API_KEY)"))
