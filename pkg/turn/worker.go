@@ -89,12 +89,13 @@ type Worker struct {
 	approvals *approvals.Store
 	log       *slog.Logger
 
-	mu     sync.Mutex
-	actors map[string]*actor // by session key string
-	wg     sync.WaitGroup
-	ctx    context.Context
-	cancel context.CancelFunc
-	cc     jetstream.ConsumeContext
+	mu       sync.Mutex
+	actors   map[string]*actor     // by session key string
+	claiming map[string][]delivery // sessions whose lease is being taken, with their deliveries
+	wg       sync.WaitGroup
+	ctx      context.Context
+	cancel   context.CancelFunc
+	cc       jetstream.ConsumeContext
 }
 
 // New prepares a worker on a provisioned JetStream.
@@ -123,7 +124,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	if opts.Models == nil {
 		return nil, errors.New("turn: Options.Models is required")
 	}
-	w := &Worker{opts: opts, nc: nc, js: js, actors: map[string]*actor{}, log: opts.Log.With("worker", opts.ID)}
+	w := &Worker{opts: opts, nc: nc, js: js, actors: map[string]*actor{}, claiming: map[string][]delivery{}, log: opts.Log.With("worker", opts.ID)}
 	var err error
 	if w.inbox, err = js.Stream(ctx, events.StreamSessionIn); err != nil {
 		return nil, fmt.Errorf("open %s: %w", events.StreamSessionIn, err)
@@ -215,7 +216,9 @@ func (w *Worker) Kill() {
 }
 
 // onDelivery routes one SESSION_IN delivery to the session's actor, starting one if this
-// worker can take the lease.
+// worker can take the lease. It runs on the consumer's one callback goroutine, so anything
+// that waits on the bus (taking a lease, reading a session) happens elsewhere: deliveries for
+// a session being claimed wait in w.claiming and go to the actor, or back, when the claim ends.
 func (w *Worker) onDelivery(msg jetstream.Msg) {
 	meta, err := msg.Metadata()
 	if err != nil {
@@ -228,36 +231,58 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 		_ = msg.Ack()
 		return
 	}
+	d := delivery{msg: msg, seq: meta.Sequence.Stream}
 	key := sk.String()
 	w.mu.Lock()
-	a := w.actors[key]
-	if a != nil && a.alive() {
-		a.deliver(msg, meta.Sequence.Stream)
-		w.mu.Unlock()
+	defer w.mu.Unlock()
+	if a := w.actors[key]; a != nil && a.alive() {
+		a.deliver(d.msg, d.seq)
 		return
 	}
-	w.mu.Unlock()
+	if waiting, ok := w.claiming[key]; ok {
+		w.claiming[key] = append(waiting, d)
+		return
+	}
+	w.claiming[key] = []delivery{d}
+	w.wg.Add(1)
+	go w.claim(sk)
+}
 
+// delivery is a SESSION_IN message and its stream sequence.
+type delivery struct {
+	msg jetstream.Msg
+	seq uint64
+}
+
+// claim tries to take sk's lease and start its actor, then hands over the deliveries that
+// waited for the claim.
+func (w *Worker) claim(sk events.SessionKey) {
+	defer w.wg.Done()
+	key := sk.String()
 	lease, err := w.leases.Acquire(w.ctx, sk, w.opts.ID, w.opts.LeaseTTL)
-	if errors.Is(err, store.ErrLeaseHeld) {
-		w.notOwner(sk, msg, meta.Sequence.Stream)
-		return
-	}
-	if err != nil {
-		w.log.Warn("acquire lease", "session", key, "err", err)
-		_ = msg.NakWithDelay(time.Second)
-		return
-	}
 	w.mu.Lock()
-	if old := w.actors[key]; old != nil && old.alive() { // lost a race with another delivery
-		old.deliver(msg, meta.Sequence.Stream)
+	waiting := w.claiming[key]
+	delete(w.claiming, key)
+	if err != nil {
 		w.mu.Unlock()
-		_ = w.leases.Release(w.ctx, lease)
+		held := errors.Is(err, store.ErrLeaseHeld)
+		if !held {
+			w.log.Warn("acquire lease", "session", key, "err", err)
+		}
+		for _, d := range waiting {
+			if held {
+				w.notOwner(sk, d.msg, d.seq)
+			} else {
+				_ = d.msg.NakWithDelay(time.Second)
+			}
+		}
 		return
 	}
-	a = newActor(w, sk, lease)
+	a := newActor(w, sk, lease)
 	w.actors[key] = a
-	a.deliver(msg, meta.Sequence.Stream)
+	for _, d := range waiting {
+		a.deliver(d.msg, d.seq)
+	}
 	w.wg.Add(1)
 	w.mu.Unlock()
 	go func() {
