@@ -101,7 +101,6 @@ func (a *actor) run() {
 		return
 	}
 	a.cursor = sess.InboxCursor
-	go a.keepLease()
 	a.resumeAll(sess)
 	idleSince := time.Now()
 	inProgress := time.NewTicker(a.w.opts.AckWait / 3)
@@ -236,34 +235,24 @@ func (a *actor) touchHeld() {
 	}
 }
 
-// keepLease renews the lease; when it is lost the actor stops at once: another worker owns
-// the session now, and fencing makes sure nothing this actor still tries to commit lands.
-func (a *actor) keepLease() {
-	t := time.NewTicker(a.w.opts.LeaseTTL / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-a.ctx.Done():
-			return
-		case <-t.C:
-		}
-		a.mu.Lock()
-		l := a.lease
-		a.mu.Unlock()
-		nl, err := a.w.leases.Renew(a.ctx, l)
-		if err != nil {
-			if a.ctx.Err() != nil {
-				return
-			}
-			a.log.Warn("lease lost, stopping actor", "err", err)
-			a.dead.Store(true)
-			a.cancel()
-			return
-		}
-		a.mu.Lock()
-		a.lease = nl
-		a.mu.Unlock()
-	}
+// leaseLost stops the actor at once: another worker owns the session now, and fencing makes
+// sure nothing this actor still tries to commit lands.
+func (a *actor) leaseLost(err error) {
+	a.log.Warn("lease lost, stopping actor", "err", err)
+	a.dead.Store(true)
+	a.cancel()
+}
+
+func (a *actor) currentLease() store.Lease {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lease
+}
+
+func (a *actor) setLease(l store.Lease) {
+	a.mu.Lock()
+	a.lease = l
+	a.mu.Unlock()
 }
 
 // shutdown ends the actor: running turns are cancelled (they stay open in the session record),

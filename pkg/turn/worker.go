@@ -182,7 +182,53 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("consume %s: %w", ConsumerName, err)
 	}
 	w.tools.Start(w.ctx)
+	w.wg.Add(1)
+	go w.renewLeases()
 	return w.startSubagents(ctx)
+}
+
+// renewLeases renews the leases of every live actor every LeaseTTL/3, in one pipelined batch
+// per tick rather than one goroutine and round trip per session.
+func (w *Worker) renewLeases() {
+	defer w.wg.Done()
+	t := time.NewTicker(w.opts.LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.ctx.Done():
+			return
+		case <-t.C:
+		}
+		w.mu.Lock()
+		actors := make([]*actor, 0, len(w.actors))
+		for _, a := range w.actors {
+			if a.alive() {
+				actors = append(actors, a)
+			}
+		}
+		w.mu.Unlock()
+		if len(actors) == 0 {
+			continue
+		}
+		leases := make([]store.Lease, len(actors))
+		for i, a := range actors {
+			leases[i] = a.currentLease()
+		}
+		out, errs := w.leases.RenewAll(w.ctx, leases)
+		if w.ctx.Err() != nil {
+			return
+		}
+		for i, a := range actors {
+			if errs[i] != nil {
+				// A failed round trip is retried next tick while the lease is still valid.
+				if errors.Is(errs[i], store.ErrLeaseLost) || !leases[i].Valid(time.Now().Add(w.opts.LeaseTTL/3)) {
+					a.leaseLost(errs[i])
+				}
+				continue
+			}
+			a.setLease(out[i])
+		}
+	}
 }
 
 // Stop stops consuming, aborts running turns and releases the leases it holds. Turns that were
