@@ -78,3 +78,28 @@ func TestExecPolicyCLIExitCodes(t *testing.T) {
 		}
 	}
 }
+
+// With nats.token set, the embedded server refuses clients without it, and chat works with it
+// in the URL.
+func TestEmbeddedServerToken(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := config.Parse([]byte("dataDir: " + dir + "\nnats:\n  listen: 127.0.0.1:0\n  token: s3cret\n  storeDir: " + filepath.Join(dir, "nats") + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AI.Agent.Workspace = filepath.Join(dir, "workspace")
+	p, err := app.Start(context.Background(), cfg, app.Options{Roles: app.AllRoles, Out: io.Discard, NoProbe: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Stop)
+	url := p.Embedded.ClientURL()
+	var out bytes.Buffer
+	if err := cmdSessions(context.Background(), []string{"--nats", url}, &out); err == nil {
+		t.Fatal("a client without the token was let in")
+	}
+	withToken := strings.Replace(url, "nats://", "nats://s3cret@", 1)
+	if err := cmdChat(context.Background(), []string{"--nats", withToken, "--user", "ann", "--wait", "20s"}, strings.NewReader("hi\n"), &out); err != nil {
+		t.Fatalf("chat with token: %v\n%s", err, out.String())
+	}
+}

@@ -192,10 +192,13 @@ func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Log
 		if listen == "" {
 			listen = "127.0.0.1:4222"
 		}
-		emb, err := natsutil.StartEmbedded(natsutil.EmbeddedOptions{StoreDir: cfg.NATS.StoreDir, Listen: listen})
+		eo := natsutil.EmbeddedOptions{StoreDir: cfg.NATS.StoreDir, Listen: listen,
+			Token: cfg.NATS.Token, User: cfg.NATS.User, Password: cfg.NATS.Password}
+		emb, err := natsutil.StartEmbedded(eo)
 		if err != nil && cfg.NATS.Listen == "" {
 			// The default port is taken (another agentbus?): fall back to a free one.
-			emb, err = natsutil.StartEmbedded(natsutil.EmbeddedOptions{StoreDir: cfg.NATS.StoreDir, Listen: "127.0.0.1:0"})
+			eo.Listen = "127.0.0.1:0"
+			emb, err = natsutil.StartEmbedded(eo)
 		}
 		if err != nil {
 			return fmt.Errorf("start embedded NATS: %w", err)
