@@ -135,6 +135,9 @@ func printRecord(w io.Writer, rec store.TurnRecord) {
 	switch e := rec.Event.(type) {
 	case *events.Event[events.TurnStarted]:
 		fmt.Fprintf(w, "\n%s  ── turn %s (model %s/%s, worker %s)\n", ts, e.Data.Turn, e.Data.Model.Provider, e.Data.Model.ID, e.Data.Worker)
+		for i := range e.Data.Input { // the prompts are recorded here, not as message_end
+			printMessage(w, ts, &e.Data.Input[i])
+		}
 	case *events.Event[events.MessageEnd]:
 		printMessage(w, ts, &e.Data.Message)
 	case *events.Event[events.TurnCommitted]:

@@ -484,6 +484,9 @@ func (t *turnRun) emitter() func(loop.Event) {
 		case loop.EventMessageEnd:
 			idx := t.index
 			t.index++
+			if idx < len(t.input) {
+				break // the prompts are in turn_started already
+			}
 			if err := record(t, events.EvtKindMessageEnd, events.MessageEnd{Index: idx, Message: *ev.Message}, "m"+strconv.Itoa(idx)); err != nil {
 				t.a.log.Error("persist message", "turn", t.id, "index", idx, "err", err)
 			}
@@ -662,7 +665,13 @@ func (w *Worker) readTurn(ctx context.Context, sk events.SessionKey, turn string
 			tl.committed = true
 		}
 	}
-	for i := 0; ; i++ {
+	// Indexes count the prompts, which turn_started holds; message_end records follow them.
+	first := 0
+	if tl.started != nil {
+		tl.messages = append(tl.messages, tl.started.Input...)
+		first = len(tl.started.Input)
+	}
+	for i := first; ; i++ {
 		m, ok := byIndex[i]
 		if !ok {
 			break
