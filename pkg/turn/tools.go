@@ -135,6 +135,8 @@ type busExecutor struct {
 	scope callScope
 	// resumed: results may exist from before a takeover, so look for one before requesting.
 	resumed bool
+	// flush waits until the turn's recorded messages are stored (nil for subagents).
+	flush func(context.Context) error
 }
 
 // callScope is who a tool call is made for: the session answering it, the turn (or task)
@@ -150,7 +152,7 @@ type callScope struct {
 // executor returns the bus executor of a turn.
 func (t *turnRun) executor() *busExecutor {
 	m := t.msg
-	return &busExecutor{w: t.a.w, resumed: t.resumed, scope: callScope{sk: t.a.sk, turn: t.id, sid: t.sid.String(), trace: t.trace,
+	return &busExecutor{w: t.a.w, resumed: t.resumed, flush: t.flush, scope: callScope{sk: t.a.sk, turn: t.id, sid: t.sid.String(), trace: t.trace,
 		caller: events.Caller{Platform: m.Platform, Bot: m.Bot, Scope: t.a.sk.Scope, SenderID: m.Sender.ID, Roles: m.Sender.Roles}}}
 }
 
@@ -162,6 +164,11 @@ var ErrToolTimeout = errors.New("tool call timed out")
 // id, so a bare model id could pick up another turn's result.
 func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (loop.ToolResult, error) {
 	w, sc := x.w, x.scope
+	if x.flush != nil {
+		if err := x.flush(ctx); err != nil {
+			return loop.ToolResult{}, err
+		}
+	}
 	busID := sc.turn + "-" + call.ID
 	subj := events.ToolResultSubject(sc.sk, busID)
 	// A callback into a small channel rather than SubscribeSync: a sync subscription allocates

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/agentbus/agentbus/pkg/chunk"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/ingest"
@@ -74,6 +76,7 @@ type turnRun struct {
 	finished  bool         // the turn's goroutine has taken next: no more interrupts
 	steerSeqs []uint64     // inbox sequences queued into this turn (steer, follow-up)
 	resumed   bool         // taken over from another owner: tool results may already exist
+	unacked   []jetstream.PubAckFuture
 }
 
 // queued is a steer or follow-up message and the inbox event it came from.
@@ -271,6 +274,9 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 				return cerr
 			}
 			return fmt.Errorf("turn %s: %w", t.id, err)
+		}
+		if err := t.flush(ctx); err != nil {
+			return err
 		}
 		for _, done := range a.earlier(t.seq) {
 			select {
@@ -487,7 +493,13 @@ func (t *turnRun) emitter() func(loop.Event) {
 			if idx < len(t.input) {
 				break // the prompts are in turn_started already
 			}
-			if err := record(t, events.EvtKindMessageEnd, events.MessageEnd{Index: idx, Message: *ev.Message}, "m"+strconv.Itoa(idx)); err != nil {
+			if t.a.ctx.Err() != nil {
+				// The actor is going away (lease lost, worker stopping): what the loop produces
+				// now is an artefact of that cancellation, not of the turn. The next owner
+				// resumes from what was recorded before.
+				break
+			}
+			if err := t.recordAsync(events.EvtKindMessageEnd, events.MessageEnd{Index: idx, Message: *ev.Message}, "m"+strconv.Itoa(idx)); err != nil {
 				t.a.log.Error("persist message", "turn", t.id, "index", idx, "err", err)
 			}
 		case loop.EventMessageUpdate:
@@ -517,6 +529,45 @@ func record[P events.Payload](t *turnRun, kind string, p P, name string) error {
 		return fmt.Errorf("record %s of %s: %w", kind, t.id, err)
 	}
 	t.evtSeq = ack.Sequence
+	return nil
+}
+
+// recordAsync appends a message_end without waiting for the ack; flush waits for all of
+// them. The loop's next step does not need the ack, but a tool call and the commit do: a tool
+// must not run for an assistant message that might not be in the log (resume would ask the
+// model again and get other call ids).
+func (t *turnRun) recordAsync(kind string, p events.MessageEnd, name string) error {
+	ev := events.New(p, events.WithSession(t.sid.String()), events.WithTurn(t.id), events.WithTrace(t.trace),
+		events.WithID(t.id+"-"+name))
+	m, err := events.NewMsg(events.AgentEvtSubject(t.a.sk, t.id, kind), ev)
+	if err != nil {
+		return err
+	}
+	f, err := t.a.w.js.PublishMsgAsync(m)
+	if err != nil {
+		return fmt.Errorf("record %s of %s: %w", kind, t.id, err)
+	}
+	t.mu.Lock()
+	t.unacked = append(t.unacked, f)
+	t.mu.Unlock()
+	return nil
+}
+
+// flush waits until every message recorded so far is stored.
+func (t *turnRun) flush(ctx context.Context) error {
+	t.mu.Lock()
+	pending := t.unacked
+	t.unacked = nil
+	t.mu.Unlock()
+	for _, f := range pending {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("record message of %s: %w", t.id, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	return nil
 }
 
