@@ -49,9 +49,14 @@ func cmdChat(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 	var mu sync.Mutex
 	pending := 0
 	streamed := map[string]bool{}
+	lastMsg := map[string]int{}
 	done := make(chan struct{}, 64)
 	live, err := nc.Subscribe(events.AgentLiveSubject(sk), func(m *nats.Msg) {
-		var d struct{ Turn, Delta string }
+		var d struct {
+			Turn    string
+			Message int
+			Delta   string
+		}
 		if json.Unmarshal(m.Data, &d) != nil {
 			return
 		}
@@ -60,7 +65,10 @@ func cmdChat(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 		if !streamed[d.Turn] {
 			fmt.Fprint(stdout, "bot> ")
 			streamed[d.Turn] = true
+		} else if lastMsg[d.Turn] != d.Message { // the next assistant message of the turn
+			fmt.Fprint(stdout, "\n     ")
 		}
+		lastMsg[d.Turn] = d.Message
 		fmt.Fprint(stdout, d.Delta)
 	})
 	if err != nil {

@@ -504,16 +504,18 @@ func (t *turnRun) emitter() func(loop.Event) {
 			}
 		case loop.EventMessageUpdate:
 			if ev.Update.Type == llm.EventTextDelta {
-				b, _ := json.Marshal(liveDelta{Turn: t.id, Delta: ev.Update.Delta})
+				b, _ := json.Marshal(liveDelta{Turn: t.id, Message: t.index, Delta: ev.Update.Delta})
 				_ = t.a.w.nc.Publish(live, b)
 			}
 		}
 	}
 }
 
+// liveDelta is what agent.live.<sk> carries: a piece of text of message Message of a turn.
 type liveDelta struct {
-	Turn  string `json:"turn"`
-	Delta string `json:"delta"`
+	Turn    string `json:"turn"`
+	Message int    `json:"message"`
+	Delta   string `json:"delta"`
 }
 
 // record appends one turn event to AGENT_EVENTS, deduplicated on turn + name.
