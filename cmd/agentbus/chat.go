@@ -52,23 +52,20 @@ func cmdChat(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 	lastMsg := map[string]int{}
 	done := make(chan struct{}, 64)
 	live, err := nc.Subscribe(events.AgentLiveSubject(sk), func(m *nats.Msg) {
-		var d struct {
-			Turn    string
-			Message int
-			Delta   string
-		}
-		if json.Unmarshal(m.Data, &d) != nil {
+		var ev events.Event[events.LiveDelta]
+		if events.UnmarshalMsg(m, &ev) != nil {
 			return
 		}
+		turn, d := ev.Turn, ev.Data
 		mu.Lock()
 		defer mu.Unlock()
-		if !streamed[d.Turn] {
+		if !streamed[turn] {
 			fmt.Fprint(stdout, "bot> ")
-			streamed[d.Turn] = true
-		} else if lastMsg[d.Turn] != d.Message { // the next assistant message of the turn
+			streamed[turn] = true
+		} else if lastMsg[turn] != d.Message { // the next assistant message of the turn
 			fmt.Fprint(stdout, "\n     ")
 		}
-		lastMsg[d.Turn] = d.Message
+		lastMsg[turn] = d.Message
 		fmt.Fprint(stdout, d.Delta)
 	})
 	if err != nil {

@@ -289,6 +289,9 @@ type LiveDelta struct {
 	Delta        string `json:"delta,omitempty"`
 	// Seq orders the deltas of one turn (a receiver drops out-of-order ones).
 	Seq uint64 `json:"seq"`
+	// Message is the index of the message within the turn (a turn with tool calls has several
+	// assistant messages).
+	Message int `json:"message,omitempty"`
 }
 
 func (LiveDelta) EventType() string { return TypeLiveDelta }

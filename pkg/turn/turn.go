@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -77,6 +76,7 @@ type turnRun struct {
 	steerSeqs []uint64     // inbox sequences queued into this turn (steer, follow-up)
 	resumed   bool         // taken over from another owner: tool results may already exist
 	unacked   []jetstream.PubAckFuture
+	liveSeq   uint64 // orders the turn's live deltas
 }
 
 // queued is a steer or follow-up message and the inbox event it came from.
@@ -504,18 +504,15 @@ func (t *turnRun) emitter() func(loop.Event) {
 			}
 		case loop.EventMessageUpdate:
 			if ev.Update.Type == llm.EventTextDelta {
-				b, _ := json.Marshal(liveDelta{Turn: t.id, Message: t.index, Delta: ev.Update.Delta})
-				_ = t.a.w.nc.Publish(live, b)
+				t.liveSeq++
+				d := events.New(events.LiveDelta{Kind: string(ev.Update.Type), ContentIndex: ev.Update.ContentIndex,
+					Delta: ev.Update.Delta, Seq: t.liveSeq, Message: t.index}, events.WithTurn(t.id), events.WithSession(t.sid.String()))
+				if m, err := events.NewMsg(live, d); err == nil {
+					_ = t.a.w.nc.PublishMsg(m)
+				}
 			}
 		}
 	}
-}
-
-// liveDelta is what agent.live.<sk> carries: a piece of text of message Message of a turn.
-type liveDelta struct {
-	Turn    string `json:"turn"`
-	Message int    `json:"message"`
-	Delta   string `json:"delta"`
 }
 
 // record appends one turn event to AGENT_EVENTS, deduplicated on turn + name.
