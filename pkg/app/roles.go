@@ -111,7 +111,7 @@ func (p *Process) startToolWorker(ctx context.Context, cfg *config.Config, opts 
 
 func (p *Process) startEgress(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger) error {
 	h, err := egress.Run(ctx, egress.Options{NC: p.NC, JS: p.JS, Config: cfg, DataDir: cfg.DataDir,
-		Log: log.With("role", "egress"), HTTPClient: opts.HTTPClient})
+		Log: log, HTTPClient: opts.HTTPClient}) // egress names its role itself
 	if err != nil {
 		return err
 	}
