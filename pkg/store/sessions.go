@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -116,6 +117,39 @@ type Sessions struct {
 	kv         jetstream.KeyValue
 	now        func() time.Time
 	maxRetries int
+
+	// last holds the newest copy this process read or wrote per key. Update tries its CAS on
+	// it first and reads the bucket only when that fails: the owner of a session is normally
+	// its only writer, so the read is usually wasted.
+	mu   sync.Mutex
+	last map[string]*Session
+}
+
+// maxCachedSessions bounds last; past it the cache starts over.
+const maxCachedSessions = 20000
+
+func (r *Sessions) remember(token string, s *Session) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == nil || len(r.last) >= maxCachedSessions {
+		r.last = map[string]*Session{}
+	}
+	r.last[token] = s.clone()
+}
+
+func (r *Sessions) cached(token string) *Session {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s := r.last[token]; s != nil {
+		return s.clone()
+	}
+	return nil
+}
+
+func (r *Sessions) forget(token string) {
+	r.mu.Lock()
+	delete(r.last, token)
+	r.mu.Unlock()
 }
 
 // SessionsOption configures Sessions.
@@ -168,6 +202,7 @@ func (r *Sessions) get(ctx context.Context, sk events.SessionKey) (*Session, err
 		return nil, fmt.Errorf("decode session %s (revision %d): %w", sk, e.Revision(), err)
 	}
 	s.Revision = e.Revision()
+	r.remember(sk.Token(), &s)
 	return &s, nil
 }
 
@@ -207,6 +242,7 @@ func (r *Sessions) put(ctx context.Context, sk events.SessionKey, s *Session, re
 	}
 	out := s.clone()
 	out.Revision = nrev
+	r.remember(sk.Token(), out)
 	return out, nil
 }
 
@@ -329,9 +365,12 @@ func (r *Sessions) Update(ctx context.Context, sk events.SessionKey, fn func(*Se
 		if err := backoff(ctx, attempt); err != nil {
 			return nil, err
 		}
-		cur, err := r.get(ctx, sk)
-		if err != nil {
-			return nil, err
+		cur := r.cached(sk.Token())
+		if attempt > 0 || cur == nil {
+			var err error
+			if cur, err = r.get(ctx, sk); err != nil {
+				return nil, err
+			}
 		}
 		next := cur.clone()
 		if err := fn(next); err != nil {
@@ -341,6 +380,7 @@ func (r *Sessions) Update(ctx context.Context, sk events.SessionKey, fn func(*Se
 		next.UpdatedAt = r.nowMs()
 		s, err := r.put(ctx, sk, next, cur.Revision)
 		if isCASConflict(err) {
+			r.forget(sk.Token())
 			continue
 		}
 		if err != nil {
