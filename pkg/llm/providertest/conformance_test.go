@@ -169,7 +169,7 @@ func responsesHarness() providertest.Harness {
 }
 
 // openaiHarness runs openai-completions over the fixtures its package keeps for this suite
-// (pkg/llm/providers/openai/testdata/conformance); the package runs the same harness itself.
+// (pkg/llm/providers/openai/testdata/conformance).
 func openaiHarness() providertest.Harness {
 	return providertest.Harness{
 		API:      llm.APIOpenAICompletions,
