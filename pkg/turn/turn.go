@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/chunk"
@@ -66,7 +67,6 @@ type turnRun struct {
 	cancel    context.CancelFunc
 	done      chan struct{}
 	index     int // next message_end index
-	evtSeq    uint64
 	mu        sync.Mutex
 	steerQ    []queued
 	followQ   []queued
@@ -517,18 +517,22 @@ func (t *turnRun) emitter() func(loop.Event) {
 
 // record appends one turn event to AGENT_EVENTS, deduplicated on turn + name.
 func record[P events.Payload](t *turnRun, kind string, p P, name string) error {
-	ev := events.New(p, events.WithSession(t.sid.String()), events.WithTurn(t.id), events.WithTrace(t.trace),
-		events.WithID(t.id+"-"+name))
-	m, err := events.NewMsg(events.AgentEvtSubject(t.a.sk, t.id, kind), ev)
+	m, err := turnEventMsg(t, kind, p, name)
 	if err != nil {
 		return err
 	}
-	ack, err := t.a.w.js.PublishMsg(t.a.ctx, m)
-	if err != nil {
+	if _, err := t.a.w.js.PublishMsg(t.a.ctx, m); err != nil {
 		return fmt.Errorf("record %s of %s: %w", kind, t.id, err)
 	}
-	t.evtSeq = ack.Sequence
 	return nil
+}
+
+// turnEventMsg is a turn event as a message on agent.evt.<sk>.<turn>.<kind>, its id (and so
+// its Nats-Msg-Id) stable per turn and name.
+func turnEventMsg[P events.Payload](t *turnRun, kind string, p P, name string) (*nats.Msg, error) {
+	ev := events.New(p, events.WithSession(t.sid.String()), events.WithTurn(t.id), events.WithTrace(t.trace),
+		events.WithID(t.id+"-"+name))
+	return events.NewMsg(events.AgentEvtSubject(t.a.sk, t.id, kind), ev)
 }
 
 // recordAsync appends a message_end without waiting for the ack; flush waits for all of
@@ -536,9 +540,7 @@ func record[P events.Payload](t *turnRun, kind string, p P, name string) error {
 // must not run for an assistant message that might not be in the log (resume would ask the
 // model again and get other call ids).
 func (t *turnRun) recordAsync(kind string, p events.MessageEnd, name string) error {
-	ev := events.New(p, events.WithSession(t.sid.String()), events.WithTurn(t.id), events.WithTrace(t.trace),
-		events.WithID(t.id+"-"+name))
-	m, err := events.NewMsg(events.AgentEvtSubject(t.a.sk, t.id, kind), ev)
+	m, err := turnEventMsg(t, kind, p, name)
 	if err != nil {
 		return err
 	}
