@@ -14,13 +14,11 @@ import (
 	"github.com/agentbus/agentbus/pkg/filepolicy"
 	"github.com/agentbus/agentbus/pkg/imagegen"
 	"github.com/agentbus/agentbus/pkg/mcpclient"
-	"github.com/agentbus/agentbus/pkg/netguard"
 	"github.com/agentbus/agentbus/pkg/tools"
 	"github.com/agentbus/agentbus/pkg/tools/builtin"
 	"github.com/agentbus/agentbus/pkg/tools/filetool"
 	"github.com/agentbus/agentbus/pkg/toolworker"
 	"github.com/agentbus/agentbus/pkg/turn"
-	"net/http"
 )
 
 // ToolSet builds every tool a tool worker serves: the built-ins the config allows, user_profile
@@ -68,7 +66,7 @@ func (p *Process) ToolSet(ctx context.Context, cfg *config.Config, log *slog.Log
 		return nil, fmt.Errorf("open media store: %w", err)
 	}
 	if len(imagegen.ImageProviders(cfg.AI.Providers)) > 0 {
-		gen, err := imagegen.NewTool(imagegen.ToolConfig{AI: cfg.AI, Media: media, HTTPClient: guardedClient(cfg), Log: log})
+		gen, err := imagegen.NewTool(imagegen.ToolConfig{AI: cfg.AI, Media: media, HTTPClient: bc.Guard.Client(2 * time.Minute), Log: log})
 		if err != nil {
 			return nil, err
 		}
@@ -117,13 +115,4 @@ func (p *Process) startEgress(ctx context.Context, cfg *config.Config, opts Opti
 	}
 	p.onStop(func() { _ = h.Stop() })
 	return nil
-}
-
-// guardedClient downloads what image APIs answer with URLs through the SSRF guard.
-func guardedClient(cfg *config.Config) *http.Client {
-	g, err := netguard.New(netguard.Config{AllowPrivate: cfg.AI.Agent.WebFetch.AllowPrivate, AllowHosts: cfg.AI.Agent.WebFetch.AllowHosts})
-	if err != nil {
-		return nil
-	}
-	return g.Client(2 * time.Minute)
 }
