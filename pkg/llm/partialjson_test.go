@@ -2,6 +2,7 @@ package llm
 
 import (
 	"encoding/json"
+	"github.com/agentbus/agentbus/internal/cputime"
 	"reflect"
 	"strings"
 	"testing"
@@ -149,29 +150,29 @@ func BenchmarkParsePartialJSON(b *testing.B) {
 	prefixes = append(prefixes, doc)
 	b.Run("per-delta", func(b *testing.B) {
 		b.ReportAllocs()
-		cpu := cpuNow()
+		cpu := cputime.Process()
 		for i := 0; b.Loop(); i++ {
 			sinkArgs = ParsePartialJSON(prefixes[i%len(prefixes)])
 		}
-		reportCPU(b, cpu)
+		cputime.Report(b, cpu)
 	})
 	b.Run("complete", func(b *testing.B) {
 		b.ReportAllocs()
-		cpu := cpuNow()
+		cpu := cputime.Process()
 		for b.Loop() {
 			sinkArgs = ParsePartialJSON(doc)
 		}
-		reportCPU(b, cpu)
+		cputime.Report(b, cpu)
 	})
 	b.Run("encoding-json-complete", func(b *testing.B) {
 		b.ReportAllocs()
-		cpu := cpuNow()
+		cpu := cputime.Process()
 		for b.Loop() {
 			var m map[string]any
 			_ = json.Unmarshal([]byte(doc), &m)
 			sinkArgs = m
 		}
-		reportCPU(b, cpu)
+		cputime.Report(b, cpu)
 	})
 }
 
@@ -184,11 +185,11 @@ func BenchmarkParsePartialJSONLarge(b *testing.B) {
 	doc := string(raw)
 	b.SetBytes(int64(len(doc)))
 	b.ReportAllocs()
-	cpu := cpuNow()
+	cpu := cputime.Process()
 	for b.Loop() {
 		sinkArgs = ParsePartialJSON(doc[:len(doc)-10])
 	}
-	reportCPU(b, cpu)
+	cputime.Report(b, cpu)
 }
 
 // checkAccumulator feeds doc in the given chunk sizes and compares every step with
@@ -271,23 +272,23 @@ func BenchmarkPartialJSONAccumulator(b *testing.B) {
 	doc := string(raw)
 	b.Run("PartialJSON", func(b *testing.B) {
 		b.ReportAllocs()
-		cpu := cpuNow()
+		cpu := cputime.Process()
 		for b.Loop() {
 			var acc PartialJSON
 			for off := 0; off < len(doc); off += 24 {
 				sinkArgs = acc.Append(doc[off:min(len(doc), off+24)])
 			}
 		}
-		reportCPU(b, cpu)
+		cputime.Report(b, cpu)
 	})
 	b.Run("ParsePartialJSON-every-prefix", func(b *testing.B) {
 		b.ReportAllocs()
-		cpu := cpuNow()
+		cpu := cputime.Process()
 		for b.Loop() {
 			for off := 0; off < len(doc); off += 24 {
 				sinkArgs = ParsePartialJSON(doc[:min(len(doc), off+24)])
 			}
 		}
-		reportCPU(b, cpu)
+		cputime.Report(b, cpu)
 	})
 }

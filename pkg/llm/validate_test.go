@@ -3,6 +3,7 @@ package llm
 import (
 	"encoding/json"
 	"errors"
+	"github.com/agentbus/agentbus/internal/cputime"
 	"reflect"
 	"strings"
 	"testing"
@@ -180,29 +181,29 @@ func BenchmarkValidateArguments(b *testing.B) {
 	b.Run("valid", func(b *testing.B) {
 		in := args(`{"command":"ls -la","timeout":10,"verbose":true}`)
 		b.ReportAllocs()
-		cpu := cpuNow()
+		cpu := cputime.Process()
 		for b.Loop() {
 			sinkValidated, _ = ValidateArguments(tool, in)
 		}
-		reportCPU(b, cpu)
+		cputime.Report(b, cpu)
 	})
 	b.Run("coerce", func(b *testing.B) {
 		in := args(`{"command":"ls -la","timeout":"10","verbose":"true"}`)
 		b.ReportAllocs()
-		cpu := cpuNow()
+		cpu := cputime.Process()
 		for b.Loop() {
 			sinkValidated, _ = ValidateArguments(tool, in)
 		}
-		reportCPU(b, cpu)
+		cputime.Report(b, cpu)
 	})
 	b.Run("with-default", func(b *testing.B) {
 		in := args(`{"command":"ls -la"}`)
 		b.ReportAllocs()
-		cpu := cpuNow()
+		cpu := cputime.Process()
 		for b.Loop() {
 			sinkValidated, _ = ValidateArguments(tool, in)
 		}
-		reportCPU(b, cpu)
+		cputime.Report(b, cpu)
 	})
 	// For reference: the library's Validate alone on the same schema and arguments.
 	b.Run("library-validate-only", func(b *testing.B) {
@@ -212,21 +213,21 @@ func BenchmarkValidateArguments(b *testing.B) {
 		}
 		in := args(`{"command":"ls -la","timeout":10,"verbose":true}`)
 		b.ReportAllocs()
-		cpu := cpuNow()
+		cpu := cputime.Process()
 		for b.Loop() {
 			_ = cs.resolved.Validate(in)
 		}
-		reportCPU(b, cpu)
+		cputime.Report(b, cpu)
 	})
 	simple := &Tool{Name: "read", Parameters: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}`)}
 	b.Run("simple", func(b *testing.B) {
 		in := args(`{"path":"/etc/hosts"}`)
 		b.ReportAllocs()
-		cpu := cpuNow()
+		cpu := cputime.Process()
 		for b.Loop() {
 			sinkValidated, _ = ValidateArguments(simple, in)
 		}
-		reportCPU(b, cpu)
+		cputime.Report(b, cpu)
 	})
 }
 

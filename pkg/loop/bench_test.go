@@ -3,6 +3,7 @@ package loop_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/agentbus/agentbus/internal/cputime"
 	"testing"
 
 	"github.com/agentbus/agentbus/pkg/llm"
@@ -43,13 +44,13 @@ func runBench(b *testing.B, responder faux.Responder, tools []loop.AgentTool) {
 	events := 0
 	emit := func(loop.Event) { events++ }
 	b.ReportAllocs()
-	cpu := processCPU()
+	cpu := cputime.Process()
 	for b.Loop() {
 		if _, err := loop.Run(ctx, prompt, ac, cfg, emit); err != nil {
 			b.Fatal(err)
 		}
 	}
-	if cpu := processCPU() - cpu; cpu > 0 {
+	if cpu := cputime.Process() - cpu; cpu > 0 {
 		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 	}
 	b.ReportMetric(float64(events)/float64(b.N), "events/op")
@@ -79,14 +80,14 @@ func BenchmarkAgentPrompt(b *testing.B) {
 	a.Subscribe(func(context.Context, loop.Event) { events++ })
 	ctx := context.Background()
 	b.ReportAllocs()
-	cpu := processCPU()
+	cpu := cputime.Process()
 	for b.Loop() {
 		a.ReplaceMessages(nil)
 		if err := a.Prompt(ctx, "What is the weather like in Berlin today?"); err != nil {
 			b.Fatal(err)
 		}
 	}
-	if cpu := processCPU() - cpu; cpu > 0 {
+	if cpu := cputime.Process() - cpu; cpu > 0 {
 		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 	}
 	b.ReportMetric(float64(events)/float64(b.N), "events/op")

@@ -2,6 +2,7 @@ package faux_test
 
 import (
 	"context"
+	"github.com/agentbus/agentbus/internal/cputime"
 	"testing"
 
 	"github.com/agentbus/agentbus/pkg/llm"
@@ -15,14 +16,14 @@ func benchStream(b *testing.B, r faux.Response, opts ...faux.Option) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	events := 0
-	cpu := cpuNow()
+	cpu := cputime.Process()
 	for b.Loop() {
 		for ev := range p.Stream(ctx, model, c, nil) {
 			events++
 			_ = ev
 		}
 	}
-	reportCPU(b, cpu)
+	cputime.Report(b, cpu)
 	b.ReportMetric(float64(events)/float64(b.N), "events/op")
 }
 
@@ -48,10 +49,10 @@ func BenchmarkLLMStreamText(b *testing.B) {
 	c := userCtx("What is the weather like in Berlin today?")
 	ctx := context.Background()
 	b.ReportAllocs()
-	cpu := cpuNow()
+	cpu := cputime.Process()
 	for b.Loop() {
 		for range llm.Stream(ctx, model, c, nil) {
 		}
 	}
-	reportCPU(b, cpu)
+	cputime.Report(b, cpu)
 }
