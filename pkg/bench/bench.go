@@ -388,6 +388,11 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 		}
 		res.JSAPIPerTurn = float64(d.apiTotal) / float64(turns)
 		res.NATSInMsgsPerTurn = float64(d.inMsgs) / float64(turns)
+		res.NATSInBytesPerTurn = float64(d.inBytes) / float64(turns)
+		res.StoredBytesPerTurn = map[string]float64{}
+		for name, n := range d.streamBytes {
+			res.StoredBytesPerTurn[name] = float64(n) / float64(turns)
+		}
 	}
 	res.CPUCores = cpu.Seconds() / elapsed.Seconds()
 	res.SchedP50Ms, res.SchedP99Ms = ms(sp50), ms(sp99)

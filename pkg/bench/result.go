@@ -3,6 +3,8 @@ package bench
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -42,8 +44,12 @@ type Result struct {
 	StreamMsgsPerTurn float64 `json:"streamMsgsPerTurn"` // messages appended to streams (KV included)
 	JSAPIPerTurn      float64 `json:"jsApiPerTurn"`      // JetStream API requests
 	// AppendsPerTurn splits StreamMsgsPerTurn by stream (KV buckets are KV_<bucket>).
-	AppendsPerTurn    map[string]float64 `json:"appendsPerTurn,omitempty"`
-	NATSInMsgsPerTurn float64            `json:"natsInMsgsPerTurn"` // every message the server received
+	AppendsPerTurn     map[string]float64 `json:"appendsPerTurn,omitempty"`
+	NATSInMsgsPerTurn  float64            `json:"natsInMsgsPerTurn"`  // every message the server received
+	NATSInBytesPerTurn float64            `json:"natsInBytesPerTurn"` // their payload bytes
+	// StoredBytesPerTurn is how much each stream grew per turn (work queues shrink as they are
+	// acked, so they read low).
+	StoredBytesPerTurn map[string]float64 `json:"storedBytesPerTurn,omitempty"`
 
 	ModelCallsPerTurn float64 `json:"modelCallsPerTurn"` // 1 without a tool call, 2 with one
 
@@ -126,6 +132,13 @@ func (r *Result) WriteText(w io.Writer) {
 			fmt.Fprintf(&b, " %s %.1f", n, r.AppendsPerTurn[n])
 		}
 		fmt.Fprintf(w, "  appends/turn:  %s\n", b.String())
+	}
+	if len(r.StoredBytesPerTurn) > 0 {
+		fmt.Fprintf(w, "  bytes/turn:     %.0f into the server;", r.NATSInBytesPerTurn)
+		for _, n := range slices.Sorted(maps.Keys(r.StoredBytesPerTurn)) {
+			fmt.Fprintf(w, " %s %.0f", n, r.StoredBytesPerTurn[n])
+		}
+		fmt.Fprintln(w, " stored")
 	}
 	fmt.Fprintf(w, "  model:          %.2f calls per turn\n", r.ModelCallsPerTurn)
 	fmt.Fprintf(w, "  memory:         largest heap in use %.1f MiB (idle %.1f MiB), largest live heap %.1f MiB\n",

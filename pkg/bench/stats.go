@@ -14,14 +14,24 @@ type jsCounters struct {
 	streamMsgs uint64 // sum of every stream's last sequence: messages ever appended
 	apiTotal   uint64 // JetStream API requests served
 	inMsgs     uint64 // every message the server received (publishes, acks, pulls, gets)
+	inBytes    uint64 // payload bytes of those
 	perStream  map[string]uint64
+	// streamBytes is every stream's stored bytes; a work-queue stream's shrink as it is acked,
+	// so only growth is reported.
+	streamBytes map[string]uint64
 }
 
 func (a jsCounters) sub(b jsCounters) jsCounters {
-	d := jsCounters{a.streamMsgs - b.streamMsgs, a.apiTotal - b.apiTotal, a.inMsgs - b.inMsgs, map[string]uint64{}}
+	d := jsCounters{a.streamMsgs - b.streamMsgs, a.apiTotal - b.apiTotal, a.inMsgs - b.inMsgs, a.inBytes - b.inBytes,
+		map[string]uint64{}, map[string]uint64{}}
 	for name, n := range a.perStream {
 		if n > b.perStream[name] {
 			d.perStream[name] = n - b.perStream[name]
+		}
+	}
+	for name, n := range a.streamBytes {
+		if n > b.streamBytes[name] {
+			d.streamBytes[name] = n - b.streamBytes[name]
 		}
 	}
 	return d
@@ -38,7 +48,7 @@ func (h *Harness) jsCounters() (jsCounters, error) {
 	if err != nil {
 		return jsCounters{}, fmt.Errorf("bench: jsz: %w", err)
 	}
-	c := jsCounters{perStream: map[string]uint64{}}
+	c := jsCounters{perStream: map[string]uint64{}, streamBytes: map[string]uint64{}}
 	c.apiTotal = jsz.API.Total
 	for _, a := range jsz.AccountDetails {
 		for _, s := range a.Streams {
@@ -47,6 +57,7 @@ func (h *Harness) jsCounters() (jsCounters, error) {
 			}
 			c.streamMsgs += s.State.LastSeq
 			c.perStream[s.Name] = s.State.LastSeq
+			c.streamBytes[s.Name] = s.State.Bytes
 		}
 	}
 	vz, err := srv.Varz(nil)
@@ -54,6 +65,7 @@ func (h *Harness) jsCounters() (jsCounters, error) {
 		return jsCounters{}, fmt.Errorf("bench: varz: %w", err)
 	}
 	c.inMsgs = uint64(vz.InMsgs)
+	c.inBytes = uint64(vz.InBytes)
 	return c, nil
 }
 
