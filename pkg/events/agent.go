@@ -1,6 +1,7 @@
 package events
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/agentbus/agentbus/pkg/llm"
@@ -184,14 +185,25 @@ type TurnCommitted struct {
 	Usage *llm.Usage `json:"usage,omitempty"`
 	// StopReason of the last assistant message.
 	StopReason llm.StopReason `json:"stopReason,omitempty"`
+	// Tail holds the turn's last messages (the final answer and the tool results before it)
+	// that were not recorded as message_end records of their own: writing them with the commit
+	// saves appends on the hot path. Readers treat each entry exactly like a message_end record
+	// (store.TurnLog expands them into such records). A message that an LLM step must not
+	// repeat, an assistant message with tool calls, is always recorded before its calls run.
+	Tail []MessageEnd `json:"tail,omitempty"`
 }
 
 func (TurnCommitted) EventType() string { return TypeTurnCommitted }
 
-// Validate checks the sequence range.
+// Validate checks the sequence range and the tail's messages.
 func (t TurnCommitted) Validate() error {
 	if t.LastSeq < t.FirstSeq {
 		return badField("lastSeq", "%d is before firstSeq %d", t.LastSeq, t.FirstSeq)
+	}
+	for i, m := range t.Tail {
+		if err := m.Validate(); err != nil {
+			return within("tail["+strconv.Itoa(i)+"]", err)
+		}
 	}
 	return nil
 }

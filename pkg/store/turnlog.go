@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -72,16 +73,32 @@ func (t *TurnLog) Append(ctx context.Context, sk events.SessionKey, ev events.An
 	return ack.Sequence, nil
 }
 
-func decodeTurnRecord(m *jetstream.RawStreamMsg) (TurnRecord, error) {
+// decodeTurnRecords decodes one stored turn event. A turn_committed record that carries a
+// tail comes back as one message_end record per tail entry (same sequence, subject kind
+// message_end, event id <turn>-m<index>) followed by the commit itself, so readers see a turn
+// the same way whether its last messages were recorded on their own or with the commit.
+func decodeTurnRecords(m *jetstream.RawStreamMsg) ([]TurnRecord, error) {
 	k, turn, kind, err := events.ParseAgentEvtSubject(m.Subject)
 	if err != nil {
-		return TurnRecord{}, fmt.Errorf("record %d: %w", m.Sequence, err)
+		return nil, fmt.Errorf("record %d: %w", m.Sequence, err)
 	}
 	ev, err := events.DecodeMsg(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data})
 	if err != nil {
-		return TurnRecord{}, fmt.Errorf("record %d on %s: %w", m.Sequence, m.Subject, err)
+		return nil, fmt.Errorf("record %d on %s: %w", m.Sequence, m.Subject, err)
 	}
-	return TurnRecord{Seq: m.Sequence, Time: m.Time, Subject: m.Subject, Key: k, Turn: turn, Kind: kind, Event: ev}, nil
+	rec := TurnRecord{Seq: m.Sequence, Time: m.Time, Subject: m.Subject, Key: k, Turn: turn, Kind: kind, Event: ev}
+	c, ok := ev.(*events.Event[events.TurnCommitted])
+	if !ok || len(c.Data.Tail) == 0 {
+		return []TurnRecord{rec}, nil
+	}
+	out := make([]TurnRecord, 0, len(c.Data.Tail)+1)
+	subj := events.AgentEvtSubject(k, turn, events.EvtKindMessageEnd)
+	for _, me := range c.Data.Tail {
+		e := &events.Event[events.MessageEnd]{Meta: c.Meta, Data: me}
+		e.Type, e.ID = events.TypeMessageEnd, turn+"-m"+strconv.Itoa(me.Index)
+		out = append(out, TurnRecord{Seq: m.Sequence, Time: m.Time, Subject: subj, Key: k, Turn: turn, Kind: events.EvtKindMessageEnd, Event: e})
+	}
+	return append(out, rec), nil
 }
 
 // ReadTurn returns every event of one turn in order. fromSeq > 0 skips the stream before it
@@ -97,12 +114,12 @@ func (t *TurnLog) ReadTurn(ctx context.Context, sk events.SessionKey, turn strin
 	var out []TurnRecord
 	var derr error
 	err := scan(ctx, t.js, streamAgentEvents, events.AgentEvtTurnFilter(sk, turn), max(fromSeq, 1), time.Time{}, func(m *jetstream.RawStreamMsg) bool {
-		r, err := decodeTurnRecord(m)
+		rs, err := decodeTurnRecords(m)
 		if err != nil {
 			derr = err
 			return false
 		}
-		out = append(out, r)
+		out = append(out, rs...)
 		return true
 	})
 	if err == nil {
@@ -136,10 +153,17 @@ func (t *TurnLog) Replay(ctx context.Context, sk events.SessionKey, from ReplayF
 		}
 		stopped := false
 		err := scan(ctx, t.js, streamAgentEvents, events.AgentEvtSessionFilter(sk), seq, from.Time, func(m *jetstream.RawStreamMsg) bool {
-			r, err := decodeTurnRecord(m)
-			if !yield(r, err) || err != nil {
+			rs, err := decodeTurnRecords(m)
+			if err != nil {
+				yield(TurnRecord{}, err)
 				stopped = true
 				return false
+			}
+			for _, r := range rs {
+				if !yield(r, nil) {
+					stopped = true
+					return false
+				}
 			}
 			return true
 		})

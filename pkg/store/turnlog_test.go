@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -144,5 +145,72 @@ func TestTurnLog(t *testing.T) {
 		if _, err := tl.Append(ctx, sk, tc.ev); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: %v", tc.name, err)
 		}
+	}
+}
+
+// A commit that carries the turn's last messages reads back as if they had been recorded on
+// their own: resume and replay see the same turn either way.
+func TestTurnLogExpandsCommitTail(t *testing.T) {
+	ctx := context.Background()
+	js := startJS(t)
+	tl, err := NewTurnLog(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sk := testKey("tail")
+	opts := []events.Option{events.WithSession(events.NewSessionID(sk, 1).String()), events.WithTurn("t9"), events.WithTrace("tr")}
+	result := llm.Message{Role: llm.RoleToolResult, ToolCallID: "c1", ToolName: "search", Content: []llm.Content{llm.Text("found")}}
+	final := llm.Message{Role: llm.RoleAssistant, Content: []llm.Content{llm.Text("done")}, StopReason: llm.StopReasonStop}
+	stored := []events.Any{
+		events.New(events.TurnStarted{Turn: "t9", Trigger: events.InboxRef{Seq: 9}, Model: events.ModelRef{ID: "m"},
+			Input: []llm.Message{llm.UserText("q", 1)}}, opts...),
+		events.New(events.MessageEnd{Index: 1, Message: llm.Message{Role: llm.RoleAssistant, Content: []llm.Content{llm.ToolCall("c1", "search", nil)}}}, opts...),
+		events.New(events.TurnCommitted{FirstSeq: 4, LastSeq: 4, Messages: 4,
+			Tail: []events.MessageEnd{{Index: 2, Message: result}, {Index: 3, Message: final}}}, opts...),
+	}
+	var commitSeq uint64
+	for _, ev := range stored {
+		if commitSeq, err = tl.Append(ctx, sk, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := tl.ReadTurn(ctx, sk, "t9", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "[t9/turn_started t9/message_end t9/message_end t9/message_end t9/turn_committed]"
+	if fmt.Sprint(kinds(got)) != want {
+		t.Fatalf("ReadTurn = %v, want %s", kinds(got), want)
+	}
+	for i, wantMsg := range []llm.Message{result, final} {
+		r := got[2+i]
+		e, ok := r.Event.(*events.Event[events.MessageEnd])
+		if !ok {
+			t.Fatalf("record %d is %T", 2+i, r.Event)
+		}
+		if e.Data.Index != 2+i || e.Data.Message.TextContent() != wantMsg.TextContent() || e.Data.Message.Role != wantMsg.Role {
+			t.Errorf("record %d = %+v, want index %d %+v", 2+i, e.Data, 2+i, wantMsg)
+		}
+		if r.Seq != commitSeq || e.ID != fmt.Sprintf("t9-m%d", 2+i) || e.Session != stored[2].EventMeta().Session || e.Trace != "tr" {
+			t.Errorf("record %d: seq %d id %q session %q trace %q", 2+i, r.Seq, e.ID, e.Session, e.Trace)
+		}
+		if r.Subject != events.AgentEvtSubject(sk, "t9", events.EvtKindMessageEnd) {
+			t.Errorf("record %d subject %s", 2+i, r.Subject)
+		}
+	}
+	var replayed []TurnRecord
+	for r, err := range tl.Replay(ctx, sk, ReplayFrom{}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		replayed = append(replayed, r)
+	}
+	if fmt.Sprint(kinds(replayed)) != want {
+		t.Fatalf("Replay = %v, want %s", kinds(replayed), want)
+	}
+	// A tail entry without a role is refused like a message_end without one.
+	bad := events.New(events.TurnCommitted{Tail: []events.MessageEnd{{Index: 1}}}, opts...)
+	if _, err := tl.Append(ctx, sk, bad); err == nil || !strings.Contains(err.Error(), "tail[0].message.role") {
+		t.Fatalf("append commit with a bad tail: %v", err)
 	}
 }

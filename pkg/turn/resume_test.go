@@ -2,10 +2,13 @@ package turn
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
@@ -63,6 +66,35 @@ func TestToolTurn(t *testing.T) {
 	got := h.replies(sk, 1)
 	if got[0] != "the tool said pong" || runs.Load() != 1 {
 		t.Fatalf("reply %q, tool runs %d", got, runs.Load())
+	}
+	// Three appends: turn_started, the assistant message that asked for the tool (recorded
+	// before the call ran), and the commit carrying the tool result and the answer. Read back,
+	// the turn has every message.
+	ctx := context.Background()
+	info, err := w.evts.Info(ctx, jetstream.WithSubjectFilter(events.AgentEvtSessionFilter(sk)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 3 {
+		t.Errorf("AGENT_EVENTS holds %d records of the turn, want 3: %v", info.State.Msgs, info.State.Subjects)
+	}
+	recs, err := w.turnlog.ReadTurn(ctx, sk, turnID(1), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, r := range recs {
+		kinds = append(kinds, r.Kind)
+	}
+	if fmt.Sprint(kinds) != "[turn_started message_end message_end message_end turn_committed]" {
+		t.Errorf("turn reads back as %v", kinds)
+	}
+	tl, err := w.readTurn(ctx, sk, turnID(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tl.committed || len(tl.messages) != 4 || tl.messages[2].Role != llm.RoleToolResult || tl.messages[3].TextContent() != "the tool said pong" {
+		t.Errorf("resume would see committed=%v %d messages: %+v", tl.committed, len(tl.messages), tl.messages)
 	}
 }
 

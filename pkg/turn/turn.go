@@ -76,7 +76,8 @@ type turnRun struct {
 	steerSeqs []uint64     // inbox sequences queued into this turn (steer, follow-up)
 	resumed   bool         // taken over from another owner: tool results may already exist
 	unacked   []jetstream.PubAckFuture
-	liveSeq   uint64 // orders the turn's live deltas
+	tail      []events.MessageEnd // finished messages not recorded yet (see emitter)
+	liveSeq   uint64              // orders the turn's live deltas
 }
 
 // queued is a steer or follow-up message and the inbox event it came from.
@@ -260,6 +261,9 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		if ctx.Err() != nil && a.ctx.Err() != nil {
 			return ctx.Err() // the actor is going away; leave the turn open
 		}
+		if interrupted || err != nil && !errors.Is(err, loop.ErrMaxIterations) {
+			t.spillTail() // no commit to carry them
+		}
 		if interrupted {
 			// The merged turn carries this turn's input; nothing of this one is committed.
 			_ = record(t, events.EvtKindTurnFailed, events.TurnFailed{Reason: events.FailAborted, Error: "interrupted by a newer message"}, "failed")
@@ -275,10 +279,14 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 			}
 			return fmt.Errorf("turn %s: %w", t.id, err)
 		}
+		earlier := a.earlier(t.seq)
+		if len(earlier) > 0 {
+			t.spillTail() // the commit may wait a while: do not hold finished messages meanwhile
+		}
 		if err := t.flush(ctx); err != nil {
 			return err
 		}
-		for _, done := range a.earlier(t.seq) {
+		for _, done := range earlier {
 			select {
 			case <-done:
 			case <-a.ctx.Done():
@@ -293,7 +301,7 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		if final != nil {
 			usage = final.Usage
 		}
-		if err := record(t, events.EvtKindTurnCommitted, events.TurnCommitted{FirstSeq: seq, LastSeq: seq, Messages: len(newMsgs), Usage: usage, StopReason: stopOf(final)}, "committed"); err != nil {
+		if err := record(t, events.EvtKindTurnCommitted, events.TurnCommitted{FirstSeq: seq, LastSeq: seq, Messages: len(newMsgs), Usage: usage, StopReason: stopOf(final), Tail: t.takeTail()}, "committed"); err != nil {
 			return err
 		}
 		t.publishReply(final)
@@ -499,9 +507,20 @@ func (t *turnRun) emitter() func(loop.Event) {
 				// resumes from what was recorded before.
 				break
 			}
-			if err := t.recordAsync(events.EvtKindMessageEnd, events.MessageEnd{Index: idx, Message: *ev.Message}, "m"+strconv.Itoa(idx)); err != nil {
-				t.a.log.Error("persist message", "turn", t.id, "index", idx, "err", err)
+			me := events.MessageEnd{Index: idx, Message: *ev.Message}
+			if me.Message.Role != llm.RoleAssistant || len(me.Message.ToolCalls()) == 0 {
+				// A tool result's durable copy is in TOOL_RESULTS, and a final answer is
+				// committed right away: both ride on the next record (turn_committed, usually)
+				// instead of costing an append each.
+				t.mu.Lock()
+				t.tail = append(t.tail, me)
+				t.mu.Unlock()
+				break
 			}
+			// An LLM step that asked for tools must be in the log before any of its calls
+			// runs (the executor flushes), so resume never asks the model again.
+			t.spillTail()
+			t.recordMessage(me)
 		case loop.EventMessageUpdate:
 			if ev.Update.Type == llm.EventTextDelta {
 				t.liveSeq++
@@ -535,23 +554,38 @@ func turnEventMsg[P events.Payload](t *turnRun, kind string, p P, name string) (
 	return events.NewMsg(events.AgentEvtSubject(t.a.sk, t.id, kind), ev)
 }
 
-// recordAsync appends a message_end without waiting for the ack; flush waits for all of
+// recordMessage appends a message_end without waiting for the ack; flush waits for all of
 // them. The loop's next step does not need the ack, but a tool call and the commit do: a tool
 // must not run for an assistant message that might not be in the log (resume would ask the
 // model again and get other call ids).
-func (t *turnRun) recordAsync(kind string, p events.MessageEnd, name string) error {
-	m, err := turnEventMsg(t, kind, p, name)
-	if err != nil {
-		return err
+func (t *turnRun) recordMessage(me events.MessageEnd) {
+	m, err := turnEventMsg(t, events.EvtKindMessageEnd, me, "m"+strconv.Itoa(me.Index))
+	if err == nil {
+		var f jetstream.PubAckFuture
+		if f, err = t.a.w.js.PublishMsgAsync(m); err == nil {
+			t.mu.Lock()
+			t.unacked = append(t.unacked, f)
+			t.mu.Unlock()
+			return
+		}
 	}
-	f, err := t.a.w.js.PublishMsgAsync(m)
-	if err != nil {
-		return fmt.Errorf("record %s of %s: %w", kind, t.id, err)
+	t.a.log.Error("persist message", "turn", t.id, "index", me.Index, "err", err)
+}
+
+// spillTail records the messages held back for the commit as message_end records of their
+// own: the turn goes on past them (another LLM step) or ends without a commit.
+func (t *turnRun) spillTail() {
+	for _, me := range t.takeTail() {
+		t.recordMessage(me)
 	}
+}
+
+func (t *turnRun) takeTail() []events.MessageEnd {
 	t.mu.Lock()
-	t.unacked = append(t.unacked, f)
-	t.mu.Unlock()
-	return nil
+	defer t.mu.Unlock()
+	tail := t.tail
+	t.tail = nil
+	return tail
 }
 
 // flush waits until every message recorded so far is stored.
