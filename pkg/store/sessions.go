@@ -189,6 +189,19 @@ func (r *Sessions) Get(ctx context.Context, sk events.SessionKey) (*Session, err
 	return r.get(ctx, sk)
 }
 
+// Current returns the newest copy of the record this process read or wrote, reading the
+// bucket only when it has none. It is for a session's owner, the record's only writer: an owner
+// that (re)reads the record when it takes the session sees its own writes without a round trip.
+func (r *Sessions) Current(ctx context.Context, sk events.SessionKey) (*Session, error) {
+	if err := sk.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if s := r.cached(sk.Token()); s != nil {
+		return s, nil
+	}
+	return r.get(ctx, sk)
+}
+
 func (r *Sessions) get(ctx context.Context, sk events.SessionKey) (*Session, error) {
 	e, err := r.kv.Get(ctx, sk.Token())
 	if errors.Is(err, jetstream.ErrKeyNotFound) {

@@ -178,3 +178,44 @@ func TestArchiveIdle(t *testing.T) {
 		t.Fatalf("second pass archived %d", n)
 	}
 }
+
+// Current serves the owner's own writes from memory and reads the bucket only without a copy.
+func TestSessionsCurrent(t *testing.T) {
+	ctx := context.Background()
+	js := startJS(t)
+	owner, _ := OpenSessions(ctx, js)
+	sk := testKey("current")
+	if _, err := owner.Current(ctx, sk); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Current of a missing session: %v", err)
+	}
+	if _, err := owner.GetOrCreate(ctx, sk); err != nil {
+		t.Fatal(err)
+	}
+	wrote, err := owner.Update(ctx, sk, func(s *Session) error { s.InboxCursor = 7; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another process writes behind the owner's back: the owner's copy stays what it wrote
+	// (owners are the only writers; a takeover re-reads with GetOrCreate).
+	other, _ := OpenSessions(ctx, js)
+	if _, err := other.Update(ctx, sk, func(s *Session) error { s.InboxCursor = 9; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	got, err := owner.Current(ctx, sk)
+	if err != nil || got.InboxCursor != 7 || got.Revision != wrote.Revision {
+		t.Fatalf("owner's Current = %+v, %v; want its own write (cursor 7, revision %d)", got, err, wrote.Revision)
+	}
+	got.InboxCursor = 100 // a copy: changing it does not change the cache
+	if again, _ := owner.Current(ctx, sk); again.InboxCursor != 7 {
+		t.Fatalf("Current returned the cache itself (cursor %d)", again.InboxCursor)
+	}
+	fresh, _ := OpenSessions(ctx, js)
+	if got, err := fresh.Current(ctx, sk); err != nil || got.InboxCursor != 9 {
+		t.Fatalf("a process without a copy reads the bucket: %+v, %v", got, err)
+	}
+	// The owner's next Update CASes on its stale copy, fails, re-reads and applies on top.
+	s, err := owner.Update(ctx, sk, func(s *Session) error { s.InboxCursor++; return nil })
+	if err != nil || s.InboxCursor != 10 {
+		t.Fatalf("update after someone else's write: %+v, %v", s, err)
+	}
+}

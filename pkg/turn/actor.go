@@ -25,6 +25,7 @@ type actor struct {
 	log    *slog.Logger
 	killed atomic.Bool
 	dead   atomic.Bool
+	lost   atomic.Bool // the lease went to another worker
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -39,6 +40,7 @@ type actor struct {
 	queued  []*pendingTurn      // queue policy: turns waiting for the running one
 	ready   []*pendingTurn      // turns to start from the actor goroutine (interrupt merges)
 	collect *pendingTurn        // collect policy: the turn being gathered
+	closing []*closedTurn       // finished turns still listed as open in the session record
 	ctxLast map[string]uint64   // session id -> last AGENT_CTX sequence this actor wrote or read
 	commit  sync.Mutex          // serializes context commits (parallel turns share a snapshot)
 	turnsWG sync.WaitGroup
@@ -134,6 +136,10 @@ func (a *actor) run() {
 			a.touchHeld()
 		case <-a.collectDue():
 			a.flushCollect()
+		case <-a.closeDue():
+			if _, err := a.updateSession(a.ctx, nil); err != nil && a.ctx.Err() == nil {
+				a.log.Warn("record finished turns", "err", err)
+			}
 		case <-time.After(a.w.opts.IdleRelease / 4):
 		}
 	}
@@ -149,7 +155,7 @@ func (a *actor) sleep(d time.Duration) {
 func (a *actor) idle() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return len(a.turns) == 0 && len(a.held) == 0 && len(a.queued) == 0 && len(a.ready) == 0 && a.collect == nil
+	return len(a.turns) == 0 && len(a.held) == 0 && len(a.queued) == 0 && len(a.ready) == 0 && a.collect == nil && len(a.closing) == 0
 }
 
 // step processes the next inbox event after the cursor, if there is one.
@@ -172,9 +178,63 @@ func (a *actor) step() (bool, error) {
 	return true, a.handle(ev, raw.Sequence)
 }
 
+// closeDelay bounds how long a finished turn stays listed as open in the session record. Its
+// removal rides on the record's next write, normally the cursor move for the session's next
+// message, which saves a KV write per turn on a busy session; its trigger stays unacked until
+// then, so a crash meanwhile resumes the turn as committed (the reply is republished under
+// the same ids and dropped as a duplicate).
+const closeDelay = time.Second
+
+// closedTurn is a finished turn whose removal from the session record is pending.
+type closedTurn struct {
+	pendingTurn
+	model string // provider/id the turn used, recorded as the session's model
+	since time.Time
+}
+
+// finished notes that t is done; the session record learns it with its next write.
+func (a *actor) finished(t *turnRun) {
+	a.mu.Lock()
+	a.closing = append(a.closing, &closedTurn{pendingTurn: t.pendingTurn, model: t.model.Provider + "/" + t.model.ID, since: time.Now()})
+	a.mu.Unlock()
+}
+
+func (a *actor) closeDue() <-chan time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.closing) == 0 {
+		return nil
+	}
+	return time.After(time.Until(a.closing[0].since.Add(closeDelay)))
+}
+
+// updateSession is every write of the actor to its session record: fn (may be nil) plus the
+// removal of the finished turns that waited for a write.
+func (a *actor) updateSession(ctx context.Context, fn func(*store.Session)) (*store.Session, error) {
+	a.mu.Lock()
+	closing := slices.Clone(a.closing)
+	a.mu.Unlock()
+	s, err := a.w.sessions.Update(ctx, a.sk, func(s *store.Session) error {
+		for _, c := range closing {
+			s.CloseTurn(c.id)
+			s.Model = c.model
+		}
+		if fn != nil {
+			fn(s)
+		}
+		return nil
+	})
+	if err == nil && len(closing) > 0 {
+		a.mu.Lock()
+		a.closing = slices.DeleteFunc(a.closing, func(c *closedTurn) bool { return slices.Contains(closing, c) })
+		a.mu.Unlock()
+	}
+	return s, err
+}
+
 // advance moves the cursor past seq, recording a started turn in the same CAS when given.
 func (a *actor) advance(seq uint64, open *store.OpenTurn) error {
-	_, err := a.w.sessions.Update(a.ctx, a.sk, func(s *store.Session) error {
+	_, err := a.updateSession(a.ctx, func(s *store.Session) {
 		if seq > s.InboxCursor {
 			s.InboxCursor = seq
 		}
@@ -182,7 +242,6 @@ func (a *actor) advance(seq uint64, open *store.OpenTurn) error {
 			s.SetOpenTurn(*open)
 		}
 		s.LastActivity = time.Now().UnixMilli()
-		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("advance cursor to %d: %w", seq, err)
@@ -221,6 +280,11 @@ func (a *actor) neededLocked(seq uint64) bool {
 			return true
 		}
 	}
+	for _, c := range a.closing {
+		if c.needs(seq) {
+			return true
+		}
+	}
 	return a.collect != nil && a.collect.needs(seq)
 }
 
@@ -239,6 +303,7 @@ func (a *actor) touchHeld() {
 // sure nothing this actor still tries to commit lands.
 func (a *actor) leaseLost(err error) {
 	a.log.Warn("lease lost, stopping actor", "err", err)
+	a.lost.Store(true)
 	a.dead.Store(true)
 	a.cancel()
 }
@@ -265,6 +330,15 @@ func (a *actor) shutdown() {
 	if a.killed.Load() {
 		return
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if !a.lost.Load() {
+		// Leave a clean record behind, and ack the triggers of the turns that finished.
+		if _, err := a.updateSession(ctx, nil); err != nil {
+			a.log.Warn("record finished turns", "err", err)
+		}
+		a.ackDone()
+	}
 	a.mu.Lock()
 	held := a.held
 	a.held = nil
@@ -275,8 +349,6 @@ func (a *actor) shutdown() {
 			_ = m.Nak()
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
 	_ = a.w.leases.Release(ctx, lease)
 }
 
@@ -422,13 +494,12 @@ func (a *actor) recordSteer(t *turnRun, seq uint64) error {
 	t.mu.Lock()
 	t.steerSeqs = append(t.steerSeqs, seq)
 	t.mu.Unlock()
-	_, err := a.w.sessions.Update(a.ctx, a.sk, func(s *store.Session) error {
+	_, err := a.updateSession(a.ctx, func(s *store.Session) {
 		s.InboxCursor = max(s.InboxCursor, seq)
 		if ot := s.OpenTurn(t.id); ot != nil && !slices.Contains(ot.Steers, seq) {
 			ot.Steers = append(ot.Steers, seq)
 		}
 		s.LastActivity = time.Now().UnixMilli()
-		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("record steer %d: %w", seq, err)
@@ -527,7 +598,7 @@ func (a *actor) cancelQueued(pt *pendingTurn) {
 
 // appendContext commits messages to the session's context (listen, cancelled inputs).
 func (a *actor) appendContext(seq uint64, msgs []llm.Message) error {
-	sess, err := a.w.sessions.Get(a.ctx, a.sk)
+	sess, err := a.w.sessions.Current(a.ctx, a.sk)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
+	"github.com/agentbus/agentbus/pkg/store"
 	"github.com/agentbus/agentbus/pkg/tools"
 	"github.com/agentbus/agentbus/pkg/toolworker"
 )
@@ -142,10 +143,7 @@ func TestCrashAfterToolCallResumesOnOtherWorker(t *testing.T) {
 	if calls := h.faux.Calls(); calls != 2 {
 		t.Errorf("model called %d times, want 2 (the step before the tool is not repeated)", calls)
 	}
-	sess, _ := b.sessions.Get(context.Background(), sk)
-	if len(sess.OpenTurns) != 0 {
-		t.Errorf("open turns left: %+v", sess.OpenTurns)
-	}
+	waitClosed(t, b, sk)
 	if !strings.Contains(got[0], "done") {
 		t.Fatal(got)
 	}
@@ -252,6 +250,25 @@ func TestSteerSurvivesCrash(t *testing.T) {
 	if got[0] != "brief answer" || sawSteer.Load() != 1 {
 		t.Fatalf("reply %q, steer seen %d times in the context", got, sawSteer.Load())
 	}
+}
+
+// waitClosed waits until the session record lists no open turn: a finished turn is removed
+// with the record's next write, at the latest closeDelay after it finished.
+func waitClosed(t *testing.T, w *Worker, k events.SessionKey) {
+	t.Helper()
+	var open []store.OpenTurn
+	deadline := time.Now().Add(closeDelay + 5*time.Second)
+	for time.Now().Before(deadline) {
+		sess, err := w.sessions.Get(context.Background(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if open = sess.OpenTurns; len(open) == 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("open turns left: %+v", open)
 }
 
 func waitFor(t *testing.T, cond func() bool) {

@@ -174,7 +174,7 @@ func (t *turnRun) drain(q *[]queued, mode string) []llm.Message {
 // startTurn records the turn as started (AGENT_EVENTS, then the session record with the
 // cursor in the same CAS) and runs it.
 func (a *actor) startTurn(pt *pendingTurn) error {
-	sess, err := a.w.sessions.Get(a.ctx, a.sk)
+	sess, err := a.w.sessions.Current(a.ctx, a.sk)
 	if err != nil {
 		return err
 	}
@@ -324,7 +324,11 @@ func (t *turnRun) close(state string) error {
 	if state != "interrupted" {
 		next = t.leftover()
 	}
-	_, err := t.a.w.sessions.Update(t.a.ctx, t.a.sk, func(s *store.Session) error {
+	if state == "done" && next == nil {
+		t.a.finished(t)
+		return nil
+	}
+	_, err := t.a.updateSession(t.a.ctx, func(s *store.Session) {
 		s.CloseTurn(t.id)
 		if state == "done" {
 			s.Model = t.model.Provider + "/" + t.model.ID
@@ -332,7 +336,6 @@ func (t *turnRun) close(state string) error {
 		if next != nil {
 			s.SetOpenTurn(store.OpenTurn{ID: next.id, State: "queued", InboxSeq: next.seq, Merged: next.merged, StartedAt: time.Now().UnixMilli()})
 		}
-		return nil
 	})
 	if err == nil && next != nil {
 		t.a.mu.Lock()

@@ -161,9 +161,7 @@ func TestPlainTurn(t *testing.T) {
 	if len(loaded.Messages) != 4 {
 		t.Fatalf("context has %d messages, want 4: %+v", len(loaded.Messages), loaded.Messages)
 	}
-	if len(sess.OpenTurns) != 0 {
-		t.Errorf("open turns left: %+v", sess.OpenTurns)
-	}
+	waitClosed(t, w, sk)
 }
 
 func TestResetStartsNewEpoch(t *testing.T) {
