@@ -107,9 +107,15 @@ func (a *actor) run() {
 	idleSince := time.Now()
 	inProgress := time.NewTicker(a.w.opts.AckWait / 3)
 	defer inProgress.Stop()
+	probe := true // what came in while nobody owned the session
 	for a.ctx.Err() == nil {
 		a.startWaiting()
-		progressed, err := a.step()
+		var progressed bool
+		var err error
+		if probe || a.behind() {
+			progressed, err = a.step()
+			probe = false
+		}
 		if err != nil {
 			if a.ctx.Err() == nil {
 				a.log.Error("inbox step failed", "err", err)
@@ -158,6 +164,20 @@ func (a *actor) idle() bool {
 	return len(a.turns) == 0 && len(a.held) == 0 && len(a.queued) == 0 && len(a.ready) == 0 && a.collect == nil && len(a.closing) == 0
 }
 
+// behind reports whether a delivery past the cursor is waiting. Every inbox event is
+// delivered until acked, so the actor reads the log only when one is: an event delivered to
+// another replica comes back here (that replica NAKs it), or is read on the way to a later one.
+func (a *actor) behind() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for seq := range a.held {
+		if seq > a.cursor {
+			return true
+		}
+	}
+	return false
+}
+
 // step processes the next inbox event after the cursor, if there is one.
 func (a *actor) step() (bool, error) {
 	a.mu.Lock()
@@ -165,6 +185,7 @@ func (a *actor) step() (bool, error) {
 	a.mu.Unlock()
 	raw, err := a.w.inbox.GetMsg(a.ctx, from+1, jetstream.WithGetMsgSubject(a.subj))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		a.dropVanished()
 		return false, nil
 	}
 	if err != nil {
@@ -252,6 +273,23 @@ func (a *actor) advance(seq uint64, open *store.OpenTurn) error {
 	}
 	a.mu.Unlock()
 	return nil
+}
+
+// dropVanished terminates deliveries past the cursor when the log has nothing there: the
+// events are gone (the stream's limits removed them), and waiting for them would never end.
+func (a *actor) dropVanished() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for seq, msgs := range a.held {
+		if seq <= a.cursor {
+			continue
+		}
+		a.log.Warn("inbox event delivered but no longer stored; dropping it", "seq", seq)
+		for _, m := range msgs {
+			_ = m.Term()
+		}
+		delete(a.held, seq)
+	}
 }
 
 // ackDone acks the deliveries whose effect is durable and that no running turn depends on.
