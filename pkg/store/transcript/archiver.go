@@ -3,7 +3,6 @@ package transcript
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -26,6 +25,12 @@ type ArchiverOptions struct {
 	Node string
 	// Batch is the most messages written in one transaction (default 256).
 	Batch int
+	// MaxWait is how long the archiver keeps gathering messages after the first one of a batch
+	// before it writes them (default DefaultArchiverMaxWait). Every transaction costs two
+	// fsyncs whatever it holds, so a longer wait means fewer, larger transactions. It is added
+	// to the time until a message is archived (and acked), never to a delivery; a crash loses
+	// nothing, since nothing is acked before its transaction commits.
+	MaxWait time.Duration
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
 	// Retention, when set, is applied by DB.Prune every PruneEvery (default 1 hour) while the
@@ -34,24 +39,42 @@ type ArchiverOptions struct {
 	PruneEvery time.Duration
 }
 
+// DefaultArchiverMaxWait is ArchiverOptions.MaxWait's default: at a few hundred messages per
+// second it folds tens of messages into one transaction.
+const DefaultArchiverMaxWait = 50 * time.Millisecond
+
 // Archiver is a running archiver. Stop ends it.
 type Archiver struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	mu     sync.Mutex
-	err    error
 }
 
 var nodeName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// archSource is one stream the archiver reads, with the direction of its rows.
+type archSource struct {
+	stream, durable string
+	dir             Direction
+}
+
+// archMsg is a message in hand with the source it came from.
+type archMsg struct {
+	m   jetstream.Msg
+	src *archSource
+}
 
 // RunArchiver writes every IM_IN message (inbound) and IM_SENT receipt (outbound) into db. Each
 // JetStream message is acknowledged only after the transaction holding its row has committed,
 // and rows are idempotent on (message_id, direction), so a redelivery (crash before the ack, a
 // consumer reset) never stores a row twice: exactly once in the archive.
 //
+// Both streams feed one writer: messages that arrive within MaxWait of a batch's first one (up
+// to Batch) go into one write transaction, whichever stream they came from.
+//
 // Per the seed's write rule an inbound message with neither text nor media is not stored. A
-// message that does not decode is dead-lettered (dlq.archiver.invalid, with the reason) and
-// terminated, never silently dropped. A failed write NAKs the batch for redelivery.
+// message that does not decode, or decodes to a row the archive rejects (no message id, say),
+// is dead-lettered (dlq.archiver.invalid, with the reason) and terminated, never silently
+// dropped. A failed write NAKs the batch for redelivery.
 func RunArchiver(ctx context.Context, js jetstream.JetStream, db *DB, opts ArchiverOptions) (*Archiver, error) {
 	if opts.Node == "" {
 		opts.Node = "default"
@@ -62,21 +85,24 @@ func RunArchiver(ctx context.Context, js jetstream.JetStream, db *DB, opts Archi
 	if opts.Batch <= 0 {
 		opts.Batch = 256
 	}
+	if opts.MaxWait <= 0 {
+		opts.MaxWait = DefaultArchiverMaxWait
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	type source struct {
-		stream, durable string
-		dir             Direction
-	}
-	sources := []source{
+	sources := []*archSource{
 		{events.StreamIMIn, "transcripts-" + opts.Node + "-in", Inbound},
 		{events.StreamIMSent, "transcripts-" + opts.Node + "-sent", Outbound},
 	}
-	var iters []jetstream.MessagesContext
+	ctx, cancel := context.WithCancel(ctx)
+	// The consumers' callbacks hand messages to the writer; they give up (leaving the message
+	// to redelivery) only once the archiver is stopping.
+	in := make(chan archMsg, opts.Batch)
+	var ccs []jetstream.ConsumeContext
 	stopAll := func() {
-		for _, it := range iters {
-			it.Stop()
+		for _, cc := range ccs {
+			cc.Stop()
 		}
 	}
 	for _, s := range sources {
@@ -90,33 +116,45 @@ func RunArchiver(ctx context.Context, js jetstream.JetStream, db *DB, opts Archi
 		})
 		if err != nil {
 			stopAll()
+			cancel()
 			return nil, fmt.Errorf("archiver consumer %s on %s: %w", s.durable, s.stream, err)
 		}
-		it, err := cons.Messages(jetstream.PullMaxMessages(2 * opts.Batch))
+		log := opts.Logger.With("component", "archiver", "stream", s.stream)
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			select {
+			case in <- archMsg{m, s}:
+			case <-ctx.Done():
+			}
+		}, jetstream.PullMaxMessages(2*opts.Batch), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if ctx.Err() == nil {
+				log.Warn("archiver fetch", "err", err)
+			}
+		}))
 		if err != nil {
 			stopAll()
+			cancel()
 			return nil, fmt.Errorf("archiver consume %s: %w", s.stream, err)
 		}
-		iters = append(iters, it)
+		ccs = append(ccs, cc)
 	}
-	ctx, cancel := context.WithCancel(ctx)
 	a := &Archiver{cancel: cancel}
-	for i, s := range sources {
-		w := &archWorker{js: js, db: db, it: iters[i], dir: s.dir, stream: s.stream, batch: opts.Batch,
-			log: opts.Logger.With("component", "archiver", "stream", s.stream)}
-		a.wg.Add(1)
-		go func() {
-			defer a.wg.Done()
-			if err := w.run(ctx); err != nil {
-				a.mu.Lock()
-				a.err = errors.Join(a.err, err)
-				a.mu.Unlock()
-			}
-		}()
-	}
+	w := &archWriter{js: js, db: db, in: in, batch: opts.Batch, maxWait: opts.MaxWait,
+		log: opts.Logger.With("component", "archiver")}
+	a.wg.Add(1)
 	go func() {
-		<-ctx.Done()
+		defer a.wg.Done()
+		w.run(ctx)
+		// No callback sends once its consumer is closed; what they handed over before is
+		// still written and acked.
 		stopAll()
+		for _, cc := range ccs {
+			select {
+			case <-cc.Closed():
+			case <-time.After(5 * time.Second):
+				w.log.Warn("archiver: consumer did not close in time")
+			}
+		}
+		w.drain(context.WithoutCancel(ctx))
 	}()
 	if opts.Retention != (Retention{}) {
 		every := opts.PruneEvery
@@ -145,64 +183,106 @@ func RunArchiver(ctx context.Context, js jetstream.JetStream, db *DB, opts Archi
 	return a, nil
 }
 
-// Stop stops consuming, waits for the batch in hand to be written and acked, and returns the
-// error that ended a worker, if any.
+// Stop stops consuming and waits for the messages in hand to be written and acked. A failed
+// write is logged and its messages NAKed (they are redelivered to the next run), so the error
+// is always nil; it is kept for callers that treat Stop as a closer.
 func (a *Archiver) Stop() error {
 	a.cancel()
 	a.wg.Wait()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.err
+	return nil
 }
 
-type archWorker struct {
-	js     jetstream.JetStream
-	db     *DB
-	it     jetstream.MessagesContext
-	dir    Direction
-	stream string
-	batch  int
-	log    *slog.Logger
+// archWriter turns the messages of both streams into rows, one transaction per batch.
+type archWriter struct {
+	js      jetstream.JetStream
+	db      *DB
+	in      chan archMsg
+	batch   int
+	maxWait time.Duration
+	log     *slog.Logger
+
+	// Reused from batch to batch: the writer is one goroutine.
+	msgs []archMsg
+	rows []Row
+	keep []jetstream.Msg
 }
 
-func (w *archWorker) run(ctx context.Context) error {
+// run gathers batches until ctx ends: it waits for a first message, then takes what arrives
+// within maxWait of it, up to batch messages, and writes them in one transaction.
+func (w *archWriter) run(ctx context.Context) {
+	t := time.NewTimer(w.maxWait)
+	t.Stop()
 	for {
-		m, err := w.it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return nil
-			}
-			w.log.Warn("archiver fetch", "err", err)
-			continue
+		select {
+		case m := <-w.in:
+			w.msgs = append(w.msgs[:0], m)
+		case <-ctx.Done():
+			return
 		}
-		msgs := []jetstream.Msg{m}
-		// Take whatever else is already here, so one transaction (one fsync) covers a burst.
-		for len(msgs) < w.batch {
-			m, err := w.it.Next(jetstream.NextMaxWait(2 * time.Millisecond))
-			if err != nil {
-				break
+		t.Reset(w.maxWait)
+	gather:
+		for len(w.msgs) < w.batch {
+			select {
+			case m := <-w.in:
+				w.msgs = append(w.msgs, m)
+			case <-t.C:
+				break gather
+			case <-ctx.Done():
+				break gather
 			}
-			msgs = append(msgs, m)
 		}
-		w.process(context.WithoutCancel(ctx), msgs)
+		t.Stop()
+		// A batch in hand is written even when stopping: its messages were delivered.
+		w.process(context.WithoutCancel(ctx), w.msgs)
 	}
 }
 
-func (w *archWorker) process(ctx context.Context, msgs []jetstream.Msg) {
-	rows := make([]Row, 0, len(msgs))
-	var keep []jetstream.Msg
-	for _, m := range msgs {
-		row, ok, err := w.toRow(m)
+// drain writes whatever was handed over but not yet written (after the consumers stopped).
+func (w *archWriter) drain(ctx context.Context) {
+	for {
+		w.msgs = w.msgs[:0]
+	take:
+		for len(w.msgs) < w.batch {
+			select {
+			case m := <-w.in:
+				w.msgs = append(w.msgs, m)
+			default:
+				break take
+			}
+		}
+		if len(w.msgs) == 0 {
+			return
+		}
+		w.process(ctx, w.msgs)
+	}
+}
+
+func (w *archWriter) process(ctx context.Context, msgs []archMsg) {
+	rows, keep := w.rows[:0], w.keep[:0]
+	for _, am := range msgs {
+		row, ok, err := toRow(am.m, am.src)
+		if err == nil && ok {
+			// Checked here, so that one bad message is dead-lettered alone instead of failing
+			// (and redelivering) the whole batch in Insert.
+			err = row.validate()
+		}
 		switch {
 		case err != nil:
-			w.deadLetter(ctx, m, err)
+			w.deadLetter(ctx, am, err)
 		case !ok:
-			_ = m.Ack() // nothing to archive (no text, no media)
+			_ = am.m.Ack() // nothing to archive (no text, no media)
 		default:
 			rows = append(rows, row)
-			keep = append(keep, m)
+			keep = append(keep, am.m)
 		}
 	}
+	// Keep the backing arrays, drop the references (bodies, messages) until the next batch.
+	defer func() {
+		clear(rows)
+		clear(keep)
+		clear(msgs)
+		w.rows, w.keep = rows[:0], keep[:0]
+	}()
 	if len(rows) == 0 {
 		return
 	}
@@ -223,7 +303,7 @@ func (w *archWorker) process(ctx context.Context, msgs []jetstream.Msg) {
 }
 
 // toRow maps an IM_IN message or an IM_SENT receipt to a row; ok=false means "skip".
-func (w *archWorker) toRow(m jetstream.Msg) (Row, bool, error) {
+func toRow(m jetstream.Msg, src *archSource) (Row, bool, error) {
 	raw := &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
 	ev, err := events.DecodeMsg(raw)
 	if err != nil {
@@ -232,8 +312,8 @@ func (w *archWorker) toRow(m jetstream.Msg) (Row, bool, error) {
 	evTime := ev.EventMeta().Time
 	switch e := ev.(type) {
 	case *events.Event[events.IMMessage]:
-		if w.dir != Inbound {
-			return Row{}, false, fmt.Errorf("unexpected %s on %s", e.Type, w.stream)
+		if src.dir != Inbound {
+			return Row{}, false, fmt.Errorf("unexpected %s on %s", e.Type, src.stream)
 		}
 		d := e.Data
 		body := d.Content.PlainText()
@@ -248,15 +328,15 @@ func (w *archWorker) toRow(m jetstream.Msg) (Row, bool, error) {
 			SenderID: d.Sender.ID, SenderName: d.Sender.Name, SenderRole: strings.Join(d.Sender.Roles, ","),
 			Direction: Inbound, Body: body, MediaJSON: mediaJSON(d.Content), Time: t}, true, nil
 	case *events.Event[events.Receipt]:
-		if w.dir != Outbound {
-			return Row{}, false, fmt.Errorf("unexpected %s on %s", e.Type, w.stream)
+		if src.dir != Outbound {
+			return Row{}, false, fmt.Errorf("unexpected %s on %s", e.Type, src.stream)
 		}
 		d := e.Data
 		return Row{MessageID: d.MessageID, Platform: d.Platform, BotID: d.Bot, SceneID: d.Scene.ID, SceneType: d.Scene.Type,
 			SenderID: d.Sender.ID, SenderName: d.Sender.Name, SenderRole: strings.Join(d.Sender.Roles, ","),
 			Direction: Outbound, Body: d.Content.PlainText(), MediaJSON: mediaJSON(d.Content), Time: d.Time}, true, nil
 	default:
-		return Row{}, false, fmt.Errorf("unexpected event type %s on %s", ev.EventMeta().Type, w.stream)
+		return Row{}, false, fmt.Errorf("unexpected event type %s on %s", ev.EventMeta().Type, src.stream)
 	}
 }
 
@@ -275,8 +355,9 @@ func mediaJSON(c events.Segments) string {
 	return ""
 }
 
-func (w *archWorker) deadLetter(ctx context.Context, m jetstream.Msg, cause error) {
-	dl := events.DeadLetter{Role: "archiver", Reason: "invalid", Error: cause.Error(), Subject: m.Subject(), Stream: w.stream,
+func (w *archWriter) deadLetter(ctx context.Context, am archMsg, cause error) {
+	m := am.m
+	dl := events.DeadLetter{Role: "archiver", Reason: "invalid", Error: cause.Error(), Subject: m.Subject(), Stream: am.src.stream,
 		Headers: m.Headers()}
 	if md, err := m.Metadata(); err == nil {
 		dl.Seq, dl.Deliveries = md.Sequence.Stream, md.NumDelivered

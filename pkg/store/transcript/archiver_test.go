@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 )
 
-func publish(t *testing.T, js jetstream.JetStream, subj string, ev events.Any, msgID string) {
+func publish(t testing.TB, js jetstream.JetStream, subj string, ev events.Any, msgID string) {
 	t.Helper()
 	m, err := events.NewMsg(subj, ev)
 	if err != nil {
@@ -197,6 +198,48 @@ func TestArchiverRetention(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("kept %q", bodies(rows))
+		}
+	}
+}
+
+// A message that decodes but makes a row the archive rejects is dead-lettered alone: the rows
+// written in the same transaction are stored, not redelivered with it forever.
+func TestArchiverBadRowAlone(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.New(t)
+	db, err := Open(filepath.Join(t.TempDir(), "transcripts.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	in := func(m events.IMMessage) { publish(t, srv.JS, events.IMInSubject(m.SessionKey()), events.New(m), "") }
+	in(inbound("good1", "before"))
+	bad := inbound("bad", "unit separator in the scene id")
+	bad.Scene.ID = "g\x1f1" // a valid event, but not a valid archive key
+	in(bad)
+	in(inbound("good2", "after"))
+	// Everything is already there, so one batch (one transaction) holds all three.
+	a, err := RunArchiver(ctx, srv.JS, db, ArchiverOptions{Node: "bad", Logger: quiet, MaxWait: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+	waitCount(t, db, 2)
+	dlq, err := srv.JS.Stream(ctx, events.StreamDeadLetters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		dl, err := dlq.GetLastMsgForSubject(ctx, events.DeadLetterSubject("archiver", "invalid"))
+		if err == nil {
+			var ev events.Event[events.DeadLetter]
+			if err := events.Unmarshal(dl.Data, &ev); err != nil || !strings.Contains(ev.Data.Error, "unit separator") {
+				t.Fatalf("dead letter %+v %v", ev.Data, err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no dead letter: %v", err)
 		}
 	}
 }

@@ -7,7 +7,12 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/agentbus/agentbus/internal/cputime"
+	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 	"github.com/agentbus/agentbus/pkg/store/internal/benchutil"
 )
@@ -121,4 +126,91 @@ func BenchmarkBaselineAsyncPublish(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(rate, "baseline-async-pub/s")
+}
+
+// BenchmarkArchiver runs the archiver against a paced load like the pipeline's at 500 turns/s:
+// every 2 ms one inbound message (IM_IN) and one delivery receipt (IM_SENT), spread over 200
+// scenes, with a durable (fsynced) archive. cpu-ns/op is the whole process's CPU per archived
+// row (publisher and embedded server included); the publish_only case is the same load with
+// no archiver, so the difference is what archiving costs. tx/krow is bbolt write transactions
+// per 1000 rows (each one is two fdatasyncs).
+func BenchmarkArchiver(b *testing.B) {
+	for _, archive := range []bool{false, true} {
+		name := "publish_only"
+		if archive {
+			name = "archive"
+		}
+		b.Run(name, func(b *testing.B) {
+			srv := natstest.New(b, natstest.WithMemoryStorage())
+			db, err := Open(filepath.Join(b.TempDir(), "t.db"), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			ctx := context.Background()
+			var a *Archiver
+			if archive {
+				if a, err = RunArchiver(ctx, srv.JS, db, ArchiverOptions{Node: "bench", Logger: quiet}); err != nil {
+					b.Fatal(err)
+				}
+				defer a.Stop()
+			}
+			pairs := max(b.N/2, 1)
+			commits0, writes0 := commitCount(db), pageWrites(db)
+			b.ResetTimer()
+			cpu := cputime.Process()
+			tick := time.NewTicker(2 * time.Millisecond)
+			defer tick.Stop()
+			for i := 0; i < pairs; i++ {
+				<-tick.C
+				scene := fmt.Sprint("g", i%200)
+				in := inbound(fmt.Sprint("in", i), benchBodies[i%len(benchBodies)])
+				in.Scene.ID = scene
+				publish(b, srv.JS, events.IMInSubject(in.SessionKey()), events.New(in), "")
+				r := events.Receipt{OutID: fmt.Sprint("t", i, "-0"), Turn: fmt.Sprint("t", i), Platform: "qq", Bot: "bot1",
+					Scene: events.Scene{Type: "group", ID: scene}, MessageID: fmt.Sprint("p", i), Time: int64(1_700_000_000_000 + i),
+					Content: events.Segments{events.TextSeg(benchBodies[(i+1)%len(benchBodies)])}, Sender: events.Sender{ID: "bot1"}}
+				publish(b, srv.JS, events.IMSentSubject(r.SessionKey()), events.New(r), "")
+			}
+			if archive {
+				deadline := time.Now().Add(time.Minute)
+				for total(b, db) < 2*pairs {
+					if time.Now().After(deadline) {
+						b.Fatalf("archived %d of %d", total(b, db), 2*pairs)
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			b.StopTimer()
+			if d := cputime.Process() - cpu; d > 0 {
+				b.ReportMetric(float64(d.Nanoseconds())/float64(2*pairs), "cpu-ns/row")
+			}
+			b.ReportMetric(float64(commitCount(db)-commits0)*1000/float64(2*pairs), "tx/krow")
+			b.ReportMetric(float64(pageWrites(db)-writes0)/float64(2*pairs), "pagewrites/row")
+		})
+	}
+}
+
+// commitCount is the id of db's last committed write transaction: every commit adds one.
+func commitCount(db *DB) int {
+	var id int
+	_ = db.bolt.View(func(tx *bolt.Tx) error { id = tx.ID(); return nil })
+	return id
+}
+
+func total(b *testing.B, db *DB) int {
+	n := 0
+	for i := 0; i < 200; i++ {
+		c, err := db.Count(context.Background(), Scene{"qq", "bot1", fmt.Sprint("g", i)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		n += c
+	}
+	return n
+}
+
+func pageWrites(db *DB) int64 {
+	st := db.bolt.Stats()
+	return st.TxStats.GetWrite()
 }
