@@ -77,7 +77,6 @@ type turnRun struct {
 	resumed   bool         // taken over from another owner: tool results may already exist
 	unacked   []jetstream.PubAckFuture
 	tail      []events.MessageEnd // finished messages not recorded yet (see emitter)
-	liveSeq   uint64              // orders the turn's live deltas
 }
 
 // queued is a steer or follow-up message and the inbox event it came from.
@@ -384,7 +383,8 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 		cfg.StreamOptions.Thinking = lvl
 	}
 	cfg.StreamOptions.SessionID = t.sid.String()
-	emit := t.emitter()
+	emit, stopLive := t.emitter()
+	defer stopLive()
 	var out []llm.Message
 	switch {
 	case len(persisted) == 0:
@@ -494,11 +494,19 @@ func stopOf(m *llm.Message) llm.StopReason {
 }
 
 // emitter persists every finished message and streams text deltas live.
-func (t *turnRun) emitter() func(loop.Event) {
-	live := events.AgentLiveSubject(t.a.sk)
+// The returned stop publishes buffered deltas and must be called when the loop is done.
+func (t *turnRun) emitter() (emit func(loop.Event), stop func()) {
+	subject := events.AgentLiveSubject(t.a.sk)
+	live := &liveBuffer{publish: func(d events.LiveDelta) {
+		ev := events.New(d, events.WithTurn(t.id), events.WithSession(t.sid.String()))
+		if m, err := events.NewMsg(subject, ev); err == nil {
+			_ = t.a.w.nc.PublishMsg(m)
+		}
+	}}
 	return func(ev loop.Event) {
 		switch ev.Type {
 		case loop.EventMessageEnd:
+			live.flush()
 			idx := t.index
 			t.index++
 			if idx < len(t.input) {
@@ -526,15 +534,10 @@ func (t *turnRun) emitter() func(loop.Event) {
 			t.recordMessage(me)
 		case loop.EventMessageUpdate:
 			if ev.Update.Type == llm.EventTextDelta {
-				t.liveSeq++
-				d := events.New(events.LiveDelta{Kind: string(ev.Update.Type), ContentIndex: ev.Update.ContentIndex,
-					Delta: ev.Update.Delta, Seq: t.liveSeq, Message: t.index}, events.WithTurn(t.id), events.WithSession(t.sid.String()))
-				if m, err := events.NewMsg(live, d); err == nil {
-					_ = t.a.w.nc.PublishMsg(m)
-				}
+				live.add(string(ev.Update.Type), t.index, ev.Update.ContentIndex, ev.Update.Delta)
 			}
 		}
-	}
+	}, live.flush
 }
 
 // record appends one turn event to AGENT_EVENTS, deduplicated on turn + name.
