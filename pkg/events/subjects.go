@@ -94,6 +94,11 @@ func ToolResultSubject(k SessionKey, callID string) string {
 	return PrefixToolResult + "." + k.Token() + "." + EncodeToken(callID)
 }
 
+// ToolResultSessionFilter matches every tool result of a session: tool.result.<sk>.*
+func ToolResultSessionFilter(k SessionKey) string {
+	return PrefixToolResult + "." + k.Token() + ".*"
+}
+
 // TaskSubject is task.<kind>.<id> with kind TaskKindSubagent or TaskKindDeferred.
 func TaskSubject(kind, id string) string {
 	return PrefixTask + "." + EncodeToken(kind) + "." + EncodeToken(id)

@@ -144,6 +144,7 @@ func TestExactSubjects(t *testing.T) {
 		AgentCtxSubject(NewSessionID(k, 3)):      "agent.ctx.qq=3A10001=3Agroup=3A123.3",
 		ToolCallSubject("bash"):                  "tool.call.bash",
 		ToolResultSubject(k, "c1"):               "tool.result.qq=3A10001=3Agroup=3A123.c1",
+		ToolResultSessionFilter(k):               "tool.result.qq=3A10001=3Agroup=3A123.*",
 		ScheduleSubject(k, "s1"):                 "schedule.qq=3A10001=3Agroup=3A123.s1",
 		AgentLiveSubject(k):                      "agent.live.qq=3A10001=3Agroup=3A123",
 		DeadLetterSubject("egress", "poison"):    "dlq.egress.poison",

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/events"
@@ -29,6 +30,9 @@ type actor struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
+	// resultSub brings the session's tool results to the worker's router (nil: each call
+	// subscribes itself).
+	resultSub *nats.Subscription
 
 	mu      sync.Mutex
 	lease   store.Lease
@@ -103,6 +107,9 @@ func (a *actor) run() {
 		return
 	}
 	a.cursor = sess.InboxCursor
+	if a.resultSub, err = a.w.nc.ChanSubscribe(events.ToolResultSessionFilter(a.sk), a.w.router.in); err != nil {
+		a.log.Warn("subscribe to tool results; calls subscribe one by one", "err", err)
+	}
 	a.resumeAll(sess)
 	idleSince := time.Now()
 	inProgress := time.NewTicker(a.w.opts.AckWait / 3)
@@ -365,6 +372,9 @@ func (a *actor) shutdown() {
 	a.dead.Store(true)
 	a.cancel()
 	a.turnsWG.Wait()
+	if a.resultSub != nil {
+		_ = a.resultSub.Unsubscribe()
+	}
 	if a.killed.Load() {
 		return
 	}

@@ -137,6 +137,9 @@ type busExecutor struct {
 	resumed bool
 	// flush waits until the turn's recorded messages are stored (nil for subagents).
 	flush func(context.Context) error
+	// subscribed: the session's results already reach the worker's router (a session actor
+	// subscribes once); otherwise each call subscribes to its own result.
+	subscribed bool
 }
 
 // callScope is who a tool call is made for: the session answering it, the turn (or task)
@@ -152,7 +155,7 @@ type callScope struct {
 // executor returns the bus executor of a turn.
 func (t *turnRun) executor() *busExecutor {
 	m := t.msg
-	return &busExecutor{w: t.a.w, resumed: t.resumed, flush: t.flush, scope: callScope{sk: t.a.sk, turn: t.id, sid: t.sid.String(), trace: t.trace,
+	return &busExecutor{w: t.a.w, resumed: t.resumed, flush: t.flush, subscribed: t.a.resultSub != nil, scope: callScope{sk: t.a.sk, turn: t.id, sid: t.sid.String(), trace: t.trace,
 		caller: events.Caller{Platform: m.Platform, Bot: m.Bot, Scope: t.a.sk.Scope, SenderID: m.Sender.ID, Roles: m.Sender.Roles}}}
 }
 
@@ -171,19 +174,15 @@ func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (l
 	}
 	busID := sc.turn + "-" + call.ID
 	subj := events.ToolResultSubject(sc.sk, busID)
-	// A callback into a small channel rather than SubscribeSync: a sync subscription allocates
-	// a 64k-slot buffer, which per tool call was most of the turn worker's garbage.
-	results := make(chan *nats.Msg, 4)
-	sub, err := w.nc.Subscribe(subj, func(m *nats.Msg) {
-		select {
-		case results <- m:
-		default:
+	results, done := w.router.expect(subj)
+	defer done()
+	if !x.subscribed {
+		sub, err := w.nc.ChanSubscribe(subj, w.router.in)
+		if err != nil {
+			return loop.ToolResult{}, fmt.Errorf("subscribe %s: %w", subj, err)
 		}
-	})
-	if err != nil {
-		return loop.ToolResult{}, fmt.Errorf("subscribe %s: %w", subj, err)
+		defer sub.Unsubscribe()
 	}
-	defer sub.Unsubscribe()
 	if x.resumed {
 		if res, ok := x.existing(ctx, subj); ok {
 			return res, nil

@@ -87,6 +87,7 @@ type Worker struct {
 	turnlog   *store.TurnLog
 	tools     *ToolCatalog
 	approvals *approvals.Store
+	router    *resultRouter
 	log       *slog.Logger
 
 	mu       sync.Mutex
@@ -124,7 +125,8 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	if opts.Models == nil {
 		return nil, errors.New("turn: Options.Models is required")
 	}
-	w := &Worker{opts: opts, nc: nc, js: js, actors: map[string]*actor{}, claiming: map[string][]delivery{}, log: opts.Log.With("worker", opts.ID)}
+	w := &Worker{opts: opts, nc: nc, js: js, actors: map[string]*actor{}, claiming: map[string][]delivery{},
+		router: newResultRouter(), log: opts.Log.With("worker", opts.ID)}
 	var err error
 	if w.inbox, err = js.Stream(ctx, events.StreamSessionIn); err != nil {
 		return nil, fmt.Errorf("open %s: %w", events.StreamSessionIn, err)
@@ -182,8 +184,12 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("consume %s: %w", ConsumerName, err)
 	}
 	w.tools.Start(w.ctx)
-	w.wg.Add(1)
+	w.wg.Add(2)
 	go w.renewLeases()
+	go func() {
+		defer w.wg.Done()
+		w.router.run(w.ctx.Done())
+	}()
 	return w.startSubagents(ctx)
 }
 

@@ -1,0 +1,63 @@
+package turn
+
+import (
+	"sync"
+
+	"github.com/nats-io/nats.go"
+)
+
+// resultRouter hands TOOL_RESULTS messages to the tool calls waiting for them. Each session
+// actor subscribes to its session's results once (tool.result.<sk>.*) into the router's one
+// channel, rather than every call subscribing and unsubscribing: a subscription per call cost a
+// goroutine, buffers and two server round trips' worth of interest changes.
+type resultRouter struct {
+	in chan *nats.Msg
+
+	mu      sync.Mutex
+	waiting map[string]chan *nats.Msg // by result subject
+}
+
+// resultBuffer bounds results received and not yet routed. Routing is a map lookup, so it
+// stays near empty; a result dropped when it is full is still found in TOOL_RESULTS when the
+// call's timeout comes (busExecutor.existing).
+const resultBuffer = 8192
+
+func newResultRouter() *resultRouter {
+	return &resultRouter{in: make(chan *nats.Msg, resultBuffer), waiting: map[string]chan *nats.Msg{}}
+}
+
+// run routes until stop is closed.
+func (r *resultRouter) run(stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case m := <-r.in:
+			r.mu.Lock()
+			c := r.waiting[m.Subject]
+			r.mu.Unlock()
+			if c != nil {
+				select {
+				case c <- m:
+				default: // a duplicate; the call has one already
+				}
+			}
+		}
+	}
+}
+
+// expect registers interest in the result on subject; done must be called when the call no
+// longer waits.
+func (r *resultRouter) expect(subject string) (results <-chan *nats.Msg, done func()) {
+	c := make(chan *nats.Msg, 1)
+	r.mu.Lock()
+	r.waiting[subject] = c
+	r.mu.Unlock()
+	return c, func() {
+		r.mu.Lock()
+		if r.waiting[subject] == c {
+			delete(r.waiting, subject)
+		}
+		r.mu.Unlock()
+	}
+}
