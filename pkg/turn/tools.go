@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,9 +20,10 @@ import (
 // ToolCatalog mirrors KV tools: the tools some tool worker serves right now. Entries vanish
 // when their workers stop refreshing them (bucket TTL).
 type ToolCatalog struct {
-	kv jetstream.KeyValue
-	mu sync.RWMutex
-	m  map[string]events.ToolEntry
+	kv     jetstream.KeyValue
+	mu     sync.RWMutex
+	m      map[string]events.ToolEntry
+	sorted []events.ToolEntry // m's entries by name, rebuilt on change (For runs every turn)
 }
 
 // NewToolCatalog opens the registry bucket.
@@ -57,6 +58,7 @@ func (c *ToolCatalog) Start(ctx context.Context) {
 func (c *ToolCatalog) apply(e jetstream.KeyValueEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer c.sortLocked()
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(c.m, e.Key())
 		return
@@ -67,6 +69,14 @@ func (c *ToolCatalog) apply(e jetstream.KeyValueEntry) {
 		return
 	}
 	c.m[e.Key()] = te
+}
+
+func (c *ToolCatalog) sortLocked() {
+	c.sorted = c.sorted[:0]
+	for _, t := range c.m {
+		c.sorted = append(c.sorted, t)
+	}
+	slices.SortFunc(c.sorted, func(a, b events.ToolEntry) int { return strings.Compare(a.Name, b.Name) })
 }
 
 // Refresh reads the bucket once (used before the watcher caught up, and by tests).
@@ -88,8 +98,8 @@ func (c *ToolCatalog) Refresh(ctx context.Context) error {
 func (c *ToolCatalog) For(m events.IMMessage) []events.ToolEntry {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	var out []events.ToolEntry
-	for _, t := range c.m {
+	out := make([]events.ToolEntry, 0, len(c.sorted))
+	for _, t := range c.sorted {
 		if len(t.Platforms) > 0 && !slices.Contains(t.Platforms, m.Platform) {
 			continue
 		}
@@ -101,7 +111,6 @@ func (c *ToolCatalog) For(m events.IMMessage) []events.ToolEntry {
 		}
 		out = append(out, t)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
