@@ -18,10 +18,15 @@
 //     MaxDeliveries deliveries become an events.DeadLetter on dlq.egress.<reason>
 //     (DEAD_LETTERS) and are acked; other failures are NAKed with a doubling delay. A dead
 //     letter that cannot be published NAKs the part: nothing is dropped silently.
-//   - in-progress acks every AckWait/3 while a part is handled.
+//   - in-progress: while a part is handled it gets an in-progress ack within AckWait/2 and
+//     then every AckWait/3 (one goroutine for all parts in hand).
 //   - retry (watermill middleware.Retry): MaxRetries in-process retries of transient failures
 //     with exponential backoff; permanent failures are not retried.
 //   - recoverer: a panic becomes an error (and a dead letter, reason "poison").
+//
+// The handler itself runs on one of Concurrency long-lived workers while the router's
+// goroutine for the message waits for it (a fresh goroutine would grow its stack through
+// net/http and JSON on every part); a panic there is a dead letter with reason "poison" too.
 //
 // The handler throttles per platform (a token bucket per platform, RateLimits; a 429 with
 // Retry-After pauses the platform) right before the send, so duplicates skipped via KV cost no

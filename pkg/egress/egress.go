@@ -77,8 +77,8 @@ type Options struct {
 	Durable string
 	// Concurrency is how many parts this process handles at once (default 16, or im.egress.concurrency).
 	Concurrency int
-	// AckWait of the consumer (default 30 s). In-progress acks are sent every AckWait/3 while
-	// a part is being handled.
+	// AckWait of the consumer (default 30 s). While a part is being handled it gets an
+	// in-progress ack within AckWait/2 and then every AckWait/3.
 	AckWait time.Duration
 	// MaxAckPending bounds unacknowledged parts across all replicas (default 1024). Keep it
 	// below rate × AckWait when a platform is throttled, or buffered parts outlive AckWait.
@@ -208,6 +208,8 @@ func (h *Handle) Stop() error {
 			errs = append(errs, fmt.Errorf("close router: %w", err))
 		}
 		<-h.runDone
+		h.e.progress.close()
+		h.e.workers.close()
 		if h.svc != nil {
 			if err := h.svc.Stop(); err != nil {
 				errs = append(errs, fmt.Errorf("stop search service: %w", err))
@@ -226,6 +228,11 @@ func (h *Handle) Stop() error {
 		// The router closes the subscriber only on some paths (its handler may see the router's
 		// context end first); closing it is idempotent and waits for the last acks.
 		_ = h.sub.Close()
+		// Acks are plain publishes: make sure the server has them before the connection goes
+		// (one lost would only mean a redelivery, skipped via KV delivered).
+		if err := h.subConn.FlushTimeout(5 * time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			h.e.log.Warn("egress: flushing the last acks", "err", err)
+		}
 		h.subConn.Close()
 		h.stopErr = errors.Join(errs...)
 	})
@@ -244,6 +251,8 @@ type egress struct {
 	senders  map[string]Sender
 	limiter  *limiter
 	inflight inflight
+	progress *progress
+	workers  *workers
 
 	delivered, skipped, deadLettered, failures atomic.Uint64
 }
@@ -317,7 +326,10 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 	if err != nil {
 		return nil, fmt.Errorf("egress: connect subscriber: %w", err)
 	}
-	wlog := watermill.NewSlogLoggerWithLevelMapping(e.log, map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug})
+	wlog := routerLogger{
+		LoggerAdapter: watermill.NewSlogLoggerWithLevelMapping(e.log, map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug}),
+		log:           e.log,
+	}
 	subJS, err := jetstream.New(subConn)
 	if err != nil {
 		subConn.Close()
@@ -362,8 +374,10 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 	// letters for permanent failures and exhausted deliveries; in-progress acks while a part is
 	// handled; in-process retries of transient failures; panics turned into errors.
 	router.AddMiddleware(e.correlation, e.deadLetter, e.inProgress, retry.Middleware, middleware.Recoverer)
-	router.AddConsumerHandler("egress", filter, sub, e.handle)
+	e.workers = newWorkers(o.Concurrency)
+	router.AddConsumerHandler("egress", filter, sub, e.workers.handler(e.handle))
 
+	e.progress = newProgress(o.AckWait / 3)
 	h := &Handle{e: e, router: router, sub: sub, runDone: make(chan struct{}), subConn: subConn}
 	go func() {
 		defer close(h.runDone)
@@ -372,6 +386,8 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 	select {
 	case <-router.Running():
 	case <-h.runDone:
+		e.progress.close()
+		e.workers.close()
 		subConn.Close()
 		return nil, fmt.Errorf("egress: router: %w", h.runErr)
 	case <-ctx.Done():
@@ -432,6 +448,24 @@ func runArchiver(ctx context.Context, h *Handle) error {
 	}
 	h.archiver = a
 	return nil
+}
+
+// routerLogger is the watermill router's logger. The router traces every message twice with a
+// fresh field map; this drops those calls before the fields are converted unless the trace
+// level is enabled.
+type routerLogger struct {
+	watermill.LoggerAdapter
+	log *slog.Logger
+}
+
+func (l routerLogger) Trace(msg string, fields watermill.LogFields) {
+	if l.log.Enabled(context.Background(), watermill.LevelTrace) {
+		l.LoggerAdapter.Trace(msg, fields)
+	}
+}
+
+func (l routerLogger) With(fields watermill.LogFields) watermill.LoggerAdapter {
+	return routerLogger{LoggerAdapter: l.LoggerAdapter.With(fields), log: l.log}
 }
 
 func deliverSubject(durable string) string {
@@ -498,7 +532,6 @@ func (e *egress) handle(msg *message.Message) error {
 	}
 	defer release()
 
-	log := loggerFrom(ctx)
 	switch rec, found, err := e.lookup(ctx, key); {
 	case err != nil:
 		return err
@@ -507,7 +540,9 @@ func (e *egress) handle(msg *message.Message) error {
 		// receipt is published again in case the earlier attempt died before publishing it;
 		// IM_SENT drops the duplicate (same Nats-Msg-Id).
 		e.skipped.Add(1)
-		log.Debug("egress: already delivered, skipping", "out", out.OutID, "platformMsg", rec.MessageID)
+		if e.log.Enabled(ctx, slog.LevelDebug) {
+			d.logger().Debug("egress: already delivered, skipping", "out", out.OutID, "platformMsg", rec.MessageID)
+		}
 		return e.publishReceipt(ctx, ev, rec)
 	}
 
@@ -539,14 +574,16 @@ func (e *egress) handle(msg *message.Message) error {
 	if err := e.remember(rctx, key, rec); err != nil {
 		// The one window for a second send: delivered, but not recorded. The redelivery will
 		// send again; the body's id (the out id) lets the receiver drop it.
-		log.Error("egress: delivered but not recorded; a redelivery may send it again", "out", out.OutID, "err", err)
+		d.logger().Error("egress: delivered but not recorded; a redelivery may send it again", "out", out.OutID, "err", err)
 		return err
 	}
 	e.delivered.Add(1)
 	if err := e.publishReceipt(rctx, ev, rec); err != nil {
 		return err // redelivered, found in KV, receipt published then
 	}
-	log.Debug("egress: delivered", "out", out.OutID, "platform", out.Platform, "platformMsg", pmid)
+	if e.log.Enabled(ctx, slog.LevelDebug) {
+		d.logger().Debug("egress: delivered", "out", out.OutID, "platform", out.Platform, "platformMsg", pmid)
+	}
 	if e.o.afterRecord != nil {
 		e.o.afterRecord(out)
 	}

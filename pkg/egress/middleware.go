@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -15,7 +17,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// delivery is what the middleware knows about the message being handled.
+// delivery is what the middleware knows about the message being handled. One goroutine at a
+// time uses it: the one running the message's middleware chain, or the worker that runs the
+// handler while the chain waits for it.
 type delivery struct {
 	msg        jetstream.Msg // nil only for messages that did not come from JetStream
 	header     nats.Header
@@ -24,7 +28,33 @@ type delivery struct {
 	seq        uint64
 	deliveries uint64
 	corr       events.Correlation
-	log        *slog.Logger
+	base       *slog.Logger // the egress logger; log adds this delivery's attributes
+	log        *slog.Logger // built on first use: most deliveries log nothing
+}
+
+// logger returns the egress logger with the delivery's sequence, correlation ids and
+// delivery count. It is built on first use, since a handler's With formats its attributes
+// up front and a delivery that succeeds logs nothing at the default level.
+func (d *delivery) logger() *slog.Logger {
+	if d.log != nil {
+		return d.log
+	}
+	attrs := make([]any, 0, 10)
+	attrs = append(attrs, "seq", d.seq)
+	if d.corr.Trace != "" {
+		attrs = append(attrs, "trace", d.corr.Trace)
+	}
+	if d.corr.Turn != "" {
+		attrs = append(attrs, "turn", d.corr.Turn)
+	}
+	if d.corr.Session != "" {
+		attrs = append(attrs, "session", d.corr.Session)
+	}
+	if d.deliveries > 1 {
+		attrs = append(attrs, "delivery", d.deliveries)
+	}
+	d.log = d.base.With(attrs...)
+	return d.log
 }
 
 type ctxKey int
@@ -35,10 +65,10 @@ func deliveryFrom(ctx context.Context) *delivery {
 	if d, ok := ctx.Value(deliveryKey).(*delivery); ok {
 		return d
 	}
-	return &delivery{log: slog.Default()}
+	return &delivery{base: slog.Default(), log: slog.Default()}
 }
 
-func loggerFrom(ctx context.Context) *slog.Logger { return deliveryFrom(ctx).log }
+func loggerFrom(ctx context.Context) *slog.Logger { return deliveryFrom(ctx).logger() }
 
 // correlation is the outermost middleware: it gathers the delivery's metadata, reads the
 // correlation ids (Agentbus-Trace/Turn/Session, or W3C traceparent) into the logger and onto
@@ -58,22 +88,10 @@ func (e *egress) correlation(h message.HandlerFunc) message.HandlerFunc {
 			}
 		}
 		d.corr = events.CorrelationFromHeader(d.header)
-		attrs := make([]any, 0, 10)
-		attrs = append(attrs, "seq", d.seq)
 		if d.corr.Trace != "" {
-			attrs = append(attrs, "trace", d.corr.Trace)
 			middleware.SetCorrelationID(d.corr.Trace, msg)
 		}
-		if d.corr.Turn != "" {
-			attrs = append(attrs, "turn", d.corr.Turn)
-		}
-		if d.corr.Session != "" {
-			attrs = append(attrs, "session", d.corr.Session)
-		}
-		if d.deliveries > 1 {
-			attrs = append(attrs, "delivery", d.deliveries)
-		}
-		d.log = e.log.With(attrs...)
+		d.base = e.log
 		ctx, cancel := context.WithTimeout(context.WithValue(msg.Context(), deliveryKey, d), e.o.HandlerTimeout)
 		defer cancel()
 		msg.SetContext(ctx)
@@ -81,33 +99,89 @@ func (e *egress) correlation(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
-// inProgress tells JetStream the part is still being worked on every AckWait/3, so a slow
+// inProgress tells JetStream the part is still being worked on while it is handled, so a slow
 // platform or a long throttle does not make the server hand the part to another replica
-// while this one is still sending it.
+// while this one is still sending it. The deliveries in hand are registered with e.progress,
+// whose one goroutine sends the in-progress acks: no goroutine or timer per part.
 func (e *egress) inProgress(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		d := deliveryFrom(msg.Context())
 		if d.msg == nil {
 			return h(msg)
 		}
-		stop := make(chan struct{})
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			t := time.NewTicker(e.o.AckWait / 3)
-			defer t.Stop()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-t.C:
-					_ = d.msg.InProgress()
-				}
-			}
-		}()
-		defer func() { close(stop); <-done }()
+		e.progress.add(d.msg)
+		defer e.progress.remove(d.msg)
 		return h(msg)
 	}
+}
+
+// progress sends in-progress acks for the JetStream messages being handled: every `every`,
+// each message that has been in hand for at least every/2 gets one. So a message hears from
+// egress within every*3/2 of its start and then every `every` (egress uses AckWait/3: well
+// inside AckWait), and a part that is handled quickly costs a map insert and delete.
+type progress struct {
+	every time.Duration
+	mu    sync.Mutex
+	msgs  map[jetstream.Msg]time.Time // message -> when it was taken in hand
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+func newProgress(every time.Duration) *progress {
+	p := &progress{every: every, msgs: map[jetstream.Msg]time.Time{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go p.run()
+	return p
+}
+
+func (p *progress) add(m jetstream.Msg) {
+	now := time.Now()
+	p.mu.Lock()
+	p.msgs[m] = now
+	p.mu.Unlock()
+}
+
+func (p *progress) remove(m jetstream.Msg) {
+	p.mu.Lock()
+	delete(p.msgs, m)
+	p.mu.Unlock()
+}
+
+func (p *progress) run() {
+	defer close(p.done)
+	t := time.NewTicker(p.every)
+	defer t.Stop()
+	var due []jetstream.Msg
+	for {
+		select {
+		case <-p.stop:
+			return
+		case now := <-t.C:
+			due = due[:0]
+			p.mu.Lock()
+			for m, since := range p.msgs {
+				if now.Sub(since) >= p.every/2 {
+					due = append(due, m)
+				}
+			}
+			p.mu.Unlock()
+			// Outside the lock: a message finished meanwhile gets one in-progress ack too
+			// many, which the server ignores once it is acked.
+			for _, m := range due {
+				_ = m.InProgress()
+			}
+			clear(due)
+		}
+	}
+}
+
+// close stops the goroutine (once the router has stopped handling parts).
+func (p *progress) close() {
+	select {
+	case <-p.stop:
+	default:
+		close(p.stop)
+	}
+	<-p.done
 }
 
 // deadLetter decides what a failed delivery becomes. Permanent failures (bad event, platform
@@ -129,7 +203,7 @@ func (e *egress) deadLetter(h message.HandlerFunc) message.HandlerFunc {
 				return nil, err // stopping: leave it to redelivery
 			}
 			if d.deliveries < uint64(e.o.MaxDeliveries) {
-				d.log.Warn("egress: delivery failed, will retry", "deliveries", d.deliveries, "err", err)
+				d.logger().Warn("egress: delivery failed, will retry", "deliveries", d.deliveries, "err", err)
 				return nil, err
 			}
 			reason = ReasonMaxDeliveries
@@ -138,11 +212,11 @@ func (e *egress) deadLetter(h message.HandlerFunc) message.HandlerFunc {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		if dlErr := e.publishDeadLetter(pctx, d, msg.Payload, reason, err); dlErr != nil {
-			d.log.Error("egress: cannot dead-letter, will retry", "reason", reason, "err", err, "dlqErr", dlErr)
+			d.logger().Error("egress: cannot dead-letter, will retry", "reason", reason, "err", err, "dlqErr", dlErr)
 			return nil, errors.Join(err, dlErr)
 		}
 		e.deadLettered.Add(1)
-		d.log.Warn("egress: dead-lettered", "reason", reason, "err", err)
+		d.logger().Warn("egress: dead-lettered", "reason", reason, "err", err)
 		return nil, nil
 	}
 }
@@ -184,4 +258,81 @@ func (e *egress) publishDeadLetter(ctx context.Context, d *delivery, body []byte
 	}
 	_, err = e.js.PublishMsg(ctx, m)
 	return err
+}
+
+// workers run deliveries on long-lived goroutines. The router hands each message to a new
+// goroutine, and a delivery goes through net/http, JSON and three NATS requests, so that
+// goroutine's stack would grow (and be copied) several times for every part. A worker's stack
+// has grown once. The handler waits for its delivery, so middleware, acks and retries see no
+// difference; a panic in a delivery comes back as the middleware.RecoveredPanicError that the
+// Recoverer would have made of it (a dead letter, reason poison).
+type workers struct {
+	jobs chan *job
+	quit chan struct{}
+	pool sync.Pool
+}
+
+type job struct {
+	h    message.NoPublishHandlerFunc
+	msg  *message.Message
+	err  error
+	done chan struct{}
+}
+
+// newWorkers starts n workers. The router runs at most one handler per lane, so n = lanes
+// means a handler never waits for a free worker.
+func newWorkers(n int) *workers {
+	w := &workers{jobs: make(chan *job), quit: make(chan struct{})}
+	w.pool.New = func() any { return &job{done: make(chan struct{}, 1)} }
+	for range n {
+		go func() {
+			for {
+				select {
+				case j := <-w.jobs:
+					j.run()
+				case <-w.quit:
+					return
+				}
+			}
+		}()
+	}
+	return w
+}
+
+func (j *job) run() {
+	defer func() {
+		if r := recover(); r != nil {
+			j.err = middleware.RecoveredPanicError{V: r, Stacktrace: string(debug.Stack())}
+		}
+		j.done <- struct{}{}
+	}()
+	j.err = j.h(j.msg)
+}
+
+// handler returns h run on a worker (or on the caller's goroutine once the workers are gone:
+// a handler the router left running past its close timeout may still retry).
+func (w *workers) handler(h message.NoPublishHandlerFunc) message.NoPublishHandlerFunc {
+	return func(msg *message.Message) error {
+		j := w.pool.Get().(*job)
+		j.h, j.msg, j.err = h, msg, nil
+		select {
+		case w.jobs <- j:
+		case <-w.quit:
+			j.run()
+		}
+		<-j.done
+		err := j.err
+		j.h, j.msg, j.err = nil, nil, nil
+		w.pool.Put(j)
+		return err
+	}
+}
+
+// close lets the workers end; one that is running a delivery ends after it.
+func (w *workers) close() {
+	select {
+	case <-w.quit:
+	default:
+		close(w.quit)
+	}
 }

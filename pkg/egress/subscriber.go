@@ -2,7 +2,6 @@ package egress
 
 import (
 	"context"
-	"hash/fnv"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -24,7 +23,8 @@ import (
 // scenes go out in parallel. (watermill-nats' pkg/nats subscriber hands messages of one queue
 // group to its subscriptions at random, so two parts of a reply could overtake each other.)
 //
-// A message is acked (DoubleAck: the server confirms) only after the handler returned nil;
+// A message is acked only after the handler returned nil (a plain ack: the part is recorded in
+// KV delivered by then, so a lost ack costs a redelivery that is skipped, not a second send);
 // NAKed with redeliveryDelay after an error; and left unacked when the subscriber closes
 // before a verdict, so JetStream redelivers it after AckWait.
 //
@@ -94,10 +94,8 @@ func (s *laneSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 		lanes[i] = make(chan jetstream.Msg, s.laneBuf)
 	}
 	cc, err := s.cons.Consume(func(m jetstream.Msg) {
-		h := fnv.New32a()
-		h.Write([]byte(m.Subject()))
 		select {
-		case lanes[h.Sum32()%uint32(len(lanes))] <- m:
+		case lanes[fnv32a(m.Subject())%uint32(len(lanes))] <- m:
 		case <-s.closing:
 		case <-ctx.Done():
 		}
@@ -127,6 +125,16 @@ func (s *laneSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 		close(out)
 	}()
 	return out, nil
+}
+
+// fnv32a is FNV-1a of s (hash/fnv without the allocations), to pick a subject's lane.
+func fnv32a(s string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
+		h *= 16777619
+	}
+	return h
 }
 
 func (s *laneSubscriber) stopped(ctx context.Context) <-chan struct{} {
@@ -171,10 +179,10 @@ func (s *laneSubscriber) settle(ctx context.Context, m jetstream.Msg, wm *messag
 	for {
 		select {
 		case <-wm.Acked():
-			actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			err := m.DoubleAck(actx)
-			cancel()
-			if err != nil {
+			// A plain ack, not a confirmed one: by now the part is recorded in KV delivered,
+			// so an ack that gets lost only means a redelivery that is skipped, and waiting
+			// for the server's confirmation would cost a round trip per part.
+			if err := m.Ack(); err != nil {
 				s.log.Warn("egress: ack failed; the part will be redelivered and skipped", "subject", m.Subject(), "err", err)
 			}
 			return giveUp == nil
