@@ -367,6 +367,24 @@ func (l *ContextLog) LoadContext(ctx context.Context, id events.SessionID) (Load
 	return out, nil
 }
 
+// LoadContextAt is LoadContext for a reader that knows the log's last sequence: the session's
+// owner, whose fenced commits are the only ones. When the tail this process cached is at
+// lastSeq it is served without asking the server; otherwise it is LoadContext.
+func (l *ContextLog) LoadContextAt(ctx context.Context, id events.SessionID, lastSeq uint64) (Loaded, error) {
+	if err := checkID(id); err != nil {
+		return Loaded{}, err
+	}
+	subj := events.AgentCtxSubject(id)
+	l.mu.Lock()
+	if st := l.cache[subj]; st != nil && st.hasTail && st.ptr.lastSeq == lastSeq {
+		out := l.result(st)
+		l.mu.Unlock()
+		return out, nil
+	}
+	l.mu.Unlock()
+	return l.LoadContext(ctx, id)
+}
+
 // loadWarm serves a load from the cached tail, reading only the records after it. ok=false means
 // the cache cannot serve it (no tail, a new summary since, or a concurrent change).
 func (l *ContextLog) loadWarm(ctx context.Context, subj string, last *jetstream.RawStreamMsg, p ctxPointer) (Loaded, bool, error) {

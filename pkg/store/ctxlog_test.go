@@ -454,3 +454,43 @@ func TestColdLoadSkipsByCount(t *testing.T) {
 		})
 	}
 }
+
+// The owner loads its own commits from the cache by their sequence; an unknown sequence (the
+// log moved on elsewhere) falls back to asking the server.
+func TestLoadContextAt(t *testing.T) {
+	ctx := context.Background()
+	owner, other := newCtxLog(t, ContextBounds{MaxMessages: 10})
+	id := sid("at", 1)
+	s, err := owner.AppendMessages(ctx, id, 0, turn(1, "u1", "a1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		l    *ContextLog
+		at   uint64
+		want string
+	}{
+		{"own commit, cached", owner, s, "[u1 a1]"},
+		{"nothing cached here", other, s, "[u1 a1]"},
+		{"empty log", other, 0, "[u1 a1]"},
+	}
+	for _, tc := range cases {
+		got, err := tc.l.LoadContextAt(ctx, id, tc.at)
+		if err != nil || fmt.Sprint(texts(got.Messages)) != tc.want || got.LastSeq != s {
+			t.Fatalf("%s: %q last %d, %v; want %s last %d", tc.name, texts(got.Messages), got.LastSeq, err, tc.want, s)
+		}
+	}
+	s2, err := other.AppendMessages(ctx, id, s, turn(2, "u2", "a2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The owner's cache is at s; asked for s2 it reads the server.
+	got, err := owner.LoadContextAt(ctx, id, s2)
+	if err != nil || fmt.Sprint(texts(got.Messages)) != "[u1 a1 u2 a2]" || got.LastSeq != s2 {
+		t.Fatalf("after another writer: %q last %d, %v", texts(got.Messages), got.LastSeq, err)
+	}
+	if _, err := owner.LoadContextAt(ctx, events.SessionID{}, 1); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("bad id: %v", err)
+	}
+}

@@ -658,6 +658,18 @@ func (a *actor) appendContext(seq uint64, msgs []llm.Message) error {
 	return err
 }
 
+// loadContext loads the context a turn starts from. The actor's own last commit is where the
+// log ends (commits are fenced), so the store can serve it from its cache.
+func (a *actor) loadContext(ctx context.Context, sid events.SessionID) (store.Loaded, error) {
+	a.commit.Lock()
+	last, ok := a.ctxLast[sid.String()]
+	a.commit.Unlock()
+	if ok {
+		return a.w.ctxlog.LoadContextAt(ctx, sid, last)
+	}
+	return a.w.ctxlog.LoadContext(ctx, sid)
+}
+
 // commitMessages appends msgs to the session id's context log, fenced on the last sequence
 // this actor knows. Commits of one actor are serialized; another writer (a worker that took
 // the session over) makes the append fail with store.ErrStaleWriter.

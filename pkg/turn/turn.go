@@ -348,7 +348,7 @@ func (t *turnRun) close(state string) error {
 // It returns the final assistant message and every message of the turn (input included).
 func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Message, []llm.Message, error) {
 	w := t.a.w
-	loaded, err := w.ctxlog.LoadContext(ctx, t.sid)
+	loaded, err := t.a.loadContext(ctx, t.sid)
 	if err != nil {
 		return nil, nil, err
 	}
