@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -300,12 +301,18 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		if final != nil {
 			usage = final.Usage
 		}
-		if err := record(t, events.EvtKindTurnCommitted, events.TurnCommitted{FirstSeq: seq, LastSeq: seq, Messages: len(newMsgs), Usage: usage, StopReason: stopOf(final), Tail: t.takeTail()}, "committed"); err != nil {
+		committed, err := turnEventMsg(t, events.EvtKindTurnCommitted, events.TurnCommitted{FirstSeq: seq, LastSeq: seq,
+			Messages: len(newMsgs), Usage: usage, StopReason: stopOf(final), Tail: t.takeTail()}, "committed")
+		if err != nil {
 			return err
 		}
-		t.publishReply(final)
-	} else {
-		t.publishReply(lastAssistant(persisted))
+		// The record and the reply go out together: the commit above is what made the turn
+		// durable, and both are idempotent (fixed ids) if a resume publishes them again.
+		if err := a.w.publishAll(a.ctx, append([]*nats.Msg{committed}, a.replyMsgs(&t.pendingTurn, t.id, t.replyText(final))...)); err != nil {
+			return err
+		}
+	} else if err := a.w.publishAll(a.ctx, a.replyMsgs(&t.pendingTurn, t.id, t.replyText(lastAssistant(persisted)))); err != nil {
+		return err
 	}
 	return t.close("done")
 }
@@ -614,7 +621,7 @@ func (t *turnRun) flush(ctx context.Context) error {
 
 // publishReply sends the final assistant text as outbound parts (ids turn-0, turn-1, ...; a
 // resumed turn republishes under the same ids and JetStream drops the duplicates).
-func (t *turnRun) publishReply(final *llm.Message) {
+func (t *turnRun) replyText(final *llm.Message) string {
 	text := ""
 	switch {
 	case final == nil:
@@ -632,14 +639,23 @@ func (t *turnRun) publishReply(final *llm.Message) {
 	default:
 		text = final.TextContent()
 	}
-	t.a.replyText(&t.pendingTurn, t.id, text)
+	return text
 }
 
 // replyLimit is the part size for platforms without a known limit.
 const replyLimit = 4000
 
-// replyText publishes text as outbound parts to the pending turn's reply target.
+// replyText publishes text as outbound parts to the pending turn's reply target. It gives up
+// only when the actor stops (a resumed turn publishes its reply again).
 func (a *actor) replyText(pt *pendingTurn, turn, text string) {
+	if err := a.w.publishAll(a.ctx, a.replyMsgs(pt, turn, text)); err != nil {
+		a.log.Error("publish reply", "turn", turn, "err", err)
+	}
+}
+
+// replyMsgs are the outbound parts of text (ids turn-0, turn-1, ...), for the pending turn's
+// reply target.
+func (a *actor) replyMsgs(pt *pendingTurn, turn, text string) []*nats.Msg {
 	parts := chunk.SplitImages(text)
 	var segs []events.Segments
 	for _, p := range parts {
@@ -655,6 +671,7 @@ func (a *actor) replyText(pt *pendingTurn, turn, text string) {
 			segs = append(segs, events.Segments{events.TextSeg(c)})
 		}
 	}
+	msgs := make([]*nats.Msg, 0, len(segs))
 	for i, content := range segs {
 		out := events.Outbound{
 			OutID: events.OutID(turn, i), Turn: turn, Part: i, Platform: a.sk.Platform, Bot: a.sk.Bot,
@@ -662,12 +679,54 @@ func (a *actor) replyText(pt *pendingTurn, turn, text string) {
 		}
 		ev := events.New(out, events.WithSession(a.sk.String()), events.WithTurn(turn), events.WithTrace(pt.trace), events.WithID(out.OutID))
 		m, err := events.NewMsg(events.IMOutSubject(a.sk), ev)
-		if err == nil {
-			_, err = a.w.js.PublishMsg(a.ctx, m)
-		}
 		if err != nil {
-			a.log.Error("publish reply", "turn", turn, "part", i, "err", err)
+			// Our own event failed validation: a bug, but the user still gets told.
+			a.log.Error("reply part not publishable", "turn", turn, "part", i, "err", err)
+			continue
 		}
+		msgs = append(msgs, m)
+	}
+	return msgs
+}
+
+// publishAll stores msgs, pipelined, and retries the ones that fail with backoff until they
+// are stored or ctx ends. Every message must carry a Nats-Msg-Id, so a retry of one that was
+// stored after all is dropped as a duplicate.
+func (w *Worker) publishAll(ctx context.Context, msgs []*nats.Msg) error {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 50*time.Millisecond, 5*time.Second, 0
+	for {
+		futures := make([]jetstream.PubAckFuture, len(msgs))
+		var failed []*nats.Msg
+		var lastErr error
+		for i, m := range msgs {
+			if futures[i], lastErr = w.js.PublishMsgAsync(m); lastErr != nil {
+				failed = append(failed, m)
+			}
+		}
+		for i, f := range futures {
+			if f == nil {
+				continue
+			}
+			select {
+			case <-f.Ok():
+			case lastErr = <-f.Err():
+				failed = append(failed, msgs[i])
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if len(failed) == 0 {
+			return nil
+		}
+		d := b.NextBackOff()
+		w.log.Warn("publish failed; retrying", "messages", len(failed), "in", d, "err", lastErr)
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return fmt.Errorf("publish %d messages: %w (last error: %w)", len(failed), ctx.Err(), lastErr)
+		}
+		msgs = failed
 	}
 }
 

@@ -2,12 +2,14 @@ package turn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/config"
@@ -232,5 +234,36 @@ func TestTwoWorkersKeepPerSessionOrder(t *testing.T) {
 				t.Fatalf("session %d reply %d = %q: order broken: %q", s, i, r, got)
 			}
 		}
+	}
+}
+
+// publishAll stores every message or, while the bus refuses one, retries until its context
+// ends and then says so.
+func TestPublishAllRetriesUntilStoredOrCancelled(t *testing.T) {
+	h := newHarness(t, nil)
+	w := h.worker("w1")
+	good := func(id string) *nats.Msg {
+		m := nats.NewMsg(events.AgentEvtSubject(sk, "t1", "turn_failed"))
+		m.Header.Set(nats.MsgIdHdr, id)
+		m.Data = []byte("{}")
+		return m
+	}
+	if err := w.publishAll(context.Background(), []*nats.Msg{good("a"), good("b"), good("a")}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := w.evts.Info(context.Background())
+	if err != nil || info.State.Msgs != 2 {
+		t.Fatalf("stored %v, %v; want 2 (the repeated id is a duplicate)", info.State.Msgs, err)
+	}
+	nowhere := nats.NewMsg("no.stream.here")
+	nowhere.Header.Set(nats.MsgIdHdr, "x")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err = w.publishAll(ctx, []*nats.Msg{good("c"), nowhere})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("publish to no stream: %v, want the context's deadline", err)
+	}
+	if info, _ := w.evts.Info(context.Background()); info.State.Msgs != 3 {
+		t.Fatalf("the storable message was not stored alongside: %d", info.State.Msgs)
 	}
 }
