@@ -47,7 +47,9 @@ func cmdChat(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 	sk := events.SessionKey{Platform: ingest.PlatformConsole, Bot: ingest.ConsoleBot, Scope: events.ScopePrivate, Scene: *user}
 
 	var mu sync.Mutex
-	pending := 0
+	// owed counts messages acked as routed to the AI or a command, got the first reply parts
+	// that arrived: a reply can beat its message's ack, so they are counted apart.
+	owed, got := 0, 0
 	streamed := map[string]bool{}
 	lastMsg := map[string]int{}
 	done := make(chan struct{}, 64)
@@ -84,9 +86,12 @@ func cmdChat(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 		} else {
 			fmt.Fprintf(stdout, "bot> %s\n", renderSegments(ev.Data.Content))
 		}
-		if ev.Data.Part == 0 && pending > 0 {
-			pending--
-			done <- struct{}{}
+		if ev.Data.Part == 0 {
+			got++
+			select {
+			case done <- struct{}{}:
+			default:
+			}
 		}
 	})
 	if err != nil {
@@ -120,7 +125,7 @@ func cmdChat(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 		}
 		if ack.Route == "ai" || ack.Route == "command" {
 			mu.Lock()
-			pending++
+			owed++
 			mu.Unlock()
 		}
 	}
@@ -128,9 +133,9 @@ func cmdChat(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 	deadline := time.After(*wait)
 	for {
 		mu.Lock()
-		p := pending
+		p := owed - got
 		mu.Unlock()
-		if p == 0 {
+		if p <= 0 {
 			return nil
 		}
 		select {
