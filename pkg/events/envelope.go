@@ -2,11 +2,13 @@ package events
 
 import (
 	"bytes"
-	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"reflect"
 	"time"
 
 	"github.com/nats-io/nuid"
@@ -67,9 +69,38 @@ type Any interface {
 	EventMeta() *Meta
 	EventPayload() Payload
 	isNil() bool // seals Any to *Event[P] and lets Marshal reject a typed nil
+	// appendFast writes the event with envelope m through the fast codec; false when P has
+	// none or a value needs encoding/json.
+	appendFast(b []byte, m Meta) ([]byte, bool)
+	// payloadType, validatePayload and msgID are EventPayload().EventType(),
+	// EventPayload().Validate() and MsgID(ev) without copying the payload into an interface.
+	payloadType() string
+	validatePayload() error
+	msgID() string
 }
 
 func (e *Event[P]) isNil() bool { return e == nil }
+
+func (e *Event[P]) appendFast(b []byte, m Meta) ([]byte, bool) {
+	p, ok := any(&e.Data).(fastEncoder)
+	if !ok || !fastCodec {
+		return b, false
+	}
+	return appendEvent(b, &m, p)
+}
+
+func (e *Event[P]) payloadType() string { return e.Data.EventType() }
+
+func (e *Event[P]) validatePayload() error { return e.Data.Validate() }
+
+func (e *Event[P]) msgID() string {
+	if m, ok := any(&e.Data).(MsgIDer); ok {
+		if id := m.MsgID(); id != "" {
+			return id
+		}
+	}
+	return e.ID
+}
 
 // EventMeta returns the envelope.
 func (e *Event[P]) EventMeta() *Meta { return &e.Meta }
@@ -113,11 +144,14 @@ func New[P Payload](p P, opts ...Option) *Event[P] {
 // NewID returns a new unique id (a NUID: 22 characters of [0-9A-Za-z], subject-safe).
 func NewID() string { return nuid.Next() }
 
-// NewTraceID returns a random W3C trace id (32 lower-case hex digits).
+// NewTraceID returns a random W3C trace id (32 lower-case hex digits, never all zero).
 func NewTraceID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	var raw [16]byte
+	binary.BigEndian.PutUint64(raw[:8], newSpanID()) // never zero
+	binary.BigEndian.PutUint64(raw[8:], rand.Uint64())
+	var b [32]byte
+	hex.Encode(b[:], raw[:])
+	return string(b[:])
 }
 
 // Marshal validates ev and returns its JSON. Blank Type and V are filled from the payload and
@@ -128,8 +162,7 @@ func Marshal(ev Any) ([]byte, error) {
 		return nil, invalid("event", "nil event")
 	}
 	m := ev.EventMeta()
-	p := ev.EventPayload()
-	want := p.EventType()
+	want := ev.payloadType()
 	fixed := *m
 	if fixed.Type == "" {
 		fixed.Type = want
@@ -140,8 +173,11 @@ func Marshal(ev Any) ([]byte, error) {
 	if err := checkMeta(&fixed, want); err != nil {
 		return nil, err
 	}
-	if err := p.Validate(); err != nil {
+	if err := ev.validatePayload(); err != nil {
 		return nil, payloadError(want, err)
+	}
+	if out, ok := marshalFast(ev, fixed); ok {
+		return out, nil
 	}
 	if fixed == *m {
 		return json.Marshal(ev)
@@ -149,17 +185,26 @@ func Marshal(ev Any) ([]byte, error) {
 	return json.Marshal(struct {
 		Meta
 		Data Payload `json:"data"`
-	}{fixed, p})
+	}{fixed, ev.EventPayload()})
 }
 
 // Unmarshal decodes data into ev and validates it: the JSON must parse, type must be P's type,
 // v must be between 1 and Version, id and time must be set, and the payload must be valid.
 // Unknown fields are ignored (forward compatibility within one v).
 func Unmarshal[P Payload](data []byte, ev *Event[P]) error {
+	// The fast decoder fills a zero event; decoding into a used one merges as encoding/json
+	// does, which only encoding/json itself gets exactly right.
+	return unmarshal(data, ev, reflect.ValueOf(ev).Elem().IsZero())
+}
+
+// unmarshal is Unmarshal; fresh says ev is the zero value.
+func unmarshal[P Payload](data []byte, ev *Event[P], fresh bool) error {
 	var zero P
 	want := zero.EventType()
-	if err := json.Unmarshal(data, ev); err != nil {
-		return jsonError(want, err)
+	if !fresh || !decodeFast(data, ev, want) {
+		if err := json.Unmarshal(data, ev); err != nil {
+			return jsonError(want, err)
+		}
 	}
 	if err := checkMeta(&ev.Meta, want); err != nil {
 		return err
@@ -173,8 +218,13 @@ func Unmarshal[P Payload](data []byte, ev *Event[P]) error {
 // Decode reads any known event, picking the payload type from "type", and validates it like
 // Unmarshal. Use it on streams that carry several types (SESSION_IN, AGENT_EVENTS, AGENT_CTX).
 func Decode(data []byte) (Any, error) {
-	typ, ok := fastType(data)
-	if !ok {
+	var typ string
+	if t, ok := fastType(data); ok {
+		if mk, ok := registry[string(t)]; ok { // no copy of t for the lookup
+			return mk(data)
+		}
+		typ = string(t)
+	} else {
 		var peek struct {
 			Type string `json:"type"`
 		}
@@ -195,18 +245,51 @@ func Decode(data []byte) (Any, error) {
 
 // fastType reads the type of an event that starts with {"type":"...", as everything Marshal
 // writes does, without a second JSON pass. Anything else (whitespace, escapes, another field
-// first) falls back to a full peek. The full decode that follows validates the JSON anyway.
-func fastType(data []byte) (string, bool) {
+// first) falls back to a full peek. The full decode that follows validates
+// the JSON anyway.
+func fastType(data []byte) ([]byte, bool) {
 	const prefix = `{"type":"`
 	if !bytes.HasPrefix(data, []byte(prefix)) {
-		return "", false
+		return nil, false
 	}
 	rest := data[len(prefix):]
 	end := bytes.IndexByte(rest, '"')
 	if end < 0 || bytes.IndexByte(rest[:end], '\\') >= 0 {
-		return "", false
+		return nil, false
 	}
-	return string(rest[:end]), true
+	return rest[:end], true
+}
+
+// marshalFast encodes ev with envelope m through the fast codec into a pooled buffer and
+// returns a copy of exactly its size.
+func marshalFast(ev Any, m Meta) ([]byte, bool) {
+	bp := encBufs.Get().(*[]byte)
+	b, ok := ev.appendFast((*bp)[:0], m)
+	var out []byte
+	if ok {
+		out = make([]byte, len(b))
+		copy(out, b)
+	}
+	if cap(b) <= maxPooledBuf {
+		*bp = b[:0]
+		encBufs.Put(bp)
+	}
+	return out, ok
+}
+
+// decodeFast decodes data into the zero event ev through the fast codec. When it reports
+// false, ev is zero again and the caller decodes with encoding/json.
+func decodeFast[P Payload](data []byte, ev *Event[P], want string) bool {
+	p, ok := any(&ev.Data).(fastDecoder)
+	if !ok || !fastCodec {
+		return false
+	}
+	d := decoder{data: data}
+	if decodeEvent(&d, &ev.Meta, want, p) && d.end() {
+		return true
+	}
+	*ev = Event[P]{}
+	return false
 }
 
 // PeekMeta decodes only the envelope, without validating the payload. Useful for routing and
@@ -222,12 +305,21 @@ func PeekMeta(data []byte) (Meta, error) {
 // registry maps type -> decoder for Decode. Filled by register in each payload file's init.
 var registry = map[string]func([]byte) (Any, error){}
 
+// fastTypes are the registered types with a fast codec (encoder and decoder).
+var fastTypes = map[string]bool{}
+
 // register adds P to Decode's registry.
 func register[P Payload]() {
 	var zero P
+	if _, ok := any(&zero).(interface {
+		fastEncoder
+		fastDecoder
+	}); ok {
+		fastTypes[zero.EventType()] = true
+	}
 	registry[zero.EventType()] = func(data []byte) (Any, error) {
 		ev := new(Event[P])
-		if err := Unmarshal(data, ev); err != nil {
+		if err := unmarshal(data, ev, true); err != nil {
 			return nil, err
 		}
 		return ev, nil
@@ -244,24 +336,21 @@ func Types() []string {
 }
 
 func checkMeta(m *Meta, want string) error {
-	what := want + " event"
 	switch {
 	case m.Type == "":
-		return invalid(what, "type is required")
+		return invalid(want+" event", "type is required")
 	case m.Type != want:
-		return invalid(what, "type %q does not match, want %q", m.Type, want)
+		return invalid(want+" event", "type %q does not match, want %q", m.Type, want)
 	case m.V <= 0:
-		return invalid(what, "v is required (a positive schema version)")
+		return invalid(want+" event", "v is required (a positive schema version)")
 	case m.V > Version:
-		return &InvalidError{What: what, Reason: fmt.Sprintf("v %d is newer than supported version %d", m.V, Version), Err: ErrUnsupportedVersion}
+		return &InvalidError{What: want + " event", Reason: fmt.Sprintf("v %d is newer than supported version %d", m.V, Version), Err: ErrUnsupportedVersion}
 	case m.ID == "":
-		return invalid(what, "id is required")
+		return invalid(want+" event", "id is required")
 	case m.Time <= 0:
-		return invalid(what, "time is required (Unix milliseconds)")
-	case m.Session != "":
-		if _, err := ParseSessionID(m.Session); err != nil {
-			return invalid(what, "session %q is not a session id or key", m.Session)
-		}
+		return invalid(want+" event", "time is required (Unix milliseconds)")
+	case m.Session != "" && !validSessionID(m.Session):
+		return invalid(want+" event", "session %q is not a session id or key", m.Session)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ func FuzzParseSubjects(f *testing.F) {
 		AgentEvtSubject(k, "T", "message_end"), AgentCtxSubject(NewSessionID(k, 3)), ToolCallSubject("x.y"),
 		ToolResultSubject(k, "c"), TaskSubagentSubject("t"), ScheduleSubject(k, "s"), DeadLetterSubject("a", "b"),
 		"im.in....", "agent.ctx.x.01", "agent.in.=", "",
+		"a:b:group:c", "a:b:group:c#1", "a:b:group:c#01", "a:b:guild:c#1", ":b:group:c", "a::group:c", "a:b:group:", "a:b:group:#2", "a:b:group",
 	} {
 		f.Add(s)
 	}
@@ -49,6 +50,9 @@ func FuzzParseSubjects(f *testing.F) {
 		}
 		if id, err := ParseSessionID(s); err == nil && id.String() != s {
 			t.Fatalf("session id %q -> %q", s, id.String())
+		}
+		if _, err := ParseSessionID(s); (err == nil) != validSessionID(s) {
+			t.Fatalf("session id %q: ParseSessionID error %v, validSessionID %v", s, err, validSessionID(s))
 		}
 	})
 }

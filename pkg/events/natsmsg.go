@@ -1,8 +1,9 @@
 package events
 
 import (
-	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
+	"math/rand/v2"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -29,14 +30,10 @@ type MsgIDer interface {
 }
 
 // MsgID returns the Nats-Msg-Id for ev: the payload's MsgID when it has one, else the event id.
-func MsgID(ev Any) string {
-	if m, ok := ev.EventPayload().(MsgIDer); ok {
-		if id := m.MsgID(); id != "" {
-			return id
-		}
-	}
-	return ev.EventMeta().ID
-}
+func MsgID(ev Any) string { return ev.msgID() }
+
+// msgHeaders is how many headers NewMsg sets at most.
+const msgHeaders = 7
 
 // NewMsg marshals ev (validating it) into a message for subject with the correlation headers
 // and Nats-Msg-Id = MsgID(ev).
@@ -46,17 +43,44 @@ func NewMsg(subject string, ev Any) (*nats.Msg, error) {
 		return nil, err
 	}
 	m := ev.EventMeta()
-	msg := &nats.Msg{Subject: subject, Data: data, Header: make(nats.Header, 7)}
-	h := msg.Header
 	typ := m.Type
 	if typ == "" {
-		typ = ev.EventPayload().EventType()
+		typ = ev.payloadType()
 	}
-	h[HeaderType] = []string{typ}
-	h[HeaderEventID] = []string{m.ID}
-	h[HeaderMsgID] = []string{MsgID(ev)}
-	SetCorrelation(h, Correlation{Session: m.Session, Turn: m.Turn, Trace: m.Trace})
-	return msg, nil
+	hb := headerBuilder{h: make(nats.Header, msgHeaders), vals: make([]string, 0, msgHeaders)}
+	hb.set(HeaderType, typ)
+	hb.set(HeaderEventID, m.ID)
+	hb.set(HeaderMsgID, ev.msgID())
+	hb.correlation(m.Session, m.Turn, m.Trace)
+	return &nats.Msg{Subject: subject, Data: data, Header: hb.h}, nil
+}
+
+// headerBuilder fills a header whose values share one backing array: one allocation for all
+// of them instead of one per header.
+type headerBuilder struct {
+	h    nats.Header
+	vals []string
+}
+
+func (b *headerBuilder) set(key, val string) {
+	b.vals = append(b.vals, val)
+	n := len(b.vals)
+	b.h[key] = b.vals[n-1 : n : n] // capped, so an append by a later user copies
+}
+
+func (b *headerBuilder) correlation(session, turn, trace string) {
+	if session != "" {
+		b.set(HeaderSession, session)
+	}
+	if turn != "" {
+		b.set(HeaderTurn, turn)
+	}
+	if trace != "" {
+		b.set(HeaderTrace, trace)
+		if validTraceID(trace) {
+			b.set(HeaderTraceparent, traceparent(trace))
+		}
+	}
 }
 
 // Correlation is the set of ids that tie events together.
@@ -74,18 +98,22 @@ func CorrelationOf(m *Meta) Correlation {
 // SetCorrelation writes c into h (empty fields are not written). A valid trace id also sets a
 // W3C traceparent with a fresh span id, so OpenTelemetry-aware consumers join the trace.
 func SetCorrelation(h nats.Header, c Correlation) {
-	if c.Session != "" {
-		h[HeaderSession] = []string{c.Session}
-	}
-	if c.Turn != "" {
-		h[HeaderTurn] = []string{c.Turn}
-	}
-	if c.Trace != "" {
-		h[HeaderTrace] = []string{c.Trace}
-		if validTraceID(c.Trace) {
-			h[HeaderTraceparent] = []string{"00-" + c.Trace + "-" + newSpanID() + "-01"}
-		}
-	}
+	hb := headerBuilder{h: h, vals: make([]string, 0, 4)}
+	hb.correlation(c.Session, c.Turn, c.Trace)
+}
+
+// traceparent returns "00-<trace>-<new span id>-01" for a valid trace id.
+func traceparent(trace string) string {
+	var b [len("00-") + 32 + len("-") + 16 + len("-01")]byte
+	n := copy(b[:], "00-")
+	n += copy(b[n:], trace)
+	b[n] = '-'
+	n++
+	var span [8]byte
+	binary.BigEndian.PutUint64(span[:], newSpanID())
+	n += hex.Encode(b[n:], span[:])
+	copy(b[n:], "-01")
+	return string(b[:])
 }
 
 // CorrelationFromHeader reads correlation ids back from message headers. Trace falls back to
@@ -127,10 +155,15 @@ func validTraceID(s string) bool {
 	return true
 }
 
-func newSpanID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+// newSpanID returns a random non-zero W3C span id. Span and trace ids only need to be unique
+// (they are not secrets), so they come from the runtime's fast per-thread generator
+// (ChaCha8, seeded by the OS) rather than from a crypto/rand system call per message.
+func newSpanID() uint64 {
+	for {
+		if id := rand.Uint64(); id != 0 {
+			return id
+		}
+	}
 }
 
 // DecodeMsg decodes a message body with Decode and fills missing correlation ids from the
@@ -154,7 +187,7 @@ func UnmarshalMsg[P Payload](msg *nats.Msg, ev *Event[P]) error {
 }
 
 func fillCorrelation(m *Meta, h nats.Header) {
-	if h == nil {
+	if h == nil || m.Session != "" && m.Turn != "" && m.Trace != "" {
 		return
 	}
 	c := CorrelationFromHeader(h)

@@ -130,6 +130,32 @@ func ParseSessionID(s string) (SessionID, error) {
 	return SessionID{Key: k}, nil
 }
 
+// validSessionID reports whether ParseSessionID accepts s, without allocating.
+func validSessionID(s string) bool {
+	if i := strings.LastIndexByte(s, '#'); i >= 0 {
+		if _, ok := parseEpoch(s[i+1:]); ok {
+			return validSessionKey(s[:i])
+		}
+	}
+	return validSessionKey(s)
+}
+
+// validSessionKey reports whether ParseSessionKey accepts s, without allocating.
+func validSessionKey(s string) bool {
+	i := strings.IndexByte(s, ':')
+	if i <= 0 { // no platform
+		return false
+	}
+	rest := s[i+1:]
+	j := strings.IndexByte(rest, ':')
+	if j <= 0 { // no bot
+		return false
+	}
+	rest = rest[j+1:]
+	k := strings.IndexByte(rest, ':')
+	return k >= 0 && ValidScope(rest[:k]) && len(rest) > k+1
+}
+
 // parseEpoch accepts only the canonical decimal form of a positive uint64 (no sign, no leading
 // zero), so that String and Parse are inverse.
 func parseEpoch(s string) (uint64, bool) {
