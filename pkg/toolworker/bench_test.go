@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/internal/cputime"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/tools"
 )
@@ -72,6 +73,7 @@ func benchCalls(b *testing.B, conc int, marker bool) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
+	cpu := cputime.Process()
 	for _, m := range msgs {
 		if _, err := js.PublishMsgAsync(m); err != nil {
 			b.Fatal(err)
@@ -89,6 +91,7 @@ func benchCalls(b *testing.B, conc int, marker bool) {
 	}
 	el := time.Since(start)
 	b.StopTimer()
+	cputime.Report(b, cpu) // the embedded server's CPU included
 	b.ReportMetric(float64(b.N)/el.Seconds(), "calls/s")
 	var _ jetstream.JetStream = js
 }

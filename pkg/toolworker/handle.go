@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -25,6 +25,7 @@ type call struct {
 	meta  *jetstream.MsgMetadata
 	ev    events.Event[events.ToolCall]
 	start time.Time
+	nm    nats.Msg // msg as a core message, for events.UnmarshalMsg
 }
 
 func (c *call) subject() string {
@@ -33,16 +34,16 @@ func (c *call) subject() string {
 
 // handle runs the steps listed in the package doc for one delivered request.
 func (h *Handle) handle(s *served, msg jetstream.Msg) {
-	stopKeep := h.keepAlive(msg)
-	defer stopKeep()
+	h.track(msg)
+	defer h.untrack(msg)
 	c := &call{msg: msg, start: time.Now()}
 	meta, err := msg.Metadata()
 	if err != nil {
 		meta = &jetstream.MsgMetadata{NumDelivered: 1}
 	}
 	c.meta = meta
-	nm := &nats.Msg{Subject: msg.Subject(), Data: msg.Data(), Header: msg.Headers()}
-	if err := events.UnmarshalMsg(nm, &c.ev); err != nil {
+	c.nm.Subject, c.nm.Data, c.nm.Header = msg.Subject(), msg.Data(), msg.Headers()
+	if err := events.UnmarshalMsg(&c.nm, &c.ev); err != nil {
 		h.malformed(s, c, err)
 		return
 	}
@@ -51,15 +52,14 @@ func (h *Handle) handle(s *served, msg jetstream.Msg) {
 		return
 	}
 	tc := c.ev.Data
-	log := h.log.With("tool", tc.Tool, "call", tc.CallID, "session", c.ev.Session, "turn", c.ev.Turn, "trace", c.ev.Trace)
 
 	// One handling per call id on this worker: a duplicate waits for the first to finish and
 	// then finds its result.
-	release, ok := h.claim(tc.CallID)
+	mine, ok := h.claim(tc.CallID)
 	if !ok {
 		return // killed while waiting
 	}
-	defer release()
+	defer h.release(tc.CallID, mine)
 
 	switch _, err := h.results.GetLastMsgForSubject(h.killCtx, c.subject()); {
 	case err == nil:
@@ -69,7 +69,7 @@ func (h *Handle) handle(s *served, msg jetstream.Msg) {
 		if h.killed.Load() {
 			return
 		}
-		log.Warn("tool worker: cannot check for an existing result; retrying later", "err", err)
+		h.logFor(c).Warn("tool worker: cannot check for an existing result; retrying later", "err", err)
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
@@ -77,7 +77,7 @@ func (h *Handle) handle(s *served, msg jetstream.Msg) {
 	if int(meta.NumDelivered) > h.opts.MaxAttempts {
 		reason := fmt.Sprintf("tool %s was not run: its call was delivered %d times without a recorded result (the workers handling it kept failing or crashing); giving up",
 			tc.Tool, meta.NumDelivered)
-		log.Error("tool worker: giving up on call", "deliveries", meta.NumDelivered)
+		h.logFor(c).Error("tool worker: giving up on call", "deliveries", meta.NumDelivered)
 		h.deadLetter(c, events.DLQMaxDeliveries, errors.New(reason))
 		h.finish(c, tools.ErrorResult("%s", reason))
 		return
@@ -98,7 +98,7 @@ func (h *Handle) handle(s *served, msg jetstream.Msg) {
 	}
 	env := envOf(tc, h.opts.Workspace)
 	if why := refusal(t, tc, env); why != "" {
-		log.Info("tool worker: call refused", "why", why)
+		h.logFor(c).Info("tool worker: call refused", "why", why)
 		h.finish(c, tools.ErrorResult("tool %s refused: %s", tc.Tool, why))
 		return
 	}
@@ -109,7 +109,7 @@ func (h *Handle) handle(s *served, msg jetstream.Msg) {
 	}
 	timeout := h.timeoutFor(t.Name)
 	if !t.Idempotent {
-		proceed := h.markStarted(c, t, timeout, log)
+		proceed := h.markStarted(c, t, timeout)
 		if !proceed {
 			return
 		}
@@ -121,9 +121,16 @@ func (h *Handle) handle(s *served, msg jetstream.Msg) {
 	h.finish(c, res)
 }
 
+// logFor returns the logger for messages about call c. It is built when something is logged,
+// not per call: With formats its attributes up front.
+func (h *Handle) logFor(c *call) *slog.Logger {
+	return h.log.With("tool", c.ev.Data.Tool, "call", c.ev.Data.CallID, "session", c.ev.Session, "turn", c.ev.Turn, "trace", c.ev.Trace)
+}
+
 // claim makes this handler the only one of callID on this worker, waiting for another
-// handler of the same id to end first. ok is false when the worker was killed meanwhile.
-func (h *Handle) claim(callID string) (release func(), ok bool) {
+// handler of the same id to end first; release(callID, mine) ends the claim. ok is false when
+// the worker was killed meanwhile.
+func (h *Handle) claim(callID string) (mine chan struct{}, ok bool) {
 	for {
 		h.mu.Lock()
 		ch, busy := h.inflight[callID]
@@ -131,12 +138,7 @@ func (h *Handle) claim(callID string) (release func(), ok bool) {
 			mine := make(chan struct{})
 			h.inflight[callID] = mine
 			h.mu.Unlock()
-			return func() {
-				h.mu.Lock()
-				delete(h.inflight, callID)
-				h.mu.Unlock()
-				close(mine)
-			}, true
+			return mine, true
 		}
 		h.mu.Unlock()
 		select {
@@ -145,6 +147,14 @@ func (h *Handle) claim(callID string) (release func(), ok bool) {
 			return nil, false
 		}
 	}
+}
+
+// release ends a claim, letting a waiting duplicate of callID go on.
+func (h *Handle) release(callID string, mine chan struct{}) {
+	h.mu.Lock()
+	delete(h.inflight, callID)
+	h.mu.Unlock()
+	close(mine)
 }
 
 // marker is the value of the "started" record of a non-idempotent call in KV delivered.
@@ -163,10 +173,7 @@ func MarkerKey(callID string) string { return "tool." + events.EncodeToken(callI
 // markStarted records that a non-idempotent call is about to run. It reports whether to run it;
 // when an earlier attempt had already started, it settles the call itself (waiting for that
 // attempt's result, else answering that the call was interrupted) and reports false.
-func (h *Handle) markStarted(c *call, t tools.Tool, timeout time.Duration, log interface {
-	Warn(string, ...any)
-	Info(string, ...any)
-}) bool {
+func (h *Handle) markStarted(c *call, t tools.Tool, timeout time.Duration) bool {
 	now := time.Now()
 	until := now.Add(timeout)
 	if d := c.ev.Data.Deadline; d > 0 && time.UnixMilli(d).Before(until) {
@@ -182,7 +189,7 @@ func (h *Handle) markStarted(c *call, t tools.Tool, timeout time.Duration, log i
 		return false
 	}
 	if !errors.Is(err, jetstream.ErrKeyExists) {
-		log.Warn("tool worker: cannot record the start of a non-idempotent call; retrying later", "err", err)
+		h.logFor(c).Warn("tool worker: cannot record the start of a non-idempotent call; retrying later", "err", err)
 		_ = c.msg.NakWithDelay(time.Second)
 		return false
 	}
@@ -194,7 +201,7 @@ func (h *Handle) markStarted(c *call, t tools.Tool, timeout time.Duration, log i
 		waitUntil = time.UnixMilli(prev.Until)
 	}
 	waitUntil = waitUntil.Add(h.opts.InterruptGrace)
-	log.Info("tool worker: non-idempotent call started before; waiting for that attempt's result",
+	h.logFor(c).Info("tool worker: non-idempotent call started before; waiting for that attempt's result",
 		"previousWorker", prev.Worker, "until", waitUntil)
 	if h.awaitResult(c, waitUntil) {
 		h.ack(c)
@@ -322,28 +329,40 @@ func (h *Handle) ack(c *call) {
 	}
 }
 
-// keepAlive sends in-progress acks every AckWait/3 until the returned func is called.
-func (h *Handle) keepAlive(msg jetstream.Msg) func() {
-	every := h.opts.AckWait / 3
-	var mu sync.Mutex
-	stopped := false
-	var t *time.Timer
-	mu.Lock()
-	t = time.AfterFunc(every, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if stopped || h.killed.Load() {
+// track adds msg to the calls that get in-progress acks (progressLoop) until untrack.
+func (h *Handle) track(msg jetstream.Msg) {
+	h.progressMu.Lock()
+	h.running[msg] = struct{}{}
+	h.progressMu.Unlock()
+}
+
+// untrack ends msg's in-progress acks; none is sent after it returns.
+func (h *Handle) untrack(msg jetstream.Msg) {
+	h.progressMu.Lock()
+	delete(h.running, msg)
+	h.progressMu.Unlock()
+}
+
+// progressLoop sends an in-progress ack for every call being handled each AckWait/3, so a
+// slow tool is not redelivered to another worker. One loop for all calls instead of a timer
+// per call: a call then gets its first in-progress ack between 0 and AckWait/3 after it
+// started, never later. It ends with killCtx (the end of Stop, or Kill).
+func (h *Handle) progressLoop() {
+	tick := time.NewTicker(h.opts.AckWait / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-h.killCtx.Done():
 			return
+		case <-tick.C:
 		}
-		_ = msg.InProgress()
-		t.Reset(every)
-	})
-	mu.Unlock()
-	return func() {
-		mu.Lock()
-		stopped = true
-		t.Stop()
-		mu.Unlock()
+		h.progressMu.Lock()
+		if !h.killed.Load() {
+			for msg := range h.running {
+				_ = msg.InProgress()
+			}
+		}
+		h.progressMu.Unlock()
 	}
 }
 

@@ -128,6 +128,9 @@ type Handle struct {
 	inflight map[string]chan struct{} // call id -> closed when its handling ends
 	window   time.Duration            // registry generation window (2 × heartbeat)
 	beat     time.Duration
+
+	progressMu sync.Mutex
+	running    map[jetstream.Msg]struct{} // deliveries being handled, for in-progress acks
 }
 
 // served is one tool this worker consumes calls for.
@@ -147,7 +150,7 @@ func Run(ctx context.Context, opts Options) (*Handle, error) {
 		return nil, err
 	}
 	h := &Handle{opts: opts, log: opts.Log.With("worker", opts.ID), stopping: make(chan struct{}), done: make(chan struct{}),
-		served: map[string]*served{}, inflight: map[string]chan struct{}{}}
+		served: map[string]*served{}, inflight: map[string]chan struct{}{}, running: map[jetstream.Msg]struct{}{}}
 	var err error
 	if h.results, err = opts.JS.Stream(ctx, events.StreamToolResults); err != nil {
 		return nil, fmt.Errorf("open stream %s: %w", events.StreamToolResults, err)
@@ -174,6 +177,7 @@ func Run(ctx context.Context, opts Options) (*Handle, error) {
 	}
 	h.window = 2 * h.beat
 	h.killCtx, h.kill = context.WithCancel(context.Background())
+	go h.progressLoop()
 
 	for _, t := range opts.Registry.List() {
 		if err := h.serve(ctx, t); err != nil {

@@ -506,3 +506,30 @@ func TestOptionsErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestInProgressKeepsSlowCall: a call that runs for several AckWaits is not redelivered while it
+// runs, because the worker keeps sending in-progress acks.
+func TestInProgressKeepsSlowCall(t *testing.T) {
+	srv := newServer(t)
+	slow := tools.MustRaw("slow", "takes three ack waits", nil, func(ctx context.Context, call tools.Call) (tools.Result, error) {
+		time.Sleep(1800 * time.Millisecond)
+		return tools.TextResult("finished"), nil
+	}, tools.Idempotent())
+	o := fastOpts(srv, mustRegistry(t, slow), "w1")
+	o.AckWait = 600 * time.Millisecond
+	startWorker(t, o)
+	publishCall(t, srv.JS, newCall("slow", "ip1", nil), "")
+	waitResult(t, srv.JS, testSK, "ip1")
+	waitDrained(t, srv.JS, "slow")
+	cons, err := srv.JS.Consumer(context.Background(), events.StreamToolCalls, ConsumerName("slow"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Delivered.Consumer != 1 {
+		t.Fatalf("call delivered %d times, want 1 (in-progress acks missing)", info.Delivered.Consumer)
+	}
+}
