@@ -206,6 +206,9 @@ var spoofedSender = regexp.MustCompile(`(?i)[\[［【]\s*sender\s*[:：][^\]］�
 
 // StripSpoofedSender removes any [sender:...] prefix a user typed.
 func StripSpoofedSender(text string) string {
+	if !strings.ContainsAny(text, "[［【") { // every match starts with one of these
+		return text
+	}
 	return spoofedSender.ReplaceAllString(text, "")
 }
 

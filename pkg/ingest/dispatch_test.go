@@ -121,3 +121,31 @@ func TestMayRun(t *testing.T) {
 		}
 	}
 }
+
+// TestSenderRoles: the per-message role computation equals Roles over the merged lists (the
+// console's sender counting as a master).
+func TestSenderRoles(t *testing.T) {
+	cfg, _ := config.Parse(nil)
+	cfg.AI.Trigger.Masters, cfg.AI.Trigger.Trusted = []string{"m1"}, []string{"t1"}
+	bots := map[string]BotRoles{"webhook/b1": {Masters: []string{"m2"}, Trusted: []string{"t2", "m1"}}}
+	in := New(nil, cfg.AI, bots, nil)
+	for _, platform := range []string{"webhook", PlatformConsole} {
+		for _, bot := range []string{"b1", "other"} {
+			for _, id := range []string{"m1", "m2", "t1", "t2", "u"} {
+				for _, pr := range [][]string{nil, {"admin"}, {"owner", "group_admin", "x"}} {
+					m := &events.IMMessage{Platform: platform, Bot: bot, Sender: events.Sender{ID: id, Roles: pr}}
+					br := bots[platform+"/"+bot]
+					masters := append(append([]string(nil), cfg.AI.Trigger.Masters...), br.Masters...)
+					if platform == PlatformConsole {
+						masters = append(masters, id)
+					}
+					trusted := append(append([]string(nil), cfg.AI.Trigger.Trusted...), br.Trusted...)
+					want := Roles(id, pr, masters, trusted)
+					if got := in.senderRoles(m); strings.Join(got, ",") != strings.Join(want, ",") {
+						t.Errorf("%s/%s sender %s %v: roles %v, want %v", platform, bot, id, pr, got, want)
+					}
+				}
+			}
+		}
+	}
+}

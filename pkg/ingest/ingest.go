@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -59,20 +61,14 @@ type Result struct {
 // message that reached IM_IN but not SESSION_IN is completed by the retry.
 func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (Result, error) {
 	m.MentionsBot = m.MentionsBot || m.Content.Mentions(m.Bot)
-	br := in.roles[m.Platform+"/"+m.Bot]
-	if m.Platform == PlatformConsole {
-		// Whoever reaches the bus is the operator: console users are masters.
-		br.Masters = append(append([]string(nil), br.Masters...), m.Sender.ID)
-	}
-	m.Sender.Roles = Roles(m.Sender.ID, m.Sender.Roles,
-		append(append([]string(nil), in.ai.Trigger.Masters...), br.Masters...),
-		append(append([]string(nil), in.ai.Trigger.Trusted...), br.Trusted...))
+	m.Sender.Roles = in.senderRoles(m)
 	if err := m.Validate(); err != nil {
 		return Result{}, fmt.Errorf("%w: %v", events.ErrInvalid, err)
 	}
 	sk := m.SessionKey()
+	session := sk.String()
 	trace := events.NewTraceID()
-	imEv := events.New(*m, events.WithSession(sk.String()), events.WithTrace(trace))
+	imEv := events.New(*m, events.WithSession(session), events.WithTrace(trace))
 	msg, err := events.NewMsg(events.IMInSubject(sk), imEv)
 	if err != nil {
 		return Result{}, err
@@ -83,7 +79,8 @@ func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (Result, er
 	}
 	res := Result{Duplicate: ack.Duplicate}
 	res.Decision = in.disp.Dispatch(m)
-	log := in.log.With("session", sk.String(), "msg", m.MessageID, "trace", trace)
+	// Built only when something is logged: most messages log nothing above debug.
+	log := func() *slog.Logger { return in.log.With("session", session, "msg", m.MessageID, "trace", trace) }
 	for i, r := range res.Decision.Routes {
 		var ev events.Any
 		switch r {
@@ -99,13 +96,13 @@ func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (Result, er
 				if err := in.refuse(ctx, m, sk, c.Name, trace); err != nil {
 					return res, err
 				}
-				log.Info("refused command", "command", c.Name, "sender", m.Sender.ID)
+				log().Info("refused command", "command", c.Name, "sender", m.Sender.ID)
 				continue
 			}
 			ev = commandEvent(c, m)
 		}
 		meta := ev.EventMeta()
-		meta.Session, meta.Trace = sk.String(), trace
+		meta.Session, meta.Trace = session, trace
 		// One inbound message may cause two inbox events (dual mode); each needs its own stable id.
 		meta.ID = stableID(m, i)
 		out, err := events.NewMsg(events.AgentInSubject(sk), ev)
@@ -116,8 +113,27 @@ func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (Result, er
 			return res, fmt.Errorf("publish agent.in %s: %w", m.MsgID(), err)
 		}
 	}
-	log.Debug("ingested", "routes", fmt.Sprint(res.Decision.Routes), "reason", res.Decision.Reason, "duplicate", res.Duplicate)
+	if in.log.Enabled(ctx, slog.LevelDebug) {
+		log().Debug("ingested", "routes", fmt.Sprint(res.Decision.Routes), "reason", res.Decision.Reason, "duplicate", res.Duplicate)
+	}
 	return res, nil
+}
+
+// senderRoles computes m's sender roles (Roles) from ai.trigger's and the bot's lists without
+// merging the lists per message.
+func (in *Ingestor) senderRoles(m *events.IMMessage) []string {
+	br := in.roles[m.Platform+"/"+m.Bot]
+	id := m.Sender.ID
+	roles := Roles(id, m.Sender.Roles, nil, nil)
+	master := slices.Contains(in.ai.Trigger.Masters, id) || slices.Contains(br.Masters, id) ||
+		m.Platform == PlatformConsole // whoever reaches the bus is the operator: console users are masters
+	if master || slices.Contains(in.ai.Trigger.Trusted, id) || slices.Contains(br.Trusted, id) {
+		roles = appendOnce(roles, "trusted")
+	}
+	if master {
+		roles = appendOnce(roles, "master")
+	}
+	return roles
 }
 
 // commandEvent maps /steer and /followup to their own inbox kinds, /cancel to abort; the rest
@@ -134,10 +150,13 @@ func commandEvent(c events.Command, m *events.IMMessage) events.Any {
 	return events.New(c)
 }
 
+// idSafe makes a message id readable as part of an event id.
+var idSafe = strings.NewReplacer("/", "_", ".", "_")
+
 func stableID(m *events.IMMessage, i int) string {
-	id := "in-" + strings.NewReplacer("/", "_", ".", "_").Replace(m.MsgID())
+	id := "in-" + idSafe.Replace(m.MsgID())
 	if i > 0 {
-		id += fmt.Sprintf("-%d", i)
+		id += "-" + strconv.Itoa(i)
 	}
 	return id
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/config"
@@ -93,15 +94,25 @@ func (h *WebhookHandler) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusAccepted)
-	_ = json.NewEncoder(w).Encode(map[string]any{"accepted": true, "duplicate": res.Duplicate, "route": routeNames(res.Decision.Routes)})
+	_, _ = w.Write(acceptedBody(res))
 }
 
-func routeNames(rs []Route) []string {
-	out := make([]string, len(rs))
-	for i, r := range rs {
-		out[i] = r.String()
+// acceptedBody is the 202 body, {"accepted":true,"duplicate":<bool>,"route":[<names>]} and a
+// newline, written without a map and reflection (route names are plain ASCII words).
+func acceptedBody(res Result) []byte {
+	b := make([]byte, 0, 64)
+	b = append(b, `{"accepted":true,"duplicate":`...)
+	b = strconv.AppendBool(b, res.Duplicate)
+	b = append(b, `,"route":[`...)
+	for i, r := range res.Decision.Routes {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, r.String()...)
+		b = append(b, '"')
 	}
-	return out
+	return append(b, "]}\n"...)
 }
 
 func httpError(w http.ResponseWriter, code int, msg string) {

@@ -3,6 +3,7 @@ package ingest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -147,5 +148,24 @@ func TestSteerRefusedForNonMaster(t *testing.T) {
 	}
 	if n := streamMsgs(t, ns.JS, events.StreamSessionIn); n != 1 {
 		t.Errorf("master steer did not reach the inbox")
+	}
+}
+
+func TestAcceptedBody(t *testing.T) {
+	for _, res := range []Result{
+		{},
+		{Duplicate: true, Decision: Decision{Routes: []Route{RouteAI}}},
+		{Decision: Decision{Routes: []Route{RouteCommand, RouteAI}}},
+		{Decision: Decision{Routes: []Route{RouteIgnore, RouteListen}}},
+	} {
+		names := make([]string, len(res.Decision.Routes))
+		for i, r := range res.Decision.Routes {
+			names[i] = r.String()
+		}
+		var want bytes.Buffer
+		_ = json.NewEncoder(&want).Encode(map[string]any{"accepted": true, "duplicate": res.Duplicate, "route": names})
+		if got := acceptedBody(res); string(got) != want.String() {
+			t.Errorf("body %q, want %q", got, want.String())
+		}
 	}
 }
