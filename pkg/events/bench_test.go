@@ -3,6 +3,7 @@ package events
 import (
 	"testing"
 
+	"github.com/agentbus/agentbus/internal/cputime"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/nats-io/nats.go"
 )
@@ -65,11 +66,13 @@ func BenchmarkMarshal(b *testing.B) {
 	for _, c := range benchEvents() {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
+			cpu := cputime.Process()
 			for b.Loop() {
 				if _, err := Marshal(c.ev); err != nil {
 					b.Fatal(err)
 				}
 			}
+			cputime.Report(b, cpu)
 		})
 	}
 }
@@ -78,11 +81,13 @@ func BenchmarkNewMsg(b *testing.B) {
 	for _, c := range benchEvents() {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
+			cpu := cputime.Process()
 			for b.Loop() {
 				if _, err := NewMsg(c.subj, c.ev); err != nil {
 					b.Fatal(err)
 				}
 			}
+			cputime.Report(b, cpu)
 		})
 	}
 }
@@ -96,11 +101,13 @@ func BenchmarkDecode(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(data)))
+			cpu := cputime.Process()
 			for b.Loop() {
 				if _, err := Decode(data); err != nil {
 					b.Fatal(err)
 				}
 			}
+			cputime.Report(b, cpu)
 		})
 	}
 }
@@ -113,11 +120,13 @@ func BenchmarkDecodeMsg(b *testing.B) {
 		}
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
+			cpu := cputime.Process()
 			for b.Loop() {
 				if _, err := DecodeMsg(m); err != nil {
 					b.Fatal(err)
 				}
 			}
+			cputime.Report(b, cpu)
 		})
 	}
 }
@@ -133,22 +142,26 @@ func BenchmarkUnmarshalMsg(b *testing.B) {
 		case *Event[ToolCall]:
 			b.Run(c.name, func(b *testing.B) {
 				b.ReportAllocs()
+				cpu := cputime.Process()
 				for b.Loop() {
 					var ev Event[ToolCall]
 					if err := UnmarshalMsg(m, &ev); err != nil {
 						b.Fatal(err)
 					}
 				}
+				cputime.Report(b, cpu)
 			})
 		case *Event[Outbound]:
 			b.Run(c.name, func(b *testing.B) {
 				b.ReportAllocs()
+				cpu := cputime.Process()
 				for b.Loop() {
 					var ev Event[Outbound]
 					if err := UnmarshalMsg(m, &ev); err != nil {
 						b.Fatal(err)
 					}
 				}
+				cputime.Report(b, cpu)
 			})
 		}
 	}
@@ -158,15 +171,19 @@ func BenchmarkUnmarshalMsg(b *testing.B) {
 func BenchmarkHeaders(b *testing.B) {
 	c := Correlation{Session: "webhook:bench:private:u-000123#1", Turn: "kqSZOTT9kZxH6bbB8Dhe4N", Trace: "4bf92f3577b34da6a3ce929d0e0e4736"}
 	b.ReportAllocs()
+	cpu := cputime.Process()
 	for b.Loop() {
 		h := make(nats.Header, 7)
 		SetCorrelation(h, c)
 	}
+	cputime.Report(b, cpu)
 }
 
 func BenchmarkNewTraceID(b *testing.B) {
 	b.ReportAllocs()
+	cpu := cputime.Process()
 	for b.Loop() {
 		_ = NewTraceID()
 	}
+	cputime.Report(b, cpu)
 }
