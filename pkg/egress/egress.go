@@ -532,7 +532,11 @@ func (e *egress) handle(msg *message.Message) error {
 	}
 	defer release()
 
-	switch rec, found, err := e.lookup(ctx, key); {
+	d.attempts++
+	// A part its publisher marks fresh was never published before, so on its first delivery
+	// and first attempt nothing can have been sent: the lookup would only find nothing.
+	firstTry := out.Fresh && d.deliveries == 1 && d.attempts == 1
+	switch rec, found, err := e.lookupUnless(ctx, key, firstTry); {
 	case err != nil:
 		return err
 	case found:
@@ -595,6 +599,14 @@ func send(ctx context.Context, s Sender, ev *events.Event[events.Outbound]) (str
 		return es.sendEvent(ctx, ev)
 	}
 	return s.Send(ctx, ev.Data)
+}
+
+// lookupUnless is lookup, or "not found" without asking when skip.
+func (e *egress) lookupUnless(ctx context.Context, key string, skip bool) (record, bool, error) {
+	if skip {
+		return record{}, false, nil
+	}
+	return e.lookup(ctx, key)
 }
 
 // lookup reads the KV delivered entry of key.

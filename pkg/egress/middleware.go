@@ -27,6 +27,7 @@ type delivery struct {
 	stream     string
 	seq        uint64
 	deliveries uint64
+	attempts   int // handler runs for this delivery (the retry middleware re-runs it)
 	corr       events.Correlation
 	base       *slog.Logger // the egress logger; log adds this delivery's attributes
 	log        *slog.Logger // built on first use: most deliveries log nothing

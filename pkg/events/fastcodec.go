@@ -570,6 +570,9 @@ func (o *Outbound) appendJSON(b []byte) ([]byte, bool) {
 	if o.Final {
 		b = append(b, `,"final":true`...)
 	}
+	if o.Fresh {
+		b = append(b, `,"fresh":true`...)
+	}
 	return append(b, '}'), ok
 }
 
@@ -594,6 +597,8 @@ func (o *Outbound) decodeJSON(d *decoder) bool {
 			return field(7, decodeSegments(d, &o.Content))
 		case "final":
 			return field(8, d.bool(&o.Final))
+		case "fresh":
+			return field(9, d.bool(&o.Fresh))
 		}
 		return -1
 	})
@@ -1148,6 +1153,9 @@ func (c *ToolCall) appendJSON(b []byte) ([]byte, bool) {
 	if c.Idempotent {
 		b = append(b, `,"idempotent":true`...)
 	}
+	if c.Fresh {
+		b = append(b, `,"fresh":true`...)
+	}
 	return append(b, '}'), ok
 }
 
@@ -1170,6 +1178,8 @@ func (c *ToolCall) decodeJSON(d *decoder) bool {
 			return field(6, d.int64(&c.Deadline))
 		case "idempotent":
 			return field(7, d.bool(&c.Idempotent))
+		case "fresh":
+			return field(8, d.bool(&c.Fresh))
 		}
 		return -1
 	})
@@ -1238,7 +1248,7 @@ var fastLayouts = map[reflect.Type]string{
 	reflect.TypeFor[Sender]():             "ID string `json:\"id\"`; Name string `json:\"name,omitempty\"`; Roles []string `json:\"roles,omitempty\"`",
 	reflect.TypeFor[Segment]():            "Type string `json:\"type\"`; Data map[string]interface {} `json:\"data\"`",
 	reflect.TypeFor[IMMessage]():          "Platform string `json:\"platform\"`; Bot string `json:\"bot\"`; MessageID string `json:\"messageId\"`; Scene events.Scene `json:\"scene\"`; Sender events.Sender `json:\"sender\"`; Content events.Segments `json:\"content\"`; Time int64 `json:\"time,omitempty\"`; MentionsBot bool `json:\"mentionsBot,omitempty\"`",
-	reflect.TypeFor[Outbound]():           "OutID string `json:\"outId\"`; Turn string `json:\"turn,omitempty\"`; Part int `json:\"part\"`; Platform string `json:\"platform\"`; Bot string `json:\"bot\"`; Scene events.Scene `json:\"scene\"`; ReplyTo string `json:\"replyTo,omitempty\"`; Content events.Segments `json:\"content\"`; Final bool `json:\"final,omitempty\"`",
+	reflect.TypeFor[Outbound]():           "OutID string `json:\"outId\"`; Turn string `json:\"turn,omitempty\"`; Part int `json:\"part\"`; Platform string `json:\"platform\"`; Bot string `json:\"bot\"`; Scene events.Scene `json:\"scene\"`; ReplyTo string `json:\"replyTo,omitempty\"`; Content events.Segments `json:\"content\"`; Final bool `json:\"final,omitempty\"`; Fresh bool `json:\"fresh,omitempty\"`",
 	reflect.TypeFor[Receipt]():            "OutID string `json:\"outId\"`; Turn string `json:\"turn,omitempty\"`; Platform string `json:\"platform\"`; Bot string `json:\"bot\"`; Scene events.Scene `json:\"scene\"`; MessageID string `json:\"messageId\"`; Time int64 `json:\"time\"`; Content events.Segments `json:\"content,omitempty\"`; Sender events.Sender `json:\"sender\"`",
 	reflect.TypeFor[UserMessage]():        "Message events.IMMessage `json:\"message\"`; Text string `json:\"text,omitempty\"`; IMSeq uint64 `json:\"imSeq,omitempty\"`",
 	reflect.TypeFor[Listen]():             "Message events.IMMessage `json:\"message\"`; IMSeq uint64 `json:\"imSeq,omitempty\"`",
@@ -1255,7 +1265,7 @@ var fastLayouts = map[reflect.Type]string{
 	reflect.TypeFor[LiveDelta]():          "Kind string `json:\"kind\"`; ContentIndex int `json:\"contentIndex\"`; Delta string `json:\"delta,omitempty\"`; Seq uint64 `json:\"seq\"`; Message int `json:\"message,omitempty\"`",
 	reflect.TypeFor[SessionKey]():         "Platform string `json:\"platform\"`; Bot string `json:\"bot\"`; Scope string `json:\"scope\"`; Scene string `json:\"scene\"`",
 	reflect.TypeFor[Caller]():             "Platform string `json:\"platform\"`; Bot string `json:\"bot,omitempty\"`; Scope string `json:\"scope\"`; SenderID string `json:\"senderId,omitempty\"`; Roles []string `json:\"roles,omitempty\"`",
-	reflect.TypeFor[ToolCall]():           "CallID string `json:\"callId\"`; Tool string `json:\"tool\"`; Args map[string]interface {} `json:\"args\"`; SessionKey events.SessionKey `json:\"sessionKey\"`; Turn string `json:\"turn,omitempty\"`; Caller events.Caller `json:\"caller\"`; Deadline int64 `json:\"deadline,omitempty\"`; Idempotent bool `json:\"idempotent,omitempty\"`",
+	reflect.TypeFor[ToolCall]():           "CallID string `json:\"callId\"`; Tool string `json:\"tool\"`; Args map[string]interface {} `json:\"args\"`; SessionKey events.SessionKey `json:\"sessionKey\"`; Turn string `json:\"turn,omitempty\"`; Caller events.Caller `json:\"caller\"`; Deadline int64 `json:\"deadline,omitempty\"`; Idempotent bool `json:\"idempotent,omitempty\"`; Fresh bool `json:\"fresh,omitempty\"`",
 	reflect.TypeFor[ToolResult]():         "CallID string `json:\"callId\"`; Tool string `json:\"tool\"`; Content []llm.Content `json:\"content\"`; IsError bool `json:\"isError,omitempty\"`; Details json.RawMessage `json:\"details,omitempty\"`; Worker string `json:\"worker,omitempty\"`; DurationMs int64 `json:\"durationMs,omitempty\"`",
 	reflect.TypeFor[llm.Usage]():          "Input int `json:\"input\"`; Output int `json:\"output\"`; CacheRead int `json:\"cacheRead\"`; CacheWrite int `json:\"cacheWrite\"`; TotalTokens int `json:\"totalTokens\"`; Cost llm.UsageCost `json:\"cost\"`",
 	reflect.TypeFor[llm.UsageCost]():      "Input float64 `json:\"input\"`; Output float64 `json:\"output\"`; CacheRead float64 `json:\"cacheRead\"`; CacheWrite float64 `json:\"cacheWrite\"`; Total float64 `json:\"total\"`",

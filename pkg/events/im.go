@@ -319,6 +319,11 @@ type Outbound struct {
 	Content Segments `json:"content"`
 	// Final marks the turn's last part.
 	Final bool `json:"final,omitempty"`
+	// Fresh is the publisher's promise that this out id was never published before (a turn
+	// that was not taken over from a crashed owner). Egress then skips its delivered-record
+	// lookup on the first delivery. Leave it false when unsure: the lookup keeps sends at most
+	// once either way.
+	Fresh bool `json:"fresh,omitempty"`
 }
 
 func (Outbound) EventType() string { return TypeIMOut }

@@ -40,6 +40,11 @@ type ToolCall struct {
 	// Idempotent (from the registry) says a redelivered call may run again; a non-idempotent
 	// call that may have started before a crash is answered with an error instead.
 	Idempotent bool `json:"idempotent,omitempty"`
+	// Fresh is the caller's promise that this call id was never requested before (a turn that
+	// was not taken over from a crashed owner). A tool worker then skips looking for a stored
+	// result on the first delivery. Leave it false when unsure: the lookup keeps each call id
+	// run at most once either way.
+	Fresh bool `json:"fresh,omitempty"`
 }
 
 func (ToolCall) EventType() string { return TypeToolCall }

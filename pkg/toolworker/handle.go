@@ -61,7 +61,10 @@ func (h *Handle) handle(s *served, msg jetstream.Msg) {
 	}
 	defer h.release(tc.CallID, mine)
 
-	switch _, err := h.results.GetLastMsgForSubject(h.killCtx, c.subject()); {
+	// A call its caller marks fresh was never requested before, so on its first delivery no
+	// result can exist yet.
+	fresh := tc.Fresh && meta.NumDelivered == 1
+	switch err := h.resultExists(fresh, c.subject()); {
 	case err == nil:
 		h.ack(c)
 		return
@@ -217,6 +220,16 @@ func (h *Handle) markStarted(c *call, t tools.Tool, timeout time.Duration) bool 
 	h.finish(c, tools.ErrorResult("tool %s was interrupted after it started%s and is not idempotent; not retried automatically (it may or may not have taken effect — check before calling it again)",
 		t.Name, who))
 	return false
+}
+
+// resultExists reports nil when a result is stored on subj, jetstream.ErrMsgNotFound when
+// there is none (without asking when fresh), or the error of the look-up.
+func (h *Handle) resultExists(fresh bool, subj string) error {
+	if fresh {
+		return jetstream.ErrMsgNotFound
+	}
+	_, err := h.results.GetLastMsgForSubject(h.killCtx, subj)
+	return err
 }
 
 // awaitResult waits until a result for the call is stored or until passes.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -97,6 +98,49 @@ func TestToolTurn(t *testing.T) {
 	if !tl.committed || len(tl.messages) != 4 || tl.messages[2].Role != llm.RoleToolResult || tl.messages[3].TextContent() != "the tool said pong" {
 		t.Errorf("resume would see committed=%v %d messages: %+v", tl.committed, len(tl.messages), tl.messages)
 	}
+	// A turn nobody started before promises egress a first publication.
+	if out := h.outboundEvents(sk); len(out) != 1 || !out[0].Fresh {
+		t.Errorf("reply of a fresh turn: %+v", out)
+	}
+}
+
+// Models reuse call ids from one step to the next ("call_0" twice): each call still runs with
+// its own arguments and gets its own result, because bus ids count the reuse.
+func TestReusedToolCallIDs(t *testing.T) {
+	h := newHarness(t, nil, faux.WithResponses(
+		faux.Response{ToolCalls: []llm.Content{llm.ToolCall("call_0", "echo", map[string]any{"text": "a"})}},
+		faux.Response{ToolCalls: []llm.Content{llm.ToolCall("call_0", "echo", map[string]any{"text": "b"})}},
+		faux.Response{Text: "both done"},
+	))
+	var mu sync.Mutex
+	var ran []string
+	h.startTools(tools.MustNew("echo", "echoes", func(ctx context.Context, c tools.Call, a echoArgs) (tools.Result, error) {
+		mu.Lock()
+		ran = append(ran, a.Text)
+		mu.Unlock()
+		return tools.TextResult("pong:" + a.Text), nil
+	}, tools.Idempotent()))
+	w := h.worker("w1")
+	h.waitTools(w, 1)
+	h.send(sk, "m1", "twice")
+	if got := h.replies(sk, 1); got[0] != "both done" {
+		t.Fatalf("reply %q", got)
+	}
+	tl, err := w.readTurn(context.Background(), sk, turnID(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var results []string
+	for _, m := range tl.messages {
+		if m.Role == llm.RoleToolResult {
+			results = append(results, m.TextContent())
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(ran) != "[a b]" || fmt.Sprint(results) != "[pong:a pong:b]" {
+		t.Fatalf("tool ran %v, results %v; want [a b] and [pong:a pong:b]", ran, results)
+	}
 }
 
 // A worker dies after its tool call was published: another worker takes the session over and
@@ -134,8 +178,11 @@ func TestCrashAfterToolCallResumesOnOtherWorker(t *testing.T) {
 		t.Fatalf("reply = %q", got)
 	}
 	time.Sleep(500 * time.Millisecond) // a duplicate would show up now
-	if n := len(h.outbound(sk)); n != 1 {
-		t.Errorf("%d replies, want exactly 1", n)
+	out := h.outboundEvents(sk)
+	if len(out) != 1 {
+		t.Errorf("%d replies, want exactly 1", len(out))
+	} else if out[0].Fresh {
+		t.Error("a resumed turn's reply is marked fresh; egress would skip its delivered check")
 	}
 	if runs.Load() != 1 {
 		t.Errorf("tool ran %d times, want 1", runs.Load())

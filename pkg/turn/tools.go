@@ -149,6 +149,10 @@ type busExecutor struct {
 	// subscribed: the session's results already reach the worker's router (a session actor
 	// subscribes once); otherwise each call subscribes to its own result.
 	subscribed bool
+	// fresh: no call of this executor was requested before (see turnRun.fresh).
+	fresh bool
+	// busID maps a model call id to its bus id (nil: the scope's turn plus the model's id).
+	busID func(callID string) string
 }
 
 // callScope is who a tool call is made for: the session answering it, the turn (or task)
@@ -164,7 +168,8 @@ type callScope struct {
 // executor returns the bus executor of a turn.
 func (t *turnRun) executor() *busExecutor {
 	m := t.msg
-	return &busExecutor{w: t.a.w, resumed: t.resumed, flush: t.flush, subscribed: t.a.resultSub != nil, scope: callScope{sk: t.a.sk, turn: t.id, sid: t.sid.String(), trace: t.trace,
+	return &busExecutor{w: t.a.w, resumed: t.resumed, flush: t.flush, subscribed: t.a.resultSub != nil,
+		fresh: t.fresh && !t.resumed, busID: t.busID, scope: callScope{sk: t.a.sk, turn: t.id, sid: t.sid.String(), trace: t.trace,
 		caller: events.Caller{Platform: m.Platform, Bot: m.Bot, Scope: t.a.sk.Scope, SenderID: m.Sender.ID, Roles: m.Sender.Roles}}}
 }
 
@@ -182,6 +187,9 @@ func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (l
 		}
 	}
 	busID := sc.turn + "-" + call.ID
+	if x.busID != nil {
+		busID = x.busID(call.ID)
+	}
 	subj := events.ToolResultSubject(sc.sk, busID)
 	results, done := w.router.expect(subj)
 	defer done()
@@ -207,6 +215,7 @@ func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (l
 		Caller:     sc.caller,
 		Deadline:   time.Now().Add(timeout).UnixMilli(),
 		Idempotent: entry.Idempotent,
+		Fresh:      x.fresh,
 	}
 	if tc.Args == nil {
 		tc.Args = map[string]any{}

@@ -76,6 +76,14 @@ type turnRun struct {
 	finished  bool         // the turn's goroutine has taken next: no more interrupts
 	steerSeqs []uint64     // inbox sequences queued into this turn (steer, follow-up)
 	resumed   bool         // taken over from another owner: tool results may already exist
+	// fresh: nothing of this turn was published before (its turn_started was not a duplicate),
+	// so its tool calls and reply parts tell the tool workers and egress to skip their
+	// look-ups for an earlier attempt.
+	fresh bool
+	// callSeen counts the model's tool-call ids over the turn's assistant messages, busIDs maps
+	// the latest message's ids to their bus ids (see noteCalls).
+	callSeen map[string]int
+	busIDs   map[string]string
 	unacked   []jetstream.PubAckFuture
 	tail      []events.MessageEnd // finished messages not recorded yet (see emitter)
 }
@@ -202,9 +210,11 @@ func (a *actor) startTurn(pt *pendingTurn) error {
 	for _, s := range pt.merged {
 		started.Merged = append(started.Merged, events.InboxRef{Seq: s})
 	}
-	if err := record(t, events.EvtKindTurnStarted, started, "started"); err != nil {
+	ack, err := record(t, events.EvtKindTurnStarted, started, "started")
+	if err != nil {
 		return err
 	}
+	t.fresh = !ack.Duplicate
 	last := pt.seq
 	for _, s := range pt.merged {
 		last = max(last, s)
@@ -266,13 +276,13 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		}
 		if interrupted {
 			// The merged turn carries this turn's input; nothing of this one is committed.
-			_ = record(t, events.EvtKindTurnFailed, events.TurnFailed{Reason: events.FailAborted, Error: "interrupted by a newer message"}, "failed")
+			_, _ = record(t, events.EvtKindTurnFailed, events.TurnFailed{Reason: events.FailAborted, Error: "interrupted by a newer message"}, "failed")
 			return t.close("interrupted")
 		}
 		if err != nil && !errors.Is(err, loop.ErrMaxIterations) {
 			// Not a model failure (those end in an error message) but the loop's or the bus's:
 			// tell the user and close the turn rather than leave it open forever.
-			_ = record(t, events.EvtKindTurnFailed, events.TurnFailed{Reason: events.FailError, Error: err.Error()}, "failed")
+			_, _ = record(t, events.EvtKindTurnFailed, events.TurnFailed{Reason: events.FailError, Error: err.Error()}, "failed")
 			a.replyText(&t.pendingTurn, t.id, "⚠️ This turn failed: "+err.Error())
 			if cerr := t.close("failed"); cerr != nil {
 				return cerr
@@ -308,10 +318,10 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		}
 		// The record and the reply go out together: the commit above is what made the turn
 		// durable, and both are idempotent (fixed ids) if a resume publishes them again.
-		if err := a.w.publishAll(a.ctx, append([]*nats.Msg{committed}, a.replyMsgs(&t.pendingTurn, t.id, t.replyText(final))...)); err != nil {
+		if err := a.w.publishAll(a.ctx, append([]*nats.Msg{committed}, a.replyMsgs(&t.pendingTurn, t.id, t.replyText(final), t.fresh)...)); err != nil {
 			return err
 		}
-	} else if err := a.w.publishAll(a.ctx, a.replyMsgs(&t.pendingTurn, t.id, t.replyText(lastAssistant(persisted)))); err != nil {
+	} else if err := a.w.publishAll(a.ctx, a.replyMsgs(&t.pendingTurn, t.id, t.replyText(lastAssistant(persisted)), false)); err != nil {
 		return err
 	}
 	return t.close("done")
@@ -443,6 +453,11 @@ func (t *turnRun) preExecute(ctx context.Context) string {
 // step whose message was persisted is repeated.
 func (t *turnRun) resumeLoop(ctx context.Context, ac *loop.AgentContext, cfg *loop.Config, persisted []llm.Message, emit func(loop.Event)) ([]llm.Message, error) {
 	msgs := append([]llm.Message(nil), persisted...)
+	for i := range msgs {
+		if msgs[i].Role == llm.RoleAssistant {
+			t.noteCalls(&msgs[i])
+		}
+	}
 	last := msgs[len(msgs)-1]
 	if last.Role == llm.RoleAssistant {
 		calls := last.ToolCalls()
@@ -475,6 +490,38 @@ func (t *turnRun) resumeLoop(ctx context.Context, ac *loop.AgentContext, cfg *lo
 	ac.Messages = append(ac.Messages, msgs...)
 	more, err := loop.Continue(ctx, ac, cfg, emit)
 	return append(msgs, more...), err
+}
+
+// noteCalls gives the tool calls of assistant message m their bus ids: the turn id plus the
+// model's id, and "~n" for the n-th use of an id within the turn. Models and small local
+// servers reuse ids like "call_0" from one step to the next, and TOOL_CALLS deduplicates on
+// the bus id, so a second call_0 would otherwise get the first one's result. Replaying the
+// turn's assistant messages in order (resume) gives the same ids again.
+func (t *turnRun) noteCalls(m *llm.Message) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.callSeen == nil {
+		t.callSeen, t.busIDs = map[string]int{}, map[string]string{}
+	}
+	clear(t.busIDs)
+	for _, c := range m.ToolCalls() {
+		t.callSeen[c.ID]++
+		id := t.id + "-" + c.ID
+		if n := t.callSeen[c.ID]; n > 1 {
+			id += "~" + strconv.Itoa(n)
+		}
+		t.busIDs[c.ID] = id
+	}
+}
+
+// busID is the bus id of the latest assistant message's call id.
+func (t *turnRun) busID(callID string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if id, ok := t.busIDs[callID]; ok {
+		return id
+	}
+	return t.id + "-" + callID
 }
 
 func lastAssistantIndex(ms []llm.Message) int {
@@ -537,6 +584,7 @@ func (t *turnRun) emitter() (emit func(loop.Event), stop func()) {
 			}
 			// An LLM step that asked for tools must be in the log before any of its calls
 			// runs (the executor flushes), so resume never asks the model again.
+			t.noteCalls(&me.Message)
 			t.spillTail()
 			t.recordMessage(me)
 		case loop.EventMessageUpdate:
@@ -548,15 +596,16 @@ func (t *turnRun) emitter() (emit func(loop.Event), stop func()) {
 }
 
 // record appends one turn event to AGENT_EVENTS, deduplicated on turn + name.
-func record[P events.Payload](t *turnRun, kind string, p P, name string) error {
+func record[P events.Payload](t *turnRun, kind string, p P, name string) (*jetstream.PubAck, error) {
 	m, err := turnEventMsg(t, kind, p, name)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if _, err := t.a.w.js.PublishMsg(t.a.ctx, m); err != nil {
-		return fmt.Errorf("record %s of %s: %w", kind, t.id, err)
+	ack, err := t.a.w.js.PublishMsg(t.a.ctx, m)
+	if err != nil {
+		return nil, fmt.Errorf("record %s of %s: %w", kind, t.id, err)
 	}
-	return nil
+	return ack, nil
 }
 
 // turnEventMsg is a turn event as a message on agent.evt.<sk>.<turn>.<kind>, its id (and so
@@ -648,14 +697,14 @@ const replyLimit = 4000
 // replyText publishes text as outbound parts to the pending turn's reply target. It gives up
 // only when the actor stops (a resumed turn publishes its reply again).
 func (a *actor) replyText(pt *pendingTurn, turn, text string) {
-	if err := a.w.publishAll(a.ctx, a.replyMsgs(pt, turn, text)); err != nil {
+	if err := a.w.publishAll(a.ctx, a.replyMsgs(pt, turn, text, false)); err != nil {
 		a.log.Error("publish reply", "turn", turn, "err", err)
 	}
 }
 
 // replyMsgs are the outbound parts of text (ids turn-0, turn-1, ...), for the pending turn's
-// reply target.
-func (a *actor) replyMsgs(pt *pendingTurn, turn, text string) []*nats.Msg {
+// reply target; fresh promises egress that they were never published before.
+func (a *actor) replyMsgs(pt *pendingTurn, turn, text string, fresh bool) []*nats.Msg {
 	parts := chunk.SplitImages(text)
 	var segs []events.Segments
 	for _, p := range parts {
@@ -675,7 +724,7 @@ func (a *actor) replyMsgs(pt *pendingTurn, turn, text string) []*nats.Msg {
 	for i, content := range segs {
 		out := events.Outbound{
 			OutID: events.OutID(turn, i), Turn: turn, Part: i, Platform: a.sk.Platform, Bot: a.sk.Bot,
-			Scene: events.Scene{Type: a.sk.Scope, ID: a.sk.Scene}, ReplyTo: pt.msg.MessageID, Content: content,
+			Scene: events.Scene{Type: a.sk.Scope, ID: a.sk.Scene}, ReplyTo: pt.msg.MessageID, Content: content, Fresh: fresh,
 		}
 		ev := events.New(out, events.WithSession(a.sk.String()), events.WithTurn(turn), events.WithTrace(pt.trace), events.WithID(out.OutID))
 		m, err := events.NewMsg(events.IMOutSubject(a.sk), ev)

@@ -111,6 +111,14 @@ func (h *harness) replies(k events.SessionKey, n int) []string {
 }
 
 func (h *harness) outbound(k events.SessionKey) []string {
+	var out []string
+	for _, o := range h.outboundEvents(k) {
+		out = append(out, o.Content.PlainText())
+	}
+	return out
+}
+
+func (h *harness) outboundEvents(k events.SessionKey) []events.Outbound {
 	ctx := context.Background()
 	s, err := h.ns.JS.Stream(ctx, events.StreamIMOut)
 	if err != nil {
@@ -121,7 +129,7 @@ func (h *harness) outbound(k events.SessionKey) []string {
 		h.t.Fatal(err)
 	}
 	info, _ := c.Info(ctx)
-	var out []string
+	var out []events.Outbound
 	if info.NumPending == 0 {
 		return nil
 	}
@@ -134,7 +142,7 @@ func (h *harness) outbound(k events.SessionKey) []string {
 		if err := events.Unmarshal(m.Data(), &ev); err != nil {
 			h.t.Fatal(err)
 		}
-		out = append(out, ev.Data.Content.PlainText())
+		out = append(out, ev.Data)
 	}
 	return out
 }
