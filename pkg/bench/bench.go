@@ -220,17 +220,26 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 	var profiled int64
 	var samplerDone sync.WaitGroup
 	samplerDone.Add(1)
+	// poke asks for a sample now (the first message went out): a short run can be over before
+	// the first tick.
+	poke := make(chan struct{}, 1)
 	go func() {
 		defer samplerDone.Done()
 		t := time.NewTicker(10 * time.Millisecond)
 		defer t.Stop()
 		var m runtime.MemStats
+		var last time.Time
 		for {
 			select {
 			case <-sampleCtx.Done():
 				return
 			case <-t.C:
+			case <-poke:
+				if time.Since(last) < 10*time.Millisecond {
+					continue
+				}
 			}
+			last = time.Now()
 			model, accepted := h.modelInFlight.Load(), inflight.Load()
 			if model == 0 && accepted == 0 {
 				continue
@@ -287,6 +296,10 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 				s.pending = id
 				s.mu.Unlock()
 				inflight.Add(1)
+				select {
+				case poke <- struct{}{}:
+				default:
+				}
 				t0 := time.Now()
 				if wl.Stages {
 					s.marks.reset(t0)
