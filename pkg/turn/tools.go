@@ -170,7 +170,7 @@ func (t *turnRun) executor() *busExecutor {
 	m := t.msg
 	return &busExecutor{w: t.a.w, resumed: t.resumed, flush: t.flush, subscribed: t.a.resultSub != nil,
 		fresh: t.fresh && !t.resumed, busID: t.busID, scope: callScope{sk: t.a.sk, turn: t.id, sid: t.sid.String(), trace: t.trace,
-		caller: events.Caller{Platform: m.Platform, Bot: m.Bot, Scope: t.a.sk.Scope, SenderID: m.Sender.ID, Roles: m.Sender.Roles}}}
+			caller: events.Caller{Platform: m.Platform, Bot: m.Bot, Scope: t.a.sk.Scope, SenderID: m.Sender.ID, Roles: m.Sender.Roles}}}
 }
 
 // ErrToolTimeout is the error result of a call no tool worker answered in time.

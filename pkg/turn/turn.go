@@ -84,8 +84,8 @@ type turnRun struct {
 	// the latest message's ids to their bus ids (see noteCalls).
 	callSeen map[string]int
 	busIDs   map[string]string
-	unacked   []jetstream.PubAckFuture
-	tail      []events.MessageEnd // finished messages not recorded yet (see emitter)
+	unacked  []jetstream.PubAckFuture
+	tail     []events.MessageEnd // finished messages not recorded yet (see emitter)
 }
 
 // queued is a steer or follow-up message and the inbox event it came from.
