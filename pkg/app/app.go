@@ -28,6 +28,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/netguard"
 	"github.com/agentbus/agentbus/pkg/skills"
 	"github.com/agentbus/agentbus/pkg/tools"
+	"github.com/agentbus/agentbus/pkg/toolworker"
 	"github.com/agentbus/agentbus/pkg/turn"
 )
 
@@ -253,10 +254,17 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 	if err != nil {
 		return err
 	}
+	profiles, err := toolworker.NewProfileCache(ctx, p.JS, log.With("role", "turn-worker"))
+	if err != nil {
+		return err
+	}
+	pctx, stopProfiles := context.WithCancel(context.Background())
+	p.onStop(stopProfiles)
+	profiles.Start(pctx)
 	p.turnOpts = turn.Options{AI: cfg.AI, Models: reg, Log: log.With("role", "turn-worker"),
 		StreamFn: fb.Stream, Health: p.Costs,
 		ModelsReport: func() string { return models.Report(cfg.AI, reg, nil, mgr.Status()) },
-		Prompt:       &promptSources{js: p.JS, dataDir: cfg.DataDir}, Skills: p.skillStore(cfg, log),
+		Prompt:       &promptSources{profiles: profiles, dataDir: cfg.DataDir}, Skills: p.skillStore(cfg, log),
 		FetchImage: func(ctx context.Context, url string) ([]byte, string, error) {
 			res, err := guard.Fetch(ctx, url, netguard.FetchOptions{MaxBytes: maxImageBytes, Timeout: 20 * time.Second})
 			if err != nil {

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/toolworker"
 	"github.com/agentbus/agentbus/pkg/turn"
@@ -23,8 +21,8 @@ var bootstrapFiles = []struct {
 
 // promptSources contributes the bootstrap files and the sender's profile.
 type promptSources struct {
-	js      jetstream.JetStream
-	dataDir string
+	profiles *toolworker.ProfileCache
+	dataDir  string
 
 	mu      sync.Mutex
 	cached  []turn.Section
@@ -33,7 +31,7 @@ type promptSources struct {
 
 func (p *promptSources) Sections(ctx context.Context, m events.IMMessage) []turn.Section {
 	out := append([]turn.Section(nil), p.bootstrap()...)
-	if s, err := toolworker.ProfileSummary(ctx, p.js, m.Platform, m.Sender.ID); err == nil && s != "" {
+	if s, err := p.profiles.Summary(ctx, m.Platform, m.Sender.ID); err == nil && s != "" {
 		out = append(out, turn.Section{Title: "User profile", Body: s})
 	}
 	return out

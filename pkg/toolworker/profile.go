@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"unicode"
 	"unicode/utf8"
 
@@ -24,7 +22,7 @@ const (
 	MaxProfileKey     = 32  // runes
 	MaxProfileValue   = 200 // runes
 	MaxProfileEntries = 32
-	// MaxSummary caps ProfileSummary's text (runes).
+	// MaxSummary caps Summary's text (runes).
 	MaxSummary = 1000
 )
 
@@ -216,29 +214,6 @@ func FormatSummary(p map[string]string) string {
 		out = string(r[:MaxSummary-1]) + "…"
 	}
 	return out
-}
-
-// summaryStores caches one ProfileStore per JetStream context, so ProfileSummary on every
-// turn costs one KV get and not also a bucket lookup (a stream info request).
-var summaryStores sync.Map // jetstream.JetStream -> *ProfileStore
-
-// ProfileSummary returns Summary for the user, opening the profiles bucket on first use for
-// js and reusing it afterwards. It is what the turn worker puts into the system prompt.
-func ProfileSummary(ctx context.Context, js jetstream.JetStream, platform, userID string) (string, error) {
-	cacheable := js != nil && reflect.TypeOf(js).Comparable()
-	if cacheable {
-		if v, ok := summaryStores.Load(js); ok {
-			return v.(*ProfileStore).Summary(ctx, platform, userID)
-		}
-	}
-	s, err := NewProfileStore(ctx, js)
-	if err != nil {
-		return "", err
-	}
-	if cacheable {
-		summaryStores.Store(js, s)
-	}
-	return s.Summary(ctx, platform, userID)
 }
 
 func sortedKeys(p map[string]string) []string {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/tools"
@@ -51,7 +52,7 @@ func TestUserProfileThroughTheWorker(t *testing.T) {
 			t.Fatalf("step %d %v: got %q (error %v), want %q (error %v)", i, s.args, text(r), r.Data.IsError, s.want, s.wantErr)
 		}
 	}
-	got, err := ProfileSummary(ctx, srv.JS, testSK.Platform, "u1")
+	got, err := store.Summary(ctx, testSK.Platform, "u1")
 	if err != nil || got != "User profile: name=Ann" {
 		t.Fatalf("summary = %q, %v", got, err)
 	}
@@ -147,5 +148,77 @@ func TestUserProfileToolIsIdempotentAndUngated(t *testing.T) {
 	tool := UserProfileTool(nil)
 	if !tool.Idempotent || tool.Name != "user_profile" || !tool.AllowedFor(tools.Env{Platform: "x", Scope: "group"}) {
 		t.Fatalf("tool = %+v", tool)
+	}
+}
+
+// The cache serves what the bucket holds, follows writes, and reads the bucket for a value it
+// cannot decode (so the caller sees the store's error, not an empty profile).
+func TestProfileCache(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := newServer(t)
+	store, err := NewProfileStore(ctx, srv.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Set(ctx, "webhook", "u1", "name", "Ann"); err != nil {
+		t.Fatal(err)
+	}
+	cache, err := NewProfileCache(ctx, srv.JS, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Before the watch caught up it reads through.
+	if got, err := cache.Summary(ctx, "webhook", "u1"); err != nil || got != "User profile: name=Ann" {
+		t.Fatalf("read-through summary = %q, %v", got, err)
+	}
+	cache.Start(ctx)
+	eventually := func(platform, user, want string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			got, err := cache.Summary(ctx, platform, user)
+			cache.mu.RLock()
+			ready := cache.ready
+			cache.mu.RUnlock()
+			if err == nil && got == want && ready {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("summary of %s/%s = %q, %v (cache ready %v); want %q", platform, user, got, err, ready, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	eventually("webhook", "u1", "User profile: name=Ann")
+	eventually("webhook", "u2", "")
+	if err := store.Set(ctx, "webhook", "u1", "style", "brief"); err != nil {
+		t.Fatal(err)
+	}
+	eventually("webhook", "u1", "User profile: name=Ann, style=brief")
+	if _, err := store.Delete(ctx, "webhook", "u1", "name"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Delete(ctx, "webhook", "u1", "style"); err != nil {
+		t.Fatal(err)
+	}
+	eventually("webhook", "u1", "")
+	// Someone wrote garbage under a user's key.
+	if _, err := store.kv.Put(ctx, ProfileKey("webhook", "u3"), []byte("not json")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := cache.Summary(ctx, "webhook", "u3")
+		if err != nil && strings.Contains(err.Error(), "malformed") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a malformed profile gave %v, want the store's error", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := cache.Summary(ctx, "", "u1"); !errors.Is(err, ErrInvalidProfile) {
+		t.Fatalf("unknown sender: %v", err)
 	}
 }
