@@ -380,7 +380,10 @@ func (a *actor) shutdown() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if !a.lost.Load() {
+	a.mu.Lock()
+	closing := len(a.closing) > 0
+	a.mu.Unlock()
+	if closing && !a.lost.Load() {
 		// Leave a clean record behind, and ack the triggers of the turns that finished.
 		if _, err := a.updateSession(ctx, nil); err != nil {
 			a.log.Warn("record finished turns", "err", err)
