@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 
@@ -112,17 +113,49 @@ func matchScore(msg string, msgTerms map[string]bool, name, desc string, keyword
 	if n != "" && (strings.Contains(msg, n) || strings.Contains(msg, strings.Map(underscoreToSpace, n))) {
 		score += 3
 	}
-	var seen map[string]bool // only allocated on a hit: descriptions rarely repeat a term
-	forEachTerm(strings.ToLower(desc), func(t string) {
-		if msgTerms[t] && !seen[t] {
-			if seen == nil {
-				seen = map[string]bool{}
+	// Each distinct description term the message shares scores one.
+	dt := descTerms(desc)
+	if len(msgTerms) < len(dt) {
+		for t := range msgTerms {
+			if dt[t] {
+				score++
 			}
-			seen[t] = true
-			score++
 		}
-	})
+	} else {
+		for t := range dt {
+			if msgTerms[t] {
+				score++
+			}
+		}
+	}
 	return score
+}
+
+// descCache holds the term sets of descriptions: tools and skills are scored against every
+// message, and their descriptions change only when the catalog does.
+var descCache struct {
+	sync.RWMutex
+	m map[string]map[string]bool
+}
+
+// maxDescCache bounds descCache; past it the cache starts over.
+const maxDescCache = 4096
+
+func descTerms(desc string) map[string]bool {
+	descCache.RLock()
+	t, ok := descCache.m[desc]
+	descCache.RUnlock()
+	if ok {
+		return t
+	}
+	t = termSet(strings.ToLower(desc))
+	descCache.Lock()
+	if descCache.m == nil || len(descCache.m) >= maxDescCache {
+		descCache.m = map[string]map[string]bool{}
+	}
+	descCache.m[desc] = t
+	descCache.Unlock()
+	return t
 }
 
 var stopwords = map[string]bool{"the": true, "and": true, "for": true, "with": true, "from": true, "this": true,
