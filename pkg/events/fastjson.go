@@ -611,9 +611,10 @@ func (d *decoder) digits() bool {
 	return d.i > start
 }
 
-// int64 decodes an integer field as encoding/json does (no fraction, no exponent, in range);
-// null leaves it alone.
-func (d *decoder) int64(dst *int64) bool {
+// numberAs decodes a number field with parse, which refuses what encoding/json refuses for
+// the field's type (a fraction or exponent for integers, a value out of range); null leaves
+// the field alone.
+func numberAs[T any](d *decoder, dst *T, parse func(string) (T, error)) bool {
 	if d.null() {
 		return true
 	}
@@ -621,12 +622,16 @@ func (d *decoder) int64(dst *int64) bool {
 	if !ok {
 		return false
 	}
-	n, err := strconv.ParseInt(string(lit), 10, 64)
+	v, err := parse(string(lit))
 	if err != nil {
 		return false
 	}
-	*dst = n
+	*dst = v
 	return true
+}
+
+func (d *decoder) int64(dst *int64) bool {
+	return numberAs(d, dst, func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) })
 }
 
 func (d *decoder) int(dst *int) bool {
@@ -642,35 +647,11 @@ func (d *decoder) int(dst *int) bool {
 }
 
 func (d *decoder) uint64(dst *uint64) bool {
-	if d.null() {
-		return true
-	}
-	lit, ok := d.number()
-	if !ok {
-		return false
-	}
-	n, err := strconv.ParseUint(string(lit), 10, 64)
-	if err != nil {
-		return false
-	}
-	*dst = n
-	return true
+	return numberAs(d, dst, func(s string) (uint64, error) { return strconv.ParseUint(s, 10, 64) })
 }
 
 func (d *decoder) float64(dst *float64) bool {
-	if d.null() {
-		return true
-	}
-	lit, ok := d.number()
-	if !ok {
-		return false
-	}
-	f, err := strconv.ParseFloat(string(lit), 64)
-	if err != nil {
-		return false
-	}
-	*dst = f
-	return true
+	return numberAs(d, dst, func(s string) (float64, error) { return strconv.ParseFloat(s, 64) })
 }
 
 func (d *decoder) bool(dst *bool) bool {
