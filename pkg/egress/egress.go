@@ -17,6 +17,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/store/transcript"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -208,7 +209,7 @@ func (h *Handle) Stop() error {
 			errs = append(errs, fmt.Errorf("close router: %w", err))
 		}
 		<-h.runDone
-		h.e.progress.close()
+		h.e.progress.Close()
 		h.e.workers.close()
 		if h.svc != nil {
 			if err := h.svc.Stop(); err != nil {
@@ -251,7 +252,7 @@ type egress struct {
 	senders  map[string]Sender
 	limiter  *limiter
 	inflight inflight
-	progress *progress
+	progress *natsutil.InProgress
 	workers  *workers
 
 	delivered, skipped, deadLettered, failures atomic.Uint64
@@ -377,7 +378,7 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 	e.workers = newWorkers(o.Concurrency)
 	router.AddConsumerHandler("egress", filter, sub, e.workers.handler(e.handle))
 
-	e.progress = newProgress(o.AckWait / 3)
+	e.progress = natsutil.NewInProgress(o.AckWait / 3)
 	h := &Handle{e: e, router: router, sub: sub, runDone: make(chan struct{}), subConn: subConn}
 	go func() {
 		defer close(h.runDone)
@@ -386,7 +387,7 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 	select {
 	case <-router.Running():
 	case <-h.runDone:
-		e.progress.close()
+		e.progress.Close()
 		e.workers.close()
 		subConn.Close()
 		return nil, fmt.Errorf("egress: router: %w", h.runErr)

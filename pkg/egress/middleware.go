@@ -110,79 +110,10 @@ func (e *egress) inProgress(h message.HandlerFunc) message.HandlerFunc {
 		if d.msg == nil {
 			return h(msg)
 		}
-		e.progress.add(d.msg)
-		defer e.progress.remove(d.msg)
+		e.progress.Add(d.msg)
+		defer e.progress.Remove(d.msg)
 		return h(msg)
 	}
-}
-
-// progress sends in-progress acks for the JetStream messages being handled: every `every`,
-// each message that has been in hand for at least every/2 gets one. So a message hears from
-// egress within every*3/2 of its start and then every `every` (egress uses AckWait/3: well
-// inside AckWait), and a part that is handled quickly costs a map insert and delete.
-type progress struct {
-	every time.Duration
-	mu    sync.Mutex
-	msgs  map[jetstream.Msg]time.Time // message -> when it was taken in hand
-	stop  chan struct{}
-	done  chan struct{}
-}
-
-func newProgress(every time.Duration) *progress {
-	p := &progress{every: every, msgs: map[jetstream.Msg]time.Time{}, stop: make(chan struct{}), done: make(chan struct{})}
-	go p.run()
-	return p
-}
-
-func (p *progress) add(m jetstream.Msg) {
-	now := time.Now()
-	p.mu.Lock()
-	p.msgs[m] = now
-	p.mu.Unlock()
-}
-
-func (p *progress) remove(m jetstream.Msg) {
-	p.mu.Lock()
-	delete(p.msgs, m)
-	p.mu.Unlock()
-}
-
-func (p *progress) run() {
-	defer close(p.done)
-	t := time.NewTicker(p.every)
-	defer t.Stop()
-	var due []jetstream.Msg
-	for {
-		select {
-		case <-p.stop:
-			return
-		case now := <-t.C:
-			due = due[:0]
-			p.mu.Lock()
-			for m, since := range p.msgs {
-				if now.Sub(since) >= p.every/2 {
-					due = append(due, m)
-				}
-			}
-			p.mu.Unlock()
-			// Outside the lock: a message finished meanwhile gets one in-progress ack too
-			// many, which the server ignores once it is acked.
-			for _, m := range due {
-				_ = m.InProgress()
-			}
-			clear(due)
-		}
-	}
-}
-
-// close stops the goroutine (once the router has stopped handling parts).
-func (p *progress) close() {
-	select {
-	case <-p.stop:
-	default:
-		close(p.stop)
-	}
-	<-p.done
 }
 
 // deadLetter decides what a failed delivery becomes. Permanent failures (bad event, platform

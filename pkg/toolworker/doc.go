@@ -39,8 +39,9 @@
 //     deadline); a panic, an error or a timeout becomes an error result;
 //  9. publish the result (waiting for the PubAck; Nats-Msg-Id "result/"+callId), then ack.
 //
-// While a call is handled the worker sends in-progress acks every AckWait/3, so a slow tool is
-// not redelivered to another worker; a crashed worker's calls come back after AckWait.
+// While a call is handled the worker sends in-progress acks (natsutil.InProgress: the first
+// within AckWait/2, then every AckWait/3), so a slow tool is not redelivered to another
+// worker; a crashed worker's calls come back after AckWait.
 //
 // The window DESIGN.md §5 allows remains: a crash between an idempotent tool's side effect and
 // the result record runs the tool again; a timed-out tool that ignores its context keeps running

@@ -34,8 +34,8 @@ func (c *call) subject() string {
 
 // handle runs the steps listed in the package doc for one delivered request.
 func (h *Handle) handle(s *served, msg jetstream.Msg) {
-	h.track(msg)
-	defer h.untrack(msg)
+	h.progress.Add(msg)
+	defer h.progress.Remove(msg)
 	c := &call{msg: msg, start: time.Now()}
 	meta, err := msg.Metadata()
 	if err != nil {
@@ -339,43 +339,6 @@ func (h *Handle) ack(c *call) {
 	}
 	if err := c.msg.Ack(); err != nil {
 		h.log.Warn("tool worker: ack", "subject", c.msg.Subject(), "err", err)
-	}
-}
-
-// track adds msg to the calls that get in-progress acks (progressLoop) until untrack.
-func (h *Handle) track(msg jetstream.Msg) {
-	h.progressMu.Lock()
-	h.running[msg] = struct{}{}
-	h.progressMu.Unlock()
-}
-
-// untrack ends msg's in-progress acks; none is sent after it returns.
-func (h *Handle) untrack(msg jetstream.Msg) {
-	h.progressMu.Lock()
-	delete(h.running, msg)
-	h.progressMu.Unlock()
-}
-
-// progressLoop sends an in-progress ack for every call being handled each AckWait/3, so a
-// slow tool is not redelivered to another worker. One loop for all calls instead of a timer
-// per call: a call then gets its first in-progress ack between 0 and AckWait/3 after it
-// started, never later. It ends with killCtx (the end of Stop, or Kill).
-func (h *Handle) progressLoop() {
-	tick := time.NewTicker(h.opts.AckWait / 3)
-	defer tick.Stop()
-	for {
-		select {
-		case <-h.killCtx.Done():
-			return
-		case <-tick.C:
-		}
-		h.progressMu.Lock()
-		if !h.killed.Load() {
-			for msg := range h.running {
-				_ = msg.InProgress()
-			}
-		}
-		h.progressMu.Unlock()
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/tools"
 )
 
@@ -129,8 +130,7 @@ type Handle struct {
 	window   time.Duration            // registry generation window (2 × heartbeat)
 	beat     time.Duration
 
-	progressMu sync.Mutex
-	running    map[jetstream.Msg]struct{} // deliveries being handled, for in-progress acks
+	progress *natsutil.InProgress // in-progress acks for the calls being handled
 }
 
 // served is one tool this worker consumes calls for.
@@ -150,7 +150,7 @@ func Run(ctx context.Context, opts Options) (*Handle, error) {
 		return nil, err
 	}
 	h := &Handle{opts: opts, log: opts.Log.With("worker", opts.ID), stopping: make(chan struct{}), done: make(chan struct{}),
-		served: map[string]*served{}, inflight: map[string]chan struct{}{}, running: map[jetstream.Msg]struct{}{}}
+		served: map[string]*served{}, inflight: map[string]chan struct{}{}}
 	var err error
 	if h.results, err = opts.JS.Stream(ctx, events.StreamToolResults); err != nil {
 		return nil, fmt.Errorf("open stream %s: %w", events.StreamToolResults, err)
@@ -177,7 +177,7 @@ func Run(ctx context.Context, opts Options) (*Handle, error) {
 	}
 	h.window = 2 * h.beat
 	h.killCtx, h.kill = context.WithCancel(context.Background())
-	go h.progressLoop()
+	h.progress = natsutil.NewInProgress(opts.AckWait / 3)
 
 	for _, t := range opts.Registry.List() {
 		if err := h.serve(ctx, t); err != nil {
@@ -407,6 +407,7 @@ func (h *Handle) Stop() {
 			}
 			cancel()
 		}
+		h.progress.Close()
 		h.kill()
 		close(h.done)
 		h.log.Info("tool worker stopped")
@@ -418,6 +419,7 @@ func (h *Handle) Stop() {
 // registry entries are left to expire with the bucket TTL. For tests of crash recovery.
 func (h *Handle) Kill() {
 	h.killed.Store(true)
+	h.progress.Close()
 	h.kill()
 	h.Stop()
 }
