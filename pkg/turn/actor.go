@@ -92,6 +92,7 @@ func (a *actor) deliver(msg jetstream.Msg, seq uint64) {
 	}
 	a.held[seq] = append(a.held[seq], msg)
 	a.mu.Unlock()
+	a.w.progress.Add(msg) // kept from redelivery until acked or handed back
 	select {
 	case a.wake <- struct{}{}:
 	default:
@@ -112,8 +113,6 @@ func (a *actor) run() {
 	}
 	a.resumeAll(sess)
 	idleSince := time.Now()
-	inProgress := time.NewTicker(a.w.opts.AckWait / 3)
-	defer inProgress.Stop()
 	probe := true // what came in while nobody owned the session
 	for a.ctx.Err() == nil {
 		a.startWaiting()
@@ -145,8 +144,6 @@ func (a *actor) run() {
 		select {
 		case <-a.ctx.Done():
 		case <-a.wake:
-		case <-inProgress.C:
-			a.touchHeld()
 		case <-a.collectDue():
 			a.flushCollect()
 		case <-a.closeDue():
@@ -293,6 +290,7 @@ func (a *actor) dropVanished() {
 		}
 		a.log.Warn("inbox event delivered but no longer stored; dropping it", "seq", seq)
 		for _, m := range msgs {
+			a.w.progress.Remove(m)
 			_ = m.Term()
 		}
 		delete(a.held, seq)
@@ -308,6 +306,7 @@ func (a *actor) ackDone() {
 			continue
 		}
 		for _, m := range msgs {
+			a.w.progress.Remove(m)
 			_ = m.Ack()
 		}
 		delete(a.held, seq)
@@ -331,17 +330,6 @@ func (a *actor) neededLocked(seq uint64) bool {
 		}
 	}
 	return a.collect != nil && a.collect.needs(seq)
-}
-
-// touchHeld keeps the deliveries of running turns from being redelivered.
-func (a *actor) touchHeld() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, msgs := range a.held {
-		for _, m := range msgs {
-			_ = m.InProgress()
-		}
-	}
 }
 
 // leaseLost stops the actor at once: another worker owns the session now, and fencing makes
@@ -397,6 +385,7 @@ func (a *actor) shutdown() {
 	a.mu.Unlock()
 	for _, msgs := range held {
 		for _, m := range msgs {
+			a.w.progress.Remove(m)
 			_ = m.Nak()
 		}
 	}

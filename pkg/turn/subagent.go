@@ -67,8 +67,8 @@ func (w *Worker) runSubagent(msg jetstream.Msg) {
 		return
 	}
 	task := ev.Data
-	stop := keepInProgress(msg, 10*time.Second)
-	defer stop()
+	w.progress.Add(msg)
+	defer w.progress.Remove(msg)
 	ctx := w.ctx
 	if task.Deadline > 0 {
 		var cancel context.CancelFunc
@@ -142,24 +142,6 @@ func (w *Worker) subagentLoop(ctx context.Context, task events.SubagentTask, tra
 		return "subagent failed: " + final.ErrorMessage, true
 	}
 	return final.TextContent(), false
-}
-
-// keepInProgress sends in-progress acks until the returned stop is called.
-func keepInProgress(msg jetstream.Msg, every time.Duration) (stop func()) {
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				_ = msg.InProgress()
-			}
-		}
-	}()
-	return func() { close(done) }
 }
 
 // spawnArgs are spawn_task's parameters.

@@ -275,3 +275,24 @@ func TestPublishAllRetriesUntilStoredOrCancelled(t *testing.T) {
 		t.Fatalf("the storable message was not stored alongside: %d", info.State.Msgs)
 	}
 }
+
+// A turn that outlives AckWait keeps its trigger from being redelivered (in-progress acks).
+func TestSlowTurnIsNotRedelivered(t *testing.T) {
+	h := newHarness(t, nil, faux.WithLatency(5*time.Second, 0), faux.WithResponses(faux.Response{Text: "slow answer"}))
+	h.worker("w1") // AckWait 2s
+	h.send(sk, "m1", "take your time")
+	if got := h.replies(sk, 1); got[0] != "slow answer" {
+		t.Fatalf("reply %q", got)
+	}
+	info, err := h.ns.JS.Consumer(context.Background(), events.StreamSessionIn, ConsumerName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := info.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci.NumRedelivered != 0 || h.faux.Calls() != 1 {
+		t.Fatalf("%d redeliveries, %d model calls; want 0 and 1", ci.NumRedelivered, h.faux.Calls())
+	}
+}

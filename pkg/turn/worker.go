@@ -30,6 +30,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/skills"
 	"github.com/agentbus/agentbus/pkg/store"
 )
@@ -88,6 +89,7 @@ type Worker struct {
 	tools     *ToolCatalog
 	approvals *approvals.Store
 	router    *resultRouter
+	progress  *natsutil.InProgress // in-progress acks for held inbox deliveries and running subagent tasks
 	log       *slog.Logger
 
 	mu       sync.Mutex
@@ -179,6 +181,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("create consumer %s: %w", ConsumerName, err)
 	}
+	w.progress = natsutil.NewInProgress(w.opts.AckWait / 3)
 	w.cc, err = cons.Consume(w.onDelivery, jetstream.PullMaxMessages(512))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", ConsumerName, err)
@@ -248,6 +251,9 @@ func (w *Worker) Stop() {
 		w.cancel()
 	}
 	w.wg.Wait()
+	if w.progress != nil {
+		w.progress.Close()
+	}
 }
 
 // Kill simulates a crash in tests: it stops consuming and abandons every actor without
@@ -255,6 +261,9 @@ func (w *Worker) Stop() {
 func (w *Worker) Kill() {
 	if w.cc != nil {
 		w.cc.Stop()
+	}
+	if w.progress != nil {
+		w.progress.Close() // a crashed process sends no more in-progress acks
 	}
 	w.mu.Lock()
 	for _, a := range w.actors {
