@@ -300,8 +300,10 @@ func (st *ctxState) trim(n int) {
 	}
 }
 
-// result applies the bounds to st and copies it out.
-func (l *ContextLog) result(st *ctxState) Loaded {
+// result applies the bounds to st and copies it out, or, with share, hands out views of the
+// cache's slices capped at their length: the cache only appends past its length and re-slices,
+// so a view never changes under its reader, and appending to a view reallocates.
+func (l *ContextLog) result(st *ctxState, share bool) Loaded {
 	out := Loaded{LastSeq: st.ptr.lastSeq}
 	if st.summary != nil {
 		s := *st.summary
@@ -321,7 +323,12 @@ func (l *ContextLog) result(st *ctxState) Loaded {
 	for i < len(st.msgs) && st.msgs[i].Role == llm.RoleToolResult {
 		i++
 	}
-	if i < len(st.msgs) {
+	switch n := len(st.msgs); {
+	case i == n:
+	case share:
+		out.Messages = st.msgs[i:n:n]
+		out.Seqs = st.seqs[i:n:n]
+	default:
 		out.Messages = append([]llm.Message(nil), st.msgs[i:]...)
 		out.Seqs = append([]uint64(nil), st.seqs[i:]...)
 	}
@@ -370,6 +377,10 @@ func (l *ContextLog) LoadContext(ctx context.Context, id events.SessionID) (Load
 // LoadContextAt is LoadContext for a reader that knows the log's last sequence: the session's
 // owner, whose fenced commits are the only ones. When the tail this process cached is at
 // lastSeq it is served without asking the server; otherwise it is LoadContext.
+//
+// Unlike LoadContext, a cache hit returns views of the cache without copying: Messages and Seqs
+// are read-only (appending to them is fine, it copies). The turn worker copies the context into
+// its run anyway, so a second copy per turn would be waste.
 func (l *ContextLog) LoadContextAt(ctx context.Context, id events.SessionID, lastSeq uint64) (Loaded, error) {
 	if err := checkID(id); err != nil {
 		return Loaded{}, err
@@ -377,7 +388,7 @@ func (l *ContextLog) LoadContextAt(ctx context.Context, id events.SessionID, las
 	subj := events.AgentCtxSubject(id)
 	l.mu.Lock()
 	if st := l.cache[subj]; st != nil && st.hasTail && st.ptr.lastSeq == lastSeq {
-		out := l.result(st)
+		out := l.result(st, true)
 		l.mu.Unlock()
 		return out, nil
 	}
@@ -395,7 +406,7 @@ func (l *ContextLog) loadWarm(ctx context.Context, subj string, last *jetstream.
 		return Loaded{}, false, nil
 	}
 	if cached.ptr.lastSeq == p.lastSeq {
-		out := l.result(cached)
+		out := l.result(cached, false)
 		l.mu.Unlock()
 		return out, true, nil
 	}
@@ -417,9 +428,9 @@ func (l *ContextLog) loadWarm(ctx context.Context, subj string, last *jetstream.
 	if cur := l.cache[subj]; cur == cached && cur.ptr.lastSeq == base {
 		cur.apply(recs, l.bounds.MaxMessages)
 		cur.ptr = p
-		return l.result(cur), true, nil
+		return l.result(cur, false), true, nil
 	} else if cur != nil && cur.hasTail && cur.ptr.lastSeq == p.lastSeq {
-		return l.result(cur), true, nil // a concurrent append or load got there first
+		return l.result(cur, false), true, nil // a concurrent append or load got there first
 	}
 	return Loaded{}, false, nil
 }
@@ -478,7 +489,7 @@ func (l *ContextLog) loadCold(ctx context.Context, subj string, last *jetstream.
 	if cur := l.cache[subj]; cur == nil || cur.ptr.lastSeq <= st.ptr.lastSeq {
 		l.store(subj, st)
 	}
-	return l.result(st), nil
+	return l.result(st, false), nil
 }
 
 // countStart returns where a cold load must start reading so that the newest MaxMessages

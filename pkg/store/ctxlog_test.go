@@ -494,3 +494,35 @@ func TestLoadContextAt(t *testing.T) {
 		t.Fatalf("bad id: %v", err)
 	}
 }
+
+// A cache hit of LoadContextAt shares the cache's memory: the view must not change when the
+// owner commits more, and appending to the view must not reach the cache.
+func TestLoadContextAtViewIsStable(t *testing.T) {
+	ctx := context.Background()
+	owner, _ := newCtxLog(t, ContextBounds{MaxMessages: 4})
+	id := sid("view", 1)
+	s, err := owner.AppendMessages(ctx, id, 0, turn(1, "u1", "a1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, err := owner.LoadContextAt(ctx, id, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grown := append(view.Messages, llm.UserText("mine", 0))
+	for i := 2; i <= 4; i++ { // past the count bound: the cache trims and reallocates
+		if s, err = owner.AppendMessages(ctx, id, s, turn(int64(i), fmt.Sprintf("u%d", i), fmt.Sprintf("a%d", i))); err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(texts(view.Messages)); got != "[u1 a1]" {
+			t.Fatalf("after commit %d the view reads %s", i, got)
+		}
+	}
+	if got := fmt.Sprint(texts(grown)); got != "[u1 a1 mine]" {
+		t.Fatalf("appended view %s", got)
+	}
+	got, err := owner.LoadContextAt(ctx, id, s)
+	if err != nil || fmt.Sprint(texts(got.Messages)) != "[u3 a3 u4 a4]" {
+		t.Fatalf("cache after the appends: %q, %v", texts(got.Messages), err)
+	}
+}
