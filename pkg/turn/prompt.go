@@ -9,9 +9,9 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/loop"
 	"github.com/agentbus/agentbus/pkg/models"
 	"github.com/agentbus/agentbus/pkg/skills"
-	"github.com/agentbus/agentbus/pkg/tools"
 )
 
 // PromptSource contributes sections to the system prompt of a turn: user profiles, bootstrap
@@ -66,16 +66,13 @@ func (w *Worker) systemPrompt(ctx context.Context, m events.IMMessage, model *ll
 var alwaysTools = []string{"ask_user", "activate_skill", "user_profile"}
 
 // selectTools applies the seed's two-level selection when skills are configured: skills by
-// keywords, then tools ranked and cut at maxTools. It returns the offered tools and the
-// instructions of the selected skills for the system prompt.
-func (w *Worker) selectTools(m events.IMMessage, input []llm.Message) ([]events.ToolEntry, string) {
-	permitted := w.tools.For(m)
+// keywords, then tools ranked and cut at maxTools. It returns the offered tools (as entries
+// and as the loop's tools, both read-only) and the instructions of the selected skills for the
+// system prompt.
+func (w *Worker) selectTools(m events.IMMessage, input []llm.Message) ([]events.ToolEntry, []loop.AgentTool, string) {
+	v := w.tools.view(m)
 	if w.opts.Skills == nil {
-		return permitted, ""
-	}
-	avail := make([]tools.Tool, len(permitted))
-	for i, e := range permitted {
-		avail[i] = tools.Tool{Name: e.Name, Description: e.Description, Parameters: e.Parameters}
+		return v.entries, v.agent, ""
 	}
 	var text strings.Builder
 	for _, in := range input {
@@ -83,16 +80,15 @@ func (w *Worker) selectTools(m events.IMMessage, input []llm.Message) ([]events.
 		text.WriteByte(' ')
 	}
 	a := w.opts.AI.Agent
-	sel := skills.Select(text.String(), w.opts.Skills.List(), avail, skills.SelectOptions{MaxSkills: a.MaxSkills, MaxTools: a.MaxTools, Always: alwaysTools})
-	byName := make(map[string]events.ToolEntry, len(permitted))
-	for _, e := range permitted {
-		byName[e.Name] = e
-	}
-	out := make([]events.ToolEntry, 0, len(sel.Tools))
+	sel := skills.Select(text.String(), w.opts.Skills.List(), v.avail, skills.SelectOptions{MaxSkills: a.MaxSkills, MaxTools: a.MaxTools, Always: alwaysTools})
+	entries := make([]events.ToolEntry, 0, len(sel.Tools))
+	agent := make([]loop.AgentTool, 0, len(sel.Tools))
 	for _, t := range sel.Tools {
-		out = append(out, byName[t.Name])
+		i := v.index[t.Name]
+		entries = append(entries, v.entries[i])
+		agent = append(agent, v.agent[i])
 	}
-	return out, skills.PromptSection(sel.Skills)
+	return entries, agent, skills.PromptSection(sel.Skills)
 }
 
 // hasMedia reports whether a message carries an image (segments, or image blocks of input).

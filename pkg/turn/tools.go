@@ -1,6 +1,7 @@
 package turn
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
+	"github.com/agentbus/agentbus/pkg/tools"
 )
 
 // ToolCatalog mirrors KV tools: the tools some tool worker serves right now. Entries vanish
@@ -23,8 +25,27 @@ type ToolCatalog struct {
 	kv     jetstream.KeyValue
 	mu     sync.RWMutex
 	m      map[string]events.ToolEntry
-	sorted []events.ToolEntry // m's entries by name, rebuilt on change (For runs every turn)
+	sorted []events.ToolEntry // by name; Workers and UpdatedAt as when the offer last changed
+	// views memoizes what each kind of sender may use: every turn asks, the answer changes only
+	// with the catalog. Cleared on change.
+	views map[viewKey]*toolView
 }
+
+// viewKey is what the permission filter of For looks at.
+type viewKey struct{ platform, scope, roles string }
+
+// toolView is the tools one kind of sender may use, in the shapes a turn needs them. It is
+// shared by every turn that asks: read-only.
+type toolView struct {
+	entries []events.ToolEntry // by name
+	avail   []tools.Tool       // entries for skills.Select
+	agent   []loop.AgentTool   // entries for the loop
+	index   map[string]int     // name -> position in entries
+	pre     []events.ToolEntry // the preExecutable entries
+}
+
+// maxViews bounds the memo: roles come from configuration, so kinds of senders are few.
+const maxViews = 256
 
 // NewToolCatalog opens the registry bucket.
 func NewToolCatalog(ctx context.Context, js jetstream.JetStream) (*ToolCatalog, error) {
@@ -58,25 +79,39 @@ func (c *ToolCatalog) Start(ctx context.Context) {
 func (c *ToolCatalog) apply(e jetstream.KeyValueEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	defer c.sortLocked()
-	if e.Operation() != jetstream.KeyValuePut {
-		delete(c.m, e.Key())
-		return
+	key := e.Key()
+	old, had := c.m[key]
+	if e.Operation() == jetstream.KeyValuePut {
+		if te, err := events.UnmarshalToolEntry(e.Value()); err == nil {
+			c.m[key] = te
+			if !had || !sameOffer(old, te) {
+				c.changedLocked()
+			}
+			return
+		}
 	}
-	te, err := events.UnmarshalToolEntry(e.Value())
-	if err != nil {
-		delete(c.m, e.Key())
-		return
+	if had {
+		delete(c.m, key)
+		c.changedLocked()
 	}
-	c.m[e.Key()] = te
 }
 
-func (c *ToolCatalog) sortLocked() {
-	c.sorted = c.sorted[:0]
+// sameOffer reports whether a and b describe the same tool to turns: everything but who serves
+// it and since when, which every heartbeat changes.
+func sameOffer(a, b events.ToolEntry) bool {
+	return a.Name == b.Name && a.Description == b.Description && bytes.Equal(a.Parameters, b.Parameters) &&
+		slices.Equal(a.Platforms, b.Platforms) && slices.Equal(a.Scopes, b.Scopes) && slices.Equal(a.Roles, b.Roles) &&
+		a.Idempotent == b.Idempotent && a.PreExecutable == b.PreExecutable && a.TimeoutMs == b.TimeoutMs && a.Source == b.Source
+}
+
+func (c *ToolCatalog) changedLocked() {
+	sorted := make([]events.ToolEntry, 0, len(c.m))
 	for _, t := range c.m {
-		c.sorted = append(c.sorted, t)
+		sorted = append(sorted, t)
 	}
-	slices.SortFunc(c.sorted, func(a, b events.ToolEntry) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(sorted, func(a, b events.ToolEntry) int { return strings.Compare(a.Name, b.Name) })
+	c.sorted = sorted
+	c.views = nil
 }
 
 // Refresh reads the bucket once (used before the watcher caught up, and by tests).
@@ -94,11 +129,25 @@ func (c *ToolCatalog) Refresh(ctx context.Context) error {
 	return nil
 }
 
-// For returns the tools the sender of m may use here, sorted by name.
-func (c *ToolCatalog) For(m events.IMMessage) []events.ToolEntry {
+// For returns the tools the sender of m may use here, sorted by name. The slice is shared:
+// read-only.
+func (c *ToolCatalog) For(m events.IMMessage) []events.ToolEntry { return c.view(m).entries }
+
+// view returns the memoized toolView for m's kind of sender.
+func (c *ToolCatalog) view(m events.IMMessage) *toolView {
+	key := viewKey{m.Platform, m.Scene.Type, strings.Join(m.Sender.Roles, "\x00")}
 	c.mu.RLock()
-	defer c.mu.RUnlock()
-	out := make([]events.ToolEntry, 0, len(c.sorted))
+	v := c.views[key]
+	c.mu.RUnlock()
+	if v != nil {
+		return v
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if v = c.views[key]; v != nil {
+		return v
+	}
+	v = &toolView{index: map[string]int{}}
 	for _, t := range c.sorted {
 		if len(t.Platforms) > 0 && !slices.Contains(t.Platforms, m.Platform) {
 			continue
@@ -109,9 +158,19 @@ func (c *ToolCatalog) For(m events.IMMessage) []events.ToolEntry {
 		if len(t.Roles) > 0 && !slices.ContainsFunc(t.Roles, m.Sender.HasRole) {
 			continue
 		}
-		out = append(out, t)
+		v.index[t.Name] = len(v.entries)
+		v.entries = append(v.entries, t)
+		v.avail = append(v.avail, tools.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
+		v.agent = append(v.agent, loop.AgentTool{Tool: llm.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters}})
+		if t.PreExecutable {
+			v.pre = append(v.pre, t)
+		}
 	}
-	return out
+	if c.views == nil || len(c.views) >= maxViews {
+		c.views = map[viewKey]*toolView{}
+	}
+	c.views[key] = v
+	return v
 }
 
 func (c *ToolCatalog) count() int {
@@ -125,15 +184,6 @@ func (c *ToolCatalog) entry(name string) (events.ToolEntry, bool) {
 	defer c.mu.RUnlock()
 	t, ok := c.m[events.EncodeToken(name)]
 	return t, ok
-}
-
-// agentTools describes the tools to the loop; the bus executor runs them.
-func (w *Worker) agentTools(entries []events.ToolEntry, t *turnRun) []loop.AgentTool {
-	out := make([]loop.AgentTool, len(entries))
-	for i, e := range entries {
-		out[i] = loop.AgentTool{Tool: llm.Tool{Name: e.Name, Description: e.Description, Parameters: e.Parameters}}
-	}
-	return out
 }
 
 // busExecutor runs a tool call on a tool worker: the call goes to TOOL_CALLS (deduplicated on

@@ -369,14 +369,14 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 	if err != nil {
 		return nil, nil, err
 	}
-	tools, skillText := w.selectTools(t.msg, t.input)
+	tools, agentTools, skillText := w.selectTools(t.msg, t.input)
 	if pre := t.preExecute(ctx); pre != "" {
 		skillText += "\n## Pre-executed tool results\n" + pre
 	}
 	ac := &loop.AgentContext{
 		SystemPrompt: w.systemPrompt(ctx, t.msg, t.model, tools, skillText),
 		Messages:     loaded.Messages,
-		Tools:        w.agentTools(tools, t),
+		Tools:        agentTools,
 	}
 	if loaded.Summary != nil {
 		ac.Messages = append([]llm.Message{llm.UserText("[summary of the earlier conversation]\n"+loaded.Summary.Text, loaded.Summary.Time.UnixMilli())}, ac.Messages...)
@@ -416,12 +416,7 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 // pre-exec results go into the prompt of the same agentLoop) within ai.agent.preExecTimeout.
 // Their bus call ids are turn-scoped, so a resumed turn reads the same results back.
 func (t *turnRun) preExecute(ctx context.Context) string {
-	var pre []events.ToolEntry
-	for _, e := range t.a.w.tools.For(t.msg) {
-		if e.PreExecutable {
-			pre = append(pre, e)
-		}
-	}
+	pre := t.a.w.tools.view(t.msg).pre
 	if len(pre) == 0 {
 		return ""
 	}

@@ -1,0 +1,115 @@
+package turn
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
+)
+
+func putTool(t *testing.T, kv jetstream.KeyValue, e events.ToolEntry) {
+	t.Helper()
+	b, err := events.MarshalToolEntry(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(context.Background(), events.EncodeToken(e.Name), b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func names(es []events.ToolEntry) string {
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = e.Name
+	}
+	return fmt.Sprint(out)
+}
+
+// The catalog filters tools by platform, scene type and roles, memoizes the answer per kind of
+// sender, keeps it across heartbeats, and drops it when an offer changes.
+func TestToolCatalogViews(t *testing.T) {
+	ctx := context.Background()
+	ns := natstest.New(t, natstest.WithMemoryStorage())
+	kv, err := ns.JS.KeyValue(ctx, events.BucketTools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := []byte(`{"type":"object"}`)
+	for _, e := range []events.ToolEntry{
+		{Name: "zeta", Description: "z", Parameters: params, UpdatedAt: 1},
+		{Name: "alpha", Description: "a", Parameters: params, PreExecutable: true, UpdatedAt: 1},
+		{Name: "admin", Description: "m", Parameters: params, Roles: []string{"master"}, UpdatedAt: 1},
+		{Name: "grouponly", Description: "g", Parameters: params, Scopes: []string{"group"}, UpdatedAt: 1},
+		{Name: "qq", Description: "q", Parameters: params, Platforms: []string{"qq"}, UpdatedAt: 1},
+	} {
+		putTool(t, kv, e)
+	}
+	c, err := NewToolCatalog(ctx, ns.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	msg := func(platform, scope string, roles ...string) events.IMMessage {
+		return events.IMMessage{Platform: platform, Scene: events.Scene{Type: scope, ID: "s"}, Sender: events.Sender{ID: "u", Roles: roles}}
+	}
+	cases := []struct {
+		name string
+		m    events.IMMessage
+		want string
+	}{
+		{"private user", msg("webhook", "private"), "[alpha zeta]"},
+		{"master", msg("webhook", "private", "master"), "[admin alpha zeta]"},
+		{"group", msg("webhook", "group"), "[alpha grouponly zeta]"},
+		{"other platform", msg("qq", "private"), "[alpha qq zeta]"},
+	}
+	for _, tc := range cases {
+		if got := names(c.For(tc.m)); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+
+	user := msg("webhook", "private")
+	v := c.view(user)
+	if names(v.pre) != "[alpha]" || len(v.agent) != 2 || v.agent[v.index["zeta"]].Name != "zeta" {
+		t.Fatalf("view shapes: pre %s, %d agent tools, index %v", names(v.pre), len(v.agent), v.index)
+	}
+	apply := func(e events.ToolEntry) {
+		t.Helper()
+		putTool(t, kv, e)
+		got, err := kv.Get(ctx, events.EncodeToken(e.Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.apply(got)
+	}
+	apply(events.ToolEntry{Name: "zeta", Description: "z", Parameters: params, UpdatedAt: 2, Workers: []string{"w2"}})
+	if c.view(user) != v {
+		t.Fatal("a heartbeat rebuilt the view")
+	}
+	if e, _ := c.entry("zeta"); e.UpdatedAt != 2 || fmt.Sprint(e.Workers) != "[w2]" {
+		t.Fatalf("entry after heartbeat: %+v", e)
+	}
+	apply(events.ToolEntry{Name: "zeta", Description: "new words", Parameters: params, UpdatedAt: 3})
+	if nv := c.view(user); nv == v || nv.entries[nv.index["zeta"]].Description != "new words" {
+		t.Fatal("a changed description kept the old view")
+	}
+	w, err := kv.Watch(ctx, events.EncodeToken("alpha"), jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if err := kv.Delete(ctx, events.EncodeToken("alpha")); err != nil {
+		t.Fatal(err)
+	}
+	c.apply(<-w.Updates())
+	if got := names(c.For(user)); got != "[zeta]" {
+		t.Fatalf("after delete: %s", got)
+	}
+}
