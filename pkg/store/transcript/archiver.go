@@ -23,7 +23,7 @@ type ArchiverOptions struct {
 	// processes with the same name share the work (and must then share nothing else). Default
 	// "default". Letters, digits, '-' and '_' only.
 	Node string
-	// Batch is the most messages written in one transaction (default 256).
+	// Batch is the most messages written in one transaction (default 1024).
 	Batch int
 	// MaxWait is how long the archiver keeps gathering messages after the first one of a batch
 	// before it writes them (default DefaultArchiverMaxWait). Every transaction costs two
@@ -40,8 +40,9 @@ type ArchiverOptions struct {
 }
 
 // DefaultArchiverMaxWait is ArchiverOptions.MaxWait's default: at a few hundred messages per
-// second it folds tens of messages into one transaction.
-const DefaultArchiverMaxWait = 50 * time.Millisecond
+// second it folds about a hundred messages into one transaction. chat_history sees a message
+// at most this much later; nobody waits on it otherwise.
+const DefaultArchiverMaxWait = 200 * time.Millisecond
 
 // Archiver is a running archiver. Stop ends it.
 type Archiver struct {
@@ -83,7 +84,7 @@ func RunArchiver(ctx context.Context, js jetstream.JetStream, db *DB, opts Archi
 		return nil, fmt.Errorf("archiver node %q: want letters, digits, '-' or '_'", opts.Node)
 	}
 	if opts.Batch <= 0 {
-		opts.Batch = 256
+		opts.Batch = 1024
 	}
 	if opts.MaxWait <= 0 {
 		opts.MaxWait = DefaultArchiverMaxWait
