@@ -331,18 +331,14 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 	if err != nil {
 		return fmt.Errorf("webhook listen %s: %w", cfg.IM.Webhook.Listen, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	ws := newWebhookServer(mux)
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := ws.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("webhook server", "err", err)
 		}
 	}()
 	p.WebhookURL = "http://" + ln.Addr().String()
-	p.onStop(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	})
+	p.onStop(func() { ws.stop(5 * time.Second) })
 	return nil
 }
 
