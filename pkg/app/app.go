@@ -183,6 +183,20 @@ func Start(ctx context.Context, cfg *config.Config, opts Options) (p *Process, e
 	return p, nil
 }
 
+// drain drains nc and waits (up to limit) until it is closed, so that the embedded server,
+// stopped next, does not pull subscriptions out from under a drain still in progress.
+func drain(nc *nats.Conn, limit time.Duration) {
+	if err := nc.Drain(); err != nil {
+		nc.Close()
+		return
+	}
+	deadline := time.Now().Add(limit)
+	for !nc.IsClosed() && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	nc.Close()
+}
+
 // connect starts the embedded server (nats.embedded) or dials nats.url, then provisions.
 func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if cfg.NATS.Embedded {
@@ -219,7 +233,7 @@ func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Log
 		p.NC = nc
 	}
 	nc := p.NC
-	p.onStop(func() { _ = nc.Drain() })
+	p.onStop(func() { drain(nc, 5*time.Second) })
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
