@@ -60,13 +60,7 @@ func clientOptions(ctx context.Context, cfg config.NATS) ([]nats.Option, error) 
 				log.Warn("nats connection closed", "err", err)
 			}
 		}),
-		nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
-			attrs := []any{"err", err}
-			if sub != nil {
-				attrs = append(attrs, "subject", sub.Subject)
-			}
-			log.Error("nats async error", attrs...)
-		}),
+		asyncErrors(log),
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		if d := time.Until(dl); d > 0 {
@@ -178,4 +172,16 @@ func (b *Bus) Close() error {
 		errs = append(errs, b.Embedded.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// asyncErrors logs the connection's asynchronous errors (slow consumers, failed consumer
+// resets); without it nats.go prints them to stderr.
+func asyncErrors(log *slog.Logger) nats.Option {
+	return nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+		attrs := []any{"err", err}
+		if sub != nil {
+			attrs = append(attrs, "subject", sub.Subject)
+		}
+		log.Error("nats async error", attrs...)
+	})
 }
