@@ -57,5 +57,7 @@
 //
 // With a data dir, egress opens <dataDir>/transcripts.db, runs pkg/store/transcript's archiver
 // into it (IM_IN inbound rows, IM_SENT outbound rows) and serves SearchSubject
-// ("transcripts.search", a NATS micro service) from it; Search is the client.
+// ("transcripts.search", a NATS micro service) from it; Search is the client. The archiver's
+// consumers belong to the file (their node name is kept in <dataDir>/transcripts.node), so
+// every replica with a data directory of its own keeps a complete archive.
 package egress

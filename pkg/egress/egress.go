@@ -67,8 +67,9 @@ type Options struct {
 	Transcripts *transcript.DB
 
 	// ArchiverNode names this node's archiver consumers (transcripts-<node>-in/-sent): every
-	// egress with its own transcripts.db needs its own name so that its archive gets every
-	// message (default "default", fine for one egress; replicas should use their host name).
+	// archive needs its own so that it gets every message. Default: with DataDir, the name kept
+	// in DataDir/transcripts.node (made when the archive is new; see archiveNode), so replicas
+	// with data directories of their own need nothing set; with Transcripts, "default".
 	ArchiverNode string
 	// NoArchiver serves searches from the archive without filling it (another process does).
 	NoArchiver bool
@@ -409,9 +410,16 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 func (h *Handle) startArchive(ctx context.Context) error {
 	o := h.e.o
 	db := o.Transcripts
+	node := o.ArchiverNode
 	if db == nil && o.DataDir != "" {
+		if node == "" {
+			var err error
+			if node, err = archiveNode(o.DataDir); err != nil {
+				return fmt.Errorf("egress: %w", err)
+			}
+		}
 		var err error
-		db, err = transcript.Open(filepath.Join(o.DataDir, "transcripts.db"), nil)
+		db, err = transcript.Open(filepath.Join(o.DataDir, transcriptsFile), nil)
 		if err != nil {
 			return fmt.Errorf("egress: %w", err)
 		}
@@ -422,7 +430,7 @@ func (h *Handle) startArchive(ctx context.Context) error {
 		return nil
 	}
 	h.db = db
-	if err := runArchiver(ctx, h); err != nil {
+	if err := runArchiver(ctx, h, node); err != nil {
 		return err
 	}
 	svc, err := ServeSearch(o.NC, db, h.e.log)
@@ -435,13 +443,12 @@ func (h *Handle) startArchive(ctx context.Context) error {
 
 // runArchiver starts the transcript archiver (IM_IN + IM_SENT -> the archive). It lives as
 // long as the Handle (ctx only bounds the start).
-func runArchiver(ctx context.Context, h *Handle) error {
-	o := h.e.o
-	if o.NoArchiver {
+func runArchiver(ctx context.Context, h *Handle, node string) error {
+	if h.e.o.NoArchiver {
 		return nil
 	}
 	a, err := transcript.RunArchiver(context.WithoutCancel(ctx), h.e.js, h.db, transcript.ArchiverOptions{
-		Node:   o.ArchiverNode,
+		Node:   node,
 		Logger: h.e.log,
 	})
 	if err != nil {

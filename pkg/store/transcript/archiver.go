@@ -44,6 +44,10 @@ type ArchiverOptions struct {
 // at most this much later; nobody waits on it otherwise.
 const DefaultArchiverMaxWait = 200 * time.Millisecond
 
+// ArchiverInactiveThreshold is how long an archiver's consumers outlive the last archiver
+// that pulled from them.
+const ArchiverInactiveThreshold = 14 * 24 * time.Hour
+
 // Archiver is a running archiver. Stop ends it.
 type Archiver struct {
 	cancel context.CancelFunc
@@ -114,6 +118,10 @@ func RunArchiver(ctx context.Context, js jetstream.JetStream, db *DB, opts Archi
 			DeliverPolicy: jetstream.DeliverAllPolicy,
 			AckWait:       30 * time.Second,
 			MaxAckPending: 4 * opts.Batch,
+			// An archive that is gone for good leaves its consumers behind; the server drops
+			// them after this long without a pull. An archive that comes back later gets new
+			// ones that read the streams from the start (inserts are idempotent).
+			InactiveThreshold: ArchiverInactiveThreshold,
 		})
 		if err != nil {
 			stopAll()
