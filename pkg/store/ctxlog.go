@@ -108,7 +108,8 @@ type ContextLog struct {
 
 	mu    sync.Mutex
 	cache map[string]*ctxState // subject -> what this process knows of it
-	tails int                  // entries with hasTail
+	tails int                  // entries with hasTail that are not kept (the ones cacheMax bounds)
+	kept  map[string]int       // subject -> Keep calls not yet released
 }
 
 // ctxPointer is what a record says about the log up to it: the latest summary (at or before
@@ -151,7 +152,7 @@ func NewContextLog(ctx context.Context, js jetstream.JetStream, bounds ContextBo
 		return nil, fmt.Errorf("stream %s: AllowDirect is required for LoadContext", streamAgentCtx)
 	}
 	l := &ContextLog{js: js, stream: st, bounds: bounds, now: time.Now, maxBytes: js.Conn().MaxPayload(),
-		cacheMax: 256, cache: map[string]*ctxState{}}
+		cacheMax: 256, cache: map[string]*ctxState{}, kept: map[string]int{}}
 	for _, o := range opts {
 		o(l)
 	}
@@ -187,41 +188,76 @@ func pointerOf(m *jetstream.RawStreamMsg) ctxPointer {
 	return p
 }
 
-// store saves st for subj (caller holds l.mu). At most cacheMax entries keep a decoded tail
-// (the least recently stored are not tracked: an arbitrary one is demoted to its pointer); at most
-// ptrCacheMax entries are kept at all. Pointers are kept even with the tail cache off: they are
-// tiny and save a direct get per append.
+// store saves st for subj (caller holds l.mu). At most cacheMax entries that are not kept hold
+// a decoded tail (an arbitrary one is demoted to its pointer to make room); kept ones do not
+// count. At most ptrCacheMax entries are kept at all. Pointers are kept even with the tail cache
+// off: they are tiny and save a direct get per append.
 func (l *ContextLog) store(subj string, st *ctxState) {
-	old := l.cache[subj]
-	if old != nil && old.hasTail {
-		l.tails--
-	}
+	l.countTail(subj, l.cache[subj], -1)
 	if st.hasTail && l.cacheMax <= 0 {
 		st = &ctxState{ptr: st.ptr}
 	}
-	if st.hasTail && l.tails >= l.cacheMax {
+	if st.hasTail && l.kept[subj] == 0 && l.tails >= l.cacheMax {
 		for k, v := range l.cache {
-			if v.hasTail && k != subj {
+			if v.hasTail && k != subj && l.kept[k] == 0 {
 				l.cache[k] = &ctxState{ptr: v.ptr} // a new object: in-flight warm loads see the change
 				l.tails--
 				break
 			}
 		}
 	}
-	if old == nil && len(l.cache) >= ptrCacheMax {
+	if l.cache[subj] == nil && len(l.cache) >= ptrCacheMax {
 		for k, v := range l.cache {
-			if k != subj {
-				if v.hasTail {
-					l.tails--
-				}
+			if k != subj && l.kept[k] == 0 {
+				l.countTail(k, v, -1)
 				delete(l.cache, k)
 				break
 			}
 		}
 	}
 	l.cache[subj] = st
-	if st.hasTail {
-		l.tails++
+	l.countTail(subj, st, +1)
+}
+
+// countTail counts st (entering the cache under subj: d = +1, leaving: -1) against the bound.
+func (l *ContextLog) countTail(subj string, st *ctxState, d int) {
+	if st != nil && st.hasTail && l.kept[subj] == 0 {
+		l.tails += d
+	}
+}
+
+// Keep tells the cache that the session's owner will load and extend its context again soon:
+// its decoded tail is not evicted, whatever WithCacheSessions says, until as many Release calls.
+// A turn worker keeps the sessions its actors own, so the bound applies only to the others and
+// an owner never reads its own log back from the stream. Memory grows with the sessions kept.
+func (l *ContextLog) Keep(id events.SessionID) {
+	subj := events.AgentCtxSubject(id)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.kept[subj] == 0 {
+		l.countTail(subj, l.cache[subj], -1)
+	}
+	l.kept[subj]++
+}
+
+// Release undoes one Keep. The tail stays cached, as one of the bounded entries.
+func (l *ContextLog) Release(id events.SessionID) {
+	subj := events.AgentCtxSubject(id)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch n := l.kept[subj]; {
+	case n == 0:
+		return
+	case n > 1:
+		l.kept[subj] = n - 1
+		return
+	}
+	delete(l.kept, subj)
+	st := l.cache[subj]
+	l.countTail(subj, st, +1)
+	if st != nil && st.hasTail && l.tails > l.cacheMax {
+		l.cache[subj] = &ctxState{ptr: st.ptr} // over the bound: the session just went idle
+		l.tails--
 	}
 }
 
@@ -767,9 +803,7 @@ func (l *ContextLog) Purge(ctx context.Context, id events.SessionID) error {
 		return fmt.Errorf("purge context %s: %w", id, err)
 	}
 	l.mu.Lock()
-	if st := l.cache[subj]; st != nil && st.hasTail {
-		l.tails--
-	}
+	l.countTail(subj, l.cache[subj], -1)
 	delete(l.cache, subj)
 	l.mu.Unlock()
 	return nil

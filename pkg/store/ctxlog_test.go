@@ -526,3 +526,53 @@ func TestLoadContextAtViewIsStable(t *testing.T) {
 		t.Fatalf("cache after the appends: %q, %v", texts(got.Messages), err)
 	}
 }
+
+// A kept session's tail stays cached past the WithCacheSessions bound, the others share the
+// bound, and a released one is bounded again.
+func TestContextLogKeep(t *testing.T) {
+	ctx := context.Background()
+	l, err := NewContextLog(ctx, startJS(t), ContextBounds{}, WithCacheSessions(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	owned, other1, other2 := sid("owned", 1), sid("other1", 1), sid("other2", 1)
+	l.Keep(owned)
+	last := map[events.SessionID]uint64{}
+	for i, id := range []events.SessionID{owned, other1, other2} {
+		s, err := l.AppendMessages(ctx, id, 0, turn(int64(i), "u", "a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last[id] = s
+	}
+	decodes := func(id events.SessionID) int64 {
+		t.Helper()
+		before := l.decoded.Load()
+		if _, err := l.LoadContext(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		return l.decoded.Load() - before
+	}
+	cases := []struct {
+		name   string
+		id     events.SessionID
+		cached bool
+	}{
+		{"kept, beyond the bound", owned, true},
+		{"the newest other one", other2, true},
+		{"evicted to make room", other1, false},
+	}
+	for _, tc := range cases {
+		if n := decodes(tc.id); (n == 0) != tc.cached {
+			t.Errorf("%s: decoded %d records, cached %v", tc.name, n, tc.cached)
+		}
+	}
+	// other1 was read back and took the bounded slot. Released, owned is over the bound.
+	l.Release(owned)
+	if n := decodes(owned); n == 0 {
+		t.Error("released: still cached beyond the bound")
+	}
+	if l.tails > 1 {
+		t.Errorf("%d bounded tails, bound 1", l.tails)
+	}
+}

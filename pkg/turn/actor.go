@@ -46,6 +46,7 @@ type actor struct {
 	collect *pendingTurn        // collect policy: the turn being gathered
 	closing []*closedTurn       // finished turns still listed as open in the session record
 	ctxLast map[string]uint64   // session id -> last AGENT_CTX sequence this actor wrote or read
+	kept    []events.SessionID  // ids whose context the cache keeps for this actor (ctxlog.Keep)
 	commit  sync.Mutex          // serializes context commits (parallel turns share a snapshot)
 	turnsWG sync.WaitGroup
 }
@@ -360,6 +361,12 @@ func (a *actor) shutdown() {
 	a.dead.Store(true)
 	a.cancel()
 	a.turnsWG.Wait()
+	a.commit.Lock()
+	for _, sid := range a.kept {
+		a.w.ctxlog.Release(sid)
+	}
+	a.kept = nil
+	a.commit.Unlock()
 	if a.resultSub != nil {
 		_ = a.resultSub.Unsubscribe()
 	}
@@ -680,6 +687,10 @@ func (a *actor) commitMessages(sid events.SessionID, msgs []llm.Message, msgID, 
 	seq, err := a.w.ctxlog.AppendMessages(a.ctx, sid, last, msgs, store.WithMsgID(msgID), store.WithTurn(turn))
 	if err != nil {
 		return 0, fmt.Errorf("commit context %s: %w", key, err)
+	}
+	if !ok {
+		a.w.ctxlog.Keep(sid) // this actor's turns read it back: keep it cached while it lives
+		a.kept = append(a.kept, sid)
 	}
 	a.ctxLast[key] = seq
 	return seq, nil
