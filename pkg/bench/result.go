@@ -143,8 +143,12 @@ func (r *Result) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "  model:          %.2f calls per turn\n", r.ModelCallsPerTurn)
 	fmt.Fprintf(w, "  memory:         largest heap in use %.1f MiB (idle %.1f MiB), largest live heap %.1f MiB\n",
 		r.HeapAtPeakMiB, r.HeapIdleMiB, r.LiveHeapAtPeakMiB)
-	fmt.Fprintf(w, "                  per turn in a model call (%d at most): %.0f KiB in use (%.0f KiB grown since idle), %.0f KiB live\n",
-		r.PeakInFlight, r.HeapPerInFlightKiB, r.HeapGrowthPerInFlightKiB, r.LivePerInFlightKiB)
+	if r.PeakInFlight > 0 {
+		fmt.Fprintf(w, "                  per turn in a model call (%d at most): %.0f KiB in use (%.0f KiB grown since idle), %.0f KiB live\n",
+			r.PeakInFlight, r.HeapPerInFlightKiB, r.HeapGrowthPerInFlightKiB, r.LivePerInFlightKiB)
+	} else {
+		fmt.Fprintln(w, "                  per turn in a model call: no sample caught a turn inside a model call (too quick)")
+	}
 	fmt.Fprintf(w, "                  per message awaiting its reply (%d at most): %.0f KiB in use, %.0f KiB live\n",
 		r.PeakAwaitingReply, r.HeapPerAwaitingKiB, r.LivePerAwaitingKiB)
 	if b := r.Baseline; b != nil {
