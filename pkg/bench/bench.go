@@ -195,6 +195,7 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 	start := time.Now()
 
 	var inflight, done, failed, lost atomic.Int64
+	var peakAwaiting atomicMax // messages awaiting their reply, at most (samples can miss a peak)
 	sessions := make([]*session, wl.Sessions)
 	for i := range sessions {
 		sessions[i] = &session{lat: make([]time.Duration, 0, wl.Messages)}
@@ -230,6 +231,7 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 		var m runtime.MemStats
 		var last time.Time
 		for {
+			poked := false
 			select {
 			case <-sampleCtx.Done():
 				return
@@ -238,12 +240,13 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 				if time.Since(last) < 10*time.Millisecond {
 					continue
 				}
+				poked = true // sample even if the message is answered already: a tiny run has nothing else
 			}
-			last = time.Now()
 			model, accepted := h.modelInFlight.Load(), inflight.Load()
-			if model == 0 && accepted == 0 {
+			if model == 0 && accepted == 0 && !poked {
 				continue
 			}
+			last = time.Now()
 			runtime.ReadMemStats(&m)
 			mem.model = max(mem.model, min(model, h.modelInFlight.Load()))
 			mem.awaiting = max(mem.awaiting, min(accepted, inflight.Load()))
@@ -295,7 +298,7 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 				s.mu.Lock()
 				s.pending = id
 				s.mu.Unlock()
-				inflight.Add(1)
+				peakAwaiting.max(inflight.Add(1))
 				select {
 				case poke <- struct{}{}:
 				default:
@@ -356,6 +359,11 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 	}
 	stopSampling()
 	samplerDone.Wait()
+	if mem.heapInuse == 0 { // the run ended before the sampler ran once
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		mem.heapInuse, mem.live = m.HeapInuse, liveHeap()
+	}
 	if wl.HeapProfile != nil && heapProf.Len() > 0 {
 		if _, err := wl.HeapProfile.Write(heapProf.Bytes()); err != nil {
 			return nil, fmt.Errorf("bench: heap profile: %w", err)
@@ -410,6 +418,7 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 	res.CPUCores = cpu.Seconds() / elapsed.Seconds()
 	res.SchedP50Ms, res.SchedP99Ms = ms(sp50), ms(sp99)
 	res.HeapIdleMiB = float64(msIdle.HeapInuse) / (1 << 20)
+	mem.awaiting = max(mem.awaiting, peakAwaiting.Load())
 	res.PeakInFlight, res.PeakAwaitingReply = int(mem.model), int(mem.awaiting)
 	res.HeapAtPeakMiB = float64(mem.heapInuse) / (1 << 20)
 	res.LiveHeapAtPeakMiB = float64(mem.live) / (1 << 20)
@@ -571,3 +580,11 @@ func pct(sorted []time.Duration, p int) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// atomicMax is the largest value it was given.
+type atomicMax struct{ atomic.Int64 }
+
+func (m *atomicMax) max(v int64) {
+	for cur := m.Load(); v > cur && !m.CompareAndSwap(cur, v); cur = m.Load() {
+	}
+}
