@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/webhook"
 )
 
 // startClusterNode starts one node of the docker-compose cluster in-process: deploy/nats.conf,
@@ -144,7 +146,20 @@ func TestDeployCluster(t *testing.T) {
 	// One node goes away: R3 streams keep a quorum, clients reconnect to the others.
 	nodes[1].Shutdown()
 	nodes[1].WaitForShutdown()
-	pl.post(private("c2", "ann", "still there?"))
+	// While the streams that had a leader on it elect a new one, ingest answers 503 and the
+	// platform retries, as platforms do.
+	m := private("c2", "ann", "still there?")
+	for deadline := time.Now().Add(time.Minute); ; {
+		b := m.body()
+		code, body := pl.postRaw(botID, b, webhook.Sign(botSecret, b))
+		if code == http.StatusAccepted {
+			break
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("POST after losing a node: %d %s", code, body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	got, err := cb.wait(2, time.Minute)
 	if err != nil {
 		t.Fatalf("after losing a node: %v; replies: %s", err, fmtReplies(got))
