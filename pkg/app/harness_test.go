@@ -229,7 +229,7 @@ func (pl *pipeline) repliesIn(sceneID string, n int) []reply {
 // user) until the turn worker sees at least one tool served.
 func (pl *pipeline) waitToolsServed() {
 	pl.t.Helper()
-	served := regexp.MustCompile(`(\d+) tools served`)
+	served := regexp.MustCompile(`(\d+) tools? served`)
 	for i := 1; ; i++ {
 		pl.post(private(fmt.Sprintf("probe-%d", i), "probe", "/health"))
 		got := pl.repliesIn("probe", i)

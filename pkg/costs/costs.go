@@ -169,8 +169,8 @@ func (t *Tracker) HealthLines() []string {
 	for i := range snap {
 		tot.add(&snap[i])
 	}
-	lines := []string{fmt.Sprintf("LLM usage since %s: %d calls (%d errors), %s in / %s out tokens, ~$%.4f",
-		t.since.UTC().Format("2006-01-02 15:04Z"), tot.Calls, tot.Errors, human(tot.Input), human(tot.Output), tot.CostUSD)}
+	lines := []string{fmt.Sprintf("LLM usage since %s: %s (%s), %s in / %s out tokens, ~$%.4f",
+		t.since.UTC().Format("2006-01-02 15:04Z"), count(tot.Calls, "call"), count(tot.Errors, "error"), human(tot.Input), human(tot.Output), tot.CostUSD)}
 	slices.SortStableFunc(snap, func(a, b Stat) int {
 		switch {
 		case a.CostUSD != b.CostUSD:
@@ -187,13 +187,13 @@ func (t *Tracker) HealthLines() []string {
 			lines = append(lines, fmt.Sprintf("  … %d more models", len(snap)-maxHealthModels))
 			break
 		}
-		l := fmt.Sprintf("  %s/%s: %d calls, %s in / %s out", s.Provider, s.Model, s.Calls, human(s.Input), human(s.Output))
+		l := fmt.Sprintf("  %s/%s: %s, %s in / %s out", s.Provider, s.Model, count(s.Calls, "call"), human(s.Input), human(s.Output))
 		if s.CacheRead > 0 {
 			l += fmt.Sprintf(" (%s cached)", human(s.CacheRead))
 		}
 		l += fmt.Sprintf(", ~$%.4f", s.CostUSD)
 		if s.Errors > 0 {
-			l += fmt.Sprintf(", %d errors", s.Errors)
+			l += ", " + count(s.Errors, "error")
 		}
 		lines = append(lines, l)
 	}
@@ -288,4 +288,12 @@ func escapeLabel(s string) string {
 	}
 	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
 	return r.Replace(s)
+}
+
+// count is "1 call", "2 calls".
+func count(n int64, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

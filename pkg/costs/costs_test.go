@@ -55,13 +55,13 @@ func TestTracker(t *testing.T) {
 	}
 
 	lines := tr.HealthLines()
-	if len(lines) != 4 || !strings.Contains(lines[0], "5 calls (1 errors), 3.3k in / 320 out tokens, ~$0.0100") {
+	if len(lines) != 4 || !strings.Contains(lines[0], "5 calls (1 error), 3.3k in / 320 out tokens, ~$0.0100") {
 		t.Errorf("health lines:\n%s", strings.Join(lines, "\n"))
 	}
 	if !strings.HasPrefix(lines[1], "  openai/gpt-4o: 2 calls, 3.0k in / 300 out (500 cached), ~$0.0100") {
 		t.Errorf("most expensive first: %q", lines[1])
 	}
-	if !strings.Contains(lines[3], "1 errors") {
+	if !strings.HasSuffix(lines[3], "1 call, 10 in / 0 out, ~$0.0000, 1 error") {
 		t.Errorf("errors shown: %q", lines[3])
 	}
 	if l := New().HealthLines(); len(l) != 1 || !strings.Contains(l[0], "no calls") {

@@ -87,7 +87,7 @@ func (w *Worker) healthReport() string {
 	actors := len(w.actors)
 	w.mu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "ok — worker %s, %d active sessions here, %d tools served", w.opts.ID, actors, w.tools.count())
+	fmt.Fprintf(&b, "ok — worker %s, %s here, %s served", w.opts.ID, count(actors, "active session"), count(w.tools.count(), "tool"))
 	if w.opts.Health != nil {
 		for _, l := range w.opts.Health.HealthLines() {
 			b.WriteString("\n")
@@ -95,4 +95,12 @@ func (w *Worker) healthReport() string {
 		}
 	}
 	return b.String()
+}
+
+// count is "1 tool", "2 tools".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
