@@ -9,6 +9,8 @@ import (
 	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/agentbus/agentbus/internal/jsonesc"
 )
 
 // The fast codec: hand-written JSON for the event types every turn moves (fastcodec.go), built
@@ -474,20 +476,10 @@ func (d *decoder) unescape(start int) ([]byte, bool) {
 		}
 		e := d.data[d.i+1]
 		d.i += 2
-		switch e {
-		case '"', '\\', '/':
-			out = append(out, e)
-		case 'b':
-			out = append(out, '\b')
-		case 'f':
-			out = append(out, '\f')
-		case 'n':
-			out = append(out, '\n')
-		case 'r':
-			out = append(out, '\r')
-		case 't':
-			out = append(out, '\t')
-		case 'u':
+		switch c, ok := jsonesc.Unescape(e); {
+		case ok:
+			out = append(out, c)
+		case e == 'u':
 			r, ok := d.hex4()
 			if !ok {
 				return nil, false

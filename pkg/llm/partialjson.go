@@ -6,6 +6,8 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
+
+	"github.com/agentbus/agentbus/internal/jsonesc"
 )
 
 // ParsePartialJSON parses a JSON object that may be cut off anywhere, as tool-call arguments are
@@ -375,20 +377,10 @@ func (p *partialParser) str() (string, int) {
 		}
 		e := p.s[p.i+1]
 		p.i += 2
-		switch e {
-		case '"', '\\', '/':
-			buf = append(buf, e)
-		case 'b':
-			buf = append(buf, '\b')
-		case 'f':
-			buf = append(buf, '\f')
-		case 'n':
-			buf = append(buf, '\n')
-		case 'r':
-			buf = append(buf, '\r')
-		case 't':
-			buf = append(buf, '\t')
-		case 'u':
+		switch c, ok := jsonesc.Unescape(e); {
+		case ok:
+			buf = append(buf, c)
+		case e == 'u':
 			r, ok, cut := p.hex4()
 			if cut || ok && r >= 0xD800 && r < 0xDC00 && p.cutEscapeFollows() {
 				// A cut escape, or a high surrogate whose low half has not fully arrived:
