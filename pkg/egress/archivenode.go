@@ -8,8 +8,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
+
+	"github.com/agentbus/agentbus/pkg/store/transcript"
 )
 
 // The archiver's consumers belong to one archive file: every transcripts.db needs every
@@ -25,8 +26,6 @@ const (
 	legacyNode = "default"
 )
 
-var validNode = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-
 // archiveNode returns the archiver node name of the archive in dir, creating it when the
 // archive is new. Call it before opening the archive (it looks at whether the file exists).
 func archiveNode(dir string) (string, error) {
@@ -41,8 +40,8 @@ func archiveNode(dir string) (string, error) {
 		switch {
 		case err == nil:
 			name := strings.TrimSpace(string(b))
-			if !validNode.MatchString(name) {
-				return "", fmt.Errorf("archive node: %s holds %q, want 1-64 letters, digits, '-' or '_'", path, name)
+			if err := transcript.CheckNode(name); err != nil {
+				return "", fmt.Errorf("archive node: %s: %w", path, err)
 			}
 			return name, nil
 		case errors.Is(err, fs.ErrNotExist):

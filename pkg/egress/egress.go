@@ -412,13 +412,12 @@ func (h *Handle) startArchive(ctx context.Context) error {
 	db := o.Transcripts
 	node := o.ArchiverNode
 	if db == nil && o.DataDir != "" {
+		var err error
 		if node == "" {
-			var err error
 			if node, err = archiveNode(o.DataDir); err != nil {
 				return fmt.Errorf("egress: %w", err)
 			}
 		}
-		var err error
 		db, err = transcript.Open(filepath.Join(o.DataDir, transcriptsFile), nil)
 		if err != nil {
 			return fmt.Errorf("egress: %w", err)

@@ -21,7 +21,7 @@ type ArchiverOptions struct {
 	// Node names this archiver's durable consumers ("transcripts-<node>-in" / "-sent"). Each
 	// node with its own transcripts.db needs its own name, so each gets every message; two
 	// processes with the same name share the work (and must then share nothing else). Default
-	// "default". Letters, digits, '-' and '_' only.
+	// "default". 1-64 letters, digits, '-' and '_' (CheckNode).
 	Node string
 	// Batch is the most messages written in one transaction (default 1024).
 	Batch int
@@ -54,7 +54,15 @@ type Archiver struct {
 	wg     sync.WaitGroup
 }
 
-var nodeName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+var nodeName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// CheckNode reports whether name can name an archiver node (ArchiverOptions.Node).
+func CheckNode(name string) error {
+	if !nodeName.MatchString(name) {
+		return fmt.Errorf("archiver node %q: want 1-64 letters, digits, '-' or '_'", name)
+	}
+	return nil
+}
 
 // archSource is one stream the archiver reads, with the direction of its rows.
 type archSource struct {
@@ -84,8 +92,8 @@ func RunArchiver(ctx context.Context, js jetstream.JetStream, db *DB, opts Archi
 	if opts.Node == "" {
 		opts.Node = "default"
 	}
-	if !nodeName.MatchString(opts.Node) {
-		return nil, fmt.Errorf("archiver node %q: want letters, digits, '-' or '_'", opts.Node)
+	if err := CheckNode(opts.Node); err != nil {
+		return nil, err
 	}
 	if opts.Batch <= 0 {
 		opts.Batch = 1024
