@@ -9,9 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 )
 
 // SessionStatus is active or archived (seed agent_sessions.status).
@@ -114,7 +116,11 @@ func (s *Session) clone() *Session {
 // Sessions is the repository of session records on KV sessions. Every write is a revision CAS,
 // so concurrent writers never lose each other's updates.
 type Sessions struct {
-	kv         jetstream.KeyValue
+	kv jetstream.KeyValue
+	// js, when set (OpenSessions), sends every read to the bucket's stream leader: a KV get may
+	// be answered by a lagging replica, and a session's new owner that started from an old
+	// record (an old cursor, missing open turns) would redo or skip work.
+	js         jetstream.JetStream
 	now        func() time.Time
 	maxRetries int
 
@@ -176,7 +182,9 @@ func OpenSessions(ctx context.Context, js jetstream.JetStream, opts ...SessionsO
 	if err != nil {
 		return nil, fmt.Errorf("open KV %s: %w", bucketSessions, err)
 	}
-	return NewSessions(kv, opts...), nil
+	s := NewSessions(kv, opts...)
+	s.js = js
+	return s, nil
 }
 
 func (r *Sessions) nowMs() int64 { return r.now().UnixMilli() }
@@ -203,20 +211,45 @@ func (r *Sessions) Current(ctx context.Context, sk events.SessionKey) (*Session,
 }
 
 func (r *Sessions) get(ctx context.Context, sk events.SessionKey) (*Session, error) {
-	e, err := r.kv.Get(ctx, sk.Token())
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, fmt.Errorf("session %s: %w", sk, ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get session %s: %w", sk, err)
+	var (
+		value []byte
+		rev   uint64
+	)
+	if r.js != nil {
+		raw, err := natsutil.LeaderGetMsg(ctx, r.js, "KV_"+r.kv.Bucket(), natsutil.MsgQuery{LastFor: "$KV." + r.kv.Bucket() + "." + sk.Token()})
+		if errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && kvDeleted(raw.Header) {
+			return nil, fmt.Errorf("session %s: %w", sk, ErrNotFound)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("get session %s: %w", sk, err)
+		}
+		value, rev = raw.Data, raw.Sequence
+	} else {
+		e, err := r.kv.Get(ctx, sk.Token())
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, fmt.Errorf("session %s: %w", sk, ErrNotFound)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("get session %s: %w", sk, err)
+		}
+		value, rev = e.Value(), e.Revision()
 	}
 	var s Session
-	if err := json.Unmarshal(e.Value(), &s); err != nil {
-		return nil, fmt.Errorf("decode session %s (revision %d): %w", sk, e.Revision(), err)
+	if err := json.Unmarshal(value, &s); err != nil {
+		return nil, fmt.Errorf("decode session %s (revision %d): %w", sk, rev, err)
 	}
-	s.Revision = e.Revision()
+	s.Revision = rev
 	r.remember(sk.Token(), &s)
 	return &s, nil
+}
+
+// kvDeleted reports a KV delete or purge marker (or a server TTL marker) read as a raw message.
+func kvDeleted(h nats.Header) bool {
+	switch h.Get("KV-Operation") {
+	case "DEL", "PURGE":
+		return true
+	}
+	return h.Get("Nats-Marker-Reason") != ""
 }
 
 func (r *Sessions) newEpoch(sk events.SessionKey, epoch uint64, prev *Session) *Session {

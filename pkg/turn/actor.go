@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/store"
 )
 
@@ -184,17 +186,30 @@ func (a *actor) behind() bool {
 }
 
 // step processes the next inbox event after the cursor, if there is one.
+//
+// The read must see every acknowledged write: a direct get may be answered by a replica that
+// lags behind, so natsutil.GetMsg confirms its "not found" with the stream leader. Only then is
+// the log really empty past the cursor. A delivery this actor holds that the log no longer has
+// (the stream's limits removed it after it was delivered) is processed from its delivered copy,
+// in sequence order, never dropped.
 func (a *actor) step() (bool, error) {
 	a.mu.Lock()
 	from := a.cursor
 	a.mu.Unlock()
-	raw, err := a.w.inbox.GetMsg(a.ctx, from+1, jetstream.WithGetMsgSubject(a.subj))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		a.dropVanished()
-		return false, nil
-	}
-	if err != nil {
+	raw, err := natsutil.GetMsg(a.ctx, a.w.js, a.w.inbox, natsutil.MsgQuery{Seq: from + 1, NextFor: a.subj})
+	gone := errors.Is(err, jetstream.ErrMsgNotFound)
+	if err != nil && !gone {
 		return false, fmt.Errorf("read inbox after %d: %w", from, err)
+	}
+	limit := uint64(math.MaxUint64)
+	if !gone {
+		limit = raw.Sequence
+	}
+	if seq, m, ok := a.heldBetween(from, limit); ok {
+		a.log.Warn("inbox event delivered but no longer stored; processing the delivered copy", "seq", seq)
+		raw = &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: seq, Header: m.Headers(), Data: m.Data()}
+	} else if gone {
+		return false, nil
 	}
 	ev, derr := events.Decode(raw.Data)
 	if derr != nil {
@@ -202,6 +217,22 @@ func (a *actor) step() (bool, error) {
 		return true, a.advance(raw.Sequence, nil)
 	}
 	return true, a.handle(ev, raw.Sequence)
+}
+
+// heldBetween returns the held delivery with the smallest sequence in (from, limit).
+func (a *actor) heldBetween(from, limit uint64) (uint64, jetstream.Msg, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var best uint64
+	for seq, msgs := range a.held {
+		if seq > from && seq < limit && len(msgs) > 0 && (best == 0 || seq < best) {
+			best = seq
+		}
+	}
+	if best == 0 {
+		return 0, nil, false
+	}
+	return best, a.held[best][0], true
 }
 
 // closeDelay bounds how long a finished turn stays listed as open in the session record. Its
@@ -278,24 +309,6 @@ func (a *actor) advance(seq uint64, open *store.OpenTurn) error {
 	}
 	a.mu.Unlock()
 	return nil
-}
-
-// dropVanished terminates deliveries past the cursor when the log has nothing there: the
-// events are gone (the stream's limits removed them), and waiting for them would never end.
-func (a *actor) dropVanished() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for seq, msgs := range a.held {
-		if seq <= a.cursor {
-			continue
-		}
-		a.log.Warn("inbox event delivered but no longer stored; dropping it", "seq", seq)
-		for _, m := range msgs {
-			a.w.progress.Remove(m)
-			_ = m.Term()
-		}
-		delete(a.held, seq)
-	}
 }
 
 // ackDone acks the deliveries whose effect is durable and that no running turn depends on.

@@ -21,6 +21,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/ingest"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/store"
 )
 
@@ -897,7 +898,7 @@ func (a *actor) resumeAll(sess *store.Session) {
 
 // inboxEvent reads one SESSION_IN event of this session.
 func (a *actor) inboxEvent(seq uint64) (events.Any, error) {
-	raw, err := a.w.inbox.GetMsg(a.ctx, seq)
+	raw, err := natsutil.GetMsg(a.ctx, a.w.js, a.w.inbox, natsutil.MsgQuery{Seq: seq})
 	if err != nil {
 		return nil, fmt.Errorf("read inbox %d: %w", seq, err)
 	}

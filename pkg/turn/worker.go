@@ -82,6 +82,7 @@ type Worker struct {
 	inbox     jetstream.Stream
 	evts      jetstream.Stream
 	results   jetstream.Stream
+	calls     jetstream.Stream // TOOL_CALLS: to see whether a request is still queued
 	sessions  *store.Sessions
 	leases    *store.Leases
 	ctxlog    *store.ContextLog
@@ -138,6 +139,9 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	}
 	if w.results, err = js.Stream(ctx, events.StreamToolResults); err != nil {
 		return nil, fmt.Errorf("open %s: %w", events.StreamToolResults, err)
+	}
+	if w.calls, err = js.Stream(ctx, events.StreamToolCalls); err != nil {
+		return nil, fmt.Errorf("open %s: %w", events.StreamToolCalls, err)
 	}
 	if w.sessions, err = store.OpenSessions(ctx, js); err != nil {
 		return nil, err
