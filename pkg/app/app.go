@@ -147,9 +147,10 @@ func Start(ctx context.Context, cfg *config.Config, opts Options) (p *Process, e
 		log = slog.Default()
 	}
 	p = &Process{Config: cfg}
+	started := p // p is nil once an error is returned
 	defer func() {
 		if err != nil {
-			p.Stop()
+			started.Stop()
 		}
 	}()
 	if err := p.connect(ctx, cfg, log); err != nil {

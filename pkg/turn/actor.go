@@ -39,6 +39,7 @@ type actor struct {
 	mu      sync.Mutex
 	lease   store.Lease
 	held    map[uint64][]jetstream.Msg // deliveries this actor still owes an ack, by stream seq
+	known   map[uint64]struct{}        // inbox seqs past the cursor another replica rang the doorbell for
 	wake    chan struct{}
 	cursor  uint64
 	turns   map[string]*turnRun // running turns
@@ -58,7 +59,7 @@ func newActor(w *Worker, sk events.SessionKey, lease store.Lease) *actor {
 	return &actor{
 		w: w, sk: sk, subj: events.AgentInSubject(sk), lease: lease,
 		log: w.log.With("session", sk.String()), ctx: ctx, cancel: cancel,
-		held: map[uint64][]jetstream.Msg{}, wake: make(chan struct{}, 1),
+		held: map[uint64][]jetstream.Msg{}, known: map[uint64]struct{}{}, wake: make(chan struct{}, 1),
 		turns: map[string]*turnRun{}, ctxLast: map[string]uint64{},
 	}
 }
@@ -96,6 +97,22 @@ func (a *actor) deliver(msg jetstream.Msg, seq uint64) {
 	a.held[seq] = append(a.held[seq], msg)
 	a.mu.Unlock()
 	a.w.progress.Add(msg) // kept from redelivery until acked or handed back
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// know notes that inbox event seq is in the log (another replica holds its delivery and rang
+// the doorbell), so the actor reads up to it without waiting for a delivery of its own.
+func (a *actor) know(seq uint64) {
+	a.mu.Lock()
+	if a.held == nil || seq <= a.cursor {
+		a.mu.Unlock()
+		return
+	}
+	a.known[seq] = struct{}{}
+	a.mu.Unlock()
 	select {
 	case a.wake <- struct{}{}:
 	default:
@@ -168,7 +185,7 @@ func (a *actor) sleep(d time.Duration) {
 func (a *actor) idle() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return len(a.turns) == 0 && len(a.held) == 0 && len(a.queued) == 0 && len(a.ready) == 0 && a.collect == nil && len(a.closing) == 0
+	return len(a.turns) == 0 && len(a.held) == 0 && len(a.known) == 0 && len(a.queued) == 0 && len(a.ready) == 0 && a.collect == nil && len(a.closing) == 0
 }
 
 // behind reports whether a delivery past the cursor is waiting. Every inbox event is
@@ -181,6 +198,12 @@ func (a *actor) behind() bool {
 		if seq > a.cursor {
 			return true
 		}
+	}
+	for seq := range a.known {
+		if seq > a.cursor {
+			return true
+		}
+		delete(a.known, seq)
 	}
 	return false
 }
@@ -209,6 +232,11 @@ func (a *actor) step() (bool, error) {
 		a.log.Warn("inbox event delivered but no longer stored; processing the delivered copy", "seq", seq)
 		raw = &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: seq, Header: m.Headers(), Data: m.Data()}
 	} else if gone {
+		// Rings for events the log does not have (yet or any more): the replica that holds
+		// their deliveries brings them back.
+		a.mu.Lock()
+		clear(a.known)
+		a.mu.Unlock()
 		return false, nil
 	}
 	ev, derr := events.Decode(raw.Data)

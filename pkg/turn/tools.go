@@ -240,7 +240,9 @@ var ErrToolTimeout = errors.New("tool call timed out")
 func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (loop.ToolResult, error) {
 	w, sc := x.w, x.scope
 	if x.flush != nil {
-		if err := x.flush(ctx); err != nil {
+		// A bus that is briefly away (a node lost, a leader being elected) is waited for: a
+		// failure here would reach the model as a failed tool call.
+		if err := retryTransient(ctx, func() error { return x.flush(ctx) }); err != nil {
 			return loop.ToolResult{}, err
 		}
 	}
@@ -283,8 +285,14 @@ func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (l
 	if err != nil {
 		return loop.ToolResult{}, err
 	}
-	ack, err := w.js.PublishMsg(ctx, m)
-	if err != nil {
+	// Retried under the same Nats-Msg-Id (the call id): a publish that timed out may have been
+	// stored, and the stream drops the repeat.
+	var ack *jetstream.PubAck
+	if err := retryTransient(ctx, func() error {
+		var err error
+		ack, err = w.js.PublishMsg(ctx, m)
+		return err
+	}); err != nil {
 		return loop.ToolResult{}, fmt.Errorf("request tool %s: %w", call.Name, err)
 	}
 	return x.await(ctx, call.Name, subj, results, m, ack.Sequence, time.UnixMilli(tc.Deadline))

@@ -366,7 +366,12 @@ func (t *turnRun) close(state string) error {
 // It returns the final assistant message and every message of the turn (input included).
 func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Message, []llm.Message, error) {
 	w := t.a.w
-	loaded, err := t.a.loadContext(ctx, t.sid)
+	var loaded store.Loaded
+	err := retryTransient(ctx, func() error {
+		var err error
+		loaded, err = t.a.loadContext(ctx, t.sid)
+		return err
+	})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -996,4 +1001,24 @@ func (a *actor) resume(sess *store.Session, ot store.OpenTurn) {
 	}
 	a.log.Info("resuming turn", "turn", ot.ID, "persisted", len(tl.messages), "committed", tl.committed)
 	a.launch(t, tl)
+}
+
+// retryTransient runs op until it succeeds, ctx ends, or about 20s of attempts have failed:
+// a read that timed out while the cluster elects a leader or the machine is overloaded is
+// worth another try before a turn is failed for it. Invalid input is not retried.
+func retryTransient(ctx context.Context, op func() error) error {
+	wait := 100 * time.Millisecond
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := op()
+		if err == nil || errors.Is(err, store.ErrInvalid) || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
 }
