@@ -20,7 +20,6 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/costs"
-	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/ingest"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/models"
@@ -241,7 +240,7 @@ func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Log
 	p.JS = js
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := natsutil.Provision(pctx, js, events.SpecFromConfig(cfg.NATS)); err != nil {
+	if err := natsutil.Provision(pctx, js, natsutil.SpecFromConfig(cfg.NATS)); err != nil {
 		return fmt.Errorf("provision streams: %w", err)
 	}
 	return nil
@@ -253,7 +252,7 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 		return err
 	}
 	p.Demo = demo
-	reg, err := llm.NewRegistry(cfg.AI.Providers)
+	reg, err := models.NewRegistry(cfg.AI.Providers)
 	if err != nil {
 		return err
 	}
@@ -366,7 +365,7 @@ func (p *Process) banner(out io.Writer, r Roles) {
 		fmt.Fprintln(out, "                    It echoes and can call tools by name; configure ai.providers for a real model.")
 	} else if p.Models != nil {
 		for _, a := range p.Models.Aliases() {
-			pc, _ := p.Models.Provider(a)
+			pc, _ := p.Models.Settings(a)
 			fmt.Fprintf(out, "  Provider:         %s (%s)\n", a, pc.API)
 		}
 	}

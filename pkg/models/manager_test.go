@@ -93,7 +93,7 @@ func TestManager(t *testing.T) {
 		"down":    {API: llm.APIOllamaChat, Host: "http://127.0.0.1:1"},
 		"painter": {Driver: "zhipu"},
 	}
-	reg, err := llm.NewRegistry(providers)
+	reg, err := NewRegistry(providers)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestManager(t *testing.T) {
 
 	// A fresh cache entry skips the start-up request.
 	calls.Store(0)
-	reg2, _ := llm.NewRegistry(providers)
+	reg2, _ := NewRegistry(providers)
 	m2 := NewManager(reg2, map[string]config.Provider{"router": providers["router"]}, ManagerOptions{Cache: cache, FreshFor: time.Hour, Log: quiet})
 	m2.Start(context.Background())
 	m2.Wait()
