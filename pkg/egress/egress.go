@@ -15,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/agentbus/agentbus/internal/jsconflict"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/natsutil"
@@ -643,7 +644,7 @@ func (e *egress) remember(ctx context.Context, key string, rec record) error {
 		switch {
 		case err == nil:
 			return nil
-		case errors.Is(err, jetstream.ErrKeyExists):
+		case jsconflict.Is(err):
 			// Another delivery of the same out id got there first (e.g. a replica that took
 			// over after AckWait while this one was still sending).
 			loggerFrom(ctx).Warn("egress: out id recorded concurrently; it may have been sent twice", "key", key)
