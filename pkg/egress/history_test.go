@@ -108,7 +108,7 @@ func TestSearchArchiveFromDataDir(t *testing.T) {
 	if err != nil || len(resp.Rows) != 1 {
 		t.Fatalf("search: %v %+v", err, resp)
 	}
-	if err := h.Stop(); err != nil {
+	if err := h.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	// Stop closed the archive and the service.

@@ -107,7 +107,7 @@ func TestManager(t *testing.T) {
 	m.Start(context.Background())
 	// Cache restored synchronously, ranked best first.
 	m.Wait()
-	defer m.Stop()
+	defer m.Stop(context.Background())
 
 	if got, _ := reg.Models("down"); !slices.Equal(ids(got), []string{"qwen3:14b", "llama3.2:3b"}) {
 		t.Errorf("down (from cache) = %v", ids(got))
