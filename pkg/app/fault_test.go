@@ -126,7 +126,9 @@ func faultChild(kind string) int {
 		}
 		fmt.Println("READY")
 		<-sig
-		proc.Stop()
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		_ = proc.Stop(sctx)
 		return 0
 	}
 	fmt.Fprintf(os.Stderr, "unknown %s=%q\n", faultChildEnv, kind)

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/agentbus/agentbus/internal/jsconflict"
 )
 
 var (
@@ -46,13 +46,6 @@ func (e *HeldError) Error() string {
 // Is makes errors.Is(err, ErrLeaseHeld) true.
 func (e *HeldError) Is(target error) bool { return target == ErrLeaseHeld }
 
-// isWrongLastSeq reports a failed expected-last-(subject-)sequence check: 10071, or 10164 on
-// replicated streams.
-func isWrongLastSeq(err error) bool {
-	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
-		return false
-	}
-	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
-}
+// isWrongLastSeq reports a lost compare-and-set (a failed expected-last-(subject-)sequence
+// check or KV revision check), on single-server and replicated streams alike.
+func isWrongLastSeq(err error) bool { return jsconflict.Is(err) }

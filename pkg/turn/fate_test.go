@@ -40,7 +40,7 @@ func TestToolCallOfUnknownFateIsAwaited(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(first.Stop)
+	t.Cleanup(func() { _ = first.Stop(context.Background()) })
 
 	w, err := New(context.Background(), h.ns.NC, h.ns.JS, Options{
 		ID: "w1", AI: h.cfg.AI, Models: h.reg, StreamFn: h.faux.Stream,
@@ -66,7 +66,7 @@ func TestToolCallOfUnknownFateIsAwaited(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(second.Stop)
+	t.Cleanup(func() { _ = second.Stop(context.Background()) })
 
 	got := h.replies(sk, 1)
 	if strings.Contains(got[0], ErrToolTimeout.Error()) || !strings.Contains(got[0], "deadline passed") {
