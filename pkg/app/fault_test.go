@@ -100,6 +100,11 @@ func faultChild(kind string) int {
 			log.Error("data dir", "err", err)
 			return 2
 		}
+		// A non-idempotent call cut off by a tool worker's death is reported interrupted only
+		// once its own timeout has passed (the attempt might still be running elsewhere), and
+		// the dead worker's calls come back after the tool workers' 30s AckWait: a 10s tool
+		// timeout keeps that under the test's 90s wait for a reply.
+		cfg.AI.Agent.ToolTimeoutMs = 10000
 		p := cfg.AI.Providers["openai"]
 		p.BaseURL = os.Getenv("AB_MODEL")
 		cfg.AI.Providers["openai"] = p
@@ -603,6 +608,13 @@ func TestFaultCluster(t *testing.T) {
 	t.Logf("messages %d, replies %d, lost %d, duplicate replies %d; tool executions %d, executed twice %d; model requests %d, steps asked again %d",
 		len(allSent), len(got), len(lost), len(dups), execs, len(twice), len(reqs), reasked)
 	t.Logf("replies: %d without the tool offered to the model (first at %s), %d reporting an error", noTool, firstNoTool.Round(time.Millisecond), failed)
+	late := 0
+	for _, l := range lat {
+		if l > 10*time.Second {
+			late++
+		}
+	}
+	t.Logf("replies later than 10s: %d (a killed tool worker's calls wait for its 30s AckWait)", late)
 	t.Logf("reply latency p50 %s p99 %s max %s; in flight at a turn-worker kill (%d kills, %d messages): kill → reply p50 %s p99 %s max %s",
 		lp(0.5).Round(time.Millisecond), lp(0.99).Round(time.Millisecond), lp(1).Round(time.Millisecond),
 		len(turnKill), len(take), pct(0.5).Round(time.Millisecond), pct(0.99).Round(time.Millisecond), pct(1).Round(time.Millisecond))

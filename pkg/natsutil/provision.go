@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/events"
@@ -31,6 +32,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, spec events.Spec) er
 	spec = spec.WithDefaults()
 	for _, cfg := range spec.Streams() {
 		if err := retry(ctx, func(ctx context.Context) error {
+			if upToDate(ctx, js, cfg.Name, func(have jetstream.StreamConfig) bool { return sameStream(have, cfg) }) {
+				return nil
+			}
 			_, err := js.CreateOrUpdateStream(ctx, cfg)
 			return err
 		}); err != nil {
@@ -39,6 +43,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, spec events.Spec) er
 	}
 	for _, cfg := range spec.KeyValues() {
 		if err := retry(ctx, func(ctx context.Context) error {
+			if upToDate(ctx, js, "KV_"+cfg.Bucket, func(have jetstream.StreamConfig) bool { return sameKV(have, cfg) }) {
+				return nil
+			}
 			_, err := js.CreateOrUpdateKeyValue(ctx, cfg)
 			return err
 		}); err != nil {
@@ -47,6 +54,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, spec events.Spec) er
 	}
 	for _, cfg := range spec.ObjectStores() {
 		if err := retry(ctx, func(ctx context.Context) error {
+			if upToDate(ctx, js, "OBJ_"+cfg.Bucket, func(have jetstream.StreamConfig) bool { return sameObjectStore(have, cfg) }) {
+				return nil
+			}
 			_, err := js.CreateOrUpdateObjectStore(ctx, cfg)
 			return err
 		}); err != nil {
@@ -54,6 +64,52 @@ func Provision(ctx context.Context, js jetstream.JetStream, spec events.Spec) er
 		}
 	}
 	return nil
+}
+
+// upToDate reports whether stream exists with a config same accepts. Every process of a
+// deployment provisions the same spec at start: reading the stream's info (answered by the
+// stream's leader) spares the cluster's meta leader one proposal per stream and bucket per
+// process, which is what a fresh cluster with many processes starting at once chokes on. Any
+// error (not found, no answer) means "not known to be up to date": create-or-update decides.
+func upToDate(ctx context.Context, js jetstream.JetStream, stream string, same func(jetstream.StreamConfig) bool) bool {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return false
+	}
+	info := s.CachedInfo()
+	return info != nil && same(info.Config)
+}
+
+func orOne(n int) int {
+	if n <= 0 {
+		return 1
+	}
+	return n
+}
+
+// sameStream compares the fields events.Spec sets.
+func sameStream(have, want jetstream.StreamConfig) bool {
+	return slices.Equal(have.Subjects, want.Subjects) && have.Description == want.Description &&
+		have.Retention == want.Retention && have.MaxAge == want.MaxAge && have.Storage == want.Storage &&
+		have.Replicas == orOne(want.Replicas) && have.Duplicates == want.Duplicates &&
+		have.AllowDirect == want.AllowDirect && have.AllowMsgTTL == want.AllowMsgTTL &&
+		have.AllowMsgSchedules == want.AllowMsgSchedules && have.AllowRollup == want.AllowRollup &&
+		have.AllowAtomicPublish == want.AllowAtomicPublish && have.MaxMsgsPerSubject == want.MaxMsgsPerSubject &&
+		have.Discard == want.Discard && have.MaxMsgs == want.MaxMsgs && have.MaxBytes == want.MaxBytes &&
+		have.MaxMsgSize == want.MaxMsgSize && have.MaxConsumers == want.MaxConsumers
+}
+
+// sameKV compares the KV bucket's stream with the fields of cfg events.Spec sets.
+func sameKV(have jetstream.StreamConfig, cfg jetstream.KeyValueConfig) bool {
+	return have.Description == cfg.Description && have.MaxMsgsPerSubject == int64(orOne(int(cfg.History))) &&
+		have.MaxAge == cfg.TTL && have.Storage == cfg.Storage && have.Replicas == orOne(cfg.Replicas) &&
+		have.AllowMsgTTL == (cfg.LimitMarkerTTL > 0) && have.SubjectDeleteMarkerTTL == cfg.LimitMarkerTTL
+}
+
+// sameObjectStore compares the object store's stream with the fields of cfg events.Spec sets.
+func sameObjectStore(have jetstream.StreamConfig, cfg jetstream.ObjectStoreConfig) bool {
+	return have.Description == cfg.Description && have.MaxAge == cfg.TTL && have.Storage == cfg.Storage &&
+		have.Replicas == orOne(cfg.Replicas)
 }
 
 // RequestTimeout bounds one provisioning request (one create-or-update); a request that gets

@@ -118,9 +118,11 @@ func (s *Session) clone() *Session {
 // so concurrent writers never lose each other's updates.
 type Sessions struct {
 	kv jetstream.KeyValue
-	// js, when set (OpenSessions), sends every read to the bucket's stream leader: a KV get may
+	// js, when set (OpenSessions), sends the reads a writer acts on (GetOrCreate, Current,
+	// Update after a lost compare-and-set, Archive) to the bucket's stream leader: a KV get may
 	// be answered by a lagging replica, and a session's new owner that started from an old
-	// record (an old cursor, missing open turns) would redo or skip work.
+	// record (an old cursor, missing open turns) would redo or skip work. Get stays a direct
+	// get (any replica; it may be a little behind).
 	js         jetstream.JetStream
 	now        func() time.Time
 	maxRetries int
@@ -190,12 +192,14 @@ func OpenSessions(ctx context.Context, js jetstream.JetStream, opts ...SessionsO
 
 func (r *Sessions) nowMs() int64 { return r.now().UnixMilli() }
 
-// Get returns the session record, ErrNotFound if none was ever created.
+// Get returns the session record, ErrNotFound if none was ever created. It is a direct get,
+// which any replica may answer, so it may miss the newest writes: a writer reads with
+// GetOrCreate or Current.
 func (r *Sessions) Get(ctx context.Context, sk events.SessionKey) (*Session, error) {
 	if err := sk.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	return r.get(ctx, sk)
+	return r.get(ctx, sk, false)
 }
 
 // Current returns the newest copy of the record this process read or wrote, reading the
@@ -208,15 +212,17 @@ func (r *Sessions) Current(ctx context.Context, sk events.SessionKey) (*Session,
 	if s := r.cached(sk.Token()); s != nil {
 		return s, nil
 	}
-	return r.get(ctx, sk)
+	return r.get(ctx, sk, true)
 }
 
-func (r *Sessions) get(ctx context.Context, sk events.SessionKey) (*Session, error) {
+// get reads the record; leader sends the read to the bucket's stream leader (when the
+// repository has a JetStream context), for the reads a writer acts on.
+func (r *Sessions) get(ctx context.Context, sk events.SessionKey, leader bool) (*Session, error) {
 	var (
 		value []byte
 		rev   uint64
 	)
-	if r.js != nil {
+	if leader && r.js != nil {
 		raw, err := natsutil.LeaderGetMsg(ctx, r.js, "KV_"+r.kv.Bucket(), natsutil.MsgQuery{LastFor: "$KV." + r.kv.Bucket() + "." + sk.Token()})
 		if errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && kvDeleted(raw.Header) {
 			return nil, fmt.Errorf("session %s: %w", sk, ErrNotFound)
@@ -321,7 +327,7 @@ func (r *Sessions) GetOrCreate(ctx context.Context, sk events.SessionKey) (*Sess
 		if err := backoff(ctx, attempt); err != nil {
 			return nil, err
 		}
-		cur, err := r.get(ctx, sk)
+		cur, err := r.get(ctx, sk, true)
 		switch {
 		case errors.Is(err, ErrNotFound):
 			s, err := r.put(ctx, sk, r.newEpoch(sk, 1, nil), 0)
@@ -362,7 +368,7 @@ func (r *Sessions) Archive(ctx context.Context, sk events.SessionKey) (*Session,
 		if err := backoff(ctx, attempt); err != nil {
 			return nil, err
 		}
-		cur, err := r.get(ctx, sk)
+		cur, err := r.get(ctx, sk, true)
 		if errors.Is(err, ErrNotFound) {
 			return r.GetOrCreate(ctx, sk)
 		}
@@ -413,7 +419,7 @@ func (r *Sessions) Update(ctx context.Context, sk events.SessionKey, fn func(*Se
 		cur := r.cached(sk.Token())
 		if attempt > 0 || cur == nil {
 			var err error
-			if cur, err = r.get(ctx, sk); err != nil {
+			if cur, err = r.get(ctx, sk, true); err != nil {
 				return nil, err
 			}
 		}

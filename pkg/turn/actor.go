@@ -219,7 +219,18 @@ func (a *actor) step() (bool, error) {
 	a.mu.Lock()
 	from := a.cursor
 	a.mu.Unlock()
-	raw, err := natsutil.GetMsg(a.ctx, a.w.js, a.w.inbox, natsutil.MsgQuery{Seq: from + 1, NextFor: a.subj})
+	q := natsutil.MsgQuery{Seq: from + 1, NextFor: a.subj}
+	var raw *jetstream.RawStreamMsg
+	var err error
+	if a.behind() {
+		// An event past the cursor is known to exist (delivered or rung): "not found" must
+		// be the leader's answer.
+		raw, err = natsutil.GetMsg(a.ctx, a.w.js, a.w.inbox, q)
+	} else {
+		// A look for anything new (the actor just started): nothing is decided on a "not
+		// found", so any replica may answer.
+		raw, err = a.w.inbox.GetMsg(a.ctx, q.Seq, jetstream.WithGetMsgSubject(q.NextFor))
+	}
 	gone := errors.Is(err, jetstream.ErrMsgNotFound)
 	if err != nil && !gone {
 		return false, fmt.Errorf("read inbox after %d: %w", from, err)
