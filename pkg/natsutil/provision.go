@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/events"
@@ -30,41 +31,69 @@ import (
 // count a single server cannot host) are errors wrapping ErrProvision that name the stream.
 func Provision(ctx context.Context, js jetstream.JetStream, spec events.Spec) error {
 	spec = spec.WithDefaults()
+	var jobs []func() error
 	for _, cfg := range spec.Streams() {
-		if err := retry(ctx, func(ctx context.Context) error {
-			if upToDate(ctx, js, cfg.Name, func(have jetstream.StreamConfig) bool { return sameStream(have, cfg) }) {
-				return nil
+		jobs = append(jobs, func() error {
+			if err := retry(ctx, func(ctx context.Context) error {
+				if upToDate(ctx, js, cfg.Name, func(have jetstream.StreamConfig) bool { return sameStream(have, cfg) }) {
+					return nil
+				}
+				_, err := js.CreateOrUpdateStream(ctx, cfg)
+				return err
+			}); err != nil {
+				return fmt.Errorf("%w: stream %s: %w", ErrProvision, cfg.Name, err)
 			}
-			_, err := js.CreateOrUpdateStream(ctx, cfg)
-			return err
-		}); err != nil {
-			return fmt.Errorf("%w: stream %s: %w", ErrProvision, cfg.Name, err)
-		}
+			return nil
+		})
 	}
 	for _, cfg := range spec.KeyValues() {
-		if err := retry(ctx, func(ctx context.Context) error {
-			if upToDate(ctx, js, "KV_"+cfg.Bucket, func(have jetstream.StreamConfig) bool { return sameKV(have, cfg) }) {
-				return nil
+		jobs = append(jobs, func() error {
+			if err := retry(ctx, func(ctx context.Context) error {
+				if upToDate(ctx, js, "KV_"+cfg.Bucket, func(have jetstream.StreamConfig) bool { return sameKV(have, cfg) }) {
+					return nil
+				}
+				_, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+				return err
+			}); err != nil {
+				return fmt.Errorf("%w: kv %s: %w", ErrProvision, cfg.Bucket, err)
 			}
-			_, err := js.CreateOrUpdateKeyValue(ctx, cfg)
-			return err
-		}); err != nil {
-			return fmt.Errorf("%w: kv %s: %w", ErrProvision, cfg.Bucket, err)
-		}
+			return nil
+		})
 	}
 	for _, cfg := range spec.ObjectStores() {
-		if err := retry(ctx, func(ctx context.Context) error {
-			if upToDate(ctx, js, "OBJ_"+cfg.Bucket, func(have jetstream.StreamConfig) bool { return sameObjectStore(have, cfg) }) {
-				return nil
+		jobs = append(jobs, func() error {
+			if err := retry(ctx, func(ctx context.Context) error {
+				if upToDate(ctx, js, "OBJ_"+cfg.Bucket, func(have jetstream.StreamConfig) bool { return sameObjectStore(have, cfg) }) {
+					return nil
+				}
+				_, err := js.CreateOrUpdateObjectStore(ctx, cfg)
+				return err
+			}); err != nil {
+				return fmt.Errorf("%w: object store %s: %w", ErrProvision, cfg.Bucket, err)
 			}
-			_, err := js.CreateOrUpdateObjectStore(ctx, cfg)
-			return err
-		}); err != nil {
-			return fmt.Errorf("%w: object store %s: %w", ErrProvision, cfg.Bucket, err)
-		}
+			return nil
+		})
 	}
-	return nil
+	// A few at a time: each create is a round trip through the meta leader and the new
+	// stream's own election; overlapping them shortens a cold start several times over.
+	errs := make([]error, len(jobs))
+	sem := make(chan struct{}, provisionParallel)
+	var wg sync.WaitGroup
+	for i, job := range jobs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs[i] = job()
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
+
+// provisionParallel bounds the streams and buckets provisioned at the same time.
+const provisionParallel = 4
 
 // upToDate reports whether stream exists with a config same accepts. Every process of a
 // deployment provisions the same spec at start: reading the stream's info (answered by the

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -68,7 +69,8 @@ type turnRun struct {
 	model     *llm.Model
 	cancel    context.CancelFunc
 	done      chan struct{}
-	index     int // next message_end index
+	closed    atomic.Bool // close succeeded: the session record no longer needs this run
+	index     int         // next message_end index
 	mu        sync.Mutex
 	steerQ    []queued
 	followQ   []queued
@@ -245,6 +247,13 @@ func (a *actor) launch(t *turnRun, resumed *turnLog) {
 		err := t.execute(ctx, resumed)
 		if err != nil && a.ctx.Err() == nil {
 			a.log.Error("turn failed", "turn", t.id, "err", err)
+			if !t.closed.Load() && !errors.Is(err, store.ErrInvalid) && !errors.Is(err, store.ErrTooLarge) {
+				// The turn is still open in the session record but cannot go on here (the
+				// bus failed it past its retries). Hand the session over, as a crash would:
+				// its trigger stays unacked and the next owner resumes the turn.
+				a.log.Warn("handing the session over to resume the turn", "turn", t.id)
+				a.leaseLost(err)
+			}
 		}
 		if a.ctx.Err() != nil { // lease lost or worker stopping: the turn stays open for resume
 			return
@@ -304,7 +313,14 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 				return a.ctx.Err()
 			}
 		}
-		seq, err := a.commitMessages(t.sid, newMsgs, t.id+":commit", t.id)
+		// Retried on a transient bus error: the commit is fenced and carries a fixed msg id, so
+		// a retry of a commit that did land is recognized (ctxlog.AppendMessages).
+		var seq uint64
+		err = retryTransient(ctx, func() error {
+			var err error
+			seq, err = a.commitMessages(t.sid, newMsgs, t.id+":commit", t.id)
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -343,6 +359,7 @@ func (t *turnRun) close(state string) error {
 	}
 	if state == "done" && next == nil {
 		t.a.finished(t)
+		t.closed.Store(true)
 		return nil
 	}
 	_, err := t.a.updateSession(t.a.ctx, func(s *store.Session) {
@@ -354,6 +371,9 @@ func (t *turnRun) close(state string) error {
 			s.SetOpenTurn(store.OpenTurn{ID: next.id, State: "queued", InboxSeq: next.seq, Merged: next.merged, StartedAt: time.Now().UnixMilli()})
 		}
 	})
+	if err == nil {
+		t.closed.Store(true)
+	}
 	if err == nil && next != nil {
 		t.a.mu.Lock()
 		t.a.ready = append(t.a.ready, next)
@@ -1011,7 +1031,8 @@ func retryTransient(ctx context.Context, op func() error) error {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		err := op()
-		if err == nil || errors.Is(err, store.ErrInvalid) || ctx.Err() != nil || time.Now().After(deadline) {
+		if err == nil || errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrStaleWriter) ||
+			errors.Is(err, store.ErrTooLarge) || ctx.Err() != nil || time.Now().After(deadline) {
 			return err
 		}
 		select {
