@@ -18,7 +18,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/chunk"
 	"github.com/agentbus/agentbus/pkg/events"
-	"github.com/agentbus/agentbus/pkg/ingest"
+	"github.com/agentbus/agentbus/pkg/identity"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
 	"github.com/agentbus/agentbus/pkg/store"
@@ -779,10 +779,10 @@ func (w *Worker) publishAll(ctx context.Context, msgs []*nats.Msg) error {
 // adapter inlined them, else as a reference the model can read.
 func (a *actor) userInput(m *events.IMMessage, text string) llm.Message {
 	if text == "" {
-		text = strings.TrimSpace(ingest.StripSpoofedSender(m.Content.PlainText()))
+		text = strings.TrimSpace(identity.StripSpoofedSender(m.Content.PlainText()))
 	}
 	if m.Scene.Type != events.ScopePrivate {
-		text = ingest.SenderPrefix(m.Sender) + text
+		text = identity.SenderPrefix(m.Sender) + text
 	}
 	msg := llm.Message{Role: llm.RoleUser, Content: []llm.Content{llm.Text(text)}, Timestamp: m.Time}
 	if msg.Timestamp == 0 {
