@@ -276,7 +276,7 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 	p.onStop(stopProfiles)
 	profiles.Start(pctx)
 	p.turnOpts = turn.Options{AI: cfg.AI, Models: reg, Log: log.With("role", "turn-worker"),
-		StreamFn: fb.Stream, Health: p.Costs,
+		StreamFn: fb.Stream, Health: p.Costs, Secrets: cfg.Secrets(),
 		ModelsReport: func() string { return models.Report(cfg.AI, reg, nil, mgr.Status()) },
 		Prompt:       &promptSources{profiles: profiles, dataDir: cfg.DataDir}, Skills: p.skillStore(cfg, log),
 		FetchImage: func(ctx context.Context, url string) ([]byte, string, error) {

@@ -60,6 +60,7 @@ type pipeline struct {
 type pipelineOpts struct {
 	concurrency     string // ai.agent.concurrency ("" = default)
 	collectWindowMs int64
+	apiKey          string // the fake provider's key ("" = "test")
 }
 
 func newPipeline(t *testing.T, script fakeopenai.Script, o pipelineOpts) *pipeline {
@@ -73,6 +74,9 @@ func newPipeline(t *testing.T, script fakeopenai.Script, o pipelineOpts) *pipeli
 	dirsMu.Lock()
 	dirs = append(dirs, dir)
 	dirsMu.Unlock()
+	if o.apiKey == "" {
+		o.apiKey = "test"
+	}
 	agent := ""
 	if o.concurrency != "" {
 		agent += fmt.Sprintf("    concurrency: %s\n", o.concurrency)
@@ -97,12 +101,12 @@ im:
         masters: [%[6]s]
 ai:
   providers:
-    fake: {api: openai-completions, baseUrl: "%[7]s", apiKey: test}
+    fake: {api: openai-completions, baseUrl: "%[7]s", apiKey: "%[9]s"}
   agents:
     zhin: {provider: fake, model: m1}
   agent:
     maxIterations: 8
-%[8]s`, dir, filepath.Join(dir, "nats"), botID, botSecret, cb.srv.URL, master, model.BaseURL(), agent)
+%[8]s`, dir, filepath.Join(dir, "nats"), botID, botSecret, cb.srv.URL, master, model.BaseURL(), agent, o.apiKey)
 	cfg, err := config.Parse([]byte(yml))
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yml)

@@ -61,7 +61,7 @@ func (a *actor) approve(c events.Command, from events.Sender) string {
 	}
 	cmd, err := execpolicy.ParseApproveCommand(strings.TrimSpace("/approve " + c.Raw))
 	if err != nil {
-		return err.Error()
+		return scrubForUser(err.Error())
 	}
 	var reply string
 	err = a.w.approvals.Update(a.ctx, a.sk.Platform, a.sk.Bot, func(ap *execpolicy.Approvals) (bool, error) {
@@ -70,7 +70,7 @@ func (a *actor) approve(c events.Command, from events.Sender) string {
 		return changed, err
 	})
 	if err != nil {
-		return err.Error()
+		return scrubForUser(err.Error())
 	}
 	return reply
 }

@@ -195,7 +195,7 @@ func (a *actor) startTurn(pt *pendingTurn) error {
 	}
 	model, err := a.w.pickModel(pt.msg, pt.input)
 	if err != nil {
-		a.replyText(pt, pt.id, "⚠️ "+err.Error())
+		a.replyText(pt, pt.id, failureText(pt.msg.Sender, "No model could take this message", err.Error()))
 		_, _ = a.commitMessages(sid, pt.input, pt.id+":commit", pt.id)
 		return a.advance(pt.seq, nil)
 	}
@@ -283,7 +283,7 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 			// Not a model failure (those end in an error message) but the loop's or the bus's:
 			// tell the user and close the turn rather than leave it open forever.
 			_, _ = record(t, events.EvtKindTurnFailed, events.TurnFailed{Reason: events.FailError, Error: err.Error()}, "failed")
-			a.replyText(&t.pendingTurn, t.id, "⚠️ This turn failed: "+err.Error())
+			a.replyText(&t.pendingTurn, t.id, failureText(t.msg.Sender, "This turn failed", err.Error()))
 			if cerr := t.close("failed"); cerr != nil {
 				return cerr
 			}
@@ -400,6 +400,7 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 		cfg.StreamOptions.Thinking = lvl
 	}
 	cfg.StreamOptions.SessionID = t.sid.String()
+	cfg.StreamOptions.Secrets = w.opts.Secrets
 	emit, stopLive := t.emitter()
 	defer stopLive()
 	var out []llm.Message
@@ -671,7 +672,7 @@ func (t *turnRun) replyText(final *llm.Message) string {
 	case final == nil:
 		text = "⚠️ The turn ended without a reply."
 	case final.StopReason == llm.StopReasonError:
-		text = "⚠️ The model failed: " + final.ErrorMessage
+		text = failureText(t.msg.Sender, "The model failed", final.ErrorMessage)
 	case final.StopReason == llm.StopReasonAborted:
 		t.mu.Lock()
 		reason := t.reason
