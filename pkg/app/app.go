@@ -333,7 +333,11 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 		return nil
 	}
 	mux := http.NewServeMux()
-	ingest.NewWebhookHandler(in, cfg.IM.Webhook.Bots, log.With("role", "ingest")).Routes(mux)
+	seenKV, err := p.JS.KeyValue(ctx, events.BucketWebhookSeen)
+	if err != nil {
+		return fmt.Errorf("webhook: open KV %s: %w", events.BucketWebhookSeen, err)
+	}
+	ingest.NewWebhookHandler(in, cfg.IM.Webhook, ingest.KVSeen{KV: seenKV}, log.With("role", "ingest")).Routes(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	if p.Costs != nil {
 		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
