@@ -41,7 +41,7 @@ const (
 	// least the signature tolerance window), so a replayed signed body is refused after the
 	// streams' 2-minute dedupe window too.
 	BucketWebhookSeen = "webhook_seen"
-	ObjectMedia     = "media"
+	ObjectMedia       = "media"
 )
 
 // Spec parameterizes every stream and bucket: replication, storage and retention. The zero
