@@ -25,6 +25,7 @@ Usage:
   agentbus chat [--nats URL] [--user ID]  talk to a running agentbus from the terminal
   agentbus sessions [--nats URL]          list sessions
   agentbus replay [--nats URL] SESSION    print a session's turns from the event log
+                                         (these three find the URL and credentials in ./data; --data DIR)
   agentbus bench [flags]                  measure the whole pipeline (webhook in, callback out)
   agentbus exec-policy check [flags] -- 'COMMAND LINE'
   agentbus version

@@ -209,6 +209,16 @@ func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Log
 		}
 		eo := natsutil.EmbeddedOptions{StoreDir: cfg.NATS.StoreDir, Listen: listen,
 			Token: cfg.NATS.Token, User: cfg.NATS.User, Password: cfg.NATS.Password}
+		var creds *natsutil.Credentials
+		if eo.Token == "" && eo.User == "" {
+			// No client connects unauthenticated: without configured credentials, generated
+			// ones are kept in the data directory (0600) for `agentbus chat/sessions/replay`.
+			c, err := natsutil.LoadOrCreateCredentials(cfg.DataDir)
+			if err != nil {
+				return fmt.Errorf("embedded NATS credentials: %w", err)
+			}
+			creds, eo.User, eo.Password = &c, c.User, c.Password
+		}
 		emb, err := natsutil.StartEmbedded(eo)
 		if err != nil && cfg.NATS.Listen == "" {
 			// The default port is taken (another agentbus?): fall back to a free one.
@@ -220,6 +230,12 @@ func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Log
 		}
 		p.Embedded = emb
 		p.onStop(func() { emb.Close() })
+		if creds != nil {
+			creds.URL = emb.ClientURL()
+			if err := natsutil.WriteCredentials(filepath.Join(cfg.DataDir, natsutil.CredentialsFile), *creds); err != nil {
+				return err
+			}
+		}
 		nc, err := emb.Connect()
 		if err != nil {
 			return err
