@@ -255,6 +255,11 @@ func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Log
 		return err
 	}
 	p.JS = js
+	if cfg.NATS.Provision == "wait" {
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		return natsutil.WaitProvisioned(wctx, js, events.SpecFromConfig(cfg.NATS))
+	}
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := natsutil.Provision(pctx, js, events.SpecFromConfig(cfg.NATS)); err != nil {

@@ -46,6 +46,10 @@ type NATS struct {
 	Password string `yaml:"password"`
 	Token    string `yaml:"token"`
 	TLS      TLS    `yaml:"tls"`
+	// Provision is what a process does with the streams and buckets at start: "update"
+	// (default: create or update them) or "wait" (wait until they exist, change nothing: for
+	// least-privileged role users that may not manage streams; an admin provisions).
+	Provision string `yaml:"provision"`
 	// Embedded runs a nats-server with JetStream inside the process (single machine, tests).
 	Embedded bool `yaml:"embedded"`
 	// StoreDir is the embedded server's JetStream directory (default <dataDir>/nats).
@@ -678,6 +682,9 @@ func (c *Config) Validate() error {
 	oneOf("ai.dispatcher.mode", c.AI.Dispatcher.Mode, "exclusive", "dual")
 	oneOf("ai.dispatcher.order", c.AI.Dispatcher.Order, "command-first", "ai-first")
 	oneOf("nats.storage", c.NATS.Storage, "file", "memory")
+	if c.NATS.Provision != "" {
+		oneOf("nats.provision", c.NATS.Provision, "update", "wait")
+	}
 	if wh := c.IM.Webhook; wh.ToleranceSeconds < 0 || wh.ToleranceSeconds > 3600 {
 		bad("im.webhook.toleranceSeconds %d: want 1..3600", wh.ToleranceSeconds)
 	}
