@@ -282,7 +282,7 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		if err != nil && !errors.Is(err, loop.ErrMaxIterations) {
 			// Not a model failure (those end in an error message) but the loop's or the bus's:
 			// tell the user and close the turn rather than leave it open forever.
-			_, _ = record(t, events.EvtKindTurnFailed, events.TurnFailed{Reason: events.FailError, Error: err.Error()}, "failed")
+			_, _ = record(t, events.EvtKindTurnFailed, events.TurnFailed{Reason: events.FailError, Error: llm.Redact(err.Error(), a.w.opts.Secrets...)}, "failed")
 			a.replyText(&t.pendingTurn, t.id, failureText(t.msg.Sender, "This turn failed", err.Error()))
 			if cerr := t.close("failed"); cerr != nil {
 				return cerr
@@ -395,6 +395,7 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 		GetFollowUpMessages: func() []llm.Message {
 			return t.drain(&t.followQ, agentCfg.FollowUpMode)
 		},
+		AfterToolCall: scrubToolError(agentCfg.Workspace),
 	}
 	if lvl, err := llm.ParseThinkingLevel(agentCfg.Thinking); err == nil {
 		cfg.StreamOptions.Thinking = lvl

@@ -1,10 +1,13 @@
 package turn
 
 import (
+	"context"
 	"strings"
 	"testing"
 
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/loop"
 )
 
 func TestFailureText(t *testing.T) {
@@ -36,6 +39,34 @@ func TestFailureText(t *testing.T) {
 				if strings.Contains(got, g) {
 					t.Errorf("failureText = %q keeps %q", got, g)
 				}
+			}
+		})
+	}
+}
+
+func TestScrubToolError(t *testing.T) {
+	hook := scrubToolError("/srv/agentbus/workspace")
+	tests := []struct {
+		name    string
+		text    string
+		isError bool
+		want    string // "" = no override
+	}{
+		{"workspace path made relative", "filepolicy: open /srv/agentbus/workspace/notes/a.txt: no such file", true, "open notes/a.txt: no such file"},
+		{"outside path keeps its name", "execpolicy: denied: reading /etc/shadow", true, "denied: reading shadow"},
+		{"key in tool error", "curl: 401 Authorization: Bearer abcdefghijklmnop", true, "curl: 401 Authorization: Bearer [REDACTED]"},
+		{"success untouched", "listing of /srv/agentbus/workspace/x", false, ""},
+		{"clean error untouched", "no such tool", true, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			info := loop.AfterToolCallInfo{IsError: tt.isError, Result: loop.ToolResult{Content: []llm.Content{llm.Text(tt.text)}, IsError: tt.isError}}
+			o := hook(context.Background(), info)
+			switch {
+			case tt.want == "" && o != nil:
+				t.Errorf("override %q, want none", o.Content[0].Text)
+			case tt.want != "" && (o == nil || o.Content[0].Text != tt.want):
+				t.Errorf("override %+v, want %q", o, tt.want)
 			}
 		})
 	}
