@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 )
 
@@ -40,7 +39,7 @@ func cmdProvision(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := natsutil.Provision(ctx, js, events.SpecFromConfig(cfg.NATS)); err != nil {
+	if err := natsutil.Provision(ctx, js, natsutil.SpecFromConfig(cfg.NATS)); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout, "provisioned every stream and bucket")

@@ -141,7 +141,7 @@ func TestDeployRolesAsOwnUsers(t *testing.T) {
 			cancel()
 			t.Fatalf("start %+v: %v", r, err)
 		}
-		t.Cleanup(func() { proc.Stop(); cancel() })
+		t.Cleanup(func() { _ = proc.Stop(context.Background()); cancel() })
 		return proc
 	}
 	// A role may not create streams: without the admin's provisioning it waits.
