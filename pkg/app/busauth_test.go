@@ -166,7 +166,14 @@ func TestDeployRolesAsOwnUsers(t *testing.T) {
 
 	// The tool worker's user cannot put a master's command into a session inbox: the server
 	// refuses the publish, so nothing reaches SESSION_IN for the turn worker to honour.
-	tw, err := nats.Connect(url, nats.UserInfo(natsutil.RoleToolWorker, os.Getenv(natsutil.PasswordEnv(natsutil.RoleToolWorker))))
+	refused := make(chan error, 4)
+	tw, err := nats.Connect(url, nats.UserInfo(natsutil.RoleToolWorker, os.Getenv(natsutil.PasswordEnv(natsutil.RoleToolWorker))),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case refused <- err:
+			default:
+			}
+		}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,6 +191,14 @@ func TestDeployRolesAsOwnUsers(t *testing.T) {
 	}
 	if after := pl.streamMsgs(events.StreamSessionIn); after != before {
 		t.Errorf("SESSION_IN grew from %d to %d", before, after)
+	}
+	select {
+	case err := <-refused:
+		if !strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+			t.Errorf("refusal: %v, want a permissions violation", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the server reported no permissions violation")
 	}
 
 	// Nobody anonymous gets in.
