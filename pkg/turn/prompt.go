@@ -62,8 +62,9 @@ func (w *Worker) systemPrompt(ctx context.Context, m events.IMMessage, model *ll
 	return b.String()
 }
 
-// alwaysTools are offered whatever the message says (the seed's resident tools).
-var alwaysTools = []string{"ask_user", "activate_skill", "user_profile"}
+// alwaysTools are offered whatever the message says (the seed's resident tools: ask_user and
+// spawn_task are "默认常驻编排工具", activate_skill and user_profile are needed by any turn).
+var alwaysTools = []string{"ask_user", "activate_skill", "user_profile", "spawn_task"}
 
 // selectTools applies the seed's two-level selection when skills are configured: skills by
 // keywords, then tools ranked and cut at maxTools. It returns the offered tools (as entries

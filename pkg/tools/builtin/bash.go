@@ -126,5 +126,5 @@ func (bt bashTool) tool() tools.Tool {
 			r := tools.Result{Content: tools.TextResult(b.String()).Content, Details: details(det)}
 			r.IsError = res.ExitCode != 0 || res.TimedOut || res.Canceled
 			return r, nil
-		}, tools.WithKeywords("shell", "bash", "command", "run", "execute", "命令", "执行", "终端"), tools.WithSource("builtin"))
+		}, tools.WithKeywords("shell", "bash", "command", "run", "execute", "terminal", "uname", "命令", "执行", "终端", "运行"), tools.WithSource("builtin"))
 }
