@@ -60,6 +60,7 @@ type pipeline struct {
 type pipelineOpts struct {
 	concurrency     string // ai.agent.concurrency ("" = default)
 	collectWindowMs int64
+	agentYAML       string // more ai.agent keys, one per line, indented by four spaces
 }
 
 func newPipeline(t *testing.T, script fakeopenai.Script, o pipelineOpts) *pipeline {
@@ -80,6 +81,7 @@ func newPipeline(t *testing.T, script fakeopenai.Script, o pipelineOpts) *pipeli
 	if o.collectWindowMs != 0 {
 		agent += fmt.Sprintf("    collectWindowMs: %d\n", o.collectWindowMs)
 	}
+	agent += o.agentYAML
 	yml := fmt.Sprintf(`
 dataDir: %[1]s
 nats:

@@ -72,7 +72,8 @@ func (p *Process) ToolSet(ctx context.Context, cfg *config.Config, log *slog.Log
 		}
 		all = append(all, gen)
 	}
-	fileTools, err := filetool.LoadTools(a.ToolsDir, filetool.Options{})
+	// Handlers run in the workspace, like bash (files.Workspace is absolute and exists).
+	fileTools, err := filetool.LoadTools(a.ToolsDir, filetool.Options{Workspace: files.Workspace()})
 	if err != nil {
 		return nil, err // seed Grill #18: an unsupported tool.md fails start-up
 	}
