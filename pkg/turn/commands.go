@@ -27,26 +27,49 @@ func (a *actor) command(e *events.Event[events.Command], seq uint64) error {
 	var reply string
 	switch c.Name {
 	case "reset":
-		a.abortAll("session reset")
-		s, err := a.w.sessions.Archive(a.ctx, a.sk)
+		r, err := a.resetSession()
 		if err != nil {
 			return err
 		}
-		reply = fmt.Sprintf("Session reset: a new conversation starts now (epoch %d). Chat history is kept.", s.Epoch)
+		reply = r
 	case "models":
 		reply = a.w.modelsReport()
 	case "health":
 		reply = a.w.healthReport()
 	case "help":
-		reply = "Commands: /reset (new conversation), /models, /health, /cancel, /steer <text> and /followup <text> (masters), /approve … (masters, private chat)."
+		reply = helpText
 	case "approve":
 		reply = a.approve(c, from)
 	default:
-		reply = "Unknown command /" + c.Name
+		r, ok, err := a.sessionCommand(c, from, pt.msg)
+		switch {
+		case err != nil:
+			return err
+		case ok:
+			reply = r
+		default:
+			reply = "Unknown command /" + c.Name + ". /help lists the commands."
+		}
 	}
 	a.replyText(pt, id, reply)
 	return a.advance(seq, nil)
 }
+
+// helpText answers /help.
+const helpText = `Commands:
+/new, /clear, /reset: start a new conversation (chat history is kept)
+/cancel: stop the running turn
+/status: this session: model, concurrency, turns, context size
+/model [name]: show or switch this chat's model (masters, trusted)
+/queue [policy]: show or set how messages during a turn are handled: parallel, queue, steer, interrupt, collect
+/usage: tokens and cost of this conversation
+/context: what the model sees next turn
+/whoami: who the bot takes you for
+/tools [filter]: the tools you may use here
+/mcp, /bindings: MCP servers, ai.agents bindings (masters, trusted)
+/models, /health: providers and models, worker health
+/steer <text>, /followup <text>: add to the running turn (masters)
+/approve …: approve bash commands (masters, private chat; /approve alone lists the usage)`
 
 // approve applies an owner /approve command (private chat, master only) to KV approvals.
 func (a *actor) approve(c events.Command, from events.Sender) string {

@@ -110,11 +110,22 @@ func hasImage(m events.IMMessage, input []llm.Message) bool {
 }
 
 // pickModel routes a turn to an ai.agents binding (models.Route): the vision binding when the
-// message carries an image, else ai.agents.zhin, else the best model there is.
-func (w *Worker) pickModel(m events.IMMessage, input []llm.Message) (*llm.Model, error) {
+// message carries an image, else ai.agents.zhin, else the best model there is. override is the
+// chat's /model choice: it wins unless the message has an image the model cannot see. One that
+// no longer resolves (configuration changed) is logged and routing applies.
+func (w *Worker) pickModel(m events.IMMessage, input []llm.Message, override string) (*llm.Model, error) {
 	var kinds []string
 	if hasImage(m, input) {
 		kinds = []string{"image"}
+	}
+	if override != "" {
+		om, err := w.resolveModel(override)
+		switch {
+		case err != nil:
+			w.log.Warn("the chat's /model choice does not resolve; routing instead", "model", override, "err", err)
+		case kinds == nil || om.SupportsImages():
+			return om, nil
+		}
 	}
 	_, model, err := models.Route(w.opts.AI, w.opts.Models, kinds)
 	return model, err

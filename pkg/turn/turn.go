@@ -193,7 +193,7 @@ func (a *actor) startTurn(pt *pendingTurn) error {
 	if pt.id == "" {
 		pt.id = turnID(pt.seq)
 	}
-	model, err := a.w.pickModel(pt.msg, pt.input)
+	model, err := a.w.pickModel(pt.msg, pt.input, sess.ModelOverride)
 	if err != nil {
 		a.replyText(pt, pt.id, "⚠️ "+err.Error())
 		_, _ = a.commitMessages(sid, pt.input, pt.id+":commit", pt.id)
