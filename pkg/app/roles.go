@@ -46,6 +46,7 @@ func (p *Process) ToolSet(ctx context.Context, cfg *config.Config, log *slog.Log
 		ap, _, err := aps.Get(ctx, env.Platform, env.BotID)
 		return ap, err
 	}
+	bc.Confirmations = approvals.BashConfirmations{Store: aps}
 	bc.Log = log
 	all, err := builtin.All(bc)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentbus/agentbus/pkg/approvals"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/execpolicy"
 	"github.com/agentbus/agentbus/pkg/models"
@@ -69,7 +70,7 @@ const helpText = `Commands:
 /mcp, /bindings: MCP servers, ai.agents bindings (masters, trusted)
 /models, /health: providers and models, worker health
 /steer <text>, /followup <text>: add to the running turn (masters)
-/approve …: approve bash commands (masters, private chat; /approve alone lists the usage)`
+/approve [once|always|rule …|list|revoke …]: approve bash commands (masters, private chat)`
 
 // approve applies an owner /approve command (private chat, master only) to KV approvals.
 func (a *actor) approve(c events.Command, from events.Sender) string {
@@ -82,13 +83,22 @@ func (a *actor) approve(c events.Command, from events.Sender) string {
 	if a.w.approvals == nil {
 		return "Approvals are not available on this worker."
 	}
+	if arg := strings.TrimSpace(c.Raw); arg == "" || arg == "once" {
+		return a.approveOnce(from)
+	}
 	cmd, err := execpolicy.ParseApproveCommand(strings.TrimSpace("/approve " + c.Raw))
 	if err != nil {
 		return err.Error()
 	}
+	pending := false
+	if cmd.Kind == execpolicy.ApproveAlways {
+		if pending, err = a.w.approvals.HasPending(a.ctx, a.sk.Platform, a.sk.Bot); err != nil {
+			return err.Error()
+		}
+	}
 	var reply string
 	err = a.w.approvals.Update(a.ctx, a.sk.Platform, a.sk.Bot, func(ap *execpolicy.Approvals) (bool, error) {
-		r, changed, err := ap.Apply(cmd, execpolicy.ApplyContext{Now: time.Now(), By: from.ID})
+		r, changed, err := ap.Apply(cmd, execpolicy.ApplyContext{Now: time.Now(), By: from.ID, PendingBash: pending})
 		reply = r
 		return changed, err
 	})
@@ -96,6 +106,21 @@ func (a *actor) approve(c events.Command, from events.Sender) string {
 		return err.Error()
 	}
 	return reply
+}
+
+// approveOnce is "/approve" (or "/approve once"): the newest command waiting for the owner on
+// this endpoint may run once, in the chat that asked for it.
+func (a *actor) approveOnce(from events.Sender) string {
+	r, err := a.w.approvals.ApproveOnce(a.ctx, a.sk.Platform, a.sk.Bot, from.ID)
+	if err != nil {
+		return err.Error()
+	}
+	where := "this chat"
+	if r.Session != a.sk.String() {
+		where = r.Session
+	}
+	return fmt.Sprintf("Approved once: `%s` (%s). It runs when the conversation in %s continues (e.g. answer \"yes\" there) within %s. "+
+		"For good: /approve rule <regex> or /approve always.", r.Line, strings.Join(r.Commands, "; "), where, approvals.PendingWindow)
 }
 
 func (w *Worker) modelsReport() string {

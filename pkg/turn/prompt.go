@@ -3,6 +3,7 @@ package turn
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -70,7 +71,9 @@ var alwaysTools = []string{"ask_user", "activate_skill", "user_profile", "spawn_
 // keywords, then tools ranked and cut at maxTools. It returns the offered tools (as entries
 // and as the loop's tools, both read-only) and the instructions of the selected skills for the
 // system prompt.
-func (w *Worker) selectTools(m events.IMMessage, input []llm.Message) ([]events.ToolEntry, []loop.AgentTool, string) {
+// recent is the conversation before the turn: the tools it called lately stay offered, so that
+// an answer like "yes" to the model's question can continue what was going on.
+func (w *Worker) selectTools(m events.IMMessage, input, recent []llm.Message) ([]events.ToolEntry, []loop.AgentTool, string) {
 	v := w.tools.view(m)
 	if w.opts.Skills == nil {
 		return v.entries, v.agent, ""
@@ -81,7 +84,8 @@ func (w *Worker) selectTools(m events.IMMessage, input []llm.Message) ([]events.
 		text.WriteByte(' ')
 	}
 	a := w.opts.AI.Agent
-	sel := skills.Select(text.String(), w.opts.Skills.List(), v.avail, skills.SelectOptions{MaxSkills: a.MaxSkills, MaxTools: a.MaxTools, Always: alwaysTools})
+	sel := skills.Select(text.String(), w.opts.Skills.List(), v.avail, skills.SelectOptions{MaxSkills: a.MaxSkills, MaxTools: a.MaxTools,
+		Always: append(slices.Clone(alwaysTools), recentTools(recent)...)})
 	entries := make([]events.ToolEntry, 0, len(sel.Tools))
 	agent := make([]loop.AgentTool, 0, len(sel.Tools))
 	for _, t := range sel.Tools {
@@ -90,6 +94,22 @@ func (w *Worker) selectTools(m events.IMMessage, input []llm.Message) ([]events.
 		agent = append(agent, v.agent[i])
 	}
 	return entries, agent, skills.PromptSection(sel.Skills)
+}
+
+// stickyMessages is how far back recentTools looks.
+const stickyMessages = 6
+
+// recentTools names the tools called in the last stickyMessages messages.
+func recentTools(msgs []llm.Message) []string {
+	var out []string
+	for i := max(0, len(msgs)-stickyMessages); i < len(msgs); i++ {
+		for _, c := range msgs[i].ToolCalls() {
+			if !slices.Contains(out, c.Name) {
+				out = append(out, c.Name)
+			}
+		}
+	}
+	return out
 }
 
 // hasMedia reports whether a message carries an image (segments, or image blocks of input).

@@ -318,10 +318,10 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		}
 		// The record and the reply go out together: the commit above is what made the turn
 		// durable, and both are idempotent (fixed ids) if a resume publishes them again.
-		if err := a.w.publishAll(a.ctx, append([]*nats.Msg{committed}, a.replyMsgs(&t.pendingTurn, t.id, t.replyText(final), t.fresh)...)); err != nil {
+		if err := a.w.publishAll(a.ctx, append([]*nats.Msg{committed}, a.replyMsgs(&t.pendingTurn, t.id, t.replyFor(final, newMsgs), t.fresh)...)); err != nil {
 			return err
 		}
-	} else if err := a.w.publishAll(a.ctx, a.replyMsgs(&t.pendingTurn, t.id, t.replyText(lastAssistant(persisted)), false)); err != nil {
+	} else if err := a.w.publishAll(a.ctx, a.replyMsgs(&t.pendingTurn, t.id, t.replyFor(lastAssistant(persisted), persisted), false)); err != nil {
 		return err
 	}
 	return t.close("done")
@@ -369,7 +369,7 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 	if err != nil {
 		return nil, nil, err
 	}
-	tools, agentTools, skillText := w.selectTools(t.msg, t.input)
+	tools, agentTools, skillText := w.selectTools(t.msg, t.input, loaded.Messages)
 	if pre := t.preExecute(ctx); pre != "" {
 		skillText += "\n## Pre-executed tool results\n" + pre
 	}
@@ -395,6 +395,7 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 		GetFollowUpMessages: func() []llm.Message {
 			return t.drain(&t.followQ, agentCfg.FollowUpMode)
 		},
+		StopAfterTools: stopOnAsk, // ask_user: the question goes to the chat, the answer is the next message
 	}
 	if lvl, err := llm.ParseThinkingLevel(agentCfg.Thinking); err == nil {
 		cfg.StreamOptions.Thinking = lvl
@@ -481,6 +482,9 @@ func (t *turnRun) resumeLoop(ctx context.Context, ac *loop.AgentContext, cfg *lo
 			emit(loop.Event{Type: loop.EventMessageEnd, Message: &m})
 			msgs = append(msgs, m)
 		}
+	}
+	if stopOnAsk(msgs) {
+		return msgs, nil // the turn had asked the user: the answer is the next message
 	}
 	ac.Messages = append(ac.Messages, msgs...)
 	more, err := loop.Continue(ctx, ac, cfg, emit)
