@@ -79,15 +79,23 @@ func (p *Process) ToolSet(ctx context.Context, cfg *config.Config, log *slog.Log
 		return nil, err // seed Grill #18: an unsupported tool.md fails start-up
 	}
 	all = append(all, fileTools...)
+	var mgr *mcpclient.Manager
 	if len(cfg.AI.MCPServers) > 0 {
-		mgr, err := mcpclient.New(cfg.AI.MCPServers, mcpclient.Options{Log: log})
-		if err != nil {
+		if mgr, err = mcpclient.New(cfg.AI.MCPServers, mcpclient.Options{Log: log}); err != nil {
 			return nil, err
 		}
 		p.onStop(func() { _ = mgr.Close() })
 		all = append(all, mgr.Tools(ctx)...)
 	}
-	return tools.NewRegistry(all...)
+	reg, err := tools.NewRegistry(all...)
+	if err != nil || mgr == nil {
+		return reg, err
+	}
+	// Servers that were down come in later, and lists change: keep the registry current.
+	sctx, cancel := context.WithCancel(context.Background())
+	p.onStop(cancel)
+	go mgr.Sync(sctx, reg)
+	return reg, nil
 }
 
 func (p *Process) startToolWorker(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger) error {
