@@ -203,7 +203,7 @@ func textWithoutMentions(m *events.IMMessage) string {
 			b.WriteByte(' ')
 		}
 	}
-	return b.String()
+	return StripBotMention(b.String(), m)
 }
 
 // spoofedSender matches a sender prefix anywhere in user text, including look-alike brackets

@@ -36,6 +36,7 @@ type Ingestor struct {
 	log  *slog.Logger
 	// roles per "platform/bot"
 	roles map[string]BotRoles
+	media MediaStore // nil: inline media stays in the event (WithMedia)
 }
 
 // New returns an Ingestor. bots maps "platform/bot" to its role lists; ai.trigger's masters
@@ -62,6 +63,9 @@ type Result struct {
 func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (Result, error) {
 	m.MentionsBot = m.MentionsBot || m.Content.Mentions(m.Bot)
 	m.Sender.Roles = in.senderRoles(m)
+	if err := in.storeInline(ctx, m); err != nil {
+		return Result{}, err
+	}
 	if err := m.Validate(); err != nil {
 		return Result{}, fmt.Errorf("%w: %v", events.ErrInvalid, err)
 	}

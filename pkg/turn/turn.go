@@ -704,15 +704,11 @@ func (a *actor) replyText(pt *pendingTurn, turn, text string) {
 // replyMsgs are the outbound parts of text (ids turn-0, turn-1, ...), for the pending turn's
 // reply target; fresh promises egress that they were never published before.
 func (a *actor) replyMsgs(pt *pendingTurn, turn, text string, fresh bool) []*nats.Msg {
-	parts := chunk.SplitImages(text)
+	parts := chunk.SplitMedia(text)
 	var segs []events.Segments
 	for _, p := range parts {
-		if p.ImageURL != "" {
-			seg := events.ImageSeg(p.ImageURL)
-			if p.Alt != "" {
-				seg.Data["alt"] = p.Alt
-			}
-			segs = append(segs, events.Segments{seg})
+		if p.Kind != "" {
+			segs = append(segs, events.Segments{mediaSegment(p)})
 			continue
 		}
 		for _, c := range chunk.Chunk(p.Text, replyLimit) {
@@ -783,7 +779,7 @@ func (w *Worker) publishAll(ctx context.Context, msgs []*nats.Msg) error {
 // adapter inlined them, else as a reference the model can read.
 func (a *actor) userInput(m *events.IMMessage, text string) llm.Message {
 	if text == "" {
-		text = strings.TrimSpace(ingest.StripSpoofedSender(m.Content.PlainText()))
+		text = ingest.StripBotMention(strings.TrimSpace(ingest.StripSpoofedSender(m.Content.PlainText())), m)
 	}
 	if m.Scene.Type != events.ScopePrivate {
 		text = ingest.SenderPrefix(m.Sender) + text
@@ -792,20 +788,7 @@ func (a *actor) userInput(m *events.IMMessage, text string) llm.Message {
 	if msg.Timestamp == 0 {
 		msg.Timestamp = time.Now().UnixMilli()
 	}
-	for _, s := range m.Content {
-		if s.Type != events.SegImage {
-			continue
-		}
-		if data := s.Str("base64"); data != "" {
-			mime := s.Str("mimeType")
-			if mime == "" {
-				mime = "image/png"
-			}
-			msg.Content = append(msg.Content, llm.Image(data, mime))
-		} else if ref := s.MediaRef(); ref != "" {
-			msg.Content = append(msg.Content, llm.Text(imageRefPrefix+ref+"]"))
-		}
-	}
+	msg.Content = append(msg.Content, mediaParts(m)...)
 	return msg
 }
 
@@ -815,7 +798,7 @@ const imageRefPrefix = "[image: "
 // inlineImages replaces image references with image blocks for a vision model. A reference
 // that cannot be fetched stays text, so the model still knows an image was there.
 func (w *Worker) inlineImages(ctx context.Context, input []llm.Message) []llm.Message {
-	if w.opts.FetchImage == nil {
+	if w.opts.FetchImage == nil && w.media == nil {
 		return input
 	}
 	out := make([]llm.Message, len(input))
@@ -827,7 +810,7 @@ func (w *Worker) inlineImages(ctx context.Context, input []llm.Message) []llm.Me
 				continue
 			}
 			url := strings.TrimSuffix(ref, "]")
-			data, mime, err := w.opts.FetchImage(ctx, url)
+			data, mime, err := w.fetchImage(ctx, url)
 			if err != nil {
 				w.log.Warn("image not inlined", "url", url, "err", err)
 				continue
