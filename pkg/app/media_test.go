@@ -60,7 +60,7 @@ func TestMediaReachesTheModel(t *testing.T) {
 		{"face", []events.Segment{seg("face", "id", "14", "text", "微笑")}, []string{"[face 14 微笑]"}, false},
 		{"file", []events.Segment{seg("file", "url", "https://example.com/r.pdf", "name", "r.pdf", "size", 1234)}, []string{"[file r.pdf: https://example.com/r.pdf (1234 bytes)]"}, false},
 		{"base64 image", []events.Segment{seg("text", "text", "what is this?"), seg("image", "base64", b64, "mimeType", "image/png")}, []string{"what is this?"}, true},
-		{"data: URL image", []events.Segment{seg("image", "url", "data:image/png;base64," + b64)}, nil, true},
+		{"data: URL image", []events.Segment{seg("image", "url", "data:image/png;base64,"+b64)}, nil, true},
 	}
 	for i, tc := range cases {
 		before := len(pl.model.Requests())
