@@ -129,7 +129,7 @@ ai:
 		stopping.Add(1)
 		go func() {
 			defer stopping.Done()
-			p.Stop()
+			_ = p.Stop(context.Background())
 			cancel()
 		}()
 	})

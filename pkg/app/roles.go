@@ -84,7 +84,7 @@ func (p *Process) ToolSet(ctx context.Context, cfg *config.Config, log *slog.Log
 		if mgr, err = mcpclient.New(cfg.AI.MCPServers, mcpclient.Options{Log: log}); err != nil {
 			return nil, err
 		}
-		p.onStop(func() { _ = mgr.Close() })
+		p.onStop("MCP clients", func(context.Context) error { return mgr.Close() })
 		all = append(all, mgr.Tools(ctx)...)
 	}
 	reg, err := tools.NewRegistry(all...)
@@ -113,7 +113,7 @@ func (p *Process) startToolWorker(ctx context.Context, cfg *config.Config, opts 
 	if err != nil {
 		return err
 	}
-	p.onStop(h.Stop)
+	p.onStop("tool worker", h.Stop)
 	return nil
 }
 
@@ -123,6 +123,6 @@ func (p *Process) startEgress(ctx context.Context, cfg *config.Config, opts Opti
 	if err != nil {
 		return err
 	}
-	p.onStop(func() { _ = h.Stop() })
+	p.onStop("egress", h.Stop)
 	return nil
 }
