@@ -93,7 +93,7 @@ func (p *Process) ToolSet(ctx context.Context, cfg *config.Config, log *slog.Log
 	}
 	// Servers that were down come in later, and lists change: keep the registry current.
 	sctx, cancel := context.WithCancel(context.Background())
-	p.onStop(cancel)
+	p.onStopFunc("MCP tool refresh", cancel)
 	go mgr.Sync(sctx, reg)
 	return reg, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/internal/jsconflict"
 	"github.com/agentbus/agentbus/pkg/tools"
 )
 
@@ -96,7 +97,7 @@ func (s *Store) updatePending(ctx context.Context, platform, bot string, fn func
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !isWrongSeq(err) {
+		if !jsconflict.Is(err) {
 			return fmt.Errorf("store pending approvals: %w", err)
 		}
 	}

@@ -104,7 +104,7 @@ func TestSyncServesToolsOfALateServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Stop()
+	defer func() { _ = h.Stop(context.Background()) }()
 	go m.Sync(ctx, reg)
 	kv, err := ns.JS.KeyValue(ctx, events.BucketTools)
 	if err != nil {

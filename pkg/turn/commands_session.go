@@ -269,7 +269,7 @@ func (w *Worker) resolveModel(name string) (*llm.Model, error) {
 	if !ok || alias == "" || id == "" {
 		return nil, fmt.Errorf("not an ai.agents binding; use provider/model")
 	}
-	if _, ok := w.opts.Models.Provider(alias); !ok {
+	if _, ok := w.opts.Models.Settings(alias); !ok {
 		return nil, fmt.Errorf("no provider %q in ai.providers", alias)
 	}
 	return w.opts.Models.GetModel(alias, id)
