@@ -430,6 +430,9 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 		bots[ingest.PlatformWebhook+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
 	}
 	in := ingest.New(p.JS, cfg.AI, bots, log.With("role", "ingest"))
+	if media, err := p.JS.ObjectStore(ctx, events.ObjectMedia); err == nil {
+		in.WithMedia(media) // inline uploads go to the media store, events carry references
+	}
 	console, err := ingest.ServeConsole(p.NC, in, log.With("role", "ingest"))
 	if err != nil {
 		return err

@@ -109,8 +109,8 @@ type Webhook struct {
 	// time) may be from this clock, either way (default 300). Replays are refused for at least
 	// that long (KV webhook_seen), and after it by the timestamp.
 	ToleranceSeconds int `yaml:"toleranceSeconds"`
-	// MaxBodyBytes caps one request body (default 1 MiB); MaxInFlight caps requests served at
-	// once (default 64, more get 503 + Retry-After), which together bound the memory a flood takes.
+	// MaxBodyBytes caps one request body (default 8 MiB); MaxInFlight caps requests served at
+	// once (default 16, more get 503 + Retry-After), which together bound the memory a flood takes.
 	MaxBodyBytes int64 `yaml:"maxBodyBytes"`
 	MaxInFlight  int   `yaml:"maxInFlight"`
 	// RateLimit limits accepted requests per bot and per sender; over it: 429 + Retry-After.
@@ -123,10 +123,10 @@ func (w *Webhook) ApplyDefaults() {
 		w.ToleranceSeconds = 300
 	}
 	if w.MaxBodyBytes == 0 {
-		w.MaxBodyBytes = 1 << 20
+		w.MaxBodyBytes = 8 << 20 // room for a base64 photo, which ingest moves to the media store
 	}
 	if w.MaxInFlight == 0 {
-		w.MaxInFlight = 64
+		w.MaxInFlight = 16 // with 8 MiB bodies: at most 128 MiB of request bodies at once
 	}
 	rateDefault := func(r *RateLimit, perSecond float64, burst int) {
 		if r.PerSecond == 0 {
