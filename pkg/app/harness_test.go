@@ -101,6 +101,8 @@ nats:
 im:
   webhook:
     listen: "127.0.0.1:0"
+    # Tests send bursts from one sender (a master's commands); the limits have their own tests.
+    rateLimit: {perSender: {perSecond: 100, burst: 200}}
     bots:
       - id: %[3]s
         secret: %[4]s
