@@ -329,10 +329,14 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 		return err
 	}
 	p.onStop(func() { _ = console.Unsubscribe() })
-	if len(cfg.IM.Webhook.Bots) == 0 {
+	mux := http.NewServeMux()
+	imRoutes, err := p.startIMInbound(ctx, cfg, in, mux, log.With("role", "ingest"))
+	if err != nil {
+		return err
+	}
+	if len(cfg.IM.Webhook.Bots) == 0 && !imRoutes {
 		return nil
 	}
-	mux := http.NewServeMux()
 	ingest.NewWebhookHandler(in, cfg.IM.Webhook.Bots, log.With("role", "ingest")).Routes(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	if p.Costs != nil {

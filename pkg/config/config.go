@@ -72,6 +72,9 @@ type TLS struct {
 // IM holds the platform adapters.
 type IM struct {
 	Webhook Webhook `yaml:"webhook"`
+	// OneBot is the OneBot v11 adapter (QQ through NapCat, LLOneBot, Lagrange.OneBot, ...).
+	// See docs/adapters/onebot.md.
+	OneBot OneBot `yaml:"onebot"`
 	// Egress tunes outbound delivery (pkg/egress); zero values pick its defaults.
 	Egress Egress `yaml:"egress"`
 }
@@ -110,6 +113,37 @@ type WebhookBot struct {
 	Callback string   `yaml:"callback"`
 	Masters  []string `yaml:"masters"`
 	Trusted  []string `yaml:"trusted"`
+}
+
+// OneBot configures the OneBot v11 adapter (pkg/im/onebot).
+type OneBot struct {
+	Bots []OneBotBot `yaml:"bots"`
+}
+
+// OneBotBot is one QQ account behind a OneBot v11 implementation.
+type OneBotBot struct {
+	// ID is the bot's id in session keys (onebot:<id>:<scope>:<scene>); usually its QQ number.
+	ID string `yaml:"id"`
+	// SelfID is the bot's own QQ number, used to recognise @-mentions of the bot (default: ID,
+	// and the self_id of the first event once one arrives).
+	SelfID string `yaml:"selfId"`
+	// Mode is how agentbus and the implementation talk: "ws" (forward WebSocket: agentbus
+	// dials apiBase; one ingest replica holds it), "ws-reverse" (the implementation dials
+	// agentbus at /onebot/<id>/ws on the webhook listener) or "http" (API calls POSTed to
+	// apiBase/<action>, events POSTed by the implementation to /onebot/<id> on the webhook
+	// listener). Default "ws".
+	Mode string `yaml:"mode"`
+	// APIBase is the implementation's endpoint: ws://host:port for "ws", http://host:port
+	// for "http". Media URLs on this host are fetched even when it is on loopback.
+	APIBase string `yaml:"apiBase"`
+	// AccessToken is OneBot's access_token (Authorization: Bearer), both directions.
+	AccessToken string `yaml:"accessToken"`
+	// Secret checks X-Signature (HMAC-SHA1) on event POSTs in "http" mode (optional).
+	Secret  string   `yaml:"secret"`
+	Masters []string `yaml:"masters"`
+	Trusted []string `yaml:"trusted"`
+	// ChunkLimit caps one message's length in characters (default 3000).
+	ChunkLimit int `yaml:"chunkLimit"`
 }
 
 // Roles selects which roles a process runs (agentbus up runs all by default).
