@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -21,6 +22,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/costs"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/im"
 	"github.com/agentbus/agentbus/pkg/ingest"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/models"
@@ -147,9 +149,10 @@ func Start(ctx context.Context, cfg *config.Config, opts Options) (p *Process, e
 		log = slog.Default()
 	}
 	p = &Process{Config: cfg}
+	started := p // the error returns below set p to nil
 	defer func() {
 		if err != nil {
-			p.Stop()
+			started.Stop()
 		}
 	}()
 	if err := p.connect(ctx, cfg, log); err != nil {
@@ -280,6 +283,10 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 		ModelsReport: func() string { return models.Report(cfg.AI, reg, nil, mgr.Status()) },
 		Prompt:       &promptSources{profiles: profiles, dataDir: cfg.DataDir}, Skills: p.skillStore(cfg, log),
 		FetchImage: func(ctx context.Context, url string) ([]byte, string, error) {
+			if strings.HasPrefix(url, im.MediaScheme) {
+				// An IM adapter stored the image in the media object store (pkg/im.Media).
+				return p.loadMedia(ctx, url)
+			}
 			res, err := guard.Fetch(ctx, url, netguard.FetchOptions{MaxBytes: maxImageBytes, Timeout: 20 * time.Second})
 			if err != nil {
 				return nil, "", err

@@ -148,7 +148,11 @@ func (p *Process) imSenders(ctx context.Context, cfg *config.Config) (map[string
 		if err != nil {
 			return nil, err
 		}
-		s, err := onebot.NewSender(bots, p.NC, nil, media)
+		ledger, err := im.NewLedger(ctx, p.JS)
+		if err != nil {
+			return nil, err
+		}
+		s, err := onebot.NewSender(bots, p.NC, nil, media, ledger)
 		if err != nil {
 			return nil, err
 		}
@@ -168,6 +172,10 @@ func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *in
 	owner := "ingest-" + nuid.Next()
 	routes := false
 	if bots := cfg.IM.OneBot.Bots; len(bots) > 0 {
+		ledger, err := im.NewLedger(ctx, p.JS)
+		if err != nil {
+			return false, err
+		}
 		byID := map[string]*onebot.Inbound{}
 		for _, b := range bots {
 			media, err := p.imMedia(ctx, cfg, b.APIBase)
@@ -175,7 +183,7 @@ func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *in
 				return false, err
 			}
 			ib, err := onebot.NewInbound(onebot.InboundOptions{Bot: b, Sink: sink, Media: media, NC: p.NC, JS: p.JS,
-				Owner: owner, Log: log})
+				Owner: owner, Log: log, Ledger: ledger})
 			if err != nil {
 				return false, err
 			}
@@ -204,4 +212,21 @@ func (p *Process) runBackground(ctx context.Context, f func(ctx context.Context)
 		cancel()
 		<-done
 	})
+}
+
+// loadMedia reads a media:// reference (an inbound image an IM adapter stored) for a vision
+// model.
+func (p *Process) loadMedia(ctx context.Context, ref string) ([]byte, string, error) {
+	store, err := p.JS.ObjectStore(ctx, events.ObjectMedia)
+	if err != nil {
+		return nil, "", fmt.Errorf("open media store: %w", err)
+	}
+	b, ct, _, err := (&im.Media{Store: store}).Load(ctx, ref)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(b) > maxImageBytes {
+		return nil, "", fmt.Errorf("image over %d bytes", maxImageBytes)
+	}
+	return b, ct, nil
 }

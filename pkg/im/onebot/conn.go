@@ -26,8 +26,9 @@ const maxFrame = 8 << 20
 
 // caller makes OneBot API calls: over a WebSocket (wsConn), over HTTP (httpAPI), or relayed to
 // the ingest replica that holds the WebSocket (rpcCaller).
+// idem is the call's ledger key (only the relay uses it: see rpcRequest.Idem).
 type caller interface {
-	call(ctx context.Context, action string, params any) (json.RawMessage, error)
+	call(ctx context.Context, action string, params any, idem string) (json.RawMessage, error)
 }
 
 // wsConn is one WebSocket to the implementation, in either direction: events come in, API
@@ -86,7 +87,7 @@ func (w *wsConn) answer(b []byte) bool {
 	return true
 }
 
-func (w *wsConn) call(ctx context.Context, action string, params any) (json.RawMessage, error) {
+func (w *wsConn) call(ctx context.Context, action string, params any, _ ...string) (json.RawMessage, error) {
 	echo := "ab-" + strconv.FormatUint(w.seq.Add(1), 10)
 	b, err := json.Marshal(request{Action: action, Params: params, Echo: echo})
 	if err != nil {
@@ -144,7 +145,7 @@ type httpAPI struct {
 	client *http.Client
 }
 
-func (h *httpAPI) call(ctx context.Context, action string, params any) (json.RawMessage, error) {
+func (h *httpAPI) call(ctx context.Context, action string, params any, _ string) (json.RawMessage, error) {
 	b, err := json.Marshal(params)
 	if err != nil {
 		return nil, im.Permanent(fmt.Errorf("onebot %s: encode: %w", action, err))

@@ -47,6 +47,8 @@ type InboundOptions struct {
 	// JS holds the connection lease (ws mode) and receives dead letters.
 	JS    jetstream.JetStream
 	Owner string // this replica's id (lease owner)
+	// Ledger records relayed sends (nil: none; see im.Ledger).
+	Ledger *im.Ledger
 	// TTL of the connection lease (default im.DefaultConnTTL).
 	TTL time.Duration
 	Log *slog.Logger

@@ -1,6 +1,7 @@
 package onebot
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +22,10 @@ import (
 type rpcRequest struct {
 	Action string          `json:"action"`
 	Params json.RawMessage `json:"params"`
+	// Idem is the ledger key of the call (im.ChunkKey): the holder answers a key it has
+	// recorded from the ledger instead of calling again, and records a successful call's
+	// message id before answering.
+	Idem string `json:"idem,omitempty"`
 }
 
 type rpcAnswer struct {
@@ -50,7 +55,7 @@ func (in *Inbound) serveRPC(w *wsConn) (*nats.Subscription, error) {
 			ans.Error = &rpcError{Msg: "bad relay request", Permanent: true}
 		} else {
 			ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
-			data, err := w.call(ctx, req.Action, req.Params)
+			data, err := in.relayCall(ctx, w, req)
 			cancel()
 			if err != nil {
 				ans.Error = &rpcError{Msg: err.Error(), Permanent: im.IsPermanent(err)}
@@ -72,18 +77,45 @@ func (in *Inbound) serveRPC(w *wsConn) (*nats.Subscription, error) {
 	return sub, nil
 }
 
+// relayCall makes a relayed call on w, consulting and filling the ledger for idempotent ones.
+func (in *Inbound) relayCall(ctx context.Context, w *wsConn, req rpcRequest) (json.RawMessage, error) {
+	if id, ok := in.o.Ledger.Sent(ctx, req.Idem); ok {
+		return json.Marshal(map[string]any{"message_id": json.Number(id)})
+	}
+	data, err := w.call(ctx, req.Action, req.Params)
+	if err == nil && req.Idem != "" {
+		if id := messageID(data); id != "" {
+			if err := in.o.Ledger.Record(ctx, req.Idem, id); err != nil {
+				in.log.Warn("onebot: record sent chunk", "err", err)
+			}
+		}
+	}
+	return data, err
+}
+
+// messageID reads data.message_id of a send answer ("" when absent).
+func messageID(data json.RawMessage) string {
+	var ack struct {
+		MessageID json.Number `json:"message_id"`
+	}
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	_ = d.Decode(&ack)
+	return ack.MessageID.String()
+}
+
 // rpcCaller relays calls to the connection holder.
 type rpcCaller struct {
 	nc  *nats.Conn
 	bot string
 }
 
-func (r *rpcCaller) call(ctx context.Context, action string, params any) (json.RawMessage, error) {
+func (r *rpcCaller) call(ctx context.Context, action string, params any, idem string) (json.RawMessage, error) {
 	p, err := json.Marshal(params)
 	if err != nil {
 		return nil, im.Permanent(fmt.Errorf("onebot %s: encode: %w", action, err))
 	}
-	b, _ := json.Marshal(rpcRequest{Action: action, Params: p})
+	b, _ := json.Marshal(rpcRequest{Action: action, Params: p, Idem: idem})
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, rpcTimeout+5*time.Second)

@@ -3,12 +3,10 @@ package onebot
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -29,15 +27,12 @@ const DefaultChunkLimit = 3000
 //
 // A part longer than the bot's chunk limit goes out as several QQ messages; the first quotes
 // the message the part answers (a reply segment). The platform id returned is the first
-// message's. A retry of a part that failed half-way resumes after the messages already sent
-// (remembered per out id in this process for 10 minutes), so a chunk is not sent twice by
-// the same egress replica.
+// message's. Every message sent is recorded in the ledger (im.Ledger), so a retry of a part
+// that failed half-way, on any egress replica, resumes after the messages already sent.
 type Sender struct {
-	bots  map[string]botOut
-	media *im.Media
-
-	mu       sync.Mutex
-	progress map[string]*partProgress
+	bots   map[string]botOut
+	media  *im.Media
+	ledger *im.Ledger
 }
 
 type botOut struct {
@@ -46,19 +41,14 @@ type botOut struct {
 	limit int
 }
 
-type partProgress struct {
-	ids  []string
-	seen time.Time
-}
-
 // NewSender returns the sender for bots. nc relays WebSocket-mode calls; client makes
 // http-mode calls (nil: a 20 s client); media resolves media:// references (nil: such
-// images are sent as their reference and fail).
-func NewSender(bots []config.OneBotBot, nc *nats.Conn, client *http.Client, media *im.Media) (*Sender, error) {
+// images are sent as their reference and fail); ledger records sent messages (nil: none).
+func NewSender(bots []config.OneBotBot, nc *nats.Conn, client *http.Client, media *im.Media, ledger *im.Ledger) (*Sender, error) {
 	if client == nil {
 		client = &http.Client{Timeout: 20 * time.Second}
 	}
-	s := &Sender{bots: map[string]botOut{}, media: media, progress: map[string]*partProgress{}}
+	s := &Sender{bots: map[string]botOut{}, media: media, ledger: ledger}
 	for _, b := range bots {
 		if err := Validate(b); err != nil {
 			return nil, err
@@ -87,9 +77,16 @@ func (s *Sender) Send(ctx context.Context, out events.Outbound) (string, error) 
 		return "", im.Permanent(fmt.Errorf("%w: onebot bot %q is not configured", im.ErrUnknownBot, out.Bot))
 	}
 	chunks := im.Chunks(out.Content, bo.limit)
-	pr := s.progressOf(out.OutID)
-	for i := len(pr.ids); i < len(chunks); i++ {
-		msg, err := s.outSegments(ctx, chunks[i])
+	first := ""
+	for i, c := range chunks {
+		key := im.ChunkKey(out.OutID, i)
+		if id, ok := s.ledger.Sent(ctx, key); ok {
+			if i == 0 {
+				first = id
+			}
+			continue
+		}
+		msg, err := s.outSegments(ctx, c)
 		if err != nil {
 			return "", err
 		}
@@ -105,47 +102,25 @@ func (s *Sender) Send(ctx context.Context, out events.Outbound) (string, error) 
 		default:
 			return "", im.Permanent(fmt.Errorf("onebot: scene type %q is not supported (group or private)", out.Scene.Type))
 		}
-		data, err := bo.api.call(ctx, "send_msg", params)
+		data, err := bo.api.call(ctx, "send_msg", params, key)
 		if err != nil {
 			return "", err
 		}
-		var ack struct {
-			MessageID json.Number `json:"message_id"`
-		}
-		_ = json.Unmarshal(data, &ack)
-		id := ack.MessageID.String()
+		id := messageID(data)
 		if id == "" {
 			id = out.OutID + "/" + strconv.Itoa(i)
 		}
-		s.mu.Lock()
-		pr.ids = append(pr.ids, id)
-		s.mu.Unlock()
-	}
-	s.mu.Lock()
-	delete(s.progress, out.OutID)
-	s.mu.Unlock()
-	if len(pr.ids) == 0 {
-		return out.OutID, nil
-	}
-	return pr.ids[0], nil
-}
-
-func (s *Sender) progressOf(outID string) *partProgress {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
-	for k, p := range s.progress {
-		if now.Sub(p.seen) > 10*time.Minute {
-			delete(s.progress, k)
+		if err := s.ledger.Record(ctx, key, id); err != nil && i < len(chunks)-1 {
+			return "", err // without the record a retry would send this message again
+		}
+		if i == 0 {
+			first = id
 		}
 	}
-	p, ok := s.progress[outID]
-	if !ok {
-		p = &partProgress{}
-		s.progress[outID] = p
+	if first == "" {
+		return out.OutID, nil
 	}
-	p.seen = now
-	return p
+	return first, nil
 }
 
 // idValue sends numeric ids as numbers (what every implementation expects) and anything else
