@@ -255,7 +255,6 @@ func lastIMIn(t *testing.T, p *app.Process, sk events.SessionKey) *events.Event[
 	return &ev
 }
 
-
 // TestOneBotHTTPAndReverse covers the two modes where the implementation reaches agentbus:
 // HTTP (events POSTed to /onebot/<bot>, replies POSTed to apiBase/send_msg, a 429 with
 // Retry-After honoured and the part delivered after it) and the reverse WebSocket (the

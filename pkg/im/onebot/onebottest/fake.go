@@ -388,7 +388,9 @@ func (f *Fake) GroupMessage(id, group, user int64, role string, msg []map[string
 }
 
 // Text, At, Image and Reply build segments.
-func Text(s string) map[string]any { return map[string]any{"type": "text", "data": map[string]any{"text": s}} }
+func Text(s string) map[string]any {
+	return map[string]any{"type": "text", "data": map[string]any{"text": s}}
+}
 func At(qq int64) map[string]any {
 	return map[string]any{"type": "at", "data": map[string]any{"qq": strconv.FormatInt(qq, 10)}}
 }
