@@ -330,6 +330,7 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 	for _, b := range cfg.IM.Webhook.Bots {
 		bots[ingest.PlatformWebhook+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
 	}
+	imBotRoles(cfg, bots)
 	in := ingest.New(p.JS, cfg.AI, bots, log.With("role", "ingest"))
 	console, err := ingest.ServeConsole(p.NC, in, log.With("role", "ingest"))
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/filepolicy"
 	"github.com/agentbus/agentbus/pkg/im"
 	"github.com/agentbus/agentbus/pkg/im/onebot"
+	"github.com/agentbus/agentbus/pkg/im/telegram"
 	"github.com/agentbus/agentbus/pkg/imagegen"
 	"github.com/agentbus/agentbus/pkg/ingest"
 	"github.com/agentbus/agentbus/pkg/mcpclient"
@@ -115,7 +116,7 @@ func (p *Process) startToolWorker(ctx context.Context, cfg *config.Config, opts 
 }
 
 func (p *Process) startEgress(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger) error {
-	senders, err := p.imSenders(ctx, cfg)
+	senders, err := p.imSenders(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -141,7 +142,7 @@ func (p *Process) imMedia(ctx context.Context, cfg *config.Config, endpoints ...
 }
 
 // imSenders are the egress senders of the native IM adapters configured under im.<platform>.
-func (p *Process) imSenders(ctx context.Context, cfg *config.Config) (map[string]egress.Sender, error) {
+func (p *Process) imSenders(ctx context.Context, cfg *config.Config, log *slog.Logger) (map[string]egress.Sender, error) {
 	out := map[string]egress.Sender{}
 	if bots := cfg.IM.OneBot.Bots; len(bots) > 0 {
 		media, err := p.imMedia(ctx, cfg)
@@ -157,6 +158,29 @@ func (p *Process) imSenders(ctx context.Context, cfg *config.Config) (map[string
 			return nil, err
 		}
 		out[onebot.Platform] = s
+	}
+	if bots := cfg.IM.Telegram.Bots; len(bots) > 0 {
+		media, err := p.imMedia(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		ledger, err := im.NewLedger(ctx, p.JS)
+		if err != nil {
+			return nil, err
+		}
+		s, err := telegram.NewSender(bots, nil, media, ledger, p.NC)
+		if err != nil {
+			return nil, err
+		}
+		out[telegram.Platform] = s
+		// Streaming previews and typing: one egress replica per bot runs the previewer.
+		owner := "egress-" + nuid.Next()
+		for _, b := range bots {
+			p.runBackground(ctx, func(ctx context.Context) {
+				_ = telegram.RunPreviewer(ctx, telegram.PreviewerOptions{Bot: b, NC: p.NC, JS: p.JS, Owner: owner,
+					Log: log.With("role", events.RoleEgress)})
+			})
+		}
 	}
 	return out, nil
 }
@@ -197,6 +221,34 @@ func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *in
 			onebot.Routes(mux, byID)
 		}
 	}
+	if bots := cfg.IM.Telegram.Bots; len(bots) > 0 {
+		media, err := p.imMedia(ctx, cfg)
+		if err != nil {
+			return false, err
+		}
+		byID := map[string]*telegram.Inbound{}
+		hooks := false
+		for _, b := range bots {
+			if b.APIBase != "" {
+				// The file API lives on the configured Bot API server; allow it like a
+				// OneBot endpoint (a self-hosted server may be on the same host).
+				if media, err = p.imMedia(ctx, cfg, b.APIBase); err != nil {
+					return false, err
+				}
+			}
+			ib, err := telegram.NewInbound(telegram.InboundOptions{Bot: b, Sink: sink, Media: media, JS: p.JS, Owner: owner, Log: log})
+			if err != nil {
+				return false, err
+			}
+			byID[b.ID] = ib
+			hooks = hooks || telegram.IsWebhook(b)
+			p.runBackground(ctx, func(ctx context.Context) { _ = ib.Run(ctx) })
+		}
+		if hooks {
+			telegram.Routes(mux, byID)
+			routes = true
+		}
+	}
 	return routes, nil
 }
 
@@ -229,4 +281,14 @@ func (p *Process) loadMedia(ctx context.Context, ref string) ([]byte, string, er
 		return nil, "", fmt.Errorf("image over %d bytes", maxImageBytes)
 	}
 	return b, ct, nil
+}
+
+// imBotRoles adds the native adapters' bots' masters and trusted lists to bots.
+func imBotRoles(cfg *config.Config, bots map[string]ingest.BotRoles) {
+	for _, b := range cfg.IM.OneBot.Bots {
+		bots[onebot.Platform+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
+	}
+	for _, b := range cfg.IM.Telegram.Bots {
+		bots[telegram.Platform+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
+	}
 }

@@ -75,6 +75,8 @@ type IM struct {
 	// OneBot is the OneBot v11 adapter (QQ through NapCat, LLOneBot, Lagrange.OneBot, ...).
 	// See docs/adapters/onebot.md.
 	OneBot OneBot `yaml:"onebot"`
+	// Telegram is the Telegram Bot API adapter. See docs/adapters/telegram.md.
+	Telegram Telegram `yaml:"telegram"`
 	// Egress tunes outbound delivery (pkg/egress); zero values pick its defaults.
 	Egress Egress `yaml:"egress"`
 }
@@ -143,6 +145,39 @@ type OneBotBot struct {
 	Masters []string `yaml:"masters"`
 	Trusted []string `yaml:"trusted"`
 	// ChunkLimit caps one message's length in characters (default 3000).
+	ChunkLimit int `yaml:"chunkLimit"`
+}
+
+// Telegram configures the Telegram Bot API adapter (pkg/im/telegram).
+type Telegram struct {
+	Bots []TelegramBot `yaml:"bots"`
+}
+
+// TelegramBot is one Telegram bot.
+type TelegramBot struct {
+	// ID is the bot's id in session keys (telegram:<id>:<scope>:<chat id>).
+	ID string `yaml:"id"`
+	// Token is the bot token from @BotFather (use ${ENV}).
+	Token string `yaml:"token"`
+	// APIBase overrides the Bot API server (default https://api.telegram.org; a self-hosted
+	// telegram-bot-api server or a test fake).
+	APIBase string `yaml:"apiBase"`
+	// Mode is "polling" (default: getUpdates long polling, held by one ingest replica) or
+	// "webhook" (Telegram POSTs updates to /telegram/<id> on the webhook listener; any replica).
+	Mode string `yaml:"mode"`
+	// WebhookSecret is checked against X-Telegram-Bot-Api-Secret-Token in webhook mode.
+	WebhookSecret string `yaml:"webhookSecret"`
+	// WebhookURL, when set in webhook mode, is registered with setWebhook at start-up (the
+	// public https URL that reaches /telegram/<id>).
+	WebhookURL string   `yaml:"webhookUrl"`
+	Masters    []string `yaml:"masters"`
+	Trusted    []string `yaml:"trusted"`
+	// Preview is the streaming preview mode: "off", "partial" (default: the reply grows in
+	// one message edited as it streams) or "block" (edited once per finished paragraph).
+	Preview string `yaml:"preview"`
+	// PreviewIntervalMs is the least time between two edits of a preview (default 1000).
+	PreviewIntervalMs int64 `yaml:"previewIntervalMs"`
+	// ChunkLimit caps one message's length (default 4096, Telegram's limit).
 	ChunkLimit int `yaml:"chunkLimit"`
 }
 
