@@ -101,7 +101,9 @@ type ctxClient struct {
 	hc  *http.Client
 }
 
-func (c ctxClient) Do(req *http.Request) (*http.Response, error) { return c.hc.Do(req.WithContext(c.ctx)) }
+func (c ctxClient) Do(req *http.Request) (*http.Response, error) {
+	return c.hc.Do(req.WithContext(c.ctx))
+}
 
 func (c *client) api(ctx context.Context) *tgbotapi.BotAPI {
 	a := *c.base
