@@ -3,6 +3,7 @@ package app_test
 import (
 	"bytes"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -174,4 +175,118 @@ ai:
 		}
 		t.Logf("preview: 1 message, %d partial edits, %d typing actions, final edit in HTML", partialEdits, typing)
 	})
+}
+
+// TestTelegramPollingTakeover runs two ingest replicas polling one bot: only one polls at a
+// time; when it is killed, the other takes the long poll over within seconds, and a message
+// sent while nobody polled is answered once: Telegram keeps unconfirmed updates.
+func TestTelegramPollingTakeover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three processes")
+	}
+	fake := telegramtest.New(t, tgToken, tgBotID, tgName)
+	model := fakeopenai.New(t, tgScript)
+	dir := tempDir(t)
+	const natsToken = "bus-token-for-tests"
+	common := fmt.Sprintf(`
+im:
+  telegram:
+    bots:
+      - {id: tg1, token: "%[1]s", apiBase: "%[2]s", preview: "off"}
+ai:
+  providers:
+    fake: {api: openai-completions, baseUrl: "%[3]s", apiKey: test}
+  agents:
+    zhin: {provider: fake, model: m1}
+`, tgToken, fake.URL(), model.BaseURL())
+	core := startProc(t, fmt.Sprintf(`
+dataDir: %[1]s/core
+nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: memory, token: %[2]s}
+`, dir, natsToken)+common, app.Roles{TurnWorker: true, ToolWorker: true, Egress: true})
+	url := core.Embedded.ClientURL()
+	ingestYML := func(name string) string {
+		return fmt.Sprintf("dataDir: %s/%s\nnats: {url: %q, token: %s, storage: memory}\n", dir, name, url, natsToken) + common
+	}
+	a := startProc(t, ingestYML("a"), app.Roles{Ingest: true})
+	fake.WaitCalls(1, 60*time.Second, func(c telegramtest.Call) bool { return c.Method == "getUpdates" })
+	b := startProc(t, ingestYML("b"), app.Roles{Ingest: true})
+	_ = b
+	fake.AddMessage(fake.Message(1, 71, "private", 71, "before"))
+	fake.WaitCalls(1, 90*time.Second, func(c telegramtest.Call) bool { return strings.Contains(c.Params.Get("text"), "echo: before") })
+	waitReceipt(t, core, events.SessionKey{Platform: "telegram", Bot: "tg1", Scope: "private", Scene: "71"})
+
+	// Kill the poller (a: it polled first) and send while nobody polls.
+	killed := time.Now()
+	a.NC.Close()
+	fake.AddMessage(fake.Message(2, 71, "private", 71, "during"))
+	fake.WaitCalls(1, 90*time.Second, func(c telegramtest.Call) bool { return strings.Contains(c.Params.Get("text"), "echo: during") })
+	t.Logf("message sent while the poller was dead answered %v after the kill", time.Since(killed).Round(time.Millisecond))
+	fake.AddMessage(fake.Message(3, 71, "private", 71, "after"))
+	fake.WaitCalls(1, 90*time.Second, func(c telegramtest.Call) bool { return strings.Contains(c.Params.Get("text"), "echo: after") })
+	time.Sleep(2 * time.Second)
+	for _, text := range []string{"echo: before", "echo: during", "echo: after"} {
+		n := 0
+		for _, c := range fake.Calls() {
+			if c.Method == "sendMessage" && strings.Contains(c.Params.Get("text"), text) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%q sent %d times", text, n)
+		}
+	}
+	// The killed replica's poll may have been cut by the new one (409), but never the other
+	// way round for long: b held the lease.
+	t.Logf("%d polls, %d terminated by a newer poll", fake.Polls, fake.Conflicts)
+}
+
+// TestTelegramWebhook: updates POSTed to /telegram/<bot> with the secret token are answered;
+// a wrong secret is refused.
+func TestTelegramWebhook(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the pipeline")
+	}
+	fake := telegramtest.New(t, tgToken, tgBotID, tgName)
+	model := fakeopenai.New(t, tgScript)
+	dir := tempDir(t)
+	yml := fmt.Sprintf(`
+dataDir: %[1]s
+nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: memory}
+im:
+  webhook: {listen: "127.0.0.1:0"}
+  telegram:
+    bots:
+      - {id: tgw, token: "%[2]s", apiBase: "%[3]s", mode: webhook, webhookSecret: s3cret, preview: "off"}
+ai:
+  providers:
+    fake: {api: openai-completions, baseUrl: "%[4]s", apiKey: test}
+  agents:
+    zhin: {provider: fake, model: m1}
+`, dir, tgToken, fake.URL(), model.BaseURL())
+	p := startProc(t, yml, app.AllRoles)
+	post := func(secret string, update string) int {
+		req, _ := http.NewRequest(http.MethodPost, p.WebhookURL+"/telegram/tgw", strings.NewReader(update))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Telegram-Bot-Api-Secret-Token", secret)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	upd := `{"update_id":5,"message":{"message_id":11,"date":1700000000,"chat":{"id":81,"type":"private"},"from":{"id":81,"is_bot":false,"first_name":"Ann"},"text":"via webhook"}}`
+	if code := post("wrong", upd); code != http.StatusUnauthorized {
+		t.Fatalf("wrong secret: %d", code)
+	}
+	if code := post("s3cret", upd); code != http.StatusOK {
+		t.Fatalf("update: %d", code)
+	}
+	c := fake.WaitCalls(1, 90*time.Second, func(c telegramtest.Call) bool { return c.Method == "sendMessage" })[0]
+	if c.Params.Get("chat_id") != "81" || !strings.Contains(c.Params.Get("text"), "echo: via webhook") || c.Params.Get("reply_to_message_id") != "11" {
+		t.Fatalf("reply = %v", c.Params)
+	}
+	if code := post("s3cret", `{"update_id":6,"message":{"message_id":12,"date":1,"chat":{"id":81,"type":"weird"},"text":"x"}}`); code != http.StatusOK {
+		t.Fatalf("an update that cannot be normalized should be dead-lettered and acknowledged, got %d", code)
+	}
 }

@@ -59,10 +59,10 @@ func writeCode(b *strings.Builder, lang string, code []string) {
 var (
 	langOK     = regexp.MustCompile(`^[A-Za-z0-9_+-]{1,20}$`)
 	inlineCode = regexp.MustCompile("`([^`\n]+)`")
-	link       = regexp.MustCompile(`\[([^\]\n]+)\]\((https?://[^\s)]+)\)`)
-	bold       = regexp.MustCompile(`\*\*([^*\n]+)\*\*`)
-	italic     = regexp.MustCompile(`(^|[\s(])[*_]([^*_\s][^*_\n]*?)[*_]($|[\s).,!?:;])`)
-	strike     = regexp.MustCompile(`~~([^~\n]+)~~`)
+	link       = regexp.MustCompile(`\[([^\]\n<>]+)\]\((https?://[^\s)<>"]+)\)`)
+	bold       = regexp.MustCompile(`\*\*([^*\n<>]+)\*\*`)
+	italic     = regexp.MustCompile(`(^|[\s(])[*_]([^*_\s<>][^*_\n<>]*?)[*_]($|[\s).,!?:;])`)
+	strike     = regexp.MustCompile(`~~([^~\n<>]+)~~`)
 )
 
 // inline renders one line outside code fences. Code spans are cut out first so that markup
@@ -81,15 +81,28 @@ func inline(line string) string {
 	}
 }
 
+// emphasis renders escaped text. Every literal '<' and '>' is escaped before any tag is
+// added, so a '<' in the string is always one of ours: the match groups exclude '<' and '>',
+// which keeps each new tag pair from enclosing part of another, and links are cut out first
+// so no emphasis crosses a link's edge. The result is always balanced.
 func emphasis(s string) string {
 	s = html.EscapeString(s)
-	s = link.ReplaceAllStringFunc(s, func(m string) string {
-		p := link.FindStringSubmatch(m)
+	var b strings.Builder
+	for {
+		loc := link.FindStringSubmatchIndex(s)
+		if loc == nil {
+			b.WriteString(styles(s))
+			return b.String()
+		}
+		b.WriteString(styles(s[:loc[0]]))
 		// The URL was escaped with the rest; in an attribute, escaped is what HTML wants.
-		return `<a href="` + strings.ReplaceAll(p[2], `"`, "&quot;") + `">` + p[1] + "</a>"
-	})
+		b.WriteString(`<a href="` + s[loc[4]:loc[5]] + `">` + styles(s[loc[2]:loc[3]]) + "</a>")
+		s = s[loc[1]:]
+	}
+}
+
+func styles(s string) string {
 	s = bold.ReplaceAllString(s, "<b>$1</b>")
 	s = strike.ReplaceAllString(s, "<s>$1</s>")
-	s = italic.ReplaceAllString(s, "$1<i>$2</i>$3")
-	return s
+	return italic.ReplaceAllString(s, "$1<i>$2</i>$3")
 }

@@ -212,6 +212,7 @@ func (f *Fake) getUpdates(w http.ResponseWriter, r *http.Request, c Call) {
 	f.poll = mine
 	c.Status = 200
 	f.calls = append(f.calls, c)
+	f.notifyLocked()
 	// Updates below the offset are confirmed: forget them.
 	kept := f.upd[:0]
 	for _, u := range f.upd {
