@@ -301,6 +301,17 @@ ai:
 		t.Logf("retried %v after the 429 (Retry-After: 1)", calls[1].Time.Sub(calls[0].Time).Round(time.Millisecond))
 	})
 
+	t.Run("http: bad event dead-lettered", func(t *testing.T) {
+		code, err := httpImpl.Post(p.WebhookURL+"/onebot/qqhttp", map[string]any{"post_type": "message", "message_type": "guild", "message_id": 2009, "user_id": 1, "message": "x"})
+		if err != nil || code != 204 {
+			t.Fatalf("event POST: %d %v", code, err)
+		}
+		dl := lastDeadLetter(t, p, events.DeadLetterSubject("ingest", events.DLQInvalid))
+		if !strings.Contains(dl.Error, "guild") || !strings.Contains(string(dl.JSON), "2009") {
+			t.Fatalf("dead letter = %+v", dl)
+		}
+	})
+
 	t.Run("http: wrong token refused", func(t *testing.T) {
 		bad := onebottest.New(t, "wrong", obSelf)
 		code, _ := bad.Post(p.WebhookURL+"/onebot/qqhttp", bad.PrivateMessage(2002, 52, []map[string]any{onebottest.Text("x")}))

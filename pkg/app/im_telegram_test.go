@@ -2,6 +2,8 @@ package app_test
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -289,4 +291,28 @@ ai:
 	if code := post("s3cret", `{"update_id":6,"message":{"message_id":12,"date":1,"chat":{"id":81,"type":"weird"},"text":"x"}}`); code != http.StatusOK {
 		t.Fatalf("an update that cannot be normalized should be dead-lettered and acknowledged, got %d", code)
 	}
+	dl := lastDeadLetter(t, p, events.DeadLetterSubject("ingest", events.DLQInvalid))
+	if !strings.Contains(dl.Error, "weird") || !strings.Contains(string(dl.JSON), `"message_id":12`) {
+		t.Fatalf("dead letter = %+v", dl)
+	}
+}
+
+// lastDeadLetter returns the last dead letter on subject.
+func lastDeadLetter(t *testing.T, p *app.Process, subject string) events.DeadLetter {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := p.JS.Stream(ctx, events.StreamDeadLetters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(ctx, subject)
+	if err != nil {
+		t.Fatalf("no dead letter on %s: %v", subject, err)
+	}
+	var ev events.Event[events.DeadLetter]
+	if err := json.Unmarshal(m.Data, &ev); err != nil {
+		t.Fatal(err)
+	}
+	return ev.Data
 }

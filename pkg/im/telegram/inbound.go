@@ -70,7 +70,7 @@ func IsWebhook(b config.TelegramBot) bool { return b.Mode == ModeWebhook }
 func (in *Inbound) Run(ctx context.Context) error {
 	if IsWebhook(in.o.Bot) {
 		if u := in.o.Bot.WebhookURL; u != "" {
-			p := tgbotapi.Params{"url": u, "allowed_updates": `["message"]`}
+			p := tgbotapi.Params{"url": u, "allowed_updates": `["message","channel_post"]`}
 			p.AddNonEmpty("secret_token", in.o.Bot.WebhookSecret)
 			if _, err := in.c.api(ctx).MakeRequest("setWebhook", p); err != nil {
 				in.log.Error("telegram: setWebhook", "err", classify("setWebhook", err))
@@ -103,7 +103,7 @@ func (in *Inbound) poll(ctx context.Context) error {
 	}
 	offset := 0
 	for ctx.Err() == nil {
-		cfg := tgbotapi.UpdateConfig{Offset: offset, Timeout: pollTimeout, AllowedUpdates: []string{"message"}}
+		cfg := tgbotapi.UpdateConfig{Offset: offset, Timeout: pollTimeout, AllowedUpdates: []string{"message", "channel_post"}}
 		updates, err := in.c.api(ctx).GetUpdates(cfg)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -172,12 +172,17 @@ func (in *Inbound) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// update ingests one update (only new messages; edits and other kinds are skipped).
+// update ingests one update (new messages and channel posts; edits and other kinds are
+// skipped).
 func (in *Inbound) update(ctx context.Context, u *tgbotapi.Update, raw []byte) error {
-	if u.Message == nil {
+	msg := u.Message
+	if msg == nil {
+		msg = u.ChannelPost
+	}
+	if msg == nil {
 		return nil
 	}
-	m, err := in.normalize(ctx, u.Message)
+	m, err := in.normalize(ctx, msg)
 	if err == nil {
 		err = m.Validate()
 	}
