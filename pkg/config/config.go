@@ -702,6 +702,40 @@ func (c *Config) Validate() error {
 			bad("im.webhook.bots[%d].secret is required (requests are signed with it)", i)
 		}
 	}
+	seen := map[string]bool{}
+	for i, b := range c.IM.OneBot.Bots {
+		key := fmt.Sprintf("im.onebot.bots[%d]", i)
+		switch {
+		case b.ID == "":
+			bad("%s.id is required", key)
+		case seen["onebot/"+b.ID]:
+			bad("%s.id %q is used twice", key, b.ID)
+		}
+		seen["onebot/"+b.ID] = true
+		oneOf(key+".mode", b.Mode, "", "ws", "ws-reverse", "http")
+		mode := b.Mode
+		if mode == "" {
+			mode = "ws"
+		}
+		if (mode == "ws" || mode == "http") && b.APIBase == "" {
+			bad("%s.apiBase is required in mode %s (ws://host:port or http://host:port of the implementation)", key, mode)
+		}
+	}
+	for i, b := range c.IM.Telegram.Bots {
+		key := fmt.Sprintf("im.telegram.bots[%d]", i)
+		switch {
+		case b.ID == "":
+			bad("%s.id is required", key)
+		case seen["telegram/"+b.ID]:
+			bad("%s.id %q is used twice", key, b.ID)
+		}
+		seen["telegram/"+b.ID] = true
+		if b.Token == "" {
+			bad("%s.token is required (from @BotFather; use ${ENV})", key)
+		}
+		oneOf(key+".mode", b.Mode, "", "polling", "webhook")
+		oneOf(key+".preview", b.Preview, "", "off", "partial", "block")
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w:\n  %s", ErrInvalid, strings.Join(errs, "\n  "))
 	}
