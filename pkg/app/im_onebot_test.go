@@ -223,6 +223,15 @@ ai:
 		t.Logf("long reply: %d characters in %d QQ messages", total, len(calls))
 	})
 
+	t.Run("master from the bot's masters list", func(t *testing.T) {
+		fake.Push(fake.PrivateMessage(1007, obMaster, []map[string]any{onebottest.Text("it is me")}))
+		sends(1, fmt.Sprint(obMaster))
+		raw := lastIMIn(t, p, events.SessionKey{Platform: "onebot", Bot: "qq1", Scope: "private", Scene: fmt.Sprint(obMaster)})
+		if !raw.Data.Sender.HasRole("master") {
+			t.Fatalf("roles = %v, want master", raw.Data.Sender.Roles)
+		}
+	})
+
 	t.Run("redelivered event not doubled", func(t *testing.T) {
 		ev := fake.PrivateMessage(1006, 47, []map[string]any{onebottest.Text("once only")})
 		fake.Push(ev)
