@@ -46,7 +46,7 @@ func startProc(t *testing.T, yml string, roles app.Roles) *app.Process {
 		stopping.Add(1)
 		go func() {
 			defer stopping.Done()
-			p.Stop()
+			_ = p.Stop(context.Background())
 			cancel()
 		}()
 	})
