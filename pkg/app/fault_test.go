@@ -31,6 +31,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/tools"
 	"github.com/agentbus/agentbus/pkg/webhook"
 )
@@ -313,6 +314,7 @@ func TestFaultCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 11 processes")
 	}
+	busPasswords(t) // deploy/nats.conf's users; the child processes inherit the environment
 	dir := t.TempDir()
 	logDir := dir
 	if *faultLogs != "" {
@@ -370,8 +372,13 @@ func TestFaultCluster(t *testing.T) {
 				listen = fmt.Sprintf("127.0.0.1:%d", ports[6+i])
 				webhooks = append(webhooks, "http://"+listen)
 			}
+			// Each role provisions the streams itself (as the admin user, nats.provision:
+			// update), all eight at once against the fresh cluster: that is what must not fail.
+			// The least-privilege users are TestDeployRolesAsOwnUsers' subject.
 			c := &child{name: name, log: filepath.Join(logDir, name+".log"), env: append(slices.Clone(common),
-				"AB_ROLE="+role, "AB_LISTEN="+listen, "AB_DATA="+filepath.Join(dir, name))}
+				"AB_ROLE="+role, "AB_LISTEN="+listen, "AB_DATA="+filepath.Join(dir, name),
+				"AGENTBUS_NATS_USER="+natsutil.RoleAdmin, "AGENTBUS_NATS_PASSWORD="+os.Getenv(natsutil.PasswordEnv(natsutil.RoleAdmin)),
+				"AGENTBUS_NATS_PROVISION=update")}
 			roles = append(roles, c)
 		}
 	}
@@ -652,7 +659,7 @@ func TestFaultCluster(t *testing.T) {
 
 // faultDumpState logs the consumers' state, for a run that went wrong.
 func faultDumpState(t *testing.T, urls string) {
-	nc, err := nats.Connect(urls)
+	nc, err := nats.Connect(urls, adminAuth())
 	if err != nil {
 		t.Logf("dump: %v", err)
 		return

@@ -46,6 +46,10 @@ type NATS struct {
 	Password string `yaml:"password"`
 	Token    string `yaml:"token"`
 	TLS      TLS    `yaml:"tls"`
+	// Provision is what a process does with the streams and buckets at start: "update"
+	// (default: create or update them) or "wait" (wait until they exist, change nothing: for
+	// least-privileged role users that may not manage streams; an admin provisions).
+	Provision string `yaml:"provision"`
 	// Embedded runs a nats-server with JetStream inside the process (single machine, tests).
 	Embedded bool `yaml:"embedded"`
 	// StoreDir is the embedded server's JetStream directory (default <dataDir>/nats).
@@ -72,6 +76,11 @@ type TLS struct {
 // IM holds the platform adapters.
 type IM struct {
 	Webhook Webhook `yaml:"webhook"`
+	// OneBot is the OneBot v11 adapter (QQ through NapCat, LLOneBot, Lagrange.OneBot, ...).
+	// See docs/adapters/onebot.md.
+	OneBot OneBot `yaml:"onebot"`
+	// Telegram is the Telegram Bot API adapter. See docs/adapters/telegram.md.
+	Telegram Telegram `yaml:"telegram"`
 	// Egress tunes outbound delivery (pkg/egress); zero values pick its defaults.
 	Egress Egress `yaml:"egress"`
 }
@@ -101,6 +110,58 @@ type EgressRateLimit struct {
 type Webhook struct {
 	Listen string       `yaml:"listen"` // default 127.0.0.1:8088
 	Bots   []WebhookBot `yaml:"bots"`
+	// ToleranceSeconds is how far a request's signed timestamp (webhook-timestamp, or the body's
+	// time) may be from this clock, either way (default 300). Replays are refused for at least
+	// that long (KV webhook_seen), and after it by the timestamp.
+	ToleranceSeconds int `yaml:"toleranceSeconds"`
+	// MaxBodyBytes caps one request body (default 8 MiB); MaxInFlight caps requests served at
+	// once (default 16, more get 503 + Retry-After), which together bound the memory a flood takes.
+	MaxBodyBytes int64 `yaml:"maxBodyBytes"`
+	MaxInFlight  int   `yaml:"maxInFlight"`
+	// RateLimit limits accepted requests per bot and per sender; over it: 429 + Retry-After.
+	RateLimit WebhookRateLimits `yaml:"rateLimit"`
+}
+
+// ApplyDefaults fills every zero limit of w with its documented default.
+func (w *Webhook) ApplyDefaults() {
+	if w.ToleranceSeconds == 0 {
+		w.ToleranceSeconds = 300
+	}
+	if w.MaxBodyBytes == 0 {
+		w.MaxBodyBytes = 8 << 20 // room for a base64 photo, which ingest moves to the media store
+	}
+	if w.MaxInFlight == 0 {
+		w.MaxInFlight = 16 // with 8 MiB bodies: at most 128 MiB of request bodies at once
+	}
+	rateDefault := func(r *RateLimit, perSecond float64, burst int) {
+		if r.PerSecond == 0 {
+			r.PerSecond = perSecond
+		}
+		if r.Burst == 0 {
+			r.Burst = burst
+		}
+	}
+	rateDefault(&w.RateLimit.PerBot, 100, 200)
+	rateDefault(&w.RateLimit.PerSender, 5, 20)
+	if w.RateLimit.MaxSenders == 0 {
+		w.RateLimit.MaxSenders = 10000
+	}
+}
+
+// WebhookRateLimits are the webhook adapter's token buckets.
+type WebhookRateLimits struct {
+	PerBot    RateLimit `yaml:"perBot"`    // default 100/s, burst 200
+	PerSender RateLimit `yaml:"perSender"` // default 5/s, burst 20
+	// MaxSenders bounds how many per-sender buckets are kept (default 10000); idle ones are
+	// evicted first, and when none is idle new senders get 429 until one is.
+	MaxSenders int `yaml:"maxSenders"`
+}
+
+// RateLimit is a token bucket: PerSecond tokens a second, at most Burst at once. PerSecond < 0
+// turns the limit off.
+type RateLimit struct {
+	PerSecond float64 `yaml:"perSecond"`
+	Burst     int     `yaml:"burst"`
 }
 
 // WebhookBot is one bot reachable over the webhook adapter.
@@ -110,6 +171,70 @@ type WebhookBot struct {
 	Callback string   `yaml:"callback"`
 	Masters  []string `yaml:"masters"`
 	Trusted  []string `yaml:"trusted"`
+}
+
+// OneBot configures the OneBot v11 adapter (pkg/im/onebot).
+type OneBot struct {
+	Bots []OneBotBot `yaml:"bots"`
+}
+
+// OneBotBot is one QQ account behind a OneBot v11 implementation.
+type OneBotBot struct {
+	// ID is the bot's id in session keys (onebot:<id>:<scope>:<scene>); usually its QQ number.
+	ID string `yaml:"id"`
+	// SelfID is the bot's own QQ number, used to recognise @-mentions of the bot (default: ID,
+	// and the self_id of the first event once one arrives).
+	SelfID string `yaml:"selfId"`
+	// Mode is how agentbus and the implementation talk: "ws" (forward WebSocket: agentbus
+	// dials apiBase; one ingest replica holds it), "ws-reverse" (the implementation dials
+	// agentbus at /onebot/<id>/ws on the webhook listener) or "http" (API calls POSTed to
+	// apiBase/<action>, events POSTed by the implementation to /onebot/<id> on the webhook
+	// listener). Default "ws".
+	Mode string `yaml:"mode"`
+	// APIBase is the implementation's endpoint: ws://host:port for "ws", http://host:port
+	// for "http". Media URLs on this host are fetched even when it is on loopback.
+	APIBase string `yaml:"apiBase"`
+	// AccessToken is OneBot's access_token (Authorization: Bearer), both directions.
+	AccessToken string `yaml:"accessToken"`
+	// Secret checks X-Signature (HMAC-SHA1) on event POSTs in "http" mode (optional).
+	Secret  string   `yaml:"secret"`
+	Masters []string `yaml:"masters"`
+	Trusted []string `yaml:"trusted"`
+	// ChunkLimit caps one message's length in characters (default 3000).
+	ChunkLimit int `yaml:"chunkLimit"`
+}
+
+// Telegram configures the Telegram Bot API adapter (pkg/im/telegram).
+type Telegram struct {
+	Bots []TelegramBot `yaml:"bots"`
+}
+
+// TelegramBot is one Telegram bot.
+type TelegramBot struct {
+	// ID is the bot's id in session keys (telegram:<id>:<scope>:<chat id>).
+	ID string `yaml:"id"`
+	// Token is the bot token from @BotFather (use ${ENV}).
+	Token string `yaml:"token"`
+	// APIBase overrides the Bot API server (default https://api.telegram.org; a self-hosted
+	// telegram-bot-api server or a test fake).
+	APIBase string `yaml:"apiBase"`
+	// Mode is "polling" (default: getUpdates long polling, held by one ingest replica) or
+	// "webhook" (Telegram POSTs updates to /telegram/<id> on the webhook listener; any replica).
+	Mode string `yaml:"mode"`
+	// WebhookSecret is checked against X-Telegram-Bot-Api-Secret-Token in webhook mode.
+	WebhookSecret string `yaml:"webhookSecret"`
+	// WebhookURL, when set in webhook mode, is registered with setWebhook at start-up (the
+	// public https URL that reaches /telegram/<id>).
+	WebhookURL string   `yaml:"webhookUrl"`
+	Masters    []string `yaml:"masters"`
+	Trusted    []string `yaml:"trusted"`
+	// Preview is the streaming preview mode: "off", "partial" (default: the reply grows in
+	// one message edited as it streams) or "block" (edited once per finished paragraph).
+	Preview string `yaml:"preview"`
+	// PreviewIntervalMs is the least time between two edits of a preview (default 1000).
+	PreviewIntervalMs int64 `yaml:"previewIntervalMs"`
+	// ChunkLimit caps one message's length (default 4096, Telegram's limit).
+	ChunkLimit int `yaml:"chunkLimit"`
 }
 
 // Roles selects which roles a process runs (agentbus up runs all by default).
@@ -449,6 +574,7 @@ func (c *Config) ApplyDefaults() {
 	if c.IM.Webhook.Listen == "" {
 		c.IM.Webhook.Listen = "127.0.0.1:8088"
 	}
+	c.IM.Webhook.ApplyDefaults()
 	s := &c.AI.Sessions
 	if s.MaxHistory == 0 {
 		s.MaxHistory = 200
@@ -625,6 +751,15 @@ func (c *Config) Validate() error {
 	oneOf("ai.dispatcher.mode", c.AI.Dispatcher.Mode, "exclusive", "dual")
 	oneOf("ai.dispatcher.order", c.AI.Dispatcher.Order, "command-first", "ai-first")
 	oneOf("nats.storage", c.NATS.Storage, "file", "memory")
+	if c.NATS.Provision != "" {
+		oneOf("nats.provision", c.NATS.Provision, "update", "wait")
+	}
+	if wh := c.IM.Webhook; wh.ToleranceSeconds < 0 || wh.ToleranceSeconds > 3600 {
+		bad("im.webhook.toleranceSeconds %d: want 1..3600", wh.ToleranceSeconds)
+	}
+	if c.IM.Webhook.MaxBodyBytes < 0 || c.IM.Webhook.MaxInFlight < 0 || c.IM.Webhook.RateLimit.MaxSenders < 0 {
+		bad("im.webhook.maxBodyBytes, maxInFlight and rateLimit.maxSenders must not be negative")
+	}
 	for i, b := range c.IM.Webhook.Bots {
 		if b.ID == "" {
 			bad("im.webhook.bots[%d].id is required", i)
@@ -632,6 +767,40 @@ func (c *Config) Validate() error {
 		if b.Secret == "" {
 			bad("im.webhook.bots[%d].secret is required (requests are signed with it)", i)
 		}
+	}
+	seen := map[string]bool{}
+	for i, b := range c.IM.OneBot.Bots {
+		key := fmt.Sprintf("im.onebot.bots[%d]", i)
+		switch {
+		case b.ID == "":
+			bad("%s.id is required", key)
+		case seen["onebot/"+b.ID]:
+			bad("%s.id %q is used twice", key, b.ID)
+		}
+		seen["onebot/"+b.ID] = true
+		oneOf(key+".mode", b.Mode, "", "ws", "ws-reverse", "http")
+		mode := b.Mode
+		if mode == "" {
+			mode = "ws"
+		}
+		if (mode == "ws" || mode == "http") && b.APIBase == "" {
+			bad("%s.apiBase is required in mode %s (ws://host:port or http://host:port of the implementation)", key, mode)
+		}
+	}
+	for i, b := range c.IM.Telegram.Bots {
+		key := fmt.Sprintf("im.telegram.bots[%d]", i)
+		switch {
+		case b.ID == "":
+			bad("%s.id is required", key)
+		case seen["telegram/"+b.ID]:
+			bad("%s.id %q is used twice", key, b.ID)
+		}
+		seen["telegram/"+b.ID] = true
+		if b.Token == "" {
+			bad("%s.token is required (from @BotFather; use ${ENV})", key)
+		}
+		oneOf(key+".mode", b.Mode, "", "polling", "webhook")
+		oneOf(key+".preview", b.Preview, "", "off", "partial", "block")
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w:\n  %s", ErrInvalid, strings.Join(errs, "\n  "))
