@@ -529,14 +529,29 @@ func TestFaultCluster(t *testing.T) {
 	for _, r := range got {
 		byID[r.ReplyTo] = append(byID[r.ReplyTo], r)
 	}
-	var lost, dups []string
+	// A part egress sent twice under the same out id (a crash after the platform accepted it
+	// but before egress recorded that; pkg/egress/doc.go) carries the same body "id" and
+	// Idempotency-Key, so the platform drops it: counted apart. A second reply under another
+	// id would be a real duplicate.
+	var lost, dups, resent []string
 	for _, s := range allSent {
 		rs := byID[s.id]
+		ids := map[string]bool{}
+		for _, r := range rs {
+			ids[r.ID] = true
+		}
+		if len(rs) > len(ids) {
+			resent = append(resent, fmt.Sprintf("%s×%d", s.id, len(rs)-len(ids)))
+		}
 		switch {
 		case len(rs) == 0:
 			lost = append(lost, s.id)
-		case len(rs) > 1:
-			dups = append(dups, fmt.Sprintf("%s×%d", s.id, len(rs)))
+		case len(ids) > 1:
+			var outs []string
+			for _, r := range rs {
+				outs = append(outs, fmt.Sprintf("%s@%.1fs", r.ID, r.At.Sub(start).Seconds()))
+			}
+			dups = append(dups, fmt.Sprintf("%s×%d %v", s.id, len(rs), outs))
 		}
 		for _, r := range rs {
 			if want := "done: "; !strings.Contains(r.Text(), want) || !strings.Contains(r.Text(), s.id) {
@@ -630,6 +645,7 @@ func TestFaultCluster(t *testing.T) {
 	}
 	t.Logf("messages %d, replies %d, lost %d, duplicate replies %d; tool executions %d, executed twice %d; model requests %d, steps asked again %d",
 		len(allSent), len(got), len(lost), len(dups), execs, len(twice), len(reqs), reasked)
+	t.Logf("parts egress sent again under the same id (dropped by the receiver's id check): %d %v", len(resent), resent)
 	t.Logf("replies: %d without the tool offered to the model (first at %s), %d reporting an error", noTool, firstNoTool.Round(time.Millisecond), failed)
 	late := 0
 	for _, l := range lat {
