@@ -16,6 +16,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/execpolicy"
 	"github.com/agentbus/agentbus/pkg/filepolicy"
 	"github.com/agentbus/agentbus/pkg/im"
+	"github.com/agentbus/agentbus/pkg/im/discord"
 	"github.com/agentbus/agentbus/pkg/im/onebot"
 	"github.com/agentbus/agentbus/pkg/im/telegram"
 	"github.com/agentbus/agentbus/pkg/imagegen"
@@ -182,6 +183,28 @@ func (p *Process) imSenders(ctx context.Context, cfg *config.Config, log *slog.L
 			})
 		}
 	}
+	if bots := cfg.IM.Discord.Bots; len(bots) > 0 {
+		media, err := p.imMedia(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		ledger, err := im.NewLedger(ctx, p.JS)
+		if err != nil {
+			return nil, err
+		}
+		s, err := discord.NewSender(bots, nil, media, ledger, p.NC)
+		if err != nil {
+			return nil, err
+		}
+		out[discord.Platform] = s
+		owner := "egress-" + nuid.Next()
+		for _, b := range bots {
+			p.runBackground(ctx, func(ctx context.Context) {
+				_ = discord.RunPreviewer(ctx, discord.PreviewerOptions{Bot: b, NC: p.NC, JS: p.JS, Owner: owner,
+					Log: log.With("role", events.RoleEgress)})
+			})
+		}
+	}
 	return out, nil
 }
 
@@ -249,6 +272,19 @@ func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *in
 			routes = true
 		}
 	}
+	for _, b := range cfg.IM.Discord.Bots {
+		// Attachments are fetched from their CDN URL; a configured apiBase (a proxy, a
+		// test fake) may serve them too, so its host is allowed like a OneBot endpoint.
+		media, err := p.imMedia(ctx, cfg, b.APIBase)
+		if err != nil {
+			return false, err
+		}
+		ib, err := discord.NewInbound(discord.InboundOptions{Bot: b, Sink: sink, Media: media, JS: p.JS, Owner: owner, Log: log})
+		if err != nil {
+			return false, err
+		}
+		p.runBackground(ctx, func(ctx context.Context) { _ = ib.Run(ctx) })
+	}
 	return routes, nil
 }
 
@@ -290,5 +326,8 @@ func imBotRoles(cfg *config.Config, bots map[string]ingest.BotRoles) {
 	}
 	for _, b := range cfg.IM.Telegram.Bots {
 		bots[telegram.Platform+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
+	}
+	for _, b := range cfg.IM.Discord.Bots {
+		bots[discord.Platform+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
 	}
 }

@@ -77,6 +77,8 @@ type IM struct {
 	OneBot OneBot `yaml:"onebot"`
 	// Telegram is the Telegram Bot API adapter. See docs/adapters/telegram.md.
 	Telegram Telegram `yaml:"telegram"`
+	// Discord is the Discord gateway adapter. See docs/adapters/discord.md.
+	Discord Discord `yaml:"discord"`
 	// Egress tunes outbound delivery (pkg/egress); zero values pick its defaults.
 	Egress Egress `yaml:"egress"`
 }
@@ -178,6 +180,33 @@ type TelegramBot struct {
 	// PreviewIntervalMs is the least time between two edits of a preview (default 1000).
 	PreviewIntervalMs int64 `yaml:"previewIntervalMs"`
 	// ChunkLimit caps one message's length (default 4096, Telegram's limit).
+	ChunkLimit int `yaml:"chunkLimit"`
+}
+
+// Discord configures the Discord adapter (pkg/im/discord).
+type Discord struct {
+	Bots []DiscordBot `yaml:"bots"`
+}
+
+// DiscordBot is one Discord bot application.
+type DiscordBot struct {
+	// ID is the bot's id in session keys (discord:<id>:<scope>:<channel id>).
+	ID string `yaml:"id"`
+	// Token is the bot token from the developer portal (use ${ENV}); sent as "Bot <token>".
+	Token string `yaml:"token"`
+	// APIBase overrides Discord's HTTP API root (default https://discord.com; requests go to
+	// <apiBase>/api/v9/...). Attachment URLs on this host are fetched even on loopback.
+	APIBase string `yaml:"apiBase"`
+	// GatewayURL overrides the gateway WebSocket URL (default: the one GET /gateway returns).
+	GatewayURL string   `yaml:"gatewayUrl"`
+	Masters    []string `yaml:"masters"`
+	Trusted    []string `yaml:"trusted"`
+	// Preview is the streaming preview mode: "off", "partial" (default: the reply grows in
+	// one message edited as it streams) or "block" (edited once per finished paragraph).
+	Preview string `yaml:"preview"`
+	// PreviewIntervalMs is the least time between two edits of a preview (default 1000).
+	PreviewIntervalMs int64 `yaml:"previewIntervalMs"`
+	// ChunkLimit caps one message's length (default 2000, Discord's limit).
 	ChunkLimit int `yaml:"chunkLimit"`
 }
 
