@@ -20,6 +20,10 @@ import (
 	"github.com/agentbus/agentbus/pkg/im"
 )
 
+// ReasonIngestFailed is the dead-letter reason (dlq.ingest.ingest_failed) of a message the
+// bus kept refusing: the gateway never sends a message again, so it is kept there.
+const ReasonIngestFailed = "ingest_failed"
+
 // InboundOptions configure an Inbound.
 type InboundOptions struct {
 	Bot   config.DiscordBot
@@ -123,7 +127,7 @@ func (in *Inbound) message(ctx context.Context, msg *discordgo.Message) error {
 	case errors.Is(last, events.ErrInvalid):
 		return in.deadLetter(ctx, events.DLQInvalid, last, msg)
 	default:
-		_ = in.deadLetter(context.WithoutCancel(ctx), "ingest-failed", last, msg)
+		_ = in.deadLetter(context.WithoutCancel(ctx), ReasonIngestFailed, last, msg)
 		return last
 	}
 }
