@@ -18,6 +18,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/im"
 	"github.com/agentbus/agentbus/pkg/im/discord"
 	"github.com/agentbus/agentbus/pkg/im/onebot"
+	imslack "github.com/agentbus/agentbus/pkg/im/slack"
 	"github.com/agentbus/agentbus/pkg/im/telegram"
 	"github.com/agentbus/agentbus/pkg/imagegen"
 	"github.com/agentbus/agentbus/pkg/ingest"
@@ -205,6 +206,28 @@ func (p *Process) imSenders(ctx context.Context, cfg *config.Config, log *slog.L
 			})
 		}
 	}
+	if bots := cfg.IM.Slack.Bots; len(bots) > 0 {
+		media, err := p.imMedia(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		ledger, err := im.NewLedger(ctx, p.JS)
+		if err != nil {
+			return nil, err
+		}
+		s, err := imslack.NewSender(bots, nil, media, ledger, p.NC)
+		if err != nil {
+			return nil, err
+		}
+		out[imslack.Platform] = s
+		owner := "egress-" + nuid.Next()
+		for _, b := range bots {
+			p.runBackground(ctx, func(ctx context.Context) {
+				_ = imslack.RunPreviewer(ctx, imslack.PreviewerOptions{Bot: b, NC: p.NC, JS: p.JS, Owner: owner,
+					Log: log.With("role", events.RoleEgress)})
+			})
+		}
+	}
 	return out, nil
 }
 
@@ -285,6 +308,29 @@ func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *in
 		}
 		p.runBackground(ctx, func(ctx context.Context) { _ = ib.Run(ctx) })
 	}
+	if bots := cfg.IM.Slack.Bots; len(bots) > 0 {
+		byID := map[string]*imslack.Inbound{}
+		hooks := false
+		for _, b := range bots {
+			// url_private files live on Slack's file host; a configured apiBase (a test fake,
+			// a proxy) may serve them, so its host is allowed like a OneBot endpoint.
+			media, err := p.imMedia(ctx, cfg, b.APIBase)
+			if err != nil {
+				return false, err
+			}
+			ib, err := imslack.NewInbound(imslack.InboundOptions{Bot: b, Sink: sink, Media: media, JS: p.JS, Owner: owner, Log: log})
+			if err != nil {
+				return false, err
+			}
+			byID[b.ID] = ib
+			hooks = hooks || imslack.IsEvents(b)
+			p.runBackground(ctx, func(ctx context.Context) { _ = ib.Run(ctx) })
+		}
+		if hooks {
+			imslack.Routes(mux, byID)
+			routes = true
+		}
+	}
 	return routes, nil
 }
 
@@ -329,5 +375,8 @@ func imBotRoles(cfg *config.Config, bots map[string]ingest.BotRoles) {
 	}
 	for _, b := range cfg.IM.Discord.Bots {
 		bots[discord.Platform+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
+	}
+	for _, b := range cfg.IM.Slack.Bots {
+		bots[imslack.Platform+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
 	}
 }

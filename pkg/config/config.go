@@ -79,6 +79,8 @@ type IM struct {
 	Telegram Telegram `yaml:"telegram"`
 	// Discord is the Discord gateway adapter. See docs/adapters/discord.md.
 	Discord Discord `yaml:"discord"`
+	// Slack is the Slack adapter (Socket Mode or the Events API). See docs/adapters/slack.md.
+	Slack Slack `yaml:"slack"`
 	// Egress tunes outbound delivery (pkg/egress); zero values pick its defaults.
 	Egress Egress `yaml:"egress"`
 }
@@ -207,6 +209,39 @@ type DiscordBot struct {
 	// PreviewIntervalMs is the least time between two edits of a preview (default 1000).
 	PreviewIntervalMs int64 `yaml:"previewIntervalMs"`
 	// ChunkLimit caps one message's length (default 2000, Discord's limit).
+	ChunkLimit int `yaml:"chunkLimit"`
+}
+
+// Slack configures the Slack adapter (pkg/im/slack).
+type Slack struct {
+	Bots []SlackBot `yaml:"bots"`
+}
+
+// SlackBot is one Slack app installed in a workspace.
+type SlackBot struct {
+	// ID is the bot's id in session keys (slack:<id>:<scope>:<channel id>).
+	ID string `yaml:"id"`
+	// BotToken is the bot user OAuth token, xoxb-... (use ${ENV}).
+	BotToken string `yaml:"botToken"`
+	// Mode is "socket" (default: Socket Mode over a WebSocket, held by one ingest replica; needs
+	// AppToken) or "events" (the Events API: Slack POSTs to /slack/<id> on the webhook
+	// listener; any replica; needs SigningSecret).
+	Mode string `yaml:"mode"`
+	// AppToken is the app-level token, xapp-..., with connections:write (Socket Mode).
+	AppToken string `yaml:"appToken"`
+	// SigningSecret verifies X-Slack-Signature on Events API requests.
+	SigningSecret string `yaml:"signingSecret"`
+	// APIBase overrides the Web API root (default https://slack.com/api). Files on its host are
+	// fetched even on loopback.
+	APIBase string   `yaml:"apiBase"`
+	Masters []string `yaml:"masters"`
+	Trusted []string `yaml:"trusted"`
+	// Preview is the streaming preview mode: "off", "partial" (default: the reply grows in
+	// one message updated with chat.update as it streams) or "block" (once per paragraph).
+	Preview string `yaml:"preview"`
+	// PreviewIntervalMs is the least time between two preview updates (default 1000).
+	PreviewIntervalMs int64 `yaml:"previewIntervalMs"`
+	// ChunkLimit caps one message's length (default 4000, what Slack advises per message).
 	ChunkLimit int `yaml:"chunkLimit"`
 }
 
