@@ -100,14 +100,14 @@ type pending struct {
 
 // judge accumulates the outcome of one Check.
 type judge struct {
-	p        *Policy
+	p *Policy
 	// cwdChanged: a cd, pushd or env -C was seen, so relative paths no
 	// longer name the workspace.
 	cwdChanged bool
-	denied   string // first deny reason; once set the line is denied
-	pending  []pending
-	cmds     []string
-	allowWhy []string
+	denied     string // first deny reason; once set the line is denied
+	pending    []pending
+	cmds       []string
+	allowWhy   []string
 }
 
 func (j *judge) deny(format string, args ...any) {

@@ -349,7 +349,7 @@ var interpreters = map[string]interp{
 	"java": {safeArgs: versionHelp}, "jshell": {safeArgs: versionHelp}, "groovy": {safeArgs: versionHelp},
 	"awk": {safeArgs: versionHelp}, "gawk": {safeArgs: versionHelp}, "mawk": {safeArgs: versionHelp}, "nawk": {safeArgs: versionHelp},
 	"busybox-awk": {safeArgs: versionHelp},
-	"vim": {safeArgs: versionHelp}, "vi": {safeArgs: versionHelp}, "nvim": {safeArgs: versionHelp}, "ex": {safeArgs: versionHelp},
+	"vim":         {safeArgs: versionHelp}, "vi": {safeArgs: versionHelp}, "nvim": {safeArgs: versionHelp}, "ex": {safeArgs: versionHelp},
 	"view": {safeArgs: versionHelp}, "ed": {safeArgs: versionHelp}, "emacs": {safeArgs: versionHelp},
 	"make": {safeArgs: versionHelp}, "gmake": {safeArgs: versionHelp}, "cmake": {safeArgs: versionHelp}, "ninja": {safeArgs: versionHelp},
 	"gradle": {safeArgs: versionHelp}, "mvn": {safeArgs: versionHelp}, "ant": {safeArgs: versionHelp},
