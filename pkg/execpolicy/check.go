@@ -630,14 +630,18 @@ func (j *judge) command(toks []token, redirs []*syntax.Redirect, sc scope) {
 		return
 	}
 	args := toks[1:]
-	if qualified && !systemDirs[path.Dir(name.val)] {
-		// ./timeout or /tmp/x/bash is whatever that file is, not the
-		// wrapper or shell its name suggests.
-		j.final(name.val, base, true, args)
-		return
+	// ./timeout or /tmp/x/bash may be a copy of the program its name
+	// says, so it is unwrapped like one (that only judges more); final
+	// still refuses it the allowlist of the system program.
+	if qualified && !systemDirs[path.Dir(name.val)] && j.p.mode != ModeFull {
+		_, isWrapper := wrappers[base]
+		sh, _ := isShell(base)
+		if isWrapper || sh || base == "find" || base == "xargs" {
+			j.needStrict(canonical(base, args), fmt.Sprintf("%s is not a system program (only bare names and /usr/bin… match the allowlist)", name.val))
+		}
 	}
 	if w, ok := wrappers[base]; ok {
-		j.wrapper(base, w, args, redirs, sc)
+		j.wrapper(name.val, base, w, args, redirs, sc)
 		return
 	}
 	if sh, _ := isShell(base); sh {
@@ -720,6 +724,10 @@ func (j *judge) final(written, base string, qualified bool, args []token) {
 		}
 	case "cd", "pushd", "popd":
 		j.cwdChanged = true
+	case "sort":
+		if !j.programOption(base, args, []string{"--compress-program"}, sortLong) {
+			return
+		}
 	}
 	code := unjudgedCode(base, args)
 	dir := path.Dir(written)

@@ -319,7 +319,7 @@ func pkillRule(base string, args []token) string {
 // language, a script file, a build file, package scripts). families maps a
 // program family to the invocations that run no such code: the exact
 // argument lists, or the first argument (a subcommand) that is safe.
-type interp struct {
+type interpSpec struct {
 	safeArgs map[string]bool // a single argument that runs nothing (--version)
 	safeSub  map[string]bool // a first argument (subcommand) that runs nothing
 	// codeOpts are options that make an otherwise ordinary program run
@@ -340,7 +340,7 @@ func subs(s string) map[string]bool {
 	return m
 }
 
-var interpreters = map[string]interp{
+var interpreters = map[string]interpSpec{
 	"python": {safeArgs: versionHelp}, "pypy": {safeArgs: versionHelp}, "perl": {safeArgs: versionHelp},
 	"ruby": {safeArgs: versionHelp}, "irb": {safeArgs: versionHelp}, "node": {safeArgs: versionHelp},
 	"nodejs": {safeArgs: versionHelp}, "deno": {safeArgs: versionHelp}, "php": {safeArgs: versionHelp},
@@ -439,7 +439,7 @@ func unjudgedCode(base string, args []token) string {
 	return base + " runs code the policy cannot read"
 }
 
-func codeOptions(base, fam string, in interp, args []token) string {
+func codeOptions(base, fam string, in interpSpec, args []token) string {
 	for _, t := range args {
 		if t.dyn {
 			if !t.safe {
@@ -468,4 +468,38 @@ func codeOptions(base, fam string, in interp, args []token) string {
 		return "sed without --sandbox runs code the policy cannot read (its e and w commands)"
 	}
 	return ""
+}
+
+// sortLong is every long option of GNU sort, for unique-prefix matching.
+var sortLong = l("--ignore-leading-blanks --dictionary-order --ignore-case --general-numeric-sort --ignore-nonprinting " +
+	"--month-sort --human-numeric-sort --numeric-sort --random-sort --reverse --version-sort --check --merge --stable " +
+	"--unique --zero-terminated --debug --sort --key --field-separator --buffer-size --parallel --batch-size --output " +
+	"--temporary-directory --files0-from --random-source --compress-program --help --version")
+
+// programOption judges the value of an option that names a program the
+// command runs (sort --compress-program=PROG runs PROG and PROG -d) as a
+// command of its own with run-time arguments.
+func (j *judge) programOption(base string, args []token, progOpts, all []string) bool {
+	for i, t := range args {
+		if t.dyn || !strings.HasPrefix(t.val, "--") {
+			continue
+		}
+		name, val, hasVal := strings.Cut(t.val, "=")
+		full, ok := filepolicy.LongOption(name, all)
+		if !ok || !contains(progOpts, full) {
+			continue
+		}
+		if !hasVal {
+			if i+1 >= len(args) || args[i+1].dyn {
+				j.deny("%s %s with a program only known at run time", base, full)
+				return false
+			}
+			val = args[i+1].val
+		}
+		j.command([]token{{val: val}, {dyn: true}}, nil, scope{})
+		if j.denied != "" {
+			return false
+		}
+	}
+	return true
 }

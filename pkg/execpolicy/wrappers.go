@@ -51,12 +51,36 @@ var wrappers = map[string]wrapSpec{
 	"watch": {short: "dtbegcpwr", shortVal: "nq", long: []string{"--differences", "--no-title", "--beep", "--errexit", "--chgexit", "--color", "--precise", "--no-wrap", "--no-rerun"}, longVal: []string{"--interval", "--equexit"}, special: []string{"--exec"}},
 }
 
+var (
+	durationRe = regexp.MustCompile(`^[0-9]+(\.[0-9]*)?[smhd]?$|^\.[0-9]+[smhd]?$`)
+	cpuMaskRe  = regexp.MustCompile(`^(0[xX])?[0-9a-fA-F,:-]+$`)
+)
+
+var (
+	intRe    = regexp.MustCompile(`^[+-]?[0-9]+$`)
+	numRe    = regexp.MustCompile(`^[0-9]*\.?[0-9]+$`)
+	signalRe = regexp.MustCompile(`^([0-9]+|[A-Za-z][A-Za-z0-9+-]*)$`)
+	sizeRe   = regexp.MustCompile(`^(L|0|[0-9]+[KMGTPEZYkmgtpezyB]*)$`)
+	classRe  = regexp.MustCompile(`^([0-3]|none|realtime|best-effort|idle)$`)
+)
+
+// wrapperValueRe types the values of wrapper options that are neither
+// paths nor names.
+var wrapperValueRe = map[string]*regexp.Regexp{
+	"nice -n": intRe, "nice --adjustment": intRe,
+	"timeout -k": durationRe, "timeout --kill-after": durationRe, "timeout -s": signalRe, "timeout --signal": signalRe,
+	"ionice -c": classRe, "ionice --class": classRe, "ionice -n": intRe, "ionice --classdata": intRe,
+	"stdbuf -i": sizeRe, "stdbuf -o": sizeRe, "stdbuf -e": sizeRe, "stdbuf --input": sizeRe, "stdbuf --output": sizeRe, "stdbuf --error": sizeRe,
+	"flock -w": numRe, "flock --timeout": numRe, "flock -E": intRe, "flock --conflict-exit-code": intRe,
+	"watch -n": numRe, "watch --interval": numRe, "env -u": varNameRe, "env --unset": varNameRe,
+}
+
 var envAssign = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
 
-func (j *judge) wrapper(base string, w wrapSpec, args []token, redirs []*syntax.Redirect, sc scope) {
+func (j *judge) wrapper(written, base string, w wrapSpec, args []token, redirs []*syntax.Redirect, sc scope) {
 	i := 0
 	watchExec := false
-	finalize := func() { j.final(base, base, false, args) }
+	finalize := func() { j.final(written, base, strings.Contains(written, "/"), args) }
 parse:
 	for ; i < len(args); i++ {
 		t := args[i]
@@ -71,6 +95,9 @@ parse:
 			break parse
 		case a == "-" && base == "env":
 			continue // same as -i
+		case a == "-":
+			j.deny("%s with a lone \"-\" is not understood by the policy", base)
+			return
 		case strings.HasPrefix(a, "--") && len(a) > 2:
 			name, val, hasVal := strings.Cut(a, "=")
 			if full, ok := filepolicy.LongOption(name, w.long, w.longVal, w.writeVal, w.dirVal, w.special); ok {
@@ -169,6 +196,14 @@ parse:
 			j.deny("%s with a dynamic argument before its command", base)
 			return
 		}
+		if base == "timeout" && !durationRe.MatchString(rest[0].val) {
+			j.deny("timeout %q is not a duration the policy understands", rest[0].val)
+			return
+		}
+		if base == "taskset" && !cpuMaskRe.MatchString(rest[0].val) {
+			j.deny("taskset %q is not a CPU mask or list the policy understands", rest[0].val)
+			return
+		}
 		if base == "flock" {
 			if _, err := fmt.Sscanf(rest[0].val, "%d", new(int)); err == nil && len(rest) == 1 {
 				finalize() // flock FD
@@ -214,6 +249,12 @@ parse:
 
 // wrapperValue checks option values that name files or variables.
 func (j *judge) wrapperValue(base, flag, val string, w wrapSpec) bool {
+	if re, ok := wrapperValueRe[base+" "+flag]; ok && !re.MatchString(val) {
+		// A value the program would refuse means the policy and the
+		// program read the line differently: refuse it here.
+		j.deny("%s %s %q is not a value the policy understands", base, flag, val)
+		return false
+	}
 	switch {
 	case contains(w.writeVal, flag):
 		return j.writePath(base+" "+flag, val)
@@ -293,6 +334,9 @@ parse:
 			stdin = true
 			i++
 			break parse
+		case a == "+":
+			j.deny("%s with a lone \"+\" is not understood by the policy", base)
+			return
 		case strings.HasPrefix(a, "--"):
 			full, ok := filepolicy.LongOption(a, bashLong)
 			if !ok || !contains(bashLongOK, full) {
