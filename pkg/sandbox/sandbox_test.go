@@ -124,7 +124,9 @@ func markerGone(t *testing.T, marker string) {
 
 func mustAtoi(s string) int { n, _ := strconv.Atoi(s); return n }
 
-func uniqueSleep() string { return fmt.Sprintf("%d.%03d", 30+time.Now().UnixNano()%50, time.Now().UnixNano()%1000) }
+func uniqueSleep() string {
+	return fmt.Sprintf("%d.%03d", 30+time.Now().UnixNano()%50, time.Now().UnixNano()%1000)
+}
 
 // alive reports whether pid exists and is not a zombie waiting for its
 // (possibly non-reaping) new parent.
