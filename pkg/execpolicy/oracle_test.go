@@ -203,7 +203,7 @@ func (t *trace) violation(full bool, canary string, opaque func(base string) boo
 		if canary != "" && strings.Contains(o, canary) {
 			return "canary reached open " + o
 		}
-		if !full && (strings.HasPrefix(path.Clean(o), "/dev/tcp") || strings.HasPrefix(path.Clean(o), "/dev/udp")) {
+		if c := path.Clean(o); !full && (strings.HasPrefix(c, "/dev/tcp/") || strings.HasPrefix(c, "/dev/udp/")) {
 			return "opened " + o
 		}
 	}

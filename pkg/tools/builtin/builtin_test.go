@@ -511,3 +511,87 @@ func TestBashWithRealPolicy(t *testing.T) {
 		t.Fatal("approved command did not run")
 	}
 }
+
+// TestFileToolsTraversal: paths that reach outside the workspace through a
+// component that does not exist followed by "..", through symlinks, or
+// into secrets and program configuration are refused by every file tool,
+// and nothing is created outside.
+func TestFileToolsTraversal(t *testing.T) {
+	f := newFixture(t, nil)
+	root := filepath.Dir(f.ws)
+	outside := filepath.Join(root, "outside")
+	home := filepath.Join(root, "home")
+	for _, d := range []string{outside, filepath.Join(home, ".ssh"), filepath.Join(f.ws, ".git", "hooks"), filepath.Join(f.ws, "sub")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(outside, "secret"), []byte("s3cret"), 0o644)
+	os.Symlink(outside, filepath.Join(f.ws, "link"))
+	os.Symlink(filepath.Join(home, ".ssh"), filepath.Join(f.ws, "sshlink"))
+	for name, body := range map[string]string{".envrc": "export K=v", "server.key": "k", "id_rsa.pub": "ssh-rsa", "id_ed25519": "k",
+		"app.pem": "k", "nats.creds": "k", ".npmrc": "//r/:_authToken=x", "credentials.json": "{}", ".git/config": "[core]"} {
+		os.WriteFile(filepath.Join(f.ws, name), []byte(body), 0o644)
+	}
+	paths := []string{
+		"nope/../link/secret", "nope/../../outside/secret", "sub/../nope/../link/secret", "link/secret", "link/../outside/secret",
+		"sshlink/authorized_keys", "nope/../sshlink/authorized_keys", "~/.ssh/authorized_keys", filepath.Join(home, ".ssh", "authorized_keys"),
+		"../outside/secret", "sub/../../outside/secret", filepath.Join(outside, "secret"),
+	}
+	secrets := []string{".envrc", "server.key", "id_rsa.pub", "id_ed25519", "app.pem", "nats.creds", ".npmrc", "credentials.json"}
+	type tc struct {
+		tool string
+		args map[string]any
+	}
+	var cases []tc
+	for _, p := range paths {
+		cases = append(cases,
+			tc{"read_file", map[string]any{"path": p}},
+			tc{"write_file", map[string]any{"path": p, "content": "pwned"}},
+			tc{"write_file", map[string]any{"path": p, "content": "pwned", "append": true}},
+			tc{"edit_file", map[string]any{"path": p, "old_string": "s3cret", "new_string": "pwned"}},
+			tc{"list_dir", map[string]any{"path": filepath.Dir(p)}},
+			tc{"grep", map[string]any{"pattern": ".", "path": p}},
+		)
+	}
+	for _, p := range secrets {
+		cases = append(cases, tc{"read_file", map[string]any{"path": p}}, tc{"write_file", map[string]any{"path": p, "content": "x"}},
+			tc{"grep", map[string]any{"pattern": ".", "path": p}})
+	}
+	for _, p := range []string{".git/config", ".git/hooks/pre-commit", "sub/../.git/hooks/post-checkout"} {
+		cases = append(cases, tc{"write_file", map[string]any{"path": p, "content": "[core]\n\tfsmonitor = sh -c id\n"}},
+			tc{"edit_file", map[string]any{"path": p, "old_string": "[core]", "new_string": "[alias]"}})
+	}
+	refused := 0
+	for _, c := range cases {
+		r := f.call(t, c.tool, c.args)
+		text := r.Text()
+		if strings.Contains(text, "s3cret") || strings.Contains(text, "authorized_keys\t") {
+			t.Errorf("%s %v read outside the workspace: %s", c.tool, c.args, text)
+		}
+		if c.tool == "list_dir" {
+			continue // listing the workspace itself (nope/.. -> .) is fine
+		}
+		if !r.IsError {
+			t.Errorf("%s %v: want an error, got %s", c.tool, c.args, text)
+			continue
+		}
+		refused++
+	}
+	if b, _ := os.ReadFile(filepath.Join(outside, "secret")); string(b) != "s3cret" {
+		t.Fatalf("outside file changed: %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(home, ".ssh", "authorized_keys")); err == nil {
+		t.Fatal("authorized_keys was written")
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.ws, ".git", "config")); string(b) != "[core]" {
+		t.Fatalf(".git/config changed: %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(f.ws, ".git", "hooks", "pre-commit")); err == nil {
+		t.Fatal("a git hook was written")
+	}
+	t.Logf("%d traversal and secret attempts, %d refused", len(cases), refused)
+	// What stays allowed: ordinary files, also through a ".." that stays inside.
+	want(t, f.call(t, "write_file", map[string]any{"path": "sub/../ok.txt", "content": "fine"}), false, "ok.txt")
+	want(t, f.call(t, "read_file", map[string]any{"path": "ok.txt"}), false, "fine")
+}
