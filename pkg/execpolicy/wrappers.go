@@ -388,6 +388,11 @@ parse:
 		return
 	}
 	rest := args[i:]
+	if len(rest) > 0 && !rest[0].dyn && !haveC && (strings.HasPrefix(rest[0].val, "-") || strings.HasPrefix(rest[0].val, "+")) {
+		// "sh -- -c x": shells disagree on whether that is a script named -c.
+		j.deny("%s with a script name that looks like an option (%s)", base, rest[0].val)
+		return
+	}
 	if !readable && (haveC || stdin || len(rest) > 0 || len(heredocRedirs(redirs)) > 0) {
 		j.deny("%s runs code in a language the policy does not read; use bash -c", base)
 		return

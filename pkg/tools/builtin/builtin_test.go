@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/execpolicy"
+	"github.com/agentbus/agentbus/pkg/sandbox"
 	"github.com/agentbus/agentbus/pkg/filepolicy"
 	"github.com/agentbus/agentbus/pkg/netguard"
 	"github.com/agentbus/agentbus/pkg/skills"
@@ -594,4 +595,75 @@ func TestFileToolsTraversal(t *testing.T) {
 	// What stays allowed: ordinary files, also through a ".." that stays inside.
 	want(t, f.call(t, "write_file", map[string]any{"path": "sub/../ok.txt", "content": "fine"}), false, "ok.txt")
 	want(t, f.call(t, "read_file", map[string]any{"path": "ok.txt"}), false, "fine")
+}
+
+// TestBashBoundaryEndToEnd runs attacks through the real bash tool, the
+// real exec policy and the real sandbox: refused ones must not run, and
+// the ones full mode runs must not read the worker's secrets or write
+// outside the workspace.
+func TestBashBoundaryEndToEnd(t *testing.T) {
+	const secret = "sk-worker-secret-42"
+	t.Setenv("OPENAI_API_KEY", secret)
+	outsideDir := t.TempDir()
+	cfgFile := filepath.Join(outsideDir, "agentbus.yml")
+	if err := os.WriteFile(cfgFile, []byte("apiKey: "+secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	policy := func(mode execpolicy.Mode, preset string, am execpolicy.ApprovalMode) func(*Config) {
+		return func(c *Config) {
+			p, err := execpolicy.New(execpolicy.Options{Mode: mode, Preset: preset, Approval: am, Files: c.Files})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Exec = p
+		}
+	}
+	refused := []string{
+		"sudo id > pwned", "X='a[$(touch pwned)]'; echo ${!X}", "set -k; env BASH_ENV=x touch pwned", "bash -l -c 'touch pwned'",
+		"bash --log -c 'touch pwned'", "zsh -c 'touch pwned'", "sort --compress-prog=sudo x", "compgen -C 'touch pwned' x",
+		"coproc touch pwned", "find . -execdir sudo touch pwned \\;", "cat < /dev/tcp/127.0.0.1/4222", "echo $(touch pwned)",
+		"python3 -c 'open(\"pwned\",\"w\")'", "bash pwned.sh", "node -e 1", "echo pwned | xargs sudo touch",
+	}
+	// Not allowlisted and not read-only: refused unless execApprovalMode allow.
+	unlisted := []string{"echo pwned | xargs touch", "sort --compress-prog=touch x", "find . -execdir touch pwned \\;", "file -C -m pwned"}
+	for _, am := range []execpolicy.ApprovalMode{execpolicy.ApprovalDeny, execpolicy.ApprovalAllow} {
+		f := newFixture(t, policy(execpolicy.ModeAllowlist, "readonly", am))
+		cmds := refused
+		if am == execpolicy.ApprovalDeny {
+			cmds = append(append([]string(nil), refused...), unlisted...)
+		}
+		for _, cmd := range cmds {
+			r := f.call(t, "bash", map[string]any{"command": cmd})
+			if !r.IsError || !strings.Contains(r.Text(), "refused by the exec policy") {
+				t.Errorf("allowlist approval=%s %q: want refusal, got %s", am, cmd, r.Text())
+			}
+			if _, err := os.Stat(filepath.Join(f.ws, "pwned")); err == nil {
+				t.Fatalf("allowlist approval=%s %q ran", am, cmd)
+			}
+		}
+	}
+	full := newFixture(t, policy(execpolicy.ModeFull, "", ""))
+	for _, cmd := range []string{"rm --recur /", "rm -r /e??", "kill -9 -01", "kill -9 ' -1'", "rm -rf $(echo /)", "echo / | xargs rm -rf", "sudo id"} {
+		want(t, full.call(t, "bash", map[string]any{"command": cmd}), true, "refused by the exec policy")
+	}
+	if i := sandbox.Probe(); !i.Available {
+		t.Skipf("the sandbox half needs bubblewrap isolation (%s); CI installs the Debian package bubblewrap", i.Reason)
+	}
+	for _, cmd := range []string{"env", "cat /proc/$PPID/environ /proc/1/environ", "cat /proc/*/environ", "cat " + cfgFile,
+		"python3 -c 'import os; print(open(\"/proc/%d/environ\" % os.getppid()).read())'", "echo $OPENAI_API_KEY"} {
+		r := full.call(t, "bash", map[string]any{"command": cmd})
+		if strings.Contains(r.Text(), secret) {
+			t.Errorf("full %q read the worker's secret:\n%s", cmd, r.Text())
+		}
+	}
+	for _, cmd := range []string{"echo x > " + filepath.Join(outsideDir, "w"), "echo x > ../w", "cp /etc/hostname /usr/w"} {
+		full.call(t, "bash", map[string]any{"command": cmd})
+	}
+	if _, err := os.Stat(filepath.Join(outsideDir, "w")); err == nil {
+		t.Error("full mode wrote outside the workspace")
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(full.ws), "w")); err == nil {
+		t.Error("full mode wrote into the workspace's parent")
+	}
+	want(t, full.call(t, "bash", map[string]any{"command": "echo ok > inside.txt && cat inside.txt"}), false, "ok")
 }
