@@ -18,9 +18,9 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/execpolicy"
-	"github.com/agentbus/agentbus/pkg/sandbox"
 	"github.com/agentbus/agentbus/pkg/filepolicy"
 	"github.com/agentbus/agentbus/pkg/netguard"
+	"github.com/agentbus/agentbus/pkg/sandbox"
 	"github.com/agentbus/agentbus/pkg/skills"
 	"github.com/agentbus/agentbus/pkg/tools"
 )
