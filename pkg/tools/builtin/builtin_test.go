@@ -3,6 +3,7 @@ package builtin
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -642,12 +643,17 @@ func TestBashBoundaryEndToEnd(t *testing.T) {
 			}
 		}
 	}
+	if i := sandbox.Probe(); !i.Available {
+		// Without isolation execSecurity full is refused at start-up.
+		_, err := All(Config{Files: newFixtureFiles(t), Exec: mustPolicy(t, execpolicy.ModeFull), Log: slog.New(slog.DiscardHandler)})
+		if !errors.Is(err, ErrNoIsolation) {
+			t.Fatalf("full mode without isolation: All = %v, want ErrNoIsolation", err)
+		}
+		t.Skipf("the full-mode half needs bubblewrap isolation (%s); CI installs the Debian package bubblewrap", i.Reason)
+	}
 	full := newFixture(t, policy(execpolicy.ModeFull, "", ""))
 	for _, cmd := range []string{"rm --recur /", "rm -r /e??", "kill -9 -01", "kill -9 ' -1'", "rm -rf $(echo /)", "echo / | xargs rm -rf", "sudo id"} {
 		want(t, full.call(t, "bash", map[string]any{"command": cmd}), true, "refused by the exec policy")
-	}
-	if i := sandbox.Probe(); !i.Available {
-		t.Skipf("the sandbox half needs bubblewrap isolation (%s); CI installs the Debian package bubblewrap", i.Reason)
 	}
 	for _, cmd := range []string{"env", "cat /proc/$PPID/environ /proc/1/environ", "cat /proc/*/environ", "cat " + cfgFile,
 		"python3 -c 'import os; print(open(\"/proc/%d/environ\" % os.getppid()).read())'", "echo $OPENAI_API_KEY"} {
@@ -666,4 +672,22 @@ func TestBashBoundaryEndToEnd(t *testing.T) {
 		t.Error("full mode wrote into the workspace's parent")
 	}
 	want(t, full.call(t, "bash", map[string]any{"command": "echo ok > inside.txt && cat inside.txt"}), false, "ok")
+}
+
+func newFixtureFiles(t *testing.T) *filepolicy.Policy {
+	t.Helper()
+	fp, err := filepolicy.New(filepolicy.Options{Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fp
+}
+
+func mustPolicy(t *testing.T, mode execpolicy.Mode) *execpolicy.Policy {
+	t.Helper()
+	p, err := execpolicy.New(execpolicy.Options{Mode: mode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
