@@ -82,7 +82,7 @@ func (p *Process) ToolSet(ctx context.Context, cfg *config.Config, log *slog.Log
 		if err != nil {
 			return nil, err
 		}
-		p.onStop(func() { _ = mgr.Close() })
+		p.onStop("MCP clients", func(context.Context) error { return mgr.Close() })
 		all = append(all, mgr.Tools(ctx)...)
 	}
 	return tools.NewRegistry(all...)
@@ -103,7 +103,7 @@ func (p *Process) startToolWorker(ctx context.Context, cfg *config.Config, opts 
 	if err != nil {
 		return err
 	}
-	p.onStop(h.Stop)
+	p.onStop("tool worker", h.Stop)
 	return nil
 }
 
@@ -113,6 +113,6 @@ func (p *Process) startEgress(ctx context.Context, cfg *config.Config, opts Opti
 	if err != nil {
 		return err
 	}
-	p.onStop(func() { _ = h.Stop() })
+	p.onStop("egress", h.Stop)
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/internal/jsconflict"
 	"github.com/agentbus/agentbus/pkg/events"
 )
 
@@ -259,9 +260,7 @@ func (r *Sessions) put(ctx context.Context, sk events.SessionKey, s *Session, re
 	return out, nil
 }
 
-func isCASConflict(err error) bool {
-	return errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSeq(err)
-}
+func isCASConflict(err error) bool { return jsconflict.Is(err) }
 
 // backoff sleeps a little before CAS attempt n (jittered, so colliding writers spread out).
 func backoff(ctx context.Context, attempt int) error {
