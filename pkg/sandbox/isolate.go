@@ -165,13 +165,15 @@ func bwrapArgs(spec Spec, shell string) []string {
 			args = append(args, "--ro-bind", e, e)
 		}
 	}
+	var ro []string
 	for _, r := range spec.ReadOnly {
-		if exists(r) {
-			args = append(args, "--ro-bind", r, r)
+		if a, err := filepath.Abs(r); err == nil && exists(a) {
+			ro = append(ro, a)
+			args = append(args, "--ro-bind", a, a)
 		}
 	}
 	args = append(args, "--bind", spec.Dir, spec.Dir)
-	roots := append(append([]string{spec.Dir}, spec.ReadOnly...), "/usr")
+	roots := append(append([]string{spec.Dir}, ro...), "/usr")
 	for _, h := range spec.Hide {
 		h = filepath.Clean(h)
 		if !exists(h) || !under(h, roots) {
