@@ -59,6 +59,9 @@ var spellings = []string{
 	"PATH=/tmp %s", "LD_PRELOAD=/tmp/x.so %s", "BASH_ENV=/tmp/x bash -c '%s'", "IFS=/ %s",
 	"sort --compress-prog='sh -c \"%s\"' x", "tar --to-comm='%s' -xf x.tar", "rsync -e '%s' a b:c",
 	"git -c core.pager='%s' log", "npm exec -- %s", "npx -c '%s'", "make -f /dev/null '%s'",
+	"chrt 1 %s", "prlimit --nofile=10 %s", "valgrind %s", "fakeroot %s", "setarch x86_64 %s", "xvfb-run %s",
+	"ssh-agent %s", "man -P '%s' ls", "dc -e '!%s'", "zsh5.9 -c '%s'", "busybox msh -c '%s'", "./bash -c '%s'",
+	"env -C / %s", "ionice -c 3 -- %s", "timeout -k 1 5 %s", "nice -n -5 %s", "stdbuf -oL %s", "/usr/bin/timeout 5 %s",
 }
 
 func corpusLines() []string {

@@ -377,6 +377,8 @@ var interpreters = map[string]interpSpec{
 	"ncat":   {codeShort: "ec", codeLong: l("--exec --sh-exec --lua-exec"), allLong: l("--exec --sh-exec --lua-exec")},
 	"netcat": {codeShort: "ec"},
 	"socat":  {safeArgs: versionHelp},
+	"dc":     {safeArgs: versionHelp},
+	"man":    {codeShort: "PH", codeLong: l("--pager --html"), allLong: l("--pager --html --help --version")},
 	"sed":    {codeLong: l("--expression --file --in-place"), codeShort: "efis"},
 }
 

@@ -285,7 +285,8 @@ var shellFamilies = map[string]bool{"sh": true, "bash": true, "dash": true, "ash
 
 var otherShells = map[string]bool{"zsh": true, "ksh": true, "mksh": true, "pdksh": true, "oksh": true, "loksh": true, "lksh": true,
 	"fish": true, "csh": true, "tcsh": true, "yash": true, "posh": true, "elvish": true, "nu": true, "xonsh": true, "pwsh": true,
-	"powershell": true, "rc": true, "es": true, "scsh": true, "ion": true, "oil": true, "osh": true, "ysh": true, "murex": true}
+	"powershell": true, "rc": true, "es": true, "scsh": true, "ion": true, "oil": true, "osh": true, "ysh": true, "murex": true,
+	"msh": true, "lash": true, "sash": true, "bsh": true, "jsh": true}
 
 // isShell reports whether base (as written, version suffixes allowed:
 // bash5.2, zsh-5.9) names a shell, and whether the policy reads its language.
