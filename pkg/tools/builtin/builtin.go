@@ -105,11 +105,11 @@ func All(cfg Config) ([]tools.Tool, error) {
 		out = append(out, f.readFile(), f.writeFile(), f.editFile(), f.listDir(), f.glob(), f.grep())
 		if cfg.Exec != nil {
 			iso := sandbox.Probe()
-			full := false
+			full, off := false, false
 			if m, ok := cfg.Exec.(interface{ Mode() execpolicy.Mode }); ok {
-				full = m.Mode() == execpolicy.ModeFull
+				full, off = m.Mode() == execpolicy.ModeFull, m.Mode() == execpolicy.ModeDeny
 			}
-			if iso.Available {
+			if iso.Available || off {
 				cfg.Log.Info(iso.String())
 			} else {
 				cfg.Log.Warn(iso.String())
