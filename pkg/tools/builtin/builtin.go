@@ -70,6 +70,10 @@ type Config struct {
 // host or choose allowlist mode.
 var ErrNoIsolation = errors.New("builtin: bash sandbox unavailable")
 
+// probeIsolation is sandbox.Probe; a test replaces it to play a host
+// without user namespaces.
+var probeIsolation = sandbox.Probe
+
 // Names lists every built-in tool name.
 var Names = []string{"read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "bash",
 	"web_fetch", "web_search", "ask_user", "activate_skill", "install_skill"}
@@ -104,7 +108,7 @@ func All(cfg Config) ([]tools.Tool, error) {
 		f := fileTools{fp: cfg.Files}
 		out = append(out, f.readFile(), f.writeFile(), f.editFile(), f.listDir(), f.glob(), f.grep())
 		if cfg.Exec != nil {
-			iso := sandbox.Probe()
+			iso := probeIsolation()
 			full, off := false, false
 			if m, ok := cfg.Exec.(interface{ Mode() execpolicy.Mode }); ok {
 				full, off = m.Mode() == execpolicy.ModeFull, m.Mode() == execpolicy.ModeDeny

@@ -691,3 +691,20 @@ func mustPolicy(t *testing.T, mode execpolicy.Mode) *execpolicy.Policy {
 	}
 	return p
 }
+
+// TestFullModeNeedsIsolation: on a host where the sandbox cannot isolate,
+// execSecurity full is refused at start-up and the other modes still build.
+func TestFullModeNeedsIsolation(t *testing.T) {
+	orig := probeIsolation
+	t.Cleanup(func() { probeIsolation = orig })
+	probeIsolation = func() sandbox.Isolation { return sandbox.Isolation{Reason: "user namespaces are not permitted"} }
+	for _, tt := range []struct {
+		mode execpolicy.Mode
+		ok   bool
+	}{{execpolicy.ModeFull, false}, {execpolicy.ModeAllowlist, true}, {execpolicy.ModeDeny, true}} {
+		_, err := All(Config{Files: newFixtureFiles(t), Exec: mustPolicy(t, tt.mode), Log: slog.New(slog.DiscardHandler)})
+		if tt.ok != (err == nil) || (!tt.ok && !errors.Is(err, ErrNoIsolation)) {
+			t.Errorf("mode %s without isolation: All = %v", tt.mode, err)
+		}
+	}
+}
