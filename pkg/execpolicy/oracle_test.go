@@ -157,8 +157,17 @@ func (t *trace) follow(ctx context.Context, argv []string, depth int) {
 		}
 		// A short option that takes a value (as the last letter of its
 		// cluster) also takes the next argument.
-		if len(a) >= 2 && a[0] == '-' && a[1] != '-' && strings.IndexByte(oracleValueFlags[base], a[len(a)-1]) >= 0 && len(rest) > 0 {
-			rest = rest[1:]
+		if len(a) >= 2 && a[0] == '-' && a[1] != '-' {
+			// The first letter that takes a value takes the rest of the
+			// cluster, or the next argument when it is the last letter.
+			for k := 1; k < len(a); k++ {
+				if strings.IndexByte(oracleValueFlags[base], a[k]) >= 0 {
+					if k == len(a)-1 && len(rest) > 0 {
+						rest = rest[1:]
+					}
+					break
+				}
+			}
 		}
 		if strings.HasPrefix(a, "--") && !strings.Contains(a, "=") && len(rest) > 0 && contains(oracleLongValue, a) {
 			rest = rest[1:]
