@@ -344,7 +344,9 @@ parse:
 				j.deny("%s option %s is not allowed (login shells and rc files run profiles; others change parsing)", base, a)
 				return
 			}
-			if full == "--help" || full == "--version" {
+			if (full == "--help" || full == "--version") && len(args) == 1 {
+				// bash --version alone prints and exits; with more
+				// arguments the rest is judged as if it were not there.
 				j.final(written, base, strings.Contains(written, "/"), args)
 				return
 			}
