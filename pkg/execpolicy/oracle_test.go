@@ -115,9 +115,9 @@ func (t *trace) follow(ctx context.Context, argv []string, depth int) {
 		return
 	}
 	base := path.Base(argv[0])
-	if oracleShells[strings.TrimRight(base, "0123456789.")] {
+	if fam := strings.TrimRight(base, "0123456789."); oracleShells[fam] {
 		args := argv[1:]
-		if base == "busybox" {
+		if fam == "busybox" {
 			if len(args) == 0 || !oracleShells[args[0]] {
 				return
 			}
