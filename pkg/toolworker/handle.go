@@ -453,7 +453,7 @@ func envOf(tc events.ToolCall, workspace string) tools.Env {
 	return tools.Env{
 		Platform: tc.Caller.Platform, BotID: tc.SessionKey.Bot, Scope: tc.Caller.Scope, SceneID: tc.SessionKey.Scene,
 		SenderID: tc.Caller.SenderID, SenderRoles: normalizeRoles(tc.Caller.Roles), SessionKey: tc.SessionKey.String(),
-		Workspace: workspace,
+		Workspace: workspace, Turn: tc.Turn,
 	}
 }
 

@@ -139,7 +139,7 @@ func ChatHistoryTool(s HistorySearcher) tools.Tool {
 			}
 			return tools.TextResult(FormatHistory(rows)), nil
 		},
-		tools.Idempotent(), tools.WithSource("builtin"), tools.WithKeywords("history", "earlier", "之前", "上次", "历史", "回忆"))
+		tools.Idempotent(), tools.WithSource("builtin"), tools.WithKeywords("history", "earlier", "last time", "previous", "we talked", "之前", "上次", "历史", "回忆", "聊过", "说过", "聊了什么"))
 }
 
 // FormatHistory renders rows as "[2006-01-02 15:04] sender: body" lines (UTC), one per row,

@@ -36,6 +36,7 @@ func (h *Handle) Entry(t tools.Tool) events.ToolEntry {
 		Name: t.Name, Description: t.Description, Parameters: l.Parameters,
 		Platforms: t.Platforms, Scopes: t.Scopes, Roles: t.RequiredAnyRole,
 		Idempotent: t.Idempotent, PreExecutable: t.PreExecutable, TimeoutMs: h.timeoutFor(t.Name).Milliseconds(), Source: src,
+		Keywords: t.Keywords,
 	}
 }
 
