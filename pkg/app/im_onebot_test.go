@@ -46,7 +46,7 @@ func startProc(t *testing.T, yml string, roles app.Roles) *app.Process {
 		stopping.Add(1)
 		go func() {
 			defer stopping.Done()
-			p.Stop()
+			_ = p.Stop(context.Background())
 			cancel()
 		}()
 	})
@@ -221,6 +221,15 @@ ai:
 			t.Fatalf("only %d characters arrived in %d messages", total, len(calls))
 		}
 		t.Logf("long reply: %d characters in %d QQ messages", total, len(calls))
+	})
+
+	t.Run("master from the bot's masters list", func(t *testing.T) {
+		fake.Push(fake.PrivateMessage(1007, obMaster, []map[string]any{onebottest.Text("it is me")}))
+		sends(1, fmt.Sprint(obMaster))
+		raw := lastIMIn(t, p, events.SessionKey{Platform: "onebot", Bot: "qq1", Scope: "private", Scene: fmt.Sprint(obMaster)})
+		if !raw.Data.Sender.HasRole("master") {
+			t.Fatalf("roles = %v, want master", raw.Data.Sender.Roles)
+		}
 	})
 
 	t.Run("redelivered event not doubled", func(t *testing.T) {

@@ -56,6 +56,7 @@ func (p *Process) ToolSet(ctx context.Context, cfg *config.Config, log *slog.Log
 		ap, _, err := aps.Get(ctx, env.Platform, env.BotID)
 		return ap, err
 	}
+	bc.Confirmations = approvals.BashConfirmations{Store: aps}
 	bc.Log = log
 	all, err := builtin.All(bc)
 	if err != nil {
@@ -82,20 +83,29 @@ func (p *Process) ToolSet(ctx context.Context, cfg *config.Config, log *slog.Log
 		}
 		all = append(all, gen)
 	}
-	fileTools, err := filetool.LoadTools(a.ToolsDir, filetool.Options{})
+	// Handlers run in the workspace, like bash (files.Workspace is absolute and exists).
+	fileTools, err := filetool.LoadTools(a.ToolsDir, filetool.Options{Workspace: files.Workspace()})
 	if err != nil {
 		return nil, err // seed Grill #18: an unsupported tool.md fails start-up
 	}
 	all = append(all, fileTools...)
+	var mgr *mcpclient.Manager
 	if len(cfg.AI.MCPServers) > 0 {
-		mgr, err := mcpclient.New(cfg.AI.MCPServers, mcpclient.Options{Log: log})
-		if err != nil {
+		if mgr, err = mcpclient.New(cfg.AI.MCPServers, mcpclient.Options{Log: log}); err != nil {
 			return nil, err
 		}
-		p.onStop(func() { _ = mgr.Close() })
+		p.onStop("MCP clients", func(context.Context) error { return mgr.Close() })
 		all = append(all, mgr.Tools(ctx)...)
 	}
-	return tools.NewRegistry(all...)
+	reg, err := tools.NewRegistry(all...)
+	if err != nil || mgr == nil {
+		return reg, err
+	}
+	// Servers that were down come in later, and lists change: keep the registry current.
+	sctx, cancel := context.WithCancel(context.Background())
+	p.onStopFunc("MCP tool refresh", cancel)
+	go mgr.Sync(sctx, reg)
+	return reg, nil
 }
 
 func (p *Process) startToolWorker(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger) error {
@@ -113,7 +123,7 @@ func (p *Process) startToolWorker(ctx context.Context, cfg *config.Config, opts 
 	if err != nil {
 		return err
 	}
-	p.onStop(h.Stop)
+	p.onStop("tool worker", h.Stop)
 	return nil
 }
 
@@ -127,7 +137,7 @@ func (p *Process) startEgress(ctx context.Context, cfg *config.Config, opts Opti
 	if err != nil {
 		return err
 	}
-	p.onStop(func() { _ = h.Stop() })
+	p.onStop("egress", h.Stop)
 	return nil
 }
 
@@ -342,27 +352,10 @@ func (p *Process) runBackground(ctx context.Context, f func(ctx context.Context)
 		defer close(done)
 		f(ctx)
 	}()
-	p.onStop(func() {
+	p.onStopFunc("im adapter", func() {
 		cancel()
 		<-done
 	})
-}
-
-// loadMedia reads a media:// reference (an inbound image an IM adapter stored) for a vision
-// model.
-func (p *Process) loadMedia(ctx context.Context, ref string) ([]byte, string, error) {
-	store, err := p.JS.ObjectStore(ctx, events.ObjectMedia)
-	if err != nil {
-		return nil, "", fmt.Errorf("open media store: %w", err)
-	}
-	b, ct, _, err := (&im.Media{Store: store}).Load(ctx, ref)
-	if err != nil {
-		return nil, "", err
-	}
-	if len(b) > maxImageBytes {
-		return nil, "", fmt.Errorf("image over %d bytes", maxImageBytes)
-	}
-	return b, ct, nil
 }
 
 // imBotRoles adds the native adapters' bots' masters and trusted lists to bots.

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/internal/jsconflict"
 	"github.com/agentbus/agentbus/pkg/events"
 )
 
@@ -142,11 +143,7 @@ func (h *holder) acquire(ctx context.Context) (uint64, error) {
 	if err == nil {
 		return rev, nil
 	}
-	if errors.Is(err, jetstream.ErrKeyExists) {
-		return 0, errHeld
-	}
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+	if jsconflict.Is(err) {
 		return 0, errHeld
 	}
 	return 0, err
@@ -176,7 +173,7 @@ func (h *holder) runHeld(ctx context.Context, rev uint64, run func(context.Conte
 			switch {
 			case err == nil:
 				rev, lastOK = ack.Sequence, sent
-			case isWrongLastSeq(err):
+			case jsconflict.Is(err):
 				h.log.Warn("im: connection lease lost to another replica; closing the connection")
 				cancel()
 				err := <-done
@@ -202,11 +199,6 @@ func (h *holder) release(rev uint64) {
 	if err := h.kv.Purge(ctx, h.o.Key, jetstream.LastRevision(rev), jetstream.PurgeTTL(time.Minute)); err != nil {
 		h.log.Debug("im: release connection lease", "err", err)
 	}
-}
-
-func isWrongLastSeq(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

@@ -131,6 +131,7 @@ func (w *Worker) subagentLoop(ctx context.Context, task events.SubagentTask, tra
 	}
 	cfg := &loop.Config{Model: model, StreamFn: w.opts.StreamFn, GetAPIKey: w.opts.Models.APIKey, Executor: exec,
 		MaxIterations: maxIter, ToolExecution: loop.ToolExecutionMode(w.opts.AI.Agent.ToolExecution)}
+	cfg.StreamOptions.Secrets = w.opts.Secrets
 	msgs, err := loop.Run(ctx, []llm.Message{llm.UserText(task.Prompt, time.Now().UnixMilli())}, ac, cfg, func(loop.Event) {})
 	final := lastAssistant(msgs)
 	switch {
@@ -195,5 +196,5 @@ func SpawnTaskTool(js jetstream.JetStream, presets []filetool.AgentPreset) tools
 				label = task.TaskID
 			}
 			return tools.TextResult("delegated: background task " + label + " started; its result will be posted to this chat when it finishes. Tell the user."), nil
-		})
+		}, tools.WithKeywords("background", "long", "research", "task", "subagent", "后台", "调研", "研究", "长时间", "任务", "异步"))
 }
