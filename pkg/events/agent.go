@@ -274,6 +274,8 @@ type CtxSummary struct {
 	Covered int `json:"covered,omitempty"`
 	// Model that wrote the summary.
 	Model string `json:"model,omitempty"`
+	// Count numbers the compactions of this session id (1 = the first).
+	Count int `json:"count,omitempty"`
 }
 
 func (CtxSummary) EventType() string { return TypeCtxSummary }

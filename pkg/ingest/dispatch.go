@@ -42,6 +42,7 @@ func (d Decision) Has(r Route) bool { return slices.Contains(d.Routes, r) }
 var knownCommands = map[string]bool{
 	"reset": true, "models": true, "health": true, "cancel": true,
 	"steer": true, "followup": true, "approve": true, "help": true,
+	"compact": true, "context": true,
 }
 
 // MasterOnly commands are refused for anyone without the master role.
@@ -54,10 +55,16 @@ func IsMasterOnly(name string) bool { return masterOnly[name] }
 // moderator (master, trusted, or the group's admin or owner); in a private chat anyone may.
 var moderated = map[string]bool{"reset": true, "cancel": true}
 
+// trustedOnly commands need a master or trusted sender in every scene (seed: /compact).
+var trustedOnly = map[string]bool{"compact": true}
+
 // MayRun reports whether sender may run command name in a scene of scope.
 func MayRun(name, scope string, sender events.Sender) bool {
 	if masterOnly[name] {
 		return sender.HasRole(events.RoleMaster)
+	}
+	if trustedOnly[name] {
+		return sender.HasRole(events.RoleMaster) || sender.HasRole(events.RoleTrusted)
 	}
 	if moderated[name] && scope != events.ScopePrivate {
 		return slices.ContainsFunc([]string{"master", "trusted", "group_admin", "group_owner"}, sender.HasRole)

@@ -48,7 +48,9 @@ type actor struct {
 	ctxLast map[string]uint64   // session id -> last AGENT_CTX sequence this actor wrote or read
 	kept    []events.SessionID  // ids whose context the cache keeps for this actor (ctxlog.Keep)
 	commit  sync.Mutex          // serializes context commits (parallel turns share a snapshot)
-	turnsWG sync.WaitGroup
+	// compactMu serializes compactions (compact.go); never taken while holding commit.
+	compactMu sync.Mutex
+	turnsWG   sync.WaitGroup
 }
 
 func newActor(w *Worker, sk events.SessionKey, lease store.Lease) *actor {

@@ -373,14 +373,11 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 	if pre := t.preExecute(ctx); pre != "" {
 		skillText += "\n## Pre-executed tool results\n" + pre
 	}
-	ac := &loop.AgentContext{
-		SystemPrompt: w.systemPrompt(ctx, t.msg, t.model, tools, skillText),
-		Messages:     loaded.Messages,
-		Tools:        agentTools,
+	system := w.systemPrompt(ctx, t.msg, t.model, tools, skillText)
+	if len(persisted) == 0 {
+		loaded = t.autoCompact(ctx, loaded, system) // L2 when the context nears the window
 	}
-	if loaded.Summary != nil {
-		ac.Messages = append([]llm.Message{llm.UserText("[summary of the earlier conversation]\n"+loaded.Summary.Text, loaded.Summary.Time.UnixMilli())}, ac.Messages...)
-	}
+	ac := &loop.AgentContext{SystemPrompt: system, Messages: contextMessages(loaded), Tools: agentTools}
 	agentCfg := w.opts.AI.Agent
 	cfg := &loop.Config{
 		Model:         t.model,
@@ -396,19 +393,21 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 			return t.drain(&t.followQ, agentCfg.FollowUpMode)
 		},
 	}
+	if cs := w.compactionSettings(t.model); cs.Enabled {
+		cfg.TransformContext = t.microCompact(cs) // L1
+	}
 	if lvl, err := llm.ParseThinkingLevel(agentCfg.Thinking); err == nil {
 		cfg.StreamOptions.Thinking = lvl
 	}
 	cfg.StreamOptions.SessionID = t.sid.String()
 	emit, stopLive := t.emitter()
 	defer stopLive()
-	var out []llm.Message
-	switch {
-	case len(persisted) == 0:
-		out, err = loop.Run(ctx, t.input, ac, cfg, emit)
-	default:
-		out, err = t.resumeLoop(ctx, ac, cfg, persisted, emit)
-	}
+	out, err := t.runCompacting(ctx, ac, cfg, emit, func() ([]llm.Message, error) {
+		if len(persisted) == 0 {
+			return loop.Run(ctx, t.input, ac, cfg, emit)
+		}
+		return t.resumeLoop(ctx, ac, cfg, persisted, emit)
+	})
 	return lastAssistant(out), out, err
 }
 
