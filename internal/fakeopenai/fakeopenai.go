@@ -124,6 +124,9 @@ type Reply struct {
 	Until <-chan struct{}
 	// Status, when not 0 or 200, answers with that HTTP status and an OpenAI error body.
 	Status int
+	// Error is that body's message (default "scripted failure <status>"), e.g. a provider's
+	// context-overflow text.
+	Error string
 	// Chunks splits Text into this many deltas (default 2 when the text is long enough).
 	Chunks int
 	// PromptTokens is the usage's prompt_tokens (default 10); a value above the model's window
@@ -334,7 +337,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if reply.Status != 0 && reply.Status != http.StatusOK {
-		writeError(w, reply.Status, fmt.Sprintf("scripted failure %d", reply.Status))
+		msg := reply.Error
+		if msg == "" {
+			msg = fmt.Sprintf("scripted failure %d", reply.Status)
+		}
+		writeError(w, reply.Status, msg)
 		return
 	}
 	if !wr.Stream {

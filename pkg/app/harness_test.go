@@ -52,6 +52,7 @@ func TestMain(m *testing.M) {
 // is a recording HTTP server.
 type pipeline struct {
 	t     *testing.T
+	dir   string // data directory
 	p     *app.Process
 	model *fakeopenai.Server
 	cb    *callback
@@ -60,6 +61,8 @@ type pipeline struct {
 type pipelineOpts struct {
 	concurrency     string // ai.agent.concurrency ("" = default)
 	collectWindowMs int64
+	provider        string // more entries of the fake provider's flow map, e.g. ", contextWindow: 4000"
+	agent           string // more lines of ai.agent, indented by four spaces
 }
 
 func newPipeline(t *testing.T, script fakeopenai.Script, o pipelineOpts) *pipeline {
@@ -80,6 +83,7 @@ func newPipeline(t *testing.T, script fakeopenai.Script, o pipelineOpts) *pipeli
 	if o.collectWindowMs != 0 {
 		agent += fmt.Sprintf("    collectWindowMs: %d\n", o.collectWindowMs)
 	}
+	agent += o.agent
 	yml := fmt.Sprintf(`
 dataDir: %[1]s
 nats:
@@ -97,12 +101,12 @@ im:
         masters: [%[6]s]
 ai:
   providers:
-    fake: {api: openai-completions, baseUrl: "%[7]s", apiKey: test}
+    fake: {api: openai-completions, baseUrl: "%[7]s", apiKey: test%[9]s}
   agents:
     zhin: {provider: fake, model: m1}
   agent:
     maxIterations: 8
-%[8]s`, dir, filepath.Join(dir, "nats"), botID, botSecret, cb.srv.URL, master, model.BaseURL(), agent)
+%[8]s`, dir, filepath.Join(dir, "nats"), botID, botSecret, cb.srv.URL, master, model.BaseURL(), agent, o.provider)
 	cfg, err := config.Parse([]byte(yml))
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yml)
@@ -129,7 +133,7 @@ ai:
 	if p.WebhookURL == "" {
 		t.Fatal("no webhook URL: ingest did not start the webhook adapter")
 	}
-	return &pipeline{t: t, p: p, model: model, cb: cb}
+	return &pipeline{t: t, dir: dir, p: p, model: model, cb: cb}
 }
 
 // testLogger logs warnings to stderr under -v and nothing otherwise.

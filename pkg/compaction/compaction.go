@@ -153,9 +153,12 @@ func FindCut(msgs []llm.Message, s Settings, boundary func(k int) bool) int {
 	}
 	// want: the largest k whose tail msgs[k:] meets both budgets.
 	want, tokens := len(msgs), 0
-	for want > 0 {
+	for {
 		if tokens >= s.KeepRecentTokens && len(msgs)-want >= s.MinKeepCount {
 			break
+		}
+		if want == 0 {
+			return 0 // everything fits what is kept verbatim
 		}
 		want--
 		tokens += EstimateTokens(&msgs[want])

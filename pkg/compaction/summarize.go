@@ -179,7 +179,9 @@ var (
 	pathRe  = regexp.MustCompile(`(?:\.{0,2}/)?(?:[\w-]+/)*[\w-]{2,}\.[A-Za-z][A-Za-z0-9]{0,5}\b`)
 	tokenRe = regexp.MustCompile(`#?[\p{L}\p{N}][\p{L}\p{N}_#-]*[\p{L}\p{N}]|\p{N}+`)
 	numRe   = regexp.MustCompile(`\p{N}`)
-	letRe   = regexp.MustCompile(`\p{L}`)
+	// decimalRe: grouped or decimal numbers (1,250.50; 3.14; 12:30), taken whole.
+	decimalRe = regexp.MustCompile(`\b\d+(?:[.,:]\d+)+\b`)
+	letRe     = regexp.MustCompile(`\p{L}`)
 )
 
 // Identifiers lists, once each and in order of first appearance, the strings of text a summary
@@ -200,6 +202,10 @@ func Identifiers(text string) []string {
 	for _, u := range urlRe.FindAllString(text, -1) {
 		add(u)
 		rest = strings.ReplaceAll(rest, u, " ")
+	}
+	for _, d := range decimalRe.FindAllString(rest, -1) {
+		add(d)
+		rest = strings.ReplaceAll(rest, d, " ")
 	}
 	for _, p := range pathRe.FindAllString(rest, -1) {
 		if strings.ContainsAny(p, "/") || !isVersionLike(p) {

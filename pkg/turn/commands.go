@@ -42,7 +42,11 @@ func (a *actor) command(e *events.Event[events.Command], seq uint64) error {
 	case "approve":
 		reply = a.approve(c, from)
 	case "compact", "context": // commands_compact.go
-		reply = a.compactionCommand(c, from, pt)
+		r, err := a.compactionCommand(c, from, pt)
+		if err != nil {
+			return err
+		}
+		reply = r
 	default:
 		reply = "Unknown command /" + c.Name
 	}

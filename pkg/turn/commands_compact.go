@@ -18,7 +18,18 @@ import (
 // already running go on and commit after the summary, their messages come after its anchor).
 // It is for masters and trusted senders (seed); ingest refuses others already, this check
 // holds for commands published by other means.
-func (a *actor) compactionCommand(c events.Command, from events.Sender, pt *pendingTurn) string {
+//
+// The error is set only when the actor is going away (lease lost, worker stopping): then
+// nothing is answered and the command stays at the cursor for the next owner.
+func (a *actor) compactionCommand(c events.Command, from events.Sender, pt *pendingTurn) (string, error) {
+	reply := a.compactionReply(c, from, pt)
+	if err := a.ctx.Err(); err != nil {
+		return "", err
+	}
+	return reply, nil
+}
+
+func (a *actor) compactionReply(c events.Command, from events.Sender, pt *pendingTurn) string {
 	sess, err := a.w.sessions.Current(a.ctx, a.sk)
 	if err != nil {
 		return "⚠️ " + err.Error()

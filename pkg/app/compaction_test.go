@@ -1,0 +1,278 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/internal/fakeopenai"
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/store"
+)
+
+// Requests of the compaction machinery, told apart by their prompts.
+func isSummaryReq(r *fakeopenai.Request) bool {
+	return len(r.Messages) > 0 && r.Messages[0].Role == "system" && strings.Contains(r.Messages[0].Content, "You compact the history")
+}
+
+func isHousekeeping(r *fakeopenai.Request) bool {
+	for _, u := range r.Users() {
+		if strings.Contains(u, "[housekeeping") {
+			return true
+		}
+	}
+	return false
+}
+
+func hasSummary(r *fakeopenai.Request) bool {
+	return r.Contains("[summary of the earlier conversation]")
+}
+
+// filler pads a message to about n bytes, so a few turns fill a small window.
+func filler(n int) string { return strings.Repeat("lorem ipsum ", n/12) }
+
+// ctxHistory is the session's epoch-1 context log.
+func (pl *pipeline) ctxHistory(sk events.SessionKey) []store.CtxRecord {
+	pl.t.Helper()
+	cl, err := store.NewContextLog(context.Background(), pl.p.JS, store.ContextBounds{})
+	if err != nil {
+		pl.t.Fatal(err)
+	}
+	var out []store.CtxRecord
+	for r, err := range cl.History(context.Background(), events.SessionID{Key: sk, Epoch: 1}) {
+		if err != nil {
+			pl.t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func summaries(recs []store.CtxRecord) []*store.Summary {
+	var out []*store.Summary
+	for _, r := range recs {
+		if r.Summary != nil {
+			out = append(out, r.Summary)
+		}
+	}
+	return out
+}
+
+// TestAutoCompaction fills a 4,000-token window: before the turn that would cross the
+// threshold, a silent housekeeping turn writes memory, the older turns are summarized (the
+// model drops an order id, which the check puts back), and the next model call sees the summary
+// instead of them. Every reply is an answer to a user: nothing of the housekeeping reaches the chat.
+func TestAutoCompaction(t *testing.T) {
+	pl := newPipeline(t, func(r *fakeopenai.Request) fakeopenai.Reply {
+		switch {
+		case isSummaryReq(r):
+			return fakeopenai.Reply{Text: "## Goal\nalice is chatting about her orders."}
+		case isHousekeeping(r):
+			if _, done := r.ToolResult("mem1"); done {
+				return fakeopenai.Reply{Text: "NO_REPLY"}
+			}
+			return fakeopenai.Reply{ToolCalls: []fakeopenai.ToolCall{{ID: "mem1", Name: "memory_write",
+				Arguments: `{"file":"MEMORY.md","text":"alice's first order is ORD-11234"}`}}}
+		}
+		return fakeopenai.Reply{Text: "echo: " + r.LastUser()[:20] + " " + filler(1000)}
+	}, pipelineOpts{provider: ", contextWindow: 4000"})
+	const turns = 8
+	for i := 1; i <= turns; i++ {
+		pl.post(private(fmt.Sprintf("m%d", i), "alice", fmt.Sprintf("order ORD-%d1234 %s", i, filler(1000))))
+		pl.replies(i)
+	}
+	got := pl.settle(turns)
+	for _, r := range got {
+		if !strings.HasPrefix(r.Text(), "echo: order ORD-") {
+			t.Fatalf("a reply that is not an answer reached the chat: %q", r.Text())
+		}
+	}
+	var sum, house, after int
+	for _, r := range pl.model.Requests() {
+		switch {
+		case isSummaryReq(&r):
+			sum++
+		case isHousekeeping(&r):
+			house++
+		case hasSummary(&r):
+			after++
+			if !r.Contains("ORD-11234") {
+				t.Errorf("request %d lost the first order id:\n%s", r.N, r.Text())
+			}
+			if r.Contains("order ORD-11234 lorem") {
+				t.Errorf("request %d still carries the summarized first message verbatim", r.N)
+			}
+		}
+	}
+	if sum == 0 || house == 0 || after == 0 {
+		t.Fatalf("summary calls %d, housekeeping calls %d, calls with the summary %d; want all > 0", sum, house, after)
+	}
+	mem, err := os.ReadFile(filepath.Join(pl.dir, "memory", "MEMORY.md"))
+	if err != nil || !strings.Contains(string(mem), "ORD-11234") {
+		t.Fatalf("MEMORY.md = %q, %v", mem, err)
+	}
+	// The summary is a record of the log; every message is still in it.
+	recs := pl.ctxHistory(private("", "alice", "").key())
+	sums := summaries(recs)
+	if len(sums) == 0 || sums[0].Count != 1 || !strings.Contains(sums[0].Text, "ORD-11234") {
+		t.Fatalf("summaries: %+v", sums)
+	}
+	msgs := 0
+	for _, r := range recs {
+		msgs += r.Messages
+	}
+	if msgs != 2*turns {
+		t.Fatalf("%d messages in the context log, want %d (full history kept)", msgs, 2*turns)
+	}
+	// The next turn's prompt holds the memory note in its Memory section.
+	pl.post(private("m-last", "alice", "what do you remember?"))
+	pl.replies(turns + 1)
+	rs := pl.model.Requests()
+	if last := rs[len(rs)-1]; !strings.Contains(last.Messages[0].Content, "## Memory") || !strings.Contains(last.Messages[0].Content, "ORD-11234") {
+		t.Fatalf("system prompt has no Memory section:\n%s", last.Messages[0].Content)
+	}
+}
+
+// TestOverflowCompactRetry: a provider's overflow error, or usage above the window (a server
+// that truncated silently), makes the turn compact and try once more; a second overflow ends in
+// a clear reply instead of the provider's error.
+func TestOverflowCompactRetry(t *testing.T) {
+	const overflowErr = "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens."
+	cases := []struct {
+		name      string
+		overflow  fakeopenai.Reply
+		always    bool // overflow even with the summary
+		wantReply string
+	}{
+		{"error overflow", fakeopenai.Reply{Status: http.StatusBadRequest, Error: overflowErr}, false, "echo: fourth"},
+		{"silent overflow", fakeopenai.Reply{Text: "truncated nonsense", PromptTokens: 50000}, false, "echo: fourth"},
+		{"second overflow", fakeopenai.Reply{Status: http.StatusBadRequest, Error: overflowErr}, true, "no longer fits the model's context window"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pl := newPipeline(t, func(r *fakeopenai.Request) fakeopenai.Reply {
+				switch {
+				case isSummaryReq(r):
+					return fakeopenai.Reply{Text: "earlier: first, second, third"}
+				case strings.HasPrefix(r.LastUser(), "fourth") && (c.always || !hasSummary(r)):
+					return c.overflow
+				}
+				return fakeopenai.Echo(r)
+			}, pipelineOpts{provider: ", contextWindow: 32000", agent: "    compaction: {auto: false, keepRecentTokens: 10, minKeepCount: 1}\n"})
+			for i, text := range []string{"first", "second", "third", "fourth"} {
+				pl.post(private(fmt.Sprintf("m%d", i), "carol", text))
+				pl.replies(i + 1)
+			}
+			got := pl.settle(4)
+			if r := got[3].Text(); !strings.Contains(r, c.wantReply) || strings.Contains(r, "scripted") {
+				t.Fatalf("reply %q, want it to contain %q", r, c.wantReply)
+			}
+			var sums int
+			for _, r := range pl.model.Requests() {
+				if isSummaryReq(&r) {
+					sums++
+				}
+			}
+			if sums != 1 {
+				t.Fatalf("%d summary calls, want 1 (compact once, retry once)", sums)
+			}
+			if s := summaries(pl.ctxHistory(private("", "carol", "").key())); len(s) != 1 {
+				t.Fatalf("%d summary records, want 1", len(s))
+			}
+		})
+	}
+}
+
+// TestCompactCommand: /compact with instructions from a master summarizes at once and reports
+// it; /context shows the count and the fill; a user without the role is refused.
+func TestCompactCommand(t *testing.T) {
+	pl := newPipeline(t, func(r *fakeopenai.Request) fakeopenai.Reply {
+		if isSummaryReq(r) {
+			return fakeopenai.Reply{Text: "summary: boss asked about invoices"}
+		}
+		return fakeopenai.Echo(r)
+	}, pipelineOpts{provider: ", contextWindow: 32000", agent: "    compaction: {keepRecentTokens: 10, minKeepCount: 1}\n"})
+	for i, text := range []string{"invoice INV-2031 is late", "and INV-2032 too", "thanks"} {
+		pl.post(private(fmt.Sprintf("m%d", i), master, text))
+		pl.replies(i + 1)
+	}
+	pl.post(private("c1", master, "/compact keep the invoice numbers"))
+	got := pl.replies(4)
+	if r := got[3].Text(); !strings.HasPrefix(r, "Compacted:") || !strings.Contains(r, "Compactions in this conversation: 1") {
+		t.Fatalf("/compact reply: %q", r)
+	}
+	var prompt string
+	for _, r := range pl.model.Requests() {
+		if isSummaryReq(&r) {
+			prompt = r.Text()
+		}
+	}
+	if !strings.Contains(prompt, "keep the invoice numbers") || !strings.Contains(prompt, "INV-2031") {
+		t.Fatalf("summary prompt lacks the instructions or the span:\n%s", prompt)
+	}
+	pl.post(private("c2", master, "/context"))
+	got = pl.replies(5)
+	if r := got[4].Text(); !strings.Contains(r, "Compactions: 1") || !strings.Contains(r, "of 32000 tokens") {
+		t.Fatalf("/context reply: %q", r)
+	}
+	pl.post(private("c3", "mallory", "/compact"))
+	got = pl.repliesIn("mallory", 1)
+	if r := got[0].Text(); strings.HasPrefix(r, "Compacted") {
+		t.Fatalf("a user without the role compacted: %q", r)
+	}
+	if s := summaries(pl.ctxHistory(private("", master, "").key())); len(s) != 1 {
+		t.Fatalf("%d summaries, want 1", len(s))
+	}
+}
+
+// TestKillDuringCompaction: the owner dies while the summary is being written. Nothing of it is
+// committed; the next owner runs the /compact again, commits one summary, and answers once.
+func TestKillDuringCompaction(t *testing.T) {
+	var summaryCalls atomic.Int32
+	release := make(chan struct{})
+	pl := newPipeline(t, func(r *fakeopenai.Request) fakeopenai.Reply {
+		if isSummaryReq(r) {
+			if summaryCalls.Add(1) == 1 {
+				return fakeopenai.Reply{Text: "first owner's summary", Latency: time.Minute, Until: release}
+			}
+			return fakeopenai.Reply{Text: "second owner's summary"}
+		}
+		return fakeopenai.Echo(r)
+	}, pipelineOpts{provider: ", contextWindow: 32000", agent: "    compaction: {keepRecentTokens: 10, minKeepCount: 1}\n"})
+	defer close(release)
+	for i, text := range []string{"one", "two", "three"} {
+		pl.post(private(fmt.Sprintf("m%d", i), master, text))
+		pl.replies(i + 1)
+	}
+	pl.post(private("c1", master, "/compact"))
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	for summaryCalls.Load() == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("no summary call")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	pl.p.Turn.Kill()
+	if _, err := pl.p.AddTurnWorker(context.Background(), "tw-next"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := pl.cb.wait(4, 30*time.Second)
+	if err != nil {
+		t.Fatalf("%v; replies: %s", err, fmtReplies(got))
+	}
+	if r := got[3].Text(); !strings.HasPrefix(r, "Compacted:") {
+		t.Fatalf("reply after takeover: %q", r)
+	}
+	pl.settle(4)
+	sums := summaries(pl.ctxHistory(private("", master, "").key()))
+	if len(sums) != 1 || !strings.Contains(sums[0].Text, "second owner") {
+		t.Fatalf("summaries after a kill: %+v", sums)
+	}
+}
