@@ -276,3 +276,60 @@ func TestKillDuringCompaction(t *testing.T) {
 		t.Fatalf("summaries after a kill: %+v", sums)
 	}
 }
+
+// TestHistoryLengthCompaction: ai.sessions.maxHistory takes effect: past it, the older messages
+// are summarized even though the window is far from full.
+func TestHistoryLengthCompaction(t *testing.T) {
+	pl := newPipeline(t, func(r *fakeopenai.Request) fakeopenai.Reply {
+		switch {
+		case isSummaryReq(r):
+			return fakeopenai.Reply{Text: "the user counted upwards"}
+		case isHousekeeping(r):
+			return fakeopenai.Reply{Text: "NO_REPLY"}
+		}
+		return fakeopenai.Echo(r)
+	}, pipelineOpts{ai: "  sessions:\n    maxHistory: 6\n"})
+	for i := 1; i <= 6; i++ {
+		pl.post(private(fmt.Sprintf("m%d", i), "dave", fmt.Sprintf("count %d", i)))
+		pl.replies(i)
+	}
+	rs := pl.model.Requests()
+	last := rs[len(rs)-1]
+	if !hasSummary(&last) || last.Contains("count 1") {
+		t.Fatalf("the last turn's request has no summary or still the first message:\n%s", last.Text())
+	}
+	if n := len(last.Users()); n > 7 { // the summary, at most 6 messages, the new one
+		t.Fatalf("%d user messages in the prompt, want at most 7:\n%s", n, last.Text())
+	}
+}
+
+// TestIdleArchiveStartsNewEpoch: a session quiet for longer than
+// ai.sessions.sessionIdleArchiveMs starts a new epoch at its next message: the model no longer
+// sees the old conversation, which stays in the old epoch's log.
+func TestIdleArchiveStartsNewEpoch(t *testing.T) {
+	pl := newPipeline(t, fakeopenai.Echo, pipelineOpts{ai: "  sessions:\n    sessionIdleArchiveMs: 800\n"})
+	pl.post(private("m1", "erin", "my code word is PELICAN-42"))
+	pl.replies(1)
+	pl.post(private("m2", "erin", "still here"))
+	pl.replies(2)
+	if r := pl.requests(2)[1]; !r.Contains("PELICAN-42") {
+		t.Fatalf("a quick second message lost the context:\n%s", r.Text())
+	}
+	time.Sleep(2 * time.Second) // well past the idle limit
+	pl.post(private("m3", "erin", "what was my code word?"))
+	pl.replies(3)
+	if r := pl.requests(3)[2]; r.Contains("PELICAN-42") {
+		t.Fatalf("the new epoch still sees the old conversation:\n%s", r.Text())
+	}
+	sessions, err := store.OpenSessions(context.Background(), pl.p.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sessions.Get(context.Background(), private("", "erin", "").key())
+	if err != nil || s.Epoch != 2 {
+		t.Fatalf("session %+v, %v; want epoch 2", s, err)
+	}
+	if recs := pl.ctxHistory(private("", "erin", "").key()); len(recs) < 2 {
+		t.Fatalf("epoch 1's log has %d records, want its turns kept", len(recs))
+	}
+}

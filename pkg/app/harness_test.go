@@ -63,6 +63,7 @@ type pipelineOpts struct {
 	collectWindowMs int64
 	provider        string // more entries of the fake provider's flow map, e.g. ", contextWindow: 4000"
 	agent           string // more lines of ai.agent, indented by four spaces
+	ai              string // more blocks of ai (after ai.agent), indented by two spaces
 }
 
 func newPipeline(t *testing.T, script fakeopenai.Script, o pipelineOpts) *pipeline {
@@ -83,7 +84,7 @@ func newPipeline(t *testing.T, script fakeopenai.Script, o pipelineOpts) *pipeli
 	if o.collectWindowMs != 0 {
 		agent += fmt.Sprintf("    collectWindowMs: %d\n", o.collectWindowMs)
 	}
-	agent += o.agent
+	agent += o.agent + o.ai
 	yml := fmt.Sprintf(`
 dataDir: %[1]s
 nats:

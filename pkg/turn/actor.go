@@ -403,6 +403,9 @@ func (a *actor) shutdown() {
 
 // handle applies one inbox event.
 func (a *actor) handle(ev events.Any, seq uint64) error {
+	if err := a.archiveIfIdle(ev); err != nil { // sessions_idle.go
+		return err
+	}
 	policy := a.w.opts.AI.Agent.Concurrency
 	switch e := ev.(type) {
 	case *events.Event[events.UserMessage]:

@@ -46,6 +46,75 @@ func (w *Worker) compactionSettings(m *llm.Model) compaction.Settings {
 	return s.Effective()
 }
 
+// autoTrigger says whether the context a turn would send should be compacted first, why, and
+// with which settings to cut:
+//   - "window": the whole prompt nears the window (compaction.auto, reserveTokens);
+//   - "history share": the history (summary and messages) exceeds ai.agent.maxHistoryShare of
+//     the window;
+//   - "history length": more messages than ai.sessions.maxHistory (or, with ai.context.enabled
+//     set to true, ai.context.summaryThreshold); the cut then keeps ai.context.keepAfterSummary
+//     messages (at least compaction.minKeepCount) whatever their size;
+//   - "history tokens": with ai.context.enabled: true, a history above ai.context.maxContextTokens.
+func (w *Worker) autoTrigger(m *llm.Model, l store.Loaded, system string, input []llm.Message) (compaction.Settings, string, bool) {
+	s := w.compactionSettings(m)
+	if !s.Enabled || !s.Auto {
+		return s, "", false
+	}
+	if s.ShouldCompact(contextTokens(l, system, input)) {
+		return s, "window", true
+	}
+	history := contextTokens(l, "", nil)
+	if share := w.opts.AI.Agent.MaxHistoryShare; share > 0 && share < 1 && s.ContextWindow > 0 && float64(history) > share*float64(s.ContextWindow) {
+		return s, "history share", true
+	}
+	cx := w.opts.AI.Context
+	legacy := cx.Enabled != nil && *cx.Enabled
+	limit := w.opts.AI.Sessions.MaxHistory
+	if legacy && cx.SummaryThreshold > 0 && (limit <= 0 || cx.SummaryThreshold < limit) {
+		limit = cx.SummaryThreshold
+	}
+	if limit > 0 && len(l.Messages) > limit {
+		byCount := s
+		byCount.KeepRecentTokens = 1
+		keep := max(s.MinKeepCount, 1)
+		if legacy && cx.KeepAfterSummary > 0 {
+			keep = max(keep, cx.KeepAfterSummary)
+		}
+		byCount.MinKeepCount = min(keep, limit)
+		return byCount, "history length", true
+	}
+	if legacy && cx.MaxContextTokens > 0 && history > cx.MaxContextTokens {
+		byTokens := s
+		byTokens.KeepRecentTokens = min(s.KeepRecentTokens, cx.MaxContextTokens/2)
+		return byTokens, "history tokens", true
+	}
+	return s, "", false
+}
+
+// historyBound is the most messages a turn loads after the summary (ai.sessions.maxHistory and
+// ai.context.maxRecentMessages, the smaller): the safety net when compaction could not run.
+func (w *Worker) historyBound() int {
+	n := w.opts.AI.Sessions.MaxHistory
+	if m := w.opts.AI.Context.MaxRecentMessages; m > 0 && (n <= 0 || m < n) {
+		n = m
+	}
+	return n
+}
+
+// boundHistory keeps the newest historyBound messages of l, never starting at a tool result.
+func (w *Worker) boundHistory(l store.Loaded) store.Loaded {
+	n := w.historyBound()
+	if n <= 0 || len(l.Messages) <= n {
+		return l
+	}
+	i := len(l.Messages) - n
+	for i < len(l.Messages) && l.Messages[i].Role == llm.RoleToolResult {
+		i++
+	}
+	l.Messages, l.Seqs = l.Messages[i:], l.Seqs[i:]
+	return l
+}
+
 // summaryModel is ai.agent.compaction.model ("provider/model") or else the turn's model.
 func (w *Worker) summaryModel(turnModel *llm.Model) *llm.Model {
 	if ref := w.opts.AI.Agent.Compaction.Model; ref != "" {
@@ -107,7 +176,7 @@ type compactOutcome struct {
 // It returns compaction.ErrNothingToCompact when no cut is possible, ErrSummaryFailed (nothing
 // committed) when the model fails, and store.ErrStaleWriter when the session moved to another
 // owner meanwhile (nothing committed either).
-func (a *actor) compactContext(ctx context.Context, sid events.SessionID, turnModel *llm.Model, instructions, reason string, need func(store.Loaded) bool) (compactOutcome, error) {
+func (a *actor) compactContext(ctx context.Context, sid events.SessionID, turnModel *llm.Model, s compaction.Settings, instructions, reason string, need func(store.Loaded) bool) (compactOutcome, error) {
 	a.compactMu.Lock()
 	defer a.compactMu.Unlock()
 	loaded, err := a.loadContext(ctx, sid)
@@ -117,7 +186,6 @@ func (a *actor) compactContext(ctx context.Context, sid events.SessionID, turnMo
 	if need != nil && !need(loaded) {
 		return compactOutcome{}, errStillFits
 	}
-	s := a.w.compactionSettings(turnModel)
 	msgs := loaded.Messages
 	cut := compaction.FindCut(msgs, s, func(k int) bool { return loaded.Seqs[k-1] != loaded.Seqs[k] })
 	if cut == 0 {
@@ -181,26 +249,29 @@ func (a *actor) commitSummary(ctx context.Context, sid events.SessionID, loadedL
 // path still has a chance).
 func (t *turnRun) autoCompact(ctx context.Context, loaded store.Loaded, system string) store.Loaded {
 	a := t.a
-	s := a.w.compactionSettings(t.model)
-	if !s.ShouldCompact(contextTokens(loaded, system, t.input)) {
-		return loaded
+	s, reason, ok := a.w.autoTrigger(t.model, loaded, system, t.input)
+	if !ok {
+		return a.w.boundHistory(loaded)
 	}
 	a.memoryFlush(ctx, t, loaded, system)
-	need := func(l store.Loaded) bool { return s.ShouldCompact(contextTokens(l, system, t.input)) }
-	_, err := a.compactContext(ctx, t.sid, t.model, "", "auto", need)
+	need := func(l store.Loaded) bool {
+		_, _, ok := a.w.autoTrigger(t.model, l, system, t.input)
+		return ok
+	}
+	_, err := a.compactContext(ctx, t.sid, t.model, s, "", "auto: "+reason, need)
 	switch {
 	case errors.Is(err, errStillFits), err == nil:
 	case errors.Is(err, compaction.ErrNothingToCompact):
-		return loaded
+		return a.w.boundHistory(loaded)
 	default:
 		a.log.Warn("auto compaction failed; the turn goes on uncompacted", "turn", t.id, "err", err)
-		return loaded
+		return a.w.boundHistory(loaded)
 	}
 	l, err := a.loadContext(ctx, t.sid)
 	if err != nil {
-		return loaded
+		return a.w.boundHistory(loaded)
 	}
-	return l
+	return a.w.boundHistory(l)
 }
 
 // runCompacting runs the loop (fresh or resumed) and, when the model reports a context
@@ -220,7 +291,7 @@ func (t *turnRun) runCompacting(ctx context.Context, ac *loop.AgentContext, cfg 
 		return out, nil
 	}
 	t.a.log.Warn("context overflow; compacting and retrying once", "turn", t.id, "err", final.ErrorMessage)
-	_, cerr := t.a.compactContext(ctx, t.sid, t.model, "", "overflow", nil)
+	_, cerr := t.a.compactContext(ctx, t.sid, t.model, s, "", "overflow", nil)
 	if cerr != nil && !errors.Is(cerr, compaction.ErrNothingToCompact) {
 		t.a.log.Warn("overflow compaction failed", "turn", t.id, "err", cerr)
 	}
@@ -233,7 +304,7 @@ func (t *turnRun) runCompacting(ctx context.Context, ac *loop.AgentContext, cfg 
 	// the commit), and the retry takes its index.
 	t.dropTail(len(out) - 1)
 	own := out[:len(out)-1]
-	ac.Messages = append(append([]llm.Message(nil), contextMessages(loaded)...), own...)
+	ac.Messages = append(append([]llm.Message(nil), contextMessages(t.a.w.boundHistory(loaded))...), own...)
 	more, err := loop.Continue(ctx, ac, cfg, emit)
 	out = append(own[:len(own):len(own)], more...)
 	if f := lastAssistant(out); err == nil && llm.IsContextOverflow(f, window) && len(f.ToolCalls()) == 0 {
