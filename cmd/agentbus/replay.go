@@ -144,7 +144,7 @@ func cmdReplay(ctx context.Context, args []string, w io.Writer) error {
 }
 
 // contextMark is a line replay prints where it happened in AGENT_CTX: an epoch's start, each
-// compaction.
+// compaction, each move of the session tree's active leaf.
 type contextMark struct {
 	at   time.Time
 	text string
@@ -178,7 +178,21 @@ func contextMarks(ctx context.Context, js jetstream.JetStream, sk events.Session
 				out = append(out, contextMark{r.Time, fmt.Sprintf("\n%s  ══ epoch %d (context seq %d)", r.Time.Format("15:04:05.000"), epoch, r.Seq)})
 			}
 			first = false
-			if r.Summary == nil || r.Time.Before(since) {
+			if r.Time.Before(since) {
+				continue
+			}
+			if l := r.Leaf; l != nil {
+				text := fmt.Sprintf("%s  ↶ active leaf moved to context seq %d (context seq %d)", r.Time.Format("15:04:05.000"), l.LeafSeq, r.Seq)
+				if l.BranchTo > 0 {
+					text += fmt.Sprintf("; branch seq %d..%d left", l.BranchFrom, l.BranchTo)
+				}
+				if l.BranchSummary != "" {
+					text += ", summarized: " + oneLine(l.BranchSummary)
+				}
+				out = append(out, contextMark{r.Time, text})
+				continue
+			}
+			if r.Summary == nil {
 				continue
 			}
 			s := r.Summary

@@ -333,3 +333,57 @@ func TestIdleArchiveStartsNewEpoch(t *testing.T) {
 		t.Fatalf("epoch 1's log has %d records, want its turns kept", len(recs))
 	}
 }
+
+// TestTreeNavigation: /tree lists the conversation's points, /tree N continues from point N with
+// the branch left summarized in its place, and the next turn sees exactly that.
+func TestTreeNavigation(t *testing.T) {
+	pl := newPipeline(t, func(r *fakeopenai.Request) fakeopenai.Reply {
+		if isSummaryReq(r) {
+			return fakeopenai.Reply{Text: "on this branch the user asked for Rust and Go"}
+		}
+		return fakeopenai.Echo(r)
+	}, pipelineOpts{})
+	for i, text := range []string{"let's plan a trip", "what about Rust", "and Go"} {
+		pl.post(private(fmt.Sprintf("m%d", i), master, text))
+		pl.replies(i + 1)
+	}
+	pl.post(private("t1", master, "/tree"))
+	got := pl.replies(4)
+	tree := got[3].Text()
+	for _, want := range []string{"*1. let's plan a trip", "*2. what about Rust", "*3. and Go"} {
+		if !strings.Contains(tree, want) {
+			t.Fatalf("/tree lacks %q:\n%s", want, tree)
+		}
+	}
+	pl.post(private("t2", master, "/tree 1"))
+	got = pl.replies(5)
+	if r := got[4].Text(); !strings.HasPrefix(r, "Moved to point 1") || !strings.Contains(r, "summarized") {
+		t.Fatalf("/tree 1: %q", r)
+	}
+	pl.post(private("m4", master, "what about Python"))
+	pl.replies(6)
+	rs := pl.model.Requests()
+	last := rs[len(rs)-1]
+	if !last.Contains("let's plan a trip") || last.Contains("what about Rust") || !last.Contains("asked for Rust and Go") {
+		t.Fatalf("the turn after /tree 1 does not continue from point 1 with the branch summary:\n%s", last.Text())
+	}
+	pl.post(private("t3", master, "/tree"))
+	got = pl.replies(7)
+	tree = got[6].Text()
+	for _, want := range []string{" 2. what about Rust", "*4. ↳ from 1: [summary of the branch left]", "*5. what about Python"} {
+		if !strings.Contains(tree, want) {
+			t.Fatalf("/tree after the move lacks %q:\n%s", want, tree)
+		}
+	}
+	pl.post(private("t4", "mallory", "/tree 1"))
+	if r := pl.repliesIn("mallory", 1)[0].Text(); strings.HasPrefix(r, "Moved") {
+		t.Fatalf("a user without the role moved the leaf: %q", r)
+	}
+	sessions, err := store.OpenSessions(context.Background(), pl.p.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := sessions.Get(context.Background(), private("", master, "").key()); err != nil || s.ActiveLeaf == "" {
+		t.Fatalf("session record's active leaf not set: %+v %v", s, err)
+	}
+}

@@ -241,6 +241,7 @@ func (t TurnFailed) Validate() error {
 const (
 	TypeCtxMessages = "ctx.messages"
 	TypeCtxSummary  = "ctx.summary"
+	TypeCtxLeaf     = "ctx.leaf"
 )
 
 // CtxMessages appends messages to a session's context (type "ctx.messages"), the seed's
@@ -291,6 +292,33 @@ func (c CtxSummary) Validate() error {
 	return nil
 }
 
+// CtxLeaf moves the active leaf of the session's message tree (type "ctx.leaf", the seed's
+// /tree N and active_leaf_message_id): from this record on, the context continues after the
+// record LeafSeq, and the records after LeafSeq that came before this one are a branch left
+// behind (kept in the log, no longer loaded). BranchSummary, when set, summarizes that branch
+// (the seed's branch summarization) and is loaded in its place, anchored to this record.
+type CtxLeaf struct {
+	// LeafSeq is the AGENT_CTX sequence of the record the conversation continues from.
+	LeafSeq uint64 `json:"leafSeq"`
+	// BranchFrom and BranchTo are the first and last records of the branch left behind.
+	BranchFrom uint64 `json:"branchFrom,omitempty"`
+	BranchTo   uint64 `json:"branchTo,omitempty"`
+	// BranchSummary summarizes the branch left behind ("" = none).
+	BranchSummary string `json:"branchSummary,omitempty"`
+	// Model that wrote the branch summary.
+	Model string `json:"model,omitempty"`
+}
+
+func (CtxLeaf) EventType() string { return TypeCtxLeaf }
+
+// Validate requires the leaf.
+func (c CtxLeaf) Validate() error {
+	if c.LeafSeq == 0 {
+		return required("leafSeq")
+	}
+	return nil
+}
+
 // TypeLiveDelta is published on core NATS agent.live.<sk> (not stored).
 const TypeLiveDelta = "live.delta"
 
@@ -328,5 +356,6 @@ func init() {
 	register[TurnFailed]()
 	register[CtxMessages]()
 	register[CtxSummary]()
+	register[CtxLeaf]()
 	register[LiveDelta]()
 }

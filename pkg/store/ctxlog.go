@@ -269,6 +269,7 @@ type ctxRec struct {
 	recordMs int64
 	msgs     []llm.Message
 	summary  *Summary
+	leaf     *Leaf
 }
 
 // decodeRec decodes one raw record.
@@ -288,6 +289,12 @@ func decodeRec(r *jetstream.RawStreamMsg) (ctxRec, error) {
 		}
 		cr.summary = &Summary{Text: ev.Data.Summary, AnchorSeq: ev.Data.AnchorSeq, Covered: ev.Data.Covered,
 			Model: ev.Data.Model, Count: ev.Data.Count, Seq: r.Sequence, Time: r.Time}
+	case events.TypeCtxLeaf:
+		var ev events.Event[events.CtxLeaf]
+		if err := events.Unmarshal(r.Data, &ev); err != nil {
+			return cr, fmt.Errorf("record %d: %w", r.Sequence, err)
+		}
+		cr.leaf = leafOf(ev.Data, r.Sequence, r.Time)
 	default:
 		return cr, fmt.Errorf("record %d has unknown type %q", r.Sequence, typ)
 	}
@@ -300,6 +307,8 @@ func (st *ctxState) apply(recs []ctxRec, maxMessages int) {
 	for _, r := range recs {
 		if r.summary != nil {
 			st.setSummary(r.summary)
+		} else if r.leaf != nil {
+			st.moveLeaf(r.leaf)
 		} else {
 			st.appendMsgs(r.msgs, r.seq, r.recordMs)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/llm"
 )
 
 // CtxRecord is one record of a session id's context log as History lists it.
@@ -19,6 +20,10 @@ type CtxRecord struct {
 	// Messages counts the messages of a messages record; Summary is set for a summary record.
 	Messages int
 	Summary  *Summary
+	Leaf     *Leaf
+	// First is the first message's text, Last the last assistant text of a messages record
+	// (for listings such as /tree).
+	First, Last string
 }
 
 // History yields every record of the session id's context log from the first, in order: what
@@ -38,7 +43,16 @@ func (l *ContextLog) History(ctx context.Context, id events.SessionID) iter.Seq2
 				derr = err
 				return false
 			}
-			rec := CtxRecord{Seq: m.Sequence, Time: m.Time, Turn: m.Header.Get(events.HeaderTurn), Messages: len(r.msgs), Summary: r.summary}
+			rec := CtxRecord{Seq: m.Sequence, Time: m.Time, Turn: m.Header.Get(events.HeaderTurn), Messages: len(r.msgs), Summary: r.summary, Leaf: r.leaf}
+			if len(r.msgs) > 0 {
+				rec.First = r.msgs[0].TextContent()
+				for i := len(r.msgs) - 1; i >= 0; i-- {
+					if r.msgs[i].Role == llm.RoleAssistant {
+						rec.Last = r.msgs[i].TextContent()
+						break
+					}
+				}
+			}
 			if !yield(rec, nil) {
 				stopped = true
 				return false

@@ -38,9 +38,15 @@ func (a *actor) command(e *events.Event[events.Command], seq uint64) error {
 	case "health":
 		reply = a.w.healthReport()
 	case "help":
-		reply = "Commands: /reset (new conversation), /models, /health, /cancel, /steer <text> and /followup <text> (masters), /approve … (masters, private chat), /compact [instructions] (masters, trusted), /context."
+		reply = "Commands: /reset (new conversation), /models, /health, /cancel, /steer <text> and /followup <text> (masters), /approve … (masters, private chat), /compact [instructions] (masters, trusted), /context, /tree and /tree N (masters, trusted)."
 	case "approve":
 		reply = a.approve(c, from)
+	case "tree": // commands_tree.go
+		r, err := a.treeCommand(c, from, pt)
+		if err != nil {
+			return err
+		}
+		reply = r
 	case "compact", "context": // commands_compact.go
 		r, err := a.compactionCommand(c, from, pt)
 		if err != nil {
