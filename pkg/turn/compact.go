@@ -43,7 +43,13 @@ func (w *Worker) compactionSettings(m *llm.Model) compaction.Settings {
 	if s.ContextWindow <= 0 {
 		s.ContextWindow = w.opts.AI.Agent.ContextTokens // ai.agent.contextTokens: the window when the model's is unknown
 	}
-	return s.Effective()
+	s = s.Effective()
+	// What is kept must leave room below the history-share trigger, or every turn would
+	// compact again.
+	if share := w.opts.AI.Agent.MaxHistoryShare; share > 0 && share < 1 {
+		s.KeepRecentTokens = max(1, min(s.KeepRecentTokens, int(share*float64(s.ContextWindow))/2))
+	}
+	return s
 }
 
 // autoTrigger says whether the context a turn would send should be compacted first, why, and
@@ -52,8 +58,10 @@ func (w *Worker) compactionSettings(m *llm.Model) compaction.Settings {
 //   - "history share": the history (summary and messages) exceeds ai.agent.maxHistoryShare of
 //     the window;
 //   - "history length": more messages than ai.sessions.maxHistory (or, with ai.context.enabled
-//     set to true, ai.context.summaryThreshold); the cut then keeps ai.context.keepAfterSummary
-//     messages (at least compaction.minKeepCount) whatever their size;
+//     set to true, ai.context.summaryThreshold), or as many as the log's load bound
+//     (ai.sessions.coldStartMaxMessages); the cut then keeps half of that many messages
+//     (ai.context.keepAfterSummary with ai.context.enabled: true; at least compaction.minKeepCount)
+//     whatever their size;
 //   - "history tokens": with ai.context.enabled: true, a history above ai.context.maxContextTokens.
 func (w *Worker) autoTrigger(m *llm.Model, l store.Loaded, system string, input []llm.Message) (compaction.Settings, string, bool) {
 	s := w.compactionSettings(m)
@@ -73,12 +81,17 @@ func (w *Worker) autoTrigger(m *llm.Model, l store.Loaded, system string, input 
 	if legacy && cx.SummaryThreshold > 0 && (limit <= 0 || cx.SummaryThreshold < limit) {
 		limit = cx.SummaryThreshold
 	}
+	// The context log loads at most coldStartMaxMessages: a load that reaches that bound may
+	// already leave messages out, so it is summarized before more fall out unsummarized.
+	if cold := w.opts.AI.Sessions.ColdStartMaxMessages; cold > 1 && (limit <= 0 || cold-1 < limit) {
+		limit = cold - 1
+	}
 	if limit > 0 && len(l.Messages) > limit {
 		byCount := s
 		byCount.KeepRecentTokens = 1
-		keep := max(s.MinKeepCount, 1)
+		keep := max(s.MinKeepCount, limit/2) // half the history stays verbatim
 		if legacy && cx.KeepAfterSummary > 0 {
-			keep = max(keep, cx.KeepAfterSummary)
+			keep = max(s.MinKeepCount, cx.KeepAfterSummary)
 		}
 		byCount.MinKeepCount = min(keep, limit)
 		return byCount, "history length", true
