@@ -387,3 +387,60 @@ func TestTreeNavigation(t *testing.T) {
 		t.Fatalf("session record's active leaf not set: %+v %v", s, err)
 	}
 }
+
+// TestKillDuringAutoCompaction: the owner dies while an automatic compaction's summary is being
+// written, inside a turn. The next owner resumes the turn, compacts once, and the user gets one
+// answer; the log holds one summary and every message.
+func TestKillDuringAutoCompaction(t *testing.T) {
+	var summaryCalls atomic.Int32
+	release := make(chan struct{})
+	pl := newPipeline(t, func(r *fakeopenai.Request) fakeopenai.Reply {
+		switch {
+		case isSummaryReq(r):
+			if summaryCalls.Add(1) == 1 {
+				return fakeopenai.Reply{Text: "first owner's summary", Latency: time.Minute, Until: release}
+			}
+			return fakeopenai.Reply{Text: "second owner's summary"}
+		case isHousekeeping(r):
+			return fakeopenai.Reply{Text: "NO_REPLY"}
+		}
+		return fakeopenai.Echo(r)
+	}, pipelineOpts{ai: "  sessions:\n    maxHistory: 3\n"})
+	defer close(release)
+	for i := 1; i <= 2; i++ {
+		pl.post(private(fmt.Sprintf("m%d", i), "fay", fmt.Sprintf("message %d", i)))
+		pl.replies(i)
+	}
+	pl.post(private("m3", "fay", "message 3")) // 4 messages loaded > maxHistory: compaction first
+	deadline := time.Now().Add(15 * time.Second)
+	for summaryCalls.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no automatic compaction started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	pl.p.Turn.Kill()
+	if _, err := pl.p.AddTurnWorker(context.Background(), "tw-next"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := pl.cb.wait(3, 30*time.Second)
+	if err != nil {
+		t.Fatalf("%v; replies: %s", err, fmtReplies(got))
+	}
+	if r := got[2].Text(); r != "echo: message 3" {
+		t.Fatalf("third reply %q", r)
+	}
+	pl.settle(3)
+	recs := pl.ctxHistory(private("", "fay", "").key())
+	sums := summaries(recs)
+	if len(sums) != 1 || !strings.Contains(sums[0].Text, "second owner") {
+		t.Fatalf("summaries after a kill: %+v", sums)
+	}
+	msgs := 0
+	for _, r := range recs {
+		msgs += r.Messages
+	}
+	if msgs != 6 {
+		t.Fatalf("%d messages in the log, want 6", msgs)
+	}
+}

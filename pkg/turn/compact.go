@@ -294,7 +294,9 @@ func (t *turnRun) autoCompact(ctx context.Context, loaded store.Loaded, system s
 func (t *turnRun) runCompacting(ctx context.Context, ac *loop.AgentContext, cfg *loop.Config, emit func(loop.Event), run func() ([]llm.Message, error)) ([]llm.Message, error) {
 	out, err := run()
 	final := lastAssistant(out)
-	window := t.a.w.compactionSettings(t.model).ContextWindow
+	// Silent overflow only against the window the model declares: the contextTokens fallback
+	// is a guess, and a model with a larger window must not be judged by it.
+	window := t.model.ContextWindow
 	if err != nil || !llm.IsContextOverflow(final, window) || len(final.ToolCalls()) > 0 {
 		return out, err
 	}

@@ -374,9 +374,7 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 		skillText += "\n## Pre-executed tool results\n" + pre
 	}
 	system := w.systemPrompt(ctx, t.msg, t.model, tools, skillText)
-	if len(persisted) == 0 {
-		loaded = t.autoCompact(ctx, loaded, system) // L2 when the context nears the window
-	}
+	loaded = t.autoCompact(ctx, loaded, system) // L2 when the context nears the window (compact.go)
 	ac := &loop.AgentContext{SystemPrompt: system, Messages: contextMessages(loaded), Tools: agentTools}
 	agentCfg := w.opts.AI.Agent
 	cfg := &loop.Config{
