@@ -126,16 +126,25 @@ func usageTokens(u *llm.Usage) int {
 // assistant message reported (which counts everything before it, the system prompt and tools
 // too) plus estimates of the messages after it; without any usage, estimates throughout.
 func ContextTokens(msgs []llm.Message) int {
+	if n, ok := UsageTokens(msgs); ok {
+		return n
+	}
+	return Estimate(msgs)
+}
+
+// UsageTokens is the usage the last successful assistant message of msgs reported plus
+// estimates of the messages after it; ok is false when no message reported usage.
+func UsageTokens(msgs []llm.Message) (int, bool) {
 	for i := len(msgs) - 1; i >= 0; i-- {
 		m := &msgs[i]
 		if m.Role != llm.RoleAssistant || m.StopReason == llm.StopReasonError || m.StopReason == llm.StopReasonAborted {
 			continue
 		}
 		if u := usageTokens(m.Usage); u > 0 {
-			return u + Estimate(msgs[i+1:])
+			return u + Estimate(msgs[i+1:]), true
 		}
 	}
-	return Estimate(msgs)
+	return 0, false
 }
 
 // FindCut returns k such that msgs[:k] is summarized and msgs[k:] kept verbatim: the kept part

@@ -159,11 +159,23 @@ func contextMessages(l store.Loaded) []llm.Message {
 }
 
 // contextTokens estimates the prompt a turn sends: the larger of the last reported usage (plus
-// what came after it) and an estimate of the system prompt, summary, messages and input.
+// what came after it) and an estimate of the system prompt, summary, messages and input. Usage
+// reported before the latest summary was written counts the prompt as it was before it, so only
+// messages after the summary record are asked.
 func contextTokens(l store.Loaded, system string, input []llm.Message) int {
-	msgs := contextMessages(l)
-	est := compaction.Estimate(msgs) + len(system)/4 + compaction.Estimate(input)
-	return max(compaction.ContextTokens(msgs)+compaction.Estimate(input), est)
+	est := compaction.Estimate(contextMessages(l)) + len(system)/4 + compaction.Estimate(input)
+	fresh := l.Messages
+	if l.Summary != nil && len(l.Seqs) == len(l.Messages) {
+		k := 0
+		for k < len(l.Seqs) && l.Seqs[k] < l.Summary.Seq {
+			k++
+		}
+		fresh = l.Messages[k:]
+	}
+	if u, ok := compaction.UsageTokens(fresh); ok {
+		return max(u+compaction.Estimate(input), est)
+	}
+	return est
 }
 
 // microCompact is L1 as a TransformContext: placeholders for old tool results, oversized blocks
@@ -225,7 +237,8 @@ func (a *actor) compactContext(ctx context.Context, sid events.SessionID, turnMo
 		return compactOutcome{}, err
 	}
 	after := loaded
-	after.Summary, after.Messages = &sum, msgs[cut:]
+	sum.Seq = seq
+	after.Summary, after.Messages, after.Seqs = &sum, msgs[cut:], loaded.Seqs[cut:]
 	out := compactOutcome{covered: cut, kept: len(msgs) - cut, restored: len(res.Restored), count: sum.Count, seq: seq,
 		before: contextTokens(loaded, "", nil), after: contextTokens(after, "", nil)}
 	a.log.Info("context compacted", "reason", reason, "summarized", out.covered, "kept", out.kept, "restored_ids", out.restored,
