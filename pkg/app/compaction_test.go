@@ -444,3 +444,54 @@ func TestKillDuringAutoCompaction(t *testing.T) {
 		t.Fatalf("%d messages in the log, want 6", msgs)
 	}
 }
+
+// TestCompactionDuringARunningTurn: a turn that loaded the context before a compaction keeps
+// that context (no summary in its request), commits after the summary, and the next turn sees
+// the summary and that turn's messages: the old context or the compacted one, never a mix, and
+// nothing lost.
+func TestCompactionDuringARunningTurn(t *testing.T) {
+	release := make(chan struct{})
+	pl := newPipeline(t, func(r *fakeopenai.Request) fakeopenai.Reply {
+		switch {
+		case isSummaryReq(r):
+			return fakeopenai.Reply{Text: "they said one and two"}
+		case r.LastUser() == "slow three":
+			return fakeopenai.Reply{Text: "echo: slow three", Latency: time.Minute, Until: release}
+		}
+		return fakeopenai.Echo(r)
+	}, pipelineOpts{agent: "    compaction: {keepRecentTokens: 10, minKeepCount: 1}\n"})
+	for i, text := range []string{"one", "two"} {
+		pl.post(private(fmt.Sprintf("m%d", i), master, text))
+		pl.replies(i + 1)
+	}
+	pl.post(private("m3", master, "slow three"))
+	pl.requests(3) // the slow turn is at the model with the old context
+	pl.post(private("c1", master, "/compact"))
+	got := pl.replies(3)
+	if r := got[2].Text(); !strings.HasPrefix(r, "Compacted:") {
+		t.Fatalf("/compact during a running turn: %q", r)
+	}
+	close(release)
+	pl.replies(4)
+	pl.post(private("m4", master, "four"))
+	pl.replies(5)
+	var slow, next *fakeopenai.Request
+	rs := pl.model.Requests()
+	for i := range rs {
+		switch rs[i].LastUser() {
+		case "slow three":
+			slow = &rs[i]
+		case "four":
+			next = &rs[i]
+		}
+	}
+	if slow == nil || next == nil {
+		t.Fatal("requests missing")
+	}
+	if hasSummary(slow) || !slow.Contains("one") || !slow.Contains("two") {
+		t.Fatalf("the running turn's context changed under it:\n%s", slow.Text())
+	}
+	if !hasSummary(next) || !next.Contains("slow three") || !next.Contains("echo: slow three") {
+		t.Fatalf("the next turn lacks the summary or the running turn's messages:\n%s", next.Text())
+	}
+}
