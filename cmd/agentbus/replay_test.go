@@ -28,7 +28,7 @@ func TestReplayShowsCompactions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.Stop)
+	t.Cleanup(func() { _ = p.Stop(context.Background()) })
 	url := p.Embedded.ClientURL()
 	var out bytes.Buffer
 	// One chat per line: each waits for its reply, so the turns commit in this order.

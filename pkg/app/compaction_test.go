@@ -164,7 +164,7 @@ func TestOverflowCompactRetry(t *testing.T) {
 					return c.overflow
 				}
 				return fakeopenai.Echo(r)
-			}, pipelineOpts{provider: ", contextWindow: 32000", agent: "    compaction: {auto: false, keepRecentTokens: 10, minKeepCount: 1}\n"})
+			}, pipelineOpts{provider: ", contextWindow: 32000", agentYAML: "    compaction: {auto: false, keepRecentTokens: 10, minKeepCount: 1}\n"})
 			for i, text := range []string{"first", "second", "third", "fourth"} {
 				pl.post(private(fmt.Sprintf("m%d", i), "carol", text))
 				pl.replies(i + 1)
@@ -197,7 +197,7 @@ func TestCompactCommand(t *testing.T) {
 			return fakeopenai.Reply{Text: "summary: boss asked about invoices"}
 		}
 		return fakeopenai.Echo(r)
-	}, pipelineOpts{provider: ", contextWindow: 32000", agent: "    compaction: {keepRecentTokens: 10, minKeepCount: 1}\n"})
+	}, pipelineOpts{provider: ", contextWindow: 32000", agentYAML: "    compaction: {keepRecentTokens: 10, minKeepCount: 1}\n"})
 	for i, text := range []string{"invoice INV-2031 is late", "and INV-2032 too", "thanks"} {
 		pl.post(private(fmt.Sprintf("m%d", i), master, text))
 		pl.replies(i + 1)
@@ -244,7 +244,7 @@ func TestKillDuringCompaction(t *testing.T) {
 			return fakeopenai.Reply{Text: "second owner's summary"}
 		}
 		return fakeopenai.Echo(r)
-	}, pipelineOpts{provider: ", contextWindow: 32000", agent: "    compaction: {keepRecentTokens: 10, minKeepCount: 1}\n"})
+	}, pipelineOpts{provider: ", contextWindow: 32000", agentYAML: "    compaction: {keepRecentTokens: 10, minKeepCount: 1}\n"})
 	defer close(release)
 	for i, text := range []string{"one", "two", "three"} {
 		pl.post(private(fmt.Sprintf("m%d", i), master, text))
@@ -459,7 +459,7 @@ func TestCompactionDuringARunningTurn(t *testing.T) {
 			return fakeopenai.Reply{Text: "echo: slow three", Latency: time.Minute, Until: release}
 		}
 		return fakeopenai.Echo(r)
-	}, pipelineOpts{agent: "    compaction: {keepRecentTokens: 10, minKeepCount: 1}\n"})
+	}, pipelineOpts{agentYAML: "    compaction: {keepRecentTokens: 10, minKeepCount: 1}\n"})
 	for i, text := range []string{"one", "two"} {
 		pl.post(private(fmt.Sprintf("m%d", i), master, text))
 		pl.replies(i + 1)

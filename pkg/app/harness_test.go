@@ -61,8 +61,9 @@ type pipeline struct {
 type pipelineOpts struct {
 	concurrency     string // ai.agent.concurrency ("" = default)
 	collectWindowMs int64
+	agentYAML       string // more ai.agent keys, one per line, indented by four spaces
+	vision          bool   // the fake provider's models take images
 	provider        string // more entries of the fake provider's flow map, e.g. ", contextWindow: 4000"
-	agent           string // more lines of ai.agent, indented by four spaces
 	ai              string // more blocks of ai (after ai.agent), indented by two spaces
 }
 
@@ -84,7 +85,11 @@ func newPipeline(t *testing.T, script fakeopenai.Script, o pipelineOpts) *pipeli
 	if o.collectWindowMs != 0 {
 		agent += fmt.Sprintf("    collectWindowMs: %d\n", o.collectWindowMs)
 	}
-	agent += o.agent + o.ai
+	agent += o.agentYAML + o.ai
+	vision := ""
+	if o.vision {
+		vision = ", capabilities: {vision: true}"
+	}
 	yml := fmt.Sprintf(`
 dataDir: %[1]s
 nats:
@@ -107,7 +112,7 @@ ai:
     zhin: {provider: fake, model: m1}
   agent:
     maxIterations: 8
-%[8]s`, dir, filepath.Join(dir, "nats"), botID, botSecret, cb.srv.URL, master, model.BaseURL(), agent, o.provider)
+%[8]s`, dir, filepath.Join(dir, "nats"), botID, botSecret, cb.srv.URL, master, model.BaseURL(), agent, vision+o.provider)
 	cfg, err := config.Parse([]byte(yml))
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yml)
@@ -127,7 +132,7 @@ ai:
 		stopping.Add(1)
 		go func() {
 			defer stopping.Done()
-			p.Stop()
+			_ = p.Stop(context.Background())
 			cancel()
 		}()
 	})

@@ -42,7 +42,7 @@ func (d Decision) Has(r Route) bool { return slices.Contains(d.Routes, r) }
 var knownCommands = map[string]bool{
 	"reset": true, "models": true, "health": true, "cancel": true,
 	"steer": true, "followup": true, "approve": true, "help": true,
-	"compact": true, "context": true, "tree": true,
+	"compact": true, "tree": true,
 }
 
 // MasterOnly commands are refused for anyone without the master role.
@@ -55,16 +55,13 @@ func IsMasterOnly(name string) bool { return masterOnly[name] }
 // moderator (master, trusted, or the group's admin or owner); in a private chat anyone may.
 var moderated = map[string]bool{"reset": true, "cancel": true}
 
-// trustedOnly commands need a master or trusted sender in every scene (seed: /compact).
-var trustedOnly = map[string]bool{"compact": true}
-
 // MayRun reports whether sender may run command name in a scene of scope.
 func MayRun(name, scope string, sender events.Sender) bool {
+	if allowed, ok := mayRunSession(name, scope, sender); ok {
+		return allowed
+	}
 	if masterOnly[name] {
 		return sender.HasRole(events.RoleMaster)
-	}
-	if trustedOnly[name] {
-		return sender.HasRole(events.RoleMaster) || sender.HasRole(events.RoleTrusted)
 	}
 	if moderated[name] && scope != events.ScopePrivate {
 		return slices.ContainsFunc([]string{"master", "trusted", "group_admin", "group_owner"}, sender.HasRole)
@@ -88,6 +85,9 @@ func (d *Dispatcher) Dispatch(m *events.IMMessage) Decision {
 	text := strings.TrimSpace(StripSpoofedSender(textWithoutMentions(m)))
 	cmd := parseCommand(text, m)
 	aiDecision, aiReason := d.wantsAI(m, text)
+	if cmd == nil && (m.Scene.Type == events.ScopePrivate || m.MentionsBot) {
+		cmd = unknownCommand(text, m) // answered "unknown command", never silently ignored
+	}
 
 	var dec Decision
 	dec.Text = aiDecision
@@ -175,7 +175,7 @@ func parseCommand(text string, m *events.IMMessage) *events.Command {
 	if i := strings.IndexByte(name, '@'); i > 0 { // /reset@botname
 		name = name[:i]
 	}
-	if !knownCommands[name] {
+	if !knownCommands[name] && !sessionCommands[name] {
 		return nil
 	}
 	rest := strings.TrimSpace(strings.TrimPrefix(text[1:], fields[0]))
@@ -204,7 +204,7 @@ func textWithoutMentions(m *events.IMMessage) string {
 			b.WriteByte(' ')
 		}
 	}
-	return b.String()
+	return StripBotMention(b.String(), m)
 }
 
 // spoofedSender matches a sender prefix anywhere in user text, including look-alike brackets

@@ -10,9 +10,10 @@ import (
 	"github.com/agentbus/agentbus/pkg/compaction"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/store"
 )
 
-// compactionCommand answers /compact [instructions] and /context.
+// compactionCommand answers /compact [instructions].
 //
 // /compact runs on the actor's goroutine: the session's later inbox events wait for it (turns
 // already running go on and commit after the summary, their messages come after its anchor).
@@ -38,12 +39,9 @@ func (a *actor) compactionReply(c events.Command, from events.Sender, pt *pendin
 	if err != nil {
 		return "⚠️ " + err.Error()
 	}
-	model, err := a.w.pickModel(pt.msg, nil)
+	model, err := a.w.pickModel(pt.msg, nil, sess.ModelOverride)
 	if err != nil {
 		return "⚠️ " + err.Error()
-	}
-	if c.Name == "context" {
-		return a.contextReport(sid, model)
 	}
 	if !from.HasRole(events.RoleMaster) && !from.HasRole(events.RoleTrusted) {
 		return "/compact is for the bot's masters and trusted users only."
@@ -65,32 +63,22 @@ func (a *actor) compactionReply(c events.Command, from events.Sender, pt *pendin
 		count(out.covered, "message"), count(out.kept, "message"), out.before, out.after, restored, out.count)
 }
 
-// contextReport is /context: how full the context is and how often it was compacted.
-func (a *actor) contextReport(sid events.SessionID, model *llm.Model) string {
-	loaded, err := a.loadContext(a.ctx, sid)
-	if err != nil {
-		return "⚠️ " + err.Error()
-	}
-	s := a.w.compactionSettings(model)
-	tokens := contextTokens(loaded, "", nil)
+// compactionNote is what /context and /status add about compaction: the automatic threshold and
+// how often the conversation was compacted (the latest summary's count, time, coverage, model).
+func (w *Worker) compactionNote(l store.Loaded, model *llm.Model) string {
+	s := w.compactionSettings(model)
 	var b strings.Builder
-	fmt.Fprintf(&b, "Context of %s: %s", sid, count(len(loaded.Messages), "message"))
-	if s.ContextWindow > 0 {
-		fmt.Fprintf(&b, ", ~%d of %d tokens (%d%%) for %s/%s", tokens, s.ContextWindow, tokens*100/s.ContextWindow, model.Provider, model.ID)
-	} else {
-		fmt.Fprintf(&b, ", ~%d tokens", tokens)
-	}
 	switch {
 	case !s.Enabled:
-		b.WriteString(". Compaction is off.")
-	case loaded.Summary == nil:
-		b.WriteString(". Compactions: 0.")
+		b.WriteString("Compaction is off.")
+	case l.Summary == nil:
+		b.WriteString("Compactions: 0.")
 	default:
-		fmt.Fprintf(&b, ". Compactions: %d (the latest at %s, %s summarized so far, by %s).", loaded.Summary.Count,
-			loaded.Summary.Time.UTC().Format(time.RFC3339), count(loaded.Summary.Covered, "message"), loaded.Summary.Model)
+		fmt.Fprintf(&b, "Compactions: %d (the latest at %s, %s summarized so far, by %s).", l.Summary.Count,
+			l.Summary.Time.UTC().Format(time.RFC3339), count(l.Summary.Covered, "message"), l.Summary.Model)
 	}
 	if s.Enabled && s.Auto && s.Threshold() > 0 {
-		fmt.Fprintf(&b, " Automatic compaction above ~%d tokens.", s.Threshold())
+		fmt.Fprintf(&b, " Automatic compaction above ≈%d tokens of a %d-token window.", s.Threshold(), s.ContextWindow)
 	}
 	return b.String()
 }

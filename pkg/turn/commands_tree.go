@@ -116,7 +116,7 @@ func (a *actor) treeReply(c events.Command, from events.Sender, pt *pendingTurn)
 	if last := lastActive(nodes); last == target.rec.Seq {
 		return fmt.Sprintf("Point %d is already the active leaf.", n)
 	}
-	model, err := a.w.pickModel(pt.msg, nil)
+	model, err := a.w.pickModel(pt.msg, nil, sess.ModelOverride)
 	if err != nil {
 		return "⚠️ " + err.Error()
 	}

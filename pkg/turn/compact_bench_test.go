@@ -19,6 +19,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/models"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 )
 
@@ -89,7 +90,7 @@ ai:
 		if err != nil {
 			b.Fatal(err)
 		}
-		reg, err := llm.NewRegistry(cfg.AI.Providers)
+		reg, err := models.NewRegistry(cfg.AI.Providers)
 		if err != nil {
 			b.Fatal(err)
 		}
