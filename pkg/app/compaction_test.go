@@ -218,7 +218,7 @@ func TestCompactCommand(t *testing.T) {
 	}
 	pl.post(private("c2", master, "/context"))
 	got = pl.replies(5)
-	if r := got[4].Text(); !strings.Contains(r, "Compactions: 1") || !strings.Contains(r, "of 32000 tokens") {
+	if r := got[4].Text(); !strings.Contains(r, "Compactions: 1") || !strings.Contains(r, "32000-token window") {
 		t.Fatalf("/context reply: %q", r)
 	}
 	pl.post(private("c3", "mallory", "/compact"))
