@@ -337,9 +337,13 @@ func TestIdleArchiveStartsNewEpoch(t *testing.T) {
 // TestTreeNavigation: /tree lists the conversation's points, /tree N continues from point N with
 // the branch left summarized in its place, and the next turn sees exactly that.
 func TestTreeNavigation(t *testing.T) {
+	var branchSummaries atomic.Int32
 	pl := newPipeline(t, func(r *fakeopenai.Request) fakeopenai.Reply {
 		if isSummaryReq(r) {
-			return fakeopenai.Reply{Text: "on this branch the user asked for Rust and Go"}
+			if branchSummaries.Add(1) == 1 {
+				return fakeopenai.Reply{Text: "on this branch the user asked for Rust and Go"}
+			}
+			return fakeopenai.Reply{Text: "on that branch the user asked for Python"}
 		}
 		return fakeopenai.Echo(r)
 	}, pipelineOpts{})
@@ -375,6 +379,30 @@ func TestTreeNavigation(t *testing.T) {
 			t.Fatalf("/tree after the move lacks %q:\n%s", want, tree)
 		}
 	}
+	// Back to the branch left: point 3 ("and Go") becomes active again, with its own history.
+	pl.post(private("t5", master, "/tree 3"))
+	got = pl.replies(8)
+	if r := got[7].Text(); !strings.HasPrefix(r, "Moved to point 3") {
+		t.Fatalf("/tree 3: %q", r)
+	}
+	pl.post(private("m5", master, "and Java"))
+	pl.replies(9)
+	rs = pl.model.Requests()
+	last = rs[len(rs)-1]
+	for _, want := range []string{"let's plan a trip", "what about Rust", "echo: and Go", "asked for Python"} {
+		if !last.Contains(want) {
+			t.Fatalf("the turn after /tree 3 lacks %q:\n%s", want, last.Text())
+		}
+	}
+	if last.Contains("what about Python") || last.Contains("asked for Rust and Go") {
+		t.Fatalf("the turn after /tree 3 still sees the branch it left verbatim, or the old branch summary:\n%s", last.Text())
+	}
+	pl.post(private("t6", master, "/tree"))
+	got = pl.replies(10)
+	if tree := got[9].Text(); !strings.Contains(tree, "of a branch taken up again") || !strings.Contains(tree, "*7. and Java") {
+		t.Fatalf("/tree after returning to a branch:\n%s", tree)
+	}
+
 	pl.post(private("t4", "mallory", "/tree 1"))
 	if r := pl.repliesIn("mallory", 1)[0].Text(); strings.HasPrefix(r, "Moved") {
 		t.Fatalf("a user without the role moved the leaf: %q", r)

@@ -307,6 +307,10 @@ type CtxLeaf struct {
 	BranchSummary string `json:"branchSummary,omitempty"`
 	// Model that wrote the branch summary.
 	Model string `json:"model,omitempty"`
+	// Messages, when the leaf returns to a branch left earlier, are that branch's messages
+	// from LeafSeq (where it forks off) to the point returned to, copied in order: they are
+	// loaded after the summary, as if committed by this record.
+	Messages []llm.Message `json:"messages,omitempty"`
 }
 
 func (CtxLeaf) EventType() string { return TypeCtxLeaf }

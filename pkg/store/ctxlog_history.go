@@ -24,6 +24,8 @@ type CtxRecord struct {
 	// First is the first message's text, Last the last assistant text of a messages record
 	// (for listings such as /tree).
 	First, Last string
+	// Msgs are the record's messages (shared with nothing; the caller may keep them).
+	Msgs []llm.Message
 }
 
 // History yields every record of the session id's context log from the first, in order: what
@@ -44,6 +46,7 @@ func (l *ContextLog) History(ctx context.Context, id events.SessionID) iter.Seq2
 				return false
 			}
 			rec := CtxRecord{Seq: m.Sequence, Time: m.Time, Turn: m.Header.Get(events.HeaderTurn), Messages: len(r.msgs), Summary: r.summary, Leaf: r.leaf}
+			rec.Msgs = r.msgs
 			if len(r.msgs) > 0 {
 				rec.First = r.msgs[0].TextContent()
 				for i := len(r.msgs) - 1; i >= 0; i-- {

@@ -22,6 +22,8 @@ type Leaf struct {
 	BranchFrom, BranchTo uint64
 	BranchSummary        string
 	Model                string
+	// Messages of a branch made active again (events.CtxLeaf.Messages).
+	Messages []llm.Message
 	// Seq and Time are set on load: where the move is.
 	Seq  uint64
 	Time time.Time
@@ -31,11 +33,13 @@ type Leaf struct {
 const BranchSummaryPrefix = "[summary of a branch of this conversation that was left]\n"
 
 func leafOf(d events.CtxLeaf, seq uint64, t time.Time) *Leaf {
-	return &Leaf{LeafSeq: d.LeafSeq, BranchFrom: d.BranchFrom, BranchTo: d.BranchTo, BranchSummary: d.BranchSummary, Model: d.Model, Seq: seq, Time: t}
+	return &Leaf{LeafSeq: d.LeafSeq, BranchFrom: d.BranchFrom, BranchTo: d.BranchTo, BranchSummary: d.BranchSummary, Model: d.Model,
+		Messages: d.Messages, Seq: seq, Time: t}
 }
 
 // moveLeaf drops the messages of records after the leaf and loads the branch summary in their
-// place, as a user message of the move's own record.
+// place, as a user message of the move's own record, followed by the messages of a branch made
+// active again.
 func (st *ctxState) moveLeaf(l *Leaf) {
 	k := 0
 	for k < len(st.seqs) && st.seqs[k] <= l.LeafSeq {
@@ -51,6 +55,7 @@ func (st *ctxState) moveLeaf(l *Leaf) {
 		st.seqs = append(st.seqs, l.Seq)
 		st.times = append(st.times, ms)
 	}
+	st.appendMsgs(l.Messages, l.Seq, l.Time.UnixMilli())
 }
 
 // AppendLeaf moves the session id's active leaf to the record l.LeafSeq, fenced like
@@ -78,7 +83,8 @@ func (l *ContextLog) AppendLeaf(ctx context.Context, id events.SessionID, expect
 		return 0, fmt.Errorf("%w: leaf %d is inside the summary (anchor %d)", ErrInvalid, lf.LeafSeq, p.anchorSeq)
 	}
 	p.counted, p.total = false, 0
-	ev := events.New(events.CtxLeaf{LeafSeq: lf.LeafSeq, BranchFrom: lf.BranchFrom, BranchTo: lf.BranchTo, BranchSummary: lf.BranchSummary, Model: lf.Model},
+	ev := events.New(events.CtxLeaf{LeafSeq: lf.LeafSeq, BranchFrom: lf.BranchFrom, BranchTo: lf.BranchTo, BranchSummary: lf.BranchSummary, Model: lf.Model,
+		Messages: lf.Messages},
 		events.WithSession(id.String()), events.WithTurn(o.turn), events.WithTrace(o.trace))
 	seq, err := l.publish(ctx, id, expectedLastSeq, ev, p, false, o, func(st *ctxState, seq uint64) {
 		c := lf

@@ -53,6 +53,12 @@ func TestLeafMoves(t *testing.T) {
 	}
 	check("summary on the active path", []string{BranchSummaryPrefix + "tried u2 and u3", "u4", "a4"})
 
+	leafSeq := last - 1 // the u4 record, after the summary's anchor
+	if last, err = a.AppendLeaf(ctx, id, last, Leaf{LeafSeq: leafSeq, Messages: turn(3, "u2 again", "a2 again")}); err != nil {
+		t.Fatal(err)
+	}
+	check("a branch taken up again", []string{BranchSummaryPrefix + "tried u2 and u3", "u4", "a4", "u2 again", "a2 again"})
+
 	if _, err := a.AppendLeaf(ctx, id, last, Leaf{LeafSeq: seqs[0]}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("a leaf inside the summary: %v, want ErrInvalid", err)
 	}

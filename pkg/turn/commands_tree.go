@@ -19,20 +19,41 @@ import (
 // records after it as a branch that stays in the log. /tree lists the records after the latest
 // summary; /tree N rewinds to record N of that list, summarizing the branch it leaves.
 //
-// A rewind goes back along the active path; a branch left earlier stays readable (replay,
-// /tree) but cannot be made active again, and points inside the summary are gone from the
-// context (the summary stands for them).
+// /tree N on a branch left earlier makes it active again: the leaf record rewinds to where that
+// branch forks off the active path and carries copies of the branch's messages up to N. Points
+// inside the latest summary are gone from the context (the summary stands for them), and so is a
+// branch that forks off there.
 
-// treeNode is one listed record.
+// treeNode is one listed record: a messages record, or a leaf record that carries a branch
+// summary or the messages of a branch made active again.
 type treeNode struct {
 	rec    store.CtxRecord
 	parent uint64 // record seq it continues from (0 = the start)
 	active bool   // on the active path
 }
 
-// sessionTree rebuilds the tree of a session id's log: the nodes after the latest summary's
-// anchor, in log order.
-func (a *actor) sessionTree(ctx context.Context, sid events.SessionID) ([]treeNode, error) {
+// messages is what the node contributes to a context that passes through it.
+func (n *treeNode) messages() []llm.Message {
+	lf := n.rec.Leaf
+	if lf == nil {
+		return n.rec.Msgs
+	}
+	var out []llm.Message
+	if lf.BranchSummary != "" {
+		out = append(out, llm.UserText(store.BranchSummaryPrefix+lf.BranchSummary, lf.Time.UnixMilli()))
+	}
+	return append(out, lf.Messages...)
+}
+
+// tree is a session id's message tree as its log records it.
+type tree struct {
+	nodes  []treeNode           // after the latest summary's anchor, in log order
+	byID   map[uint64]*treeNode // every node, also those inside the summary
+	anchor uint64
+}
+
+// sessionTree rebuilds the tree of a session id's log.
+func (a *actor) sessionTree(ctx context.Context, sid events.SessionID) (*tree, error) {
 	var all []treeNode
 	var path []uint64
 	var anchor uint64
@@ -49,7 +70,7 @@ func (a *actor) sessionTree(ctx context.Context, sid events.SessionID) ([]treeNo
 				k++
 			}
 			path = path[:k]
-			if r.Leaf.BranchSummary != "" {
+			if r.Leaf.BranchSummary != "" || len(r.Leaf.Messages) > 0 {
 				all = append(all, treeNode{rec: r, parent: r.Leaf.LeafSeq})
 				path = append(path, r.Seq)
 			}
@@ -66,14 +87,43 @@ func (a *actor) sessionTree(ctx context.Context, sid events.SessionID) ([]treeNo
 	for _, s := range path {
 		onPath[s] = true
 	}
-	var out []treeNode
-	for _, n := range all {
-		if n.rec.Seq > anchor {
-			n.active = onPath[n.rec.Seq]
-			out = append(out, n)
+	t := &tree{byID: map[uint64]*treeNode{}, anchor: anchor}
+	for i := range all {
+		all[i].active = onPath[all[i].rec.Seq]
+		if all[i].rec.Seq > anchor {
+			t.nodes = append(t.nodes, all[i])
 		}
 	}
-	return out, nil
+	for i := range all {
+		t.byID[all[i].rec.Seq] = &all[i]
+	}
+	return t, nil
+}
+
+// branchTo returns where the branch of node seq forks off the active path and the messages from
+// there to seq (inclusive), oldest first; ok is false when it forks inside the latest summary.
+func (t *tree) branchTo(seq uint64) (fork uint64, msgs []llm.Message, ok bool) {
+	var chain []*treeNode
+	cur := seq
+	for {
+		n := t.byID[cur]
+		if n == nil {
+			return 0, nil, false // the start of the epoch: no common point to continue from
+		}
+		if n.active {
+			fork = cur
+			break
+		}
+		chain = append(chain, n)
+		cur = n.parent
+	}
+	if fork <= t.anchor {
+		return 0, nil, false
+	}
+	for i := len(chain) - 1; i >= 0; i-- {
+		msgs = append(msgs, chain[i].messages()...)
+	}
+	return fork, msgs, true
 }
 
 // treeCommand answers /tree and /tree N.
@@ -94,10 +144,11 @@ func (a *actor) treeReply(c events.Command, from events.Sender, pt *pendingTurn)
 	if err != nil {
 		return "⚠️ " + err.Error()
 	}
-	nodes, err := a.sessionTree(a.ctx, sid)
+	tr, err := a.sessionTree(a.ctx, sid)
 	if err != nil {
 		return "⚠️ " + err.Error()
 	}
+	nodes := tr.nodes
 	arg := strings.TrimSpace(c.Raw)
 	if arg == "" {
 		return formatTree(nodes)
@@ -110,10 +161,14 @@ func (a *actor) treeReply(c events.Command, from events.Sender, pt *pendingTurn)
 		return fmt.Sprintf("/tree N takes a point number from 1 to %d (see /tree).", len(nodes))
 	}
 	target := nodes[n-1]
+	leaf, restore := target.rec.Seq, []llm.Message(nil)
 	if !target.active {
-		return fmt.Sprintf("Point %d is on a branch that was left; /tree N moves back along the active branch only.", n)
-	}
-	if last := lastActive(nodes); last == target.rec.Seq {
+		fork, msgs, ok := tr.branchTo(target.rec.Seq)
+		if !ok {
+			return fmt.Sprintf("Point %d is on a branch that forks off before the latest summary; it cannot be made active again.", n)
+		}
+		leaf, restore = fork, msgs
+	} else if last := lastActive(nodes); last == target.rec.Seq {
 		return fmt.Sprintf("Point %d is already the active leaf.", n)
 	}
 	model, err := a.w.pickModel(pt.msg, nil, sess.ModelOverride)
@@ -122,7 +177,7 @@ func (a *actor) treeReply(c events.Command, from events.Sender, pt *pendingTurn)
 	}
 	ctx, cancel := context.WithTimeout(a.ctx, time.Duration(a.w.opts.AI.Agent.TimeoutMs)*time.Millisecond)
 	defer cancel()
-	moved, err := a.moveLeaf(ctx, sid, model, target.rec.Seq)
+	moved, err := a.moveLeaf(ctx, sid, model, leaf, restore)
 	if err != nil {
 		return "⚠️ The active leaf did not move: " + err.Error()
 	}
@@ -172,8 +227,15 @@ func formatTree(nodes []treeNode) string {
 				from = " ↳ from the start:"
 			}
 		}
-		if n.rec.Leaf != nil {
-			fmt.Fprintf(&b, "%s%d.%s [summary of the branch left] %s\n", mark, i+1, from, snippet(n.rec.Leaf.BranchSummary, 60))
+		if lf := n.rec.Leaf; lf != nil {
+			var what []string
+			if lf.BranchSummary != "" {
+				what = append(what, "[summary of the branch left] "+snippet(lf.BranchSummary, 60))
+			}
+			if len(lf.Messages) > 0 {
+				what = append(what, fmt.Sprintf("[%s of a branch taken up again, up to “%s”]", count(len(lf.Messages), "message"), snippet(lastText(lf.Messages), 40)))
+			}
+			fmt.Fprintf(&b, "%s%d.%s %s\n", mark, i+1, from, strings.Join(what, " "))
 		} else {
 			fmt.Fprintf(&b, "%s%d.%s %s → %s\n", mark, i+1, from, snippet(n.rec.First, 50), snippet(n.rec.Last, 50))
 		}
@@ -198,10 +260,11 @@ type leafMove struct {
 	why        string // why the branch was not summarized
 }
 
-// moveLeaf rewinds the active path to record target: the branch after it is summarized (when
-// it holds anything and the model answers; otherwise the move goes on without a summary) and
-// one fenced leaf record is committed. Serialized with compactions.
-func (a *actor) moveLeaf(ctx context.Context, sid events.SessionID, model *llm.Model, target uint64) (leafMove, error) {
+// moveLeaf rewinds the active path to record target, then continues with restore (the messages
+// of a branch left earlier, when the move returns to it): the part of the active path after
+// target is summarized (when it holds anything and the model answers; otherwise the move goes
+// on without a summary) and one fenced leaf record is committed. Serialized with compactions.
+func (a *actor) moveLeaf(ctx context.Context, sid events.SessionID, model *llm.Model, target uint64, restore []llm.Message) (leafMove, error) {
 	a.compactMu.Lock()
 	defer a.compactMu.Unlock()
 	loaded, err := a.loadContext(ctx, sid)
@@ -213,7 +276,7 @@ func (a *actor) moveLeaf(ctx context.Context, sid events.SessionID, model *llm.M
 		k++
 	}
 	branch := loaded.Messages[k:]
-	lf := store.Leaf{LeafSeq: target}
+	lf := store.Leaf{LeafSeq: target, Messages: restore}
 	if len(branch) > 0 {
 		lf.BranchFrom, lf.BranchTo = loaded.Seqs[k], loaded.Seqs[len(loaded.Seqs)-1]
 	}
@@ -254,4 +317,14 @@ func (a *actor) moveLeaf(ctx context.Context, sid events.SessionID, model *llm.M
 
 func llmOptions(key, session string) *llm.StreamOptions {
 	return &llm.StreamOptions{APIKey: key, SessionID: session}
+}
+
+// lastText is the text of the last message of msgs that has any.
+func lastText(msgs []llm.Message) string {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if t := msgs[i].TextContent(); t != "" {
+			return t
+		}
+	}
+	return ""
 }
