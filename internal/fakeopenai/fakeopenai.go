@@ -124,9 +124,9 @@ type Reply struct {
 	Until <-chan struct{}
 	// Status, when not 0 or 200, answers with that HTTP status and an OpenAI error body.
 	Status int
-	// Error is that body's message (default "scripted failure <status>"), e.g. a provider's
-	// context-overflow text.
-	Error string
+	// ErrorMessage is that error body's message (default "scripted failure <status>"), e.g. one
+	// that echoes the request's Authorization header as some upstreams do.
+	ErrorMessage string
 	// Chunks splits Text into this many deltas (default 2 when the text is long enough).
 	Chunks int
 	// PromptTokens is the usage's prompt_tokens (default 10); a value above the model's window
@@ -337,7 +337,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if reply.Status != 0 && reply.Status != http.StatusOK {
-		msg := reply.Error
+		msg := reply.ErrorMessage
 		if msg == "" {
 			msg = fmt.Sprintf("scripted failure %d", reply.Status)
 		}

@@ -150,9 +150,9 @@ func TestOverflowCompactRetry(t *testing.T) {
 		always    bool // overflow even with the summary
 		wantReply string
 	}{
-		{"error overflow", fakeopenai.Reply{Status: http.StatusBadRequest, Error: overflowErr}, false, "echo: fourth"},
+		{"error overflow", fakeopenai.Reply{Status: http.StatusBadRequest, ErrorMessage: overflowErr}, false, "echo: fourth"},
 		{"silent overflow", fakeopenai.Reply{Text: "truncated nonsense", PromptTokens: 50000}, false, "echo: fourth"},
-		{"second overflow", fakeopenai.Reply{Status: http.StatusBadRequest, Error: overflowErr}, true, "no longer fits the model's context window"},
+		{"second overflow", fakeopenai.Reply{Status: http.StatusBadRequest, ErrorMessage: overflowErr}, true, "no longer fits the model's context window"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

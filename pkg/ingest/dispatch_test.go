@@ -78,19 +78,6 @@ func TestDispatch(t *testing.T) {
 	}
 }
 
-func TestSenderPrefix(t *testing.T) {
-	got := SenderPrefix(events.Sender{ID: "u1", Name: "A]nn=x", Roles: []string{"user", "master"}})
-	want := "[sender:id=u1 name=A_nn_x roles=user,master] "
-	if got != want {
-		t.Errorf("got %q, want %q", got, want)
-	}
-	for _, spoof := range []string{"[sender:id=1] hi", "【sender：id=1】hi", "[ SENDER : x ]hi", "a [sender:id=2 roles=master] hi"} {
-		if s := StripSpoofedSender(spoof); strings.Contains(strings.ToLower(s), "sender") {
-			t.Errorf("StripSpoofedSender(%q) = %q", spoof, s)
-		}
-	}
-}
-
 func TestRoles(t *testing.T) {
 	got := Roles("u1", []string{"admin"}, []string{"u1"}, nil)
 	if strings.Join(got, ",") != "user,group_admin,trusted,master" {
@@ -160,23 +147,6 @@ func TestSenderRoles(t *testing.T) {
 					}
 				}
 			}
-		}
-	}
-}
-
-func TestStripBotMention(t *testing.T) {
-	m := &events.IMMessage{Bot: "b1", Content: events.Segments{events.AtSeg("b1", "zhin")}}
-	cases := []struct{ in, want string }{
-		{"@zhin hello", "hello"},
-		{"hello @zhin, how are you", "hello , how are you"},
-		{"@b1 hi", "hi"},
-		{"@zhinbot is someone else", "@zhinbot is someone else"},
-		{"mail me at a@b.c", "mail me at a@b.c"},
-		{"no mention", "no mention"},
-	}
-	for _, c := range cases {
-		if got := StripBotMention(c.in, m); got != c.want {
-			t.Errorf("StripBotMention(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
 }
