@@ -29,11 +29,10 @@ func TestReplayShowsCompactions(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Stop(context.Background()) })
-	url := p.Embedded.ClientURL()
 	var out bytes.Buffer
 	// One chat per line: each waits for its reply, so the turns commit in this order.
 	for _, line := range []string{"first message", "second message", "/compact", "after the compaction"} {
-		if err := cmdChat(context.Background(), []string{"--nats", url, "--user", "bo", "--wait", "20s"}, strings.NewReader(line+"\n"), &out); err != nil {
+		if err := cmdChat(context.Background(), []string{"--data", dir, "--user", "bo", "--wait", "20s"}, strings.NewReader(line+"\n"), &out); err != nil {
 			t.Fatalf("chat: %v\n%s", err, out.String())
 		}
 	}
@@ -41,7 +40,7 @@ func TestReplayShowsCompactions(t *testing.T) {
 		t.Fatalf("/compact did not compact:\n%s", out.String())
 	}
 	out.Reset()
-	if err := cmdReplay(context.Background(), []string{"--nats", url, "console:console:private:bo"}, &out); err != nil {
+	if err := cmdReplay(context.Background(), []string{"--data", dir, "console:console:private:bo"}, &out); err != nil {
 		t.Fatal(err)
 	}
 	text := out.String()

@@ -341,6 +341,17 @@ func (t *turnRun) runCompacting(ctx context.Context, ac *loop.AgentContext, cfg 
 	return out, err
 }
 
+// overflowText is the reply to a turn that overflowed even after compaction: what to do, for
+// everyone; the provider's error only for masters, scrubbed (as failureText does).
+func overflowText(to events.Sender, errorMessage string) string {
+	text := "⚠️ The model failed: " + overflowReply
+	detail := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(errorMessage, overflowReply), " ("), ")")
+	if to.HasRole(events.RoleMaster) && strings.TrimSpace(detail) != "" {
+		text += " (" + scrubForUser(detail) + ")"
+	}
+	return text
+}
+
 // markOverflow turns an overflowed answer into a failure the user can act on.
 func markOverflow(m *llm.Message) {
 	detail := m.ErrorMessage

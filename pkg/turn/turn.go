@@ -673,6 +673,8 @@ func (t *turnRun) replyText(final *llm.Message) string {
 	switch {
 	case final == nil:
 		text = "⚠️ The turn ended without a reply."
+	case final.StopReason == llm.StopReasonError && strings.HasPrefix(final.ErrorMessage, overflowReply):
+		text = overflowText(t.msg.Sender, final.ErrorMessage) // compact.go
 	case final.StopReason == llm.StopReasonError:
 		text = failureText(t.msg.Sender, "The model failed", final.ErrorMessage)
 	case final.StopReason == llm.StopReasonAborted:
