@@ -481,10 +481,14 @@ func (a *actor) runningTurn() *turnRun {
 func (a *actor) abortAll(reason string) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	n := len(a.queued)
 	for _, t := range a.turns {
+		if t.replied.Load() {
+			continue // answered already, only closing: there is nothing left to cancel
+		}
 		t.abort(reason)
+		n++
 	}
-	n := len(a.turns) + len(a.queued)
 	// Queued turns are dropped with their inputs committed as context (nothing is lost).
 	for _, q := range a.queued {
 		q.cancelled = true

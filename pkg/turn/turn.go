@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -74,6 +75,7 @@ type turnRun struct {
 	reason    string       // why it was aborted
 	next      *pendingTurn // interrupt: the turn to start when this one stops
 	finished  bool         // the turn's goroutine has taken next: no more interrupts
+	replied   atomic.Bool  // its reply is stored: an abort can no longer change anything
 	steerSeqs []uint64     // inbox sequences queued into this turn (steer, follow-up)
 	resumed   bool         // taken over from another owner: tool results may already exist
 	// fresh: nothing of this turn was published before (its turn_started was not a duplicate),
@@ -324,6 +326,7 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 	} else if err := a.w.publishAll(a.ctx, a.replyMsgs(&t.pendingTurn, t.id, t.replyFor(lastAssistant(persisted), persisted), false)); err != nil {
 		return err
 	}
+	t.replied.Store(true)
 	return t.close("done")
 }
 
