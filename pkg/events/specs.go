@@ -318,10 +318,20 @@ func (s Spec) DeliveredKV() jetstream.KeyValueConfig {
 	return c
 }
 
+// TasksKV is KV tasks: background task records (TaskRecord, key TaskKey), kept
+// DefaultTasksTTL so /tasks can show recent tasks; History 1, every update a revision CAS.
+func (s Spec) TasksKV() jetstream.KeyValueConfig {
+	s = s.WithDefaults()
+	c := s.kv(BucketTasks, "agentbus: background task records")
+	c.TTL = DefaultTasksTTL
+	return c
+}
+
 // KeyValues returns every KV bucket config.
 func (s Spec) KeyValues() []jetstream.KeyValueConfig {
 	return []jetstream.KeyValueConfig{
 		s.SessionsKV(), s.LeasesKV(), s.ToolsKV(), s.ProfilesKV(), s.ApprovalsKV(), s.ModelsKV(), s.DeliveredKV(),
+		s.TasksKV(),
 	}
 }
 
