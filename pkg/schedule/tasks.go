@@ -130,3 +130,38 @@ func (t *Tasks) List(ctx context.Context, k events.SessionKey) ([]events.TaskRec
 	slices.SortFunc(out, func(a, b events.TaskRecord) int { return int(b.CreatedAt - a.CreatedAt) })
 	return out, nil
 }
+
+// Watch sends the record of task id of session k each time it changes, until ctx ends (the
+// channel is closed then).
+func (t *Tasks) Watch(ctx context.Context, k events.SessionKey, id string) (<-chan events.TaskRecord, error) {
+	w, err := t.kv.Watch(ctx, events.TaskKey(k, id), jetstream.UpdatesOnly())
+	if err != nil {
+		return nil, fmt.Errorf("schedule: watch task %s: %w", id, err)
+	}
+	out := make(chan events.TaskRecord, 1)
+	go func() {
+		defer close(out)
+		defer func() { _ = w.Stop() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil || e.Operation() != jetstream.KeyValuePut {
+					continue
+				}
+				if r, err := events.UnmarshalTaskRecord(e.Value()); err == nil {
+					select {
+					case out <- r:
+					case <-ctx.Done():
+						return
+					}
+				}
+			}
+		}
+	}()
+	return out, nil
+}

@@ -38,9 +38,11 @@ func (a *actor) command(e *events.Event[events.Command], seq uint64) error {
 	case "health":
 		reply = a.w.healthReport()
 	case "help":
-		reply = "Commands: /reset (new conversation), /models, /health, /cancel, /steer <text> and /followup <text> (masters), /approve … (masters, private chat)."
+		reply = "Commands: /reset (new conversation), /models, /health, /cancel, /steer <text> and /followup <text> (masters), /approve … (masters, private chat), /tasks and /tasks cancel <id>."
 	case "approve":
 		reply = a.approve(c, from)
+	case "tasks":
+		reply = a.tasksCommand(c, from) // commands_tasks.go
 	default:
 		reply = "Unknown command /" + c.Name
 	}

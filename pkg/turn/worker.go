@@ -88,6 +88,7 @@ type Worker struct {
 	turnlog   *store.TurnLog
 	tools     *ToolCatalog
 	approvals *approvals.Store
+	bg        *background // schedules and task records (background.go)
 	router    *resultRouter
 	progress  *natsutil.InProgress // in-progress acks for held inbox deliveries and running subagent tasks
 	log       *slog.Logger
@@ -160,6 +161,9 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	if w.approvals, err = approvals.Open(ctx, js); err != nil {
 		return nil, err
 	}
+	if w.bg, err = newBackground(ctx, js); err != nil {
+		return nil, err
+	}
 	return w, nil
 }
 
@@ -193,7 +197,10 @@ func (w *Worker) Start(ctx context.Context) error {
 		defer w.wg.Done()
 		w.router.run(w.ctx.Done())
 	}()
-	return w.startSubagents(ctx)
+	if err := w.startSubagents(ctx); err != nil {
+		return err
+	}
+	return w.startBackground(ctx)
 }
 
 // renewLeases renews the leases of every live actor every LeaseTTL/3, in one pipelined batch
