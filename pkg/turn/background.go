@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/pkg/chunk"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
@@ -234,7 +235,7 @@ func (a *actor) onTaskResult(e *events.Event[events.TaskResult], seq uint64) err
 		text = "Background task " + label + " finished without output."
 	}
 	pt := &pendingTurn{seq: seq, trace: e.Trace, msg: a.syntheticTarget(events.Sender{ID: "system"}, "")}
-	a.replyText(pt, "task-"+events.EncodeToken(r.TaskID), text)
+	a.replyText(pt, "task-"+events.EncodeToken(r.TaskID), chatText(text, r.IsError))
 	note := llm.UserText("[background task "+label+" (id "+r.TaskID+") finished; its result was posted to the chat]\n"+text, time.Now().UnixMilli())
 	if err := a.appendContext(seq, []llm.Message{note}); err != nil {
 		return err
@@ -338,4 +339,23 @@ func labelOr(label, text string) string {
 		return label
 	}
 	return truncate(strings.Join(strings.Fields(text), " "), 40)
+}
+
+// chatText is what of a task's result goes to the chat: a result with images (generate_image
+// answers with media links and a note for the model) is posted as just its images; anything
+// else as it is.
+func chatText(text string, isErr bool) string {
+	if isErr {
+		return text
+	}
+	var imgs []string
+	for _, p := range chunk.SplitImages(text) {
+		if p.ImageURL != "" {
+			imgs = append(imgs, "!["+p.Alt+"]("+p.ImageURL+")")
+		}
+	}
+	if len(imgs) == 0 {
+		return text
+	}
+	return strings.Join(imgs, "\n")
 }

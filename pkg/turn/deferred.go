@@ -232,7 +232,7 @@ func RunDeferredTaskTool(js jetstream.JetStream, cat *ToolCatalog, tasks *schedu
 func (w *Worker) startDeferred(ctx context.Context) error {
 	cons, err := w.js.CreateOrUpdateConsumer(ctx, events.StreamTasks, jetstream.ConsumerConfig{
 		Durable: DeferredConsumer, FilterSubject: events.PrefixTask + "." + events.TaskKindDeferred + ".>",
-		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 5, MaxAckPending: 64,
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: w.opts.AckWait, MaxDeliver: 20, MaxAckPending: 64,
 	})
 	if err != nil {
 		return fmt.Errorf("create consumer %s: %w", DeferredConsumer, err)
