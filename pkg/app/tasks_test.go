@@ -531,3 +531,66 @@ func TestDeferredTaskSurvivesWorkerKill(t *testing.T) {
 		t.Fatalf("record = %+v, want done after 2 attempts by tw-b", r)
 	}
 }
+
+// TestDeferredTaskTimeLimitAndCancel: a task past its time limit reaches the chat as a clear
+// failure; a running task cancelled with /tasks cancel posts nothing.
+func TestDeferredTaskTimeLimitAndCancel(t *testing.T) {
+	started := make(chan string, 4)
+	hang := tools.MustNew("hang", "never finishes", func(ctx context.Context, c tools.Call, a slowArgs) (tools.Result, error) {
+		started <- a.What
+		<-ctx.Done()
+		return tools.Result{}, ctx.Err()
+	})
+	model := fakeopenai.New(t, func(r *fakeopenai.Request) fakeopenai.Reply {
+		if res, ok := lastToolResult(r); ok {
+			return fakeopenai.Reply{Text: "queued: " + strings.SplitN(res, " ", 3)[2]}
+		}
+		if w := strings.TrimPrefix(r.LastUser(), "run "); w != r.LastUser() {
+			return fakeopenai.Reply{ToolCalls: []fakeopenai.ToolCall{{ID: "c" + w, Name: "run_deferred_task", Arguments: `{"tool":"hang","label":"` + w + `","args":{"what":"` + w + `"}}`}}}
+		}
+		return fakeopenai.Echo(r)
+	})
+	cb := newCallback(t)
+	pl := newBgPipeline(t, model, cb, bgOpts{agent: "    toolSearch: true\n    taskTimeoutMs: 3000", extraTools: []tools.Tool{hang}})
+	pl.waitToolsServed()
+	pl.post(private("m1", "u1", "run late"))
+	got, err := cb.waitFor(2, 60*time.Second, func(r reply) bool { return r.Scene.ID == "u1" })
+	if err != nil {
+		t.Fatalf("%v: %s", err, fmtReplies(cb.all()))
+	}
+	if txt := got[1].Text(); !strings.Contains(txt, "Background task late failed") || !strings.Contains(txt, "time limit") {
+		t.Fatalf("failure message = %q", txt)
+	}
+
+	pl.post(private("m2", "u1", "run doomed"))
+	pl.repliesIn("u1", 3)
+	<-started // late
+	if w := <-started; w != "doomed" {
+		t.Fatalf("started %q", w)
+	}
+	list := pl.command(private("m3", "u1", "/tasks"), 4)
+	var id string
+	for _, line := range strings.Split(list, "\n") {
+		if strings.Contains(line, "doomed — running") {
+			id = strings.Fields(strings.TrimPrefix(line, "- "))[0]
+		}
+	}
+	if id == "" {
+		t.Fatalf("/tasks does not show the running task: %q", list)
+	}
+	if out := pl.command(private("m4", "u2", "/tasks cancel "+id), 1); !strings.Contains(out, "No task or schedule") {
+		t.Fatalf("cancel from someone else's chat: %q", out)
+	}
+	if out := pl.command(private("m5", "u1", "/tasks cancel "+id), 5); !strings.Contains(out, "Cancelled task") {
+		t.Fatalf("cancel: %q", out)
+	}
+	time.Sleep(4 * time.Second) // past the time limit: a result would be posted by now
+	for _, r := range cb.all() {
+		if strings.Contains(r.Text(), "doomed failed") || strings.Contains(r.Text(), "doomed finished") {
+			t.Fatalf("a cancelled task posted %q", r.Text())
+		}
+	}
+	if out := pl.command(private("m6", "u1", "/tasks"), 6); !strings.Contains(out, "doomed — cancelled") || !strings.Contains(out, "late — failed") {
+		t.Fatalf("/tasks after cancel: %q", out)
+	}
+}
