@@ -355,6 +355,10 @@ func (w *Worker) deferredCall(sk events.SessionKey, id string, task events.Defer
 		return call.Tool + ": " + err.Error(), true, false
 	}
 	text = strings.TrimSpace(llm.TextContentOf(res.Content))
+	if res.IsError && time.Now().After(deadline.Add(-time.Second)) {
+		// The tool worker gave up at the same deadline a moment before we did.
+		return fmt.Sprintf("%s did not finish within the task's time limit (%s): %s", call.Tool, limit, text), true, false
+	}
 	return text, res.IsError, false
 }
 
