@@ -46,7 +46,7 @@ func (a *actor) tasksReport() string {
 	if len(pending) > 0 {
 		b.WriteString("Scheduled:")
 		for _, p := range pending {
-			fmt.Fprintf(&b, "\n- %s [%s] %s", p.ID, kindOf(p), schedule.Describe(p))
+			fmt.Fprintf(&b, "\n- %s [%s] %s", p.ID, kindOf(p), strings.TrimPrefix(schedule.Describe(p), p.ID+" "))
 		}
 	}
 	var active, recent []events.TaskRecord
