@@ -167,8 +167,8 @@ func (w *Worker) heartbeatFile() string {
 const maxHeartbeatBytes = 16 << 10
 
 // onScheduled handles a schedule that fired: a reminder or a job starts a turn; the heartbeat
-// starts one only when HEARTBEAT.md has content. Each firing is recorded in KV tasks (recent
-// tasks in /tasks) under the id <schedule id>@<inbox seq>.
+// starts one only when HEARTBEAT.md has content. Each firing that runs a turn is recorded in
+// KV tasks (recent tasks in /tasks) under the id <schedule id>@<inbox seq>.
 func (a *actor) onScheduled(e *events.Event[events.Scheduled], seq uint64) error {
 	s := e.Data
 	kind := s.Kind
@@ -186,8 +186,7 @@ func (a *actor) onScheduled(e *events.Event[events.Scheduled], seq uint64) error
 			if err != nil && !errors.Is(err, os.ErrNotExist) {
 				a.log.Warn("heartbeat: read HEARTBEAT.md", "file", a.w.heartbeatFile(), "err", err)
 			}
-			a.recordFiring(s, seq, kind, events.TaskDone, "HEARTBEAT.md empty: nothing to do")
-			return a.advance(seq, nil)
+			return a.advance(seq, nil) // not recorded: an idle heartbeat every period would crowd /tasks
 		}
 		prompt := a.w.opts.AI.Scheduler.Heartbeat.Prompt
 		if prompt == "" {
