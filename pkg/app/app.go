@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -79,19 +80,83 @@ type Process struct {
 	Demo       bool           // the built-in demo model is in use
 	Costs      *costs.Tracker // model usage and cost, when the turn worker runs here
 	turnOpts   turn.Options
-	stops      []func()
+	stops      []stopStep
 	skills     *skills.Store
+
+	stopOnce sync.Once
+	initOnce sync.Once
+	stopErr  error
+	done     chan struct{} // closed when Stop has finished
 }
 
-// Stop stops the roles in reverse start order and then the bus.
-func (p *Process) Stop() {
-	for i := len(p.stops) - 1; i >= 0; i-- {
-		p.stops[i]()
+// stopStep stops one part of the process.
+type stopStep struct {
+	name string
+	stop func(ctx context.Context) error
+}
+
+// Stop stops the roles in reverse start order and then the bus, each part waiting for its own
+// goroutines, all within ctx. It returns every part's error joined (a part that did not finish
+// in time reports ctx's error; the others are still stopped). Safe to call more than once and
+// concurrently; later calls wait for the first and return its result.
+func (p *Process) Stop(ctx context.Context) error {
+	p.stopOnce.Do(func() {
+		var errs []error
+		for i := len(p.stops) - 1; i >= 0; i-- {
+			st := p.stops[i]
+			if err := st.stop(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("stop %s: %w", st.name, err))
+			}
+		}
+		p.stops = nil
+		p.stopErr = errors.Join(errs...)
+		close(p.doneCh())
+	})
+	select {
+	case <-p.doneCh():
+		return p.stopErr
+	case <-ctx.Done():
+		return fmt.Errorf("app: stop: %w", ctx.Err())
 	}
-	p.stops = nil
 }
 
-func (p *Process) onStop(f func()) { p.stops = append(p.stops, f) }
+// Done is closed once Stop has stopped every part.
+func (p *Process) Done() <-chan struct{} { return p.doneCh() }
+
+func (p *Process) doneCh() chan struct{} {
+	p.initOnce.Do(func() { p.done = make(chan struct{}) })
+	return p.done
+}
+
+// onStop registers how to stop a part; Stop runs the steps in reverse order.
+func (p *Process) onStop(name string, f func(ctx context.Context) error) {
+	p.stops = append(p.stops, stopStep{name: name, stop: f})
+}
+
+// onStopFunc registers a step that cannot fail or wait.
+func (p *Process) onStopFunc(name string, f func()) {
+	p.onStop(name, func(context.Context) error { f(); return nil })
+}
+
+// spawn runs f on a goroutine the process owns: f's context ends when Stop reaches this step
+// (in reverse start order, like every other part), and Stop waits for f to return.
+func (p *Process) spawn(name string, f func(ctx context.Context)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f(ctx)
+	}()
+	p.onStop(name, func(sctx context.Context) error {
+		cancel()
+		select {
+		case <-done:
+			return nil
+		case <-sctx.Done():
+			return sctx.Err()
+		}
+	})
+}
 
 // startDiscovery fills the model registry from the providers' model lists (cached in KV
 // models), in the background; providers with an explicit models: list are not asked.
@@ -102,7 +167,7 @@ func (p *Process) startDiscovery(ctx context.Context, cfg *config.Config, reg *l
 	}
 	mgr := models.NewManager(reg, cfg.AI.Providers, opts)
 	mgr.Start(ctx)
-	p.onStop(mgr.Stop)
+	p.onStop("model discovery", mgr.Stop)
 	return mgr
 }
 
@@ -120,9 +185,7 @@ func (p *Process) skillStore(cfg *config.Config, log *slog.Logger) *skills.Store
 	if err := p.skills.Load(); err != nil {
 		log.Warn("skills not loaded", "err", err)
 	}
-	wctx, cancel := context.WithCancel(context.Background())
-	p.onStop(cancel)
-	go p.skills.Watch(wctx, 0)
+	p.spawn("skills watcher", func(ctx context.Context) { p.skills.Watch(ctx, 0) })
 	return p.skills
 }
 
@@ -133,9 +196,14 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		return err
 	}
 	<-ctx.Done()
-	p.Stop()
-	return nil
+	sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	return p.Stop(sctx)
 }
+
+// stopTimeout bounds Run's stop: long enough for in-flight tool calls and deliveries to finish
+// (egress waits up to its SendTimeout + 5 s), short enough for a supervisor's kill timeout.
+const stopTimeout = 30 * time.Second
 
 // Start starts the configured roles and returns once they run.
 func Start(ctx context.Context, cfg *config.Config, opts Options) (p *Process, err error) {
@@ -149,7 +217,7 @@ func Start(ctx context.Context, cfg *config.Config, opts Options) (p *Process, e
 	p = &Process{Config: cfg}
 	defer func() {
 		if err != nil {
-			p.Stop()
+			_ = p.Stop(context.Background())
 		}
 	}()
 	if err := p.connect(ctx, cfg, log); err != nil {
@@ -183,18 +251,33 @@ func Start(ctx context.Context, cfg *config.Config, opts Options) (p *Process, e
 	return p, nil
 }
 
-// drain drains nc and waits (up to limit) until it is closed, so that the embedded server,
-// stopped next, does not pull subscriptions out from under a drain still in progress.
-func drain(nc *nats.Conn, limit time.Duration) {
+// drain drains nc and waits until the client reports it closed (or ctx ends, then it closes
+// it), so that the embedded server, stopped next, does not pull subscriptions out from under a
+// drain still in progress.
+func drain(ctx context.Context, nc *nats.Conn) error {
+	closed := make(chan struct{})
+	var once sync.Once
+	prev := nc.Opts.ClosedCB
+	nc.SetClosedHandler(func(c *nats.Conn) {
+		if prev != nil {
+			prev(c)
+		}
+		once.Do(func() { close(closed) })
+	})
+	if nc.IsClosed() {
+		return nil
+	}
 	if err := nc.Drain(); err != nil {
 		nc.Close()
-		return
+		return nil // already closing or closed: nothing left to drain
 	}
-	deadline := time.Now().Add(limit)
-	for !nc.IsClosed() && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+	select {
+	case <-closed:
+		return nil
+	case <-ctx.Done():
+		nc.Close()
+		return fmt.Errorf("drain: %w", ctx.Err())
 	}
-	nc.Close()
 }
 
 // connect starts the embedded server (nats.embedded) or dials nats.url, then provisions.
@@ -219,7 +302,7 @@ func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Log
 			return fmt.Errorf("start embedded NATS: %w", err)
 		}
 		p.Embedded = emb
-		p.onStop(func() { emb.Close() })
+		p.onStop("embedded NATS", func(context.Context) error { return emb.Close() })
 		nc, err := emb.Connect()
 		if err != nil {
 			return err
@@ -233,7 +316,11 @@ func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Log
 		p.NC = nc
 	}
 	nc := p.NC
-	p.onStop(func() { drain(nc, 5*time.Second) })
+	p.onStop("bus connection", func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return drain(ctx, nc)
+	})
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
@@ -241,7 +328,7 @@ func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Log
 	p.JS = js
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := natsutil.Provision(pctx, js, events.SpecFromConfig(cfg.NATS)); err != nil {
+	if err := natsutil.Provision(pctx, js, natsutil.SpecFromConfig(cfg.NATS)); err != nil {
 		return fmt.Errorf("provision streams: %w", err)
 	}
 	return nil
@@ -253,7 +340,7 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 		return err
 	}
 	p.Demo = demo
-	reg, err := llm.NewRegistry(cfg.AI.Providers)
+	reg, err := models.NewRegistry(cfg.AI.Providers)
 	if err != nil {
 		return err
 	}
@@ -272,9 +359,7 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 	if err != nil {
 		return err
 	}
-	pctx, stopProfiles := context.WithCancel(context.Background())
-	p.onStop(stopProfiles)
-	profiles.Start(pctx)
+	p.spawn("profile cache", profiles.Run)
 	p.turnOpts = turn.Options{AI: cfg.AI, Models: reg, Log: log.With("role", "turn-worker"),
 		StreamFn: fb.Stream, Health: p.Costs,
 		ModelsReport: func() string { return models.Report(cfg.AI, reg, nil, mgr.Status()) },
@@ -314,7 +399,7 @@ func (p *Process) AddTurnWorker(ctx context.Context, id string) (*turn.Worker, e
 	if err := w.Start(ctx); err != nil {
 		return nil, err
 	}
-	p.onStop(w.Stop)
+	p.onStopFunc("turn worker "+w.ID(), w.Stop)
 	return w, nil
 }
 
@@ -324,11 +409,14 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 		bots[ingest.PlatformWebhook+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
 	}
 	in := ingest.New(p.JS, cfg.AI, bots, log.With("role", "ingest"))
+	if media, err := p.JS.ObjectStore(ctx, events.ObjectMedia); err == nil {
+		in.WithMedia(media) // inline uploads go to the media store, events carry references
+	}
 	console, err := ingest.ServeConsole(p.NC, in, log.With("role", "ingest"))
 	if err != nil {
 		return err
 	}
-	p.onStop(func() { _ = console.Unsubscribe() })
+	p.onStop("console", func(context.Context) error { return console.Unsubscribe() })
 	if len(cfg.IM.Webhook.Bots) == 0 {
 		return nil
 	}
@@ -346,13 +434,23 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 		return fmt.Errorf("webhook listen %s: %w", cfg.IM.Webhook.Listen, err)
 	}
 	ws := newWebhookServer(mux)
+	served := make(chan struct{})
 	go func() {
+		defer close(served)
 		if err := ws.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("webhook server", "err", err)
 		}
 	}()
 	p.WebhookURL = "http://" + ln.Addr().String()
-	p.onStop(func() { ws.stop(5 * time.Second) })
+	p.onStop("webhook server", func(ctx context.Context) error {
+		ws.stop(5 * time.Second)
+		select {
+		case <-served:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
 	return nil
 }
 
@@ -366,7 +464,7 @@ func (p *Process) banner(out io.Writer, r Roles) {
 		fmt.Fprintln(out, "                    It echoes and can call tools by name; configure ai.providers for a real model.")
 	} else if p.Models != nil {
 		for _, a := range p.Models.Aliases() {
-			pc, _ := p.Models.Provider(a)
+			pc, _ := p.Models.Settings(a)
 			fmt.Fprintf(out, "  Provider:         %s (%s)\n", a, pc.API)
 		}
 	}

@@ -60,6 +60,8 @@ type pipeline struct {
 type pipelineOpts struct {
 	concurrency     string // ai.agent.concurrency ("" = default)
 	collectWindowMs int64
+	agentYAML       string // more ai.agent keys, one per line, indented by four spaces
+	vision          bool   // the fake provider's models take images
 }
 
 func newPipeline(t *testing.T, script fakeopenai.Script, o pipelineOpts) *pipeline {
@@ -80,6 +82,11 @@ func newPipeline(t *testing.T, script fakeopenai.Script, o pipelineOpts) *pipeli
 	if o.collectWindowMs != 0 {
 		agent += fmt.Sprintf("    collectWindowMs: %d\n", o.collectWindowMs)
 	}
+	agent += o.agentYAML
+	vision := ""
+	if o.vision {
+		vision = ", capabilities: {vision: true}"
+	}
 	yml := fmt.Sprintf(`
 dataDir: %[1]s
 nats:
@@ -97,12 +104,12 @@ im:
         masters: [%[6]s]
 ai:
   providers:
-    fake: {api: openai-completions, baseUrl: "%[7]s", apiKey: test}
+    fake: {api: openai-completions, baseUrl: "%[7]s", apiKey: test%[9]s}
   agents:
     zhin: {provider: fake, model: m1}
   agent:
     maxIterations: 8
-%[8]s`, dir, filepath.Join(dir, "nats"), botID, botSecret, cb.srv.URL, master, model.BaseURL(), agent)
+%[8]s`, dir, filepath.Join(dir, "nats"), botID, botSecret, cb.srv.URL, master, model.BaseURL(), agent, vision)
 	cfg, err := config.Parse([]byte(yml))
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yml)
@@ -122,7 +129,7 @@ ai:
 		stopping.Add(1)
 		go func() {
 			defer stopping.Done()
-			p.Stop()
+			_ = p.Stop(context.Background())
 			cancel()
 		}()
 	})

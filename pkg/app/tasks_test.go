@@ -102,7 +102,7 @@ ai:
 
 // stop stops the process and its embedded server, and waits for it (safe to call twice).
 func (bp *bgPipeline) stop() {
-	bp.p.Stop()
+	_ = bp.p.Stop(context.Background())
 	bp.cancel()
 }
 

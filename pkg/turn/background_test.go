@@ -62,14 +62,14 @@ func TestBackgroundSelection(t *testing.T) {
 		{"toolSearch keeps the orchestration tools", true, nil, "draw a cat", "[tool_search run_deferred_task spawn_task ask_user]", true},
 		{"toolSearch plus a trigger keyword", true, nil, "10分钟后提醒我喝水", "[schedule_followup tool_search run_deferred_task spawn_task ask_user]", true},
 		{"no selection offers everything", false, nil, "hello", "[ask_user generate_image run_deferred_task schedule_followup spawn_task tool_search user_profile web_fetch]", false},
-		{"skills selection without a keyword leaves the reminder out", false, store, "hello", "[ask_user user_profile]", false},
-		{"a keyword offers the reminder tool", false, store, "过一会跟进一下", "[ask_user user_profile schedule_followup]", false},
-		{"English keyword", false, store, "remind me at 5", "[ask_user user_profile schedule_followup]", false},
+		{"skills selection without a keyword leaves the reminder out", false, store, "hello", "[ask_user spawn_task user_profile]", false},
+		{"a keyword offers the reminder tool", false, store, "过一会跟进一下", "[ask_user spawn_task user_profile schedule_followup]", false},
+		{"English keyword", false, store, "remind me at 5", "[ask_user spawn_task user_profile schedule_followup]", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			w := &Worker{tools: cat, opts: Options{AI: config.AI{Agent: config.Agent{ToolSearch: tt.toolSearch}}, Skills: tt.skills}}
-			entries, agent, note := w.selectTools(user, []llm.Message{llm.UserText(tt.text, 1)})
+			entries, agent, note := w.selectTools(user, []llm.Message{llm.UserText(tt.text, 1)}, nil)
 			if got := names(entries); got != tt.want {
 				t.Fatalf("offered %s, want %s", got, tt.want)
 			}
