@@ -20,17 +20,9 @@ import (
 	"github.com/agentbus/agentbus/pkg/ingest"
 )
 
-// defaultNATS is where `agentbus up` listens unless its port was taken.
-func defaultNATS() string {
-	if u := os.Getenv("AGENTBUS_NATS_URL"); u != "" {
-		return u
-	}
-	return "nats://127.0.0.1:4222"
-}
-
 func cmdChat(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
 	fs := flag.NewFlagSet("chat", flag.ContinueOnError)
-	url := fs.String("nats", defaultNATS(), "NATS URL of a running agentbus")
+	bus := addBusFlags(fs)
 	user := fs.String("user", os.Getenv("USER"), "your user id in the console scene")
 	wait := fs.Duration("wait", 60*time.Second, "after the input ends, how long to wait for outstanding replies")
 	if err := fs.Parse(args); err != nil {
@@ -39,9 +31,9 @@ func cmdChat(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 	if *user == "" {
 		*user = "operator"
 	}
-	nc, err := nats.Connect(*url, nats.Name("agentbus chat"))
+	nc, err := bus.dial("agentbus chat")
 	if err != nil {
-		return fmt.Errorf("connect %s (is `agentbus up` running?): %w", *url, err)
+		return err
 	}
 	defer nc.Close()
 	sk := events.SessionKey{Platform: ingest.PlatformConsole, Bot: ingest.ConsoleBot, Scope: events.ScopePrivate, Scene: *user}
@@ -102,7 +94,7 @@ func cmdChat(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 		return err
 	}
 
-	fmt.Fprintf(stdout, "connected to %s as %s (master). Type a message; /help lists commands; Ctrl-D quits.\n", *url, *user)
+	fmt.Fprintf(stdout, "connected to %s as %s (master). Type a message; /help lists commands; Ctrl-D quits.\n", nc.ConnectedUrlRedacted(), *user)
 	sc := bufio.NewScanner(stdin)
 	n := 0
 	for sc.Scan() {

@@ -25,7 +25,9 @@ Usage:
   agentbus chat [--nats URL] [--user ID]  talk to a running agentbus from the terminal
   agentbus sessions [--nats URL]          list sessions
   agentbus replay [--nats URL] SESSION    print a session's turns from the event log
+                                         (these three find the URL and credentials in ./data; --data DIR)
   agentbus bench [flags]                  measure the whole pipeline (webhook in, callback out)
+  agentbus provision [--config FILE]     create or update every stream and bucket on nats.url, then exit
   agentbus exec-policy check [flags] -- 'COMMAND LINE'
   agentbus version
 `
@@ -53,6 +55,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdReplay(ctx, args[1:], stdout)
 	case "bench":
 		err = cmdBench(ctx, args[1:], stdout)
+	case "provision":
+		err = cmdProvision(ctx, args[1:], stdout)
 	case "exec-policy":
 		return execpolicy.CLI(args[1:], stdout, stderr)
 	case "version":
