@@ -15,8 +15,15 @@
 // A new message on the same subject replaces the schedule (the server tracks one schedule per
 // subject; the message is also a subject rollup, so the old one is gone from the stream). That
 // is how "a new reminder cancels the session's pending one" works: follow-ups use the one id
-// "followup" per session. An "@at" schedule removes itself when it fires; Cancel purges the
-// subject.
+// "followup" per session. An "@at" schedule removes itself when it fires; Cancel replaces the
+// schedule message with a plain marker (a rollup without Nats-Schedule, expiring after a
+// minute), which ends the schedule.
+//
+// # Trust
+//
+// A fired schedule is an inbox event that anyone allowed to publish on schedule.> could have
+// written (the tool workers may, for schedule_followup). The turn worker therefore trusts no
+// sender roles from it: CreatedBy.Roles is ignored when it fires.
 //
 // # Task records
 //

@@ -179,11 +179,25 @@ func (s *Schedules) Cancel(ctx context.Context, k events.SessionKey, id string) 
 	if err != nil {
 		return nil, err
 	}
-	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(events.ScheduleSubject(k, id))); err != nil {
+	// A message without Nats-Schedule on the subject ends the schedule; as a subject rollup it
+	// also removes the schedule message, and its own TTL removes it in turn. This needs only
+	// publish rights on schedule.> (no stream purge, which the roles do not have).
+	m := nats.NewMsg(events.ScheduleSubject(k, id))
+	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	m.Header.Set(jetstream.MsgTTLHeader, cancelMarkerTTL.String())
+	m.Data = []byte("cancelled")
+	if _, err := s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(p.Seq)); err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+			return nil, fmt.Errorf("%w: schedule %s changed meanwhile", ErrConflict, id)
+		}
 		return nil, fmt.Errorf("schedule: cancel %s of %s: %w", id, k, err)
 	}
 	return p, nil
 }
+
+// cancelMarkerTTL is how long the marker Cancel leaves stays in the stream.
+const cancelMarkerTTL = time.Minute
 
 // List returns the pending schedules of session k, by id.
 func (s *Schedules) List(ctx context.Context, k events.SessionKey) ([]Pending, error) {

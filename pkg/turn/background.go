@@ -200,7 +200,10 @@ func (a *actor) onScheduled(e *events.Event[events.Scheduled], seq uint64) error
 	}
 	a.recordFiring(s, seq, kind, events.TaskDone, "")
 	m := llm.UserText(text, time.Now().UnixMilli())
-	pt := &pendingTurn{seq: seq, input: []llm.Message{m}, msg: a.syntheticTarget(s.CreatedBy, s.ReplyTo), trace: e.Trace,
+	// No roles from a schedule: tool workers may write schedules too, so a fired one cannot
+	// vouch for a master. The turn runs with user-level tools as the one who set it.
+	sender := events.Sender{ID: s.CreatedBy.ID, Name: s.CreatedBy.Name}
+	pt := &pendingTurn{seq: seq, input: []llm.Message{m}, msg: a.syntheticTarget(sender, s.ReplyTo), trace: e.Trace,
 		heartbeat: kind == events.ScheduleHeartbeat}
 	return a.schedule(pt, "parallel")
 }
