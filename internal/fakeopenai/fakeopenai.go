@@ -129,6 +129,8 @@ type Reply struct {
 	ErrorMessage string
 	// Chunks splits Text into this many deltas (default 2 when the text is long enough).
 	Chunks int
+	// ChunkDelay is waited between two text deltas (a slowly streaming model, for previews).
+	ChunkDelay time.Duration
 }
 
 // Script answers a request. It runs on the HTTP handler's goroutine and may block.
@@ -414,8 +416,15 @@ func writeStream(w http.ResponseWriter, r *http.Request, id, model string, reply
 	if !send(chunk{Choices: []chunkChoice{{Delta: delta{Role: "assistant", Content: &empty}}}}) {
 		return false
 	}
-	for _, part := range split(reply.Text, reply.Chunks) {
+	for i, part := range split(reply.Text, reply.Chunks) {
 		p := part
+		if i > 0 && reply.ChunkDelay > 0 {
+			select {
+			case <-time.After(reply.ChunkDelay):
+			case <-r.Context().Done():
+				return false
+			}
+		}
 		if !send(chunk{Choices: []chunkChoice{{Delta: delta{Content: &p}}}}) {
 			return false
 		}

@@ -215,9 +215,10 @@ func Start(ctx context.Context, cfg *config.Config, opts Options) (p *Process, e
 		log = slog.Default()
 	}
 	p = &Process{Config: cfg}
+	started := p // the error returns below set p to nil
 	defer func() {
 		if err != nil {
-			_ = p.Stop(context.Background())
+			_ = started.Stop(context.Background())
 		}
 	}()
 	if err := p.connect(ctx, cfg, log); err != nil {
@@ -429,6 +430,7 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 	for _, b := range cfg.IM.Webhook.Bots {
 		bots[ingest.PlatformWebhook+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
 	}
+	imBotRoles(cfg, bots)
 	in := ingest.New(p.JS, cfg.AI, bots, log.With("role", "ingest"))
 	if media, err := p.JS.ObjectStore(ctx, events.ObjectMedia); err == nil {
 		in.WithMedia(media) // inline uploads go to the media store, events carry references
@@ -438,10 +440,14 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 		return err
 	}
 	p.onStop("console", func(context.Context) error { return console.Unsubscribe() })
-	if len(cfg.IM.Webhook.Bots) == 0 {
+	mux := http.NewServeMux()
+	imRoutes, err := p.startIMInbound(ctx, cfg, in, mux, log.With("role", "ingest"))
+	if err != nil {
+		return err
+	}
+	if len(cfg.IM.Webhook.Bots) == 0 && !imRoutes {
 		return nil
 	}
-	mux := http.NewServeMux()
 	seenKV, err := p.JS.KeyValue(ctx, events.BucketWebhookSeen)
 	if err != nil {
 		return fmt.Errorf("webhook: open KV %s: %w", events.BucketWebhookSeen, err)

@@ -76,6 +76,11 @@ type TLS struct {
 // IM holds the platform adapters.
 type IM struct {
 	Webhook Webhook `yaml:"webhook"`
+	// OneBot is the OneBot v11 adapter (QQ through NapCat, LLOneBot, Lagrange.OneBot, ...).
+	// See docs/adapters/onebot.md.
+	OneBot OneBot `yaml:"onebot"`
+	// Telegram is the Telegram Bot API adapter. See docs/adapters/telegram.md.
+	Telegram Telegram `yaml:"telegram"`
 	// Egress tunes outbound delivery (pkg/egress); zero values pick its defaults.
 	Egress Egress `yaml:"egress"`
 }
@@ -166,6 +171,70 @@ type WebhookBot struct {
 	Callback string   `yaml:"callback"`
 	Masters  []string `yaml:"masters"`
 	Trusted  []string `yaml:"trusted"`
+}
+
+// OneBot configures the OneBot v11 adapter (pkg/im/onebot).
+type OneBot struct {
+	Bots []OneBotBot `yaml:"bots"`
+}
+
+// OneBotBot is one QQ account behind a OneBot v11 implementation.
+type OneBotBot struct {
+	// ID is the bot's id in session keys (onebot:<id>:<scope>:<scene>); usually its QQ number.
+	ID string `yaml:"id"`
+	// SelfID is the bot's own QQ number, used to recognise @-mentions of the bot (default: ID,
+	// and the self_id of the first event once one arrives).
+	SelfID string `yaml:"selfId"`
+	// Mode is how agentbus and the implementation talk: "ws" (forward WebSocket: agentbus
+	// dials apiBase; one ingest replica holds it), "ws-reverse" (the implementation dials
+	// agentbus at /onebot/<id>/ws on the webhook listener) or "http" (API calls POSTed to
+	// apiBase/<action>, events POSTed by the implementation to /onebot/<id> on the webhook
+	// listener). Default "ws".
+	Mode string `yaml:"mode"`
+	// APIBase is the implementation's endpoint: ws://host:port for "ws", http://host:port
+	// for "http". Media URLs on this host are fetched even when it is on loopback.
+	APIBase string `yaml:"apiBase"`
+	// AccessToken is OneBot's access_token (Authorization: Bearer), both directions.
+	AccessToken string `yaml:"accessToken"`
+	// Secret checks X-Signature (HMAC-SHA1) on event POSTs in "http" mode (optional).
+	Secret  string   `yaml:"secret"`
+	Masters []string `yaml:"masters"`
+	Trusted []string `yaml:"trusted"`
+	// ChunkLimit caps one message's length in characters (default 3000).
+	ChunkLimit int `yaml:"chunkLimit"`
+}
+
+// Telegram configures the Telegram Bot API adapter (pkg/im/telegram).
+type Telegram struct {
+	Bots []TelegramBot `yaml:"bots"`
+}
+
+// TelegramBot is one Telegram bot.
+type TelegramBot struct {
+	// ID is the bot's id in session keys (telegram:<id>:<scope>:<chat id>).
+	ID string `yaml:"id"`
+	// Token is the bot token from @BotFather (use ${ENV}).
+	Token string `yaml:"token"`
+	// APIBase overrides the Bot API server (default https://api.telegram.org; a self-hosted
+	// telegram-bot-api server or a test fake).
+	APIBase string `yaml:"apiBase"`
+	// Mode is "polling" (default: getUpdates long polling, held by one ingest replica) or
+	// "webhook" (Telegram POSTs updates to /telegram/<id> on the webhook listener; any replica).
+	Mode string `yaml:"mode"`
+	// WebhookSecret is checked against X-Telegram-Bot-Api-Secret-Token in webhook mode.
+	WebhookSecret string `yaml:"webhookSecret"`
+	// WebhookURL, when set in webhook mode, is registered with setWebhook at start-up (the
+	// public https URL that reaches /telegram/<id>).
+	WebhookURL string   `yaml:"webhookUrl"`
+	Masters    []string `yaml:"masters"`
+	Trusted    []string `yaml:"trusted"`
+	// Preview is the streaming preview mode: "off", "partial" (default: the reply grows in
+	// one message edited as it streams) or "block" (edited once per finished paragraph).
+	Preview string `yaml:"preview"`
+	// PreviewIntervalMs is the least time between two edits of a preview (default 1000).
+	PreviewIntervalMs int64 `yaml:"previewIntervalMs"`
+	// ChunkLimit caps one message's length (default 4096, Telegram's limit).
+	ChunkLimit int `yaml:"chunkLimit"`
 }
 
 // Roles selects which roles a process runs (agentbus up runs all by default).
@@ -705,6 +774,40 @@ func (c *Config) Validate() error {
 		if b.Secret == "" {
 			bad("im.webhook.bots[%d].secret is required (requests are signed with it)", i)
 		}
+	}
+	seen := map[string]bool{}
+	for i, b := range c.IM.OneBot.Bots {
+		key := fmt.Sprintf("im.onebot.bots[%d]", i)
+		switch {
+		case b.ID == "":
+			bad("%s.id is required", key)
+		case seen["onebot/"+b.ID]:
+			bad("%s.id %q is used twice", key, b.ID)
+		}
+		seen["onebot/"+b.ID] = true
+		oneOf(key+".mode", b.Mode, "", "ws", "ws-reverse", "http")
+		mode := b.Mode
+		if mode == "" {
+			mode = "ws"
+		}
+		if (mode == "ws" || mode == "http") && b.APIBase == "" {
+			bad("%s.apiBase is required in mode %s (ws://host:port or http://host:port of the implementation)", key, mode)
+		}
+	}
+	for i, b := range c.IM.Telegram.Bots {
+		key := fmt.Sprintf("im.telegram.bots[%d]", i)
+		switch {
+		case b.ID == "":
+			bad("%s.id is required", key)
+		case seen["telegram/"+b.ID]:
+			bad("%s.id %q is used twice", key, b.ID)
+		}
+		seen["telegram/"+b.ID] = true
+		if b.Token == "" {
+			bad("%s.token is required (from @BotFather; use ${ENV})", key)
+		}
+		oneOf(key+".mode", b.Mode, "", "polling", "webhook")
+		oneOf(key+".preview", b.Preview, "", "off", "partial", "block")
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w:\n  %s", ErrInvalid, strings.Join(errs, "\n  "))

@@ -66,6 +66,11 @@ func TestValidate(t *testing.T) {
 		{"binding to unknown provider", "ai: {agents: {zhin: {provider: nope, model: m}}}", `ai.agents.zhin.provider "nope"`},
 		{"bad policy", "ai: {agent: {concurrency: race}}", `ai.agent.concurrency "race"`},
 		{"bot without secret", "im: {webhook: {bots: [{id: b1}]}}", "im.webhook.bots[0].secret is required"},
+		{"onebot without apiBase", "im: {onebot: {bots: [{id: q1}]}}", "im.onebot.bots[0].apiBase is required in mode ws"},
+		{"onebot bad mode", "im: {onebot: {bots: [{id: q1, mode: grpc}]}}", `im.onebot.bots[0].mode "grpc"`},
+		{"onebot id twice", "im: {onebot: {bots: [{id: q1, mode: ws-reverse}, {id: q1, mode: ws-reverse}]}}", `im.onebot.bots[1].id "q1" is used twice`},
+		{"telegram without token", "im: {telegram: {bots: [{id: t1, token: '${NO_SUCH_TOKEN_VAR}'}]}}", "im.telegram.bots[0].token is required"},
+		{"telegram bad preview", "im: {telegram: {bots: [{id: t1, token: x, preview: full}]}}", `im.telegram.bots[0].preview "full"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -203,7 +203,7 @@ func textWithoutMentions(m *events.IMMessage) string {
 			b.WriteByte(' ')
 		}
 	}
-	return StripBotMention(b.String(), m)
+	return identity.StripBotMention(b.String(), m)
 }
 
 // Roles computes a sender's roles: always user; master and trusted from configuration (the

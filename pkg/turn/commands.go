@@ -9,6 +9,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/execpolicy"
 	"github.com/agentbus/agentbus/pkg/models"
+	"github.com/agentbus/agentbus/pkg/sandbox"
 )
 
 // HealthSource adds lines to /health (cost tracking, connected tools, ...).
@@ -139,6 +140,9 @@ func (w *Worker) healthReport() string {
 	w.mu.Unlock()
 	var b strings.Builder
 	fmt.Fprintf(&b, "ok — worker %s, %s here, %s served", w.opts.ID, count(actors, "active session"), count(w.tools.count(), "tool"))
+	if l := sandbox.HealthLine(); l != "" { // the bash sandbox of a tool worker in this process
+		b.WriteString("\n" + l)
+	}
 	if w.opts.Health != nil {
 		for _, l := range w.opts.Health.HealthLines() {
 			b.WriteString("\n")

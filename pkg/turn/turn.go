@@ -19,7 +19,6 @@ import (
 	"github.com/agentbus/agentbus/pkg/chunk"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/identity"
-	"github.com/agentbus/agentbus/pkg/ingest"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
 	"github.com/agentbus/agentbus/pkg/store"
@@ -786,7 +785,7 @@ func (w *Worker) publishAll(ctx context.Context, msgs []*nats.Msg) error {
 // adapter inlined them, else as a reference the model can read.
 func (a *actor) userInput(m *events.IMMessage, text string) llm.Message {
 	if text == "" {
-		text = ingest.StripBotMention(strings.TrimSpace(identity.StripSpoofedSender(m.Content.PlainText())), m)
+		text = identity.StripBotMention(strings.TrimSpace(identity.StripSpoofedSender(m.Content.PlainText())), m)
 	}
 	if m.Scene.Type != events.ScopePrivate {
 		text = identity.SenderPrefix(m.Sender) + text
