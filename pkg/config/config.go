@@ -444,10 +444,18 @@ type Harness struct {
 
 // Compaction is ai.agent.compaction.
 type Compaction struct {
-	Enabled          *bool `yaml:"enabled"`
-	Auto             *bool `yaml:"auto"`
-	KeepRecentTokens int   `yaml:"keepRecentTokens"`
-	MinKeepCount     int   `yaml:"minKeepCount"`
+	Enabled          *bool `yaml:"enabled"`          // L1 + L2 (default true)
+	Auto             *bool `yaml:"auto"`             // L2 on its own near the window (default true)
+	KeepRecentTokens int   `yaml:"keepRecentTokens"` // newest tokens kept verbatim (default 20000, at most half the window)
+	MinKeepCount     int   `yaml:"minKeepCount"`     // fewest messages kept verbatim (default 2)
+	// ReserveTokens is the headroom for the reply: L2 runs above contextWindow - reserveTokens
+	// (default 16384, at most a quarter of the window).
+	ReserveTokens int `yaml:"reserveTokens"`
+	// Model writes the summaries, as "provider/model" (default: the turn's model).
+	Model string `yaml:"model"`
+	// MemoryFlush runs the silent housekeeping turn that writes data/memory notes before an
+	// automatic compaction (default true).
+	MemoryFlush *bool `yaml:"memoryFlush"`
 }
 
 // Trigger is ai.trigger.
@@ -688,6 +696,9 @@ func (c *Config) ApplyDefaults() {
 	}
 	if a.Compaction.MinKeepCount == 0 {
 		a.Compaction.MinKeepCount = 2
+	}
+	if a.Compaction.ReserveTokens == 0 {
+		a.Compaction.ReserveTokens = 16384
 	}
 	t := &c.AI.Trigger
 	if t.Prefixes == nil {

@@ -105,6 +105,8 @@ func TestCodecRoundTripEveryType(t *testing.T) {
 	check(TypeCtxMessages)
 	roundTrip(t, New(CtxSummary{Summary: "they talked", AnchorSeq: 9}, sid))
 	check(TypeCtxSummary)
+	roundTrip(t, New(CtxLeaf{LeafSeq: 4, BranchFrom: 5, BranchTo: 9, BranchSummary: "tried X"}, sid))
+	check(TypeCtxLeaf)
 	roundTrip(t, New(LiveDelta{Kind: "text_delta", Delta: "he", Seq: 1}, sid))
 	check(TypeLiveDelta)
 	roundTrip(t, New(ToolCall{CallID: "c1", Tool: "bash", Args: map[string]any{}, SessionKey: k,

@@ -44,6 +44,7 @@ var schemaSubjects = map[string]string{
 	TypeTurnFailed:         "AGENT_EVENTS, subject agent.evt.<sk>.<turn>.turn_failed",
 	TypeCtxMessages:        "AGENT_CTX, subject agent.ctx.<sk>.<epoch>",
 	TypeCtxSummary:         "AGENT_CTX, subject agent.ctx.<sk>.<epoch>",
+	TypeCtxLeaf:            "AGENT_CTX, subject agent.ctx.<sk>.<epoch>",
 	TypeLiveDelta:          "core NATS (not stored), subject agent.live.<sk>",
 	TypeToolCall:           "TOOL_CALLS, subject tool.call.<tool>",
 	TypeToolResult:         "TOOL_RESULTS, subject tool.result.<sk>.<callId>",
@@ -69,7 +70,7 @@ var schemaMakers = map[string]func() (*jsonschema.Schema, error){
 	TypeTurnStarted: schemaFor[TurnStarted](), TypeMessageEnd: schemaFor[MessageEnd](),
 	TypeToolCallRequested: schemaFor[ToolCallRequested](), TypeToolResultRecorded: schemaFor[ToolResultRecorded](),
 	TypeOutboundPublished: schemaFor[OutboundPublished](), TypeTurnCommitted: schemaFor[TurnCommitted](),
-	TypeTurnFailed: schemaFor[TurnFailed](), TypeCtxMessages: schemaFor[CtxMessages](), TypeCtxSummary: schemaFor[CtxSummary](),
+	TypeTurnFailed: schemaFor[TurnFailed](), TypeCtxMessages: schemaFor[CtxMessages](), TypeCtxSummary: schemaFor[CtxSummary](), TypeCtxLeaf: schemaFor[CtxLeaf](),
 	TypeLiveDelta: schemaFor[LiveDelta](), TypeToolCall: schemaFor[ToolCall](), TypeToolResult: schemaFor[ToolResult](),
 	TypeSubagentTask: schemaFor[SubagentTask](), TypeDeferredTask: schemaFor[DeferredTask](), TypeDeadLetter: schemaFor[DeadLetter](),
 }

@@ -49,6 +49,8 @@ type actor struct {
 	kept    []events.SessionID  // ids whose context the cache keeps for this actor (ctxlog.Keep)
 	commit  sync.Mutex          // serializes context commits (parallel turns share a snapshot)
 	turnsWG sync.WaitGroup
+	// compactMu serializes compactions and tree moves (compact.go); never taken while holding commit.
+	compactMu sync.Mutex
 
 	// chatPolicy is the chat's /queue policy from the session record ("" = ai.agent.concurrency).
 	chatPolicy string // under mu
@@ -405,6 +407,9 @@ func (a *actor) shutdown() {
 
 // handle applies one inbox event.
 func (a *actor) handle(ev events.Any, seq uint64) error {
+	if err := a.archiveIfIdle(ev); err != nil { // sessions_idle.go
+		return err
+	}
 	policy := a.concurrency()
 	switch e := ev.(type) {
 	case *events.Event[events.UserMessage]:

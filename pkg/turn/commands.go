@@ -44,6 +44,18 @@ func (a *actor) command(e *events.Event[events.Command], seq uint64) error {
 		reply = a.approve(c, from)
 	case "tasks":
 		reply = a.tasksCommand(c, from) // commands_tasks.go
+	case "tree": // commands_tree.go
+		r, err := a.treeCommand(c, from, pt)
+		if err != nil {
+			return err
+		}
+		reply = r
+	case "compact": // commands_compact.go
+		r, err := a.compactionCommand(c, from, pt)
+		if err != nil {
+			return err
+		}
+		reply = r
 	default:
 		r, ok, err := a.sessionCommand(c, from, pt.msg)
 		switch {
@@ -67,7 +79,9 @@ const helpText = `Commands:
 /model [name]: show or switch this chat's model (masters, trusted)
 /queue [policy]: show or set how messages during a turn are handled: parallel, queue, steer, interrupt, collect
 /usage: tokens and cost of this conversation
-/context: what the model sees next turn
+/context: what the model sees next turn, how full the window is, compactions so far
+/compact [instructions]: summarize the older part of the conversation now (masters, trusted)
+/tree, /tree N: the conversation's points; continue from point N (masters, trusted)
 /whoami: who the bot takes you for
 /tools [filter]: the tools you may use here
 /mcp, /bindings: MCP servers, ai.agents bindings (masters, trusted)

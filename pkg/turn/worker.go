@@ -30,6 +30,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
+	"github.com/agentbus/agentbus/pkg/memory"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/skills"
 	"github.com/agentbus/agentbus/pkg/store"
@@ -74,7 +75,10 @@ type Options struct {
 	// FetchImage inlines an image a message references by URL, for vision models; nil sends
 	// the reference as text.
 	FetchImage func(ctx context.Context, url string) (data []byte, mimeType string, err error)
-	Log        *slog.Logger
+	// Memory holds the memory files the housekeeping turn before a compaction may write; nil
+	// skips that turn.
+	Memory *memory.Store
+	Log    *slog.Logger
 }
 
 // Worker runs session actors for every session whose lease it holds.
