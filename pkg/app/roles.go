@@ -166,7 +166,7 @@ func (p *Process) backgroundTools(ctx context.Context, cfg *config.Config) ([]to
 	cat.Start(cctx)
 	timeout := time.Duration(cfg.AI.Agent.TaskTimeoutMs) * time.Millisecond
 	return []tools.Tool{
-		schedule.FollowUpTool(scheds),
+		schedule.FollowUpTool(scheds, tasks),
 		turn.ToolSearchTool(cat, turn.NewToolSearchCache(100, time.Minute)),
 		turn.RunDeferredTaskTool(p.JS, cat, tasks, timeout),
 	}, nil

@@ -67,6 +67,8 @@ type TaskRecord struct {
 	Error    string `json:"error,omitempty"`
 	// Worker is the replica that runs (or ran) it.
 	Worker string `json:"worker,omitempty"`
+	// DueAt (Unix ms) is when a reminder fires.
+	DueAt int64 `json:"dueAt,omitempty"`
 }
 
 // Terminal reports whether the task has ended.

@@ -30,9 +30,12 @@ type followUpArgs struct {
 }
 
 // FollowUpTool is schedule_followup: it keeps one pending reminder per session as a JetStream
-// message schedule (id "followup") that fires an inbox.scheduled into the session. Creating a
-// reminder replaces the pending one. Served by tool workers.
-func FollowUpTool(s *Schedules) tools.Tool {
+// message schedule (id "followup") that fires an inbox.scheduled into the session, and a
+// record of it in KV tasks (id "followup", state pending, DueAt). Creating a reminder replaces
+// the pending one. Tool workers may publish schedules and use KV tasks but not read the inbox
+// stream, so the tool answers list and "it replaces ..." from the record. Served by tool
+// workers.
+func FollowUpTool(s *Schedules, tasks *Tasks) tools.Tool {
 	return tools.MustNew(FollowUpToolName,
 		"Schedule a follow-up reminder in this chat: action create with delay_minutes (or at) and message; list shows the pending one; cancel removes it. A new reminder replaces the pending one.",
 		func(ctx context.Context, c tools.Call, a followUpArgs) (tools.Result, error) {
@@ -40,34 +43,61 @@ func FollowUpTool(s *Schedules) tools.Tool {
 			if err != nil {
 				return tools.ErrorResult("schedule_followup needs a chat session: %v", err), nil
 			}
-			id := events.ScheduleID(events.ScheduleFollowUp, "")
+			now := time.Now()
+			pending, err := pendingFollowUp(ctx, tasks, sk, now)
+			if err != nil {
+				return tools.Result{}, fmt.Errorf("schedule_followup: %w", err)
+			}
 			switch strings.ToLower(strings.TrimSpace(a.Action)) {
 			case "create", "":
-				return createFollowUp(ctx, s, sk, id, c, a, time.Now())
+				return createFollowUp(ctx, s, tasks, sk, c, a, now, pending)
 			case "list":
-				p, err := s.Get(ctx, sk, id)
-				if errors.Is(err, ErrNotFound) {
+				if pending == nil {
 					return tools.TextResult("No pending reminder in this chat."), nil
 				}
-				if err != nil {
-					return tools.Result{}, err
-				}
-				return tools.TextResult("Pending reminder " + Describe(*p) + "."), nil
+				return tools.TextResult("Pending reminder " + describeRecord(*pending) + "."), nil
 			case "cancel":
-				p, err := s.Cancel(ctx, sk, id)
-				if errors.Is(err, ErrNotFound) {
+				if pending == nil {
 					return tools.TextResult("There was no pending reminder to cancel."), nil
 				}
-				if err != nil {
+				if err := s.Clear(ctx, sk, FollowUpID); err != nil {
 					return tools.Result{}, err
 				}
-				return tools.TextResult("Cancelled the reminder " + Describe(*p) + "."), nil
+				if _, err := tasks.Update(ctx, sk, FollowUpID, func(r *events.TaskRecord) bool {
+					r.State, r.Error = events.TaskCancelled, "cancelled by "+c.Env.SenderID
+					return true
+				}); err != nil {
+					return tools.Result{}, err
+				}
+				return tools.TextResult("Cancelled the reminder " + describeRecord(*pending) + "."), nil
 			}
 			return tools.ErrorResult("schedule_followup: unknown action %q (want create, list or cancel)", a.Action), nil
 		}, tools.WithKeywords(FollowUpKeywords...), tools.WithSource("builtin"))
 }
 
-func createFollowUp(ctx context.Context, s *Schedules, sk events.SessionKey, id string, c tools.Call, a followUpArgs, now time.Time) (tools.Result, error) {
+// FollowUpID is the schedule and task id of a session's reminder.
+var FollowUpID = events.ScheduleID(events.ScheduleFollowUp, "")
+
+// pendingFollowUp is the session's reminder record while it is pending and not yet due.
+func pendingFollowUp(ctx context.Context, tasks *Tasks, sk events.SessionKey, now time.Time) (*events.TaskRecord, error) {
+	r, _, err := tasks.Get(ctx, sk, FollowUpID)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if r.State != events.TaskPending || r.DueAt < now.UnixMilli() {
+		return nil, nil
+	}
+	return &r, nil
+}
+
+func describeRecord(r events.TaskRecord) string {
+	return fmt.Sprintf("%s at %s: %q", r.ID, time.UnixMilli(r.DueAt).UTC().Format(time.RFC3339), r.Label)
+}
+
+func createFollowUp(ctx context.Context, s *Schedules, tasks *Tasks, sk events.SessionKey, c tools.Call, a followUpArgs, now time.Time, old *events.TaskRecord) (tools.Result, error) {
 	if strings.TrimSpace(a.Message) == "" {
 		return tools.ErrorResult("schedule_followup: message is required to create a reminder"), nil
 	}
@@ -99,16 +129,20 @@ func createFollowUp(ctx context.Context, s *Schedules, sk events.SessionKey, id 
 	if ev.CreatedBy.ID == "" {
 		ev.CreatedBy.ID = "unknown"
 	}
-	old, err := s.Put(ctx, sk, id, At(at), "", ev)
+	err := s.Set(ctx, sk, FollowUpID, At(at), "", ev)
 	if errors.Is(err, ErrBadSchedule) {
 		return tools.ErrorResult("schedule_followup: %v", err), nil
 	}
 	if err != nil {
 		return tools.Result{}, fmt.Errorf("schedule_followup: %w", err)
 	}
+	if err := tasks.Put(ctx, events.TaskRecord{ID: FollowUpID, Kind: events.ScheduleFollowUp, Session: sk, Label: a.Message,
+		State: events.TaskPending, Owner: ev.CreatedBy.ID, DueAt: at.UnixMilli()}); err != nil {
+		return tools.Result{}, fmt.Errorf("schedule_followup: %w", err)
+	}
 	text := fmt.Sprintf("Reminder set for %s (in %s): %q.", at.UTC().Format(time.RFC3339), at.Sub(now).Round(time.Second), a.Message)
 	if old != nil {
-		text += " It replaces the pending reminder " + Describe(*old) + "."
+		text += " It replaces the pending reminder " + describeRecord(*old) + "."
 	}
 	return tools.TextResult(text), nil
 }

@@ -96,6 +96,21 @@ func (s *Schedules) Put(ctx context.Context, k events.SessionKey, id, pattern, t
 	return old, nil
 }
 
+// Set creates or replaces schedule id of session k without reading the stream first (tool
+// workers may publish schedules but not read the inbox stream).
+func (s *Schedules) Set(ctx context.Context, k events.SessionKey, id, pattern, tz string, ev events.Scheduled) error {
+	if err := CheckPattern(pattern, time.Now()); err != nil {
+		return err
+	}
+	ev.ScheduleID, ev.Schedule = id, pattern
+	return s.publish(ctx, k, id, pattern, tz, ev)
+}
+
+// Clear ends schedule id of session k, if there is one, without reading the stream first.
+func (s *Schedules) Clear(ctx context.Context, k events.SessionKey, id string) error {
+	return s.clear(ctx, k, id)
+}
+
 // Ensure makes schedule id of session k be pattern with ev's text, touching nothing when it
 // already is (re-publishing an "@every" schedule would restart its period). Replicas that
 // start together race through expected-last-subject-sequence: one writes, the others see its
@@ -182,18 +197,25 @@ func (s *Schedules) Cancel(ctx context.Context, k events.SessionKey, id string) 
 	// A message without Nats-Schedule on the subject ends the schedule; as a subject rollup it
 	// also removes the schedule message, and its own TTL removes it in turn. This needs only
 	// publish rights on schedule.> (no stream purge, which the roles do not have).
+	if err := s.clear(ctx, k, id, jetstream.WithExpectLastSequencePerSubject(p.Seq)); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (s *Schedules) clear(ctx context.Context, k events.SessionKey, id string, opts ...jetstream.PublishOpt) error {
 	m := nats.NewMsg(events.ScheduleSubject(k, id))
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	m.Header.Set(jetstream.MsgTTLHeader, cancelMarkerTTL.String())
 	m.Data = []byte("cancelled")
-	if _, err := s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(p.Seq)); err != nil {
+	if _, err := s.js.PublishMsg(ctx, m, opts...); err != nil {
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-			return nil, fmt.Errorf("%w: schedule %s changed meanwhile", ErrConflict, id)
+			return fmt.Errorf("%w: schedule %s changed meanwhile", ErrConflict, id)
 		}
-		return nil, fmt.Errorf("schedule: cancel %s of %s: %w", id, k, err)
+		return fmt.Errorf("schedule: cancel %s of %s: %w", id, k, err)
 	}
-	return p, nil
+	return nil
 }
 
 // cancelMarkerTTL is how long the marker Cancel leaves stays in the stream.

@@ -51,6 +51,23 @@ func (t *Tasks) Create(ctx context.Context, r events.TaskRecord) (bool, error) {
 	return true, nil
 }
 
+// Put stores r whatever was there (the reminder record, which each new reminder replaces).
+func (t *Tasks) Put(ctx context.Context, r events.TaskRecord) error {
+	now := time.Now().UnixMilli()
+	if r.CreatedAt == 0 {
+		r.CreatedAt = now
+	}
+	r.UpdatedAt = now
+	b, err := events.MarshalTaskRecord(r)
+	if err != nil {
+		return err
+	}
+	if _, err := t.kv.Put(ctx, events.TaskKey(r.Session, r.ID), b); err != nil {
+		return fmt.Errorf("schedule: put task %s: %w", r.ID, err)
+	}
+	return nil
+}
+
 // Get returns the record of task id in session k, or ErrNotFound.
 func (t *Tasks) Get(ctx context.Context, k events.SessionKey, id string) (events.TaskRecord, uint64, error) {
 	e, err := t.kv.Get(ctx, events.TaskKey(k, id))

@@ -199,6 +199,18 @@ func (a *actor) onScheduled(e *events.Event[events.Scheduled], seq uint64) error
 		text = "[scheduled reminder] It is time for the reminder the user asked for. Tell them now, in their language: " + s.Text
 	}
 	a.recordFiring(s, seq, kind, events.TaskDone, "")
+	if kind == events.ScheduleFollowUp && s.ScheduleID == schedule.FollowUpID {
+		// The reminder record (pending, written by schedule_followup) is done now.
+		if _, err := a.w.bg.tasks.Update(a.ctx, a.sk, s.ScheduleID, func(r *events.TaskRecord) bool {
+			if r.State != events.TaskPending || r.DueAt > time.Now().Add(time.Minute).UnixMilli() {
+				return false // a newer reminder
+			}
+			r.State = events.TaskDone
+			return true
+		}); err != nil && !errors.Is(err, schedule.ErrNotFound) {
+			a.log.Warn("reminder record", "err", err)
+		}
+	}
 	m := llm.UserText(text, time.Now().UnixMilli())
 	// No roles from a schedule: tool workers may write schedules too, so a fired one cannot
 	// vouch for a master. The turn runs with user-level tools as the one who set it.

@@ -51,6 +51,9 @@ func (a *actor) tasksReport() string {
 	}
 	var active, recent []events.TaskRecord
 	for _, r := range recs {
+		if r.ID == schedule.FollowUpID {
+			continue // the reminder itself is listed with the schedules; its firings are records of their own
+		}
 		if r.Terminal() {
 			if len(recent) < maxRecentTasks {
 				recent = append(recent, r)
@@ -125,6 +128,15 @@ func (a *actor) cancelTask(id string, from events.Sender) string {
 		}
 		if _, err := a.w.bg.scheds.Cancel(a.ctx, a.sk, id); err != nil {
 			return "Could not cancel " + id + ": " + err.Error()
+		}
+		if id == schedule.FollowUpID {
+			_, _ = a.w.bg.tasks.Update(a.ctx, a.sk, id, func(r *events.TaskRecord) bool {
+				if r.State != events.TaskPending {
+					return false
+				}
+				r.State, r.Error = events.TaskCancelled, "cancelled by "+from.ID
+				return true
+			})
 		}
 		reply := "Cancelled " + schedule.Describe(*p) + "."
 		if kind != events.ScheduleFollowUp {
