@@ -24,6 +24,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/ingest"
 	"github.com/agentbus/agentbus/pkg/mcpclient"
 	"github.com/agentbus/agentbus/pkg/netguard"
+	"github.com/agentbus/agentbus/pkg/schedule"
 	"github.com/agentbus/agentbus/pkg/tools"
 	"github.com/agentbus/agentbus/pkg/tools/builtin"
 	"github.com/agentbus/agentbus/pkg/tools/filetool"
@@ -72,6 +73,11 @@ func (p *Process) ToolSet(ctx context.Context, cfg *config.Config, log *slog.Log
 	}
 	all = append(all, toolworker.UserProfileTool(profiles), toolworker.ChatHistoryTool(toolworker.NATSHistory{NC: p.NC}),
 		turn.SpawnTaskTool(p.JS, presets))
+	bg, err := p.backgroundTools(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	all = append(all, bg...)
 	media, err := p.JS.ObjectStore(ctx, events.ObjectMedia)
 	if err != nil {
 		return nil, fmt.Errorf("open media store: %w", err)
@@ -139,6 +145,33 @@ func (p *Process) startEgress(ctx context.Context, cfg *config.Config, opts Opti
 	}
 	p.onStop("egress", h.Stop)
 	return nil
+}
+
+// backgroundTools are schedule_followup, tool_search and run_deferred_task (docs/tasks.md).
+// tool_search reads the worker catalogue (KV tools) through a catalogue of its own, followed
+// until the process stops.
+func (p *Process) backgroundTools(ctx context.Context, cfg *config.Config) ([]tools.Tool, error) {
+	scheds, err := schedule.Open(ctx, p.JS)
+	if err != nil {
+		return nil, err
+	}
+	tasks, err := schedule.OpenTasks(ctx, p.JS)
+	if err != nil {
+		return nil, err
+	}
+	cat, err := turn.NewToolCatalog(ctx, p.JS)
+	if err != nil {
+		return nil, err
+	}
+	cctx, stop := context.WithCancel(context.Background())
+	p.onStopFunc("tool_search catalogue", stop)
+	cat.Start(cctx)
+	timeout := time.Duration(cfg.AI.Agent.TaskTimeoutMs) * time.Millisecond
+	return []tools.Tool{
+		schedule.FollowUpTool(scheds, tasks),
+		turn.ToolSearchTool(cat, turn.NewToolSearchCache(100, time.Minute)),
+		turn.RunDeferredTaskTool(p.JS, cat, tasks, timeout),
+	}, nil
 }
 
 // imMedia is the media helper of the native adapters: the media object store, and the web

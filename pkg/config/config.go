@@ -321,6 +321,7 @@ type AI struct {
 	MCPServers      map[string]MCPServer      `yaml:"mcpServers"`
 	ImageGeneration ImageGeneration           `yaml:"imageGeneration"`
 	Tools           Tools                     `yaml:"tools"`
+	Scheduler       Scheduler                 `yaml:"scheduler"` // heartbeat and recurring jobs (scheduler.go)
 	Extra           map[string]map[string]any `yaml:"extra"`
 }
 
@@ -465,6 +466,11 @@ type Agent struct {
 	ToolTimeoutMs            int64               `yaml:"toolTimeoutMs"`
 	WebFetch                 WebFetch            `yaml:"webFetch"`
 	WebSearch                WebSearch           `yaml:"webSearch"`
+	// ToolSearch keeps only the orchestration tools in the main agent (tool_search,
+	// run_deferred_task, spawn_task, ask_user); other tools run as deferred tasks.
+	ToolSearch bool `yaml:"toolSearch"`
+	// TaskTimeoutMs bounds one background task (deferred tool run, subagent); default 10 minutes.
+	TaskTimeoutMs int64 `yaml:"taskTimeoutMs"`
 }
 
 // WebFetch configures the web_fetch tool's SSRF guard.
@@ -826,6 +832,7 @@ func (c *Config) Validate() error {
 	oneOf("ai.dispatcher.mode", c.AI.Dispatcher.Mode, "exclusive", "dual")
 	oneOf("ai.dispatcher.order", c.AI.Dispatcher.Order, "command-first", "ai-first")
 	oneOf("nats.storage", c.NATS.Storage, "file", "memory")
+	c.AI.Scheduler.validate(bad)
 	if c.NATS.Provision != "" {
 		oneOf("nats.provision", c.NATS.Provision, "update", "wait")
 	}

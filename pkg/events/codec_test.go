@@ -80,6 +80,8 @@ func TestCodecRoundTripEveryType(t *testing.T) {
 	check(TypeSubagentResult)
 	roundTrip(t, New(Scheduled{ScheduleID: "s1", Text: "standup", CreatedBy: Sender{ID: "u1"}}, sid))
 	check(TypeScheduled)
+	roundTrip(t, New(TaskResult{TaskID: "t2", Kind: DeferredKindTool, Label: "image", Content: []llm.Content{llm.Text("![cat](media://x.png)")}}, sid))
+	check(TypeTaskResult)
 	roundTrip(t, New(Abort{Sender: Sender{ID: "u1"}}, sid))
 	check(TypeAbort)
 	roundTrip(t, New(TurnStarted{Turn: "T1", Trigger: InboxRef{Seq: 3, ID: "e1"}, Model: ModelRef{ID: "gpt", Provider: "openai"},

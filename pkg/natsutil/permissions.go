@@ -22,8 +22,11 @@ import (
 //     (im.out), live deltas, tasks, schedules, subagent results into agent.in, session/lease/
 //     approval/profile/model KVs, and purging a session's context subject on /reset.
 //   - tool-worker: tool results, the tool registry KV, profiles and delivered markers, the
-//     transcript search request, dead letters. Not agent.in, im.in or im.out: a tool (the bash
-//     sandbox included) cannot put words in a master's mouth nor speak to a chat directly.
+//     transcript search request, dead letters; background work its tools queue (task.> for
+//     spawn_task and run_deferred_task, schedule.> for schedule_followup, KV tasks). Not
+//     agent.in, im.in or im.out: a tool (the bash sandbox included) cannot put words in a
+//     master's mouth nor speak to a chat directly. A schedule fires into agent.in, so the turn
+//     worker trusts no roles from a fired schedule (see turn.onScheduled).
 //   - egress: receipts (im.sent), delivered markers, console.out, dead letters; it serves the
 //     transcript search (a NATS micro service).
 //   - admin: everything (provisioning streams and buckets, operators' CLI).
@@ -119,14 +122,14 @@ func BusRoles() []BusRole {
 				"agent.in.>", "agent.evt.>", "agent.ctx.>", "agent.live.>",
 				"tool.call.>", "tool.result.>", "im.out.>", "task.>", "schedule.>", "dlq.>",
 				"$JS.API.STREAM.PURGE.AGENT_CTX", "transcripts.search",
-			}, kv("sessions", "leases", "approvals", "profiles", "models", "tools"), []string{"$O.media.>"}),
+			}, kv("sessions", "leases", "approvals", "profiles", "models", "tools", "tasks"), []string{"$O.media.>"}),
 			// Tool results are also awaited as core messages on the session's subject.
 			Subscribe: join(inbox, []string{"tool.result.>"}),
 		},
 		{
 			Name: RoleToolWorker,
-			Publish: join(jsRead, []string{"tool.result.>", "dlq.>", "transcripts.search"},
-				kv("tools", "profiles", "delivered"), []string{"$O.media.>"}),
+			Publish: join(jsRead, []string{"tool.result.>", "dlq.>", "transcripts.search", "task.>", "schedule.>"},
+				kv("tools", "profiles", "delivered", "tasks"), []string{"$O.media.>"}),
 			Subscribe: inbox,
 			NoRead: append(slices.Clone(conversation), kvStream(events.BucketSessions), kvStream(events.BucketLeases),
 				kvStream(events.BucketWebhookSeen)),

@@ -129,6 +129,7 @@ func TestRolePermissions(t *testing.T) {
 			{false, "agent.ctx.x.1", true},
 			{false, "tool.call.bash", true},
 			{false, "$KV.approvals.webhook.b1", true},
+			{false, "$KV.tasks.x.t1", true},
 			{false, "im.in.webhook.b1.private.u1", false},
 			{false, "im.sent.webhook.b1.private.u1", false},
 			{false, "$KV.delivered.x", false},
@@ -139,6 +140,9 @@ func TestRolePermissions(t *testing.T) {
 		natsutil.RoleToolWorker: {
 			{false, "tool.result.x.c1", true},
 			{false, "$KV.tools.bash", true},
+			{false, "task.deferred.t1", true},                        // run_deferred_task, spawn_task
+			{false, "schedule.webhook_b1_private_u1.followup", true}, // schedule_followup
+			{false, "$KV.tasks.x.t1", true},
 			{false, "agent.in.webhook_b1_private_u1", false}, // no master commands from a tool
 			{false, "im.in.webhook.b1.private.u1", false},
 			{false, "im.out.webhook.b1.private.u1", false}, // no direct chat output
@@ -202,12 +206,12 @@ func TestRolePermissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := st.Info(context.Background())
+	info, err := st.Info(context.Background(), jetstream.WithSubjectFilter("agent.in.>"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.State.Msgs != 1 { // the one ingest published above; the tool worker's is not there
-		t.Errorf("SESSION_IN holds %d messages, want 1 (ingest's)", info.State.Msgs)
+	if n := info.State.Subjects["agent.in.webhook_b1_private_u1"]; n != 1 { // the one ingest published above; the tool worker's is not there
+		t.Errorf("SESSION_IN holds %d inbox messages, want 1 (ingest's)", n)
 	}
 	// Reading: the tool worker cannot consume or get a conversation; what it needs still works.
 	reads := []struct {

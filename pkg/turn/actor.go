@@ -447,8 +447,9 @@ func (a *actor) handle(ev events.Any, seq uint64) error {
 	case *events.Event[events.Command]:
 		return a.command(e, seq)
 	case *events.Event[events.Scheduled]:
-		m := llm.UserText("[scheduled reminder] "+e.Data.Text, time.Now().UnixMilli())
-		return a.schedule(&pendingTurn{seq: seq, input: []llm.Message{m}, msg: a.syntheticTarget(e.Data.CreatedBy, e.Data.ReplyTo), trace: e.Trace}, "parallel")
+		return a.onScheduled(e, seq)
+	case *events.Event[events.TaskResult]:
+		return a.onTaskResult(e, seq)
 	case *events.Event[events.SubagentResult]:
 		text := llm.TextContentOf(e.Data.Content)
 		m := llm.UserText("[background task "+e.Data.TaskID+" finished]\n"+text, time.Now().UnixMilli())

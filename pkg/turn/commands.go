@@ -42,6 +42,8 @@ func (a *actor) command(e *events.Event[events.Command], seq uint64) error {
 		reply = helpText
 	case "approve":
 		reply = a.approve(c, from)
+	case "tasks":
+		reply = a.tasksCommand(c, from) // commands_tasks.go
 	case "tree": // commands_tree.go
 		r, err := a.treeCommand(c, from, pt)
 		if err != nil {
@@ -85,7 +87,8 @@ const helpText = `Commands:
 /mcp, /bindings: MCP servers, ai.agents bindings (masters, trusted)
 /models, /health: providers and models, worker health
 /steer <text>, /followup <text>: add to the running turn (masters)
-/approve [once|always|rule …|list|revoke …]: approve bash commands (masters, private chat)`
+/approve [once|always|rule …|list|revoke …]: approve bash commands (masters, private chat)
+/tasks, /tasks cancel <id>: reminders, scheduled jobs and background tasks of this chat`
 
 // approve applies an owner /approve command (private chat, master only) to KV approvals.
 func (a *actor) approve(c events.Command, from events.Sender) string {

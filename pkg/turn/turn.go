@@ -35,6 +35,7 @@ type pendingTurn struct {
 	trace     string
 	due       time.Time
 	cancelled bool
+	heartbeat bool // a heartbeat turn: an answer of just HEARTBEAT_OK is not posted
 }
 
 func (p *pendingTurn) needs(seq uint64) bool {
@@ -690,6 +691,9 @@ func (t *turnRun) replyText(final *llm.Message) string {
 		text = strings.TrimSpace(final.TextContent() + "\n\n(" + reason + ")")
 	default:
 		text = final.TextContent()
+		if t.heartbeat && strings.TrimSpace(text) == HeartbeatOK {
+			text = ""
+		}
 	}
 	return text
 }
