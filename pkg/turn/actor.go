@@ -207,6 +207,10 @@ func (a *actor) step() (bool, error) {
 		a.w.deadLetter(raw.Subject, raw.Sequence, raw.Data, raw.Header, "invalid_event", derr)
 		return true, a.advance(raw.Sequence, nil)
 	}
+	if err := firedScheduleOnly(raw.Header, ev); err != nil {
+		a.w.deadLetter(raw.Subject, raw.Sequence, raw.Data, raw.Header, "forged_schedule", err)
+		return true, a.advance(raw.Sequence, nil)
+	}
 	return true, a.handle(ev, raw.Sequence)
 }
 
@@ -712,4 +716,19 @@ func (a *actor) commitMessages(sid events.SessionID, msgs []llm.Message, msgID, 
 	}
 	a.ctxLast[key] = seq
 	return seq, nil
+}
+
+// firedScheduleOnly refuses anything but an inbox.scheduled event that a message schedule put
+// into the inbox. The server marks what a schedule fires with Nats-Scheduler (clients cannot
+// set it), and identities that may not publish agent.in themselves (the tool worker, for
+// schedule_followup) may still publish schedules: without this check a schedule could carry a
+// master's command or message into the session.
+func firedScheduleOnly(h nats.Header, ev events.Any) error {
+	if h.Get(jetstream.SchedulerHeader) == "" {
+		return nil
+	}
+	if _, ok := ev.(*events.Event[events.Scheduled]); ok {
+		return nil
+	}
+	return fmt.Errorf("turn: a message schedule (%s) fired a %s event; schedules may only fire %s", h.Get(jetstream.SchedulerHeader), ev.EventMeta().Type, events.TypeScheduled)
 }
