@@ -129,6 +129,9 @@ type Reply struct {
 	ErrorMessage string
 	// Chunks splits Text into this many deltas (default 2 when the text is long enough).
 	Chunks int
+	// PromptTokens is the usage's prompt_tokens (default 10); a value above the model's window
+	// plays a server that truncated the prompt silently.
+	PromptTokens int
 	// ChunkDelay is waited between two text deltas (a slowly streaming model, for previews).
 	ChunkDelay time.Duration
 }
@@ -449,8 +452,12 @@ func writeStream(w http.ResponseWriter, r *http.Request, id, model string, reply
 		finish = "tool_calls"
 	}
 	words := len(strings.Fields(reply.Text))
+	prompt := reply.PromptTokens
+	if prompt == 0 {
+		prompt = 10
+	}
 	if !send(chunk{Choices: []chunkChoice{{Delta: delta{}, FinishReason: &finish}},
-		Usage: &usage{PromptTokens: 10, CompletionTokens: words, TotalTokens: 10 + words}}) {
+		Usage: &usage{PromptTokens: prompt, CompletionTokens: words, TotalTokens: prompt + words}}) {
 		return false
 	}
 	if _, err := io.WriteString(w, "data: [DONE]\n\n"); err != nil {

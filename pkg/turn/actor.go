@@ -52,6 +52,8 @@ type actor struct {
 	kept    []events.SessionID  // ids whose context the cache keeps for this actor (ctxlog.Keep)
 	commit  sync.Mutex          // serializes context commits (parallel turns share a snapshot)
 	turnsWG sync.WaitGroup
+	// compactMu serializes compactions and tree moves (compact.go); never taken while holding commit.
+	compactMu sync.Mutex
 
 	// chatPolicy is the chat's /queue policy from the session record ("" = ai.agent.concurrency).
 	chatPolicy string // under mu
@@ -259,6 +261,10 @@ func (a *actor) step() (bool, error) {
 		a.w.deadLetter(raw.Subject, raw.Sequence, raw.Data, raw.Header, "invalid_event", derr)
 		return true, a.advance(raw.Sequence, nil)
 	}
+	if err := firedScheduleOnly(raw.Header, ev); err != nil {
+		a.w.deadLetter(raw.Subject, raw.Sequence, raw.Data, raw.Header, "forged_schedule", err)
+		return true, a.advance(raw.Sequence, nil)
+	}
 	return true, a.handle(ev, raw.Sequence)
 }
 
@@ -457,6 +463,9 @@ func (a *actor) shutdown() {
 
 // handle applies one inbox event.
 func (a *actor) handle(ev events.Any, seq uint64) error {
+	if err := a.archiveIfIdle(ev); err != nil { // sessions_idle.go
+		return err
+	}
 	policy := a.concurrency()
 	switch e := ev.(type) {
 	case *events.Event[events.UserMessage]:
@@ -494,8 +503,9 @@ func (a *actor) handle(ev events.Any, seq uint64) error {
 	case *events.Event[events.Command]:
 		return a.command(e, seq)
 	case *events.Event[events.Scheduled]:
-		m := llm.UserText("[scheduled reminder] "+e.Data.Text, time.Now().UnixMilli())
-		return a.schedule(&pendingTurn{seq: seq, input: []llm.Message{m}, msg: a.syntheticTarget(e.Data.CreatedBy, e.Data.ReplyTo), trace: e.Trace}, "parallel")
+		return a.onScheduled(e, seq)
+	case *events.Event[events.TaskResult]:
+		return a.onTaskResult(e, seq)
 	case *events.Event[events.SubagentResult]:
 		text := llm.TextContentOf(e.Data.Content)
 		m := llm.UserText("[background task "+e.Data.TaskID+" finished]\n"+text, time.Now().UnixMilli())
@@ -528,10 +538,14 @@ func (a *actor) runningTurn() *turnRun {
 func (a *actor) abortAll(reason string) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	n := len(a.queued)
 	for _, t := range a.turns {
+		if t.replied.Load() {
+			continue // answered already, only closing: there is nothing left to cancel
+		}
 		t.abort(reason)
+		n++
 	}
-	n := len(a.turns) + len(a.queued)
 	// Queued turns are dropped with their inputs committed as context (nothing is lost).
 	for _, q := range a.queued {
 		q.cancelled = true
@@ -754,4 +768,19 @@ func (a *actor) commitMessages(sid events.SessionID, msgs []llm.Message, msgID, 
 	}
 	a.ctxLast[key] = seq
 	return seq, nil
+}
+
+// firedScheduleOnly refuses anything but an inbox.scheduled event that a message schedule put
+// into the inbox. The server marks what a schedule fires with Nats-Scheduler (clients cannot
+// set it), and identities that may not publish agent.in themselves (the tool worker, for
+// schedule_followup) may still publish schedules: without this check a schedule could carry a
+// master's command or message into the session.
+func firedScheduleOnly(h nats.Header, ev events.Any) error {
+	if h.Get(jetstream.SchedulerHeader) == "" {
+		return nil
+	}
+	if _, ok := ev.(*events.Event[events.Scheduled]); ok {
+		return nil
+	}
+	return fmt.Errorf("turn: a message schedule (%s) fired a %s event; schedules may only fire %s", h.Get(jetstream.SchedulerHeader), ev.EventMeta().Type, events.TypeScheduled)
 }
