@@ -134,11 +134,6 @@ func (p *Process) onStop(name string, f func(ctx context.Context) error) {
 	p.stops = append(p.stops, stopStep{name: name, stop: f})
 }
 
-// onStopFunc registers a step that cannot fail or wait.
-func (p *Process) onStopFunc(name string, f func()) {
-	p.onStop(name, func(context.Context) error { f(); return nil })
-}
-
 // spawn runs f on a goroutine the process owns: f's context ends when Stop reaches this step
 // (in reverse start order, like every other part), and Stop waits for f to return.
 func (p *Process) spawn(name string, f func(ctx context.Context)) {
@@ -425,7 +420,7 @@ func (p *Process) AddTurnWorker(ctx context.Context, id string) (*turn.Worker, e
 	if err := w.Start(ctx); err != nil {
 		return nil, err
 	}
-	p.onStopFunc("turn worker "+w.ID(), w.Stop)
+	p.onStop("turn worker "+w.ID(), w.Stop)
 	return w, nil
 }
 

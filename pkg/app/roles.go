@@ -108,9 +108,7 @@ func (p *Process) ToolSet(ctx context.Context, cfg *config.Config, log *slog.Log
 		return reg, err
 	}
 	// Servers that were down come in later, and lists change: keep the registry current.
-	sctx, cancel := context.WithCancel(context.Background())
-	p.onStopFunc("MCP tool refresh", cancel)
-	go mgr.Sync(sctx, reg)
+	p.spawn("MCP tool refresh", func(ctx context.Context) { mgr.Sync(ctx, reg) })
 	return reg, nil
 }
 
@@ -163,9 +161,7 @@ func (p *Process) backgroundTools(ctx context.Context, cfg *config.Config) ([]to
 	if err != nil {
 		return nil, err
 	}
-	cctx, stop := context.WithCancel(context.Background())
-	p.onStopFunc("tool_search catalogue", stop)
-	cat.Start(cctx)
+	p.spawn("tool_search catalogue", cat.Run)
 	timeout := time.Duration(cfg.AI.Agent.TaskTimeoutMs) * time.Millisecond
 	return []tools.Tool{
 		schedule.FollowUpTool(scheds, tasks),
@@ -377,18 +373,9 @@ func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *in
 	return routes, nil
 }
 
-// runBackground runs f until the process stops.
-func (p *Process) runBackground(ctx context.Context, f func(ctx context.Context)) {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f(ctx)
-	}()
-	p.onStopFunc("im adapter", func() {
-		cancel()
-		<-done
-	})
+// runBackground runs an adapter's f on a goroutine the process owns until it stops.
+func (p *Process) runBackground(_ context.Context, f func(ctx context.Context)) {
+	p.spawn("im adapter", f)
 }
 
 // imBotRoles adds the native adapters' bots' masters and trusted lists to bots.

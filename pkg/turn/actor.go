@@ -711,7 +711,9 @@ func (a *actor) startWaiting() {
 
 // cancelQueued closes a queued turn that /cancel dropped, keeping its input as context.
 func (a *actor) cancelQueued(pt *pendingTurn) {
+	a.turnsWG.Add(1) // owned like a turn: shutdown waits for it
 	go func() {
+		defer a.turnsWG.Done()
 		_ = a.appendContext(pt.seq, pt.input)
 		_, _ = a.w.sessions.Update(a.ctx, a.sk, func(s *store.Session) error { s.CloseTurn(pt.id); return nil })
 	}()

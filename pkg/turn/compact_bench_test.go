@@ -139,7 +139,7 @@ ai:
 			out[r] = round{cpu: cputime.Process() - before, compacted: model.summaryCount() > sums}
 		}
 		b.StopTimer()
-		w.Stop()
+		_ = w.Stop(context.Background())
 		// Mean and median CPU per turn of the rounds without a compaction in [from, to): the
 		// median is robust against a GC cycle or a neighbour's burst landing in one round.
 		avg := func(from, to int) (time.Duration, time.Duration, int) {

@@ -247,7 +247,9 @@ func (w *Worker) startDeferred(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	w.wg.Add(1)
 	go func() {
+		defer w.wg.Done()
 		<-w.ctx.Done()
 		cc.Stop()
 	}()

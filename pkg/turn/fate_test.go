@@ -52,7 +52,7 @@ func TestToolCallOfUnknownFateIsAwaited(t *testing.T) {
 	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(w.Stop)
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
 	h.waitTools(w, 1)
 
 	h.send(sk, "m1", "use the tool")

@@ -57,24 +57,26 @@ func NewToolCatalog(ctx context.Context, js jetstream.JetStream) (*ToolCatalog, 
 	return &ToolCatalog{kv: kv, m: map[string]events.ToolEntry{}}, nil
 }
 
-// Start follows the bucket until ctx ends.
-func (c *ToolCatalog) Start(ctx context.Context) {
-	go func() {
-		for ctx.Err() == nil {
-			w, err := c.kv.WatchAll(ctx)
-			if err != nil {
-				time.Sleep(time.Second)
-				continue
+// Run follows the bucket until ctx ends, watching again a second after a watch fails, and
+// returns when ctx ends. The caller runs it on a goroutine it owns and waits for it.
+func (c *ToolCatalog) Run(ctx context.Context) {
+	for ctx.Err() == nil {
+		w, err := c.kv.WatchAll(ctx)
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
 			}
-			for e := range w.Updates() {
-				if e == nil {
-					continue // initial values done
-				}
-				c.apply(e)
-			}
-			_ = w.Stop()
+			continue
 		}
-	}()
+		for e := range w.Updates() {
+			if e == nil {
+				continue // initial values done
+			}
+			c.apply(e)
+		}
+		_ = w.Stop()
+	}
 }
 
 func (c *ToolCatalog) apply(e jetstream.KeyValueEntry) {

@@ -65,7 +65,7 @@ func (h *harness) worker(id string) *Worker {
 	if err := w.Start(context.Background()); err != nil {
 		h.t.Fatal(err)
 	}
-	h.t.Cleanup(w.Stop)
+	h.t.Cleanup(func() { _ = w.Stop(context.Background()) })
 	return w
 }
 

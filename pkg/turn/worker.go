@@ -122,6 +122,9 @@ type Worker struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	cc       jetstream.ConsumeContext
+	stopOnce sync.Once
+	done     chan struct{} // closed when shutdown has finished
+
 }
 
 // New prepares a worker on a provisioned JetStream.
@@ -150,7 +153,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	if opts.Models == nil {
 		return nil, errors.New("turn: Options.Models is required")
 	}
-	w := &Worker{opts: opts, nc: nc, js: js, actors: map[string]*actor{}, claiming: map[string][]delivery{}, owners: map[string]ownerHint{},
+	w := &Worker{opts: opts, nc: nc, js: js, done: make(chan struct{}), actors: map[string]*actor{}, claiming: map[string][]delivery{}, owners: map[string]ownerHint{},
 		router: newResultRouter(), log: opts.Log.With("worker", opts.ID)}
 	var err error
 	if w.inbox, err = js.Stream(ctx, events.StreamSessionIn); err != nil {
@@ -223,8 +226,11 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", ConsumerName, err)
 	}
-	w.tools.Start(w.ctx)
-	w.wg.Add(2)
+	w.wg.Add(3)
+	go func() {
+		defer w.wg.Done()
+		w.tools.Run(w.ctx)
+	}()
 	go w.renewLeases()
 	go func() {
 		defer w.wg.Done()
@@ -283,7 +289,26 @@ func (w *Worker) renewLeases() {
 // Stop stops consuming, aborts running turns and releases the leases it holds. Turns that were
 // interrupted stay open in their session records and are resumed by whichever worker takes the
 // session next.
-func (w *Worker) Stop() {
+//
+// Stop waits for that at most until ctx ends, then returns ctx's error while the shutdown goes
+// on; Done reports its end. Safe to call more than once, concurrently, after Kill and on a
+// worker that was never started.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.stopOnce.Do(func() { go w.shutdown() })
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("turn: stop: %w", ctx.Err())
+	}
+}
+
+// Done is closed once the worker has stopped and every goroutine it started has ended.
+func (w *Worker) Done() <-chan struct{} { return w.done }
+
+// shutdown runs once, on its own goroutine (started by Stop), and closes w.done at its end.
+func (w *Worker) shutdown() {
+	defer close(w.done)
 	if w.wakeSub != nil {
 		_ = w.wakeSub.Unsubscribe()
 	}
@@ -316,10 +341,7 @@ func (w *Worker) Kill() {
 		a.killed.Store(true)
 	}
 	w.mu.Unlock()
-	if w.cancel != nil {
-		w.cancel()
-	}
-	w.wg.Wait()
+	_ = w.Stop(context.Background())
 }
 
 // onDelivery routes one SESSION_IN delivery to the session's actor, starting one if this
