@@ -104,6 +104,7 @@ func (p *Process) startToolWorker(ctx context.Context, cfg *config.Config, opts 
 		return err
 	}
 	p.onStop(h.Stop)
+	p.health.check("tool-worker", doneCheck(h.Done()))
 	return nil
 }
 
@@ -114,5 +115,6 @@ func (p *Process) startEgress(ctx context.Context, cfg *config.Config, opts Opti
 		return err
 	}
 	p.onStop(func() { _ = h.Stop() })
+	p.health.check("egress", doneCheck(h.Done()))
 	return nil
 }
