@@ -24,7 +24,7 @@ type health struct {
 	mu     sync.Mutex
 	roles  []string
 	checks map[string]func() error // role -> nil while it runs
-	last   time.Time                // of the last JetStream probe
+	last   time.Time               // of the last JetStream probe
 	lastJS error
 }
 
