@@ -19,10 +19,10 @@ import (
 	"github.com/agentbus/agentbus/pkg/store"
 )
 
-func connectJS(url string) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(url, nats.Name("agentbus cli"))
+func connectJS(bus busFlags) (*nats.Conn, jetstream.JetStream, error) {
+	nc, _, err := dial(bus, "agentbus cli")
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect %s: %w", url, err)
+		return nil, nil, err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -35,12 +35,17 @@ func connectJS(url string) (*nats.Conn, jetstream.JetStream, error) {
 // cmdSessions lists the session records in KV sessions.
 func cmdSessions(ctx context.Context, args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("sessions", flag.ContinueOnError)
-	url := fs.String("nats", defaultNATS(), "NATS URL")
+	bus := addBusFlags(fs)
 	asJSON := fs.Bool("json", false, "print the records as JSON lines")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "agentbus sessions — list the session records (KV sessions), most recent first.\n\nUsage:\n  agentbus sessions [flags]\n\nFlags:\n")
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), clientEnvHelp)
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	nc, js, err := connectJS(*url)
+	nc, js, err := connectJS(bus)
 	if err != nil {
 		return err
 	}
@@ -84,10 +89,16 @@ func cmdSessions(ctx context.Context, args []string, w io.Writer) error {
 // their results, commits and failures, in stream order.
 func cmdReplay(ctx context.Context, args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	url := fs.String("nats", defaultNATS(), "NATS URL")
+	bus := addBusFlags(fs)
 	fromSeq := fs.Uint64("from-seq", 0, "start at this AGENT_EVENTS sequence")
 	since := fs.Duration("since", 0, "start this long ago (e.g. 2h)")
 	asJSON := fs.Bool("json", false, "print the raw events as JSON lines")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "agentbus replay — print a session's turns from the event log (AGENT_EVENTS): inputs, messages,\n"+
+			"tool calls and results, commits and failures, in stream order.\n\nUsage:\n  agentbus replay [flags] platform:bot:scope:scene\n\nFlags:\n")
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), clientEnvHelp)
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -98,7 +109,7 @@ func cmdReplay(ctx context.Context, args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	nc, js, err := connectJS(*url)
+	nc, js, err := connectJS(bus)
 	if err != nil {
 		return err
 	}
