@@ -40,12 +40,16 @@ func cmdChat(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 	if *user == "" {
 		*user = "operator"
 	}
+	view := newChatView(stdout)
 	gone := make(chan struct{})
 	var goneOnce sync.Once
 	// A server that restarts is waited for a few seconds; one that stopped ends the chat.
 	nc, target, err := dial(bus, "agentbus chat", nats.MaxReconnects(10), nats.ReconnectWait(500*time.Millisecond),
 		nats.ClosedHandler(func(*nats.Conn) { goneOnce.Do(func() { close(gone) }) }),
-		nats.DisconnectErrHandler(func(*nats.Conn, error) {}))
+		nats.DisconnectErrHandler(func(*nats.Conn, error) {
+			view.line("(lost the connection to agentbus; trying again for a few seconds)")
+		}),
+		nats.ReconnectHandler(func(*nats.Conn) { view.line("(connected again)") }))
 	if err != nil {
 		return err
 	}
@@ -53,7 +57,6 @@ func cmdChat(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 	lost := func() error { return fmt.Errorf("%w: %s", errBusGone, redact(target.URL)) }
 	sk := events.SessionKey{Platform: ingest.PlatformConsole, Bot: ingest.ConsoleBot, Scope: events.ScopePrivate, Scene: *user}
 
-	view := newChatView(stdout)
 	// One channel for both subscriptions: the client library hands each subscription its own
 	// goroutine, so two handlers would see live deltas and final parts in no fixed order; one
 	// channel keeps the order in which the server sent them.
@@ -215,6 +218,9 @@ type chatView struct {
 	order   []*turnView // turns with output, oldest first; order[0] is the one on screen
 	done    int         // replies completed
 	changed chan struct{}
+	// ended remembers the last turns that completed, so their late deltas are dropped.
+	ended     map[string]bool
+	endedList []string
 }
 
 type turnView struct {
@@ -230,7 +236,7 @@ type turnView struct {
 }
 
 func newChatView(w io.Writer) *chatView {
-	return &chatView{w: w, turns: map[string]*turnView{}, changed: make(chan struct{})}
+	return &chatView{w: w, turns: map[string]*turnView{}, changed: make(chan struct{}), ended: map[string]bool{}}
 }
 
 func (v *chatView) turn(id string) *turnView {
@@ -265,6 +271,9 @@ func (v *chatView) delta(turn string, d events.LiveDelta) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if v.ended[turn] {
+		return
+	}
 	t := v.turn(turn)
 	if t.complete || (t.seq != 0 && d.Seq <= t.seq) {
 		return // late or out of order
@@ -286,6 +295,9 @@ func (v *chatView) part(o events.Outbound) {
 	id := o.Turn
 	if id == "" {
 		id = "out:" + o.OutID
+	}
+	if v.ended[id] {
+		return
 	}
 	t := v.turn(id)
 	if t.complete {
@@ -322,6 +334,12 @@ func (v *chatView) finish(t *turnView) {
 	v.done++
 	close(v.changed)
 	v.changed = make(chan struct{})
+	v.ended[t.id] = true
+	v.endedList = append(v.endedList, t.id)
+	if len(v.endedList) > 1024 {
+		delete(v.ended, v.endedList[0])
+		v.endedList = v.endedList[1:]
+	}
 	for len(v.order) > 0 && v.order[0].complete {
 		delete(v.turns, v.order[0].id)
 		v.order = v.order[1:]

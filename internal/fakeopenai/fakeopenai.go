@@ -126,6 +126,8 @@ type Reply struct {
 	Status int
 	// Chunks splits Text into this many deltas (default 2 when the text is long enough).
 	Chunks int
+	// Gap is waited between two text deltas (a model that writes slowly).
+	Gap time.Duration
 }
 
 // Script answers a request. It runs on the HTTP handler's goroutine and may block.
@@ -407,7 +409,14 @@ func writeStream(w http.ResponseWriter, r *http.Request, id, model string, reply
 	if !send(chunk{Choices: []chunkChoice{{Delta: delta{Role: "assistant", Content: &empty}}}}) {
 		return false
 	}
-	for _, part := range split(reply.Text, reply.Chunks) {
+	for i, part := range split(reply.Text, reply.Chunks) {
+		if i > 0 && reply.Gap > 0 {
+			select {
+			case <-time.After(reply.Gap):
+			case <-r.Context().Done():
+				return false
+			}
+		}
 		p := part
 		if !send(chunk{Choices: []chunkChoice{{Delta: delta{Content: &p}}}}) {
 			return false
