@@ -141,6 +141,7 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 func cmdUp(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
 	path := fs.String("config", "", "config file (default ./agentbus.yml when present, else the built-in defaults)")
+	healthAddr := fs.String("health", os.Getenv("AGENTBUS_HEALTH_LISTEN"), "serve GET /healthz on this address, e.g. 127.0.0.1:8081 (overrides health.listen)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `agentbus up — run agentbus on this machine: an embedded NATS JetStream server (store under
 dataDir, default ./data) and all four roles in one process, until Ctrl-C / SIGTERM. Without a
@@ -154,7 +155,7 @@ Usage:
 Flags:
 `)
 		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), "\nEnvironment:\n"+providerEnvHelp)
+		fmt.Fprint(fs.Output(), "\nEnvironment:\n  AGENTBUS_HEALTH_LISTEN  default of --health\n"+providerEnvHelp)
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -162,6 +163,9 @@ Flags:
 	cfg, err := loadConfig(*path)
 	if err != nil {
 		return err
+	}
+	if *healthAddr != "" {
+		cfg.Health.Listen = *healthAddr
 	}
 	log := newLogger(cfg, os.Stderr)
 	slog.SetDefault(log)
