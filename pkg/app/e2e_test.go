@@ -456,7 +456,7 @@ func TestInvalidInboxEventDeadLettered(t *testing.T) {
 	}
 	dlSubj := events.DeadLetterSubject("turn-worker", "invalid_event")
 	var dls []events.DeadLetter
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(waitMargin)
 	for len(dls) < len(garbage) && time.Now().Before(deadline) {
 		dls = dls[:0]
 		for seq := uint64(1); ; seq++ {
