@@ -60,6 +60,7 @@ type pipeline struct {
 type pipelineOpts struct {
 	concurrency     string // ai.agent.concurrency ("" = default)
 	collectWindowMs int64
+	timeoutMs       int64 // ai.agent.timeout
 }
 
 func newPipeline(t *testing.T, script fakeopenai.Script, o pipelineOpts) *pipeline {
@@ -76,6 +77,9 @@ func newPipeline(t *testing.T, script fakeopenai.Script, o pipelineOpts) *pipeli
 	agent := ""
 	if o.concurrency != "" {
 		agent += fmt.Sprintf("    concurrency: %s\n", o.concurrency)
+	}
+	if o.timeoutMs != 0 {
+		agent += fmt.Sprintf("    timeout: %d\n", o.timeoutMs)
 	}
 	if o.collectWindowMs != 0 {
 		agent += fmt.Sprintf("    collectWindowMs: %d\n", o.collectWindowMs)
