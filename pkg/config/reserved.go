@@ -10,6 +10,7 @@ package config
 // by the unknown-key check; its value is ignored.
 var reservedKeys = []string{
 	"ai.sessions.useDatabase", // sessions always live in JetStream (KV sessions, AGENT_CTX)
+	"ai.sessions.maxHistory",
 	"ai.sessions.expireMs",
 	"ai.sessions.sessionIdleArchiveMs",
 	"ai.context.enabled",
@@ -27,4 +28,9 @@ var reservedKeys = []string{
 	"ai.agent.subagentTurnWaitMs",
 	"ai.agent.compaction",
 	"ai.trigger.timeout",
+	"ai.providers.*.capabilities.streaming",
+	"ai.providers.*.capabilities.toolCalling",
+	"ai.providers.*.thinking",
+	"ai.providers.*.extra",
+	"ai.extra",
 }

@@ -54,8 +54,8 @@ func TestUnknownKeys(t *testing.T) {
 func TestReservedKeysWarnOnce(t *testing.T) {
 	c, err := Parse([]byte(`
 ai:
-  providers: {p: {api: faux}}
-  sessions: {useDatabase: true, maxHistory: 50}
+  providers: {p: {api: faux, capabilities: {vision: true, streaming: true}}}
+  sessions: {useDatabase: true, coldStartMaxMessages: 50}
   memoryMcp: {server: memory}
   agent:
     toolSearch: true
@@ -64,11 +64,11 @@ ai:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"ai.sessions.useDatabase", "ai.memoryMcp", "ai.agent.toolSearch"}
+	want := []string{"ai.providers.p.capabilities.streaming", "ai.sessions.useDatabase", "ai.memoryMcp", "ai.agent.toolSearch"}
 	if !reflect.DeepEqual(c.Reserved, want) {
 		t.Errorf("Reserved = %v, want %v", c.Reserved, want)
 	}
-	if c.AI.Agent.MaxIterations != 9 || c.AI.Sessions.MaxHistory != 50 {
+	if c.AI.Agent.MaxIterations != 9 || c.AI.Sessions.ColdStartMaxMessages != 50 || !Bool(c.AI.Providers["p"].Capabilities.Vision, false) {
 		t.Errorf("implemented keys next to reserved ones were not applied: %+v %+v", c.AI.Agent, c.AI.Sessions)
 	}
 	msg := ReservedWarning(c.Reserved)
