@@ -26,7 +26,7 @@ var errBusGone = errors.New("lost the connection to agentbus (the server stopped
 func cmdChat(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
 	fs := flag.NewFlagSet("chat", flag.ContinueOnError)
 	bus := addBusFlags(fs)
-	user := fs.String("user", os.Getenv("USER"), "your user id in the console scene (default $USER)")
+	user := fs.String("user", os.Getenv("USER"), "your user `id` in the console scene")
 	wait := fs.Duration("wait", 60*time.Second, "after the input ends, how long to wait for outstanding replies")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "agentbus chat — talk to a running agentbus from the terminal, as a master of the console bot.\n"+
@@ -46,8 +46,10 @@ func cmdChat(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 	// A server that restarts is waited for a few seconds; one that stopped ends the chat.
 	nc, target, err := dial(bus, "agentbus chat", nats.MaxReconnects(10), nats.ReconnectWait(500*time.Millisecond),
 		nats.ClosedHandler(func(*nats.Conn) { goneOnce.Do(func() { close(gone) }) }),
-		nats.DisconnectErrHandler(func(*nats.Conn, error) {
-			view.line("(lost the connection to agentbus; trying again for a few seconds)")
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil { // nil: our own Close at the end
+				view.line("(lost the connection to agentbus; trying again for a few seconds)")
+			}
 		}),
 		nats.ReconnectHandler(func(*nats.Conn) { view.line("(connected again)") }))
 	if err != nil {

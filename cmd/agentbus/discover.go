@@ -27,8 +27,8 @@ func addBusFlags(fs *flag.FlagSet) busFlags {
 		dd = config.DefaultDataDir
 	}
 	return busFlags{
-		url:     fs.String("nats", "", "NATS URL (default: $AGENTBUS_NATS_URL, else the URL `agentbus up` recorded in the data directory, else nats://127.0.0.1:4222)"),
-		dataDir: fs.String("data", dd, "data directory of the local `agentbus up` (to find its server)"),
+		url:     fs.String("nats", "", "NATS `URL` (default: $AGENTBUS_NATS_URL, else the URL \"agentbus up\" recorded in the data directory, else nats://127.0.0.1:4222)"),
+		dataDir: fs.String("data", dd, "data `directory` of the local \"agentbus up\" (to find its server)"),
 	}
 }
 

@@ -141,6 +141,8 @@ func TestStartupFailuresOneLineExit1(t *testing.T) {
 			[]string{"tool-worker:", `unknown tool "no_such_tool" in ai.tools`}},
 		{"bad tool.md", "agentbus", map[string]string{"agentbus.yml": quiet, "tools/bad.tool.md": "---\nname: x\nbogus: [\n---\nbody\n"}, []string{"up"},
 			[]string{"tool-worker:", "tools/bad.tool.md"}},
+		{"unreachable nats.url", "agentbus", map[string]string{"agentbus.yml": "log: {level: error}\nnats: {url: " + deadNATS + "}\n"}, []string{"up"},
+			[]string{"agentbus: connect to " + deadNATS, "is the NATS server running"}},
 		{"missing config file", "agentbus", nil, []string{"up", "--config", "nope.yml"}, []string{"read config", "nope.yml"}},
 	}
 	for _, role := range []string{"ingest", "turn-worker", "tool-worker", "egress"} {
