@@ -42,7 +42,7 @@ ai:
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.Stop)
+	t.Cleanup(func() { _ = p.Stop(context.Background()) })
 	return p
 }
 
@@ -131,7 +131,7 @@ func TestChatEndsWhenServerStops(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	p.Stop()
+	_ = p.Stop(context.Background())
 	select {
 	case err := <-done:
 		if !errors.Is(err, errBusGone) || strings.Contains(err.Error(), "deadline") {

@@ -28,7 +28,7 @@ func startUp(t *testing.T) *app.Process {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.Stop)
+	t.Cleanup(func() { _ = p.Stop(context.Background()) })
 	return p
 }
 
@@ -92,7 +92,7 @@ func TestEmbeddedServerToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.Stop)
+	t.Cleanup(func() { _ = p.Stop(context.Background()) })
 	url := p.Embedded.ClientURL()
 	var out bytes.Buffer
 	if err := cmdSessions(context.Background(), []string{"--nats", url}, &out); err == nil {

@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/config"
@@ -98,9 +99,18 @@ func Run(name string, roles app.Roles, args []string, stdout, stderr io.Writer) 
 	}
 	log.Info("running", "health", p.HealthURL, "webhook", p.WebhookURL)
 	<-ctx.Done()
-	p.Stop()
+	sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	if err := p.Stop(sctx); err != nil {
+		log.Error("stop", "err", err)
+		return 1
+	}
 	return 0
 }
+
+// stopTimeout bounds the stop after SIGINT/SIGTERM (in-flight tool calls and deliveries finish),
+// within a supervisor's usual kill timeout.
+const stopTimeout = 30 * time.Second
 
 // OneLine renders err on one line: the lines of a multi-line error are joined with "; ".
 func OneLine(err error) string {

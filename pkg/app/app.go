@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -82,23 +83,83 @@ type Process struct {
 	turnOpts   turn.Options
 	movedFrom  string // the default NATS address that was taken, when the server moved off it
 	health     health
-	stops      []func()
+	stops      []stopStep
 	skills     *skills.Store
+
+	stopOnce sync.Once
+	initOnce sync.Once
+	stopErr  error
+	done     chan struct{} // closed when Stop has finished
 }
 
-// Stop stops the roles in reverse start order and then the bus. It is safe on a nil or
-// partly started Process and when called more than once.
-func (p *Process) Stop() {
-	if p == nil {
-		return
-	}
-	for i := len(p.stops) - 1; i >= 0; i-- {
-		p.stops[i]()
-	}
-	p.stops = nil
+// stopStep stops one part of the process.
+type stopStep struct {
+	name string
+	stop func(ctx context.Context) error
 }
 
-func (p *Process) onStop(f func()) { p.stops = append(p.stops, f) }
+// Stop stops the roles in reverse start order and then the bus, each part waiting for its own
+// goroutines, all within ctx. It returns every part's error joined (a part that did not finish
+// in time reports ctx's error; the others are still stopped). Safe to call more than once and
+// concurrently; later calls wait for the first and return its result.
+func (p *Process) Stop(ctx context.Context) error {
+	p.stopOnce.Do(func() {
+		var errs []error
+		for i := len(p.stops) - 1; i >= 0; i-- {
+			st := p.stops[i]
+			if err := st.stop(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("stop %s: %w", st.name, err))
+			}
+		}
+		p.stops = nil
+		p.stopErr = errors.Join(errs...)
+		close(p.doneCh())
+	})
+	select {
+	case <-p.doneCh():
+		return p.stopErr
+	case <-ctx.Done():
+		return fmt.Errorf("app: stop: %w", ctx.Err())
+	}
+}
+
+// Done is closed once Stop has stopped every part.
+func (p *Process) Done() <-chan struct{} { return p.doneCh() }
+
+func (p *Process) doneCh() chan struct{} {
+	p.initOnce.Do(func() { p.done = make(chan struct{}) })
+	return p.done
+}
+
+// onStop registers how to stop a part; Stop runs the steps in reverse order.
+func (p *Process) onStop(name string, f func(ctx context.Context) error) {
+	p.stops = append(p.stops, stopStep{name: name, stop: f})
+}
+
+// onStopFunc registers a step that cannot fail or wait.
+func (p *Process) onStopFunc(name string, f func()) {
+	p.onStop(name, func(context.Context) error { f(); return nil })
+}
+
+// spawn runs f on a goroutine the process owns: f's context ends when Stop reaches this step
+// (in reverse start order, like every other part), and Stop waits for f to return.
+func (p *Process) spawn(name string, f func(ctx context.Context)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f(ctx)
+	}()
+	p.onStop(name, func(sctx context.Context) error {
+		cancel()
+		select {
+		case <-done:
+			return nil
+		case <-sctx.Done():
+			return sctx.Err()
+		}
+	})
+}
 
 // startDiscovery fills the model registry from the providers' model lists (cached in KV
 // models), in the background; providers with an explicit models: list are not asked.
@@ -109,7 +170,7 @@ func (p *Process) startDiscovery(ctx context.Context, cfg *config.Config, reg *l
 	}
 	mgr := models.NewManager(reg, cfg.AI.Providers, opts)
 	mgr.Start(ctx)
-	p.onStop(mgr.Stop)
+	p.onStop("model discovery", mgr.Stop)
 	return mgr
 }
 
@@ -127,9 +188,7 @@ func (p *Process) skillStore(cfg *config.Config, log *slog.Logger) *skills.Store
 	if err := p.skills.Load(); err != nil {
 		log.Warn("skills not loaded", "err", err)
 	}
-	wctx, cancel := context.WithCancel(context.Background())
-	p.onStop(cancel)
-	go p.skills.Watch(wctx, 0)
+	p.spawn("skills watcher", func(ctx context.Context) { p.skills.Watch(ctx, 0) })
 	return p.skills
 }
 
@@ -140,9 +199,14 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 		return err
 	}
 	<-ctx.Done()
-	p.Stop()
-	return nil
+	sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	return p.Stop(sctx)
 }
+
+// stopTimeout bounds Run's stop: long enough for in-flight tool calls and deliveries to finish
+// (egress waits up to its SendTimeout + 5 s), short enough for a supervisor's kill timeout.
+const stopTimeout = 30 * time.Second
 
 // Start starts the configured roles and returns once they run. On failure it stops what it
 // had started (the bus connection, the embedded server, the data-directory lock) and returns
@@ -157,7 +221,9 @@ func Start(ctx context.Context, cfg *config.Config, opts Options) (*Process, err
 	}
 	p := &Process{Config: cfg}
 	if err := p.start(ctx, cfg, opts, log); err != nil {
-		p.Stop()
+		sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+		defer cancel()
+		_ = p.Stop(sctx)
 		return nil, err
 	}
 	p.banner(opts.Out, opts.Roles)
@@ -202,18 +268,33 @@ func (p *Process) start(ctx context.Context, cfg *config.Config, opts Options, l
 	return p.startHealth(cfg, log)
 }
 
-// drain drains nc and waits (up to limit) until it is closed, so that the embedded server,
-// stopped next, does not pull subscriptions out from under a drain still in progress.
-func drain(nc *nats.Conn, limit time.Duration) {
+// drain drains nc and waits until the client reports it closed (or ctx ends, then it closes
+// it), so that the embedded server, stopped next, does not pull subscriptions out from under a
+// drain still in progress.
+func drain(ctx context.Context, nc *nats.Conn) error {
+	closed := make(chan struct{})
+	var once sync.Once
+	prev := nc.Opts.ClosedCB
+	nc.SetClosedHandler(func(c *nats.Conn) {
+		if prev != nil {
+			prev(c)
+		}
+		once.Do(func() { close(closed) })
+	})
+	if nc.IsClosed() {
+		return nil
+	}
 	if err := nc.Drain(); err != nil {
 		nc.Close()
-		return
+		return nil // already closing or closed: nothing left to drain
 	}
-	deadline := time.Now().Add(limit)
-	for !nc.IsClosed() && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+	select {
+	case <-closed:
+		return nil
+	case <-ctx.Done():
+		nc.Close()
+		return fmt.Errorf("drain: %w", ctx.Err())
 	}
-	nc.Close()
 }
 
 // connect starts the embedded server (nats.embedded) or dials nats.url, then provisions.
@@ -243,7 +324,7 @@ func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Log
 			return fmt.Errorf("start the embedded NATS server on %s (store %s): %w", listen, cfg.NATS.StoreDir, err)
 		}
 		p.Embedded = emb
-		p.onStop(func() { emb.Close() })
+		p.onStop("embedded NATS", func(context.Context) error { return emb.Close() })
 		if p.movedFrom != "" {
 			log.Warn("NATS port taken; the embedded server listens elsewhere", "taken", p.movedFrom, "url", emb.ClientURL(),
 				"recorded_in", filepath.Join(cfg.DataDir, URLFile))
@@ -266,7 +347,11 @@ func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Log
 		p.NC = nc
 	}
 	nc := p.NC
-	p.onStop(func() { drain(nc, 5*time.Second) })
+	p.onStop("bus connection", func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return drain(ctx, nc)
+	})
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
@@ -274,7 +359,7 @@ func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Log
 	p.JS = js
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := natsutil.Provision(pctx, js, events.SpecFromConfig(cfg.NATS)); err != nil {
+	if err := natsutil.Provision(pctx, js, natsutil.SpecFromConfig(cfg.NATS)); err != nil {
 		return fmt.Errorf("provision streams (is JetStream enabled on the NATS server?): %w", err)
 	}
 	return nil
@@ -290,7 +375,7 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 		return err
 	}
 	p.Demo = demo
-	reg, err := llm.NewRegistry(cfg.AI.Providers)
+	reg, err := models.NewRegistry(cfg.AI.Providers)
 	if err != nil {
 		return err
 	}
@@ -309,9 +394,7 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 	if err != nil {
 		return err
 	}
-	pctx, stopProfiles := context.WithCancel(context.Background())
-	p.onStop(stopProfiles)
-	profiles.Start(pctx)
+	p.spawn("profile cache", profiles.Run)
 	p.turnOpts = turn.Options{AI: cfg.AI, Models: reg, Log: log.With("role", "turn-worker"),
 		StreamFn: fb.Stream, Health: p.Costs,
 		ModelsReport: func() string { return models.Report(cfg.AI, reg, nil, mgr.Status()) },
@@ -351,7 +434,7 @@ func (p *Process) AddTurnWorker(ctx context.Context, id string) (*turn.Worker, e
 	if err := w.Start(ctx); err != nil {
 		return nil, err
 	}
-	p.onStop(w.Stop)
+	p.onStopFunc("turn worker "+w.ID(), w.Stop)
 	return w, nil
 }
 
@@ -361,11 +444,14 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 		bots[ingest.PlatformWebhook+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
 	}
 	in := ingest.New(p.JS, cfg.AI, bots, log.With("role", "ingest"))
+	if media, err := p.JS.ObjectStore(ctx, events.ObjectMedia); err == nil {
+		in.WithMedia(media) // inline uploads go to the media store, events carry references
+	}
 	console, err := ingest.ServeConsole(p.NC, in, log.With("role", "ingest"))
 	if err != nil {
 		return err
 	}
-	p.onStop(func() { _ = console.Unsubscribe() })
+	p.onStop("console", func(context.Context) error { return console.Unsubscribe() })
 	if len(cfg.IM.Webhook.Bots) == 0 {
 		return nil
 	}
@@ -383,13 +469,23 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 		return fmt.Errorf("im.webhook.listen %s cannot be used (%w): stop what listens there (another agentbus?), or set im.webhook.listen to a free address", cfg.IM.Webhook.Listen, err)
 	}
 	ws := newWebhookServer(mux)
+	served := make(chan struct{})
 	go func() {
+		defer close(served)
 		if err := ws.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("webhook server", "err", err)
 		}
 	}()
 	p.WebhookURL = "http://" + ln.Addr().String()
-	p.onStop(func() { ws.stop(5 * time.Second) })
+	p.onStop("webhook server", func(ctx context.Context) error {
+		ws.stop(5 * time.Second)
+		select {
+		case <-served:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
 	return nil
 }
 
@@ -407,7 +503,7 @@ func (p *Process) banner(out io.Writer, r Roles) {
 		fmt.Fprintln(out, "                    It echoes and can call tools by name; configure ai.providers for a real model.")
 	} else if p.Models != nil {
 		for _, a := range p.Models.Aliases() {
-			pc, _ := p.Models.Provider(a)
+			pc, _ := p.Models.Settings(a)
 			fmt.Fprintf(out, "  Provider:         %s (%s)\n", a, pc.API)
 		}
 	}

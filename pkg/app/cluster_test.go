@@ -113,7 +113,7 @@ func TestDeployCluster(t *testing.T) {
 			cancel()
 			t.Fatalf("start %+v: %v", r, err)
 		}
-		t.Cleanup(func() { proc.Stop(); cancel() })
+		t.Cleanup(func() { _ = proc.Stop(context.Background()); cancel() })
 		return proc
 	}
 	// Stopped in reverse: egress last, so it can deliver what the turn worker published.

@@ -54,7 +54,7 @@ func (p *Process) prepareDataDir(cfg *config.Config, r Roles) error {
 		}
 		return fmt.Errorf("lock the data directory %s: %w", cfg.DataDir, err)
 	}
-	p.onStop(unlock)
+	p.onStopFunc("data-directory lock", unlock)
 	return nil
 }
 
@@ -67,7 +67,7 @@ func (p *Process) writeURLFile(url string) error {
 	if err := os.WriteFile(path, []byte(url+"\n"), 0o644); err != nil {
 		return fmt.Errorf("record the NATS URL in %s: %w", path, err)
 	}
-	p.onStop(func() { _ = os.Remove(path) })
+	p.onStopFunc("nats.url", func() { _ = os.Remove(path) })
 	return nil
 }
 

@@ -237,7 +237,7 @@ func TestHealthz(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.Stop)
+	t.Cleanup(func() { _ = p.Stop(context.Background()) })
 	get := func() (int, string) {
 		resp, err := http.Get(p.HealthURL)
 		if err != nil {

@@ -60,7 +60,9 @@ type pipeline struct {
 type pipelineOpts struct {
 	concurrency     string // ai.agent.concurrency ("" = default)
 	collectWindowMs int64
-	timeoutMs       int64 // ai.agent.timeout
+	timeoutMs       int64  // ai.agent.timeout
+	agentYAML       string // more ai.agent keys, one per line, indented by four spaces
+	vision          bool   // the fake provider's models take images
 }
 
 func newPipeline(t *testing.T, script fakeopenai.Script, o pipelineOpts) *pipeline {
@@ -84,6 +86,11 @@ func newPipeline(t *testing.T, script fakeopenai.Script, o pipelineOpts) *pipeli
 	if o.collectWindowMs != 0 {
 		agent += fmt.Sprintf("    collectWindowMs: %d\n", o.collectWindowMs)
 	}
+	agent += o.agentYAML
+	vision := ""
+	if o.vision {
+		vision = ", capabilities: {vision: true}"
+	}
 	yml := fmt.Sprintf(`
 dataDir: %[1]s
 nats:
@@ -101,12 +108,12 @@ im:
         masters: [%[6]s]
 ai:
   providers:
-    fake: {api: openai-completions, baseUrl: "%[7]s", apiKey: test}
+    fake: {api: openai-completions, baseUrl: "%[7]s", apiKey: test%[9]s}
   agents:
     zhin: {provider: fake, model: m1}
   agent:
     maxIterations: 8
-%[8]s`, dir, filepath.Join(dir, "nats"), botID, botSecret, cb.srv.URL, master, model.BaseURL(), agent)
+%[8]s`, dir, filepath.Join(dir, "nats"), botID, botSecret, cb.srv.URL, master, model.BaseURL(), agent, vision)
 	cfg, err := config.Parse([]byte(yml))
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yml)
@@ -126,7 +133,7 @@ ai:
 		stopping.Add(1)
 		go func() {
 			defer stopping.Done()
-			p.Stop()
+			_ = p.Stop(context.Background())
 			cancel()
 		}()
 	})

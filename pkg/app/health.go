@@ -131,7 +131,7 @@ func (p *Process) startHealth(cfg *config.Config, log *slog.Logger) error {
 		}
 	}()
 	p.HealthURL = "http://" + ln.Addr().String() + "/healthz"
-	p.onStop(func() { ws.stop(2 * time.Second) })
+	p.onStopFunc("health server", func() { ws.stop(2 * time.Second) })
 	return nil
 }
 

@@ -46,6 +46,7 @@ func (p *Process) ToolSet(ctx context.Context, cfg *config.Config, log *slog.Log
 		ap, _, err := aps.Get(ctx, env.Platform, env.BotID)
 		return ap, err
 	}
+	bc.Confirmations = approvals.BashConfirmations{Store: aps}
 	bc.Log = log
 	all, err := builtin.All(bc)
 	if err != nil {
@@ -72,20 +73,29 @@ func (p *Process) ToolSet(ctx context.Context, cfg *config.Config, log *slog.Log
 		}
 		all = append(all, gen)
 	}
-	fileTools, err := filetool.LoadTools(a.ToolsDir, filetool.Options{})
+	// Handlers run in the workspace, like bash (files.Workspace is absolute and exists).
+	fileTools, err := filetool.LoadTools(a.ToolsDir, filetool.Options{Workspace: files.Workspace()})
 	if err != nil {
 		return nil, err // seed Grill #18: an unsupported tool.md fails start-up
 	}
 	all = append(all, fileTools...)
+	var mgr *mcpclient.Manager
 	if len(cfg.AI.MCPServers) > 0 {
-		mgr, err := mcpclient.New(cfg.AI.MCPServers, mcpclient.Options{Log: log})
-		if err != nil {
+		if mgr, err = mcpclient.New(cfg.AI.MCPServers, mcpclient.Options{Log: log}); err != nil {
 			return nil, err
 		}
-		p.onStop(func() { _ = mgr.Close() })
+		p.onStop("MCP clients", func(context.Context) error { return mgr.Close() })
 		all = append(all, mgr.Tools(ctx)...)
 	}
-	return tools.NewRegistry(all...)
+	reg, err := tools.NewRegistry(all...)
+	if err != nil || mgr == nil {
+		return reg, err
+	}
+	// Servers that were down come in later, and lists change: keep the registry current.
+	sctx, cancel := context.WithCancel(context.Background())
+	p.onStopFunc("MCP tool refresh", cancel)
+	go mgr.Sync(sctx, reg)
+	return reg, nil
 }
 
 func (p *Process) startToolWorker(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger) error {
@@ -103,7 +113,7 @@ func (p *Process) startToolWorker(ctx context.Context, cfg *config.Config, opts 
 	if err != nil {
 		return err
 	}
-	p.onStop(h.Stop)
+	p.onStop("tool worker", h.Stop)
 	p.health.check("tool-worker", doneCheck(h.Done()))
 	return nil
 }
@@ -114,7 +124,7 @@ func (p *Process) startEgress(ctx context.Context, cfg *config.Config, opts Opti
 	if err != nil {
 		return err
 	}
-	p.onStop(func() { _ = h.Stop() })
+	p.onStop("egress", h.Stop)
 	p.health.check("egress", doneCheck(h.Done()))
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/internal/jsconflict"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/execpolicy"
 )
@@ -70,14 +71,9 @@ func (s *Store) Update(ctx context.Context, platform, bot string, fn func(*execp
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongSeq(err) {
+		if !jsconflict.Is(err) {
 			return fmt.Errorf("store approvals: %w", err)
 		}
 	}
 	return fmt.Errorf("store approvals %s/%s: too many concurrent updates", platform, bot)
-}
-
-func isWrongSeq(err error) bool {
-	var api *jetstream.APIError
-	return errors.As(err, &api) && api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }

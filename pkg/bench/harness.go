@@ -304,7 +304,11 @@ func sessionKey(i int) events.SessionKey {
 // Close stops the process and removes the temporary directory.
 func (h *Harness) Close() {
 	if h.Proc != nil {
-		h.Proc.Stop()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := h.Proc.Stop(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: stop: %v\n", err)
+		}
+		cancel()
 		h.Proc = nil
 	}
 	if h.cbSrv != nil {

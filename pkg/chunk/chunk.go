@@ -234,11 +234,77 @@ func hardSplit(s string, limit int) []string {
 // imageRef matches a Markdown image: ![alt](url) or ![alt](url "title").
 var imageRef = regexp.MustCompile(`!\[([^\]]*)\]\((\S+?)(?:\s+"[^"]*")?\)`)
 
-// Part is one piece of a reply in order: text, or an image by URL.
+// Part is one piece of a reply in order: text, or a media item by URL.
 type Part struct {
 	Text     string
-	ImageURL string
-	Alt      string
+	ImageURL string // images (also in URL, Kind "image")
+	Alt      string // image alt text, media caption or file name
+	// Kind is the segment type of a media part (SplitMedia): image, audio, voice, record, video
+	// or file; "" for text.
+	Kind string
+	URL  string
+}
+
+// mediaLink matches a Markdown image or link: ![alt](url), [label](url), each with an optional
+// "title".
+var mediaLink = regexp.MustCompile(`(!?)\[([^\]]*)\]\((\S+?)(?:\s+"[^"]*")?\)`)
+
+// mediaScheme is a reference into the media object store.
+const mediaScheme = "media://"
+
+// mediaKind is the kind of a Markdown link that stands for a media item, or "": a link
+// labelled "audio", "voice", "record", "video" or "file" (optionally "file: report.pdf", the
+// text after ":" is the caption or file name), or any link into the media store (media://...,
+// kind by extension). Other links stay text.
+func mediaKind(label, url string) (kind, alt string) {
+	word, rest, _ := strings.Cut(strings.TrimSpace(label), ":")
+	switch w := strings.ToLower(strings.TrimSpace(word)); w {
+	case "audio", "voice", "record", "video", "file", "image":
+		return w, strings.TrimSpace(rest)
+	}
+	if !strings.HasPrefix(url, mediaScheme) {
+		return "", ""
+	}
+	ext := strings.ToLower(url[strings.LastIndexByte(url, '.')+1:])
+	switch ext {
+	case "png", "jpg", "jpeg", "gif", "webp", "bmp":
+		return "image", label
+	case "mp3", "wav", "ogg", "oga", "m4a", "aac", "flac", "amr", "silk", "opus":
+		return "audio", label
+	case "mp4", "webm", "mov", "mkv", "avi":
+		return "video", label
+	}
+	return "file", label
+}
+
+// SplitMedia turns Markdown images (![alt](url)) and media links ([audio](url), [video](url),
+// [file: name](url), links into the media store) into media parts, keeping the text around
+// them in order. Blank text between them is dropped.
+func SplitMedia(text string) []Part {
+	var out []Part
+	last := 0
+	for _, m := range mediaLink.FindAllStringSubmatchIndex(text, -1) {
+		bang, label, url := text[m[2]:m[3]] == "!", text[m[4]:m[5]], text[m[6]:m[7]]
+		kind, alt := "image", label
+		if !bang {
+			if kind, alt = mediaKind(label, url); kind == "" {
+				continue // an ordinary link
+			}
+		}
+		if t := strings.TrimSpace(text[last:m[0]]); t != "" {
+			out = append(out, Part{Text: t})
+		}
+		p := Part{Kind: kind, URL: url, Alt: alt}
+		if kind == "image" {
+			p.ImageURL = url
+		}
+		out = append(out, p)
+		last = m[1]
+	}
+	if t := strings.TrimSpace(text[last:]); t != "" {
+		out = append(out, Part{Text: t})
+	}
+	return out
 }
 
 // SplitImages turns Markdown images into image parts, keeping the text around them in order.

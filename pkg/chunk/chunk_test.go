@@ -87,3 +87,32 @@ func TestSplitImages(t *testing.T) {
 		}
 	}
 }
+
+func TestSplitMedia(t *testing.T) {
+	cases := []struct {
+		in   string
+		want string // parts as kind:url:alt or "text:…"
+	}{
+		{"hi ![cat](https://x/c.png) there", "text:hi | image:https://x/c.png:cat | text:there"},
+		{"[audio](https://x/a.mp3)", "audio:https://x/a.mp3:"},
+		{"[Voice: hello](https://x/v.amr)", "voice:https://x/v.amr:hello"},
+		{"[video: clip](https://x/v.mp4 \"title\")", "video:https://x/v.mp4:clip"},
+		{"see [file: r.pdf](https://x/r.pdf)", "text:see | file:https://x/r.pdf:r.pdf"},
+		{"[song](media://ab.mp3) and [doc](media://cd.bin) [pic](media://ef.png)", "audio:media://ab.mp3:song | text:and | file:media://cd.bin:doc | image:media://ef.png:pic"},
+		{"a [link](https://x/page) stays", "text:a [link](https://x/page) stays"},
+		{"", ""},
+	}
+	for _, c := range cases {
+		var got []string
+		for _, p := range SplitMedia(c.in) {
+			if p.Kind == "" {
+				got = append(got, "text:"+p.Text)
+				continue
+			}
+			got = append(got, p.Kind+":"+p.URL+":"+p.Alt)
+		}
+		if s := strings.Join(got, " | "); s != c.want {
+			t.Errorf("SplitMedia(%q) = %s, want %s", c.in, s, c.want)
+		}
+	}
+}

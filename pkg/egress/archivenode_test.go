@@ -102,7 +102,7 @@ func TestEgressReplicasEachKeepWholeArchive(t *testing.T) {
 
 	// The first replica restarts: same archive, same name, and it catches up on what came in
 	// meanwhile without storing anything twice.
-	if err := hs[0].Stop(); err != nil {
+	if err := hs[0].Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	publishInbound("m4")

@@ -15,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/agentbus/agentbus/internal/jsconflict"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/natsutil"
@@ -183,7 +184,8 @@ type Handle struct {
 	subConn  *nats.Conn
 
 	stopOnce sync.Once
-	stopErr  error
+	stopped  chan struct{} // closed when shutdown has finished
+	stopErr  error         // set before stopped is closed
 }
 
 // Stats returns the counters so far.
@@ -202,46 +204,58 @@ func (h *Handle) Transcripts() *transcript.DB { return h.db }
 // Stop closes the router (waiting for parts in flight, up to SendTimeout + 5 s), the search
 // service, the archive (when Run opened it) and the subscription connection. Parts whose ack
 // was not sent are redelivered to another replica (or this one after restart) and skipped
-// there via KV delivered. Safe to call more than once.
-func (h *Handle) Stop() error {
-	h.stopOnce.Do(func() {
-		var errs []error
-		if err := h.router.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close router: %w", err))
-		}
-		<-h.runDone
-		h.e.progress.Close()
-		h.e.workers.close()
-		if h.svc != nil {
-			if err := h.svc.Stop(); err != nil {
-				errs = append(errs, fmt.Errorf("stop search service: %w", err))
-			}
-		}
-		if h.archiver != nil {
-			if err := h.archiver.Stop(); err != nil {
-				errs = append(errs, fmt.Errorf("archiver: %w", err))
-			}
-		}
-		if h.ownDB && h.db != nil {
-			if err := h.db.Close(); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		// The router closes the subscriber only on some paths (its handler may see the router's
-		// context end first); closing it is idempotent and waits for the last acks.
-		_ = h.sub.Close()
-		// Acks are plain publishes: make sure the server has them before the connection goes
-		// (one lost would only mean a redelivery, skipped via KV delivered).
-		if err := h.subConn.FlushTimeout(5 * time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-			h.e.log.Warn("egress: flushing the last acks", "err", err)
-		}
-		h.subConn.Close()
-		h.stopErr = errors.Join(errs...)
-	})
-	return h.stopErr
+// there via KV delivered. It waits at most until ctx ends and then returns ctx's error while
+// the shutdown goes on (Done, then a later Stop, report its end). Safe to call more than once
+// and concurrently; every call returns the same result once the shutdown is over.
+func (h *Handle) Stop(ctx context.Context) error {
+	h.stopOnce.Do(func() { go h.shutdown() })
+	select {
+	case <-h.stopped:
+		return h.stopErr
+	case <-ctx.Done():
+		return fmt.Errorf("egress: stop: %w", ctx.Err())
+	}
 }
 
-// Done is closed when the router has stopped (after Stop, or when its subscription died).
+// shutdown runs once, on its own goroutine (started by Stop), and closes h.stopped at its end.
+func (h *Handle) shutdown() {
+	defer close(h.stopped)
+	var errs []error
+	if err := h.router.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close router: %w", err))
+	}
+	<-h.runDone
+	h.e.progress.Close()
+	h.e.workers.close()
+	if h.svc != nil {
+		if err := h.svc.Stop(); err != nil {
+			errs = append(errs, fmt.Errorf("stop search service: %w", err))
+		}
+	}
+	if h.archiver != nil {
+		if err := h.archiver.Stop(); err != nil {
+			errs = append(errs, fmt.Errorf("archiver: %w", err))
+		}
+	}
+	if h.ownDB && h.db != nil {
+		if err := h.db.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// The router closes the subscriber only on some paths (its handler may see the router's
+	// context end first); closing it is idempotent and waits for the last acks.
+	_ = h.sub.Close()
+	// Acks are plain publishes: make sure the server has them before the connection goes
+	// (one lost would only mean a redelivery, skipped via KV delivered).
+	if err := h.subConn.FlushTimeout(5 * time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		h.e.log.Warn("egress: flushing the last acks", "err", err)
+	}
+	h.subConn.Close()
+	h.stopErr = errors.Join(errs...)
+}
+
+// Done is closed when egress has stopped delivering: after Stop, or when its subscription died
+// (then Stop still releases the rest).
 func (h *Handle) Done() <-chan struct{} { return h.runDone }
 
 // egress is the handler state shared by the middleware.
@@ -380,7 +394,7 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 	router.AddConsumerHandler("egress", filter, sub, e.workers.handler(e.handle))
 
 	e.progress = natsutil.NewInProgress(o.AckWait / 3)
-	h := &Handle{e: e, router: router, sub: sub, runDone: make(chan struct{}), subConn: subConn}
+	h := &Handle{e: e, router: router, sub: sub, runDone: make(chan struct{}), stopped: make(chan struct{}), subConn: subConn}
 	go func() {
 		defer close(h.runDone)
 		h.runErr = router.Run(context.Background())
@@ -393,12 +407,12 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 		subConn.Close()
 		return nil, fmt.Errorf("egress: router: %w", h.runErr)
 	case <-ctx.Done():
-		_ = h.Stop()
+		_ = h.Stop(context.Background())
 		return nil, ctx.Err()
 	}
 
 	if err := h.startArchive(ctx); err != nil {
-		_ = h.Stop()
+		_ = h.Stop(context.Background())
 		return nil, err
 	}
 	e.log.Info("egress running", "durable", o.Durable, "concurrency", o.Concurrency, "platforms", senderNames(e.senders))
@@ -643,7 +657,7 @@ func (e *egress) remember(ctx context.Context, key string, rec record) error {
 		switch {
 		case err == nil:
 			return nil
-		case errors.Is(err, jetstream.ErrKeyExists):
+		case jsconflict.Is(err):
 			// Another delivery of the same out id got there first (e.g. a replica that took
 			// over after AckWait while this one was still sending).
 			loggerFrom(ctx).Warn("egress: out id recorded concurrently; it may have been sent twice", "key", key)

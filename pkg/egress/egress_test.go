@@ -124,7 +124,7 @@ func start(t testing.TB, o Options) *Handle {
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	t.Cleanup(func() { _ = h.Stop() })
+	t.Cleanup(func() { _ = h.Stop(context.Background()) })
 	return h
 }
 
@@ -336,7 +336,7 @@ func TestStoppedAfterSendBeforeAck(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("first egress never delivered")
 	}
-	_ = first.Stop()
+	_ = first.Stop(context.Background())
 	if n := cb.count(); n != 1 {
 		t.Fatalf("callback got %d posts before restart, want 1", n)
 	}
@@ -763,7 +763,7 @@ func TestStopFinishesSendInFlight(t *testing.T) {
 	h := start(t, fastOptions(srv, testConfig(cb), t))
 	publish(t, srv.JS, outbound("turnS-0"), "")
 	waitFor(t, "the send to start", func() bool { return cb.count() == 1 })
-	if err := h.Stop(); err != nil {
+	if err := h.Stop(context.Background()); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
 	if s := h.Stats(); s.Delivered != 1 {

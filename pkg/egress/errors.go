@@ -24,8 +24,6 @@ var (
 	// ErrNoSender: no Sender is registered for the outbound's platform. Dead-lettered with
 	// reason "no_sender".
 	ErrNoSender = errors.New("egress: no sender for platform")
-	// ErrSearch is wrapped by Search when the transcript service answers with an error.
-	ErrSearch = errors.New("egress: transcript search failed")
 )
 
 // Dead-letter reasons egress uses (the <reason> of dlq.egress.<reason>). The DeadLetter body

@@ -2,7 +2,9 @@ package egress
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 	"github.com/agentbus/agentbus/pkg/store/transcript"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 )
 
 func seedTranscripts(t *testing.T, db *transcript.DB) {
@@ -42,23 +45,23 @@ func TestSearchRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	tests := []struct {
 		name    string
-		req     SearchRequest
+		req     events.TranscriptSearchRequest
 		wantIDs []string
 		wantErr bool
 	}{
-		{"keyword, both directions, newest first", SearchRequest{Platform: "webhook", Bot: "b1", Scene: "g1", Keyword: "DEPLOY"}, []string{"t1-0", "m1"}, false},
-		{"limit", SearchRequest{Platform: "webhook", Bot: "b1", Scene: "g1", Keyword: "deploy", Limit: 1}, []string{"t1-0"}, false},
-		{"latest without keyword", SearchRequest{Platform: "webhook", Bot: "b1", Scene: "g1"}, []string{"m2", "t1-0", "m1"}, false},
-		{"other scene", SearchRequest{Platform: "webhook", Bot: "b1", Scene: "other", Keyword: "deploy"}, []string{"m3"}, false},
-		{"no match", SearchRequest{Platform: "webhook", Bot: "b1", Scene: "g1", Keyword: "zebra"}, nil, false},
-		{"missing scene", SearchRequest{Platform: "webhook", Bot: "b1"}, nil, true},
-		{"negative limit", SearchRequest{Platform: "webhook", Bot: "b1", Scene: "g1", Limit: -1}, nil, true},
+		{"keyword, both directions, newest first", events.TranscriptSearchRequest{Platform: "webhook", Bot: "b1", Scene: "g1", Keyword: "DEPLOY"}, []string{"t1-0", "m1"}, false},
+		{"limit", events.TranscriptSearchRequest{Platform: "webhook", Bot: "b1", Scene: "g1", Keyword: "deploy", Limit: 1}, []string{"t1-0"}, false},
+		{"latest without keyword", events.TranscriptSearchRequest{Platform: "webhook", Bot: "b1", Scene: "g1"}, []string{"m2", "t1-0", "m1"}, false},
+		{"other scene", events.TranscriptSearchRequest{Platform: "webhook", Bot: "b1", Scene: "other", Keyword: "deploy"}, []string{"m3"}, false},
+		{"no match", events.TranscriptSearchRequest{Platform: "webhook", Bot: "b1", Scene: "g1", Keyword: "zebra"}, nil, false},
+		{"missing scene", events.TranscriptSearchRequest{Platform: "webhook", Bot: "b1"}, nil, true},
+		{"negative limit", events.TranscriptSearchRequest{Platform: "webhook", Bot: "b1", Scene: "g1", Limit: -1}, nil, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			resp, err := Search(ctx, srv.NC, tc.req)
+			resp, err := askSearch(ctx, srv.NC, tc.req)
 			if tc.wantErr {
-				if !errors.Is(err, ErrSearch) {
+				if !errors.Is(err, errSearch) {
 					t.Fatalf("err = %v, want ErrSearch", err)
 				}
 				return
@@ -82,7 +85,7 @@ func TestSearchRoundTrip(t *testing.T) {
 	}
 
 	// A malformed request body gets a 400 error reply, not silence.
-	msg, err := srv.NC.Request(SearchSubject, []byte("{nope"), 5*time.Second)
+	msg, err := srv.NC.Request(events.SubjectTranscriptSearch, []byte("{nope"), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,18 +104,18 @@ func TestSearchArchiveFromDataDir(t *testing.T) {
 		t.Fatal("no archive opened from DataDir")
 	}
 	seedTranscripts(t, h.Transcripts())
-	resp, err := Search(context.Background(), srv.NC, SearchRequest{Platform: "webhook", Bot: "b1", Scene: "g1", Keyword: "lunch"})
+	resp, err := askSearch(context.Background(), srv.NC, events.TranscriptSearchRequest{Platform: "webhook", Bot: "b1", Scene: "g1", Keyword: "lunch"})
 	if err != nil || len(resp.Rows) != 1 {
 		t.Fatalf("search: %v %+v", err, resp)
 	}
-	if err := h.Stop(); err != nil {
+	if err := h.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	// Stop closed the archive and the service.
 	if _, err := h.Transcripts().Count(context.Background(), transcript.Scene{Platform: "webhook", BotID: "b1", SceneID: "g1"}); !errors.Is(err, transcript.ErrClosed) {
 		t.Fatalf("archive still open after Stop: %v", err)
 	}
-	if _, err := Search(context.Background(), srv.NC, SearchRequest{Platform: "webhook", Bot: "b1", Scene: "g1"}); !errors.Is(err, nats.ErrNoResponders) {
+	if _, err := askSearch(context.Background(), srv.NC, events.TranscriptSearchRequest{Platform: "webhook", Bot: "b1", Scene: "g1"}); !errors.Is(err, nats.ErrNoResponders) {
 		t.Fatalf("search after Stop: %v", err)
 	}
 }
@@ -145,7 +148,7 @@ func TestArchiveEndToEnd(t *testing.T) {
 
 	var rows []transcript.Row
 	waitFor(t, "both rows archived", func() bool {
-		resp, err := Search(context.Background(), srv.NC, SearchRequest{Platform: "webhook", Bot: "b1", Scene: "g1", Keyword: "release"})
+		resp, err := askSearch(context.Background(), srv.NC, events.TranscriptSearchRequest{Platform: "webhook", Bot: "b1", Scene: "g1", Keyword: "release"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,4 +158,29 @@ func TestArchiveEndToEnd(t *testing.T) {
 	if rows[0].Direction != transcript.Outbound || rows[0].MessageID == "" || rows[1].Direction != transcript.Inbound || rows[1].SenderName != "Ann" {
 		t.Fatalf("rows = %+v", rows)
 	}
+}
+
+var errSearch = errors.New("search answered with an error")
+
+// askSearch asks the transcript search over nc the way a client does (pkg/toolworker's
+// NATSHistory is the production client; pkg/app tests the two together).
+func askSearch(ctx context.Context, nc *nats.Conn, req events.TranscriptSearchRequest) (*events.TranscriptSearchResponse, error) {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	msg, err := nc.RequestWithContext(ctx, events.SubjectTranscriptSearch, data)
+	if err != nil {
+		return nil, err
+	}
+	if desc := msg.Header.Get(micro.ErrorHeader); desc != "" {
+		return nil, fmt.Errorf("%w: %s", errSearch, desc)
+	}
+	var resp events.TranscriptSearchResponse
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
 }

@@ -187,3 +187,23 @@ func BenchmarkNewTraceID(b *testing.B) {
 	}
 	cputime.Report(b, cpu)
 }
+
+// BenchmarkTurnCodec encodes every event one tool turn writes and decodes it once, as a turn's
+// share of codec work (docs/benchmarks.md compares it with encoding/json).
+func BenchmarkTurnCodec(b *testing.B) {
+	evs := benchEvents()
+	b.ReportAllocs()
+	cpu := cputime.Process()
+	for b.Loop() {
+		for _, c := range evs {
+			data, err := Marshal(c.ev)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := Decode(data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	cputime.Report(b, cpu)
+}

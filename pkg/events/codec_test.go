@@ -172,7 +172,7 @@ func TestMalformedEvents(t *testing.T) {
 		}), "im.message event: content[0].data.text is required (a string)", nil},
 		{"image without ref", valid(func(m map[string]any) {
 			data(m)["content"] = []any{map[string]any{"type": "text", "data": map[string]any{"text": "x"}}, map[string]any{"type": "image", "data": map[string]any{}}}
-		}), "im.message event: content[1].data needs one of url, file, src, object", nil},
+		}), "im.message event: content[1].data needs one of url, file, src, object, base64", nil},
 		{"segment without type", valid(func(m map[string]any) { data(m)["content"] = []any{map[string]any{"data": map[string]any{}}} }),
 			"im.message event: content[0].type is required", nil},
 		{"at without id", valid(func(m map[string]any) {

@@ -15,17 +15,17 @@ const (
 // Adapters may send other types; they are carried along and skipped by the agent.
 const (
 	SegText    = "text"    // data.text
-	SegImage   = "image"   // data.url | data.file | data.src | data.object (media store name)
+	SegImage   = "image"   // data.url | data.file | data.src | data.object (media store name) | data.base64 (+ mimeType)
 	SegAudio   = "audio"   // data.data | data.base64 (+ data.format wav|mp3) | data.url | data.file | data.object
 	SegRecord  = "record"  // like audio
 	SegVoice   = "voice"   // like audio
-	SegVideo   = "video"   // data.url | data.file | data.src | data.object
+	SegVideo   = "video"   // data.url | data.file | data.src | data.object | data.base64
 	SegFace    = "face"    // data.id | data.face_id (+ text, name, describe)
 	SegSticker = "sticker" // like face
 	SegEmoji   = "emoji"   // like face
 	SegAt      = "at"      // mention: data.id | data.user_id | data.qq (+ name); id "all" mentions everyone
 	SegReply   = "reply"   // quoted message: data.id | data.message_id
-	SegFile    = "file"    // data.url | data.file | data.object (+ name, size)
+	SegFile    = "file"    // data.url | data.file | data.object | data.base64 (+ name, size)
 )
 
 // Segment is one element of a message: the seed's MessageSegment {type, data}. Data values are
@@ -111,8 +111,8 @@ func (s Segment) Validate() error {
 			return badField("data.text", "is required (a string)")
 		}
 	case SegImage, SegVideo:
-		if s.MediaRef() == "" {
-			return badField("data", "needs one of url, file, src, object")
+		if s.MediaRef() == "" && s.Str("base64") == "" {
+			return badField("data", "needs one of url, file, src, object, base64")
 		}
 	case SegAudio, SegRecord, SegVoice:
 		if s.first("data", "base64") == "" && s.MediaRef() == "" {
@@ -131,8 +131,8 @@ func (s Segment) Validate() error {
 			return badField("data", "needs id (or message_id)")
 		}
 	case SegFile:
-		if s.MediaRef() == "" {
-			return badField("data", "needs one of url, file, object")
+		if s.MediaRef() == "" && s.Str("base64") == "" {
+			return badField("data", "needs one of url, file, object, base64")
 		}
 	}
 	return nil

@@ -188,6 +188,8 @@ type Abort struct {
 	Turn   string `json:"turn,omitempty"`
 	Reason string `json:"reason,omitempty"`
 	Sender Sender `json:"sender"`
+	// ReplyTo is the platform message id of the /cancel, answered when nothing was running.
+	ReplyTo string `json:"replyTo,omitempty"`
 }
 
 func (Abort) EventType() string { return TypeAbort }

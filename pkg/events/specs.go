@@ -3,7 +3,6 @@ package events
 import (
 	"time"
 
-	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -85,21 +84,6 @@ const (
 
 // DefaultSpec is the single-server default: 1 replica, file storage, default ages.
 func DefaultSpec() Spec { return Spec{}.WithDefaults() }
-
-// SpecFromConfig builds a Spec from the nats: config block (replicas, storage, ages); the rest
-// keeps its defaults.
-func SpecFromConfig(c config.NATS) Spec {
-	s := Spec{
-		Replicas:          c.Replicas,
-		IMInMaxAge:        time.Duration(c.IMInMaxAgeMs) * time.Millisecond,
-		EventsMaxAge:      time.Duration(c.EventsMaxAgeMs) * time.Millisecond,
-		ToolResultsMaxAge: time.Duration(c.ToolResultsMaxAge) * time.Millisecond,
-	}
-	if c.Storage == "memory" {
-		s.Storage = jetstream.MemoryStorage
-	}
-	return s.WithDefaults()
-}
 
 // WithDefaults returns s with every zero field set to its default.
 func (s Spec) WithDefaults() Spec {

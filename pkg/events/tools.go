@@ -145,6 +145,9 @@ type ToolEntry struct {
 	UpdatedAt int64    `json:"updatedAt"`
 	// Source says where it comes from: builtin, mcp:<server>, file:<path>, ...
 	Source string `json:"source,omitempty"`
+	// Keywords rank the tool in the two-level selection against the user's message (any
+	// language; matched as substrings, so Chinese keywords need no word boundaries).
+	Keywords []string `json:"keywords,omitempty"`
 }
 
 // Validate checks the entry (the error wraps ErrInvalid).

@@ -56,6 +56,9 @@ var moderated = map[string]bool{"reset": true, "cancel": true}
 
 // MayRun reports whether sender may run command name in a scene of scope.
 func MayRun(name, scope string, sender events.Sender) bool {
+	if allowed, ok := mayRunSession(name, scope, sender); ok {
+		return allowed
+	}
 	if masterOnly[name] {
 		return sender.HasRole(events.RoleMaster)
 	}
@@ -81,6 +84,9 @@ func (d *Dispatcher) Dispatch(m *events.IMMessage) Decision {
 	text := strings.TrimSpace(StripSpoofedSender(textWithoutMentions(m)))
 	cmd := parseCommand(text, m)
 	aiDecision, aiReason := d.wantsAI(m, text)
+	if cmd == nil && (m.Scene.Type == events.ScopePrivate || m.MentionsBot) {
+		cmd = unknownCommand(text, m) // answered "unknown command", never silently ignored
+	}
 
 	var dec Decision
 	dec.Text = aiDecision
@@ -168,7 +174,7 @@ func parseCommand(text string, m *events.IMMessage) *events.Command {
 	if i := strings.IndexByte(name, '@'); i > 0 { // /reset@botname
 		name = name[:i]
 	}
-	if !knownCommands[name] {
+	if !knownCommands[name] && !sessionCommands[name] {
 		return nil
 	}
 	rest := strings.TrimSpace(strings.TrimPrefix(text[1:], fields[0]))
@@ -197,7 +203,7 @@ func textWithoutMentions(m *events.IMMessage) string {
 			b.WriteByte(' ')
 		}
 	}
-	return b.String()
+	return StripBotMention(b.String(), m)
 }
 
 // spoofedSender matches a sender prefix anywhere in user text, including look-alike brackets

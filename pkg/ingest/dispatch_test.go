@@ -46,7 +46,11 @@ func TestDispatch(t *testing.T) {
 		{"private without prefix when off", &noPrivate, msg("private", "weather?", false), "ignore", "", ""},
 		{"known command", base, msg("private", "/reset", false), "command", "", "reset"},
 		{"command in group with @", base, msg("group", "/models", true), "command", "", "models"},
-		{"unknown slash ignored", base, msg("private", "/frobnicate", false), "ignore", "", ""},
+		{"unknown command answered", base, msg("private", "/frobnicate", false), "command", "", "frobnicate"},
+		{"unknown command with @ answered", base, msg("group", "/frobnicate x", true), "command", "", "frobnicate"},
+		{"unknown slash between group members", base, msg("group", "/shrug", false), "ignore", "", ""},
+		{"a path is no command", base, msg("private", "/usr/bin/ls is broken", false), "ignore", "", ""},
+		{"session command", base, msg("private", "/status", false), "command", "", "status"},
 		{"bang prefix ignored", base, msg("private", "!x", false), "ignore", "", ""},
 		{"steer command with text", base, msg("private", "/steer be brief", false), "command", "", "steer"},
 		{"dual both", &dual, msg("private", "/health", false), "command,ai", "/health", "health"},
@@ -114,6 +118,16 @@ func TestMayRun(t *testing.T) {
 		{"steer", "group", master, true},
 		{"approve", "private", admin, false},
 		{"models", "group", user, true},
+		{"model", "private", user, false},
+		{"model", "private", events.Sender{ID: "t", Roles: []string{"user", "trusted"}}, true},
+		{"mcp", "group", master, true},
+		{"bindings", "private", admin, false},
+		{"new", "private", user, true},
+		{"clear", "group", user, false},
+		{"queue", "group", admin, true},
+		{"status", "group", user, true},
+		{"whoami", "channel", user, true},
+		{"frobnicate", "private", user, true}, // answered "unknown command"
 	}
 	for _, tt := range tests {
 		if got := MayRun(tt.cmd, tt.scope, tt.s); got != tt.want {
@@ -146,6 +160,23 @@ func TestSenderRoles(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+func TestStripBotMention(t *testing.T) {
+	m := &events.IMMessage{Bot: "b1", Content: events.Segments{events.AtSeg("b1", "zhin")}}
+	cases := []struct{ in, want string }{
+		{"@zhin hello", "hello"},
+		{"hello @zhin, how are you", "hello , how are you"},
+		{"@b1 hi", "hi"},
+		{"@zhinbot is someone else", "@zhinbot is someone else"},
+		{"mail me at a@b.c", "mail me at a@b.c"},
+		{"no mention", "no mention"},
+	}
+	for _, c := range cases {
+		if got := StripBotMention(c.in, m); got != c.want {
+			t.Errorf("StripBotMention(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
 }

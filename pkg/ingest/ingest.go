@@ -36,6 +36,7 @@ type Ingestor struct {
 	log  *slog.Logger
 	// roles per "platform/bot"
 	roles map[string]BotRoles
+	media MediaStore // nil: inline media stays in the event (WithMedia)
 }
 
 // New returns an Ingestor. bots maps "platform/bot" to its role lists; ai.trigger's masters
@@ -62,6 +63,9 @@ type Result struct {
 func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (Result, error) {
 	m.MentionsBot = m.MentionsBot || m.Content.Mentions(m.Bot)
 	m.Sender.Roles = in.senderRoles(m)
+	if err := in.storeInline(ctx, m); err != nil {
+		return Result{}, err
+	}
 	if err := m.Validate(); err != nil {
 		return Result{}, fmt.Errorf("%w: %v", events.ErrInvalid, err)
 	}
@@ -145,7 +149,7 @@ func commandEvent(c events.Command, m *events.IMMessage) events.Any {
 	case "followup":
 		return events.New(events.FollowUp{Text: c.Raw, Sender: m.Sender, ReplyTo: m.MessageID, Message: m})
 	case "cancel":
-		return events.New(events.Abort{Reason: "cancelled by " + m.Sender.ID, Sender: m.Sender})
+		return events.New(events.Abort{Reason: "cancelled by " + m.Sender.ID, Sender: m.Sender, ReplyTo: m.MessageID})
 	}
 	return events.New(c)
 }
@@ -163,10 +167,7 @@ func stableID(m *events.IMMessage, i int) string {
 
 // refuse answers a non-master's master-only command directly, without bothering the session.
 func (in *Ingestor) refuse(ctx context.Context, m *events.IMMessage, sk events.SessionKey, name, trace string) error {
-	text := fmt.Sprintf("/%s is for the bot's masters only.", name)
-	if !IsMasterOnly(name) {
-		text = fmt.Sprintf("/%s in a group is for the bot's masters, trusted users and the group's admins.", name)
-	}
+	text := refusalText(name)
 	out := events.Outbound{
 		OutID: "refusal-" + stableID(m, 0), Part: 0, Platform: m.Platform, Bot: m.Bot,
 		Scene: m.Scene, ReplyTo: m.MessageID, Content: events.Segments{events.TextSeg(text)}, Final: true,

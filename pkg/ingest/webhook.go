@@ -17,8 +17,9 @@ import (
 // PlatformWebhook is the platform name of messages that arrive over the webhook adapter.
 const PlatformWebhook = "webhook"
 
-// maxBody caps an inbound request; a chat message is far smaller.
-const maxBody = 1 << 20
+// maxBody caps an inbound request: room for a base64 photo (moved to the media store), far
+// more than any chat text.
+const maxBody = 8 << 20
 
 // WebhookHandler serves POST /webhook/{bot}:
 //
@@ -26,7 +27,7 @@ const maxBody = 1 << 20
 //	400 malformed JSON or missing fields
 //	401 missing or wrong signature
 //	404 unknown bot
-//	413 body over 1 MiB
+//	413 body over 8 MiB
 //	503 the bus did not take the message (the sender should retry)
 //
 // Nothing is published for a rejected request.
@@ -66,7 +67,7 @@ func (h *WebhookHandler) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(body) > maxBody {
-		httpError(w, http.StatusRequestEntityTooLarge, "body over 1 MiB")
+		httpError(w, http.StatusRequestEntityTooLarge, "body over 8 MiB")
 		return
 	}
 	if err := webhook.Verify(bot.Secret, body, r.Header.Get(webhook.SignatureHeader)); err != nil {

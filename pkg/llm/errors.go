@@ -13,4 +13,6 @@ var (
 	ErrUnknownProvider = errors.New("unknown provider")
 	// ErrUnknownModel: a model id outside a provider's allowlist.
 	ErrUnknownModel = errors.New("unknown model")
+	// ErrInvalidOption: a constructor option was given a value it cannot use; fix the call.
+	ErrInvalidOption = errors.New("invalid option")
 )

@@ -5,62 +5,106 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"sync"
-
-	"github.com/agentbus/agentbus/pkg/config"
 )
 
-// Registry resolves (provider alias, model id) pairs from configuration (ai.providers) into
-// Models. It is safe for concurrent use; discovery may fill model lists later with SetModels.
+// ProviderSettings is what the registry knows of one provider: the api that talks to it, where
+// it is, the key, and the models it allows. It is the library's own shape; an application maps
+// its configuration onto it (agentbus does so in pkg/models.RegistryFromConfig).
+type ProviderSettings struct {
+	// API names the registered API implementation (APIOpenAICompletions, ...). Required.
+	API string
+	// BaseURL is the endpoint (for ollama its host); empty means the API's default.
+	BaseURL string
+	// APIKey is the key sent with requests. When empty, Registry.APIKey asks the registry's key
+	// lookup (WithKeyLookup), if any.
+	APIKey string
+	// Headers are sent with every request.
+	Headers map[string]string
+	// ContextWindow and MaxTokens apply to models that do not state their own (0: unknown).
+	ContextWindow, MaxTokens int
+	// Models is the allowlist: when non-empty only these ids are accepted and each entry's
+	// non-zero fields describe the model. Empty accepts any id.
+	Models []ModelSpec
+	// Compat, when set, is copied into every model of the provider.
+	Compat *Compat
+	// Vision and Thinking, when set, override what discovery or the allowlist says.
+	Vision, Thinking *bool
+}
+
+// ModelSpec is one allowlisted model; zero fields fall back to the provider's settings and to
+// discovered details.
+type ModelSpec struct {
+	ID, Name      string
+	Reasoning     bool
+	Input         []string
+	ContextWindow int
+	MaxTokens     int
+	Cost          ModelCost
+}
+
+// KeyLookup finds a key for a provider whose settings carry none (for example from the
+// environment). It must be safe for concurrent use.
+type KeyLookup func(alias string, s ProviderSettings) string
+
+// RegistryOption configures a Registry.
+type RegistryOption func(*Registry) error
+
+// WithKeyLookup sets the lookup APIKey uses for providers without a configured key.
+func WithKeyLookup(f KeyLookup) RegistryOption {
+	return func(r *Registry) error {
+		if f == nil {
+			return fmt.Errorf("%w: nil key lookup", ErrInvalidOption)
+		}
+		r.lookup = f
+		return nil
+	}
+}
+
+// Registry resolves (provider alias, model id) pairs into Models. It is safe for concurrent
+// use; discovery may fill model lists later with SetModels.
 //
 // A provider with a models allowlist accepts only those ids, and each allowlist entry's details
 // (name, reasoning, input, context window, max tokens, cost) describe the model. Without an
 // allowlist any id is accepted: the Model is taken from the discovered list when it is there,
-// otherwise synthesized from the provider's settings. Either way the provider's api, base URL
-// (host for ollama), headers and compat apply, and fields the entry leaves zero fall back to
-// the provider's contextWindow / maxTokens (num_ctx for ollama) and then to the discovered
-// model. A zero ContextWindow or MaxTokens means "unknown": callers fall back to their own
-// limits (ai.agent.contextTokens).
+// otherwise synthesized from the provider's settings. Either way the provider's api, base URL,
+// headers and compat apply, and fields the entry leaves zero fall back to the provider's
+// ContextWindow / MaxTokens and then to the discovered model. A zero ContextWindow or MaxTokens
+// means "unknown": callers fall back to their own limits.
 type Registry struct {
 	mu        sync.RWMutex
 	providers map[string]*providerEntry
+	lookup    KeyLookup
 }
 
 type providerEntry struct {
 	alias      string
-	cfg        config.Provider
-	compat     *Compat
-	allowlist  []config.ModelEntry // nil: any id
+	cfg        ProviderSettings
+	allowlist  []ModelSpec // nil: any id
 	discovered []Model
 }
 
-// NewRegistry builds a registry from ai.providers. It fails on a provider without an api (that
-// is not an image-generation driver) and on a compat block that does not parse, naming the
-// provider and key.
-func NewRegistry(providers map[string]config.Provider) (*Registry, error) {
+// NewRegistry builds a registry of providers by alias. It fails on a provider without an api,
+// naming the alias.
+func NewRegistry(providers map[string]ProviderSettings, opts ...RegistryOption) (*Registry, error) {
 	r := &Registry{providers: make(map[string]*providerEntry, len(providers))}
+	for _, o := range opts {
+		if err := o(r); err != nil {
+			return nil, err
+		}
+	}
 	var errs []string
 	for _, alias := range slices.Sorted(maps.Keys(providers)) {
 		p := providers[alias]
-		if p.API == "" && p.Driver == "" {
-			errs = append(errs, fmt.Sprintf("ai.providers.%s.api is required", alias))
+		if p.API == "" {
+			errs = append(errs, fmt.Sprintf("provider %s: api is required", alias))
 			continue
 		}
 		e := &providerEntry{alias: alias, cfg: p}
 		if len(p.Models) > 0 {
 			e.allowlist = p.Models
-		}
-		if len(p.Compat) > 0 {
-			c, err := parseCompat(p.Compat)
-			if err != nil {
-				errs = append(errs, fmt.Sprintf("ai.providers.%s.compat: %v", alias, err))
-				continue
-			}
-			e.compat = c
 		}
 		r.providers[alias] = e
 	}
@@ -70,8 +114,9 @@ func NewRegistry(providers map[string]config.Provider) (*Registry, error) {
 	return r, nil
 }
 
-// parseCompat reads a compat block; unknown keys are an error so a typo does not pass silently.
-func parseCompat(m map[string]any) (*Compat, error) {
+// ParseCompat reads a compat block given as a generic map (as decoded from YAML or JSON);
+// unknown keys are an error so a typo does not pass silently.
+func ParseCompat(m map[string]any) (*Compat, error) {
 	raw, err := json.Marshal(m)
 	if err != nil {
 		return nil, err
@@ -92,14 +137,13 @@ func (r *Registry) Aliases() []string {
 	return slices.Sorted(maps.Keys(r.providers))
 }
 
-// Provider returns an alias's configuration (for settings the Model does not carry, such as
-// the default thinking level or provider options).
-func (r *Registry) Provider(alias string) (config.Provider, bool) {
+// Settings returns the settings an alias was registered with.
+func (r *Registry) Settings(alias string) (ProviderSettings, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	e, ok := r.providers[alias]
 	if !ok {
-		return config.Provider{}, false
+		return ProviderSettings{}, false
 	}
 	return e.cfg, true
 }
@@ -109,12 +153,9 @@ func (r *Registry) entry(alias string) (*providerEntry, error) {
 	if !ok {
 		known := slices.Sorted(maps.Keys(r.providers))
 		if len(known) == 0 {
-			return nil, fmt.Errorf("%w %q: no providers are configured under ai.providers", ErrUnknownProvider, alias)
+			return nil, fmt.Errorf("%w %q: no providers are registered", ErrUnknownProvider, alias)
 		}
-		return nil, fmt.Errorf("%w %q (configured: %s)", ErrUnknownProvider, alias, strings.Join(known, ", "))
-	}
-	if e.cfg.API == "" {
-		return nil, fmt.Errorf("%w %q: it is an image generation driver (%s), not a model api", ErrUnknownProvider, alias, e.cfg.Driver)
+		return nil, fmt.Errorf("%w %q (registered: %s)", ErrUnknownProvider, alias, strings.Join(known, ", "))
 	}
 	return e, nil
 }
@@ -135,7 +176,7 @@ func (r *Registry) GetModel(providerAlias, modelID string) (*Model, error) {
 		case len(e.discovered) > 0:
 			modelID = e.discovered[0].ID
 		default:
-			return nil, fmt.Errorf("provider %q: no model id given and none configured (set ai.providers.%s.models)", providerAlias, providerAlias)
+			return nil, fmt.Errorf("%w: provider %q: no model id given and no model listed or discovered", ErrUnknownModel, providerAlias)
 		}
 	}
 	var disc *Model
@@ -157,11 +198,11 @@ func (r *Registry) GetModel(providerAlias, modelID string) (*Model, error) {
 		}
 		return nil, fmt.Errorf("%w %q for provider %q (allowed: %s)", ErrUnknownModel, modelID, providerAlias, strings.Join(ids, ", "))
 	}
-	return e.model(&config.ModelEntry{ID: modelID}, disc), nil
+	return e.model(&ModelSpec{ID: modelID}, disc), nil
 }
 
 // model builds a Model from an entry, the provider's settings and a discovered model.
-func (e *providerEntry) model(me *config.ModelEntry, disc *Model) *Model {
+func (e *providerEntry) model(me *ModelSpec, disc *Model) *Model {
 	p := &e.cfg
 	m := &Model{ID: me.ID}
 	if disc != nil {
@@ -189,7 +230,7 @@ func (e *providerEntry) model(me *config.ModelEntry, disc *Model) *Model {
 	if len(m.Input) == 0 {
 		m.Input = []string{InputText}
 	}
-	if v := p.Capabilities.Vision; v != nil {
+	if v := p.Vision; v != nil {
 		has := slices.Contains(m.Input, InputImage)
 		if *v && !has {
 			m.Input = append(m.Input, InputImage)
@@ -197,22 +238,16 @@ func (e *providerEntry) model(me *config.ModelEntry, disc *Model) *Model {
 			m.Input = slices.DeleteFunc(m.Input, func(s string) bool { return s == InputImage })
 		}
 	}
-	if v := p.Capabilities.Thinking; v != nil {
+	if v := p.Thinking; v != nil {
 		m.Reasoning = *v
 	}
-	if me.Cost.Input != 0 || me.Cost.Output != 0 || me.Cost.CacheRead != 0 || me.Cost.CacheWrite != 0 {
-		m.Cost = ModelCost{Input: me.Cost.Input, Output: me.Cost.Output, CacheRead: me.Cost.CacheRead, CacheWrite: me.Cost.CacheWrite}
+	if me.Cost != (ModelCost{}) {
+		m.Cost = me.Cost
 	}
 	m.ContextWindow = firstPositive(me.ContextWindow, p.ContextWindow, m.ContextWindow)
-	if p.API == APIOllamaChat {
-		m.ContextWindow = firstPositive(me.ContextWindow, p.ContextWindow, p.NumCtx, m.ContextWindow)
-	}
 	m.MaxTokens = firstPositive(me.MaxTokens, p.MaxTokens, m.MaxTokens)
-	switch {
-	case p.BaseURL != "":
+	if p.BaseURL != "" {
 		m.BaseURL = p.BaseURL
-	case p.Host != "":
-		m.BaseURL = p.Host
 	}
 	if len(p.Headers) > 0 {
 		if m.Headers == nil {
@@ -220,8 +255,8 @@ func (e *providerEntry) model(me *config.ModelEntry, disc *Model) *Model {
 		}
 		maps.Copy(m.Headers, p.Headers)
 	}
-	if e.compat != nil {
-		c := *e.compat
+	if p.Compat != nil {
+		c := *p.Compat
 		m.Compat = &c
 	}
 	return m
@@ -281,14 +316,12 @@ func (r *Registry) SetModels(providerAlias string, models []Model) error {
 	return nil
 }
 
-// APIKey returns the key for an alias: the configured apiKey; else the environment variable
-// <ALIAS>_API_KEY (alias upper-cased, other characters as "_"); else the variable conventional
-// for the api (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY or GOOGLE_API_KEY,
-// OLLAMA_API_KEY) — the last only when the provider talks to that vendor's own endpoint (no
-// baseUrl, or the vendor's host), so an OpenAI key is never sent to a third-party server.
+// APIKey returns the key for an alias: its configured APIKey, else what the registry's key
+// lookup finds (WithKeyLookup), else "". It has the shape of the agent loop's GetAPIKey hook.
 func (r *Registry) APIKey(providerAlias string) string {
 	r.mu.RLock()
 	e, ok := r.providers[providerAlias]
+	lookup := r.lookup
 	r.mu.RUnlock()
 	if !ok {
 		return ""
@@ -296,50 +329,8 @@ func (r *Registry) APIKey(providerAlias string) string {
 	if e.cfg.APIKey != "" {
 		return e.cfg.APIKey
 	}
-	if v := os.Getenv(aliasEnvVar(providerAlias)); v != "" {
-		return v
-	}
-	base := e.cfg.BaseURL
-	if base == "" {
-		base = e.cfg.Host
-	}
-	vars, host := vendorKeyEnv(e.cfg.API)
-	if base != "" {
-		u, err := url.Parse(base)
-		if err != nil || host == "" || !strings.EqualFold(u.Hostname(), host) {
-			return ""
-		}
-	}
-	for _, v := range vars {
-		if k := os.Getenv(v); k != "" {
-			return k
-		}
+	if lookup != nil {
+		return lookup(providerAlias, e.cfg)
 	}
 	return ""
-}
-
-func aliasEnvVar(alias string) string {
-	b := []byte(strings.ToUpper(alias))
-	for i, c := range b {
-		if !(c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
-			b[i] = '_'
-		}
-	}
-	return string(b) + "_API_KEY"
-}
-
-// vendorKeyEnv returns the conventional key variables of an api and the vendor host they
-// belong to.
-func vendorKeyEnv(api string) ([]string, string) {
-	switch api {
-	case APIOpenAICompletions, APIOpenAIResponses:
-		return []string{"OPENAI_API_KEY"}, "api.openai.com"
-	case APIAnthropicMessages:
-		return []string{"ANTHROPIC_API_KEY"}, "api.anthropic.com"
-	case APIGoogleGenerative:
-		return []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"}, "generativelanguage.googleapis.com"
-	case APIOllamaChat:
-		return []string{"OLLAMA_API_KEY"}, "ollama.com"
-	}
-	return nil, ""
 }

@@ -4,50 +4,27 @@ import (
 	"errors"
 	"strings"
 	"testing"
-
-	"github.com/agentbus/agentbus/pkg/config"
 )
+
+func ptr[T any](v T) *T { return &v }
 
 func testRegistry(t *testing.T) *Registry {
 	t.Helper()
-	cfg, err := config.Parse([]byte(`
-ai:
-  providers:
-    openai:
-      api: openai-completions
-      apiKey: sk-configured
-      models:
-        - gpt-4o-mini
-        - id: o3
-          name: OpenAI o3
-          reasoning: true
-          input: [text, image]
-          contextWindow: 200000
-          maxTokens: 100000
-          cost: {input: 2, output: 8, cacheRead: 0.5}
-      headers: {X-Team: bots}
-    deepseek:
-      api: openai-completions
-      baseUrl: https://api.deepseek.com/v1
-      contextWindow: 64000
-      maxTokens: 8000
-      compat: {supportsDeveloperRole: false, maxTokensField: max_tokens}
-    local:
-      api: ollama-chat
-      host: http://127.0.0.1:11434
-      num_ctx: 8192
-      capabilities: {vision: true}
-    claude:
-      api: anthropic-messages
-    gemini:
-      api: google-generative-ai
-    images:
-      driver: cloudflare
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := NewRegistry(cfg.AI.Providers)
+	r, err := NewRegistry(map[string]ProviderSettings{
+		"openai": {API: APIOpenAICompletions, APIKey: "sk-configured", Headers: map[string]string{"X-Team": "bots"},
+			Models: []ModelSpec{{ID: "gpt-4o-mini"}, {ID: "o3", Name: "OpenAI o3", Reasoning: true, Input: []string{"text", "image"},
+				ContextWindow: 200000, MaxTokens: 100000, Cost: ModelCost{Input: 2, Output: 8, CacheRead: 0.5}}}},
+		"deepseek": {API: APIOpenAICompletions, BaseURL: "https://api.deepseek.com/v1", ContextWindow: 64000, MaxTokens: 8000,
+			Compat: &Compat{SupportsDeveloperRole: ptr(false), MaxTokensField: "max_tokens"}},
+		"local":  {API: APIOllamaChat, BaseURL: "http://127.0.0.1:11434", ContextWindow: 8192, Vision: ptr(true)},
+		"claude": {API: APIAnthropicMessages},
+		"gemini": {API: APIGoogleGenerative},
+	}, WithKeyLookup(func(alias string, s ProviderSettings) string {
+		if alias == "claude" {
+			return "looked-up"
+		}
+		return ""
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,28 +69,30 @@ func TestRegistryGetModel(t *testing.T) {
 func TestRegistryErrors(t *testing.T) {
 	r := testRegistry(t)
 	_, err := r.GetModel("nope", "x")
-	if !errors.Is(err, ErrUnknownProvider) || !strings.Contains(err.Error(), "claude, deepseek, gemini, images, local, openai") {
+	if !errors.Is(err, ErrUnknownProvider) || !strings.Contains(err.Error(), "claude, deepseek, gemini, local, openai") {
 		t.Fatalf("unknown alias: %v", err)
 	}
 	_, err = r.GetModel("openai", "gpt-3")
 	if !errors.Is(err, ErrUnknownModel) || !strings.Contains(err.Error(), "allowed: gpt-4o-mini, o3") {
 		t.Fatalf("not allowlisted: %v", err)
 	}
-	if _, err := r.GetModel("images", "x"); err == nil || !strings.Contains(err.Error(), "image generation") {
-		t.Fatalf("driver: %v", err)
+	if _, err := r.GetModel("images", "x"); !errors.Is(err, ErrUnknownProvider) {
+		t.Fatalf("unregistered: %v", err)
 	}
 	if _, err := r.GetModel("claude", ""); err == nil || !strings.Contains(err.Error(), "no model id") {
 		t.Fatalf("no default: %v", err)
 	}
-	_, err = NewRegistry(map[string]config.Provider{"x": {API: "openai-completions", Compat: map[string]any{"supportsDevRole": true}}})
-	if err == nil || !strings.Contains(err.Error(), "ai.providers.x.compat") || !strings.Contains(err.Error(), "supportsDevRole") {
+	if _, err = ParseCompat(map[string]any{"supportsDevRole": true}); err == nil || !strings.Contains(err.Error(), "supportsDevRole") {
 		t.Fatalf("compat typo: %v", err)
 	}
-	_, err = NewRegistry(map[string]config.Provider{"noapi": {}})
-	if err == nil || !strings.Contains(err.Error(), "ai.providers.noapi.api is required") {
+	_, err = NewRegistry(map[string]ProviderSettings{"noapi": {}})
+	if err == nil || !strings.Contains(err.Error(), "provider noapi: api is required") {
 		t.Fatalf("missing api: %v", err)
 	}
-	if _, err := (&Registry{providers: map[string]*providerEntry{}}).GetModel("a", "b"); err == nil || !strings.Contains(err.Error(), "no providers are configured") {
+	if _, err := NewRegistry(nil, WithKeyLookup(nil)); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("nil lookup: %v", err)
+	}
+	if _, err := (&Registry{providers: map[string]*providerEntry{}}).GetModel("a", "b"); err == nil || !strings.Contains(err.Error(), "no providers are registered") {
 		t.Fatalf("empty: %v", err)
 	}
 }
@@ -157,29 +136,15 @@ func TestRegistrySetModels(t *testing.T) {
 
 func TestRegistryAPIKey(t *testing.T) {
 	r := testRegistry(t)
-	t.Setenv("OPENAI_API_KEY", "sk-env-openai")
-	t.Setenv("ANTHROPIC_API_KEY", "sk-ant")
-	t.Setenv("GEMINI_API_KEY", "")
-	t.Setenv("GOOGLE_API_KEY", "g-key")
-	t.Setenv("DEEPSEEK_API_KEY", "")
 	tests := []struct{ alias, want string }{
-		{"openai", "sk-configured"},
-		{"claude", "sk-ant"},
-		{"gemini", "g-key"},
-		{"deepseek", ""}, // never the OpenAI key for a third-party base URL
+		{"openai", "sk-configured"}, // configured wins, the lookup is not asked
+		{"claude", "looked-up"},
+		{"gemini", ""},
 		{"nope", ""},
 	}
 	for _, tt := range tests {
 		if got := r.APIKey(tt.alias); got != tt.want {
 			t.Errorf("APIKey(%s) = %q, want %q", tt.alias, got, tt.want)
 		}
-	}
-	t.Setenv("DEEPSEEK_API_KEY", "ds-key")
-	if got := r.APIKey("deepseek"); got != "ds-key" {
-		t.Errorf("alias env: %q", got)
-	}
-	t.Setenv("GEMINI_API_KEY", "gem")
-	if got := r.APIKey("gemini"); got != "gem" {
-		t.Errorf("GEMINI_API_KEY first: %q", got)
 	}
 }

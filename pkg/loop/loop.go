@@ -169,6 +169,9 @@ outer:
 				}
 			}
 			r.emit(Event{Type: EventTurnEnd, Message: msg, ToolResults: r.msgs[before:len(r.msgs):len(r.msgs)]})
+			if more && cfg.StopAfterTools != nil && cfg.StopAfterTools(r.msgs[before:len(r.msgs):len(r.msgs)]) {
+				more = false // as if the model had stopped; queued steering and follow-ups still count
+			}
 
 			if cfg.MaxIterations > 0 && r.steps >= cfg.MaxIterations {
 				// Steering messages already taken from the queue are kept in the context

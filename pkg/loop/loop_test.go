@@ -772,3 +772,53 @@ func TestUpdateAfterReturnIsDropped(t *testing.T) {
 		t.Fatalf("late update emitted")
 	}
 }
+
+// StopAfterTools ends a run after a tool batch without another LLM call; a follow-up that is
+// already queued still starts the next turn of the run.
+func TestStopAfterTools(t *testing.T) {
+	tests := []struct {
+		name     string
+		stop     bool
+		followUp bool
+		calls    int
+		roles    string
+	}{
+		{"stop", true, false, 1, "user,assistant,toolResult"},
+		{"no stop", false, false, 2, "user,assistant,toolResult,assistant"},
+		{"stop, then a queued follow-up", true, true, 2, "user,assistant,toolResult,user,assistant"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &script{replies: []reply{
+				{calls: []llm.Content{call("c1", "echo", map[string]any{"text": "question?"})}},
+				{text: "answered"},
+			}}
+			cfg := newConfig(s)
+			var seen []string
+			cfg.StopAfterTools = func(results []llm.Message) bool {
+				for _, r := range results {
+					seen = append(seen, r.ToolCallID)
+				}
+				return tt.stop
+			}
+			sent := false
+			cfg.GetFollowUpMessages = func() []llm.Message {
+				if tt.followUp && !sent {
+					sent = true
+					return []llm.Message{userMsg("my answer")}
+				}
+				return nil
+			}
+			out, err := Run(t.Context(), []llm.Message{userMsg("q")}, &AgentContext{Tools: []AgentTool{echoTool()}}, cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.calls() != tt.calls || roles(out) != tt.roles {
+				t.Fatalf("%d calls, messages %s; want %d, %s", s.calls(), roles(out), tt.calls, tt.roles)
+			}
+			if strings.Join(seen, ",") != "c1" {
+				t.Fatalf("StopAfterTools saw %v", seen)
+			}
+		})
+	}
+}

@@ -180,6 +180,13 @@ type Config struct {
 	// AfterToolCall may replace the content, details or error flag of a result.
 	AfterToolCall func(ctx context.Context, info AfterToolCallInfo) *ToolResultOverride
 
+	// StopAfterTools is called with the toolResult messages of each tool batch. True ends the
+	// run after that batch without another LLM call, as when the model answered without tool
+	// calls: steering already queued still runs, follow-ups are still polled. For tools whose
+	// result is for the user, not the model (ask_user: the question goes to the chat and the
+	// answer arrives as the next message).
+	StopAfterTools func(results []llm.Message) bool
+
 	// ToolExecution is Parallel (default) or Sequential.
 	ToolExecution ToolExecutionMode
 	// Executor runs validated tool calls. Default: InProcess (AgentTool.Execute).

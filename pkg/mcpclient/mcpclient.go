@@ -7,9 +7,12 @@
 //
 // Tools are named mcp_{server}_{tool}, reduced to [a-zA-Z0-9_-] and at most 64 characters (a
 // short hash keeps shortened names unique). Connection is lazy: Manager.Tools, called before
-// a turn, connects servers on first use, caches each session and its tool list, and reconnects
-// a server whose session failed (at most once per RetryInterval, so a dead server does not
-// slow every turn). A server that is down never crashes anything: its tools (when known from
+// the tool worker starts and then every RefreshInterval through Manager.Sync, connects servers
+// on first use, caches each session and its tool list (re-listed on the server's list-changed
+// notification or after RelistInterval), and reconnects a server whose session failed (after
+// RetryInterval, doubling per failure up to MaxBackoff, so a dead server is not hammered and
+// does not slow anything). A server that was down at start-up gets its tools served once it
+// answers, without a restart. A server that is down never crashes anything: its tools (when known from
 // an earlier listing) return "MCP server X is unavailable: ..." as an error result, and
 // Status says why.
 //
@@ -69,8 +72,15 @@ type Options struct {
 	// CallTimeout bounds one tool call (default 60s; a server's timeoutMs overrides it).
 	CallTimeout time.Duration
 	// RetryInterval is the least time between connection attempts to a failed server
-	// (default 15s).
+	// (default 15s). It doubles with every further failure of the server, up to MaxBackoff.
 	RetryInterval time.Duration
+	// MaxBackoff caps the wait between attempts to a server that keeps failing (default 5m).
+	MaxBackoff time.Duration
+	// RefreshInterval is how often Sync lists the servers' tools again (default 30s).
+	RefreshInterval time.Duration
+	// RelistInterval re-lists the tools of a connected server that sent no list-changed
+	// notification for this long (default 5m): not every server sends them.
+	RelistInterval time.Duration
 	// Now is a clock for tests.
 	Now func() time.Time
 }
@@ -96,7 +106,19 @@ type server struct {
 	lastErr   error
 	cancel    context.CancelFunc // ends the session's context
 	lastTry   time.Time
+	listedAt  time.Time // when tools was last listed
+	failures  int       // connection failures in a row (backoff)
 	connected bool
+}
+
+// retryAfter is how long to wait after the server's last failed attempt: RetryInterval,
+// doubled per further failure, capped at MaxBackoff. Called with s.mu held.
+func (s *server) retryAfter(o Options) time.Duration {
+	d := o.RetryInterval
+	for i := 1; i < s.failures && d < o.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, o.MaxBackoff)
 }
 
 // New builds a manager for the configured servers (disabled ones are skipped). Nothing is
@@ -114,6 +136,15 @@ func New(servers map[string]config.MCPServer, o Options) (*Manager, error) {
 	}
 	if o.RetryInterval <= 0 {
 		o.RetryInterval = 15 * time.Second
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 5 * time.Minute
+	}
+	if o.RefreshInterval <= 0 {
+		o.RefreshInterval = 30 * time.Second
+	}
+	if o.RelistInterval <= 0 {
+		o.RelistInterval = 5 * time.Minute
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -257,11 +288,11 @@ func transportFor(name string, c config.MCPServer) (TransportFunc, error) {
 func (m *Manager) ensure(ctx context.Context, s *server, force bool) (*mcp.ClientSession, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.session != nil && !s.stale.Load() {
+	now := m.opts.Now()
+	if s.session != nil && !s.stale.Load() && now.Sub(s.listedAt) < m.opts.RelistInterval {
 		return s.session, nil
 	}
-	now := m.opts.Now()
-	if s.session == nil && s.lastErr != nil && !force && now.Sub(s.lastTry) < m.opts.RetryInterval {
+	if s.session == nil && s.lastErr != nil && !force && now.Sub(s.lastTry) < s.retryAfter(m.opts) {
 		return nil, s.lastErr
 	}
 	s.lastTry = now
@@ -284,8 +315,9 @@ func (m *Manager) ensure(ctx context.Context, s *server, force bool) (*mcp.Clien
 		}
 		if err != nil {
 			sessCancel()
+			s.failures++
 			s.lastErr = fmt.Errorf("%w: MCP server %s is unavailable: %v", ErrUnavailable, s.name, err)
-			m.opts.Log.Warn("mcp connect failed", "server", s.name, "err", err)
+			m.opts.Log.Warn("mcp connect failed", "server", s.name, "err", err, "retry_in", s.retryAfter(m.opts))
 			return nil, s.lastErr
 		}
 		s.session, s.cancel = cs, sessCancel
@@ -307,14 +339,17 @@ func (m *Manager) ensure(ctx context.Context, s *server, force bool) (*mcp.Clien
 		if err != nil {
 			_ = cs.Close()
 			s.session = nil
+			s.failures++
 			s.lastErr = fmt.Errorf("%w: MCP server %s is unavailable: list tools: %v", ErrUnavailable, s.name, err)
 			return nil, s.lastErr
 		}
 		list = append(list, t)
 	}
-	s.tools, s.lastErr, s.connected = list, nil, true
+	if !s.connected || s.failures > 0 || len(list) != len(s.tools) {
+		m.opts.Log.Info("mcp server connected", "server", s.name, "tools", len(list))
+	}
+	s.tools, s.lastErr, s.connected, s.failures, s.listedAt = list, nil, true, 0, now
 	s.stale.Store(false)
-	m.opts.Log.Info("mcp server connected", "server", s.name, "tools", len(list))
 	return cs, nil
 }
 
@@ -361,6 +396,73 @@ func (m *Manager) Tools(ctx context.Context) []tools.Tool {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// Registry is the part of *tools.Registry Sync keeps up to date.
+type Registry interface {
+	List() []tools.Tool
+	Put(t tools.Tool) error
+	Remove(name string) bool
+}
+
+// Sync keeps reg's MCP tools (Source "mcp:...") equal to what the servers offer, until ctx
+// ends: every RefreshInterval it lists them again (connecting servers that were down, with
+// each server's backoff, and re-listing stale ones) and puts new or changed tools, removing
+// those no server offers any more. A tool worker serving reg picks the changes up at its next
+// heartbeat, so a server that was down at start-up gets its tools served once it is up,
+// without a restart. Sync blocks; run it in its own goroutine.
+func (m *Manager) Sync(ctx context.Context, reg Registry) {
+	t := time.NewTicker(m.opts.RefreshInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		m.SyncOnce(ctx, reg)
+	}
+}
+
+// SyncOnce is one round of Sync; it reports how many tools it added, changed and removed.
+func (m *Manager) SyncOnce(ctx context.Context, reg Registry) (added, changed, removed int) {
+	want := map[string]tools.Tool{}
+	for _, t := range m.Tools(ctx) {
+		want[t.Name] = t
+	}
+	if ctx.Err() != nil {
+		return 0, 0, 0
+	}
+	have := map[string]tools.Tool{}
+	for _, t := range reg.List() {
+		if strings.HasPrefix(t.Source, "mcp:") {
+			have[t.Name] = t
+		}
+	}
+	for name, t := range want {
+		old, ok := have[name]
+		if ok && old.Description == t.Description && string(old.Parameters) == string(t.Parameters) && old.Idempotent == t.Idempotent {
+			continue
+		}
+		if err := reg.Put(t); err != nil {
+			m.opts.Log.Warn("mcp: register tool", "tool", name, "err", err)
+			continue
+		}
+		if ok {
+			changed++
+		} else {
+			added++
+		}
+	}
+	for name := range have {
+		if _, ok := want[name]; !ok && reg.Remove(name) {
+			removed++
+		}
+	}
+	if added+changed+removed > 0 {
+		m.opts.Log.Info("mcp tools refreshed", "added", added, "changed", changed, "removed", removed)
+	}
+	return added, changed, removed
 }
 
 // ServerStatus describes one server for operators (/status, logs).

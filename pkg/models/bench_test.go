@@ -48,7 +48,7 @@ func BenchmarkResolveHarness(b *testing.B) {
 // BenchmarkFallbackOverhead streams a scripted 64-delta answer directly and through Fallback
 // (no failure): the difference is what the wrapper costs on the happy path.
 func BenchmarkFallbackOverhead(b *testing.B) {
-	reg, err := llm.NewRegistry(map[string]config.Provider{"demo": {API: llm.APIFaux, Models: []config.ModelEntry{{ID: "f1"}, {ID: "f2"}}}})
+	reg, err := NewRegistry(map[string]config.Provider{"demo": {API: llm.APIFaux, Models: []config.ModelEntry{{ID: "f1"}, {ID: "f2"}}}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -26,7 +26,7 @@ ai:
   agents:
     zhin: {provider: demo, model: busy-model}
 `))
-	reg, _ := llm.NewRegistry(cfg.AI.Providers)
+	reg, _ := models.NewRegistry(cfg.AI.Providers)
 	p := faux.New(faux.WithResponses(
 		faux.Response{Error: "HTTP 429 Too Many Requests: slow down"},
 		faux.Response{Text: "hello"},

@@ -91,7 +91,7 @@ ai:
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := llm.NewRegistry(cfg.AI.Providers)
+	reg, err := NewRegistry(cfg.AI.Providers)
 	if err != nil {
 		t.Fatal(err)
 	}

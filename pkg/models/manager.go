@@ -3,6 +3,7 @@ package models
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -69,6 +70,7 @@ type Manager struct {
 
 	wg     sync.WaitGroup
 	cancel context.CancelFunc
+	done   chan struct{} // made by Start, closed when its goroutine ends
 }
 
 // NewManager prepares a manager for the providers of ai.providers (the same map the registry
@@ -204,8 +206,10 @@ func (m *Manager) Start(ctx context.Context) {
 		}
 	}
 	ctx, m.cancel = context.WithCancel(ctx)
+	m.done = make(chan struct{})
 	m.wg.Add(1)
 	go func() {
+		defer close(m.done)
 		defer m.wg.Done()
 		if len(stale) > 0 {
 			_ = m.Refresh(ctx, stale...)
@@ -230,13 +234,23 @@ func (m *Manager) Start(ctx context.Context) {
 // Interval is set).
 func (m *Manager) Wait() { m.wg.Wait() }
 
-// Stop cancels the background refresh and waits for it.
-func (m *Manager) Stop() {
-	if m.cancel != nil {
-		m.cancel()
+// Stop cancels the background refresh and waits for it to end, at most until ctx ends (then
+// it returns ctx's error; Done reports the end). Safe to call more than once.
+func (m *Manager) Stop(ctx context.Context) error {
+	if m.cancel == nil {
+		return nil // never started
 	}
-	m.wg.Wait()
+	m.cancel()
+	select {
+	case <-m.Done():
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("models: stop: %w", ctx.Err())
+	}
 }
+
+// Done is closed once the background work Start began has ended. Before Start it is nil.
+func (m *Manager) Done() <-chan struct{} { return m.done }
 
 func (m *Manager) setStatus(alias string, f func(*ProviderStatus)) {
 	m.mu.Lock()

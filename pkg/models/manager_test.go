@@ -93,7 +93,7 @@ func TestManager(t *testing.T) {
 		"down":    {API: llm.APIOllamaChat, Host: "http://127.0.0.1:1"},
 		"painter": {Driver: "zhipu"},
 	}
-	reg, err := llm.NewRegistry(providers)
+	reg, err := NewRegistry(providers)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestManager(t *testing.T) {
 	m.Start(context.Background())
 	// Cache restored synchronously, ranked best first.
 	m.Wait()
-	defer m.Stop()
+	defer m.Stop(context.Background())
 
 	if got, _ := reg.Models("down"); !slices.Equal(ids(got), []string{"qwen3:14b", "llama3.2:3b"}) {
 		t.Errorf("down (from cache) = %v", ids(got))
@@ -155,7 +155,7 @@ func TestManager(t *testing.T) {
 
 	// A fresh cache entry skips the start-up request.
 	calls.Store(0)
-	reg2, _ := llm.NewRegistry(providers)
+	reg2, _ := NewRegistry(providers)
 	m2 := NewManager(reg2, map[string]config.Provider{"router": providers["router"]}, ManagerOptions{Cache: cache, FreshFor: time.Hour, Log: quiet})
 	m2.Start(context.Background())
 	m2.Wait()

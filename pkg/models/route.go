@@ -153,10 +153,17 @@ func Report(ai config.AI, reg *llm.Registry, tiers *Tiers, status []ProviderStat
 	}
 	var b strings.Builder
 	b.WriteString("Providers:\n")
-	for _, alias := range reg.Aliases() {
-		p, _ := reg.Provider(alias)
-		if p.API == "" {
-			fmt.Fprintf(&b, "- %s: image generation (%s)\n", alias, p.Driver)
+	aliases := reg.Aliases()
+	for alias, p := range ai.Providers {
+		if p.API == "" && p.Driver != "" {
+			aliases = append(aliases, alias)
+		}
+	}
+	slices.Sort(aliases)
+	for _, alias := range aliases {
+		p, ok := reg.Settings(alias)
+		if !ok {
+			fmt.Fprintf(&b, "- %s: image generation (%s)\n", alias, ai.Providers[alias].Driver)
 			continue
 		}
 		ms, _ := reg.Models(alias)

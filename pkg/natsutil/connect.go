@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/config"
-	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -124,7 +123,7 @@ type Bus struct {
 // Open connects as cfg says: with cfg.Embedded it starts an embedded server in cfg.StoreDir
 // (listening on cfg.Listen when set, requiring cfg.Token or cfg.User/Password from clients when
 // set) and connects in-process; otherwise it Connects to cfg.URL.
-// Then it provisions every stream and bucket (events.SpecFromConfig(cfg)). logger may be nil.
+// Then it provisions every stream and bucket (SpecFromConfig(cfg)). logger may be nil.
 func Open(ctx context.Context, cfg config.NATS, logger *slog.Logger) (*Bus, error) {
 	b := &Bus{}
 	var err error
@@ -146,7 +145,7 @@ func Open(ctx context.Context, cfg config.NATS, logger *slog.Logger) (*Bus, erro
 		b.Close()
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	if err := Provision(ctx, b.JS, events.SpecFromConfig(cfg)); err != nil {
+	if err := Provision(ctx, b.JS, SpecFromConfig(cfg)); err != nil {
 		b.Close()
 		return nil, err
 	}

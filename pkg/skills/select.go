@@ -105,7 +105,7 @@ func matchScore(msg string, msgTerms map[string]bool, name, desc string, keyword
 	score := 0
 	for _, k := range keywords {
 		k = strings.ToLower(strings.TrimSpace(k))
-		if k != "" && strings.Contains(msg, k) {
+		if k != "" && keywordIn(msg, k) {
 			score += 3
 		}
 	}
@@ -129,6 +129,30 @@ func matchScore(msg string, msgTerms map[string]bool, name, desc string, keyword
 		}
 	}
 	return score
+}
+
+// keywordIn reports whether keyword k occurs in msg. A keyword that starts with a letter or
+// digit of a spaced script (English "run") must start a word there, so "run" does not match
+// "prune" while "http" matches "https://…" and "run" matches "running"; a CJK keyword ("网页",
+// "上次") matches anywhere, as those scripts have no spaces between words.
+func keywordIn(msg, k string) bool {
+	first, _ := utf8.DecodeRuneInString(k)
+	if isCJK(first) || !(unicode.IsLetter(first) || unicode.IsDigit(first)) {
+		return strings.Contains(msg, k)
+	}
+	for off := 0; off < len(msg); {
+		i := strings.Index(msg[off:], k)
+		if i < 0 {
+			return false
+		}
+		at := off + i
+		prev, _ := utf8.DecodeLastRuneInString(msg[:at])
+		if at == 0 || isCJK(prev) || !(unicode.IsLetter(prev) || unicode.IsDigit(prev)) {
+			return true
+		}
+		off = at + len(k)
+	}
+	return false
 }
 
 // descCache holds the term sets of descriptions: tools and skills are scored against every

@@ -242,3 +242,39 @@ func TestPromptSectionAndIterations(t *testing.T) {
 		t.Fatal(n)
 	}
 }
+
+// Keywords of spaced scripts must start a word; CJK keywords match anywhere.
+func TestKeywordIn(t *testing.T) {
+	cases := []struct {
+		msg, kw string
+		want    bool
+	}{
+		{"please run uname", "run", true},
+		{"running late", "run", true},
+		{"prune the tree", "run", false},
+		{"open https://example.com", "http", true},
+		{"see xhttp", "http", false},
+		{"prune or run", "run", true}, // a later occurrence at a word start counts
+		{"帮我打开这个网页", "网页", true},
+		{"上次我们聊了什么", "上次", true},
+		{"运行run", "run", true}, // CJK before a Latin word is a boundary
+		{"www.example.com", "www.", true},
+		{"", "run", false},
+	}
+	for _, c := range cases {
+		if got := keywordIn(c.msg, c.kw); got != c.want {
+			t.Errorf("keywordIn(%q, %q) = %v, want %v", c.msg, c.kw, got, c.want)
+		}
+	}
+}
+
+// A tool described in Chinese is found for a Chinese message without any keyword: both sides
+// are split into character bigrams.
+func TestSelectChineseDescriptionBigrams(t *testing.T) {
+	tl := tools.MustRaw("greeting", "生成个性化问候语", nil, func(context.Context, tools.Call) (tools.Result, error) { return tools.Result{}, nil })
+	other := tools.MustRaw("music", "搜索音乐", nil, func(context.Context, tools.Call) (tools.Result, error) { return tools.Result{}, nil })
+	sel := Select("给我一段个性化的问候", nil, []tools.Tool{tl, other}, SelectOptions{})
+	if len(sel.Tools) != 1 || sel.Tools[0].Name != "greeting" {
+		t.Fatalf("selected %v, want [greeting]", sel.Tools)
+	}
+}

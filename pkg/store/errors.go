@@ -3,7 +3,7 @@ package store
 import (
 	"errors"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/agentbus/agentbus/internal/jsconflict"
 )
 
 var (
@@ -27,13 +27,6 @@ var (
 	ErrTooLarge = errors.New("store: record too large")
 )
 
-// isWrongLastSeq reports a failed expected-last-(subject-)sequence check: 10071, or 10164 on
-// replicated streams.
-func isWrongLastSeq(err error) bool {
-	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
-		return false
-	}
-	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
-}
+// isWrongLastSeq reports a lost compare-and-set (a failed expected-last-(subject-)sequence
+// check or KV revision check), on single-server and replicated streams alike.
+func isWrongLastSeq(err error) bool { return jsconflict.Is(err) }

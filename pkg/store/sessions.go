@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/internal/jsconflict"
 	"github.com/agentbus/agentbus/pkg/events"
 )
 
@@ -50,6 +51,12 @@ type Session struct {
 	Status     SessionStatus `json:"status"`
 	// Model is the model last used (provider/id).
 	Model string `json:"model,omitempty"`
+	// ModelOverride is the model chosen in chat with /model: an ai.agents binding name or
+	// provider/model. Empty = the usual routing. Kept across epochs (a chat setting).
+	ModelOverride string `json:"modelOverride,omitempty"`
+	// Concurrency is the chat's /queue policy (parallel|queue|steer|interrupt|collect). Empty =
+	// ai.agent.concurrency. Kept across epochs.
+	Concurrency string `json:"concurrency,omitempty"`
 	// InboxCursor is the last SESSION_IN stream sequence whose effect is durable. It is per
 	// session key, so it carries over to the next epoch.
 	InboxCursor uint64     `json:"inboxCursor"`
@@ -234,6 +241,7 @@ func (r *Sessions) newEpoch(sk events.SessionKey, epoch uint64, prev *Session) *
 		// The inbox is per session key: the new epoch continues where the old one stopped.
 		s.InboxCursor = prev.InboxCursor
 		s.Model = prev.Model
+		s.ModelOverride, s.Concurrency = prev.ModelOverride, prev.Concurrency
 	}
 	return s
 }
@@ -259,9 +267,7 @@ func (r *Sessions) put(ctx context.Context, sk events.SessionKey, s *Session, re
 	return out, nil
 }
 
-func isCASConflict(err error) bool {
-	return errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSeq(err)
-}
+func isCASConflict(err error) bool { return jsconflict.Is(err) }
 
 // backoff sleeps a little before CAS attempt n (jittered, so colliding writers spread out).
 func backoff(ctx context.Context, attempt int) error {

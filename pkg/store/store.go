@@ -2,17 +2,9 @@ package store
 
 import (
 	"context"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/agentbus/agentbus/pkg/config"
 )
-
-// BoundsFromConfig maps ai.sessions.coldStartMaxMessages / coldStartMaxAgeMs to ContextBounds.
-func BoundsFromConfig(s config.Sessions) ContextBounds {
-	return ContextBounds{MaxMessages: s.ColdStartMaxMessages, MaxAge: time.Duration(s.ColdStartMaxAgeMs) * time.Millisecond}
-}
 
 // Stores bundles the JetStream repositories a role needs.
 type Stores struct {

@@ -8,13 +8,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 )
 
 func TestOpen(t *testing.T) {
 	ctx := context.Background()
-	st, err := Open(ctx, startJS(t), BoundsFromConfig(config.Sessions{ColdStartMaxMessages: 50, ColdStartMaxAgeMs: 86400000}))
+	st, err := Open(ctx, startJS(t), ContextBounds{MaxMessages: 50, MaxAge: 24 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

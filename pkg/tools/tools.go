@@ -56,6 +56,8 @@ type Env struct {
 	Workspace   string   `json:"workspace,omitempty"`
 	// ModelID is the model serving the turn (skills size their instructions by it).
 	ModelID string `json:"modelId,omitempty"`
+	// Turn is the turn (or task) the call belongs to.
+	Turn string `json:"turn,omitempty"`
 }
 
 // HasAnyRole reports whether the sender holds one of roles. RoleUser is implied for everyone

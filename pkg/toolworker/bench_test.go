@@ -43,7 +43,7 @@ func benchCalls(b *testing.B, conc int, marker bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer h.Stop()
+	defer h.Stop(context.Background())
 
 	nc, js := srv.Connect(b)
 	var got atomic.Int64

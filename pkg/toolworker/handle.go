@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/internal/jsconflict"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/tools"
@@ -191,7 +192,7 @@ func (h *Handle) markStarted(c *call, t tools.Tool, timeout time.Duration) bool 
 	if h.killed.Load() {
 		return false
 	}
-	if !errors.Is(err, jetstream.ErrKeyExists) {
+	if !jsconflict.Is(err) {
 		h.logFor(c).Warn("tool worker: cannot record the start of a non-idempotent call; retrying later", "err", err)
 		_ = c.msg.NakWithDelay(time.Second)
 		return false
@@ -452,7 +453,7 @@ func envOf(tc events.ToolCall, workspace string) tools.Env {
 	return tools.Env{
 		Platform: tc.Caller.Platform, BotID: tc.SessionKey.Bot, Scope: tc.Caller.Scope, SceneID: tc.SessionKey.Scene,
 		SenderID: tc.Caller.SenderID, SenderRoles: normalizeRoles(tc.Caller.Roles), SessionKey: tc.SessionKey.String(),
-		Workspace: workspace,
+		Workspace: workspace, Turn: tc.Turn,
 	}
 }
 

@@ -42,7 +42,7 @@ func startWorker(t testing.TB, o Options) *Handle {
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	t.Cleanup(h.Stop)
+	t.Cleanup(func() { mustStop(t, h) })
 	return h
 }
 
@@ -223,4 +223,14 @@ func itoa(n int64) string {
 
 func toLoop(r *events.Event[events.ToolResult]) loop.ToolResult {
 	return loop.ToolResult{Content: r.Data.Content, Details: r.Data.Details, IsError: r.Data.IsError}
+}
+
+// mustStop stops a worker within a margin that survives a loaded machine.
+func mustStop(t testing.TB, h *Handle) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := h.Stop(ctx); err != nil {
+		t.Errorf("stop worker: %v", err)
+	}
 }

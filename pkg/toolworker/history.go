@@ -10,7 +10,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
+	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/store/transcript"
 	"github.com/agentbus/agentbus/pkg/tools"
 )
@@ -31,44 +33,21 @@ type HistorySearcher interface {
 	Search(ctx context.Context, platform, bot, scene, keyword string, limit int) ([]transcript.Row, error)
 }
 
-// SearchSubject is the request/reply subject of the transcript archive's search service
-// (served by egress, see pkg/egress SearchSubject).
-const SearchSubject = "transcripts.search"
-
-// NATSHistory asks the transcript archive over NATS request/reply. Wire protocol (pkg/egress):
-// request {"platform","bot","scene","keyword","limit"}; reply {"rows":[transcript.Row...]} or,
-// on failure, the NATS micro error headers and/or {"error":"..."}.
+// NATSHistory asks the transcript archive over NATS request/reply (the wire protocol is
+// events.TranscriptSearchRequest / TranscriptSearchResponse on events.SubjectTranscriptSearch,
+// served by egress).
 type NATSHistory struct {
 	NC *nats.Conn
-	// Subject defaults to SearchSubject; Timeout (default 10s) applies when ctx has no deadline.
+	// Subject defaults to events.SubjectTranscriptSearch; Timeout (default 10s) applies when ctx has no deadline.
 	Subject string
 	Timeout time.Duration
 }
-
-type historyRequest struct {
-	Platform string `json:"platform"`
-	Bot      string `json:"bot"`
-	Scene    string `json:"scene"`
-	Keyword  string `json:"keyword,omitempty"`
-	Limit    int    `json:"limit,omitempty"`
-}
-
-type historyResponse struct {
-	Rows  []transcript.Row `json:"rows"`
-	Error string           `json:"error,omitempty"`
-}
-
-// NATS micro's error headers (github.com/nats-io/nats.go/micro ErrorHeader, ErrorCodeHeader).
-const (
-	microErrorHeader     = "Nats-Service-Error"
-	microErrorCodeHeader = "Nats-Service-Error-Code"
-)
 
 // Search implements HistorySearcher.
 func (n NATSHistory) Search(ctx context.Context, platform, bot, scene, keyword string, limit int) ([]transcript.Row, error) {
 	subj := n.Subject
 	if subj == "" {
-		subj = SearchSubject
+		subj = events.SubjectTranscriptSearch
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		d := n.Timeout
@@ -79,7 +58,7 @@ func (n NATSHistory) Search(ctx context.Context, platform, bot, scene, keyword s
 		ctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
 	}
-	data, err := json.Marshal(historyRequest{Platform: platform, Bot: bot, Scene: scene, Keyword: keyword, Limit: limit})
+	data, err := json.Marshal(events.TranscriptSearchRequest{Platform: platform, Bot: bot, Scene: scene, Keyword: keyword, Limit: limit})
 	if err != nil {
 		return nil, err
 	}
@@ -90,10 +69,10 @@ func (n NATSHistory) Search(ctx context.Context, platform, bot, scene, keyword s
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrHistoryUnavailable, err)
 	}
-	if desc := msg.Header.Get(microErrorHeader); desc != "" {
-		return nil, fmt.Errorf("%w: %s (code %s)", ErrHistoryUnavailable, desc, msg.Header.Get(microErrorCodeHeader))
+	if desc := msg.Header.Get(micro.ErrorHeader); desc != "" {
+		return nil, fmt.Errorf("%w: %s (code %s)", ErrHistoryUnavailable, desc, msg.Header.Get(micro.ErrorCodeHeader))
 	}
-	var resp historyResponse
+	var resp events.TranscriptSearchResponse
 	if err := json.Unmarshal(msg.Data, &resp); err != nil {
 		return nil, fmt.Errorf("%w: bad reply: %v", ErrHistoryUnavailable, err)
 	}
@@ -160,7 +139,7 @@ func ChatHistoryTool(s HistorySearcher) tools.Tool {
 			}
 			return tools.TextResult(FormatHistory(rows)), nil
 		},
-		tools.Idempotent(), tools.WithSource("builtin"), tools.WithKeywords("history", "earlier", "之前", "上次", "历史", "回忆"))
+		tools.Idempotent(), tools.WithSource("builtin"), tools.WithKeywords("history", "earlier", "last time", "previous", "we talked", "之前", "上次", "历史", "回忆", "聊过", "说过", "聊了什么"))
 }
 
 // FormatHistory renders rows as "[2006-01-02 15:04] sender: body" lines (UTC), one per row,

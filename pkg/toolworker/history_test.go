@@ -12,23 +12,24 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
-	"github.com/agentbus/agentbus/pkg/egress"
+	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/store/transcript"
 )
 
-// serveTranscripts answers SearchSubject from a real archive the way the egress service does
+// serveTranscripts answers events.SubjectTranscriptSearch from a real archive the way the egress service does
 // (request/response JSON, micro error headers on failure) and records the limits asked for.
 func serveTranscripts(t *testing.T, nc *nats.Conn, db *transcript.DB) *[]int {
 	t.Helper()
 	var mu sync.Mutex
 	limits := []int{}
-	sub, err := nc.QueueSubscribe(SearchSubject, "transcripts", func(m *nats.Msg) {
-		var req historyRequest
+	sub, err := nc.QueueSubscribe(events.SubjectTranscriptSearch, "transcripts", func(m *nats.Msg) {
+		var req events.TranscriptSearchRequest
 		if err := json.Unmarshal(m.Data, &req); err != nil {
 			reply := nats.NewMsg(m.Reply)
-			reply.Header.Set(microErrorHeader, "bad search request")
-			reply.Header.Set(microErrorCodeHeader, "400")
+			reply.Header.Set(micro.ErrorHeader, "bad search request")
+			reply.Header.Set(micro.ErrorCodeHeader, "400")
 			_ = m.RespondMsg(reply)
 			return
 		}
@@ -37,7 +38,7 @@ func serveTranscripts(t *testing.T, nc *nats.Conn, db *transcript.DB) *[]int {
 		mu.Unlock()
 		rows, err := db.Search(context.Background(), transcript.Query{
 			Scene: transcript.Scene{Platform: req.Platform, BotID: req.Bot, SceneID: req.Scene}, Keyword: req.Keyword, Limit: req.Limit})
-		resp := historyResponse{Rows: rows}
+		resp := events.TranscriptSearchResponse{Rows: rows}
 		if err != nil {
 			resp.Error = err.Error()
 		}
@@ -51,29 +52,18 @@ func serveTranscripts(t *testing.T, nc *nats.Conn, db *transcript.DB) *[]int {
 	return &limits
 }
 
-// TestChatHistoryThroughTheArchiveService runs the tool against the real egress search
-// service (pkg/egress ServeSearch, a NATS micro service) and against serveTranscripts, a
-// stand-in speaking the same protocol, both over a real bbolt archive.
-func TestChatHistoryThroughTheArchiveService(t *testing.T) {
-	t.Run("egress service", func(t *testing.T) {
-		historyScenario(t, func(t *testing.T, nc *nats.Conn, db *transcript.DB) {
-			svc, err := egress.ServeSearch(nc, db, quietLog())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = svc.Stop() })
-		})
-	})
-	t.Run("stand-in responder", func(t *testing.T) {
-		historyScenario(t, func(t *testing.T, nc *nats.Conn, db *transcript.DB) {
-			limits := serveTranscripts(t, nc, db)
-			t.Cleanup(func() {
-				for _, l := range *limits {
-					if l < 1 || l > MaxHistoryLimit {
-						t.Errorf("service asked for limit %d", l)
-					}
+// TestChatHistoryThroughAStandIn runs the tool against a stand-in speaking the search protocol
+// over a real bbolt archive; pkg/app's TestChatHistoryThroughEgress runs the same scenario
+// against egress's own service with the client the tool uses.
+func TestChatHistoryThroughAStandIn(t *testing.T) {
+	historyScenario(t, func(t *testing.T, nc *nats.Conn, db *transcript.DB) {
+		limits := serveTranscripts(t, nc, db)
+		t.Cleanup(func() {
+			for _, l := range *limits {
+				if l < 1 || l > MaxHistoryLimit {
+					t.Errorf("service asked for limit %d", l)
 				}
-			})
+			}
 		})
 	})
 }
@@ -154,8 +144,8 @@ func TestNATSHistoryErrors(t *testing.T) {
 		switch string(m.Data[:1]) {
 		default:
 			reply := nats.NewMsg(m.Reply)
-			reply.Header.Set(microErrorHeader, "bad search request: scene required")
-			reply.Header.Set(microErrorCodeHeader, "400")
+			reply.Header.Set(micro.ErrorHeader, "bad search request: scene required")
+			reply.Header.Set(micro.ErrorCodeHeader, "400")
 			_ = m.RespondMsg(reply)
 		}
 	})
@@ -179,11 +169,5 @@ func TestFormatHistory(t *testing.T) {
 	if lines[0] != "[1970-01-01 00:00] u9: multi line text" || lines[1] != "[1970-01-01 00:01] unknown: [media]" ||
 		!strings.HasSuffix(lines[2], "é…") || len([]rune(lines[2])) != len("[1970-01-01 00:00] Long: ")+maxHistoryBody+1 {
 		t.Fatalf("got %q", got)
-	}
-}
-
-func TestSearchSubjectMatchesEgress(t *testing.T) {
-	if SearchSubject != egress.SearchSubject {
-		t.Fatalf("toolworker asks %q, egress serves %q", SearchSubject, egress.SearchSubject)
 	}
 }

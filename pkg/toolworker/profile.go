@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/internal/jsconflict"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/tools"
 )
@@ -139,7 +140,7 @@ func (s *ProfileStore) update(ctx context.Context, platform, userID string, fn f
 		if err == nil {
 			return nil
 		}
-		if !casConflict(err) {
+		if !jsconflict.Is(err) {
 			return fmt.Errorf("write profile: %w", err)
 		}
 	}

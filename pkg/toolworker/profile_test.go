@@ -172,7 +172,10 @@ func TestProfileCache(t *testing.T) {
 	if got, err := cache.Summary(ctx, "webhook", "u1"); err != nil || got != "User profile: name=Ann" {
 		t.Fatalf("read-through summary = %q, %v", got, err)
 	}
-	cache.Start(ctx)
+	rctx, stop := context.WithCancel(ctx)
+	ran := make(chan struct{})
+	go func() { defer close(ran); cache.Run(rctx) }()
+	defer func() { stop(); <-ran }()
 	eventually := func(platform, user, want string) {
 		t.Helper()
 		deadline := time.Now().Add(5 * time.Second)

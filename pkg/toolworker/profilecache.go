@@ -35,7 +35,7 @@ type ProfileCache struct {
 	unreadable map[string]bool
 }
 
-// NewProfileCache opens the profiles bucket; Start begins the watch.
+// NewProfileCache opens the profiles bucket; Run follows it.
 func NewProfileCache(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*ProfileCache, error) {
 	store, err := NewProfileStore(ctx, js)
 	if err != nil {
@@ -47,20 +47,19 @@ func NewProfileCache(ctx context.Context, js jetstream.JetStream, log *slog.Logg
 	return &ProfileCache{store: store, log: log}, nil
 }
 
-// Start follows the bucket until ctx ends, re-watching after a failure.
-func (c *ProfileCache) Start(ctx context.Context) {
-	go func() {
-		for ctx.Err() == nil {
-			if err := c.follow(ctx); err != nil && ctx.Err() == nil {
-				c.log.Warn("profile cache: watch ended; reading profiles from the bucket meanwhile", "err", err)
-			}
-			c.reset()
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
+// Run follows the bucket until ctx ends, rewatching a second after a watch fails; it returns
+// when ctx ends. The caller runs it on a goroutine it owns and waits for it.
+func (c *ProfileCache) Run(ctx context.Context) {
+	for ctx.Err() == nil {
+		if err := c.follow(ctx); err != nil && ctx.Err() == nil {
+			c.log.Warn("profile cache: watch ended; reading profiles from the bucket meanwhile", "err", err)
 		}
-	}()
+		c.reset()
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 func (c *ProfileCache) reset() {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/internal/jsconflict"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/tools"
 )
@@ -35,6 +36,7 @@ func (h *Handle) Entry(t tools.Tool) events.ToolEntry {
 		Name: t.Name, Description: t.Description, Parameters: l.Parameters,
 		Platforms: t.Platforms, Scopes: t.Scopes, Roles: t.RequiredAnyRole,
 		Idempotent: t.Idempotent, PreExecutable: t.PreExecutable, TimeoutMs: h.timeoutFor(t.Name).Milliseconds(), Source: src,
+		Keywords: t.Keywords,
 	}
 }
 
@@ -60,7 +62,7 @@ func (h *Handle) announce(ctx context.Context, t tools.Tool) error {
 			}
 			if _, err = h.toolsKV.Create(ctx, key, data); err == nil {
 				return nil
-			} else if !errors.Is(err, jetstream.ErrKeyExists) {
+			} else if !jsconflict.Is(err) {
 				return err
 			}
 			continue
@@ -82,7 +84,7 @@ func (h *Handle) announce(ctx context.Context, t tools.Tool) error {
 		}
 		if _, err = h.toolsKV.Update(ctx, key, data, cur.Revision()); err == nil {
 			return nil
-		} else if !casConflict(err) {
+		} else if !jsconflict.Is(err) {
 			return err
 		}
 	}
@@ -118,13 +120,9 @@ func (h *Handle) withdraw(ctx context.Context, name string) error {
 			}
 			_, err = h.toolsKV.Update(ctx, key, data, cur.Revision())
 		}
-		if err == nil || !casConflict(err) {
+		if err == nil || !jsconflict.Is(err) {
 			return err
 		}
 	}
 	return fmt.Errorf("withdraw %s: too many concurrent updates", name)
-}
-
-func casConflict(err error) bool {
-	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
 }

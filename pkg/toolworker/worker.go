@@ -190,7 +190,7 @@ func Run(ctx context.Context, opts Options) (*Handle, error) {
 	go func() {
 		select {
 		case <-ctx.Done():
-			h.Stop()
+			_ = h.Stop(context.Background())
 		case <-h.done:
 		}
 	}()
@@ -386,42 +386,57 @@ func (h *Handle) fetchLoop(s *served) {
 
 // Stop drains the worker: no new calls are fetched, running calls finish and record their
 // results, then the worker's id is removed from its registry entries (the entry itself when it
-// was the last worker). Safe to call more than once and after Kill.
-func (h *Handle) Stop() {
-	h.stopOnce.Do(func() {
-		close(h.stopping)
-		h.loops.Wait()
-		h.calls.Wait()
-		if !h.killed.Load() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			h.mu.Lock()
-			names := make([]string, 0, len(h.served))
-			for n := range h.served {
-				names = append(names, n)
-			}
-			h.mu.Unlock()
-			for _, n := range names {
-				if err := h.withdraw(ctx, n); err != nil {
-					h.log.Warn("tool worker: withdraw on stop", "tool", n, "err", err)
-				}
-			}
-			cancel()
-		}
-		h.progress.Close()
+// was the last worker). It waits for all of that at most until ctx ends; then it abandons the
+// calls still running as Kill does (they come back to another worker after AckWait) and
+// returns ctx's error, while Done reports when the last goroutine has ended. Safe to call more
+// than once, concurrently and after Kill; every call waits for the same shutdown.
+func (h *Handle) Stop(ctx context.Context) error {
+	h.stopOnce.Do(func() { go h.shutdown() })
+	select {
+	case <-h.done:
+		return nil
+	case <-ctx.Done():
+		h.killed.Store(true)
 		h.kill()
-		close(h.done)
-		h.log.Info("tool worker stopped")
-	})
+		return fmt.Errorf("toolworker: stop: %w", ctx.Err())
+	}
+}
+
+// shutdown runs once, on its own goroutine (started by Stop), and closes h.done at its end.
+func (h *Handle) shutdown() {
+	close(h.stopping)
+	h.loops.Wait()
+	h.calls.Wait()
+	if !h.killed.Load() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		h.mu.Lock()
+		names := make([]string, 0, len(h.served))
+		for n := range h.served {
+			names = append(names, n)
+		}
+		h.mu.Unlock()
+		for _, n := range names {
+			if err := h.withdraw(ctx, n); err != nil {
+				h.log.Warn("tool worker: withdraw on stop", "tool", n, "err", err)
+			}
+		}
+		cancel()
+	}
+	h.progress.Close()
+	h.kill()
+	h.log.Info("tool worker stopped")
+	close(h.done)
 }
 
 // Kill stops the worker as a crash would: running tools are cancelled, nothing more is
 // published or acknowledged (the calls come back to another worker after AckWait) and the
-// registry entries are left to expire with the bucket TTL. For tests of crash recovery.
+// registry entries are left to expire with the bucket TTL. It returns once the worker's
+// goroutines have ended. For tests of crash recovery.
 func (h *Handle) Kill() {
 	h.killed.Store(true)
 	h.progress.Close()
 	h.kill()
-	h.Stop()
+	_ = h.Stop(context.Background())
 }
 
 // Done is closed once the worker has stopped.

@@ -46,7 +46,7 @@ func TestAnnounceHeartbeatWithdraw(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer w1.Stop()
+	defer w1.Stop(context.Background())
 	e, ok := getEntry(t, kv, "echo")
 	if !ok {
 		t.Fatal("echo not announced")
@@ -64,12 +64,12 @@ func TestAnnounceHeartbeatWithdraw(t *testing.T) {
 		e, _ := getEntry(t, kv, "echo")
 		return slices.Equal(e.Workers, []string{"w1", "w2"})
 	})
-	w1.Stop()
+	mustStop(t, w1)
 	e, ok = getEntry(t, kv, "echo")
 	if !ok || slices.Contains(e.Workers, "w1") {
 		t.Fatalf("after w1 stopped: %v %+v", ok, e)
 	}
-	w2.Stop()
+	mustStop(t, w2)
 	if _, ok := getEntry(t, kv, "echo"); ok {
 		t.Fatal("entry still present after the last worker stopped")
 	}
@@ -485,7 +485,7 @@ func TestStopFinishesRunningCalls(t *testing.T) {
 	}
 	publishCall(t, srv.JS, newCall("slow", "st1", nil), "")
 	<-started
-	w.Stop()
+	mustStop(t, w)
 	if n := countResults(t, srv.JS, testSK, "st1"); n != 1 {
 		t.Fatalf("result not recorded before Stop returned (%d)", n)
 	}

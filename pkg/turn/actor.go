@@ -49,6 +49,9 @@ type actor struct {
 	kept    []events.SessionID  // ids whose context the cache keeps for this actor (ctxlog.Keep)
 	commit  sync.Mutex          // serializes context commits (parallel turns share a snapshot)
 	turnsWG sync.WaitGroup
+
+	// chatPolicy is the chat's /queue policy from the session record ("" = ai.agent.concurrency).
+	chatPolicy string // under mu
 }
 
 func newActor(w *Worker, sk events.SessionKey, lease store.Lease) *actor {
@@ -109,6 +112,7 @@ func (a *actor) run() {
 		return
 	}
 	a.cursor = sess.InboxCursor
+	a.setChatPolicy(sess.Concurrency)
 	if a.resultSub, err = a.w.nc.ChanSubscribe(events.ToolResultSessionFilter(a.sk), a.w.router.in); err != nil {
 		a.log.Warn("subscribe to tool results; calls subscribe one by one", "err", err)
 	}
@@ -401,7 +405,7 @@ func (a *actor) shutdown() {
 
 // handle applies one inbox event.
 func (a *actor) handle(ev events.Any, seq uint64) error {
-	policy := a.w.opts.AI.Agent.Concurrency
+	policy := a.concurrency()
 	switch e := ev.(type) {
 	case *events.Event[events.UserMessage]:
 		in := a.userInput(&e.Data.Message, e.Data.Text)
@@ -430,6 +434,10 @@ func (a *actor) handle(ev events.Any, seq uint64) error {
 	case *events.Event[events.Abort]:
 		n := a.abortAll(e.Data.Reason)
 		a.log.Info("abort", "turns", n, "by", e.Data.Sender.ID)
+		if n == 0 { // an aborted turn says so in its reply; nothing running must be said too
+			a.replyText(&pendingTurn{seq: seq, trace: e.Trace, msg: a.syntheticTarget(e.Data.Sender, e.Data.ReplyTo)},
+				fmt.Sprintf("cmd%d", seq), "Nothing to cancel: no turn is running.")
+		}
 		return a.advance(seq, nil)
 	case *events.Event[events.Command]:
 		return a.command(e, seq)

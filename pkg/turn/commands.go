@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentbus/agentbus/pkg/approvals"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/execpolicy"
 	"github.com/agentbus/agentbus/pkg/models"
@@ -27,26 +28,49 @@ func (a *actor) command(e *events.Event[events.Command], seq uint64) error {
 	var reply string
 	switch c.Name {
 	case "reset":
-		a.abortAll("session reset")
-		s, err := a.w.sessions.Archive(a.ctx, a.sk)
+		r, err := a.resetSession()
 		if err != nil {
 			return err
 		}
-		reply = fmt.Sprintf("Session reset: a new conversation starts now (epoch %d). Chat history is kept.", s.Epoch)
+		reply = r
 	case "models":
 		reply = a.w.modelsReport()
 	case "health":
 		reply = a.w.healthReport()
 	case "help":
-		reply = "Commands: /reset (new conversation), /models, /health, /cancel, /steer <text> and /followup <text> (masters), /approve … (masters, private chat)."
+		reply = helpText
 	case "approve":
 		reply = a.approve(c, from)
 	default:
-		reply = "Unknown command /" + c.Name
+		r, ok, err := a.sessionCommand(c, from, pt.msg)
+		switch {
+		case err != nil:
+			return err
+		case ok:
+			reply = r
+		default:
+			reply = "Unknown command /" + c.Name + ". /help lists the commands."
+		}
 	}
 	a.replyText(pt, id, reply)
 	return a.advance(seq, nil)
 }
+
+// helpText answers /help.
+const helpText = `Commands:
+/new, /clear, /reset: start a new conversation (chat history is kept)
+/cancel: stop the running turn
+/status: this session: model, concurrency, turns, context size
+/model [name]: show or switch this chat's model (masters, trusted)
+/queue [policy]: show or set how messages during a turn are handled: parallel, queue, steer, interrupt, collect
+/usage: tokens and cost of this conversation
+/context: what the model sees next turn
+/whoami: who the bot takes you for
+/tools [filter]: the tools you may use here
+/mcp, /bindings: MCP servers, ai.agents bindings (masters, trusted)
+/models, /health: providers and models, worker health
+/steer <text>, /followup <text>: add to the running turn (masters)
+/approve [once|always|rule …|list|revoke …]: approve bash commands (masters, private chat)`
 
 // approve applies an owner /approve command (private chat, master only) to KV approvals.
 func (a *actor) approve(c events.Command, from events.Sender) string {
@@ -59,13 +83,22 @@ func (a *actor) approve(c events.Command, from events.Sender) string {
 	if a.w.approvals == nil {
 		return "Approvals are not available on this worker."
 	}
+	if arg := strings.TrimSpace(c.Raw); arg == "" || arg == "once" {
+		return a.approveOnce(from)
+	}
 	cmd, err := execpolicy.ParseApproveCommand(strings.TrimSpace("/approve " + c.Raw))
 	if err != nil {
 		return err.Error()
 	}
+	pending := false
+	if cmd.Kind == execpolicy.ApproveAlways {
+		if pending, err = a.w.approvals.HasPending(a.ctx, a.sk.Platform, a.sk.Bot); err != nil {
+			return err.Error()
+		}
+	}
 	var reply string
 	err = a.w.approvals.Update(a.ctx, a.sk.Platform, a.sk.Bot, func(ap *execpolicy.Approvals) (bool, error) {
-		r, changed, err := ap.Apply(cmd, execpolicy.ApplyContext{Now: time.Now(), By: from.ID})
+		r, changed, err := ap.Apply(cmd, execpolicy.ApplyContext{Now: time.Now(), By: from.ID, PendingBash: pending})
 		reply = r
 		return changed, err
 	})
@@ -73,6 +106,21 @@ func (a *actor) approve(c events.Command, from events.Sender) string {
 		return err.Error()
 	}
 	return reply
+}
+
+// approveOnce is "/approve" (or "/approve once"): the newest command waiting for the owner on
+// this endpoint may run once, in the chat that asked for it.
+func (a *actor) approveOnce(from events.Sender) string {
+	r, err := a.w.approvals.ApproveOnce(a.ctx, a.sk.Platform, a.sk.Bot, from.ID)
+	if err != nil {
+		return err.Error()
+	}
+	where := "this chat"
+	if r.Session != a.sk.String() {
+		where = r.Session
+	}
+	return fmt.Sprintf("Approved once: `%s` (%s). It runs when the conversation in %s continues (e.g. answer \"yes\" there) within %s. "+
+		"For good: /approve rule <regex> or /approve always.", r.Line, strings.Join(r.Commands, "; "), where, approvals.PendingWindow)
 }
 
 func (w *Worker) modelsReport() string {

@@ -3,6 +3,7 @@ package turn
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -62,14 +63,17 @@ func (w *Worker) systemPrompt(ctx context.Context, m events.IMMessage, model *ll
 	return b.String()
 }
 
-// alwaysTools are offered whatever the message says (the seed's resident tools).
-var alwaysTools = []string{"ask_user", "activate_skill", "user_profile"}
+// alwaysTools are offered whatever the message says (the seed's resident tools: ask_user and
+// spawn_task are "默认常驻编排工具", activate_skill and user_profile are needed by any turn).
+var alwaysTools = []string{"ask_user", "activate_skill", "user_profile", "spawn_task"}
 
 // selectTools applies the seed's two-level selection when skills are configured: skills by
 // keywords, then tools ranked and cut at maxTools. It returns the offered tools (as entries
 // and as the loop's tools, both read-only) and the instructions of the selected skills for the
 // system prompt.
-func (w *Worker) selectTools(m events.IMMessage, input []llm.Message) ([]events.ToolEntry, []loop.AgentTool, string) {
+// recent is the conversation before the turn: the tools it called lately stay offered, so that
+// an answer like "yes" to the model's question can continue what was going on.
+func (w *Worker) selectTools(m events.IMMessage, input, recent []llm.Message) ([]events.ToolEntry, []loop.AgentTool, string) {
 	v := w.tools.view(m)
 	if w.opts.Skills == nil {
 		return v.entries, v.agent, ""
@@ -80,7 +84,8 @@ func (w *Worker) selectTools(m events.IMMessage, input []llm.Message) ([]events.
 		text.WriteByte(' ')
 	}
 	a := w.opts.AI.Agent
-	sel := skills.Select(text.String(), w.opts.Skills.List(), v.avail, skills.SelectOptions{MaxSkills: a.MaxSkills, MaxTools: a.MaxTools, Always: alwaysTools})
+	sel := skills.Select(text.String(), w.opts.Skills.List(), v.avail, skills.SelectOptions{MaxSkills: a.MaxSkills, MaxTools: a.MaxTools,
+		Always: append(slices.Clone(alwaysTools), recentTools(recent)...)})
 	entries := make([]events.ToolEntry, 0, len(sel.Tools))
 	agent := make([]loop.AgentTool, 0, len(sel.Tools))
 	for _, t := range sel.Tools {
@@ -89,6 +94,22 @@ func (w *Worker) selectTools(m events.IMMessage, input []llm.Message) ([]events.
 		agent = append(agent, v.agent[i])
 	}
 	return entries, agent, skills.PromptSection(sel.Skills)
+}
+
+// stickyMessages is how far back recentTools looks.
+const stickyMessages = 6
+
+// recentTools names the tools called in the last stickyMessages messages.
+func recentTools(msgs []llm.Message) []string {
+	var out []string
+	for i := max(0, len(msgs)-stickyMessages); i < len(msgs); i++ {
+		for _, c := range msgs[i].ToolCalls() {
+			if !slices.Contains(out, c.Name) {
+				out = append(out, c.Name)
+			}
+		}
+	}
+	return out
 }
 
 // hasMedia reports whether a message carries an image (segments, or image blocks of input).
@@ -109,11 +130,22 @@ func hasImage(m events.IMMessage, input []llm.Message) bool {
 }
 
 // pickModel routes a turn to an ai.agents binding (models.Route): the vision binding when the
-// message carries an image, else ai.agents.zhin, else the best model there is.
-func (w *Worker) pickModel(m events.IMMessage, input []llm.Message) (*llm.Model, error) {
+// message carries an image, else ai.agents.zhin, else the best model there is. override is the
+// chat's /model choice: it wins unless the message has an image the model cannot see. One that
+// no longer resolves (configuration changed) is logged and routing applies.
+func (w *Worker) pickModel(m events.IMMessage, input []llm.Message, override string) (*llm.Model, error) {
 	var kinds []string
 	if hasImage(m, input) {
 		kinds = []string{"image"}
+	}
+	if override != "" {
+		om, err := w.resolveModel(override)
+		switch {
+		case err != nil:
+			w.log.Warn("the chat's /model choice does not resolve; routing instead", "model", override, "err", err)
+		case kinds == nil || om.SupportsImages():
+			return om, nil
+		}
 	}
 	_, model, err := models.Route(w.opts.AI, w.opts.Models, kinds)
 	return model, err

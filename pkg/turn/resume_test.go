@@ -30,7 +30,7 @@ func (h *harness) startTools(ts ...tools.Tool) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	h.t.Cleanup(tw.Stop)
+	h.t.Cleanup(func() { _ = tw.Stop(context.Background()) })
 }
 
 func (h *harness) waitTools(w *Worker, n int) {

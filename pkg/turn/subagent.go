@@ -195,5 +195,5 @@ func SpawnTaskTool(js jetstream.JetStream, presets []filetool.AgentPreset) tools
 				label = task.TaskID
 			}
 			return tools.TextResult("delegated: background task " + label + " started; its result will be posted to this chat when it finishes. Tell the user."), nil
-		})
+		}, tools.WithKeywords("background", "long", "research", "task", "subagent", "后台", "调研", "研究", "长时间", "任务", "异步"))
 }

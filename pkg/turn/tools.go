@@ -101,7 +101,8 @@ func (c *ToolCatalog) apply(e jetstream.KeyValueEntry) {
 func sameOffer(a, b events.ToolEntry) bool {
 	return a.Name == b.Name && a.Description == b.Description && bytes.Equal(a.Parameters, b.Parameters) &&
 		slices.Equal(a.Platforms, b.Platforms) && slices.Equal(a.Scopes, b.Scopes) && slices.Equal(a.Roles, b.Roles) &&
-		a.Idempotent == b.Idempotent && a.PreExecutable == b.PreExecutable && a.TimeoutMs == b.TimeoutMs && a.Source == b.Source
+		a.Idempotent == b.Idempotent && a.PreExecutable == b.PreExecutable && a.TimeoutMs == b.TimeoutMs && a.Source == b.Source &&
+		slices.Equal(a.Keywords, b.Keywords)
 }
 
 func (c *ToolCatalog) changedLocked() {
@@ -160,7 +161,7 @@ func (c *ToolCatalog) view(m events.IMMessage) *toolView {
 		}
 		v.index[t.Name] = len(v.entries)
 		v.entries = append(v.entries, t)
-		v.avail = append(v.avail, tools.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters})
+		v.avail = append(v.avail, tools.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters, Keywords: t.Keywords})
 		v.agent = append(v.agent, loop.AgentTool{Tool: llm.Tool{Name: t.Name, Description: t.Description, Parameters: t.Parameters}})
 		if t.PreExecutable {
 			v.pre = append(v.pre, t)

@@ -100,6 +100,12 @@ func TestToolCatalogViews(t *testing.T) {
 	if nv := c.view(user); nv == v || nv.entries[nv.index["zeta"]].Description != "new words" {
 		t.Fatal("a changed description kept the old view")
 	}
+	// Keywords reach the selection, and a change of keywords is a change of the offer.
+	v = c.view(user)
+	apply(events.ToolEntry{Name: "zeta", Description: "new words", Parameters: params, UpdatedAt: 4, Keywords: []string{"网页"}})
+	if nv := c.view(user); nv == v || fmt.Sprint(nv.avail[nv.index["zeta"]].Keywords) != "[网页]" {
+		t.Fatal("keywords did not reach the selection's view")
+	}
 	w, err := kv.Watch(ctx, events.EncodeToken("alpha"), jetstream.UpdatesOnly())
 	if err != nil {
 		t.Fatal(err)

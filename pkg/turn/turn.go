@@ -193,7 +193,7 @@ func (a *actor) startTurn(pt *pendingTurn) error {
 	if pt.id == "" {
 		pt.id = turnID(pt.seq)
 	}
-	model, err := a.w.pickModel(pt.msg, pt.input)
+	model, err := a.w.pickModel(pt.msg, pt.input, sess.ModelOverride)
 	if err != nil {
 		a.replyText(pt, pt.id, "⚠️ "+err.Error())
 		_, _ = a.commitMessages(sid, pt.input, pt.id+":commit", pt.id)
@@ -318,10 +318,10 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		}
 		// The record and the reply go out together: the commit above is what made the turn
 		// durable, and both are idempotent (fixed ids) if a resume publishes them again.
-		if err := a.w.publishAll(a.ctx, append([]*nats.Msg{committed}, a.replyMsgs(&t.pendingTurn, t.id, t.replyText(final), t.fresh)...)); err != nil {
+		if err := a.w.publishAll(a.ctx, append([]*nats.Msg{committed}, a.replyMsgs(&t.pendingTurn, t.id, t.replyFor(final, newMsgs), t.fresh)...)); err != nil {
 			return err
 		}
-	} else if err := a.w.publishAll(a.ctx, a.replyMsgs(&t.pendingTurn, t.id, t.replyText(lastAssistant(persisted)), false)); err != nil {
+	} else if err := a.w.publishAll(a.ctx, a.replyMsgs(&t.pendingTurn, t.id, t.replyFor(lastAssistant(persisted), persisted), false)); err != nil {
 		return err
 	}
 	return t.close("done")
@@ -393,7 +393,7 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 	if err != nil {
 		return nil, nil, err
 	}
-	tools, agentTools, skillText := w.selectTools(t.msg, t.input)
+	tools, agentTools, skillText := w.selectTools(t.msg, t.input, loaded.Messages)
 	if pre := t.preExecute(ctx); pre != "" {
 		skillText += "\n## Pre-executed tool results\n" + pre
 	}
@@ -419,6 +419,7 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 		GetFollowUpMessages: func() []llm.Message {
 			return t.drain(&t.followQ, agentCfg.FollowUpMode)
 		},
+		StopAfterTools: stopOnAsk, // ask_user: the question goes to the chat, the answer is the next message
 	}
 	if lvl, err := llm.ParseThinkingLevel(agentCfg.Thinking); err == nil {
 		cfg.StreamOptions.Thinking = lvl
@@ -505,6 +506,9 @@ func (t *turnRun) resumeLoop(ctx context.Context, ac *loop.AgentContext, cfg *lo
 			emit(loop.Event{Type: loop.EventMessageEnd, Message: &m})
 			msgs = append(msgs, m)
 		}
+	}
+	if stopOnAsk(msgs) {
+		return msgs, nil // the turn had asked the user: the answer is the next message
 	}
 	ac.Messages = append(ac.Messages, msgs...)
 	more, err := loop.Continue(ctx, ac, cfg, emit)
@@ -724,15 +728,11 @@ func (a *actor) replyText(pt *pendingTurn, turn, text string) {
 // replyMsgs are the outbound parts of text (ids turn-0, turn-1, ...), for the pending turn's
 // reply target; fresh promises egress that they were never published before.
 func (a *actor) replyMsgs(pt *pendingTurn, turn, text string, fresh bool) []*nats.Msg {
-	parts := chunk.SplitImages(text)
+	parts := chunk.SplitMedia(text)
 	var segs []events.Segments
 	for _, p := range parts {
-		if p.ImageURL != "" {
-			seg := events.ImageSeg(p.ImageURL)
-			if p.Alt != "" {
-				seg.Data["alt"] = p.Alt
-			}
-			segs = append(segs, events.Segments{seg})
+		if p.Kind != "" {
+			segs = append(segs, events.Segments{mediaSegment(p)})
 			continue
 		}
 		for _, c := range chunk.Chunk(p.Text, replyLimit) {
@@ -804,7 +804,7 @@ func (w *Worker) publishAll(ctx context.Context, msgs []*nats.Msg) error {
 // adapter inlined them, else as a reference the model can read.
 func (a *actor) userInput(m *events.IMMessage, text string) llm.Message {
 	if text == "" {
-		text = strings.TrimSpace(ingest.StripSpoofedSender(m.Content.PlainText()))
+		text = ingest.StripBotMention(strings.TrimSpace(ingest.StripSpoofedSender(m.Content.PlainText())), m)
 	}
 	if m.Scene.Type != events.ScopePrivate {
 		text = ingest.SenderPrefix(m.Sender) + text
@@ -813,20 +813,7 @@ func (a *actor) userInput(m *events.IMMessage, text string) llm.Message {
 	if msg.Timestamp == 0 {
 		msg.Timestamp = time.Now().UnixMilli()
 	}
-	for _, s := range m.Content {
-		if s.Type != events.SegImage {
-			continue
-		}
-		if data := s.Str("base64"); data != "" {
-			mime := s.Str("mimeType")
-			if mime == "" {
-				mime = "image/png"
-			}
-			msg.Content = append(msg.Content, llm.Image(data, mime))
-		} else if ref := s.MediaRef(); ref != "" {
-			msg.Content = append(msg.Content, llm.Text(imageRefPrefix+ref+"]"))
-		}
-	}
+	msg.Content = append(msg.Content, mediaParts(m)...)
 	return msg
 }
 
@@ -836,7 +823,7 @@ const imageRefPrefix = "[image: "
 // inlineImages replaces image references with image blocks for a vision model. A reference
 // that cannot be fetched stays text, so the model still knows an image was there.
 func (w *Worker) inlineImages(ctx context.Context, input []llm.Message) []llm.Message {
-	if w.opts.FetchImage == nil {
+	if w.opts.FetchImage == nil && w.media == nil {
 		return input
 	}
 	out := make([]llm.Message, len(input))
@@ -848,7 +835,7 @@ func (w *Worker) inlineImages(ctx context.Context, input []llm.Message) []llm.Me
 				continue
 			}
 			url := strings.TrimSuffix(ref, "]")
-			data, mime, err := w.opts.FetchImage(ctx, url)
+			data, mime, err := w.fetchImage(ctx, url)
 			if err != nil {
 				w.log.Warn("image not inlined", "url", url, "err", err)
 				continue

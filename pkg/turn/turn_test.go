@@ -16,6 +16,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
+	"github.com/agentbus/agentbus/pkg/models"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 )
 
@@ -45,7 +46,7 @@ ai:
 	if mutate != nil {
 		mutate(cfg)
 	}
-	reg, err := llm.NewRegistry(cfg.AI.Providers)
+	reg, err := models.NewRegistry(cfg.AI.Providers)
 	if err != nil {
 		t.Fatal(err)
 	}

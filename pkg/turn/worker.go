@@ -88,6 +88,7 @@ type Worker struct {
 	turnlog   *store.TurnLog
 	tools     *ToolCatalog
 	approvals *approvals.Store
+	media     jetstream.ObjectStore // nil: media:// images stay references
 	router    *resultRouter
 	progress  *natsutil.InProgress // in-progress acks for held inbox deliveries and running subagent tasks
 	log       *slog.Logger
@@ -159,6 +160,10 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	}
 	if w.approvals, err = approvals.Open(ctx, js); err != nil {
 		return nil, err
+	}
+	if w.media, err = js.ObjectStore(ctx, events.ObjectMedia); err != nil {
+		w.log.Warn("media store not available: stored images reach the model as references only", "err", err)
+		w.media = nil
 	}
 	return w, nil
 }

@@ -281,7 +281,7 @@ func (w *archWriter) process(ctx context.Context, msgs []archMsg) {
 		if err == nil && ok {
 			// Checked here, so that one bad message is dead-lettered alone instead of failing
 			// (and redelivering) the whole batch in Insert.
-			err = row.validate()
+			err = validateRow(&row)
 		}
 		switch {
 		case err != nil:

@@ -13,36 +13,22 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/agentbus/agentbus/pkg/events"
 )
 
-// Direction of a transcript row.
-type Direction string
+// Direction of a transcript row (the wire type of pkg/events).
+type Direction = events.TranscriptDirection
 
+// The two directions.
 const (
-	Inbound  Direction = "inbound"
-	Outbound Direction = "outbound"
+	Inbound  = events.TranscriptInbound
+	Outbound = events.TranscriptOutbound
 )
 
-// Row is one im_transcripts row (seed ADR D4). JSON names are the seed's column names.
-type Row struct {
-	// ID is assigned by Insert (per scene, increasing) and ignored on input.
-	ID         uint64    `json:"id"`
-	MessageID  string    `json:"message_id"`
-	Platform   string    `json:"platform"`
-	BotID      string    `json:"bot_id"`
-	SceneID    string    `json:"scene_id"`
-	SceneType  string    `json:"scene_type"` // private | group | channel
-	SenderID   string    `json:"sender_id"`
-	SenderName string    `json:"sender_name"`
-	SenderRole string    `json:"sender_role"`
-	Direction  Direction `json:"direction"`
-	// Body is the plain text of the message ("" for a media-only message).
-	Body string `json:"body"`
-	// MediaJSON is the JSON of the message's segments (MessageElement[]), or "".
-	MediaJSON string `json:"media_json,omitempty"`
-	// Time is Unix milliseconds.
-	Time int64 `json:"time"`
-}
+// Row is one im_transcripts row (seed ADR D4): the wire type events.TranscriptRow, which the
+// transcript search returns as it is stored.
+type Row = events.TranscriptRow
 
 // Scene identifies the rows a search looks at.
 type Scene struct {
@@ -146,7 +132,7 @@ func (db *DB) Close() error {
 // Path is the file's path.
 func (db *DB) Path() string { return db.bolt.Path() }
 
-func (r *Row) validate() error {
+func validateRow(r *Row) error {
 	if err := (Scene{r.Platform, r.BotID, r.SceneID}).validate(); err != nil {
 		return err
 	}
@@ -195,7 +181,7 @@ func (db *DB) Insert(ctx context.Context, rows ...Row) (int, error) {
 		return 0, ErrClosed
 	}
 	for i := range rows {
-		if err := rows[i].validate(); err != nil {
+		if err := validateRow(&rows[i]); err != nil {
 			return 0, fmt.Errorf("%w: row %d (message %q): %v", ErrInvalidRow, i, rows[i].MessageID, err)
 		}
 	}

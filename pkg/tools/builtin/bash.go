@@ -22,9 +22,19 @@ type ExecChecker interface {
 // ApprovalsFunc loads the owner approvals of the endpoint a call comes from (KV approvals).
 type ApprovalsFunc func(ctx context.Context, env tools.Env) (*execpolicy.Approvals, error)
 
+// Confirmations keeps the owner confirmations of commands that need approval
+// (execApprovalMode ask): Record notes a command that was refused for want of approval, and
+// Consume reports (and uses up) an approval given since — "/approve" by the owner, or the
+// owner's own answer in a later turn. pkg/approvals.BashConfirmations implements it on KV.
+type Confirmations interface {
+	Consume(ctx context.Context, env tools.Env, commands []string) (bool, error)
+	Record(ctx context.Context, env tools.Env, commands []string, line string) error
+}
+
 type bashTool struct {
 	exec      ExecChecker
 	approvals ApprovalsFunc
+	confirm   Confirmations
 	files     *filepolicy.Policy
 	timeout   time.Duration
 	maxOut    int
@@ -46,8 +56,8 @@ func needsOwnerText(cmd string, v execpolicy.Verdict) string {
 		fmt.Fprintf(&b, "Needs approval: %s\n", strings.Join(v.Pending, "; "))
 	}
 	fmt.Fprintf(&b, "Do not retry it now. Call ask_user to ask the owner whether to run `%s`, saying what it does and why. "+
-		"Run it again only after the owner agreed (the owner can also approve it for good with /approve rule <regex> "+
-		"or /approve always bash in a private chat).", cmd)
+		"Run it again only after the owner agreed: the owner's \"yes\" in this chat, or /approve (once) in a private chat "+
+		"(for good: /approve rule <regex> or /approve always bash).", cmd)
 	return b.String()
 }
 
@@ -75,7 +85,22 @@ func (bt bashTool) tool() tools.Tool {
 				r.Details = details(det)
 				return r, nil
 			case execpolicy.Ask:
+				if bt.confirm != nil {
+					ok, err := bt.confirm.Consume(ctx, c.Env, v.Pending)
+					if err != nil {
+						bt.log.Warn("bash: read confirmations", "session", c.Env.SessionKey, "err", err)
+					}
+					if ok {
+						det["approvedOnce"] = true
+						break // the owner approved exactly these commands: run them once
+					}
+				}
 				det["pending"] = v.Pending
+				if bt.confirm != nil {
+					if err := bt.confirm.Record(ctx, c.Env, v.Pending, cmd); err != nil {
+						bt.log.Warn("bash: record pending confirmation", "session", c.Env.SessionKey, "err", err)
+					}
+				}
 				r := tools.ErrorResult("%s", needsOwnerText(cmd, v))
 				r.NeedsOwner, r.Details = true, details(det)
 				return r, nil
@@ -126,5 +151,5 @@ func (bt bashTool) tool() tools.Tool {
 			r := tools.Result{Content: tools.TextResult(b.String()).Content, Details: details(det)}
 			r.IsError = res.ExitCode != 0 || res.TimedOut || res.Canceled
 			return r, nil
-		}, tools.WithKeywords("shell", "bash", "command", "run", "execute", "命令", "执行", "终端"), tools.WithSource("builtin"))
+		}, tools.WithKeywords("shell", "bash", "command", "run", "execute", "terminal", "uname", "命令", "执行", "终端", "运行"), tools.WithSource("builtin"))
 }

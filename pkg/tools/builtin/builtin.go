@@ -38,6 +38,9 @@ type Config struct {
 	Exec ExecChecker
 	// Approvals loads the endpoint's owner approvals for bash (optional).
 	Approvals ApprovalsFunc
+	// Confirmations records commands waiting for the owner and uses up one-time approvals
+	// (optional; without it an Ask verdict can only be lifted by rules or "always").
+	Confirmations Confirmations
 	// BashTimeout caps one command (default 30s); BashOutputLimit caps each output stream.
 	BashTimeout     time.Duration
 	BashOutputLimit int
@@ -98,7 +101,7 @@ func All(cfg Config) ([]tools.Tool, error) {
 		f := fileTools{fp: cfg.Files}
 		out = append(out, f.readFile(), f.writeFile(), f.editFile(), f.listDir(), f.glob(), f.grep())
 		if cfg.Exec != nil {
-			out = append(out, bashTool{exec: cfg.Exec, approvals: cfg.Approvals, files: cfg.Files, timeout: cfg.BashTimeout,
+			out = append(out, bashTool{exec: cfg.Exec, approvals: cfg.Approvals, confirm: cfg.Confirmations, files: cfg.Files, timeout: cfg.BashTimeout,
 				maxOut: cfg.BashOutputLimit, log: cfg.Log, run: sandbox.Run}.tool())
 		}
 	} else if cfg.Exec != nil {

@@ -83,7 +83,7 @@ func (w webFetch) tool() tools.Tool {
 				"truncated": cut || res.Truncated})}
 			r.IsError = res.Status < 200 || res.Status > 299
 			return r, nil
-		}, tools.Idempotent(), tools.WithKeywords("fetch", "url", "web", "http", "网页", "链接", "打开"), tools.WithSource("builtin"))
+		}, tools.Idempotent(), tools.WithKeywords("fetch", "url", "web", "http", "www.", "page", "link", "summarize", "网页", "链接", "打开", "网址", "网站", "总结", "摘要"), tools.WithSource("builtin"))
 }
 
 // toText converts a fetched body by content type (sniffed when absent).
@@ -226,5 +226,5 @@ func webSearchTool(be SearchBackend) tools.Tool {
 				}
 			}
 			return tools.Result{Content: tools.TextResult(b.String()).Content, Details: details(hits)}, nil
-		}, tools.Idempotent(), tools.WithKeywords("search", "web", "google", "搜索", "查询", "新闻"), tools.WithSource("builtin"))
+		}, tools.Idempotent(), tools.WithKeywords("search", "web", "google", "look up", "latest", "news", "搜索", "查询", "新闻", "搜一下", "查一下", "最新"), tools.WithSource("builtin"))
 }

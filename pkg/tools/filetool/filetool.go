@@ -2,7 +2,7 @@
 // add them without writing Go:
 //
 //   - tools/<x>.tool.md: YAML frontmatter (name, description, parameters, handler, platforms,
-//     scopes, requiredAnyRole, idempotent, preExecutable, keywords, timeoutMs) and a body that
+//     scopes, requiredAnyRole, idempotent, preExecutable, keywords/tags, timeoutMs) and a body that
 //     is a template with {{param}} placeholders. Without a handler the rendered body is the
 //     tool's result; with one, the handler executable runs with the arguments as a JSON object
 //     on stdin and its stdout is the result (through pkg/sandbox, with a timeout).
@@ -26,6 +26,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -72,6 +73,7 @@ type toolFront struct {
 	Idempotent      bool      `yaml:"idempotent"`
 	PreExecutable   bool      `yaml:"preExecutable"`
 	Keywords        []string  `yaml:"keywords"`
+	Tags            []string  `yaml:"tags"` // more selection keywords (the skills' spelling)
 	TimeoutMs       int64     `yaml:"timeoutMs"`
 }
 
@@ -148,7 +150,7 @@ func ParseTool(file string, data []byte, o Options) (tools.Tool, error) {
 	}
 	t := tools.Tool{Name: fm.Name, Description: strings.TrimSpace(fm.Description), Parameters: schema,
 		Platforms: fm.Platforms, Scopes: fm.Scopes, RequiredAnyRole: fm.RequiredAnyRole, Idempotent: fm.Idempotent,
-		PreExecutable: fm.PreExecutable, Keywords: fm.Keywords, Source: "file:" + file}
+		PreExecutable: fm.PreExecutable, Keywords: append(slices.Clone(fm.Keywords), fm.Tags...), Source: "file:" + file}
 	if fm.Handler == "" {
 		if body == "" {
 			return tools.Tool{}, &FieldError{File: file, Field: "body", Msg: "is empty and there is no handler: the tool would return nothing"}

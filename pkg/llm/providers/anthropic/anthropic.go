@@ -37,8 +37,10 @@ import (
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/internal/retry"
 	"github.com/agentbus/agentbus/pkg/llm/providers/internal/streambuild"
-	"github.com/agentbus/agentbus/pkg/llm/providers/internal/vendorkey"
 )
+
+// vendor is the key and base URL the provider uses by default.
+var vendor = streambuild.Vendor{Name: "anthropic", DefaultBaseURL: DefaultBaseURL, KeyEnv: []string{"ANTHROPIC_API_KEY"}}
 
 // DefaultBaseURL is used when the model has no BaseURL.
 const DefaultBaseURL = "https://api.anthropic.com"
@@ -57,19 +59,7 @@ func Register() { llm.RegisterAPI(llm.APIAnthropicMessages, New()) }
 
 // Stream implements llm.Provider.
 func (p *Provider) Stream(ctx context.Context, model *llm.Model, c *llm.Context, opts *llm.StreamOptions) iter.Seq[llm.Event] {
-	if opts == nil {
-		opts = &llm.StreamOptions{}
-	}
-	return func(yield func(llm.Event) bool) {
-		b := streambuild.New(model, yield)
-		key := opts.APIKey
-		if key == "" {
-			key = vendorkey.FromEnv(model.BaseURL, DefaultBaseURL, "ANTHROPIC_API_KEY")
-		}
-		if key == "" {
-			b.Fail(ctx, errors.New("anthropic: no API key (set the provider's apiKey or ANTHROPIC_API_KEY)"))
-			return
-		}
+	return vendor.Stream(ctx, model, opts, func(b *streambuild.Builder, key string, opts *llm.StreamOptions) {
 		params, err := buildParams(model, c, opts)
 		if err != nil {
 			b.Fail(ctx, fmt.Errorf("anthropic: %w", err))
@@ -101,7 +91,7 @@ func (p *Provider) Stream(ctx context.Context, model *llm.Model, c *llm.Context,
 			return
 		}
 		b.Finish(st.reason)
-	}
+	})
 }
 
 func clientOptions(model *llm.Model, opts *llm.StreamOptions, key string, hc *http.Client) []option.RequestOption {

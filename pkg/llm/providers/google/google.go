@@ -38,8 +38,10 @@ import (
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/internal/retry"
 	"github.com/agentbus/agentbus/pkg/llm/providers/internal/streambuild"
-	"github.com/agentbus/agentbus/pkg/llm/providers/internal/vendorkey"
 )
+
+// vendor is the key and base URL the provider uses by default.
+var vendor = streambuild.Vendor{Name: "google", DefaultBaseURL: DefaultBaseURL, KeyEnv: []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"}}
 
 // DefaultBaseURL is used when the model has no BaseURL.
 const DefaultBaseURL = "https://generativelanguage.googleapis.com/v1beta"
@@ -58,19 +60,7 @@ func Register() { llm.RegisterAPI(llm.APIGoogleGenerative, New()) }
 
 // Stream implements llm.Provider.
 func (p *Provider) Stream(ctx context.Context, model *llm.Model, c *llm.Context, opts *llm.StreamOptions) iter.Seq[llm.Event] {
-	if opts == nil {
-		opts = &llm.StreamOptions{}
-	}
-	return func(yield func(llm.Event) bool) {
-		b := streambuild.New(model, yield)
-		key := opts.APIKey
-		if key == "" {
-			key = vendorkey.FromEnv(model.BaseURL, DefaultBaseURL, "GEMINI_API_KEY", "GOOGLE_API_KEY")
-		}
-		if key == "" {
-			b.Fail(ctx, errors.New("google: no API key (set the provider's apiKey or GEMINI_API_KEY)"))
-			return
-		}
+	return vendor.Stream(ctx, model, opts, func(b *streambuild.Builder, key string, opts *llm.StreamOptions) {
 		contents, config, err := buildRequest(model, c, opts)
 		if err != nil {
 			b.Fail(ctx, fmt.Errorf("google: %w", err))
@@ -111,7 +101,7 @@ func (p *Provider) Stream(ctx context.Context, model *llm.Model, c *llm.Context,
 			}
 		}
 		st.finish()
-	}
+	})
 }
 
 func (p *Provider) clientConfig(model *llm.Model, opts *llm.StreamOptions, key string) *genai.ClientConfig {

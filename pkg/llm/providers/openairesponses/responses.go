@@ -34,8 +34,10 @@ import (
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/internal/retry"
 	"github.com/agentbus/agentbus/pkg/llm/providers/internal/streambuild"
-	"github.com/agentbus/agentbus/pkg/llm/providers/internal/vendorkey"
 )
+
+// vendor is the key and base URL the provider uses by default.
+var vendor = streambuild.Vendor{Name: "openai-responses", DefaultBaseURL: DefaultBaseURL, KeyEnv: []string{"OPENAI_API_KEY"}}
 
 // DefaultBaseURL is used when the model has no BaseURL.
 const DefaultBaseURL = "https://api.openai.com/v1"
@@ -54,19 +56,7 @@ func Register() { llm.RegisterAPI(llm.APIOpenAIResponses, New()) }
 
 // Stream implements llm.Provider.
 func (p *Provider) Stream(ctx context.Context, model *llm.Model, c *llm.Context, opts *llm.StreamOptions) iter.Seq[llm.Event] {
-	if opts == nil {
-		opts = &llm.StreamOptions{}
-	}
-	return func(yield func(llm.Event) bool) {
-		b := streambuild.New(model, yield)
-		key := opts.APIKey
-		if key == "" {
-			key = vendorkey.FromEnv(model.BaseURL, DefaultBaseURL, "OPENAI_API_KEY")
-		}
-		if key == "" {
-			b.Fail(ctx, errors.New("openai-responses: no API key (set the provider's apiKey or OPENAI_API_KEY)"))
-			return
-		}
+	return vendor.Stream(ctx, model, opts, func(b *streambuild.Builder, key string, opts *llm.StreamOptions) {
 		params, err := buildParams(model, c, opts)
 		if err != nil {
 			b.Fail(ctx, fmt.Errorf("openai-responses: %w", err))
@@ -97,7 +87,7 @@ func (p *Provider) Stream(ctx context.Context, model *llm.Model, c *llm.Context,
 			return
 		}
 		b.Finish(st.reason)
-	}
+	})
 }
 
 func (p *Provider) clientOptions(model *llm.Model, opts *llm.StreamOptions, key string) []option.RequestOption {

@@ -1,0 +1,25 @@
+package natsutil
+
+import (
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/events"
+)
+
+// SpecFromConfig builds a Spec from the nats: config block (replicas, storage, ages); the rest
+// keeps its defaults.
+func SpecFromConfig(c config.NATS) events.Spec {
+	s := events.Spec{
+		Replicas:          c.Replicas,
+		IMInMaxAge:        time.Duration(c.IMInMaxAgeMs) * time.Millisecond,
+		EventsMaxAge:      time.Duration(c.EventsMaxAgeMs) * time.Millisecond,
+		ToolResultsMaxAge: time.Duration(c.ToolResultsMaxAge) * time.Millisecond,
+	}
+	if c.Storage == "memory" {
+		s.Storage = jetstream.MemoryStorage
+	}
+	return s.WithDefaults()
+}

@@ -1,0 +1,156 @@
+package turn
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/agentbus/agentbus/pkg/chunk"
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/llm"
+)
+
+// mediaSegment is the outbound segment of a media part of a reply: an image (data.alt), an
+// audio, voice or video (data.caption) or a file (data.name), each by data.url (media://
+// references are inlined by egress for platforms that cannot reach the store).
+func mediaSegment(p chunk.Part) events.Segment {
+	seg := events.Segment{Type: p.Kind, Data: map[string]any{"url": p.URL}}
+	if p.Alt == "" {
+		return seg
+	}
+	switch p.Kind {
+	case events.SegImage:
+		seg.Data["alt"] = p.Alt
+	case events.SegFile:
+		seg.Data["name"] = p.Alt
+	default:
+		seg.Data["caption"] = p.Alt
+	}
+	return seg
+}
+
+// mediaText describes a non-image media segment for the model, with its reference, so that a
+// voice message, a video, a sticker or a file that triggered a turn reaches the model instead of
+// vanishing: "[voice message: media://ab.amr (amr, 3s)]", "[file report.pdf (12345 bytes):
+// https://…]", "[face 14 微笑]". ok is false for segments that are not such media.
+func mediaText(s events.Segment) (string, bool) {
+	ref := s.MediaRef()
+	var what string
+	switch s.Type {
+	case events.SegAudio:
+		what = "audio"
+	case events.SegVoice, events.SegRecord:
+		what = "voice message"
+	case events.SegVideo:
+		what = "video"
+	case events.SegFile:
+		what = "file"
+		if n := s.Str("name"); n != "" {
+			what += " " + n
+		}
+	case events.SegFace, events.SegSticker, events.SegEmoji:
+		id := s.Str("id")
+		if id == "" {
+			id = s.Str("face_id")
+		}
+		label := strings.TrimSpace(strings.Join(nonEmpty(s.Str("text"), s.Str("name"), s.Str("describe")), " "))
+		return strings.TrimSpace(fmt.Sprintf("[%s %s %s]", s.Type, id, label)), true
+	default:
+		return "", false
+	}
+	var details []string
+	if f := s.Str("format"); f != "" {
+		details = append(details, f)
+	} else if mt := s.Str("mimeType"); mt != "" {
+		details = append(details, mt)
+	}
+	if n, ok := s.Data["size"].(float64); ok && n > 0 {
+		details = append(details, fmt.Sprintf("%.0f bytes", n))
+	} else if n, ok := s.Data["size"].(int64); ok && n > 0 {
+		details = append(details, fmt.Sprintf("%d bytes", n))
+	}
+	if d, ok := s.Data["duration"].(float64); ok && d > 0 {
+		details = append(details, fmt.Sprintf("%.0fs", d))
+	}
+	if c := s.Str("caption"); c != "" {
+		details = append(details, "caption: "+c)
+	}
+	text := "[" + what
+	if ref != "" {
+		text += ": " + ref
+	} else if s.Str("base64") != "" || s.Str("data") != "" {
+		text += ": inline data"
+	}
+	if len(details) > 0 {
+		text += " (" + strings.Join(details, ", ") + ")"
+	}
+	return text + "]", true
+}
+
+func nonEmpty(ss ...string) []string {
+	var out []string
+	for _, s := range ss {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// mediaParts are the content parts a message's segments add for the model: images as image
+// blocks (inline data) or references (inlined later for a vision model), the other media as
+// descriptive text.
+func mediaParts(m *events.IMMessage) []llm.Content {
+	var out []llm.Content
+	for _, s := range m.Content {
+		if s.Type == events.SegImage {
+			if data := s.Str("base64"); data != "" {
+				mime := s.Str("mimeType")
+				if mime == "" {
+					mime = "image/png"
+				}
+				out = append(out, llm.Image(data, mime))
+			} else if ref := s.MediaRef(); ref != "" {
+				out = append(out, llm.Text(imageRefPrefix+ref+"]"))
+			}
+			continue
+		}
+		if t, ok := mediaText(s); ok {
+			out = append(out, llm.Text(t))
+		}
+	}
+	return out
+}
+
+// maxModelImage caps an image read from the media store for the model.
+const maxModelImage = 20 << 20
+
+// fetchImage reads an image for a vision model: media://<name> from the media object store
+// (what ingest stored from an inline upload, or generate_image made), anything else through
+// Options.FetchImage.
+func (w *Worker) fetchImage(ctx context.Context, url string) ([]byte, string, error) {
+	if name, ok := strings.CutPrefix(url, mediaScheme); ok {
+		if w.media == nil {
+			return nil, "", fmt.Errorf("no media store to read %s from", url)
+		}
+		info, err := w.media.GetInfo(ctx, name)
+		if err != nil {
+			return nil, "", fmt.Errorf("media %s: %w", name, err)
+		}
+		if info.Size > maxModelImage {
+			return nil, "", fmt.Errorf("media %s is %d bytes, over %d", name, info.Size, maxModelImage)
+		}
+		b, err := w.media.GetBytes(ctx, name)
+		if err != nil {
+			return nil, "", fmt.Errorf("media %s: %w", name, err)
+		}
+		return b, info.Headers.Get("Content-Type"), nil
+	}
+	if w.opts.FetchImage == nil {
+		return nil, "", fmt.Errorf("fetching %s is not configured", url)
+	}
+	return w.opts.FetchImage(ctx, url)
+}
+
+// mediaScheme is a reference into the media object store.
+const mediaScheme = "media://"
