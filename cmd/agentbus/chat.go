@@ -44,7 +44,7 @@ func cmdChat(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 	gone := make(chan struct{})
 	var goneOnce sync.Once
 	// A server that restarts is waited for a few seconds; one that stopped ends the chat.
-	nc, target, err := dial(bus, "agentbus chat", nats.MaxReconnects(10), nats.ReconnectWait(500*time.Millisecond),
+	nc, err := bus.dial("agentbus chat", nats.MaxReconnects(10), nats.ReconnectWait(500*time.Millisecond),
 		nats.ClosedHandler(func(*nats.Conn) { goneOnce.Do(func() { close(gone) }) }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil { // nil: our own Close at the end
@@ -56,7 +56,8 @@ func cmdChat(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 		return err
 	}
 	defer nc.Close()
-	lost := func() error { return fmt.Errorf("%w: %s", errBusGone, redact(target.URL)) }
+	serverURL := nc.ConnectedUrlRedacted()
+	lost := func() error { return fmt.Errorf("%w: %s", errBusGone, serverURL) }
 	sk := events.SessionKey{Platform: ingest.PlatformConsole, Bot: ingest.ConsoleBot, Scope: events.ScopePrivate, Scene: *user}
 
 	// One channel for both subscriptions: the client library hands each subscription its own
@@ -100,7 +101,7 @@ func cmdChat(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 		}
 	}()
 
-	view.line(fmt.Sprintf("connected to %s as %s (master). Type a message; /help lists commands; Ctrl-D quits.", redact(target.URL), *user))
+	view.line(fmt.Sprintf("connected to %s as %s (master). Type a message; /help lists commands; Ctrl-D quits.", serverURL, *user))
 	lines := make(chan string)
 	go func() { // stdin cannot be interrupted; this goroutine ends with the process or the input
 		defer close(lines)

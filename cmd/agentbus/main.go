@@ -27,10 +27,12 @@ Usage:
   agentbus up [--config FILE]             run every role (ingest, turn-worker, tool-worker, egress) on an
                                           embedded NATS server, data in ./data; runs until Ctrl-C / SIGTERM
   agentbus chat [--user ID]               talk to a running agentbus from the terminal (finds a local
-                                          agentbus up through ./data; --nats URL for another)
+                                          agentbus up, its URL and credentials, through ./data;
+                                          --data DIR for another directory, --nats URL for another server)
   agentbus sessions                       list sessions, most recent first
   agentbus replay SESSION                 print a session's turns from the event log
   agentbus bench [flags]                  measure the whole pipeline (webhook in, callback out)
+  agentbus provision [--config FILE]      create or update every stream and bucket on nats.url, then exit
   agentbus exec-policy check [flags] -- 'COMMAND LINE'
                                           what the bash tool's exec policy decides for a command
   agentbus health URL                     exit 0 when URL (a /healthz) answers 200, else 1 (container checks)
@@ -84,6 +86,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdReplay(ctx, args[1:], stdout)
 	case "bench":
 		err = cmdBench(ctx, args[1:], stdout)
+	case "provision":
+		err = cmdProvision(ctx, args[1:], stdout)
 	case "exec-policy":
 		return execpolicy.CLI(args[1:], stdout, stderr)
 	case "version":

@@ -20,7 +20,7 @@ import (
 )
 
 func connectJS(bus busFlags) (*nats.Conn, jetstream.JetStream, error) {
-	nc, _, err := dial(bus, "agentbus cli")
+	nc, err := bus.dial("agentbus cli")
 	if err != nil {
 		return nil, nil, err
 	}

@@ -124,6 +124,9 @@ type Reply struct {
 	Until <-chan struct{}
 	// Status, when not 0 or 200, answers with that HTTP status and an OpenAI error body.
 	Status int
+	// ErrorMessage is that error body's message (default "scripted failure <status>"), e.g. one
+	// that echoes the request's Authorization header as some upstreams do.
+	ErrorMessage string
 	// Chunks splits Text into this many deltas (default 2 when the text is long enough).
 	Chunks int
 	// Gap is waited between two text deltas (a model that writes slowly).
@@ -333,7 +336,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if reply.Status != 0 && reply.Status != http.StatusOK {
-		writeError(w, reply.Status, fmt.Sprintf("scripted failure %d", reply.Status))
+		msg := reply.ErrorMessage
+		if msg == "" {
+			msg = fmt.Sprintf("scripted failure %d", reply.Status)
+		}
+		writeError(w, reply.Status, msg)
 		return
 	}
 	if !wr.Stream {

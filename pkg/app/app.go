@@ -319,6 +319,16 @@ func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Log
 		}
 		eo := natsutil.EmbeddedOptions{StoreDir: cfg.NATS.StoreDir, Listen: listen,
 			Token: cfg.NATS.Token, User: cfg.NATS.User, Password: cfg.NATS.Password}
+		var creds *natsutil.Credentials
+		if eo.Token == "" && eo.User == "" {
+			// No client connects unauthenticated: without configured credentials, generated
+			// ones are kept in the data directory (0600) for `agentbus chat/sessions/replay`.
+			c, err := natsutil.LoadOrCreateCredentials(cfg.DataDir)
+			if err != nil {
+				return fmt.Errorf("embedded NATS credentials: %w", err)
+			}
+			creds, eo.User, eo.Password = &c, c.User, c.Password
+		}
 		emb, err := natsutil.StartEmbedded(eo)
 		if err != nil {
 			return fmt.Errorf("start the embedded NATS server on %s (store %s): %w", listen, cfg.NATS.StoreDir, err)
@@ -331,6 +341,12 @@ func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Log
 		}
 		if err := p.writeURLFile(emb.ClientURL()); err != nil {
 			return err
+		}
+		if creds != nil {
+			creds.URL = emb.ClientURL()
+			if err := natsutil.WriteCredentials(filepath.Join(cfg.DataDir, natsutil.CredentialsFile), *creds); err != nil {
+				return err
+			}
 		}
 		nc, err := emb.Connect()
 		if err != nil {
@@ -357,6 +373,11 @@ func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Log
 		return err
 	}
 	p.JS = js
+	if cfg.NATS.Provision == "wait" {
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		return natsutil.WaitProvisioned(wctx, js, natsutil.SpecFromConfig(cfg.NATS))
+	}
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := natsutil.Provision(pctx, js, natsutil.SpecFromConfig(cfg.NATS)); err != nil {
@@ -396,7 +417,7 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 	}
 	p.spawn("profile cache", profiles.Run)
 	p.turnOpts = turn.Options{AI: cfg.AI, Models: reg, Log: log.With("role", "turn-worker"),
-		StreamFn: fb.Stream, Health: p.Costs,
+		StreamFn: fb.Stream, Health: p.Costs, Secrets: cfg.Secrets(),
 		ModelsReport: func() string { return models.Report(cfg.AI, reg, nil, mgr.Status()) },
 		Prompt:       &promptSources{profiles: profiles, dataDir: cfg.DataDir}, Skills: p.skillStore(cfg, log),
 		FetchImage: func(ctx context.Context, url string) ([]byte, string, error) {
@@ -456,7 +477,11 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 		return nil
 	}
 	mux := http.NewServeMux()
-	ingest.NewWebhookHandler(in, cfg.IM.Webhook.Bots, log.With("role", "ingest")).Routes(mux)
+	seenKV, err := p.JS.KeyValue(ctx, events.BucketWebhookSeen)
+	if err != nil {
+		return fmt.Errorf("webhook: open KV %s: %w", events.BucketWebhookSeen, err)
+	}
+	ingest.NewWebhookHandler(in, cfg.IM.Webhook, ingest.KVSeen{KV: seenKV}, log.With("role", "ingest")).Routes(mux)
 	mux.HandleFunc("GET /healthz", p.serveHealthz)
 	if p.Costs != nil {
 		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {

@@ -68,6 +68,7 @@ func TestDeployCluster(t *testing.T) {
 	}
 	// Like the compose services, every node routes to the other two, so the cluster ports
 	// are chosen before any node starts.
+	busPasswords(t) // deploy/nats.conf's users read their passwords from the environment
 	ports := freePorts(t, 3)
 	var nodes []*server.Server
 	var urls []string
@@ -83,6 +84,7 @@ func TestDeployCluster(t *testing.T) {
 		urls = append(urls, n.ClientURL())
 	}
 	waitJetStreamCluster(t, strings.Join(urls, ","))
+	provisionAsAdmin(t, strings.Join(urls, ","), events.Spec{Replicas: 3}.WithDefaults())
 
 	model := fakeopenai.New(t, fakeopenai.Echo)
 	cb := newCallback(t)
@@ -93,6 +95,7 @@ func TestDeployCluster(t *testing.T) {
 	dataDir := t.TempDir()
 	start := func(r app.Roles) *app.Process {
 		t.Helper()
+		roleUser(t, r) // each role is its own NATS user
 		cfg, err := config.Load(filepath.Join("..", "..", "deploy", "agentbus.yml"))
 		if err != nil {
 			t.Fatalf("deploy/agentbus.yml: %v", err)
@@ -197,7 +200,7 @@ func freePorts(t *testing.T, n int) []int {
 // waitJetStreamCluster waits until the cluster has a JetStream meta leader.
 func waitJetStreamCluster(t *testing.T, urls string) {
 	t.Helper()
-	nc, err := nats.Connect(urls)
+	nc, err := nats.Connect(urls, adminAuth())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,6 +61,7 @@ type pipelineOpts struct {
 	concurrency     string // ai.agent.concurrency ("" = default)
 	collectWindowMs int64
 	timeoutMs       int64  // ai.agent.timeout
+	apiKey          string // the fake provider's key ("" = "test")
 	agentYAML       string // more ai.agent keys, one per line, indented by four spaces
 	vision          bool   // the fake provider's models take images
 }
@@ -76,6 +77,9 @@ func newPipeline(t *testing.T, script fakeopenai.Script, o pipelineOpts) *pipeli
 	dirsMu.Lock()
 	dirs = append(dirs, dir)
 	dirsMu.Unlock()
+	if o.apiKey == "" {
+		o.apiKey = "test"
+	}
 	agent := ""
 	if o.concurrency != "" {
 		agent += fmt.Sprintf("    concurrency: %s\n", o.concurrency)
@@ -101,6 +105,8 @@ nats:
 im:
   webhook:
     listen: "127.0.0.1:0"
+    # Tests send bursts from one sender (a master's commands); the limits have their own tests.
+    rateLimit: {perSender: {perSecond: 100, burst: 200}}
     bots:
       - id: %[3]s
         secret: %[4]s
@@ -108,12 +114,12 @@ im:
         masters: [%[6]s]
 ai:
   providers:
-    fake: {api: openai-completions, baseUrl: "%[7]s", apiKey: test%[9]s}
+    fake: {api: openai-completions, baseUrl: "%[7]s", apiKey: "%[10]s"%[9]s}
   agents:
     zhin: {provider: fake, model: m1}
   agent:
     maxIterations: 8
-%[8]s`, dir, filepath.Join(dir, "nats"), botID, botSecret, cb.srv.URL, master, model.BaseURL(), agent, vision)
+%[8]s`, dir, filepath.Join(dir, "nats"), botID, botSecret, cb.srv.URL, master, model.BaseURL(), agent, vision, o.apiKey)
 	cfg, err := config.Parse([]byte(yml))
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yml)

@@ -103,7 +103,7 @@ func TestMediaReachesTheModel(t *testing.T) {
 	}
 	// Not base64: a clear 400, nothing published.
 	bad, _ := json.Marshal(webhook.Inbound{ID: "bad-b64", Scene: webhook.Scene{Type: "private", ID: "u1"}, Sender: webhook.Sender{ID: "u1"},
-		Content: []events.Segment{seg("image", "base64", "***not base64***")}})
+		Content: []events.Segment{seg("image", "base64", "***not base64***")}, Time: time.Now().UnixMilli()}) // time: the signed timestamp
 	if code, body := pl.postRaw(botID, bad, webhook.Sign(botSecret, bad)); code != http.StatusBadRequest || !strings.Contains(body, "not base64") {
 		t.Errorf("bad base64: %d %s", code, body)
 	}

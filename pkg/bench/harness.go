@@ -160,6 +160,9 @@ func benchConfig(dir, secret, callback string, latency time.Duration) (*config.C
 	cfg.NATS.Listen = "127.0.0.1:0"
 	cfg.IM.Webhook.Listen = "127.0.0.1:0"
 	cfg.IM.Webhook.Bots = []config.WebhookBot{{ID: BotID, Secret: secret, Callback: callback}}
+	// The benchmark is the flood: it measures the pipeline, not the webhook's rate limits.
+	cfg.IM.Webhook.RateLimit.PerBot.PerSecond, cfg.IM.Webhook.RateLimit.PerSender.PerSecond = -1, -1
+	cfg.IM.Webhook.MaxInFlight = 4096
 	cfg.AI.Providers = map[string]config.Provider{"bench": {
 		API: "faux", ContextWindow: 128000, MaxTokens: 4096,
 		Models:  []config.ModelEntry{{ID: "bench", Name: "benchmark model"}},

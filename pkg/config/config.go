@@ -64,6 +64,10 @@ type NATS struct {
 	Password string `yaml:"password"`
 	Token    string `yaml:"token"`
 	TLS      TLS    `yaml:"tls"`
+	// Provision is what a process does with the streams and buckets at start: "update"
+	// (default: create or update them) or "wait" (wait until they exist, change nothing: for
+	// least-privileged role users that may not manage streams; an admin provisions).
+	Provision string `yaml:"provision"`
 	// Embedded runs a nats-server with JetStream inside the process (single machine, tests).
 	Embedded bool `yaml:"embedded"`
 	// StoreDir is the embedded server's JetStream directory (default <dataDir>/nats).
@@ -119,6 +123,58 @@ type EgressRateLimit struct {
 type Webhook struct {
 	Listen string       `yaml:"listen"` // default 127.0.0.1:8088
 	Bots   []WebhookBot `yaml:"bots"`
+	// ToleranceSeconds is how far a request's signed timestamp (webhook-timestamp, or the body's
+	// time) may be from this clock, either way (default 300). Replays are refused for at least
+	// that long (KV webhook_seen), and after it by the timestamp.
+	ToleranceSeconds int `yaml:"toleranceSeconds"`
+	// MaxBodyBytes caps one request body (default 8 MiB); MaxInFlight caps requests served at
+	// once (default 16, more get 503 + Retry-After), which together bound the memory a flood takes.
+	MaxBodyBytes int64 `yaml:"maxBodyBytes"`
+	MaxInFlight  int   `yaml:"maxInFlight"`
+	// RateLimit limits accepted requests per bot and per sender; over it: 429 + Retry-After.
+	RateLimit WebhookRateLimits `yaml:"rateLimit"`
+}
+
+// ApplyDefaults fills every zero limit of w with its documented default.
+func (w *Webhook) ApplyDefaults() {
+	if w.ToleranceSeconds == 0 {
+		w.ToleranceSeconds = 300
+	}
+	if w.MaxBodyBytes == 0 {
+		w.MaxBodyBytes = 8 << 20 // room for a base64 photo, which ingest moves to the media store
+	}
+	if w.MaxInFlight == 0 {
+		w.MaxInFlight = 16 // with 8 MiB bodies: at most 128 MiB of request bodies at once
+	}
+	rateDefault := func(r *RateLimit, perSecond float64, burst int) {
+		if r.PerSecond == 0 {
+			r.PerSecond = perSecond
+		}
+		if r.Burst == 0 {
+			r.Burst = burst
+		}
+	}
+	rateDefault(&w.RateLimit.PerBot, 100, 200)
+	rateDefault(&w.RateLimit.PerSender, 5, 20)
+	if w.RateLimit.MaxSenders == 0 {
+		w.RateLimit.MaxSenders = 10000
+	}
+}
+
+// WebhookRateLimits are the webhook adapter's token buckets.
+type WebhookRateLimits struct {
+	PerBot    RateLimit `yaml:"perBot"`    // default 100/s, burst 200
+	PerSender RateLimit `yaml:"perSender"` // default 5/s, burst 20
+	// MaxSenders bounds how many per-sender buckets are kept (default 10000); idle ones are
+	// evicted first, and when none is idle new senders get 429 until one is.
+	MaxSenders int `yaml:"maxSenders"`
+}
+
+// RateLimit is a token bucket: PerSecond tokens a second, at most Burst at once. PerSecond < 0
+// turns the limit off.
+type RateLimit struct {
+	PerSecond float64 `yaml:"perSecond"`
+	Burst     int     `yaml:"burst"`
 }
 
 // WebhookBot is one bot reachable over the webhook adapter.
@@ -498,6 +554,7 @@ func (c *Config) ApplyDefaults() {
 			}
 		}
 	}
+	c.IM.Webhook.ApplyDefaults()
 	s := &c.AI.Sessions
 	if s.MaxHistory == 0 {
 		s.MaxHistory = 200
@@ -688,6 +745,15 @@ func (c *Config) Validate() error {
 	oneOf("ai.dispatcher.mode", c.AI.Dispatcher.Mode, "exclusive", "dual")
 	oneOf("ai.dispatcher.order", c.AI.Dispatcher.Order, "command-first", "ai-first")
 	oneOf("nats.storage", c.NATS.Storage, "file", "memory")
+	if c.NATS.Provision != "" {
+		oneOf("nats.provision", c.NATS.Provision, "update", "wait")
+	}
+	if wh := c.IM.Webhook; wh.ToleranceSeconds < 0 || wh.ToleranceSeconds > 3600 {
+		bad("im.webhook.toleranceSeconds %d: want 1..3600", wh.ToleranceSeconds)
+	}
+	if c.IM.Webhook.MaxBodyBytes < 0 || c.IM.Webhook.MaxInFlight < 0 || c.IM.Webhook.RateLimit.MaxSenders < 0 {
+		bad("im.webhook.maxBodyBytes, maxInFlight and rateLimit.maxSenders must not be negative")
+	}
 	for i, b := range c.IM.Webhook.Bots {
 		if b.ID == "" {
 			bad("im.webhook.bots[%d].id is required", i)

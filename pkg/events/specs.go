@@ -36,7 +36,11 @@ const (
 	BucketApprovals = "approvals"
 	BucketModels    = "models"
 	BucketDelivered = "delivered"
-	ObjectMedia     = "media"
+	// BucketWebhookSeen holds the ids of accepted webhook requests, each with its own TTL (at
+	// least the signature tolerance window), so a replayed signed body is refused after the
+	// streams' 2-minute dedupe window too.
+	BucketWebhookSeen = "webhook_seen"
+	ObjectMedia       = "media"
 )
 
 // Spec parameterizes every stream and bucket: replication, storage and retention. The zero
@@ -302,10 +306,20 @@ func (s Spec) DeliveredKV() jetstream.KeyValueConfig {
 	return c
 }
 
+// WebhookSeenKV is KV webhook_seen: key = a hash of bot and message id, value empty, a per-key
+// TTL set by the webhook adapter (LimitMarkerTTL turns per-key TTLs on).
+func (s Spec) WebhookSeenKV() jetstream.KeyValueConfig {
+	s = s.WithDefaults()
+	c := s.kv(BucketWebhookSeen, "agentbus: accepted webhook request ids (replay protection)")
+	c.LimitMarkerTTL = s.MarkerTTL
+	return c
+}
+
 // KeyValues returns every KV bucket config.
 func (s Spec) KeyValues() []jetstream.KeyValueConfig {
 	return []jetstream.KeyValueConfig{
 		s.SessionsKV(), s.LeasesKV(), s.ToolsKV(), s.ProfilesKV(), s.ApprovalsKV(), s.ModelsKV(), s.DeliveredKV(),
+		s.WebhookSeenKV(),
 	}
 }
 

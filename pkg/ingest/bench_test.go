@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -32,14 +33,15 @@ func BenchmarkWebhook(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	bots := []config.WebhookBot{{ID: "bench", Secret: secret}}
+	wh := config.Webhook{Bots: []config.WebhookBot{{ID: "bench", Secret: secret}}}
+	wh.RateLimit.PerBot.PerSecond, wh.RateLimit.PerSender.PerSecond = -1, -1
 	in := New(&fakeJS{}, cfg.AI, map[string]BotRoles{"webhook/bench": {}}, nil)
 	mux := http.NewServeMux()
-	NewWebhookHandler(in, bots, nil).Routes(mux)
+	NewWebhookHandler(in, wh, nil, nil).Routes(mux)
 	bodies := make([][]byte, 64)
 	sigs := make([]string, len(bodies))
 	for i := range bodies {
-		bodies[i] = fmt.Appendf(nil, `{"id":"m-%d","scene":{"type":"private","id":"u-%d"},"sender":{"id":"u-%d","name":"Bench User %d"},"content":[{"type":"text","data":{"text":"please call bench_echo with this text: hello number %d"}}]}`, i, i, i, i, i)
+		bodies[i] = fmt.Appendf(nil, `{"id":"m-%d","scene":{"type":"private","id":"u-%d"},"sender":{"id":"u-%d","name":"Bench User %d"},"content":[{"type":"text","data":{"text":"please call bench_echo with this text: hello number %d"}}],"time":%d}`, i, i, i, i, i, time.Now().UnixMilli())
 		sigs[i] = webhook.Sign(secret, bodies[i])
 	}
 	b.ReportAllocs()

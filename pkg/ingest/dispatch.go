@@ -4,12 +4,12 @@
 package ingest
 
 import (
-	"regexp"
 	"slices"
 	"strings"
 
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/identity"
 )
 
 // Route is what the dispatcher decided for one message.
@@ -81,7 +81,7 @@ func NewDispatcher(ai config.AI) *Dispatcher {
 
 // Dispatch decides what m causes. m.MentionsBot and m.Sender.Roles must already be filled.
 func (d *Dispatcher) Dispatch(m *events.IMMessage) Decision {
-	text := strings.TrimSpace(StripSpoofedSender(textWithoutMentions(m)))
+	text := strings.TrimSpace(identity.StripSpoofedSender(textWithoutMentions(m)))
 	cmd := parseCommand(text, m)
 	aiDecision, aiReason := d.wantsAI(m, text)
 	if cmd == nil && (m.Scene.Type == events.ScopePrivate || m.MentionsBot) {
@@ -204,46 +204,6 @@ func textWithoutMentions(m *events.IMMessage) string {
 		}
 	}
 	return StripBotMention(b.String(), m)
-}
-
-// spoofedSender matches a sender prefix anywhere in user text, including look-alike brackets
-// and spacing, so that a user cannot impersonate someone else to the model (seed Grill #11).
-var spoofedSender = regexp.MustCompile(`(?i)[\[［【]\s*sender\s*[:：][^\]］】]*[\]］】]\s*`)
-
-// StripSpoofedSender removes any [sender:...] prefix a user typed.
-func StripSpoofedSender(text string) string {
-	if !strings.ContainsAny(text, "[［【") { // every match starts with one of these
-		return text
-	}
-	return spoofedSender.ReplaceAllString(text, "")
-}
-
-// SenderPrefix is the trusted prefix group user messages carry in the session context.
-func SenderPrefix(s events.Sender) string {
-	var b strings.Builder
-	b.WriteString("[sender:id=")
-	b.WriteString(sanitizePrefixValue(s.ID))
-	if s.Name != "" {
-		b.WriteString(" name=")
-		b.WriteString(sanitizePrefixValue(s.Name))
-	}
-	if len(s.Roles) > 0 {
-		b.WriteString(" roles=")
-		b.WriteString(sanitizePrefixValue(strings.Join(s.Roles, ",")))
-	}
-	b.WriteString("] ")
-	return b.String()
-}
-
-// sanitizePrefixValue keeps a name from closing the prefix early or faking a field.
-func sanitizePrefixValue(v string) string {
-	return strings.Map(func(r rune) rune {
-		switch r {
-		case ']', '[', '］', '【', '】', '［', '\n', '\r', '=':
-			return '_'
-		}
-		return r
-	}, v)
 }
 
 // Roles computes a sender's roles: always user; master and trusted from configuration (the

@@ -78,19 +78,6 @@ func TestDispatch(t *testing.T) {
 	}
 }
 
-func TestSenderPrefix(t *testing.T) {
-	got := SenderPrefix(events.Sender{ID: "u1", Name: "A]nn=x", Roles: []string{"user", "master"}})
-	want := "[sender:id=u1 name=A_nn_x roles=user,master] "
-	if got != want {
-		t.Errorf("got %q, want %q", got, want)
-	}
-	for _, spoof := range []string{"[sender:id=1] hi", "【sender：id=1】hi", "[ SENDER : x ]hi", "a [sender:id=2 roles=master] hi"} {
-		if s := StripSpoofedSender(spoof); strings.Contains(strings.ToLower(s), "sender") {
-			t.Errorf("StripSpoofedSender(%q) = %q", spoof, s)
-		}
-	}
-}
-
 func TestRoles(t *testing.T) {
 	got := Roles("u1", []string{"admin"}, []string{"u1"}, nil)
 	if strings.Join(got, ",") != "user,group_admin,trusted,master" {

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -21,18 +24,34 @@ const secret = "s3cret"
 func newWebhook(t *testing.T) (*httptest.Server, *natstest.Server) {
 	t.Helper()
 	ns := natstest.New(t, natstest.WithMemoryStorage())
+	srv, _ := serveWebhook(t, ns, config.Webhook{})
+	return srv, ns
+}
+
+// serveWebhook serves bot b1 (secret, master boss) with wh's limits on ns, replay protection on
+// KV webhook_seen.
+func serveWebhook(t *testing.T, ns *natstest.Server, wh config.Webhook) (*httptest.Server, *WebhookHandler) {
+	t.Helper()
 	cfg, err := config.Parse(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bots := []config.WebhookBot{{ID: "b1", Secret: secret, Masters: []string{"boss"}}}
+	wh.Bots = []config.WebhookBot{{ID: "b1", Secret: secret, Masters: []string{"boss"}}}
 	in := New(ns.JS, cfg.AI, map[string]BotRoles{"webhook/b1": {Masters: []string{"boss"}}}, nil)
+	kv, err := ns.JS.KeyValue(context.Background(), events.BucketWebhookSeen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := NewWebhookHandler(in, wh, KVSeen{KV: kv}, nil)
 	mux := http.NewServeMux()
-	NewWebhookHandler(in, bots, nil).Routes(mux)
+	h.Routes(mux)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return srv, ns
+	return srv, h
 }
+
+// nowMs is the current time in Unix ms, for bodies signed with X-Agentbus-Signature.
+func nowMs() int64 { return time.Now().UnixMilli() }
 
 func post(t *testing.T, url, sig string, body []byte) int {
 	t.Helper()
@@ -63,7 +82,7 @@ func streamMsgs(t *testing.T, js jetstream.JetStream, stream string) uint64 {
 
 func TestWebhookRequests(t *testing.T) {
 	srv, ns := newWebhook(t)
-	good := []byte(`{"id":"m1","scene":{"type":"group","id":"g1"},"sender":{"id":"u1","name":"Ann"},"content":[{"type":"text","data":{"text":"hello"}},{"type":"at","data":{"id":"b1"}}],"time":1700000000000}`)
+	good := []byte(`{"id":"m1","scene":{"type":"group","id":"g1"},"sender":{"id":"u1","name":"Ann"},"content":[{"type":"text","data":{"text":"hello"}},{"type":"at","data":{"id":"b1"}}],"time":` + strconv.FormatInt(nowMs(), 10) + `}`)
 	tests := []struct {
 		name string
 		path string
@@ -74,7 +93,7 @@ func TestWebhookRequests(t *testing.T) {
 		{"malformed json", "/webhook/b1", []byte(`{"id":`), "", 400},
 		{"missing fields", "/webhook/b1", []byte(`{"id":"x","scene":{"type":"group"},"content":[]}`), "", 400},
 		{"bad scene type", "/webhook/b1", []byte(`{"id":"x","scene":{"type":"room","id":"r"},"sender":{"id":"u"},"content":[{"type":"text","data":{"text":"a"}}]}`), "", 400},
-		{"bad text segment", "/webhook/b1", []byte(`{"id":"x","scene":{"type":"group","id":"r"},"sender":{"id":"u"},"content":[{"type":"text","data":{}}]}`), "", 400},
+		{"bad text segment", "/webhook/b1", fmt.Appendf(nil, `{"id":"x","scene":{"type":"group","id":"r"},"sender":{"id":"u"},"content":[{"type":"text","data":{}}],"time":%d}`, nowMs()), "", 400},
 		{"bad signature", "/webhook/b1", good, "sha256=00", 401},
 		{"missing signature", "/webhook/b1", good, "-", 401},
 		{"unknown bot", "/webhook/nope", good, "", 404},
@@ -132,7 +151,7 @@ func TestWebhookRequests(t *testing.T) {
 
 func TestSteerRefusedForNonMaster(t *testing.T) {
 	srv, ns := newWebhook(t)
-	body := []byte(`{"id":"m2","scene":{"type":"private","id":"u1"},"sender":{"id":"u1"},"content":[{"type":"text","data":{"text":"/steer stop"}}]}`)
+	body := fmt.Appendf(nil, `{"id":"m2","scene":{"type":"private","id":"u1"},"sender":{"id":"u1"},"content":[{"type":"text","data":{"text":"/steer stop"}}],"time":%d}`, nowMs())
 	if got := post(t, srv.URL+"/webhook/b1", webhook.Sign(secret, body), body); got != 202 {
 		t.Fatalf("status %d", got)
 	}
@@ -142,7 +161,7 @@ func TestSteerRefusedForNonMaster(t *testing.T) {
 	if n := streamMsgs(t, ns.JS, events.StreamIMOut); n != 1 {
 		t.Errorf("IM_OUT has %d messages, want the refusal", n)
 	}
-	body = []byte(`{"id":"m3","scene":{"type":"private","id":"boss"},"sender":{"id":"boss"},"content":[{"type":"text","data":{"text":"/steer stop"}}]}`)
+	body = fmt.Appendf(nil, `{"id":"m3","scene":{"type":"private","id":"boss"},"sender":{"id":"boss"},"content":[{"type":"text","data":{"text":"/steer stop"}}],"time":%d}`, nowMs())
 	if got := post(t, srv.URL+"/webhook/b1", webhook.Sign(secret, body), body); got != 202 {
 		t.Fatalf("status %d", got)
 	}

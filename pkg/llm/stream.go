@@ -61,6 +61,10 @@ type StreamOptions struct {
 	MaxRetryDelay time.Duration
 	// Extra carries provider-specific options (for example "ollama.num_ctx").
 	Extra map[string]any
+	// Secrets are further strings (every configured provider key, tokens) that Stream removes
+	// from error messages before they leave this package, next to APIKey, the Headers values
+	// and credential-shaped tokens (see Redact).
+	Secrets []string
 }
 
 // ThinkingBudgets are token budgets per thinking level, for providers that take budgets.
@@ -140,16 +144,20 @@ func RegisteredAPIs() []string {
 // Stream streams one assistant message from model. The returned sequence always yields exactly
 // one terminal event (done or error), last, even when the provider misbehaves: a missing
 // provider, a panic, or a stream that ends without a terminal event become an error event.
-// Breaking out of the range early is allowed.
+// Breaking out of the range early is allowed. The terminal message's ErrorMessage is redacted
+// (Redact with opts.APIKey, the opts.Headers values and opts.Secrets), so a provider error body
+// that echoes a request header never carries the credential further.
 func Stream(ctx context.Context, model *Model, c *Context, opts *StreamOptions) iter.Seq[Event] {
 	return func(yield func(Event) bool) {
-		p, err := LookupAPI(model.API)
-		if err != nil {
-			yield(ErrorEvent(model, nil, StopReasonError, err))
-			return
-		}
 		if opts == nil {
 			opts = &StreamOptions{}
+		}
+		p, err := LookupAPI(model.API)
+		if err != nil {
+			ev := ErrorEvent(model, nil, StopReasonError, err)
+			redactMessage(ev.Message, model, opts)
+			yield(ev)
+			return
 		}
 		var last *Message
 		terminal := false
@@ -158,7 +166,9 @@ func Stream(ctx context.Context, model *Model, c *Context, opts *StreamOptions) 
 			defer func() {
 				if r := recover(); r != nil && !terminal && !stopped {
 					terminal = true
-					stopped = !yield(ErrorEvent(model, last, StopReasonError, fmt.Errorf("provider %s panicked: %v", model.API, r)))
+					ev := ErrorEvent(model, last, StopReasonError, fmt.Errorf("provider %s panicked: %v", model.API, r))
+					redactMessage(ev.Message, model, opts)
+					stopped = !yield(ev)
 				}
 			}()
 			for ev := range p.Stream(ctx, model, c, opts) {
@@ -170,6 +180,7 @@ func Stream(ctx context.Context, model *Model, c *Context, opts *StreamOptions) 
 				}
 				if ev.Type == EventDone || ev.Type == EventError {
 					terminal = true
+					redactMessage(ev.Message, model, opts)
 				}
 				if !yield(ev) {
 					stopped = true

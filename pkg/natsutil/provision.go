@@ -49,6 +49,46 @@ func Provision(ctx context.Context, js jetstream.JetStream, spec events.Spec) er
 	return nil
 }
 
+// WaitProvisioned waits until every stream, KV bucket and object store of spec exists, changing
+// nothing (it needs only $JS.API.STREAM.INFO): how a role user without the right to manage
+// streams starts before or after the admin's Provision. ctx bounds the wait.
+func WaitProvisioned(ctx context.Context, js jetstream.JetStream, spec events.Spec) error {
+	spec = spec.WithDefaults()
+	var names []string
+	for _, c := range spec.Streams() {
+		names = append(names, c.Name)
+	}
+	for _, c := range spec.KeyValues() {
+		names = append(names, "KV_"+c.Bucket)
+	}
+	for _, c := range spec.ObjectStores() {
+		names = append(names, "OBJ_"+c.Bucket)
+	}
+	for _, name := range names {
+		wait := 50 * time.Millisecond
+		for {
+			_, err := js.Stream(ctx, name)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, jetstream.ErrStreamNotFound) && !retriable(err) {
+				return fmt.Errorf("%w: stream %s: %w", ErrProvision, name, err)
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return fmt.Errorf("%w: stream %s does not exist yet (provision as an admin user): %w", ErrProvision, name, ctx.Err())
+			case <-t.C:
+			}
+			if wait *= 2; wait > 2*time.Second {
+				wait = 2 * time.Second
+			}
+		}
+	}
+	return nil
+}
+
 // retry runs op until it succeeds, fails with a permanent error, or ctx ends.
 func retry(ctx context.Context, op func() error) error {
 	wait := 20 * time.Millisecond

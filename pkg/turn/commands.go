@@ -88,7 +88,7 @@ func (a *actor) approve(c events.Command, from events.Sender) string {
 	}
 	cmd, err := execpolicy.ParseApproveCommand(strings.TrimSpace("/approve " + c.Raw))
 	if err != nil {
-		return err.Error()
+		return scrubForUser(err.Error())
 	}
 	pending := false
 	if cmd.Kind == execpolicy.ApproveAlways {
@@ -103,7 +103,7 @@ func (a *actor) approve(c events.Command, from events.Sender) string {
 		return changed, err
 	})
 	if err != nil {
-		return err.Error()
+		return scrubForUser(err.Error())
 	}
 	return reply
 }

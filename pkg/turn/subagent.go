@@ -131,6 +131,7 @@ func (w *Worker) subagentLoop(ctx context.Context, task events.SubagentTask, tra
 	}
 	cfg := &loop.Config{Model: model, StreamFn: w.opts.StreamFn, GetAPIKey: w.opts.Models.APIKey, Executor: exec,
 		MaxIterations: maxIter, ToolExecution: loop.ToolExecutionMode(w.opts.AI.Agent.ToolExecution)}
+	cfg.StreamOptions.Secrets = w.opts.Secrets
 	msgs, err := loop.Run(ctx, []llm.Message{llm.UserText(task.Prompt, time.Now().UnixMilli())}, ac, cfg, func(loop.Event) {})
 	final := lastAssistant(msgs)
 	switch {

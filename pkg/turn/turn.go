@@ -18,6 +18,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/chunk"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/identity"
 	"github.com/agentbus/agentbus/pkg/ingest"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
@@ -195,7 +196,7 @@ func (a *actor) startTurn(pt *pendingTurn) error {
 	}
 	model, err := a.w.pickModel(pt.msg, pt.input, sess.ModelOverride)
 	if err != nil {
-		a.replyText(pt, pt.id, "⚠️ "+err.Error())
+		a.replyText(pt, pt.id, failureText(pt.msg.Sender, "No model could take this message", err.Error()))
 		_, _ = a.commitMessages(sid, pt.input, pt.id+":commit", pt.id)
 		return a.advance(pt.seq, nil)
 	}
@@ -282,8 +283,8 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		if err != nil && !errors.Is(err, loop.ErrMaxIterations) {
 			// Not a model failure (those end in an error message) but the loop's or the bus's:
 			// tell the user and close the turn rather than leave it open forever.
-			_, _ = record(t, events.EvtKindTurnFailed, events.TurnFailed{Reason: events.FailError, Error: err.Error()}, "failed")
-			a.replyText(&t.pendingTurn, t.id, "⚠️ This turn failed: "+err.Error())
+			_, _ = record(t, events.EvtKindTurnFailed, events.TurnFailed{Reason: events.FailError, Error: llm.Redact(err.Error(), a.w.opts.Secrets...)}, "failed")
+			a.replyText(&t.pendingTurn, t.id, failureText(t.msg.Sender, "This turn failed", err.Error()))
 			if cerr := t.close("failed"); cerr != nil {
 				return cerr
 			}
@@ -419,12 +420,14 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 		GetFollowUpMessages: func() []llm.Message {
 			return t.drain(&t.followQ, agentCfg.FollowUpMode)
 		},
+		AfterToolCall:  scrubToolError(agentCfg.Workspace),
 		StopAfterTools: stopOnAsk, // ask_user: the question goes to the chat, the answer is the next message
 	}
 	if lvl, err := llm.ParseThinkingLevel(agentCfg.Thinking); err == nil {
 		cfg.StreamOptions.Thinking = lvl
 	}
 	cfg.StreamOptions.SessionID = t.sid.String()
+	cfg.StreamOptions.Secrets = w.opts.Secrets
 	emit, stopLive := t.emitter()
 	defer stopLive()
 	var out []llm.Message
@@ -699,7 +702,7 @@ func (t *turnRun) replyText(final *llm.Message) string {
 	case final == nil:
 		text = "⚠️ The turn ended without a reply."
 	case final.StopReason == llm.StopReasonError:
-		text = "⚠️ The model failed: " + final.ErrorMessage
+		text = failureText(t.msg.Sender, "The model failed", final.ErrorMessage)
 	case final.StopReason == llm.StopReasonAborted:
 		t.mu.Lock()
 		reason := t.reason
@@ -804,10 +807,10 @@ func (w *Worker) publishAll(ctx context.Context, msgs []*nats.Msg) error {
 // adapter inlined them, else as a reference the model can read.
 func (a *actor) userInput(m *events.IMMessage, text string) llm.Message {
 	if text == "" {
-		text = ingest.StripBotMention(strings.TrimSpace(ingest.StripSpoofedSender(m.Content.PlainText())), m)
+		text = ingest.StripBotMention(strings.TrimSpace(identity.StripSpoofedSender(m.Content.PlainText())), m)
 	}
 	if m.Scene.Type != events.ScopePrivate {
-		text = ingest.SenderPrefix(m.Sender) + text
+		text = identity.SenderPrefix(m.Sender) + text
 	}
 	msg := llm.Message{Role: llm.RoleUser, Content: []llm.Content{llm.Text(text)}, Timestamp: m.Time}
 	if msg.Timestamp == 0 {

@@ -59,6 +59,9 @@ type Options struct {
 	ToolTimeout time.Duration
 	// StreamFn replaces llm.Stream (tests, benchmarks).
 	StreamFn loop.StreamFunc
+	// Secrets are removed from model errors before they are stored or shown
+	// (llm.StreamOptions.Secrets): every configured provider key, token and password.
+	Secrets []string
 	// Prompt adds sections to the system prompt (bootstrap files, profiles); may be nil.
 	Prompt PromptSource
 	// Health adds lines to /health; may be nil.

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/natsutil"
+)
+
+// cmdProvision creates or updates every stream and bucket on the configured bus, as a user
+// allowed to (deploy: admin), so that the roles, which may not, find them (nats.provision: wait).
+func cmdProvision(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("provision", flag.ContinueOnError)
+	path := fs.String("config", "agentbus.yml", "config file")
+	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long (a cluster may still be forming)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*path)
+	if err != nil {
+		return err
+	}
+	if cfg.NATS.Embedded {
+		return fmt.Errorf("provision: nats.url is required (agentbus up provisions its embedded server itself)")
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	nc, err := natsutil.Connect(ctx, cfg.NATS)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if err := natsutil.Provision(ctx, js, natsutil.SpecFromConfig(cfg.NATS)); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "provisioned every stream and bucket")
+	return nil
+}

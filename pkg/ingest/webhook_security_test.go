@@ -1,0 +1,276 @@
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
+	"github.com/agentbus/agentbus/pkg/webhook"
+)
+
+// body is a private message from sender with id, its time at ts.
+func body(id, sender string, ts time.Time) []byte {
+	return fmt.Appendf(nil, `{"id":%q,"scene":{"type":"private","id":%q},"sender":{"id":%q},"content":[{"type":"text","data":{"text":"hi"}}],"time":%d}`,
+		id, sender, sender, ts.UnixMilli())
+}
+
+type response struct {
+	code       int
+	body       string
+	retryAfter string
+}
+
+func send(t *testing.T, url string, h http.Header, b []byte) response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(b))
+	for k, vs := range h {
+		req.Header[k] = vs
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	rb, _ := io.ReadAll(resp.Body)
+	return response{resp.StatusCode, string(rb), resp.Header.Get("Retry-After")}
+}
+
+func legacy(b []byte) http.Header {
+	return http.Header{webhook.SignatureHeader: {webhook.Sign(secret, b)}}
+}
+
+func standard(t *testing.T, id string, ts time.Time, b []byte) http.Header {
+	t.Helper()
+	h, err := webhook.SignStandard(secret, id, ts, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func TestWebhookSignatureSchemes(t *testing.T) {
+	ns := natstest.New(t, natstest.WithMemoryStorage())
+	srv, _ := serveWebhook(t, ns, config.Webhook{})
+	url := srv.URL + "/webhook/b1"
+	now := time.Now()
+	tests := []struct {
+		name    string
+		headers func(b []byte) http.Header
+		body    []byte
+		want    int
+	}{
+		{"standard", func(b []byte) http.Header { return standard(t, "w1", now, b) }, body("s1", "u1", now), 202},
+		{"standard, two signatures (rotation)", func(b []byte) http.Header {
+			h := standard(t, "w2", now, b)
+			h.Set(webhook.HeaderSignature, "v1,AAAA "+h.Get(webhook.HeaderSignature))
+			return h
+		}, body("s2", "u1", now), 202},
+		{"standard, wrong secret", func(b []byte) http.Header {
+			h, _ := webhook.SignStandard("other", "w3", now, b)
+			return h
+		}, body("s3", "u1", now), 401},
+		{"standard, signed id differs", func(b []byte) http.Header {
+			h := standard(t, "w4", now, b)
+			h.Set(webhook.HeaderID, "w4-other")
+			return h
+		}, body("s4", "u1", now), 401},
+		{"standard, timestamp header changed", func(b []byte) http.Header {
+			h := standard(t, "w5", now, b)
+			h.Set(webhook.HeaderTimestamp, strconv.FormatInt(now.Unix()+1, 10))
+			return h
+		}, body("s5", "u1", now), 401},
+		{"standard, old timestamp", func(b []byte) http.Header { return standard(t, "w6", now.Add(-6*time.Minute), b) }, body("s6", "u1", now), 401},
+		{"standard, far future", func(b []byte) http.Header { return standard(t, "w7", now.Add(6*time.Minute), b) }, body("s7", "u1", now), 401},
+		{"standard, no id", func(b []byte) http.Header {
+			h := standard(t, "w8", now, b)
+			h.Del(webhook.HeaderID)
+			return h
+		}, body("s8", "u1", now), 401},
+		{"standard, v2 only", func(b []byte) http.Header {
+			h := standard(t, "w9", now, b)
+			h.Set(webhook.HeaderSignature, strings.Replace(h.Get(webhook.HeaderSignature), "v1,", "v2,", 1))
+			return h
+		}, body("s9", "u1", now), 401},
+		{"legacy", legacy, body("l1", "u1", now), 202},
+		{"legacy, old time", legacy, body("l2", "u1", now.Add(-10*time.Minute)), 401},
+		{"legacy, time in the future", legacy, body("l3", "u1", now.Add(10*time.Minute)), 401},
+		{"legacy, no time", legacy, []byte(`{"id":"l4","scene":{"type":"private","id":"u1"},"sender":{"id":"u1"},"content":[{"type":"text","data":{"text":"hi"}}]}`), 401},
+		{"legacy, header of standard and legacy mixed", func(b []byte) http.Header {
+			h := legacy(b)
+			h.Set(webhook.HeaderID, "w10") // claims Standard Webhooks: its signature is required
+			return h
+		}, body("l5", "u1", now), 401},
+	}
+	accepted := 0
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := send(t, url, tt.headers(tt.body), tt.body)
+			if got.code != tt.want {
+				t.Fatalf("status = %d (%s), want %d", got.code, got.body, tt.want)
+			}
+		})
+		if tt.want == 202 {
+			accepted++
+		}
+	}
+	if n := streamMsgs(t, ns.JS, events.StreamIMIn); n != uint64(accepted) {
+		t.Errorf("IM_IN has %d messages, want %d (rejected requests publish nothing)", n, accepted)
+	}
+}
+
+// TestWebhookReplayAfterDedupeWindow: a signed body accepted once is refused again after the
+// stream's dedupe window has passed, across a server restart; the control handler without
+// the KV shows the dedupe window alone would have let it through.
+func TestWebhookReplayAfterDedupeWindow(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	b := body("r1", "u1", now)
+	h := standard(t, "wr1", now, b)
+
+	ns1 := natstest.New(t, natstest.WithStoreDir(dir))
+	srv1, _ := serveWebhook(t, ns1, config.Webhook{})
+	if got := send(t, srv1.URL+"/webhook/b1", h, b); got.code != 202 {
+		t.Fatalf("first post: %d %s", got.code, got.body)
+	}
+	srv1.Close()
+	ns1.NC.Close()
+	ns1.Embedded.Close()
+
+	ns2 := natstest.New(t, natstest.WithStoreDir(dir))
+	// Shrink IM_IN's dedupe window so that it is over by the time of the replay.
+	ctx := context.Background()
+	st, err := ns2.JS.Stream(ctx, events.StreamIMIn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := info.Config
+	sc.Duplicates = 500 * time.Millisecond
+	if _, err := ns2.JS.UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+
+	srv2, _ := serveWebhook(t, ns2, config.Webhook{})
+	got := send(t, srv2.URL+"/webhook/b1", h, b)
+	if got.code != 202 || !strings.Contains(got.body, `"duplicate":true`) {
+		t.Fatalf("replay: %d %s, want 202 duplicate", got.code, got.body)
+	}
+	if n := streamMsgs(t, ns2.JS, events.StreamIMIn); n != 1 {
+		t.Fatalf("IM_IN has %d messages after the replay, want 1", n)
+	}
+
+	// Control: the same replay through a handler without replay protection is published again.
+	cfg, _ := config.Parse(nil)
+	in := New(ns2.JS, cfg.AI, map[string]BotRoles{"webhook/b1": {}}, nil)
+	mux := http.NewServeMux()
+	NewWebhookHandler(in, config.Webhook{Bots: []config.WebhookBot{{ID: "b1", Secret: secret}}}, nil, nil).Routes(mux)
+	srv3 := httptestServer(t, mux)
+	if got := send(t, srv3+"/webhook/b1", h, b); got.code != 202 || strings.Contains(got.body, `"duplicate":true`) {
+		t.Fatalf("control replay: %d %s, want a fresh accept", got.code, got.body)
+	}
+	if n := streamMsgs(t, ns2.JS, events.StreamIMIn); n != 2 {
+		t.Errorf("control: IM_IN has %d messages, want 2 (dedupe window over)", n)
+	}
+}
+
+func TestWebhookRateLimits(t *testing.T) {
+	ns := natstest.New(t, natstest.WithMemoryStorage())
+	wh := config.Webhook{}
+	wh.RateLimit.PerSender = config.RateLimit{PerSecond: 0.01, Burst: 3}
+	wh.RateLimit.PerBot = config.RateLimit{PerSecond: 0.01, Burst: 5}
+	srv, _ := serveWebhook(t, ns, wh)
+	url := srv.URL + "/webhook/b1"
+	now := time.Now()
+	steps := []struct {
+		sender string
+		want   int
+	}{
+		{"u1", 202}, {"u1", 202}, {"u1", 202}, {"u1", 429}, // u1's burst is 3
+		{"u2", 202}, {"u2", 202}, // the bot's burst of 5 is used up
+		{"u3", 429},
+	}
+	for i, s := range steps {
+		b := body("rl"+strconv.Itoa(i), s.sender, now)
+		got := send(t, url, legacy(b), b)
+		if got.code != s.want {
+			t.Fatalf("step %d (%s): %d %s, want %d", i, s.sender, got.code, got.body, s.want)
+		}
+		if got.code == 429 {
+			if ra, err := strconv.Atoi(got.retryAfter); err != nil || ra < 1 {
+				t.Errorf("step %d: Retry-After %q, want whole seconds >= 1", i, got.retryAfter)
+			}
+		}
+	}
+	if n := streamMsgs(t, ns.JS, events.StreamIMIn); n != 5 {
+		t.Errorf("IM_IN has %d messages, want 5", n)
+	}
+}
+
+// TestWebhookFloodBounded: distinct senders cannot grow the limiter map past maxSenders, and a
+// body over maxBodyBytes is refused without being read whole.
+func TestWebhookFloodBounded(t *testing.T) {
+	ns := natstest.New(t, natstest.WithMemoryStorage())
+	wh := config.Webhook{MaxBodyBytes: 4096}
+	wh.RateLimit.PerBot.PerSecond = -1
+	wh.RateLimit.PerSender = config.RateLimit{PerSecond: 0.001, Burst: 1}
+	wh.RateLimit.MaxSenders = 10
+	srv, h := serveWebhook(t, ns, wh)
+	url := srv.URL + "/webhook/b1"
+	now := time.Now()
+	codes := map[int]int{}
+	for i := 0; i < 60; i++ {
+		b := body("f"+strconv.Itoa(i), "flood-"+strconv.Itoa(i), now)
+		codes[send(t, url, legacy(b), b).code]++
+	}
+	if codes[202] != 10 || codes[429] != 50 {
+		t.Errorf("codes %v, want 10×202 and 50×429", codes)
+	}
+	if n := h.perSender.size(); n > 10 {
+		t.Errorf("%d sender buckets kept, want <= 10", n)
+	}
+	big := bytes.Repeat([]byte("x"), 8192)
+	if got := send(t, url, legacy(big), big); got.code != http.StatusRequestEntityTooLarge {
+		t.Errorf("big body: %d, want 413", got.code)
+	}
+}
+
+func TestKeyedLimiterEvictsIdle(t *testing.T) {
+	l := newKeyedLimiter(1000, 1, 2)
+	t0 := time.Now()
+	for _, k := range []string{"a", "b"} {
+		if _, ok := l.allow(k, t0); !ok {
+			t.Fatalf("%s refused", k)
+		}
+	}
+	if _, ok := l.allow("c", t0); ok {
+		t.Fatal("c accepted while a and b are busy and the map is full")
+	}
+	// A millisecond later both buckets are full again, so they are idle and evicted.
+	if _, ok := l.allow("c", t0.Add(10*time.Millisecond)); !ok {
+		t.Fatal("c refused though a and b are idle")
+	}
+	if l.size() > 2 {
+		t.Errorf("size %d", l.size())
+	}
+}
+
+func httptestServer(t *testing.T, h http.Handler) string {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}

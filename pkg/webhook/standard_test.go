@@ -1,0 +1,54 @@
+package webhook
+
+import (
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+)
+
+func TestVerifyStandard(t *testing.T) {
+	body := []byte(`{"id":"m1"}`)
+	now := time.Unix(1_800_000_000, 0)
+	whsec := "whsec_" + base64.StdEncoding.EncodeToString([]byte("raw key bytes"))
+	tests := []struct {
+		name      string
+		signWith  string
+		verifyKey string
+		ts        time.Time
+		tolerance time.Duration
+		mutate    func(http.Header)
+		wantErr   error
+	}{
+		{"raw secret", "s3cret", "s3cret", now, 0, nil, nil},
+		{"whsec secret", whsec, whsec, now, 0, nil, nil},
+		{"whsec is its decoded key", "raw key bytes", whsec, now, 0, nil, nil},
+		{"wrong key", "a", "b", now, 0, nil, ErrBadSignature},
+		{"edge of window", "k", "k", now.Add(-5 * time.Minute), 0, nil, nil},
+		{"just too old", "k", "k", now.Add(-5*time.Minute - time.Second), 0, nil, ErrStale},
+		{"too new", "k", "k", now.Add(5*time.Minute + time.Second), 0, nil, ErrStale},
+		{"custom tolerance", "k", "k", now.Add(-30 * time.Second), 10 * time.Second, nil, ErrStale},
+		{"missing signature", "k", "k", now, 0, func(h http.Header) { h.Del(HeaderSignature) }, ErrBadSignature},
+		{"timestamp not a number", "k", "k", now, 0, func(h http.Header) { h.Set(HeaderTimestamp, "soon") }, ErrBadSignature},
+		{"bad whsec", "k", "whsec_***", now, 0, nil, ErrBadSignature},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, err := SignStandard(tt.signWith, "msg_1", tt.ts, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.mutate != nil {
+				tt.mutate(h)
+			}
+			id, _, err := VerifyStandard(tt.verifyKey, body, h, now, tt.tolerance)
+			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+			if err == nil && id != "msg_1" {
+				t.Errorf("id = %q", id)
+			}
+		})
+	}
+}
