@@ -79,7 +79,7 @@ func TestChatRepliesOnceAndWhole(t *testing.T) {
 	})
 	var out syncBuffer
 	in := strings.NewReader("one\ntwo\nthree\n")
-	if err := cmdChat(context.Background(), []string{"--nats", p.Embedded.ClientURL(), "--user", "ann", "--wait", "90s"}, in, &out); err != nil {
+	if err := cmdChat(context.Background(), []string{"--data", p.Config.DataDir, "--user", "ann", "--wait", "90s"}, in, &out); err != nil {
 		t.Fatalf("chat: %v\n%s", err, out.String())
 	}
 	got := out.String()
@@ -120,14 +120,17 @@ func TestChatEndsWhenServerStops(t *testing.T) {
 	var out syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- cmdChat(context.Background(), []string{"--nats", p.Embedded.ClientURL(), "--user", "cy"}, pr, &out)
+		done <- cmdChat(context.Background(), []string{"--data", p.Config.DataDir, "--user", "cy"}, pr, &out)
 	}()
-	if _, err := io.WriteString(pw, "are you there\n"); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(out.String(), "bot> echo: are you there\n"); time.Sleep(20 * time.Millisecond) {
+	go func() { _, _ = io.WriteString(pw, "are you there\n") }() // blocks until the chat reads it
+	for deadline := time.Now().Add(90 * time.Second); !strings.Contains(out.String(), "bot> echo: are you there\n"); time.Sleep(20 * time.Millisecond) {
+		select {
+		case err := <-done:
+			t.Fatalf("chat ended before the reply: %v\n%s", err, out.String())
+		default:
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no reply within 60s:\n%s", out.String())
+			t.Fatalf("no reply within 90s:\n%s", out.String())
 		}
 	}
 	start := time.Now()
