@@ -75,7 +75,7 @@ func TestChatRepliesOnceAndWhole(t *testing.T) {
 			text = "echo: " + r.LastUser()
 		}
 		// Slow, many deltas, so that the turns of "one" and "two" stream at the same time.
-		return fakeopenai.Reply{Text: text, Chunks: 15, Gap: 40 * time.Millisecond}
+		return fakeopenai.Reply{Text: text, Chunks: 15, ChunkDelay: 40 * time.Millisecond}
 	})
 	var out syncBuffer
 	in := strings.NewReader("one\ntwo\nthree\n")

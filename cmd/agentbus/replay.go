@@ -122,12 +122,20 @@ func cmdReplay(ctx context.Context, args []string, w io.Writer) error {
 	if *since > 0 {
 		from.Time = time.Now().Add(-*since)
 	}
+	marks, err := contextMarks(ctx, js, sk, from.Time)
+	if err != nil {
+		return err
+	}
 	n := 0
 	for rec, err := range log.Replay(ctx, sk, from) {
 		if err != nil {
 			return err
 		}
 		n++
+		for len(marks) > 0 && !marks[0].at.After(rec.Time) && !*asJSON {
+			fmt.Fprintln(w, marks[0].text)
+			marks = marks[1:]
+		}
 		if *asJSON {
 			b, _ := json.Marshal(rec.Event)
 			fmt.Fprintln(w, string(b))
@@ -135,10 +143,76 @@ func cmdReplay(ctx context.Context, args []string, w io.Writer) error {
 		}
 		printRecord(w, rec)
 	}
+	if !*asJSON {
+		for _, m := range marks {
+			fmt.Fprintln(w, m.text)
+		}
+	}
 	if n == 0 {
 		fmt.Fprintf(w, "no turn events for %s\n", sk)
 	}
 	return nil
+}
+
+// contextMark is a line replay prints where it happened in AGENT_CTX: an epoch's start, each
+// compaction, each move of the session tree's active leaf.
+type contextMark struct {
+	at   time.Time
+	text string
+}
+
+// contextMarks reads the context logs of every epoch of sk (AGENT_CTX) for its compactions.
+func contextMarks(ctx context.Context, js jetstream.JetStream, sk events.SessionKey, since time.Time) ([]contextMark, error) {
+	sessions, err := store.OpenSessions(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	sess, err := sessions.Get(ctx, sk)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	cl, err := store.NewContextLog(ctx, js, store.ContextBounds{})
+	if err != nil {
+		return nil, err
+	}
+	var out []contextMark
+	for epoch := uint64(1); epoch <= sess.Epoch; epoch++ {
+		first := true
+		for r, err := range cl.History(ctx, events.SessionID{Key: sk, Epoch: epoch}) {
+			if err != nil {
+				return nil, err
+			}
+			if first && epoch > 1 && !r.Time.Before(since) {
+				out = append(out, contextMark{r.Time, fmt.Sprintf("\n%s  ══ epoch %d (context seq %d)", r.Time.Format("15:04:05.000"), epoch, r.Seq)})
+			}
+			first = false
+			if r.Time.Before(since) {
+				continue
+			}
+			if l := r.Leaf; l != nil {
+				text := fmt.Sprintf("%s  ↶ active leaf moved to context seq %d (context seq %d)", r.Time.Format("15:04:05.000"), l.LeafSeq, r.Seq)
+				if l.BranchTo > 0 {
+					text += fmt.Sprintf("; branch seq %d..%d left", l.BranchFrom, l.BranchTo)
+				}
+				if l.BranchSummary != "" {
+					text += ", summarized: " + oneLine(l.BranchSummary)
+				}
+				out = append(out, contextMark{r.Time, text})
+				continue
+			}
+			if r.Summary == nil {
+				continue
+			}
+			s := r.Summary
+			out = append(out, contextMark{r.Time, fmt.Sprintf("%s  ⇣ compaction %d (context seq %d): %d messages up to seq %d summarized by %s: %s",
+				r.Time.Format("15:04:05.000"), s.Count, r.Seq, s.Covered, s.AnchorSeq, s.Model, oneLine(s.Text))})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].at.Before(out[j].at) })
+	return out, nil
 }
 
 func printRecord(w io.Writer, rec store.TurnRecord) {

@@ -129,8 +129,11 @@ type Reply struct {
 	ErrorMessage string
 	// Chunks splits Text into this many deltas (default 2 when the text is long enough).
 	Chunks int
-	// Gap is waited between two text deltas (a model that writes slowly).
-	Gap time.Duration
+	// PromptTokens is the usage's prompt_tokens (default 10); a value above the model's window
+	// plays a server that truncated the prompt silently.
+	PromptTokens int
+	// ChunkDelay is waited between two text deltas (a slowly streaming model, for previews).
+	ChunkDelay time.Duration
 }
 
 // Script answers a request. It runs on the HTTP handler's goroutine and may block.
@@ -417,14 +420,14 @@ func writeStream(w http.ResponseWriter, r *http.Request, id, model string, reply
 		return false
 	}
 	for i, part := range split(reply.Text, reply.Chunks) {
-		if i > 0 && reply.Gap > 0 {
+		p := part
+		if i > 0 && reply.ChunkDelay > 0 {
 			select {
-			case <-time.After(reply.Gap):
+			case <-time.After(reply.ChunkDelay):
 			case <-r.Context().Done():
 				return false
 			}
 		}
-		p := part
 		if !send(chunk{Choices: []chunkChoice{{Delta: delta{Content: &p}}}}) {
 			return false
 		}
@@ -449,8 +452,12 @@ func writeStream(w http.ResponseWriter, r *http.Request, id, model string, reply
 		finish = "tool_calls"
 	}
 	words := len(strings.Fields(reply.Text))
+	prompt := reply.PromptTokens
+	if prompt == 0 {
+		prompt = 10
+	}
 	if !send(chunk{Choices: []chunkChoice{{Delta: delta{}, FinishReason: &finish}},
-		Usage: &usage{PromptTokens: 10, CompletionTokens: words, TotalTokens: 10 + words}}) {
+		Usage: &usage{PromptTokens: prompt, CompletionTokens: words, TotalTokens: prompt + words}}) {
 		return false
 	}
 	if _, err := io.WriteString(w, "data: [DONE]\n\n"); err != nil {

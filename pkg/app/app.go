@@ -24,6 +24,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/ingest"
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/memory"
 	"github.com/agentbus/agentbus/pkg/models"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/netguard"
@@ -416,10 +417,11 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 		return err
 	}
 	p.spawn("profile cache", profiles.Run)
+	mem := memory.New(cfg.DataDir, memory.Limits{})
 	p.turnOpts = turn.Options{AI: cfg.AI, Models: reg, Log: log.With("role", "turn-worker"),
 		StreamFn: fb.Stream, Health: p.Costs, Secrets: cfg.Secrets(),
 		ModelsReport: func() string { return models.Report(cfg.AI, reg, nil, mgr.Status()) },
-		Prompt:       &promptSources{profiles: profiles, dataDir: cfg.DataDir}, Skills: p.skillStore(cfg, log),
+		Prompt:       &promptSources{profiles: profiles, dataDir: cfg.DataDir, memory: mem}, Skills: p.skillStore(cfg, log), Memory: mem,
 		FetchImage: func(ctx context.Context, url string) ([]byte, string, error) {
 			res, err := guard.Fetch(ctx, url, netguard.FetchOptions{MaxBytes: maxImageBytes, Timeout: 20 * time.Second})
 			if err != nil {
@@ -464,6 +466,7 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 	for _, b := range cfg.IM.Webhook.Bots {
 		bots[ingest.PlatformWebhook+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
 	}
+	imBotRoles(cfg, bots)
 	in := ingest.New(p.JS, cfg.AI, bots, log.With("role", "ingest"))
 	if media, err := p.JS.ObjectStore(ctx, events.ObjectMedia); err == nil {
 		in.WithMedia(media) // inline uploads go to the media store, events carry references
@@ -473,10 +476,14 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 		return err
 	}
 	p.onStop("console", func(context.Context) error { return console.Unsubscribe() })
-	if len(cfg.IM.Webhook.Bots) == 0 {
+	mux := http.NewServeMux()
+	imRoutes, err := p.startIMInbound(ctx, cfg, in, mux, log.With("role", "ingest"))
+	if err != nil {
+		return err
+	}
+	if len(cfg.IM.Webhook.Bots) == 0 && !imRoutes {
 		return nil
 	}
-	mux := http.NewServeMux()
 	seenKV, err := p.JS.KeyValue(ctx, events.BucketWebhookSeen)
 	if err != nil {
 		return fmt.Errorf("webhook: open KV %s: %w", events.BucketWebhookSeen, err)

@@ -52,6 +52,7 @@ func TestMain(m *testing.M) {
 // is a recording HTTP server.
 type pipeline struct {
 	t     *testing.T
+	dir   string // data directory
 	p     *app.Process
 	model *fakeopenai.Server
 	cb    *callback
@@ -64,6 +65,8 @@ type pipelineOpts struct {
 	apiKey          string // the fake provider's key ("" = "test")
 	agentYAML       string // more ai.agent keys, one per line, indented by four spaces
 	vision          bool   // the fake provider's models take images
+	provider        string // more entries of the fake provider's flow map, e.g. ", contextWindow: 4000"
+	ai              string // more blocks of ai (after ai.agent), indented by two spaces
 }
 
 func newPipeline(t *testing.T, script fakeopenai.Script, o pipelineOpts) *pipeline {
@@ -90,7 +93,7 @@ func newPipeline(t *testing.T, script fakeopenai.Script, o pipelineOpts) *pipeli
 	if o.collectWindowMs != 0 {
 		agent += fmt.Sprintf("    collectWindowMs: %d\n", o.collectWindowMs)
 	}
-	agent += o.agentYAML
+	agent += o.agentYAML + o.ai
 	vision := ""
 	if o.vision {
 		vision = ", capabilities: {vision: true}"
@@ -119,7 +122,7 @@ ai:
     zhin: {provider: fake, model: m1}
   agent:
     maxIterations: 8
-%[8]s`, dir, filepath.Join(dir, "nats"), botID, botSecret, cb.srv.URL, master, model.BaseURL(), agent, vision, o.apiKey)
+%[8]s`, dir, filepath.Join(dir, "nats"), botID, botSecret, cb.srv.URL, master, model.BaseURL(), agent, vision+o.provider, o.apiKey)
 	cfg, err := config.Parse([]byte(yml))
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yml)
@@ -146,7 +149,7 @@ ai:
 	if p.WebhookURL == "" {
 		t.Fatal("no webhook URL: ingest did not start the webhook adapter")
 	}
-	return &pipeline{t: t, p: p, model: model, cb: cb}
+	return &pipeline{t: t, dir: dir, p: p, model: model, cb: cb}
 }
 
 // testLogger logs warnings to stderr under -v and nothing otherwise.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/memory"
 	"github.com/agentbus/agentbus/pkg/toolworker"
 	"github.com/agentbus/agentbus/pkg/turn"
 )
@@ -19,10 +20,14 @@ var bootstrapFiles = []struct {
 	limit int
 }{{"SOUL.md", 8 << 10}, {"AGENTS.md", 16 << 10}, {"TOOLS.md", 8 << 10}}
 
-// promptSources contributes the bootstrap files and the sender's profile.
+// bootstrapTotal caps the bootstrap files together.
+const bootstrapTotal = 32 << 10
+
+// promptSources contributes the bootstrap files, the memory files and the sender's profile.
 type promptSources struct {
 	profiles *toolworker.ProfileCache
 	dataDir  string
+	memory   *memory.Store // nil: no Memory section
 
 	mu      sync.Mutex
 	cached  []turn.Section
@@ -31,6 +36,11 @@ type promptSources struct {
 
 func (p *promptSources) Sections(ctx context.Context, m events.IMMessage) []turn.Section {
 	out := append([]turn.Section(nil), p.bootstrap()...)
+	if p.memory != nil {
+		if body := p.memory.Section(); body != "" {
+			out = append(out, turn.Section{Title: "Memory", Body: "Notes you saved earlier (memory/MEMORY.md and the daily notes):\n" + body})
+		}
+	}
 	if s, err := p.profiles.Summary(ctx, m.Platform, m.Sender.ID); err == nil && s != "" {
 		out = append(out, turn.Section{Title: "User profile", Body: s})
 	}
@@ -46,16 +56,19 @@ func (p *promptSources) bootstrap() []turn.Section {
 	}
 	p.checked = time.Now()
 	p.cached = nil
+	total := bootstrapTotal
 	for _, f := range bootstrapFiles {
 		for _, dir := range []string{p.dataDir, "."} {
 			b, err := os.ReadFile(filepath.Join(dir, f.name))
 			if err != nil {
 				continue
 			}
-			if len(b) > f.limit {
-				b = append(b[:f.limit], "\n…(truncated)"...)
+			body := memory.Cap(string(b), min(f.limit, total)) // never cuts a UTF-8 character
+			total -= len(body)
+			if body == "" {
+				break
 			}
-			p.cached = append(p.cached, turn.Section{Title: f.name, Body: string(b)})
+			p.cached = append(p.cached, turn.Section{Title: f.name, Body: body})
 			break
 		}
 	}

@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
+
+	"github.com/nats-io/nuid"
 
 	"github.com/agentbus/agentbus/pkg/approvals"
 	"github.com/agentbus/agentbus/pkg/config"
@@ -12,8 +15,16 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/execpolicy"
 	"github.com/agentbus/agentbus/pkg/filepolicy"
+	"github.com/agentbus/agentbus/pkg/im"
+	"github.com/agentbus/agentbus/pkg/im/discord"
+	"github.com/agentbus/agentbus/pkg/im/onebot"
+	imslack "github.com/agentbus/agentbus/pkg/im/slack"
+	"github.com/agentbus/agentbus/pkg/im/telegram"
 	"github.com/agentbus/agentbus/pkg/imagegen"
+	"github.com/agentbus/agentbus/pkg/ingest"
 	"github.com/agentbus/agentbus/pkg/mcpclient"
+	"github.com/agentbus/agentbus/pkg/netguard"
+	"github.com/agentbus/agentbus/pkg/schedule"
 	"github.com/agentbus/agentbus/pkg/tools"
 	"github.com/agentbus/agentbus/pkg/tools/builtin"
 	"github.com/agentbus/agentbus/pkg/tools/filetool"
@@ -62,6 +73,11 @@ func (p *Process) ToolSet(ctx context.Context, cfg *config.Config, log *slog.Log
 	}
 	all = append(all, toolworker.UserProfileTool(profiles), toolworker.ChatHistoryTool(toolworker.NATSHistory{NC: p.NC}),
 		turn.SpawnTaskTool(p.JS, presets))
+	bg, err := p.backgroundTools(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	all = append(all, bg...)
 	media, err := p.JS.ObjectStore(ctx, events.ObjectMedia)
 	if err != nil {
 		return nil, fmt.Errorf("open media store: %w", err)
@@ -119,12 +135,276 @@ func (p *Process) startToolWorker(ctx context.Context, cfg *config.Config, opts 
 }
 
 func (p *Process) startEgress(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger) error {
+	senders, err := p.imSenders(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
 	h, err := egress.Run(ctx, egress.Options{NC: p.NC, JS: p.JS, Config: cfg, DataDir: cfg.DataDir,
-		Log: log, HTTPClient: opts.HTTPClient}) // egress names its role itself
+		Log: log, HTTPClient: opts.HTTPClient, Senders: senders}) // egress names its role itself
 	if err != nil {
 		return err
 	}
 	p.onStop("egress", h.Stop)
 	p.health.check("egress", doneCheck(h.Done()))
 	return nil
+}
+
+// backgroundTools are schedule_followup, tool_search and run_deferred_task (docs/tasks.md).
+// tool_search reads the worker catalogue (KV tools) through a catalogue of its own, followed
+// until the process stops.
+func (p *Process) backgroundTools(ctx context.Context, cfg *config.Config) ([]tools.Tool, error) {
+	scheds, err := schedule.Open(ctx, p.JS)
+	if err != nil {
+		return nil, err
+	}
+	tasks, err := schedule.OpenTasks(ctx, p.JS)
+	if err != nil {
+		return nil, err
+	}
+	cat, err := turn.NewToolCatalog(ctx, p.JS)
+	if err != nil {
+		return nil, err
+	}
+	cctx, stop := context.WithCancel(context.Background())
+	p.onStopFunc("tool_search catalogue", stop)
+	cat.Start(cctx)
+	timeout := time.Duration(cfg.AI.Agent.TaskTimeoutMs) * time.Millisecond
+	return []tools.Tool{
+		schedule.FollowUpTool(scheds, tasks),
+		turn.ToolSearchTool(cat, turn.NewToolSearchCache(100, time.Minute)),
+		turn.RunDeferredTaskTool(p.JS, cat, tasks, timeout),
+	}, nil
+}
+
+// imMedia is the media helper of the native adapters: the media object store, and the web
+// fetch SSRF policy widened by the platform endpoints (so a OneBot implementation on loopback
+// serves its images, while every other URL is still checked).
+func (p *Process) imMedia(ctx context.Context, cfg *config.Config, endpoints ...string) (*im.Media, error) {
+	store, err := p.JS.ObjectStore(ctx, events.ObjectMedia)
+	if err != nil {
+		return nil, fmt.Errorf("open media store: %w", err)
+	}
+	wf := cfg.AI.Agent.WebFetch
+	return im.NewMedia(store, netguard.Config{AllowPrivate: wf.AllowPrivate, AllowHosts: wf.AllowHosts}, endpoints...)
+}
+
+// imSenders are the egress senders of the native IM adapters configured under im.<platform>.
+func (p *Process) imSenders(ctx context.Context, cfg *config.Config, log *slog.Logger) (map[string]egress.Sender, error) {
+	out := map[string]egress.Sender{}
+	if bots := cfg.IM.OneBot.Bots; len(bots) > 0 {
+		media, err := p.imMedia(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		ledger, err := im.NewLedger(ctx, p.JS)
+		if err != nil {
+			return nil, err
+		}
+		s, err := onebot.NewSender(bots, p.NC, nil, media, ledger)
+		if err != nil {
+			return nil, err
+		}
+		out[onebot.Platform] = s
+	}
+	if bots := cfg.IM.Telegram.Bots; len(bots) > 0 {
+		media, err := p.imMedia(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		ledger, err := im.NewLedger(ctx, p.JS)
+		if err != nil {
+			return nil, err
+		}
+		s, err := telegram.NewSender(bots, nil, media, ledger, p.NC)
+		if err != nil {
+			return nil, err
+		}
+		out[telegram.Platform] = s
+		// Streaming previews and typing: one egress replica per bot runs the previewer.
+		owner := "egress-" + nuid.Next()
+		for _, b := range bots {
+			p.runBackground(ctx, func(ctx context.Context) {
+				_ = telegram.RunPreviewer(ctx, telegram.PreviewerOptions{Bot: b, NC: p.NC, JS: p.JS, Owner: owner,
+					Log: log.With("role", events.RoleEgress)})
+			})
+		}
+	}
+	if bots := cfg.IM.Discord.Bots; len(bots) > 0 {
+		media, err := p.imMedia(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		ledger, err := im.NewLedger(ctx, p.JS)
+		if err != nil {
+			return nil, err
+		}
+		s, err := discord.NewSender(bots, nil, media, ledger, p.NC)
+		if err != nil {
+			return nil, err
+		}
+		out[discord.Platform] = s
+		owner := "egress-" + nuid.Next()
+		for _, b := range bots {
+			p.runBackground(ctx, func(ctx context.Context) {
+				_ = discord.RunPreviewer(ctx, discord.PreviewerOptions{Bot: b, NC: p.NC, JS: p.JS, Owner: owner,
+					Log: log.With("role", events.RoleEgress)})
+			})
+		}
+	}
+	if bots := cfg.IM.Slack.Bots; len(bots) > 0 {
+		media, err := p.imMedia(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		ledger, err := im.NewLedger(ctx, p.JS)
+		if err != nil {
+			return nil, err
+		}
+		s, err := imslack.NewSender(bots, nil, media, ledger, p.NC)
+		if err != nil {
+			return nil, err
+		}
+		out[imslack.Platform] = s
+		owner := "egress-" + nuid.Next()
+		for _, b := range bots {
+			p.runBackground(ctx, func(ctx context.Context) {
+				_ = imslack.RunPreviewer(ctx, imslack.PreviewerOptions{Bot: b, NC: p.NC, JS: p.JS, Owner: owner,
+					Log: log.With("role", events.RoleEgress)})
+			})
+		}
+	}
+	return out, nil
+}
+
+// startIMInbound starts the inbound halves of the native IM adapters: connections that must be
+// single run under a KV lease (pkg/im.Hold); HTTP-reached bots get their routes on mux. It
+// reports whether mux got any routes.
+func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *ingest.Ingestor, mux *http.ServeMux, log *slog.Logger) (bool, error) {
+	sink := im.SinkFunc(func(ctx context.Context, m *events.IMMessage) error {
+		_, err := in.Ingest(ctx, m)
+		return err
+	})
+	owner := "ingest-" + nuid.Next()
+	routes := false
+	if bots := cfg.IM.OneBot.Bots; len(bots) > 0 {
+		ledger, err := im.NewLedger(ctx, p.JS)
+		if err != nil {
+			return false, err
+		}
+		byID := map[string]*onebot.Inbound{}
+		for _, b := range bots {
+			media, err := p.imMedia(ctx, cfg, b.APIBase)
+			if err != nil {
+				return false, err
+			}
+			ib, err := onebot.NewInbound(onebot.InboundOptions{Bot: b, Sink: sink, Media: media, NC: p.NC, JS: p.JS,
+				Owner: owner, Log: log, Ledger: ledger})
+			if err != nil {
+				return false, err
+			}
+			byID[b.ID] = ib
+			if onebot.NeedsHTTP(b) {
+				routes = true
+			}
+			p.runBackground(ctx, func(ctx context.Context) { _ = ib.Run(ctx) })
+		}
+		if routes {
+			onebot.Routes(mux, byID)
+		}
+	}
+	if bots := cfg.IM.Telegram.Bots; len(bots) > 0 {
+		media, err := p.imMedia(ctx, cfg)
+		if err != nil {
+			return false, err
+		}
+		byID := map[string]*telegram.Inbound{}
+		hooks := false
+		for _, b := range bots {
+			if b.APIBase != "" {
+				// The file API lives on the configured Bot API server; allow it like a
+				// OneBot endpoint (a self-hosted server may be on the same host).
+				if media, err = p.imMedia(ctx, cfg, b.APIBase); err != nil {
+					return false, err
+				}
+			}
+			ib, err := telegram.NewInbound(telegram.InboundOptions{Bot: b, Sink: sink, Media: media, JS: p.JS, Owner: owner, Log: log})
+			if err != nil {
+				return false, err
+			}
+			byID[b.ID] = ib
+			hooks = hooks || telegram.IsWebhook(b)
+			p.runBackground(ctx, func(ctx context.Context) { _ = ib.Run(ctx) })
+		}
+		if hooks {
+			telegram.Routes(mux, byID)
+			routes = true
+		}
+	}
+	for _, b := range cfg.IM.Discord.Bots {
+		// Attachments are fetched from their CDN URL; a configured apiBase (a proxy, a
+		// test fake) may serve them too, so its host is allowed like a OneBot endpoint.
+		media, err := p.imMedia(ctx, cfg, b.APIBase)
+		if err != nil {
+			return false, err
+		}
+		ib, err := discord.NewInbound(discord.InboundOptions{Bot: b, Sink: sink, Media: media, JS: p.JS, Owner: owner, Log: log})
+		if err != nil {
+			return false, err
+		}
+		p.runBackground(ctx, func(ctx context.Context) { _ = ib.Run(ctx) })
+	}
+	if bots := cfg.IM.Slack.Bots; len(bots) > 0 {
+		byID := map[string]*imslack.Inbound{}
+		hooks := false
+		for _, b := range bots {
+			// url_private files live on Slack's file host; a configured apiBase (a test fake,
+			// a proxy) may serve them, so its host is allowed like a OneBot endpoint.
+			media, err := p.imMedia(ctx, cfg, b.APIBase)
+			if err != nil {
+				return false, err
+			}
+			ib, err := imslack.NewInbound(imslack.InboundOptions{Bot: b, Sink: sink, Media: media, JS: p.JS, Owner: owner, Log: log})
+			if err != nil {
+				return false, err
+			}
+			byID[b.ID] = ib
+			hooks = hooks || imslack.IsEvents(b)
+			p.runBackground(ctx, func(ctx context.Context) { _ = ib.Run(ctx) })
+		}
+		if hooks {
+			imslack.Routes(mux, byID)
+			routes = true
+		}
+	}
+	return routes, nil
+}
+
+// runBackground runs f until the process stops.
+func (p *Process) runBackground(ctx context.Context, f func(ctx context.Context)) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f(ctx)
+	}()
+	p.onStopFunc("im adapter", func() {
+		cancel()
+		<-done
+	})
+}
+
+// imBotRoles adds the native adapters' bots' masters and trusted lists to bots.
+func imBotRoles(cfg *config.Config, bots map[string]ingest.BotRoles) {
+	for _, b := range cfg.IM.OneBot.Bots {
+		bots[onebot.Platform+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
+	}
+	for _, b := range cfg.IM.Telegram.Bots {
+		bots[telegram.Platform+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
+	}
+	for _, b := range cfg.IM.Discord.Bots {
+		bots[discord.Platform+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
+	}
+	for _, b := range cfg.IM.Slack.Bots {
+		bots[imslack.Platform+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
+	}
 }

@@ -94,6 +94,15 @@ type TLS struct {
 // IM holds the platform adapters.
 type IM struct {
 	Webhook Webhook `yaml:"webhook"`
+	// OneBot is the OneBot v11 adapter (QQ through NapCat, LLOneBot, Lagrange.OneBot, ...).
+	// See docs/adapters/onebot.md.
+	OneBot OneBot `yaml:"onebot"`
+	// Telegram is the Telegram Bot API adapter. See docs/adapters/telegram.md.
+	Telegram Telegram `yaml:"telegram"`
+	// Discord is the Discord gateway adapter. See docs/adapters/discord.md.
+	Discord Discord `yaml:"discord"`
+	// Slack is the Slack adapter (Socket Mode or the Events API). See docs/adapters/slack.md.
+	Slack Slack `yaml:"slack"`
 	// Egress tunes outbound delivery (pkg/egress); zero values pick its defaults.
 	Egress Egress `yaml:"egress"`
 }
@@ -186,6 +195,130 @@ type WebhookBot struct {
 	Trusted  []string `yaml:"trusted"`
 }
 
+// OneBot configures the OneBot v11 adapter (pkg/im/onebot).
+type OneBot struct {
+	Bots []OneBotBot `yaml:"bots"`
+}
+
+// OneBotBot is one QQ account behind a OneBot v11 implementation.
+type OneBotBot struct {
+	// ID is the bot's id in session keys (onebot:<id>:<scope>:<scene>); usually its QQ number.
+	ID string `yaml:"id"`
+	// SelfID is the bot's own QQ number, used to recognise @-mentions of the bot (default: ID,
+	// and the self_id of the first event once one arrives).
+	SelfID string `yaml:"selfId"`
+	// Mode is how agentbus and the implementation talk: "ws" (forward WebSocket: agentbus
+	// dials apiBase; one ingest replica holds it), "ws-reverse" (the implementation dials
+	// agentbus at /onebot/<id>/ws on the webhook listener) or "http" (API calls POSTed to
+	// apiBase/<action>, events POSTed by the implementation to /onebot/<id> on the webhook
+	// listener). Default "ws".
+	Mode string `yaml:"mode"`
+	// APIBase is the implementation's endpoint: ws://host:port for "ws", http://host:port
+	// for "http". Media URLs on this host are fetched even when it is on loopback.
+	APIBase string `yaml:"apiBase"`
+	// AccessToken is OneBot's access_token (Authorization: Bearer), both directions.
+	AccessToken string `yaml:"accessToken"`
+	// Secret checks X-Signature (HMAC-SHA1) on event POSTs in "http" mode (optional).
+	Secret  string   `yaml:"secret"`
+	Masters []string `yaml:"masters"`
+	Trusted []string `yaml:"trusted"`
+	// ChunkLimit caps one message's length in characters (default 3000).
+	ChunkLimit int `yaml:"chunkLimit"`
+}
+
+// Telegram configures the Telegram Bot API adapter (pkg/im/telegram).
+type Telegram struct {
+	Bots []TelegramBot `yaml:"bots"`
+}
+
+// TelegramBot is one Telegram bot.
+type TelegramBot struct {
+	// ID is the bot's id in session keys (telegram:<id>:<scope>:<chat id>).
+	ID string `yaml:"id"`
+	// Token is the bot token from @BotFather (use ${ENV}).
+	Token string `yaml:"token"`
+	// APIBase overrides the Bot API server (default https://api.telegram.org; a self-hosted
+	// telegram-bot-api server or a test fake).
+	APIBase string `yaml:"apiBase"`
+	// Mode is "polling" (default: getUpdates long polling, held by one ingest replica) or
+	// "webhook" (Telegram POSTs updates to /telegram/<id> on the webhook listener; any replica).
+	Mode string `yaml:"mode"`
+	// WebhookSecret is checked against X-Telegram-Bot-Api-Secret-Token in webhook mode.
+	WebhookSecret string `yaml:"webhookSecret"`
+	// WebhookURL, when set in webhook mode, is registered with setWebhook at start-up (the
+	// public https URL that reaches /telegram/<id>).
+	WebhookURL string   `yaml:"webhookUrl"`
+	Masters    []string `yaml:"masters"`
+	Trusted    []string `yaml:"trusted"`
+	// Preview is the streaming preview mode: "off", "partial" (default: the reply grows in
+	// one message edited as it streams) or "block" (edited once per finished paragraph).
+	Preview string `yaml:"preview"`
+	// PreviewIntervalMs is the least time between two edits of a preview (default 1000).
+	PreviewIntervalMs int64 `yaml:"previewIntervalMs"`
+	// ChunkLimit caps one message's length (default 4096, Telegram's limit).
+	ChunkLimit int `yaml:"chunkLimit"`
+}
+
+// Discord configures the Discord adapter (pkg/im/discord).
+type Discord struct {
+	Bots []DiscordBot `yaml:"bots"`
+}
+
+// DiscordBot is one Discord bot application.
+type DiscordBot struct {
+	// ID is the bot's id in session keys (discord:<id>:<scope>:<channel id>).
+	ID string `yaml:"id"`
+	// Token is the bot token from the developer portal (use ${ENV}); sent as "Bot <token>".
+	Token string `yaml:"token"`
+	// APIBase overrides Discord's HTTP API root (default https://discord.com; requests go to
+	// <apiBase>/api/v9/...). Attachment URLs on this host are fetched even on loopback.
+	APIBase string `yaml:"apiBase"`
+	// GatewayURL overrides the gateway WebSocket URL (default: the one GET /gateway returns).
+	GatewayURL string   `yaml:"gatewayUrl"`
+	Masters    []string `yaml:"masters"`
+	Trusted    []string `yaml:"trusted"`
+	// Preview is the streaming preview mode: "off", "partial" (default: the reply grows in
+	// one message edited as it streams) or "block" (edited once per finished paragraph).
+	Preview string `yaml:"preview"`
+	// PreviewIntervalMs is the least time between two edits of a preview (default 1000).
+	PreviewIntervalMs int64 `yaml:"previewIntervalMs"`
+	// ChunkLimit caps one message's length (default 2000, Discord's limit).
+	ChunkLimit int `yaml:"chunkLimit"`
+}
+
+// Slack configures the Slack adapter (pkg/im/slack).
+type Slack struct {
+	Bots []SlackBot `yaml:"bots"`
+}
+
+// SlackBot is one Slack app installed in a workspace.
+type SlackBot struct {
+	// ID is the bot's id in session keys (slack:<id>:<scope>:<channel id>).
+	ID string `yaml:"id"`
+	// BotToken is the bot user OAuth token, xoxb-... (use ${ENV}).
+	BotToken string `yaml:"botToken"`
+	// Mode is "socket" (default: Socket Mode over a WebSocket, held by one ingest replica; needs
+	// AppToken) or "events" (the Events API: Slack POSTs to /slack/<id> on the webhook
+	// listener; any replica; needs SigningSecret).
+	Mode string `yaml:"mode"`
+	// AppToken is the app-level token, xapp-..., with connections:write (Socket Mode).
+	AppToken string `yaml:"appToken"`
+	// SigningSecret verifies X-Slack-Signature on Events API requests.
+	SigningSecret string `yaml:"signingSecret"`
+	// APIBase overrides the Web API root (default https://slack.com/api). Files on its host are
+	// fetched even on loopback.
+	APIBase string   `yaml:"apiBase"`
+	Masters []string `yaml:"masters"`
+	Trusted []string `yaml:"trusted"`
+	// Preview is the streaming preview mode: "off", "partial" (default: the reply grows in
+	// one message updated with chat.update as it streams) or "block" (once per paragraph).
+	Preview string `yaml:"preview"`
+	// PreviewIntervalMs is the least time between two preview updates (default 1000).
+	PreviewIntervalMs int64 `yaml:"previewIntervalMs"`
+	// ChunkLimit caps one message's length (default 4000, what Slack advises per message).
+	ChunkLimit int `yaml:"chunkLimit"`
+}
+
 // Roles selects which roles a process runs (agentbus up runs all by default).
 type Roles struct {
 	Ingest     *bool `yaml:"ingest"`
@@ -206,6 +339,7 @@ type AI struct {
 	MCPServers      map[string]MCPServer      `yaml:"mcpServers"`
 	ImageGeneration ImageGeneration           `yaml:"imageGeneration"`
 	Tools           Tools                     `yaml:"tools"`
+	Scheduler       Scheduler                 `yaml:"scheduler"` // heartbeat and recurring jobs (scheduler.go)
 	Extra           map[string]map[string]any `yaml:"extra"`
 }
 
@@ -350,6 +484,11 @@ type Agent struct {
 	ToolTimeoutMs            int64               `yaml:"toolTimeoutMs"`
 	WebFetch                 WebFetch            `yaml:"webFetch"`
 	WebSearch                WebSearch           `yaml:"webSearch"`
+	// ToolSearch keeps only the orchestration tools in the main agent (tool_search,
+	// run_deferred_task, spawn_task, ask_user); other tools run as deferred tasks.
+	ToolSearch bool `yaml:"toolSearch"`
+	// TaskTimeoutMs bounds one background task (deferred tool run, subagent); default 10 minutes.
+	TaskTimeoutMs int64 `yaml:"taskTimeoutMs"`
 }
 
 // WebFetch configures the web_fetch tool's SSRF guard.
@@ -387,10 +526,18 @@ type Harness struct {
 
 // Compaction is ai.agent.compaction.
 type Compaction struct {
-	Enabled          *bool `yaml:"enabled"`
-	Auto             *bool `yaml:"auto"`
-	KeepRecentTokens int   `yaml:"keepRecentTokens"`
-	MinKeepCount     int   `yaml:"minKeepCount"`
+	Enabled          *bool `yaml:"enabled"`          // L1 + L2 (default true)
+	Auto             *bool `yaml:"auto"`             // L2 on its own near the window (default true)
+	KeepRecentTokens int   `yaml:"keepRecentTokens"` // newest tokens kept verbatim (default 20000, at most half the window)
+	MinKeepCount     int   `yaml:"minKeepCount"`     // fewest messages kept verbatim (default 2)
+	// ReserveTokens is the headroom for the reply: L2 runs above contextWindow - reserveTokens
+	// (default 16384, at most a quarter of the window).
+	ReserveTokens int `yaml:"reserveTokens"`
+	// Model writes the summaries, as "provider/model" (default: the turn's model).
+	Model string `yaml:"model"`
+	// MemoryFlush runs the silent housekeeping turn that writes data/memory notes before an
+	// automatic compaction (default true).
+	MemoryFlush *bool `yaml:"memoryFlush"`
 }
 
 // Trigger is ai.trigger.
@@ -663,6 +810,9 @@ func (c *Config) ApplyDefaults() {
 	if a.Compaction.MinKeepCount == 0 {
 		a.Compaction.MinKeepCount = 2
 	}
+	if a.Compaction.ReserveTokens == 0 {
+		a.Compaction.ReserveTokens = 16384
+	}
 	t := &c.AI.Trigger
 	if t.Prefixes == nil {
 		t.Prefixes = []string{"ai:"}
@@ -745,6 +895,7 @@ func (c *Config) Validate() error {
 	oneOf("ai.dispatcher.mode", c.AI.Dispatcher.Mode, "exclusive", "dual")
 	oneOf("ai.dispatcher.order", c.AI.Dispatcher.Order, "command-first", "ai-first")
 	oneOf("nats.storage", c.NATS.Storage, "file", "memory")
+	c.AI.Scheduler.validate(bad)
 	if c.NATS.Provision != "" {
 		oneOf("nats.provision", c.NATS.Provision, "update", "wait")
 	}
@@ -761,6 +912,75 @@ func (c *Config) Validate() error {
 		if b.Secret == "" {
 			bad("im.webhook.bots[%d].secret is required (requests are signed with it)", i)
 		}
+	}
+	seen := map[string]bool{}
+	for i, b := range c.IM.OneBot.Bots {
+		key := fmt.Sprintf("im.onebot.bots[%d]", i)
+		switch {
+		case b.ID == "":
+			bad("%s.id is required", key)
+		case seen["onebot/"+b.ID]:
+			bad("%s.id %q is used twice", key, b.ID)
+		}
+		seen["onebot/"+b.ID] = true
+		oneOf(key+".mode", b.Mode, "", "ws", "ws-reverse", "http")
+		mode := b.Mode
+		if mode == "" {
+			mode = "ws"
+		}
+		if (mode == "ws" || mode == "http") && b.APIBase == "" {
+			bad("%s.apiBase is required in mode %s (ws://host:port or http://host:port of the implementation)", key, mode)
+		}
+	}
+	for i, b := range c.IM.Telegram.Bots {
+		key := fmt.Sprintf("im.telegram.bots[%d]", i)
+		switch {
+		case b.ID == "":
+			bad("%s.id is required", key)
+		case seen["telegram/"+b.ID]:
+			bad("%s.id %q is used twice", key, b.ID)
+		}
+		seen["telegram/"+b.ID] = true
+		if b.Token == "" {
+			bad("%s.token is required (from @BotFather; use ${ENV})", key)
+		}
+		oneOf(key+".mode", b.Mode, "", "polling", "webhook")
+		oneOf(key+".preview", b.Preview, "", "off", "partial", "block")
+	}
+	for i, b := range c.IM.Discord.Bots {
+		key := fmt.Sprintf("im.discord.bots[%d]", i)
+		switch {
+		case b.ID == "":
+			bad("%s.id is required", key)
+		case seen["discord/"+b.ID]:
+			bad("%s.id %q is used twice", key, b.ID)
+		}
+		seen["discord/"+b.ID] = true
+		if b.Token == "" {
+			bad("%s.token is required (the bot token from the developer portal; use ${ENV})", key)
+		}
+		oneOf(key+".preview", b.Preview, "", "off", "partial", "block")
+	}
+	for i, b := range c.IM.Slack.Bots {
+		key := fmt.Sprintf("im.slack.bots[%d]", i)
+		switch {
+		case b.ID == "":
+			bad("%s.id is required", key)
+		case seen["slack/"+b.ID]:
+			bad("%s.id %q is used twice", key, b.ID)
+		}
+		seen["slack/"+b.ID] = true
+		if b.BotToken == "" {
+			bad("%s.botToken is required (xoxb-...; use ${ENV})", key)
+		}
+		oneOf(key+".mode", b.Mode, "", "socket", "events")
+		switch {
+		case (b.Mode == "" || b.Mode == "socket") && b.AppToken == "":
+			bad("%s.appToken is required in Socket Mode (xapp-... with connections:write)", key)
+		case b.Mode == "events" && b.SigningSecret == "":
+			bad("%s.signingSecret is required with the Events API", key)
+		}
+		oneOf(key+".preview", b.Preview, "", "off", "partial", "block")
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(errs, "; "))

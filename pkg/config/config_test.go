@@ -66,6 +66,16 @@ func TestValidate(t *testing.T) {
 		{"binding to unknown provider", "ai: {agents: {zhin: {provider: nope, model: m}}}", `ai.agents.zhin.provider "nope"`},
 		{"bad policy", "ai: {agent: {concurrency: race}}", `ai.agent.concurrency "race"`},
 		{"bot without secret", "im: {webhook: {bots: [{id: b1}]}}", "im.webhook.bots[0].secret is required"},
+		{"onebot without apiBase", "im: {onebot: {bots: [{id: q1}]}}", "im.onebot.bots[0].apiBase is required in mode ws"},
+		{"onebot bad mode", "im: {onebot: {bots: [{id: q1, mode: grpc}]}}", `im.onebot.bots[0].mode "grpc"`},
+		{"onebot id twice", "im: {onebot: {bots: [{id: q1, mode: ws-reverse}, {id: q1, mode: ws-reverse}]}}", `im.onebot.bots[1].id "q1" is used twice`},
+		{"telegram without token", "im: {telegram: {bots: [{id: t1, token: '${NO_SUCH_TOKEN_VAR}'}]}}", "im.telegram.bots[0].token is required"},
+		{"telegram bad preview", "im: {telegram: {bots: [{id: t1, token: x, preview: full}]}}", `im.telegram.bots[0].preview "full"`},
+		{"discord without token", "im: {discord: {bots: [{id: d1}]}}", "im.discord.bots[0].token is required"},
+		{"discord id twice", "im: {discord: {bots: [{id: d1, token: x}, {id: d1, token: y}]}}", `im.discord.bots[1].id "d1" is used twice`},
+		{"slack socket without app token", "im: {slack: {bots: [{id: s1, botToken: x}]}}", "im.slack.bots[0].appToken is required in Socket Mode"},
+		{"slack events without secret", "im: {slack: {bots: [{id: s1, botToken: x, mode: events}]}}", "im.slack.bots[0].signingSecret is required"},
+		{"slack bad mode", "im: {slack: {bots: [{id: s1, botToken: x, appToken: y, mode: rtm}]}}", `im.slack.bots[0].mode "rtm"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -10,23 +10,11 @@ package config
 // by the unknown-key check; its value is ignored.
 var reservedKeys = []string{
 	"ai.sessions.useDatabase", // sessions always live in JetStream (KV sessions, AGENT_CTX)
-	"ai.sessions.maxHistory",
-	"ai.sessions.expireMs",
-	"ai.sessions.sessionIdleArchiveMs",
-	"ai.context.enabled",
-	"ai.context.maxRecentMessages",
-	"ai.context.summaryThreshold",
-	"ai.context.keepAfterSummary",
-	"ai.context.maxContextTokens",
 	"ai.memoryMcp",
-	"ai.agent.toolSearch",
 	"ai.agent.rateLimit",
 	"ai.agent.toneAwareness",
 	"ai.agent.phaseTrace",
-	"ai.agent.contextTokens",
-	"ai.agent.maxHistoryShare",
 	"ai.agent.subagentTurnWaitMs",
-	"ai.agent.compaction",
 	"ai.trigger.timeout",
 	"ai.providers.*.capabilities.streaming",
 	"ai.providers.*.capabilities.toolCalling",

@@ -58,13 +58,13 @@ ai:
   sessions: {useDatabase: true, coldStartMaxMessages: 50}
   memoryMcp: {server: memory}
   agent:
-    toolSearch: true
+    phaseTrace: true
     maxIterations: 9
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"ai.providers.p.capabilities.streaming", "ai.sessions.useDatabase", "ai.memoryMcp", "ai.agent.toolSearch"}
+	want := []string{"ai.providers.p.capabilities.streaming", "ai.sessions.useDatabase", "ai.memoryMcp", "ai.agent.phaseTrace"}
 	if !reflect.DeepEqual(c.Reserved, want) {
 		t.Errorf("Reserved = %v, want %v", c.Reserved, want)
 	}

@@ -664,6 +664,9 @@ func TestClassify(t *testing.T) {
 		{permanent("custom", errors.New("x")), "custom", true},
 		{context.DeadlineExceeded, "", false},
 		{nats.ErrTimeout, "", false},
+		// Errors of the pkg/im adapters say Permanent() themselves.
+		{fmt.Errorf("send: %w", selfPermanentErr(true)), ReasonRejected, true},
+		{selfPermanentErr(false), "", false},
 	}
 	for _, tc := range tests {
 		reason, perm := classify(tc.err)
@@ -832,3 +835,8 @@ func TestToMessageKeepsHeaders(t *testing.T) {
 		t.Fatal("watermill message lost the JetStream message, payload or uuid")
 	}
 }
+
+type selfPermanentErr bool
+
+func (e selfPermanentErr) Error() string   { return "platform said no" }
+func (e selfPermanentErr) Permanent() bool { return bool(e) }

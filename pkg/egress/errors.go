@@ -129,8 +129,15 @@ func classify(err error) (reason string, isPermanent bool) {
 		return ReasonNoSender, true
 	case errors.Is(err, ErrUnknownBot):
 		return ReasonUnknownBot, true
-	case errors.Is(err, ErrRejected):
+	case errors.Is(err, ErrRejected), selfPermanent(err):
 		return ReasonRejected, true
 	}
 	return "", false
+}
+
+// selfPermanent reports whether err says so itself: the native IM adapters (pkg/im/...) cannot
+// import egress to wrap ErrRejected, so their errors answer Permanent() instead.
+func selfPermanent(err error) bool {
+	var p interface{ Permanent() bool }
+	return errors.As(err, &p) && p.Permanent()
 }

@@ -23,7 +23,8 @@ import (
 //
 // Contract: Send returns the platform's id of the sent message once the platform has accepted
 // it (a non-empty string; use out.OutID when the platform has none). An error that wraps
-// ErrRejected, ErrUnknownBot or ErrNoSender (or events.ErrInvalid) is permanent: the part is
+// ErrRejected, ErrUnknownBot or ErrNoSender (or events.ErrInvalid), or whose Permanent()
+// method reports true (the pkg/im adapters' errors), is permanent: the part is
 // dead-lettered and never retried. Any other error is transient and retried with backoff; an
 // error implementing RetryAfterDelay() time.Duration (like *StatusError) pauses the platform
 // for that long first. Send must honour ctx and be safe for concurrent use.

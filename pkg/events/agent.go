@@ -241,6 +241,7 @@ func (t TurnFailed) Validate() error {
 const (
 	TypeCtxMessages = "ctx.messages"
 	TypeCtxSummary  = "ctx.summary"
+	TypeCtxLeaf     = "ctx.leaf"
 )
 
 // CtxMessages appends messages to a session's context (type "ctx.messages"), the seed's
@@ -274,6 +275,8 @@ type CtxSummary struct {
 	Covered int `json:"covered,omitempty"`
 	// Model that wrote the summary.
 	Model string `json:"model,omitempty"`
+	// Count numbers the compactions of this session id (1 = the first).
+	Count int `json:"count,omitempty"`
 }
 
 func (CtxSummary) EventType() string { return TypeCtxSummary }
@@ -285,6 +288,37 @@ func (c CtxSummary) Validate() error {
 		return required("summary")
 	case c.AnchorSeq == 0:
 		return required("anchorSeq")
+	}
+	return nil
+}
+
+// CtxLeaf moves the active leaf of the session's message tree (type "ctx.leaf", the seed's
+// /tree N and active_leaf_message_id): from this record on, the context continues after the
+// record LeafSeq, and the records after LeafSeq that came before this one are a branch left
+// behind (kept in the log, no longer loaded). BranchSummary, when set, summarizes that branch
+// (the seed's branch summarization) and is loaded in its place, anchored to this record.
+type CtxLeaf struct {
+	// LeafSeq is the AGENT_CTX sequence of the record the conversation continues from.
+	LeafSeq uint64 `json:"leafSeq"`
+	// BranchFrom and BranchTo are the first and last records of the branch left behind.
+	BranchFrom uint64 `json:"branchFrom,omitempty"`
+	BranchTo   uint64 `json:"branchTo,omitempty"`
+	// BranchSummary summarizes the branch left behind ("" = none).
+	BranchSummary string `json:"branchSummary,omitempty"`
+	// Model that wrote the branch summary.
+	Model string `json:"model,omitempty"`
+	// Messages, when the leaf returns to a branch left earlier, are that branch's messages
+	// from LeafSeq (where it forks off) to the point returned to, copied in order: they are
+	// loaded after the summary, as if committed by this record.
+	Messages []llm.Message `json:"messages,omitempty"`
+}
+
+func (CtxLeaf) EventType() string { return TypeCtxLeaf }
+
+// Validate requires the leaf.
+func (c CtxLeaf) Validate() error {
+	if c.LeafSeq == 0 {
+		return required("leafSeq")
 	}
 	return nil
 }
@@ -326,5 +360,6 @@ func init() {
 	register[TurnFailed]()
 	register[CtxMessages]()
 	register[CtxSummary]()
+	register[CtxLeaf]()
 	register[LiveDelta]()
 }

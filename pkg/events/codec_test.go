@@ -80,6 +80,8 @@ func TestCodecRoundTripEveryType(t *testing.T) {
 	check(TypeSubagentResult)
 	roundTrip(t, New(Scheduled{ScheduleID: "s1", Text: "standup", CreatedBy: Sender{ID: "u1"}}, sid))
 	check(TypeScheduled)
+	roundTrip(t, New(TaskResult{TaskID: "t2", Kind: DeferredKindTool, Label: "image", Content: []llm.Content{llm.Text("![cat](media://x.png)")}}, sid))
+	check(TypeTaskResult)
 	roundTrip(t, New(Abort{Sender: Sender{ID: "u1"}}, sid))
 	check(TypeAbort)
 	roundTrip(t, New(TurnStarted{Turn: "T1", Trigger: InboxRef{Seq: 3, ID: "e1"}, Model: ModelRef{ID: "gpt", Provider: "openai"},
@@ -103,6 +105,8 @@ func TestCodecRoundTripEveryType(t *testing.T) {
 	check(TypeCtxMessages)
 	roundTrip(t, New(CtxSummary{Summary: "they talked", AnchorSeq: 9}, sid))
 	check(TypeCtxSummary)
+	roundTrip(t, New(CtxLeaf{LeafSeq: 4, BranchFrom: 5, BranchTo: 9, BranchSummary: "tried X"}, sid))
+	check(TypeCtxLeaf)
 	roundTrip(t, New(LiveDelta{Kind: "text_delta", Delta: "he", Seq: 1}, sid))
 	check(TypeLiveDelta)
 	roundTrip(t, New(ToolCall{CallID: "c1", Tool: "bash", Args: map[string]any{}, SessionKey: k,

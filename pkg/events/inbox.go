@@ -15,6 +15,7 @@ const (
 	TypeSubagentResult = "inbox.subagent_result" // a background subagent finished
 	TypeScheduled      = "inbox.scheduled"       // a reminder / follow-up fired by a schedule
 	TypeAbort          = "inbox.abort"           // stop the running turn
+	TypeTaskResult     = "inbox.task_result"     // a deferred task (run_deferred_task) finished
 )
 
 // UserMessage is an inbound message that should get an answer (type "inbox.user_message").
@@ -166,7 +167,16 @@ type Scheduled struct {
 	ReplyTo string `json:"replyTo,omitempty"`
 	// Schedule is the human-readable schedule ("@at 2026-12-01T09:00:00Z", "@every 1h", cron).
 	Schedule string `json:"schedule,omitempty"`
+	// Kind is ScheduleFollowUp (default when empty), ScheduleHeartbeat or ScheduleJob.
+	Kind string `json:"kind,omitempty"`
 }
+
+// Scheduled kinds.
+const (
+	ScheduleFollowUp  = "followup"  // schedule_followup: a one-off reminder, one pending per session
+	ScheduleHeartbeat = "heartbeat" // the HEARTBEAT.md check (ai.scheduler.heartbeat)
+	ScheduleJob       = "job"       // a recurring job from ai.scheduler.jobs
+)
 
 func (Scheduled) EventType() string { return TypeScheduled }
 
@@ -213,4 +223,5 @@ func init() {
 	register[SubagentResult]()
 	register[Scheduled]()
 	register[Abort]()
+	register[TaskResult]()
 }

@@ -306,6 +306,15 @@ func (s Spec) DeliveredKV() jetstream.KeyValueConfig {
 	return c
 }
 
+// TasksKV is KV tasks: background task records (TaskRecord, key TaskKey), kept
+// DefaultTasksTTL so /tasks can show recent tasks; History 1, every update a revision CAS.
+func (s Spec) TasksKV() jetstream.KeyValueConfig {
+	s = s.WithDefaults()
+	c := s.kv(BucketTasks, "agentbus: background task records")
+	c.TTL = DefaultTasksTTL
+	return c
+}
+
 // WebhookSeenKV is KV webhook_seen: key = a hash of bot and message id, value empty, a per-key
 // TTL set by the webhook adapter (LimitMarkerTTL turns per-key TTLs on).
 func (s Spec) WebhookSeenKV() jetstream.KeyValueConfig {
@@ -319,7 +328,7 @@ func (s Spec) WebhookSeenKV() jetstream.KeyValueConfig {
 func (s Spec) KeyValues() []jetstream.KeyValueConfig {
 	return []jetstream.KeyValueConfig{
 		s.SessionsKV(), s.LeasesKV(), s.ToolsKV(), s.ProfilesKV(), s.ApprovalsKV(), s.ModelsKV(), s.DeliveredKV(),
-		s.WebhookSeenKV(),
+		s.TasksKV(), s.WebhookSeenKV(),
 	}
 }
 

@@ -47,15 +47,34 @@ func (t SubagentTask) Validate() error {
 }
 
 // DeferredTask is durable background work of a named kind (type "task.deferred"), e.g. a
-// compaction or an archive job, published on TaskDeferredSubject(TaskID).
+// compaction or an archive job, published on TaskDeferredSubject(TaskID) with Nats-Msg-Id =
+// TaskID. Kind DeferredKindTool (run_deferred_task) carries a DeferredToolCall as Payload and
+// delivers its result into Parent's inbox as an inbox.task_result.
 type DeferredTask struct {
 	TaskID string `json:"taskId"`
-	// Kind selects the handler: "compact", "archive", ...
+	// Kind selects the handler: "tool", "compact", "archive", ...
 	Kind    string          `json:"kind"`
 	Session string          `json:"session,omitempty"`
 	Payload json.RawMessage `json:"payload,omitempty"`
 	// NotBefore delays execution until this Unix ms (the runner NAKs with delay until then).
 	NotBefore int64 `json:"notBefore,omitempty"`
+	// Parent is the session the result goes to (kind "tool").
+	Parent *SessionKey `json:"parent,omitempty"`
+	// Caller is who asked; the work runs with their permissions.
+	Caller *Caller `json:"caller,omitempty"`
+	// Label is a short name shown in /tasks and with the result.
+	Label string `json:"label,omitempty"`
+	// Deadline (Unix ms) is the time limit; past it the task fails with a clear message.
+	Deadline int64 `json:"deadline,omitempty"`
+}
+
+// DeferredKindTool is a DeferredTask that runs one tool call (run_deferred_task).
+const DeferredKindTool = "tool"
+
+// DeferredToolCall is the payload of a DeferredKindTool task.
+type DeferredToolCall struct {
+	Tool string         `json:"tool"`
+	Args map[string]any `json:"args,omitempty"`
 }
 
 func (DeferredTask) EventType() string { return TypeDeferredTask }
@@ -72,6 +91,11 @@ func (t DeferredTask) Validate() error {
 		return required("kind")
 	case len(t.Payload) > 0 && !json.Valid(t.Payload):
 		return badField("payload", "is not valid JSON")
+	case t.Kind == DeferredKindTool && t.Parent == nil:
+		return required("parent")
+	}
+	if t.Parent != nil {
+		return within("parent", t.Parent.validate())
 	}
 	return nil
 }

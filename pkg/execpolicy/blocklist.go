@@ -17,7 +17,12 @@ import "strings"
 // visudo, chsh), or schedule commands outside the call (crontab, at,
 // batch, systemd-run), or run programs in ways the policy cannot follow
 // (script, expect, parallel, unbuffer, screen, tmux; zsh's autoload,
-// zmodload, emulate -c, sched, zpty), or signal every process (killall5).
+// zmodload, emulate -c, sched, zpty; and the program runners the policy
+// does not unwrap: chrt, prlimit, numactl, setarch, valgrind, fakeroot,
+// firejail, bwrap, proot, nsjail, xvfb-run, dbus-launch, ssh-agent, sshpass,
+// ifne, chronic, faketime, torsocks, proxychains, rlwrap, gosu, su-exec,
+// chpst, start-stop-daemon, daemonize, task spoolers, ...), or signal every
+// process (killall5).
 var Blocklist = []string{
 	"sudo", "su", "doas", "pkexec", "runuser", "sg", "newgrp", "chroot", "nsenter", "unshare", "setpriv", "capsh", "setcap",
 	"eval", "exec", "source", ".", "alias", "unalias", "hash", "enable", "fc",
@@ -28,6 +33,11 @@ var Blocklist = []string{
 	"crontab", "at", "batch", "systemd-run",
 	"script", "expect", "parallel", "unbuffer", "screen", "tmux",
 	"autoload", "zmodload", "emulate", "sched", "zpty", "killall5",
+	"chrt", "prlimit", "numactl", "setarch", "linux32", "linux64", "valgrind", "fakeroot", "fakechroot", "firejail", "bwrap",
+	"proot", "nsjail", "schroot", "systemd-nspawn", "machinectl", "runcon", "cgexec", "xvfb-run", "dbus-launch",
+	"dbus-run-session", "ssh-agent", "sshpass", "ifne", "chronic", "catchsegv", "faketime", "torsocks", "proxychains",
+	"proxychains4", "rlwrap", "sem", "gosu", "su-exec", "setuidgid", "chpst", "softlimit", "envdir", "start-stop-daemon",
+	"daemonize", "daemon", "tsp", "nq", "pueue", "entr", "watchexec", "sudoedit",
 }
 
 var blockSet = func() map[string]bool {

@@ -69,15 +69,19 @@ func (p *Policy) Check(cmdline string, ap *Approvals) Verdict {
 		return v
 	}
 	var why []string
+	strict := false
 	for _, pd := range rest {
 		v.Pending = append(v.Pending, pd.cmd)
 		why = append(why, pd.why)
+		strict = strict || pd.strict
 	}
 	why = dedupe(why)
-	switch p.approval {
-	case ApprovalAsk:
+	switch {
+	case p.approval == ApprovalAsk:
 		v.Decision, v.Reason = Ask, "needs owner approval: "+strings.Join(why, "; ")
-	case ApprovalAllow:
+	case p.approval == ApprovalAllow && strict:
+		v.Decision, v.Reason = Deny, "not allowed without the owner's approval (execApprovalMode allow does not cover code the policy cannot read): "+strings.Join(why, "; ")
+	case p.approval == ApprovalAllow:
 		v.Decision, v.Reason = Allow, "allowed by execApprovalMode allow: "+strings.Join(why, "; ")
 	default:
 		v.Decision, v.Reason = Deny, "not allowed: "+strings.Join(why, "; ")
@@ -85,15 +89,25 @@ func (p *Policy) Check(cmdline string, ap *Approvals) Verdict {
 	return v
 }
 
-type pending struct{ cmd, why string }
+// pending is a command that needs approval; strict ones run code the
+// policy cannot read, so execApprovalMode "allow" does not wave them
+// through: only the owner's approval (a rule, /approve always bash, or a
+// yes to the Ask) runs them.
+type pending struct {
+	cmd, why string
+	strict   bool
+}
 
 // judge accumulates the outcome of one Check.
 type judge struct {
-	p        *Policy
-	denied   string // first deny reason; once set the line is denied
-	pending  []pending
-	cmds     []string
-	allowWhy []string
+	p *Policy
+	// cwdChanged: a cd, pushd or env -C was seen, so relative paths no
+	// longer name the workspace.
+	cwdChanged bool
+	denied     string // first deny reason; once set the line is denied
+	pending    []pending
+	cmds       []string
+	allowWhy   []string
 }
 
 func (j *judge) deny(format string, args ...any) {
@@ -102,7 +116,11 @@ func (j *judge) deny(format string, args ...any) {
 	}
 }
 
-func (j *judge) need(cmd, why string) { j.pending = append(j.pending, pending{cmd, why}) }
+func (j *judge) need(cmd, why string) { j.pending = append(j.pending, pending{cmd: cmd, why: why}) }
+
+func (j *judge) needStrict(cmd, why string) {
+	j.pending = append(j.pending, pending{cmd: cmd, why: why, strict: true})
+}
 
 func (j *judge) allow(why string) {
 	for _, w := range j.allowWhy {
@@ -213,10 +231,9 @@ func (j *judge) stmt(s *syntax.Stmt, sc scope) {
 			j.stmt(c.Stmt, sc)
 		}
 	case *syntax.CoprocClause:
-		if c.Name != nil {
-			j.word(c.Name, sc)
-		}
-		j.stmt(c.Stmt, sc)
+		// "coproc NAME cmd" is NAME as a command for bash unless cmd is
+		// compound; the parser cannot tell which, so neither can we.
+		j.deny("coproc is not allowed (its NAME can be the command that runs)")
 	default:
 		j.deny("unsupported shell construct %T", s.Cmd)
 	}
@@ -238,9 +255,17 @@ func (j *judge) word(w *syntax.Word, sc scope) {
 				j.deny("mksh command substitution forms are not supported")
 				return false
 			}
+			if j.p.mode != ModeFull {
+				j.deny("command substitution $(…) runs code; outside execSecurity full it is not allowed")
+				return false
+			}
 			j.stmts(x.Stmts, sc)
 			return false
 		case *syntax.ProcSubst:
+			if j.p.mode != ModeFull {
+				j.deny("process substitution <(…) runs code; outside execSecurity full it is not allowed")
+				return false
+			}
 			j.stmts(x.Stmts, sc)
 			return false
 		case *syntax.ArithmExp:
@@ -255,6 +280,12 @@ func (j *judge) word(w *syntax.Word, sc scope) {
 }
 
 func (j *judge) param(x *syntax.ParamExp, sc scope) {
+	if x.Excl && x.Names == 0 && !allSubscript(x.Index) {
+		// ${!X} expands the variable X names, and a name such as
+		// a[$(cmd)] evaluates its subscript: code from a value.
+		j.deny("indirect expansion ${!name} is not allowed (the name it reads can evaluate code)")
+		return
+	}
 	if x.Index != nil {
 		if !literalSubscript(x.Index) {
 			j.deny("array subscript evaluated as arithmetic: only literal subscripts are allowed")
@@ -281,6 +312,12 @@ func (j *judge) param(x *syntax.ParamExp, sc scope) {
 	if x.Flags != nil || x.NestedParam != nil {
 		j.deny("zsh parameter expansion flags are not supported")
 	}
+}
+
+// allSubscript: ${!a[@]} and ${!a[*]} list an array's keys.
+func allSubscript(x syntax.ArithmExpr) bool {
+	w, ok := x.(*syntax.Word)
+	return ok && (w.Lit() == "@" || w.Lit() == "*")
 }
 
 // literalSubscript: a[0], a[12], a["key"], a['key'] evaluate nothing.
@@ -492,6 +529,12 @@ type token struct {
 	val string
 	dyn bool
 	raw string // source text of a dynamic literal word (a glob), for messages and rm checks
+	// safe: a dynamic value that cannot begin with "-" (it starts with
+	// static text that does not), so it is no option.
+	safe bool
+	// glob: val is a glob pattern (the word's text with quotes removed
+	// where it had none); set with dyn.
+	glob bool
 }
 
 func (t token) String() string {
@@ -513,13 +556,46 @@ func (j *judge) call(c *syntax.CallExpr, redirs []*syntax.Redirect, sc scope) {
 				toks = append(toks, token{val: s})
 			}
 		} else {
-			toks = append(toks, token{dyn: true, raw: w.Lit()})
+			t := token{dyn: true, raw: w.Lit(), safe: staticPrefixNoDash(w)}
+			if t.raw != "" && hasGlob(t.raw) {
+				t.glob, t.val = true, t.raw
+			}
+			toks = append(toks, t)
 		}
 	}
 	if j.denied != "" || len(toks) == 0 {
 		return
 	}
 	j.command(toks, redirs, sc)
+}
+
+// staticPrefixNoDash: the word begins with static text whose first
+// character is not "-", so whatever it expands to is no option.
+func staticPrefixNoDash(w *syntax.Word) bool {
+	if len(w.Parts) == 0 {
+		return false
+	}
+	first := ""
+	switch x := w.Parts[0].(type) {
+	case *syntax.Lit:
+		first = x.Value
+	case *syntax.SglQuoted:
+		first = x.Value
+	case *syntax.DblQuoted:
+		if len(x.Parts) > 0 {
+			if lit, ok := x.Parts[0].(*syntax.Lit); ok {
+				first = lit.Value
+			}
+		}
+	}
+	if first == "" {
+		return false
+	}
+	switch first[0] {
+	case '-', '*', '?', '[', '{', '\\', '~':
+		return false
+	}
+	return true
 }
 
 // command judges argv: it strips wrappers and follows payloads, then
@@ -554,17 +630,21 @@ func (j *judge) command(toks []token, redirs []*syntax.Redirect, sc scope) {
 		return
 	}
 	args := toks[1:]
-	if qualified && !systemDirs[path.Dir(name.val)] {
-		// ./timeout or /tmp/x/bash is whatever that file is, not the
-		// wrapper or shell its name suggests.
-		j.final(name.val, base, true, args)
-		return
+	// ./timeout or /tmp/x/bash may be a copy of the program its name
+	// says, so it is unwrapped like one (that only judges more); final
+	// still refuses it the allowlist of the system program.
+	if qualified && !systemDirs[path.Dir(name.val)] && j.p.mode != ModeFull {
+		_, isWrapper := wrappers[base]
+		sh, _ := isShell(base)
+		if isWrapper || sh || base == "find" || base == "xargs" {
+			j.needStrict(canonical(base, args), fmt.Sprintf("%s is not a system program (only bare names and /usr/bin… match the allowlist)", name.val))
+		}
 	}
 	if w, ok := wrappers[base]; ok {
-		j.wrapper(base, w, args, redirs, sc)
+		j.wrapper(name.val, base, w, args, redirs, sc)
 		return
 	}
-	if _, ok := shells[base]; ok {
+	if sh, _ := isShell(base); sh {
 		j.shell(base, name.val, args, redirs, sc)
 		return
 	}
@@ -619,14 +699,37 @@ func (j *judge) final(written, base string, qualified bool, args []token) {
 			return
 		}
 	}
-	if base == "rm" && catastrophicRm(args) {
-		j.deny("rm -r of / or the home directory")
-		return
+	switch base {
+	case "set":
+		if !j.setArgs("set", args) {
+			return
+		}
+	case "shopt":
+		if !j.shoptArgs(args) {
+			return
+		}
+	case "compgen", "complete", "bind":
+		if !j.codeStringBuiltin(base, args) {
+			return
+		}
+	case "rm":
+		if why := j.rmRule(args); why != "" {
+			j.deny("%s is denied in every mode", why)
+			return
+		}
+	case "kill", "pkill", "killall":
+		if why := killRule(base, args); why != "" {
+			j.deny("%s is denied in every mode", why)
+			return
+		}
+	case "cd", "pushd", "popd":
+		j.cwdChanged = true
+	case "sort":
+		if !j.programOption(base, args, []string{"--compress-program"}, sortLong) {
+			return
+		}
 	}
-	if (base == "kill" || base == "pkill") && killsEverything(args) {
-		j.deny("%s of every process (pid -1)", base)
-		return
-	}
+	code := unjudgedCode(base, args)
 	dir := path.Dir(written)
 	trusted := !qualified || systemDirs[dir]
 	class, uses := filepolicy.Unknown, []filepolicy.PathUse(nil)
@@ -661,7 +764,19 @@ func (j *judge) final(written, base string, qualified bool, args []token) {
 		return
 	}
 	if !trusted {
-		j.need(canon, fmt.Sprintf("%s is not a system program (only bare names and /usr/bin… match the allowlist)", written))
+		j.needStrict(canon, fmt.Sprintf("%s is not a system program (only bare names and /usr/bin… match the allowlist)", written))
+		return
+	}
+	if code != "" {
+		if j.p.allow[base] {
+			j.allow(base + " is allowlisted (the operator lets it run code)")
+			return
+		}
+		j.needStrict(canon, code)
+		return
+	}
+	if class == filepolicy.Unknown && filepolicy.IsReadOnlyName(base) {
+		j.need(canon, base+" with an option or run-time argument outside the policy's table of "+base+"'s options")
 		return
 	}
 	if class == filepolicy.Writes && (j.p.allow[base] || filepolicy.IsReadOnlyName(base)) {
@@ -719,22 +834,18 @@ func (j *judge) writes(canon, base string, uses []filepolicy.PathUse) {
 func classify(base string, args []token) (filepolicy.Class, []filepolicy.PathUse) {
 	argv := make([]string, 0, len(args)+1)
 	argv = append(argv, base)
-	dyn := map[int]bool{}
-	for i, t := range args {
+	for _, t := range args {
 		if t.dyn {
-			dyn[i+1] = true
-			argv = append(argv, "\x00dyn")
+			if t.safe {
+				argv = append(argv, filepolicy.DynamicArg)
+			} else {
+				argv = append(argv, filepolicy.DynamicMaybeOption)
+			}
 			continue
 		}
 		argv = append(argv, t.val)
 	}
-	class, uses := filepolicy.ClassifyCommand(argv)
-	for i := range uses {
-		if uses[i].Path == "\x00dyn" {
-			uses[i].Path = ""
-		}
-	}
-	return class, uses
+	return filepolicy.ClassifyCommand(argv)
 }
 
 // checkPaths applies the file policy to the known paths of a command.
@@ -840,50 +951,6 @@ func (j *judge) builtinVars(base string, args []token) bool {
 		}
 	}
 	return true
-}
-
-// killsEverything: kill -9 -1, kill -- -1 signal every process the user
-// owns, the agent included.
-func killsEverything(args []token) bool {
-	for i, t := range args {
-		if !t.dyn && t.val == "-1" && (i > 0 || len(args) == 1) {
-			return true
-		}
-	}
-	return false
-}
-
-func catastrophicRm(args []token) bool {
-	recursive := false
-	var targets []string
-	for _, t := range args {
-		if t.dyn {
-			if t.raw != "" {
-				targets = append(targets, t.raw)
-			}
-			continue
-		}
-		switch {
-		case t.val == "--recursive":
-			recursive = true
-		case strings.HasPrefix(t.val, "-") && !strings.HasPrefix(t.val, "--"):
-			if strings.ContainsAny(t.val, "rR") {
-				recursive = true
-			}
-		default:
-			targets = append(targets, t.val)
-		}
-	}
-	if !recursive {
-		return false
-	}
-	for _, t := range targets {
-		c := path.Clean(t)
-		if c == "/" || c == "/*" || c == "/.*" || t == "~" || t == "~/" || t == "~/*" || c == "/home" || c == "/root" || c == "/usr" || c == "/etc" || c == "/var" || c == "/boot" {
-			return true
-		}
-	}
-	return false
 }
 
 // canonical renders the normalized command that approval rules and the

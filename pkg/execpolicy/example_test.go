@@ -27,7 +27,7 @@ func ExamplePolicy_Check() {
 	// Output:
 	// allow: allowed: cat is allowlisted; grep is allowlisted
 	// deny: sudo is on the hard blocklist
-	// ask: needs owner approval: npm is not in the allowlist
+	// ask: needs owner approval: npm runs code from the workspace, its configuration or packages
 }
 
 func ExampleApprovals_Apply() {

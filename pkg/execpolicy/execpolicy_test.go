@@ -249,20 +249,6 @@ func TestCheckConcurrent(t *testing.T) {
 	wg.Wait()
 }
 
-// FuzzCheck: arbitrary input never panics and always yields a reason.
-func FuzzCheck(f *testing.F) {
-	for _, s := range []string{"ls", "sudo x", "bash -c 'a | b'", "find . -exec x {} +", "$'\\x73'", "a=(1 2); echo ${a[0]}", "cat <<E\nx\nE"} {
-		f.Add(s)
-	}
-	p := mustNew(f, Options{Mode: ModeAllowlist, Preset: "readonly", Approval: ApprovalAsk})
-	f.Fuzz(func(t *testing.T, s string) {
-		v := p.Check(s, nil)
-		if v.Reason == "" {
-			t.Fatalf("no reason for %q", s)
-		}
-	})
-}
-
 var benchLines = []string{
 	"ls -la",
 	"cat README.md | grep -n foo | head -n 20",

@@ -12,8 +12,21 @@
 // escapes removed the way the shell removes them, /usr/bin/x -> x) and
 // argv. What cannot be judged statically — a command name that comes from
 // a variable or a substitution, a non-ASCII name, a glob in command
-// position, function definitions, arithmetic over variables, a shell that
-// reads its script from a pipe, a parse error — is denied.
+// position, function definitions, arithmetic over variables, ${!X},
+// coproc, a shell that reads its script from a pipe, shell options that
+// change parsing (set -k, -o keyword, login shells), shells whose language
+// is not bash's, a parse error — is denied; outside full mode so are
+// command and process substitution and redirections to /dev/tcp or to a
+// target only known at run time.
+//
+// Options are read as getopt reads them (long options by unique prefix),
+// a read-only tool is read-only only with its complete option table
+// (pkg/filepolicy), and a run-time argument where an argument rule applies
+// (rm -r targets, kill pids, options of read-only tools) is denied or
+// needs approval. Interpreters and tools that run code the policy cannot
+// read (python -c, script files, npm, make, ...) need the operator's
+// allowlist entry or the owner's approval, never execApprovalMode allow;
+// what such code does is confined by pkg/sandbox, not by the policy.
 //
 // Layers, in order (the seed's "6 层纵深防御"):
 //  1. hard blocklist ([Blocklist]): denied in every mode, never approvable;

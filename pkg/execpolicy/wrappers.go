@@ -2,6 +2,7 @@ package execpolicy
 
 import (
 	"fmt"
+	"path"
 	"regexp"
 	"strings"
 
@@ -25,6 +26,7 @@ type wrapSpec struct {
 	stopAtDash       bool     // busybox: an option means no payload
 	dirVal           []string // options whose value is a working directory (env -C)
 	unsupportedShort string   // options the policy refuses (env -S)
+	special          []string // further long options handled by name below (watch --exec, flock --command, env --split-string)
 }
 
 var wrappers = map[string]wrapSpec{
@@ -44,17 +46,41 @@ var wrappers = map[string]wrapSpec{
 	"toybox":    {stopAtDash: true, noPayloadOK: true},
 	"taskset":   {short: "ac", stop: "p", long: []string{"--all-tasks", "--cpu-list"}, positional: 1},
 	"env": {short: "i0v", shortVal: "u", long: []string{"--ignore-environment", "--null", "--debug"}, longVal: []string{"--unset"},
-		dirVal: []string{"-C", "--chdir"}, unsupportedShort: "S", noPayloadOK: true},
-	"flock": {short: "sxeunoF", shortVal: "wE", long: []string{"--shared", "--exclusive", "--unlock", "--nonblock", "--close", "--no-fork", "--verbose"}, longVal: []string{"--timeout", "--conflict-exit-code"}, positional: 1, noPayloadOK: true},
-	"watch": {short: "dtbegcpwr", shortVal: "nq", long: []string{"--differences", "--no-title", "--beep", "--errexit", "--chgexit", "--color", "--precise", "--no-wrap", "--no-rerun"}, longVal: []string{"--interval", "--equexit"}},
+		dirVal: []string{"-C", "--chdir"}, unsupportedShort: "S", noPayloadOK: true, special: []string{"--split-string", "--default-signal", "--ignore-signal", "--block-signal", "--list-signal-handling"}},
+	"flock": {short: "sxeunoF", shortVal: "wE", long: []string{"--shared", "--exclusive", "--unlock", "--nonblock", "--close", "--no-fork", "--verbose"}, longVal: []string{"--timeout", "--conflict-exit-code"}, positional: 1, noPayloadOK: true, special: []string{"--command"}},
+	"watch": {short: "dtbegcpwr", shortVal: "nq", long: []string{"--differences", "--no-title", "--beep", "--errexit", "--chgexit", "--color", "--precise", "--no-wrap", "--no-rerun"}, longVal: []string{"--interval", "--equexit"}, special: []string{"--exec"}},
+}
+
+var (
+	durationRe = regexp.MustCompile(`^[0-9]+(\.[0-9]*)?[smhd]?$|^\.[0-9]+[smhd]?$`)
+	cpuMaskRe  = regexp.MustCompile(`^(0[xX])?[0-9a-fA-F,:-]+$`)
+)
+
+var (
+	intRe    = regexp.MustCompile(`^[+-]?[0-9]+$`)
+	numRe    = regexp.MustCompile(`^[0-9]*\.?[0-9]+$`)
+	signalRe = regexp.MustCompile(`^([0-9]+|[A-Za-z][A-Za-z0-9+-]*)$`)
+	sizeRe   = regexp.MustCompile(`^(L|0|[0-9]+[KMGTPEZYkmgtpezyB]*)$`)
+	classRe  = regexp.MustCompile(`^([0-3]|none|realtime|best-effort|idle)$`)
+)
+
+// wrapperValueRe types the values of wrapper options that are neither
+// paths nor names.
+var wrapperValueRe = map[string]*regexp.Regexp{
+	"nice -n": intRe, "nice --adjustment": intRe,
+	"timeout -k": durationRe, "timeout --kill-after": durationRe, "timeout -s": signalRe, "timeout --signal": signalRe,
+	"ionice -c": classRe, "ionice --class": classRe, "ionice -n": intRe, "ionice --classdata": intRe,
+	"stdbuf -i": sizeRe, "stdbuf -o": sizeRe, "stdbuf -e": sizeRe, "stdbuf --input": sizeRe, "stdbuf --output": sizeRe, "stdbuf --error": sizeRe,
+	"flock -w": numRe, "flock --timeout": numRe, "flock -E": intRe, "flock --conflict-exit-code": intRe,
+	"watch -n": numRe, "watch --interval": numRe, "env -u": varNameRe, "env --unset": varNameRe,
 }
 
 var envAssign = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
 
-func (j *judge) wrapper(base string, w wrapSpec, args []token, redirs []*syntax.Redirect, sc scope) {
+func (j *judge) wrapper(written, base string, w wrapSpec, args []token, redirs []*syntax.Redirect, sc scope) {
 	i := 0
 	watchExec := false
-	finalize := func() { j.final(base, base, false, args) }
+	finalize := func() { j.final(written, base, strings.Contains(written, "/"), args) }
 parse:
 	for ; i < len(args); i++ {
 		t := args[i]
@@ -69,13 +95,25 @@ parse:
 			break parse
 		case a == "-" && base == "env":
 			continue // same as -i
+		case a == "-":
+			j.deny("%s with a lone \"-\" is not understood by the policy", base)
+			return
 		case strings.HasPrefix(a, "--") && len(a) > 2:
 			name, val, hasVal := strings.Cut(a, "=")
+			if full, ok := filepolicy.LongOption(name, w.long, w.longVal, w.writeVal, w.dirVal, w.special); ok {
+				name = full
+			} else if !w.stopAtDash {
+				j.deny("%s option %s is not understood by the policy", base, name)
+				return
+			}
 			switch {
 			case base == "watch" && name == "--exec":
 				watchExec = true
 			case base == "flock" && name == "--command":
 				j.deny("flock --command is not supported; use flock FILE cmd …")
+				return
+			case base == "env" && contains(w.special, name):
+				j.deny("env %s is not supported by the policy", name)
 				return
 			case contains(w.long, name):
 			case contains(w.longVal, name) || contains(w.writeVal, name) || contains(w.dirVal, name):
@@ -158,6 +196,14 @@ parse:
 			j.deny("%s with a dynamic argument before its command", base)
 			return
 		}
+		if base == "timeout" && !durationRe.MatchString(rest[0].val) {
+			j.deny("timeout %q is not a duration the policy understands", rest[0].val)
+			return
+		}
+		if base == "taskset" && !cpuMaskRe.MatchString(rest[0].val) {
+			j.deny("taskset %q is not a CPU mask or list the policy understands", rest[0].val)
+			return
+		}
 		if base == "flock" {
 			if _, err := fmt.Sscanf(rest[0].val, "%d", new(int)); err == nil && len(rest) == 1 {
 				finalize() // flock FD
@@ -203,10 +249,17 @@ parse:
 
 // wrapperValue checks option values that name files or variables.
 func (j *judge) wrapperValue(base, flag, val string, w wrapSpec) bool {
+	if re, ok := wrapperValueRe[base+" "+flag]; ok && !re.MatchString(val) {
+		// A value the program would refuse means the policy and the
+		// program read the line differently: refuse it here.
+		j.deny("%s %s %q is not a value the policy understands", base, flag, val)
+		return false
+	}
 	switch {
 	case contains(w.writeVal, flag):
 		return j.writePath(base+" "+flag, val)
 	case contains(w.dirVal, flag):
+		j.cwdChanged = true
 		return j.pathUse(base, val, filepolicy.Read)
 	}
 	return true
@@ -224,40 +277,48 @@ func (j *judge) pathUse(base, p string, a filepolicy.Access) bool {
 	return true
 }
 
-// shells maps shell names to the parser dialect used for their -c
-// strings; "" means the policy cannot parse that shell's language.
-var shells = map[string]string{
-	"sh": "bash", "bash": "bash", "dash": "bash", "ash": "bash", "rbash": "bash",
-	"zsh": "zsh", "ksh": "mksh", "mksh": "mksh", "ksh93": "mksh", "pdksh": "mksh",
-	"fish": "", "csh": "", "tcsh": "", "yash": "", "posh": "", "elvish": "", "nu": "", "xonsh": "", "pwsh": "",
-}
+// shellFamilies are the shells whose language the policy reads (the
+// bash dialect covers sh, dash, ash and busybox's shells); their -c strings
+// and here-documents are judged like the command line. Every other shell
+// is in otherShells: what it runs cannot be judged, in any mode.
+var shellFamilies = map[string]bool{"sh": true, "bash": true, "dash": true, "ash": true, "rbash": true, "hush": true}
 
-func shellLang(base string) (syntax.LangVariant, bool) {
-	switch shells[base] {
-	case "bash":
-		return syntax.LangBash, true
-	case "zsh":
-		return syntax.LangZsh, true
-	case "mksh":
-		return syntax.LangMirBSDKorn, true
+var otherShells = map[string]bool{"zsh": true, "ksh": true, "mksh": true, "pdksh": true, "oksh": true, "loksh": true, "lksh": true,
+	"fish": true, "csh": true, "tcsh": true, "yash": true, "posh": true, "elvish": true, "nu": true, "xonsh": true, "pwsh": true,
+	"powershell": true, "rc": true, "es": true, "scsh": true, "ion": true, "oil": true, "osh": true, "ysh": true, "murex": true,
+	"msh": true, "lash": true, "sash": true, "bsh": true, "jsh": true}
+
+// isShell reports whether base (as written, version suffixes allowed:
+// bash5.2, zsh-5.9) names a shell, and whether the policy reads its language.
+func isShell(base string) (shell, readable bool) {
+	f := family(base)
+	if f == "ksh" && strings.HasPrefix(strings.ToLower(base), "ksh") {
+		return true, false
 	}
-	return 0, false
+	if shellFamilies[f] {
+		return true, true
+	}
+	return otherShells[f], false
 }
 
-var shellLongOK = []string{"--norc", "--noprofile", "--posix", "--login", "--noediting", "--verbose", "--restricted"}
+// bashLong are bash's long options; only those that change nothing about
+// what runs are accepted (--login and --rcfile read profiles the file
+// tools can write; --posix and --debugger change parsing and traps).
+var bashLong = []string{"--norc", "--noprofile", "--noediting", "--verbose", "--restricted", "--help", "--version",
+	"--login", "--rcfile", "--init-file", "--posix", "--debugger", "--dump-strings", "--dump-po-strings", "--pretty-print", "--wordexp"}
+var bashLongOK = []string{"--norc", "--noprofile", "--noediting", "--verbose", "--restricted", "--help", "--version"}
 
-// shell judges sh/bash/zsh … invocations: the -c string or a static
+// shell judges sh/bash/dash … invocations: the -c string or a static
 // here-document is parsed and judged; a shell reading its script from a
-// pipe or an unknown file is unjudgeable; `bash script.sh` is judged as
-// the program bash.
+// pipe or a file runs code the policy cannot read; a login or interactive
+// shell reads profiles the file tools can write; options that change
+// parsing are refused (see setArgs). Shells whose language the policy does
+// not read are refused whenever they would run code.
 func (j *judge) shell(base, written string, args []token, redirs []*syntax.Redirect, sc scope) {
-	lang, ok := shellLang(base)
-	if !ok {
-		j.deny("%s scripts cannot be judged by the policy", base)
-		return
-	}
+	_, readable := isShell(base)
 	haveC, stdin := false, false
 	i := 0
+	var flags []token
 parse:
 	for ; i < len(args); i++ {
 		t := args[i]
@@ -274,12 +335,24 @@ parse:
 			stdin = true
 			i++
 			break parse
+		case a == "+":
+			j.deny("%s with a lone \"+\" is not understood by the policy", base)
+			return
 		case strings.HasPrefix(a, "--"):
-			if !contains(shellLongOK, a) {
-				j.deny("%s option %s is not understood by the policy", base, a)
+			full, ok := filepolicy.LongOption(a, bashLong)
+			if !ok || !contains(bashLongOK, full) {
+				j.deny("%s option %s is not allowed (login shells and rc files run profiles; others change parsing)", base, a)
+				return
+			}
+			if (full == "--help" || full == "--version") && len(args) == 1 {
+				// bash --version alone prints and exits; with more
+				// arguments the rest is judged as if it were not there.
+				j.final(written, base, strings.Contains(written, "/"), args)
 				return
 			}
 		case len(a) > 1 && (a[0] == '-' || a[0] == '+'):
+			var rest strings.Builder
+			rest.WriteByte(a[0])
 			for k := 1; k < len(a); k++ {
 				switch a[k] {
 				case 'c':
@@ -287,21 +360,47 @@ parse:
 				case 's':
 					stdin = true
 				case 'i':
-					j.deny("interactive %s is not allowed", base)
+					j.deny("interactive %s is not allowed (it reads rc files)", base)
+					return
+				case 'l':
+					j.deny("login %s is not allowed (it runs profile files the file tools can write)", base)
 					return
 				case 'o', 'O':
 					if i+1 >= len(args) || args[i+1].dyn {
-						j.deny("%s -o needs a static option name", base)
+						j.deny("%s -%c needs a static option name", base, a[k])
 						return
 					}
 					i++
+					name := args[i].val
+					if (a[k] == 'o' && !setONamesOK[name]) || (a[k] == 'O' && !shoptNamesOK[name]) {
+						j.deny("%s -%c %s changes how the shell parses or runs commands; it is not allowed", base, a[k], name)
+						return
+					}
+				default:
+					rest.WriteByte(a[k])
 				}
+			}
+			if rest.Len() > 1 {
+				flags = append(flags, token{val: rest.String()})
 			}
 		default:
 			break parse
 		}
 	}
+	if !j.setArgs(base, flags) {
+		return
+	}
 	rest := args[i:]
+	if len(rest) > 0 && !rest[0].dyn && !haveC && (strings.HasPrefix(rest[0].val, "-") || strings.HasPrefix(rest[0].val, "+")) {
+		// "sh -- -c x": shells disagree on whether that is a script named -c.
+		j.deny("%s with a script name that looks like an option (%s)", base, rest[0].val)
+		return
+	}
+	if !readable && (haveC || stdin || len(rest) > 0 || len(heredocRedirs(redirs)) > 0) {
+		j.deny("%s runs code in a language the policy does not read; use bash -c", base)
+		return
+	}
+	lang := syntax.LangBash
 	switch {
 	case haveC:
 		if len(rest) == 0 {
@@ -330,6 +429,17 @@ parse:
 		}
 		j.final(written, base, strings.Contains(written, "/"), args)
 	}
+}
+
+func heredocRedirs(redirs []*syntax.Redirect) []*syntax.Redirect {
+	var out []*syntax.Redirect
+	for _, r := range redirs {
+		switch r.Op {
+		case syntax.Hdoc, syntax.DashHdoc, syntax.WordHdoc, syntax.RdrIn:
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // heredocBody returns the static text of a here-document or here-string
@@ -402,7 +512,10 @@ func (j *judge) find(written string, args []token, sc scope) {
 				break
 			}
 			if !u.dyn && strings.Contains(u.val, "{}") {
-				u = token{dyn: true}
+				u = findPayloadArg
+				if !strings.HasPrefix(args[i].val, "{}") {
+					u.safe = !strings.HasPrefix(args[i].val, "-")
+				}
 			}
 			p = append(p, u)
 		}
@@ -417,6 +530,10 @@ func (j *judge) find(written string, args []token, sc scope) {
 		j.command(p, nil, sc)
 	}
 }
+
+// findPayloadArg: find replaces {} with a path that begins with one of
+// its starting points, which find requires not to begin with "-".
+var findPayloadArg = token{dyn: true, safe: true}
 
 // xargs judges its payload (default echo) with run-time arguments added.
 func (j *judge) xargs(args []token, redirs []*syntax.Redirect, sc scope) {
@@ -579,11 +696,31 @@ func harmlessTarget(t string) bool {
 	return strings.HasPrefix(t, "/dev/fd/") && isNumber(strings.TrimPrefix(t, "/dev/fd/"))
 }
 
+// netRedirect: bash opens a network connection for /dev/tcp/HOST/PORT
+// and /dev/udp/… redirections (the files need not exist).
+func netRedirect(p string) bool {
+	c := path.Clean("/" + strings.TrimLeft(p, "/"))
+	return strings.HasPrefix(p, "/") && (strings.HasPrefix(c, "/dev/tcp/") || strings.HasPrefix(c, "/dev/udp/") || c == "/dev/tcp" || c == "/dev/udp")
+}
+
+func (j *judge) netOK(p string) bool {
+	if netRedirect(p) && j.p.mode != ModeFull {
+		j.deny("redirection to %s opens a network connection; outside execSecurity full it is not allowed", p)
+		return false
+	}
+	return true
+}
+
 func (j *judge) redirectWrite(r *syntax.Redirect) {
 	op := r.Op.String()
 	f, ok := staticWord(r.Word)
+	if ok && len(f) == 1 && !j.netOK(f[0]) {
+		return
+	}
 	if !ok || len(f) != 1 {
-		if j.p.mode != ModeFull || j.p.files != nil {
+		if j.p.mode != ModeFull {
+			j.deny("redirection to a file named at run time (it could be /dev/tcp) is not allowed outside execSecurity full")
+		} else if j.p.files != nil {
 			j.need(op+" <dynamic>", "redirection to a file named at run time")
 		} else {
 			j.allow("execSecurity full")
@@ -620,10 +757,17 @@ func (j *judge) writePath(what, p string) bool {
 func (j *judge) redirectRead(r *syntax.Redirect) bool {
 	f, ok := staticWord(r.Word)
 	if !ok || len(f) != 1 {
+		if j.p.mode != ModeFull {
+			j.deny("input from a file named at run time (it could be /dev/tcp) is not allowed outside execSecurity full")
+			return false
+		}
 		if j.p.files != nil {
 			j.need("< <dynamic>", "input from a file named at run time")
 		}
 		return true
+	}
+	if !j.netOK(f[0]) {
+		return false
 	}
 	if harmlessTarget(f[0]) || f[0] == "/dev/stdin" {
 		return true

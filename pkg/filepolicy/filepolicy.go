@@ -159,6 +159,64 @@ func New(opts Options) (*Policy, error) {
 // Workspace returns the resolved workspace directory.
 func (p *Policy) Workspace() string { return p.workspace }
 
+// PrivatePaths returns the private files and directories (absolute), for
+// a sandbox to mask.
+func (p *Policy) PrivatePaths() []string { return append([]string(nil), p.private...) }
+
+// Root checks path like [Policy.Resolve] and opens it for use through an
+// os.Root: the directory that holds it (the workspace, a read root, or "/"
+// with AllowOutside) and the path relative to that root as written, not
+// as resolved. Every operation through the Root is traversal-resistant in
+// the kernel's sense: a "..", or a symlink that appears between this check
+// and the use, cannot leave the root. Real is the resolved absolute path,
+// for messages. The caller closes the Root.
+func (p *Policy) Root(path string, access Access) (root *os.Root, rel, real string, err error) {
+	real, err = p.Resolve(path, access)
+	if err != nil {
+		return nil, "", "", err
+	}
+	abs := path
+	if abs == "~" || strings.HasPrefix(abs, "~/") {
+		abs = filepath.Join(p.home, strings.TrimPrefix(abs[1:], "/"))
+	} else if !filepath.IsAbs(abs) {
+		abs = p.workspace + "/" + abs
+	}
+	dir := ""
+	switch {
+	case within(real, p.workspace):
+		dir = p.workspace
+	default:
+		for _, r := range p.readRoots {
+			if within(real, r) {
+				dir = r
+				break
+			}
+		}
+	}
+	if dir == "" {
+		if !p.allowOutside {
+			return nil, "", "", fmt.Errorf("%w: %q", ErrOutsideWorkspace, path)
+		}
+		dir = "/"
+	}
+	if r, ok := strings.CutPrefix(abs, strings.TrimSuffix(dir, "/")+"/"); ok && dir != "/" {
+		rel = r
+	} else if rr, err := filepath.Rel(dir, real); err == nil {
+		// Named from outside (a link to the workspace): use where it lands.
+		rel = rr
+	} else {
+		return nil, "", "", fmt.Errorf("%w: %q", ErrOutsideWorkspace, path)
+	}
+	if rel == "" {
+		rel = "."
+	}
+	root, err = os.OpenRoot(dir)
+	if err != nil {
+		return nil, "", "", fmt.Errorf("filepolicy: open root %s: %w", dir, err)
+	}
+	return root, rel, real, nil
+}
+
 // Resolve checks path for the given access and returns the absolute,
 // symlink-resolved path the caller must use (so the check and the use name
 // the same file). Relative paths are taken against the workspace; "~" and
@@ -222,6 +280,9 @@ func (p *Policy) checkName(abs string, access Access, orig string) error {
 	if IsSecretFileName(filepath.Base(abs)) {
 		return fmt.Errorf("%w: %q (secret file name)", ErrPrivatePath, orig)
 	}
+	if access == Write && runsPrograms(abs) {
+		return fmt.Errorf("%w: %q (git configuration and hooks run programs)", ErrPrivatePath, orig)
+	}
 	if within(abs, p.workspace) || p.allowOutside {
 		return nil
 	}
@@ -236,8 +297,25 @@ func (p *Policy) checkName(abs string, access Access, orig string) error {
 	return fmt.Errorf("%w: %q (workspace %s)", ErrOutsideWorkspace, orig, p.workspace)
 }
 
+// secretNames are base names that hold credentials wherever they are.
+var secretNames = map[string]bool{
+	".envrc": true, ".netrc": true, "_netrc": true, ".git-credentials": true, ".pgpass": true, ".npmrc": true, ".pypirc": true,
+	".yarnrc": true, ".yarnrc.yml": true, ".dockercfg": true, ".htpasswd": true, ".boto": true, ".s3cfg": true, ".vault-token": true,
+	"credentials": true, "credentials.json": true, "credentials.yml": true, "credentials.yaml": true, "secrets.json": true,
+	"secrets.yml": true, "secrets.yaml": true, "service-account.json": true, "authorized_keys": true,
+	"terraform.tfstate": true, "terraform.tfvars": true, ".terraformrc": true, "kubeconfig": true, ".kubeconfig": true,
+}
+
+// secretExts are extensions of key and credential files (NATS .creds and
+// .nk included).
+var secretExts = []string{".key", ".pem", ".p12", ".pfx", ".jks", ".keystore", ".kdbx", ".creds", ".nk", ".seed", ".gpg", ".asc", ".ppk", ".tfvars"}
+
 // IsSecretFileName reports whether a base name conventionally holds
-// secrets: .env and .env.* (except examples and templates), private keys.
+// secrets: .env and .env.* (except examples and templates), .envrc, SSH
+// keys (id_rsa*, id_ed25519*, ...), key and certificate stores (*.key,
+// *.pem, *.p12, ...), NATS credentials (*.creds, *.nk), registry and cloud
+// credential files (.npmrc, .pypirc, .git-credentials, credentials.json,
+// ...) and authorized_keys.
 func IsSecretFileName(base string) bool {
 	b := strings.ToLower(base)
 	if b == ".env" || strings.HasPrefix(b, ".env.") {
@@ -247,11 +325,31 @@ func IsSecretFileName(base string) bool {
 		}
 		return true
 	}
-	switch b {
-	case "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", ".netrc", ".git-credentials", ".pgpass":
+	if secretNames[b] {
 		return true
 	}
+	for _, k := range []string{"id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", "id_xmss"} {
+		if strings.HasPrefix(b, k) {
+			return true
+		}
+	}
+	for _, e := range secretExts {
+		if strings.HasSuffix(b, e) {
+			return true
+		}
+	}
 	return false
+}
+
+// runsPrograms reports whether abs is configuration that makes a program
+// run commands of its own (git's config and hooks run on git status and
+// git commit): such files may be read but not written.
+func runsPrograms(abs string) bool {
+	dir, base := filepath.Base(filepath.Dir(abs)), filepath.Base(abs)
+	if dir == ".git" && (base == "config" || base == "hooks") {
+		return true
+	}
+	return strings.Contains(abs, "/.git/hooks/") || strings.HasSuffix(abs, "/.git/hooks")
 }
 
 func isNullDevice(abs string) bool {
@@ -289,9 +387,11 @@ func resolveLinks(abs string) (string, error) {
 		next := filepath.Join(cur, name)
 		fi, err := os.Lstat(next)
 		if err != nil {
-			// Not there (or not readable): the rest is created or
-			// refused by the OS under next, no links to follow.
-			return filepath.Clean(filepath.Join(append([]string{next}, rest...)...)), nil
+			// Not there (or not readable): a create makes it a plain
+			// directory, so a later ".." comes back to cur and the links
+			// after it are still followed (nope/../link/secret).
+			cur = next
+			continue
 		}
 		if fi.Mode()&fs.ModeSymlink == 0 {
 			cur = next

@@ -215,3 +215,69 @@ func BenchmarkResolve(b *testing.B) {
 		}
 	}
 }
+
+// TestRootTraversal: Resolve follows links behind a missing component and
+// "..", and the os.Root from Root keeps a later swap of a directory for a
+// symlink (between check and use) inside the workspace.
+func TestRootTraversal(t *testing.T) {
+	root := t.TempDir()
+	ws := filepath.Join(root, "ws")
+	outside := filepath.Join(root, "outside")
+	for _, d := range []string{filepath.Join(ws, "sub"), outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(outside, filepath.Join(ws, "link")); err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Options{Workspace: ws, Home: filepath.Join(root, "home")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		path   string
+		access Access
+		want   error
+	}{
+		{"nope/../link/secret", Read, ErrSymlinkEscape},
+		{"nope/../link/secret", Write, ErrSymlinkEscape},
+		{"a/b/../../link/x", Write, ErrSymlinkEscape},
+		{"nope/../../outside/x", Write, ErrOutsideWorkspace},
+		{"sub/../ok", Write, nil},
+		{"nope/../ok", Write, nil},
+		{".envrc", Read, ErrPrivatePath},
+		{"deploy/server.key", Read, ErrPrivatePath},
+		{"id_rsa.pub", Read, ErrPrivatePath},
+		{"x/nats.creds", Read, ErrPrivatePath},
+		{".git/config", Write, ErrPrivatePath},
+		{".git/config", Read, nil},
+		{".git/hooks/pre-commit", Write, ErrPrivatePath},
+		{"~/.ssh/authorized_keys", Write, ErrPrivatePath},
+	}
+	for _, tt := range tests {
+		_, err := p.Resolve(tt.path, tt.access)
+		if (tt.want == nil) != (err == nil) || (tt.want != nil && !errors.Is(err, tt.want)) {
+			t.Errorf("Resolve(%q, %v) = %v, want %v", tt.path, tt.access, err, tt.want)
+		}
+	}
+	r, rel, _, err := p.Root("sub/f", Write)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	// Swap sub for a link out after the check.
+	if err := os.Remove(filepath.Join(ws, "sub")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(ws, "sub")); err != nil {
+		t.Fatal(err)
+	}
+	if fh, err := r.OpenFile(rel, os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+		fh.Close()
+		t.Fatal("write through a swapped-in symlink succeeded")
+	}
+	if _, err := os.Stat(filepath.Join(outside, "f")); err == nil {
+		t.Fatal("file created outside the workspace")
+	}
+}

@@ -17,7 +17,7 @@ var sessionCommands = map[string]bool{
 // trustedOnly commands reveal the bot's configuration (/mcp, /bindings) or change what it
 // costs (/model): masters and trusted users only, in any chat (seed: 内省命令 for master /
 // 有权限用户).
-var trustedOnly = map[string]bool{"mcp": true, "bindings": true, "model": true}
+var trustedOnly = map[string]bool{"mcp": true, "bindings": true, "model": true, "compact": true}
 
 // moderatedSession are session commands that change the conversation for everyone in a group
 // (like /reset): there they need a moderator.

@@ -42,6 +42,7 @@ func (d Decision) Has(r Route) bool { return slices.Contains(d.Routes, r) }
 var knownCommands = map[string]bool{
 	"reset": true, "models": true, "health": true, "cancel": true,
 	"steer": true, "followup": true, "approve": true, "help": true,
+	"compact": true, "tree": true, "tasks": true,
 }
 
 // MasterOnly commands are refused for anyone without the master role.
@@ -203,7 +204,7 @@ func textWithoutMentions(m *events.IMMessage) string {
 			b.WriteByte(' ')
 		}
 	}
-	return StripBotMention(b.String(), m)
+	return identity.StripBotMention(b.String(), m)
 }
 
 // Roles computes a sender's roles: always user; master and trusted from configuration (the

@@ -2,9 +2,12 @@ package natsutil
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/agentbus/agentbus/pkg/events"
 )
 
 // BusRole is one NATS identity of a production deployment and what it may publish and
@@ -19,19 +22,29 @@ import (
 //     (im.out), live deltas, tasks, schedules, subagent results into agent.in, session/lease/
 //     approval/profile/model KVs, and purging a session's context subject on /reset.
 //   - tool-worker: tool results, the tool registry KV, profiles and delivered markers, the
-//     transcript search request, dead letters. Not agent.in, im.in or im.out: a tool (the bash
-//     sandbox included) cannot put words in a master's mouth nor speak to a chat directly.
+//     transcript search request, dead letters; background work its tools queue (task.> for
+//     spawn_task and run_deferred_task, schedule.> for schedule_followup, KV tasks). Not
+//     agent.in, im.in or im.out: a tool (the bash sandbox included) cannot put words in a
+//     master's mouth nor speak to a chat directly. A schedule fires into agent.in, so the turn
+//     worker trusts no roles from a fired schedule (see turn.onScheduled).
 //   - egress: receipts (im.sent), delivered markers, console.out, dead letters; it serves the
 //     transcript search (a NATS micro service).
 //   - admin: everything (provisioning streams and buckets, operators' CLI).
 //
-// Every role may read: stream info, message gets, direct gets, consumers (create, fetch, ack,
-// flow control) and its request inboxes. No role but admin may create, update or delete a stream
-// or consumer-less data ($JS.API.STREAM.CREATE/UPDATE/DELETE, MSG.DELETE).
+// Every role may read stream info, message gets, direct gets, consumers (create, fetch, ack,
+// flow control) and its request inboxes, except the streams it has no business with (NoRead):
+// the tool worker, which runs commands a stranger asked for, cannot read any conversation
+// (SESSION_IN, AGENT_EVENTS, AGENT_CTX, IM_IN, IM_OUT, IM_SENT) nor the session and lease
+// records; egress and ingest cannot read the turn's own log. No role but admin may create,
+// update or delete a stream or consumer-less data ($JS.API.STREAM.CREATE/UPDATE/DELETE,
+// MSG.DELETE).
 type BusRole struct {
 	Name      string
 	Publish   []string
 	Subscribe []string
+	// NoRead lists streams the role may neither consume nor get messages from (KV buckets as
+	// their streams, KV_<bucket>).
+	NoRead []string
 	// Responses lets the role answer requests it received (reply subjects of core requests).
 	Responses bool
 }
@@ -44,6 +57,25 @@ var jsRead = []string{
 	"$JS.API.CONSUMER.>",
 	"$JS.ACK.>", "$JS.FC.>",
 }
+
+// readAPI is every JetStream API subject that reads stream: consumers of it (create, info,
+// next, ...), message gets and direct gets.
+func readAPI(stream string) []string {
+	return []string{
+		"$JS.API.CONSUMER.*." + stream, "$JS.API.CONSUMER.*." + stream + ".>",
+		"$JS.API.CONSUMER.DURABLE.CREATE." + stream + ".>",
+		"$JS.API.STREAM.MSG.GET." + stream,
+		"$JS.API.DIRECT.GET." + stream, "$JS.API.DIRECT.GET." + stream + ".>",
+	}
+}
+
+// conversation are the streams that hold what people said and what the bot answered.
+var conversation = []string{
+	events.StreamSessionIn, events.StreamAgentEvents, events.StreamAgentCtx,
+	events.StreamIMIn, events.StreamIMOut, events.StreamIMSent,
+}
+
+func kvStream(bucket string) string { return "KV_" + bucket }
 
 func kv(buckets ...string) []string {
 	out := make([]string, len(buckets))
@@ -76,10 +108,13 @@ func BusRoles() []BusRole {
 	return []BusRole{
 		{
 			Name: RoleIngest,
+			// leases: the single connection of an IM adapter (pkg/im.Hold).
 			Publish: join(jsRead, []string{"im.in.>", "agent.in.>", "im.out.>", "dlq.>"},
-				kv("webhook_seen", "profiles"), []string{"$O.media.>"}),
-			Subscribe: join(inbox, []string{"console.in"}),
+				kv("webhook_seen", "profiles", "leases"), []string{"$O.media.>"}),
+			// im.rpc: egress relays sends to the replica holding a OneBot WebSocket.
+			Subscribe: join(inbox, []string{"console.in", "im.rpc.>"}),
 			Responses: true,
+			NoRead:    []string{events.StreamAgentEvents, events.StreamAgentCtx, events.StreamToolCalls, events.StreamToolResults},
 		},
 		{
 			Name: RoleTurnWorker,
@@ -87,22 +122,28 @@ func BusRoles() []BusRole {
 				"agent.in.>", "agent.evt.>", "agent.ctx.>", "agent.live.>",
 				"tool.call.>", "tool.result.>", "im.out.>", "task.>", "schedule.>", "dlq.>",
 				"$JS.API.STREAM.PURGE.AGENT_CTX", "transcripts.search",
-			}, kv("sessions", "leases", "approvals", "profiles", "models", "tools"), []string{"$O.media.>"}),
+			}, kv("sessions", "leases", "approvals", "profiles", "models", "tools", "tasks"), []string{"$O.media.>"}),
 			// Tool results are also awaited as core messages on the session's subject.
 			Subscribe: join(inbox, []string{"tool.result.>"}),
 		},
 		{
 			Name: RoleToolWorker,
-			Publish: join(jsRead, []string{"tool.result.>", "dlq.>", "transcripts.search"},
-				kv("tools", "profiles", "delivered"), []string{"$O.media.>"}),
+			Publish: join(jsRead, []string{"tool.result.>", "dlq.>", "transcripts.search", "task.>", "schedule.>"},
+				kv("tools", "profiles", "delivered", "tasks"), []string{"$O.media.>"}),
 			Subscribe: inbox,
+			NoRead: append(slices.Clone(conversation), kvStream(events.BucketSessions), kvStream(events.BucketLeases),
+				kvStream(events.BucketWebhookSeen)),
 		},
 		{
 			Name: RoleEgress,
-			Publish: join(jsRead, []string{"im.sent.>", "console.out.>", "dlq.>"},
-				kv("delivered")),
-			Subscribe: join(inbox, []string{"transcripts.search", "$SRV.>", "agent.live.>"}),
+			// leases: one replica per bot shows previews; im.rpc and im.preview reach the replica
+			// holding a bot's connection or preview.
+			Publish: join(jsRead, []string{"im.sent.>", "console.out.>", "dlq.>", "im.rpc.>", "im.preview.>"},
+				kv("delivered", "leases"), []string{"$O.media.>"}),
+			Subscribe: join(inbox, []string{"transcripts.search", "$SRV.>", "agent.live.>", "im.preview.>"}),
 			Responses: true,
+			NoRead: []string{events.StreamSessionIn, events.StreamAgentEvents, events.StreamAgentCtx,
+				events.StreamToolCalls, events.StreamToolResults, kvStream(events.BucketSessions), kvStream(events.BucketApprovals)},
 		},
 		{Name: RoleAdmin},
 	}
@@ -116,6 +157,9 @@ func (r BusRole) Permissions() *server.Permissions {
 	p := &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: append([]string(nil), r.Publish...)},
 		Subscribe: &server.SubjectPermission{Allow: append([]string(nil), r.Subscribe...)},
+	}
+	for _, st := range r.NoRead {
+		p.Publish.Deny = append(p.Publish.Deny, readAPI(st)...)
 	}
 	if r.Responses {
 		p.Response = &server.ResponsePermission{MaxMsgs: 1}
@@ -140,8 +184,8 @@ func RenderAuthConf() string {
 		fmt.Fprintf(&b, "    {\n      user: %q\n      password: $%s\n", r.Name, PasswordEnv(r.Name))
 		if p := r.Permissions(); p != nil {
 			b.WriteString("      permissions: {\n")
-			writeList(&b, "publish", p.Publish.Allow)
-			writeList(&b, "subscribe", p.Subscribe.Allow)
+			writeList(&b, "publish", p.Publish.Allow, p.Publish.Deny)
+			writeList(&b, "subscribe", p.Subscribe.Allow, nil)
 			if p.Response != nil {
 				fmt.Fprintf(&b, "        allow_responses: { max: %d }\n", p.Response.MaxMsgs)
 			}
@@ -153,13 +197,23 @@ func RenderAuthConf() string {
 	return b.String()
 }
 
-func writeList(b *strings.Builder, name string, subjects []string) {
+func writeList(b *strings.Builder, name string, allow, deny []string) {
 	fmt.Fprintf(b, "        %s: { allow: [", name)
+	writeSubjects(b, allow)
+	b.WriteString("]")
+	if len(deny) > 0 {
+		b.WriteString(", deny: [")
+		writeSubjects(b, deny)
+		b.WriteString("]")
+	}
+	b.WriteString(" }\n")
+}
+
+func writeSubjects(b *strings.Builder, subjects []string) {
 	for i, s := range subjects {
 		if i > 0 {
 			b.WriteString(", ")
 		}
 		fmt.Fprintf(b, "%q", s)
 	}
-	b.WriteString("] }\n")
 }

@@ -2,6 +2,7 @@ package natsutil_test
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
@@ -128,6 +129,7 @@ func TestRolePermissions(t *testing.T) {
 			{false, "agent.ctx.x.1", true},
 			{false, "tool.call.bash", true},
 			{false, "$KV.approvals.webhook.b1", true},
+			{false, "$KV.tasks.x.t1", true},
 			{false, "im.in.webhook.b1.private.u1", false},
 			{false, "im.sent.webhook.b1.private.u1", false},
 			{false, "$KV.delivered.x", false},
@@ -138,6 +140,9 @@ func TestRolePermissions(t *testing.T) {
 		natsutil.RoleToolWorker: {
 			{false, "tool.result.x.c1", true},
 			{false, "$KV.tools.bash", true},
+			{false, "task.deferred.t1", true},                        // run_deferred_task, spawn_task
+			{false, "schedule.webhook_b1_private_u1.followup", true}, // schedule_followup
+			{false, "$KV.tasks.x.t1", true},
 			{false, "agent.in.webhook_b1_private_u1", false}, // no master commands from a tool
 			{false, "im.in.webhook.b1.private.u1", false},
 			{false, "im.out.webhook.b1.private.u1", false}, // no direct chat output
@@ -201,13 +206,50 @@ func TestRolePermissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := st.Info(context.Background())
+	info, err := st.Info(context.Background(), jetstream.WithSubjectFilter("agent.in.>"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.State.Msgs != 1 { // the one ingest published above; the tool worker's is not there
-		t.Errorf("SESSION_IN holds %d messages, want 1 (ingest's)", info.State.Msgs)
+	if n := info.State.Subjects["agent.in.webhook_b1_private_u1"]; n != 1 { // the one ingest published above; the tool worker's is not there
+		t.Errorf("SESSION_IN holds %d inbox messages, want 1 (ingest's)", n)
 	}
+	// Reading: the tool worker cannot consume or get a conversation; what it needs still works.
+	reads := []struct {
+		role, stream string
+		allowed      bool
+	}{
+		{natsutil.RoleToolWorker, events.StreamAgentCtx, false},
+		{natsutil.RoleToolWorker, events.StreamSessionIn, false},
+		{natsutil.RoleToolWorker, events.StreamIMIn, false},
+		{natsutil.RoleToolWorker, "KV_" + events.BucketSessions, false},
+		{natsutil.RoleToolWorker, events.StreamToolResults, true},
+		{natsutil.RoleToolWorker, "KV_" + events.BucketApprovals, true},
+		{natsutil.RoleEgress, events.StreamAgentCtx, false},
+		{natsutil.RoleEgress, events.StreamIMOut, true},
+		{natsutil.RoleIngest, events.StreamAgentEvents, false},
+		{natsutil.RoleTurnWorker, events.StreamAgentCtx, true},
+	}
+	for _, r := range reads {
+		t.Run(r.role+" reads "+r.stream, func(t *testing.T) {
+			nc, _ := roleConn(t, url, r.role, pw[r.role])
+			rjs, err := jetstream.New(nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer rcancel()
+			_, cerr := rjs.OrderedConsumer(rctx, r.stream, jetstream.OrderedConsumerConfig{})
+			dreq, _ := json.Marshal(map[string]any{"seq": 1})
+			_, derr := nc.RequestWithContext(rctx, "$JS.API.DIRECT.GET."+r.stream, dreq)
+			if r.allowed && cerr != nil {
+				t.Errorf("consumer refused: %v", cerr)
+			}
+			if !r.allowed && (cerr == nil || derr == nil) {
+				t.Errorf("read allowed: consumer err %v, direct get err %v", cerr, derr)
+			}
+		})
+	}
+
 	// No anonymous client at all.
 	if nc, err := nats.Connect(url); err == nil {
 		nc.Close()

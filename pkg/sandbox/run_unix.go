@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"syscall"
 	"time"
@@ -40,14 +41,37 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 			shell = "/bin/sh"
 		}
 	}
+	if _, err := exec.LookPath(shell); err != nil {
+		return Result{}, fmt.Errorf("%w: %s: %v", ErrNoShell, shell, err)
+	}
+	iso := Isolation{Reason: "disabled for this run"}
+	if !spec.NoIsolation {
+		iso = Probe()
+	}
+	if !iso.Available && spec.RequireIsolation {
+		return Result{}, fmt.Errorf("%w: %s", ErrNoIsolation, iso.Reason)
+	}
 	runCtx, cancel := context.WithTimeout(ctx, spec.Timeout)
 	defer cancel()
 
 	stdout := newCapBuffer(spec.OutputLimit)
 	stderr := newCapBuffer(spec.OutputLimit)
-	cmd := exec.Command(shell, "-c", spec.Command)
+	var cmd *exec.Cmd
+	if iso.Available {
+		// HOME is the sandbox's private /tmp; bwrap gets exactly the
+		// command's environment and passes it on.
+		cmd = exec.Command(iso.Tool, bwrapArgs(spec, shell)...)
+		cmd.Env = buildEnv(spec.Dir, "/tmp", spec.Env)
+	} else {
+		home, err := os.MkdirTemp("", "agentbus-home-")
+		if err != nil {
+			return Result{}, fmt.Errorf("sandbox: home directory: %w", err)
+		}
+		defer os.RemoveAll(home)
+		cmd = exec.Command(shell, "-c", spec.Command)
+		cmd.Env = buildEnv(spec.Dir, home, spec.Env)
+	}
 	cmd.Dir = spec.Dir
-	cmd.Env = buildEnv(spec.Dir, spec.Env)
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr
 	if spec.Stdin != nil {

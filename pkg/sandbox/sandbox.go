@@ -6,11 +6,20 @@
 // the agent process's secrets (API keys, tokens, NATS credentials) never
 // reach the command.
 //
+// Where bubblewrap (bwrap) can create user namespaces ([Probe]), every
+// command runs inside it: new user, PID, mount, IPC and UTS namespaces,
+// the system directories read-only, the working directory the only
+// writable place (besides a private /tmp, which is also HOME), a fresh
+// /proc in which the calling process does not exist, no capabilities, and
+// bwrap itself started with the command's cleared environment. Secrets of
+// the calling process (its environment, memory, /proc/$PPID/environ, its
+// configuration file and data directory) are therefore out of reach, and
+// nothing outside the working directory can be written. Without bwrap the
+// command runs as a plain child process; [Probe] says so, and callers
+// refuse execSecurity full (see pkg/tools/builtin).
+//
 // The sandbox does not decide whether a command may run: that is
-// pkg/execpolicy's job, and callers must check the policy first. It is also
-// not an OS-level jail: file-system confinement beyond the working
-// directory comes from running the tool worker as an unprivileged user (or
-// in a container), which docs/security.md recommends.
+// pkg/execpolicy's job, and callers must check the policy first.
 package sandbox
 
 import (
@@ -46,8 +55,10 @@ var (
 type Spec struct {
 	// Command is the shell command line (already approved by the exec policy).
 	Command string
-	// Dir is the working directory (required, must exist). HOME is set to it
-	// too, so "~" and dotfiles stay inside the workspace.
+	// Dir is the working directory (required, must exist), the only
+	// writable directory. HOME is a fresh, empty directory of its own for
+	// every run (dotfiles a command writes there do not reach the next
+	// one, and dotfiles in the workspace are not read as configuration).
 	Dir string
 	// Timeout for the whole command; default DefaultTimeout.
 	Timeout time.Duration
@@ -63,6 +74,22 @@ type Spec struct {
 	Shell string
 	// Stdin is the command's standard input; default empty (/dev/null).
 	Stdin []byte
+	// ReadOnly are further directories bound read-only into the sandbox
+	// (skills); ignored without isolation.
+	ReadOnly []string
+	// Hide are paths that must not be readable inside the sandbox even
+	// when they lie under a bound directory (the data directory, the
+	// config file); they are masked with an empty file or directory.
+	Hide []string
+	// NoNetwork runs the command in a network namespace of its own
+	// (loopback only); ignored without isolation.
+	NoNetwork bool
+	// RequireIsolation makes Run fail with ErrNoIsolation instead of
+	// running the command unconfined when bwrap is unavailable.
+	RequireIsolation bool
+	// NoIsolation runs the command as a plain child process even when
+	// bwrap is available (tests of the unconfined path only).
+	NoIsolation bool
 }
 
 // Result is what a finished command produced.
@@ -85,17 +112,17 @@ type Result struct {
 var passEnv = []string{"LANG", "LC_ALL", "LC_CTYPE", "TZ"}
 
 // BaseEnv returns the minimal environment every command gets: PATH (the
-// parent's, or DefaultPath), HOME and PWD = dir, LANG/LC_* and TZ from the
-// parent if set, TERM=dumb, and flags that keep common tools from paging
-// or prompting.
-func BaseEnv(dir string) []string {
+// parent's, or DefaultPath), HOME = home, PWD = dir, LANG/LC_* and TZ from
+// the parent if set, TERM=dumb, and flags that keep common tools from
+// paging or prompting.
+func BaseEnv(dir, home string) []string {
 	path := os.Getenv("PATH")
 	if path == "" {
 		path = DefaultPath
 	}
 	env := []string{
 		"PATH=" + path,
-		"HOME=" + dir,
+		"HOME=" + home,
 		"PWD=" + dir,
 		"TERM=dumb",
 		"PAGER=cat",
@@ -137,7 +164,7 @@ func IsSecretName(name string) bool {
 
 // buildEnv merges the base environment with extra, dropping malformed
 // entries and secret-looking names; later entries win.
-func buildEnv(dir string, extra []string) []string {
+func buildEnv(dir, home string, extra []string) []string {
 	idx := map[string]int{}
 	var out []string
 	add := func(kv string) {
@@ -152,7 +179,7 @@ func buildEnv(dir string, extra []string) []string {
 		idx[k] = len(out)
 		out = append(out, kv)
 	}
-	for _, kv := range BaseEnv(dir) {
+	for _, kv := range BaseEnv(dir, home) {
 		add(kv)
 	}
 	for _, kv := range extra {

@@ -5,6 +5,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -60,11 +61,71 @@ func TestEnvHasNoSecrets(t *testing.T) {
 			t.Errorf("child environment contains %q:\n%s", leak, res.Stdout)
 		}
 	}
-	for _, want := range []string{"VISIBLE=1", "HOME=" + dir, "TERM=dumb", "PATH="} {
+	for _, want := range []string{"VISIBLE=1", "HOME=", "PWD=" + dir, "TERM=dumb", "PATH="} {
 		if !strings.Contains(res.Stdout, want) {
 			t.Errorf("child environment lacks %q:\n%s", want, res.Stdout)
 		}
 	}
+	if strings.Contains(res.Stdout, "HOME="+dir+"\n") {
+		t.Errorf("HOME is the workspace (dotfiles there would configure programs):\n%s", res.Stdout)
+	}
+}
+
+// modes are the two ways Run can run a command; the isolated one is
+// skipped (with the reason) where bwrap cannot create namespaces.
+func modes(t *testing.T) []struct {
+	name string
+	spec func(Spec) Spec
+} {
+	return []struct {
+		name string
+		spec func(Spec) Spec
+	}{
+		{"plain", func(s Spec) Spec { s.NoIsolation = true; return s }},
+		{"bwrap", func(s Spec) Spec { s.RequireIsolation = true; return s }},
+	}
+}
+
+func skipUnisolated(t *testing.T, name string) {
+	t.Helper()
+	if name == "bwrap" {
+		if i := Probe(); !i.Available {
+			t.Skipf("bubblewrap isolation unavailable here (%s); install the Debian package bubblewrap", i.Reason)
+		}
+	}
+}
+
+// markerGone waits until no process on the host has marker in its
+// command line (PIDs inside a PID namespace are not the host's).
+func markerGone(t *testing.T, marker string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		found := ""
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			if _, err := strconv.Atoi(e.Name()); err != nil {
+				continue
+			}
+			b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			if err == nil && strings.Contains(string(b), marker) && alive(mustAtoi(e.Name())) {
+				found = e.Name()
+			}
+		}
+		if found == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %s (%s) still alive", found, marker)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func mustAtoi(s string) int { n, _ := strconv.Atoi(s); return n }
+
+func uniqueSleep() string {
+	return fmt.Sprintf("%d.%03d", 30+time.Now().UnixNano()%50, time.Now().UnixNano()%1000)
 }
 
 // alive reports whether pid exists and is not a zombie waiting for its
@@ -81,78 +142,71 @@ func alive(pid int) bool {
 	return len(fields) == 0 || fields[0] != "Z"
 }
 
-func waitGone(t *testing.T, pid int) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d still alive", pid)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func readPID(t *testing.T, file string) int {
-	t.Helper()
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pid
-}
-
 func TestTimeoutKillsProcessGroup(t *testing.T) {
-	dir := workdir(t)
-	res, err := Run(context.Background(), Spec{
-		Command: "sleep 30 & echo $! > child.pid; sleep 30",
-		Dir:     dir,
-		Timeout: 300 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
+	for _, m := range modes(t) {
+		t.Run(m.name, func(t *testing.T) {
+			skipUnisolated(t, m.name)
+			n := uniqueSleep()
+			res, err := Run(context.Background(), m.spec(Spec{
+				Command: "sleep " + n + " & sleep " + n,
+				Dir:     workdir(t),
+				Timeout: 300 * time.Millisecond,
+			}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.TimedOut || res.ExitCode != -1 {
+				t.Fatalf("result %+v", res)
+			}
+			markerGone(t, n)
+		})
 	}
-	if !res.TimedOut || res.ExitCode != -1 {
-		t.Fatalf("result %+v", res)
-	}
-	waitGone(t, readPID(t, filepath.Join(dir, "child.pid")))
 }
 
 func TestBackgroundJobDoesNotOutliveCall(t *testing.T) {
-	dir := workdir(t)
-	res, err := Run(context.Background(), Spec{Command: "sleep 30 & echo $! > child.pid; echo started", Dir: dir, Timeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
+	for _, m := range modes(t) {
+		t.Run(m.name, func(t *testing.T) {
+			skipUnisolated(t, m.name)
+			n := uniqueSleep()
+			res, err := Run(context.Background(), m.spec(Spec{Command: "sleep " + n + " & echo started", Dir: workdir(t), Timeout: 10 * time.Second}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.TimedOut || res.ExitCode != 0 || !strings.Contains(res.Stdout, "started") {
+				t.Fatalf("result %+v", res)
+			}
+			markerGone(t, n)
+		})
 	}
-	if res.TimedOut || res.ExitCode != 0 || !strings.Contains(res.Stdout, "started") {
-		t.Fatalf("result %+v", res)
-	}
-	waitGone(t, readPID(t, filepath.Join(dir, "child.pid")))
 }
 
 func TestCancelKillsProcessGroup(t *testing.T) {
-	dir := workdir(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		for {
-			if _, err := os.Stat(filepath.Join(dir, "child.pid")); err == nil {
-				cancel()
-				return
+	for _, m := range modes(t) {
+		t.Run(m.name, func(t *testing.T) {
+			skipUnisolated(t, m.name)
+			dir := workdir(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() {
+				for ctx.Err() == nil {
+					if _, err := os.Stat(filepath.Join(dir, "started")); err == nil {
+						cancel()
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}()
+			n := uniqueSleep()
+			res, err := Run(ctx, m.spec(Spec{Command: "sh -c 'sleep " + n + "' & touch started; wait", Dir: dir, Timeout: 20 * time.Second}))
+			if err != nil {
+				t.Fatal(err)
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}()
-	res, err := Run(ctx, Spec{Command: "sh -c 'sleep 30' & echo $! > child.pid.tmp; mv child.pid.tmp child.pid; wait", Dir: dir, Timeout: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
+			if !res.Canceled || res.TimedOut {
+				t.Fatalf("result %+v", res)
+			}
+			markerGone(t, n)
+		})
 	}
-	if !res.Canceled || res.TimedOut {
-		t.Fatalf("result %+v", res)
-	}
-	waitGone(t, readPID(t, filepath.Join(dir, "child.pid")))
 }
 
 func TestOutputCap(t *testing.T) {

@@ -47,6 +47,8 @@ type Summary struct {
 	Covered int
 	// Model that wrote the summary.
 	Model string
+	// Count numbers the compactions of the session id (1 = the first).
+	Count int
 	// Seq and Time are set on load: where the summary record is.
 	Seq  uint64
 	Time time.Time
@@ -267,6 +269,7 @@ type ctxRec struct {
 	recordMs int64
 	msgs     []llm.Message
 	summary  *Summary
+	leaf     *Leaf
 }
 
 // decodeRec decodes one raw record.
@@ -285,7 +288,13 @@ func decodeRec(r *jetstream.RawStreamMsg) (ctxRec, error) {
 			return cr, fmt.Errorf("record %d: %w", r.Sequence, err)
 		}
 		cr.summary = &Summary{Text: ev.Data.Summary, AnchorSeq: ev.Data.AnchorSeq, Covered: ev.Data.Covered,
-			Model: ev.Data.Model, Seq: r.Sequence, Time: r.Time}
+			Model: ev.Data.Model, Count: ev.Data.Count, Seq: r.Sequence, Time: r.Time}
+	case events.TypeCtxLeaf:
+		var ev events.Event[events.CtxLeaf]
+		if err := events.Unmarshal(r.Data, &ev); err != nil {
+			return cr, fmt.Errorf("record %d: %w", r.Sequence, err)
+		}
+		cr.leaf = leafOf(ev.Data, r.Sequence, r.Time)
 	default:
 		return cr, fmt.Errorf("record %d has unknown type %q", r.Sequence, typ)
 	}
@@ -298,6 +307,8 @@ func (st *ctxState) apply(recs []ctxRec, maxMessages int) {
 	for _, r := range recs {
 		if r.summary != nil {
 			st.setSummary(r.summary)
+		} else if r.leaf != nil {
+			st.moveLeaf(r.leaf)
 		} else {
 			st.appendMsgs(r.msgs, r.seq, r.recordMs)
 		}
@@ -778,10 +789,10 @@ func (l *ContextLog) AppendSummary(ctx context.Context, id events.SessionID, exp
 	if err != nil {
 		return 0, fmt.Errorf("append summary to %s at %d: %w", id, expectedLastSeq, err)
 	}
-	ev := events.New(events.CtxSummary{Summary: s.Text, AnchorSeq: s.AnchorSeq, Covered: s.Covered, Model: s.Model},
+	ev := events.New(events.CtxSummary{Summary: s.Text, AnchorSeq: s.AnchorSeq, Covered: s.Covered, Model: s.Model, Count: s.Count},
 		events.WithSession(id.String()), events.WithTurn(o.turn), events.WithTrace(o.trace))
 	seq, err := l.publish(ctx, id, expectedLastSeq, ev, ctxPointer{anchorSeq: s.AnchorSeq, total: prev.total, counted: prev.counted}, true, o, func(st *ctxState, seq uint64) {
-		st.setSummary(&Summary{Text: s.Text, AnchorSeq: s.AnchorSeq, Covered: s.Covered, Model: s.Model, Seq: seq, Time: l.now()})
+		st.setSummary(&Summary{Text: s.Text, AnchorSeq: s.AnchorSeq, Covered: s.Covered, Model: s.Model, Count: s.Count, Seq: seq, Time: l.now()})
 	})
 	if err != nil {
 		return 0, fmt.Errorf("append summary to %s at %d: %w", id, expectedLastSeq, err)

@@ -49,6 +49,8 @@ type actor struct {
 	kept    []events.SessionID  // ids whose context the cache keeps for this actor (ctxlog.Keep)
 	commit  sync.Mutex          // serializes context commits (parallel turns share a snapshot)
 	turnsWG sync.WaitGroup
+	// compactMu serializes compactions and tree moves (compact.go); never taken while holding commit.
+	compactMu sync.Mutex
 
 	// chatPolicy is the chat's /queue policy from the session record ("" = ai.agent.concurrency).
 	chatPolicy string // under mu
@@ -405,6 +407,9 @@ func (a *actor) shutdown() {
 
 // handle applies one inbox event.
 func (a *actor) handle(ev events.Any, seq uint64) error {
+	if err := a.archiveIfIdle(ev); err != nil { // sessions_idle.go
+		return err
+	}
 	policy := a.concurrency()
 	switch e := ev.(type) {
 	case *events.Event[events.UserMessage]:
@@ -442,8 +447,9 @@ func (a *actor) handle(ev events.Any, seq uint64) error {
 	case *events.Event[events.Command]:
 		return a.command(e, seq)
 	case *events.Event[events.Scheduled]:
-		m := llm.UserText("[scheduled reminder] "+e.Data.Text, time.Now().UnixMilli())
-		return a.schedule(&pendingTurn{seq: seq, input: []llm.Message{m}, msg: a.syntheticTarget(e.Data.CreatedBy, e.Data.ReplyTo), trace: e.Trace}, "parallel")
+		return a.onScheduled(e, seq)
+	case *events.Event[events.TaskResult]:
+		return a.onTaskResult(e, seq)
 	case *events.Event[events.SubagentResult]:
 		text := llm.TextContentOf(e.Data.Content)
 		m := llm.UserText("[background task "+e.Data.TaskID+" finished]\n"+text, time.Now().UnixMilli())
@@ -476,10 +482,14 @@ func (a *actor) runningTurn() *turnRun {
 func (a *actor) abortAll(reason string) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	n := len(a.queued)
 	for _, t := range a.turns {
+		if t.replied.Load() {
+			continue // answered already, only closing: there is nothing left to cancel
+		}
 		t.abort(reason)
+		n++
 	}
-	n := len(a.turns) + len(a.queued)
 	// Queued turns are dropped with their inputs committed as context (nothing is lost).
 	for _, q := range a.queued {
 		q.cancelled = true

@@ -9,6 +9,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/execpolicy"
 	"github.com/agentbus/agentbus/pkg/models"
+	"github.com/agentbus/agentbus/pkg/sandbox"
 )
 
 // HealthSource adds lines to /health (cost tracking, connected tools, ...).
@@ -41,6 +42,20 @@ func (a *actor) command(e *events.Event[events.Command], seq uint64) error {
 		reply = helpText
 	case "approve":
 		reply = a.approve(c, from)
+	case "tasks":
+		reply = a.tasksCommand(c, from) // commands_tasks.go
+	case "tree": // commands_tree.go
+		r, err := a.treeCommand(c, from, pt)
+		if err != nil {
+			return err
+		}
+		reply = r
+	case "compact": // commands_compact.go
+		r, err := a.compactionCommand(c, from, pt)
+		if err != nil {
+			return err
+		}
+		reply = r
 	default:
 		r, ok, err := a.sessionCommand(c, from, pt.msg)
 		switch {
@@ -64,13 +79,16 @@ const helpText = `Commands:
 /model [name]: show or switch this chat's model (masters, trusted)
 /queue [policy]: show or set how messages during a turn are handled: parallel, queue, steer, interrupt, collect
 /usage: tokens and cost of this conversation
-/context: what the model sees next turn
+/context: what the model sees next turn, how full the window is, compactions so far
+/compact [instructions]: summarize the older part of the conversation now (masters, trusted)
+/tree, /tree N: the conversation's points; continue from point N (masters, trusted)
 /whoami: who the bot takes you for
 /tools [filter]: the tools you may use here
 /mcp, /bindings: MCP servers, ai.agents bindings (masters, trusted)
 /models, /health: providers and models, worker health
 /steer <text>, /followup <text>: add to the running turn (masters)
-/approve [once|always|rule …|list|revoke …]: approve bash commands (masters, private chat)`
+/approve [once|always|rule …|list|revoke …]: approve bash commands (masters, private chat)
+/tasks, /tasks cancel <id>: reminders, scheduled jobs and background tasks of this chat`
 
 // approve applies an owner /approve command (private chat, master only) to KV approvals.
 func (a *actor) approve(c events.Command, from events.Sender) string {
@@ -136,6 +154,9 @@ func (w *Worker) healthReport() string {
 	w.mu.Unlock()
 	var b strings.Builder
 	fmt.Fprintf(&b, "ok — worker %s, %s here, %s served", w.opts.ID, count(actors, "active session"), count(w.tools.count(), "tool"))
+	if l := sandbox.HealthLine(); l != "" { // the bash sandbox of a tool worker in this process
+		b.WriteString("\n" + l)
+	}
 	if w.opts.Health != nil {
 		for _, l := range w.opts.Health.HealthLines() {
 			b.WriteString("\n")

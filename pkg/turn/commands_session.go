@@ -157,6 +157,9 @@ func (a *actor) statusReport() (string, error) {
 	if sid, err := s.ID(); err == nil {
 		if l, err := a.loadContext(a.ctx, sid); err == nil {
 			fmt.Fprintf(&b, "Context: %s, ≈%d tokens\n", count(len(l.Messages), "message"), approxTokens(l.Messages))
+			if m, err := a.w.pickModel(events.IMMessage{}, nil, s.ModelOverride); err == nil {
+				fmt.Fprintf(&b, "%s\n", a.w.compactionNote(l, m)) // commands_compact.go
+			}
 		}
 	}
 	fmt.Fprintf(&b, "Worker: %s", a.w.opts.ID)
@@ -401,7 +404,7 @@ func (a *actor) contextReport() (string, error) {
 	if err == nil && model.ContextWindow > 0 {
 		fmt.Fprintf(&b, " of %s's %d-token window (%d%%)", model.ID, model.ContextWindow, tokens*100/model.ContextWindow)
 	}
-	b.WriteString(". /new starts over.")
+	b.WriteString(". " + a.w.compactionNote(l, model) + " /new starts over.") // commands_compact.go
 	return b.String(), nil
 }
 

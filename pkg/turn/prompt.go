@@ -75,13 +75,13 @@ var alwaysTools = []string{"ask_user", "activate_skill", "user_profile", "spawn_
 // an answer like "yes" to the model's question can continue what was going on.
 func (w *Worker) selectTools(m events.IMMessage, input, recent []llm.Message) ([]events.ToolEntry, []loop.AgentTool, string) {
 	v := w.tools.view(m)
-	if w.opts.Skills == nil {
-		return v.entries, v.agent, ""
-	}
 	var text strings.Builder
 	for _, in := range input {
 		text.WriteString(in.TextContent())
 		text.WriteByte(' ')
+	}
+	if w.opts.Skills == nil {
+		return w.backgroundSelection(v, text.String(), v.entries, v.agent)
 	}
 	a := w.opts.AI.Agent
 	sel := skills.Select(text.String(), w.opts.Skills.List(), v.avail, skills.SelectOptions{MaxSkills: a.MaxSkills, MaxTools: a.MaxTools,
@@ -93,7 +93,8 @@ func (w *Worker) selectTools(m events.IMMessage, input, recent []llm.Message) ([
 		entries = append(entries, v.entries[i])
 		agent = append(agent, v.agent[i])
 	}
-	return entries, agent, skills.PromptSection(sel.Skills)
+	entries, agent, note := w.backgroundSelection(v, text.String(), entries, agent)
+	return entries, agent, strings.TrimSpace(skills.PromptSection(sel.Skills) + "\n\n" + note)
 }
 
 // stickyMessages is how far back recentTools looks.

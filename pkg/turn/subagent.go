@@ -12,6 +12,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
+	"github.com/agentbus/agentbus/pkg/schedule"
 	"github.com/agentbus/agentbus/pkg/tools"
 	"github.com/agentbus/agentbus/pkg/tools/filetool"
 )
@@ -67,17 +68,30 @@ func (w *Worker) runSubagent(msg jetstream.Msg) {
 		return
 	}
 	task := ev.Data
+	if !w.taskStarting(task.Parent, task.TaskID, events.TaskKindSubagent, task.Prompt, task.Caller.SenderID) {
+		_ = msg.Ack() // its result was delivered (or it was cancelled) before: never twice
+		return
+	}
 	w.progress.Add(msg)
 	defer w.progress.Remove(msg)
-	ctx := w.ctx
+	deadline := time.Now().Add(w.taskTimeout())
 	if task.Deadline > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, time.UnixMilli(task.Deadline))
-		defer cancel()
+		deadline = time.UnixMilli(task.Deadline)
 	}
+	ctx, cancel := context.WithDeadline(w.ctx, deadline)
+	defer cancel()
+	stopWatch := w.watchCancel(ctx, task.Parent, task.TaskID, cancel)
 	text, isErr := w.subagentLoop(ctx, task, ev.Trace)
+	stopWatch()
 	if w.ctx.Err() != nil {
 		return // stopping: the task is redelivered to another worker
+	}
+	if ctx.Err() == context.DeadlineExceeded {
+		text, isErr = fmt.Sprintf("the background task did not finish within its time limit (%s)", w.taskTimeout()), true
+	}
+	if w.taskCancelled(task.Parent, task.TaskID) {
+		_ = msg.Ack()
+		return
 	}
 	res := events.SubagentResult{TaskID: task.TaskID, ParentTurn: task.ParentTurn, ToolCallID: task.ToolCallID,
 		Content: []llm.Content{llm.Text(text)}, IsError: isErr}
@@ -91,6 +105,7 @@ func (w *Worker) runSubagent(msg jetstream.Msg) {
 		_ = msg.NakWithDelay(5 * time.Second)
 		return
 	}
+	w.taskFinished(task.Parent, task.TaskID, isErr, text)
 	_ = msg.Ack()
 }
 
@@ -183,6 +198,10 @@ func SpawnTaskTool(js jetstream.JetStream, presets []filetool.AgentPreset) tools
 				p := presets[i]
 				task.Tools, task.Model, task.MaxIterations = p.Tools, p.Model, p.MaxIterations
 				task.Prompt = "[agent " + p.Name + "]\n" + p.SystemPrompt + "\n\n## Task\n" + a.Task
+			}
+			if tasks, err := schedule.OpenTasks(ctx, js); err == nil {
+				_, _ = tasks.Create(ctx, events.TaskRecord{ID: task.TaskID, Kind: events.TaskKindSubagent, Session: sk,
+					Label: labelOr(a.Label, a.Task), Owner: c.Env.SenderID})
 			}
 			m, err := events.NewMsg(events.TaskSubagentSubject(task.TaskID), events.New(task, events.WithSession(sk.String())))
 			if err != nil {

@@ -268,6 +268,9 @@ func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (l
 		Idempotent: entry.Idempotent,
 		Fresh:      x.fresh,
 	}
+	if dl, ok := ctx.Deadline(); ok && dl.UnixMilli() < tc.Deadline {
+		tc.Deadline = dl.UnixMilli() // a background task's time limit bounds its tool call too
+	}
 	if tc.Args == nil {
 		tc.Args = map[string]any{}
 	}

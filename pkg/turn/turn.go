@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -19,7 +20,6 @@ import (
 	"github.com/agentbus/agentbus/pkg/chunk"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/identity"
-	"github.com/agentbus/agentbus/pkg/ingest"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
 	"github.com/agentbus/agentbus/pkg/store"
@@ -35,6 +35,7 @@ type pendingTurn struct {
 	trace     string
 	due       time.Time
 	cancelled bool
+	heartbeat bool // a heartbeat turn: an answer of just HEARTBEAT_OK is not posted
 }
 
 func (p *pendingTurn) needs(seq uint64) bool {
@@ -75,6 +76,7 @@ type turnRun struct {
 	reason    string       // why it was aborted
 	next      *pendingTurn // interrupt: the turn to start when this one stops
 	finished  bool         // the turn's goroutine has taken next: no more interrupts
+	replied   atomic.Bool  // its reply is stored: an abort can no longer change anything
 	steerSeqs []uint64     // inbox sequences queued into this turn (steer, follow-up)
 	resumed   bool         // taken over from another owner: tool results may already exist
 	// fresh: nothing of this turn was published before (its turn_started was not a duplicate),
@@ -325,6 +327,7 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 	} else if err := a.w.publishAll(a.ctx, a.replyMsgs(&t.pendingTurn, t.id, t.replyFor(lastAssistant(persisted), persisted), false)); err != nil {
 		return err
 	}
+	t.replied.Store(true)
 	return t.close("done")
 }
 
@@ -398,14 +401,9 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 	if pre := t.preExecute(ctx); pre != "" {
 		skillText += "\n## Pre-executed tool results\n" + pre
 	}
-	ac := &loop.AgentContext{
-		SystemPrompt: w.systemPrompt(ctx, t.msg, t.model, tools, skillText),
-		Messages:     loaded.Messages,
-		Tools:        agentTools,
-	}
-	if loaded.Summary != nil {
-		ac.Messages = append([]llm.Message{llm.UserText("[summary of the earlier conversation]\n"+loaded.Summary.Text, loaded.Summary.Time.UnixMilli())}, ac.Messages...)
-	}
+	system := w.systemPrompt(ctx, t.msg, t.model, tools, skillText)
+	loaded = t.autoCompact(ctx, loaded, system) // L2 when the context nears the window (compact.go)
+	ac := &loop.AgentContext{SystemPrompt: system, Messages: contextMessages(loaded), Tools: agentTools}
 	agentCfg := w.opts.AI.Agent
 	cfg := &loop.Config{
 		Model:         t.model,
@@ -423,6 +421,9 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 		AfterToolCall:  scrubToolError(agentCfg.Workspace),
 		StopAfterTools: stopOnAsk, // ask_user: the question goes to the chat, the answer is the next message
 	}
+	if cs := w.compactionSettings(t.model); cs.Enabled {
+		cfg.TransformContext = t.microCompact(cs) // L1
+	}
 	if lvl, err := llm.ParseThinkingLevel(agentCfg.Thinking); err == nil {
 		cfg.StreamOptions.Thinking = lvl
 	}
@@ -430,13 +431,12 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 	cfg.StreamOptions.Secrets = w.opts.Secrets
 	emit, stopLive := t.emitter()
 	defer stopLive()
-	var out []llm.Message
-	switch {
-	case len(persisted) == 0:
-		out, err = loop.Run(ctx, t.input, ac, cfg, emit)
-	default:
-		out, err = t.resumeLoop(ctx, ac, cfg, persisted, emit)
-	}
+	out, err := t.runCompacting(ctx, ac, cfg, emit, func() ([]llm.Message, error) {
+		if len(persisted) == 0 {
+			return loop.Run(ctx, t.input, ac, cfg, emit)
+		}
+		return t.resumeLoop(ctx, ac, cfg, persisted, emit)
+	})
 	return lastAssistant(out), out, err
 }
 
@@ -701,6 +701,8 @@ func (t *turnRun) replyText(final *llm.Message) string {
 	switch {
 	case final == nil:
 		text = "⚠️ The turn ended without a reply."
+	case final.StopReason == llm.StopReasonError && strings.HasPrefix(final.ErrorMessage, overflowReply):
+		text = overflowText(t.msg.Sender, final.ErrorMessage) // compact.go
 	case final.StopReason == llm.StopReasonError:
 		text = failureText(t.msg.Sender, "The model failed", final.ErrorMessage)
 	case final.StopReason == llm.StopReasonAborted:
@@ -713,6 +715,9 @@ func (t *turnRun) replyText(final *llm.Message) string {
 		text = strings.TrimSpace(final.TextContent() + "\n\n(" + reason + ")")
 	default:
 		text = final.TextContent()
+		if t.heartbeat && strings.TrimSpace(text) == HeartbeatOK {
+			text = ""
+		}
 	}
 	return text
 }
@@ -807,7 +812,7 @@ func (w *Worker) publishAll(ctx context.Context, msgs []*nats.Msg) error {
 // adapter inlined them, else as a reference the model can read.
 func (a *actor) userInput(m *events.IMMessage, text string) llm.Message {
 	if text == "" {
-		text = ingest.StripBotMention(strings.TrimSpace(identity.StripSpoofedSender(m.Content.PlainText())), m)
+		text = identity.StripBotMention(strings.TrimSpace(identity.StripSpoofedSender(m.Content.PlainText())), m)
 	}
 	if m.Scene.Type != events.ScopePrivate {
 		text = identity.SenderPrefix(m.Sender) + text

@@ -30,6 +30,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
+	"github.com/agentbus/agentbus/pkg/memory"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/skills"
 	"github.com/agentbus/agentbus/pkg/store"
@@ -74,7 +75,10 @@ type Options struct {
 	// FetchImage inlines an image a message references by URL, for vision models; nil sends
 	// the reference as text.
 	FetchImage func(ctx context.Context, url string) (data []byte, mimeType string, err error)
-	Log        *slog.Logger
+	// Memory holds the memory files the housekeeping turn before a compaction may write; nil
+	// skips that turn.
+	Memory *memory.Store
+	Log    *slog.Logger
 }
 
 // Worker runs session actors for every session whose lease it holds.
@@ -91,6 +95,7 @@ type Worker struct {
 	turnlog   *store.TurnLog
 	tools     *ToolCatalog
 	approvals *approvals.Store
+	bg        *background           // schedules and task records (background.go)
 	media     jetstream.ObjectStore // nil: media:// images stay references
 	router    *resultRouter
 	progress  *natsutil.InProgress // in-progress acks for held inbox deliveries and running subagent tasks
@@ -164,6 +169,9 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	if w.approvals, err = approvals.Open(ctx, js); err != nil {
 		return nil, err
 	}
+	if w.bg, err = newBackground(ctx, js); err != nil {
+		return nil, err
+	}
 	if w.media, err = js.ObjectStore(ctx, events.ObjectMedia); err != nil {
 		w.log.Warn("media store not available: stored images reach the model as references only", "err", err)
 		w.media = nil
@@ -201,7 +209,10 @@ func (w *Worker) Start(ctx context.Context) error {
 		defer w.wg.Done()
 		w.router.run(w.ctx.Done())
 	}()
-	return w.startSubagents(ctx)
+	if err := w.startSubagents(ctx); err != nil {
+		return err
+	}
+	return w.startBackground(ctx)
 }
 
 // renewLeases renews the leases of every live actor every LeaseTTL/3, in one pipelined batch

@@ -40,6 +40,10 @@ type bashTool struct {
 	maxOut    int
 	log       *slog.Logger
 	run       func(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error)
+	// full: execSecurity full, which runs only inside the kernel sandbox.
+	full bool
+	// hide are the file policy's private paths, masked inside the sandbox.
+	hide []string
 }
 
 type bashArgs struct {
@@ -120,7 +124,8 @@ func (bt bashTool) tool() tools.Tool {
 			if a.TimeoutSeconds > 0 && time.Duration(a.TimeoutSeconds)*time.Second < timeout {
 				timeout = time.Duration(a.TimeoutSeconds) * time.Second
 			}
-			res, err := bt.run(ctx, sandbox.Spec{Command: cmd, Dir: dir, Timeout: timeout, OutputLimit: bt.maxOut})
+			res, err := bt.run(ctx, sandbox.Spec{Command: cmd, Dir: dir, Timeout: timeout, OutputLimit: bt.maxOut,
+				Hide: bt.hide, RequireIsolation: bt.full})
 			if err != nil {
 				return tools.ErrorResult("bash could not start: %v", err), nil
 			}

@@ -22,6 +22,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/agentbus/agentbus/pkg/execpolicy"
 	"github.com/agentbus/agentbus/pkg/filepolicy"
 	"github.com/agentbus/agentbus/pkg/netguard"
 	"github.com/agentbus/agentbus/pkg/sandbox"
@@ -67,6 +68,15 @@ type Config struct {
 	Log               *slog.Logger
 }
 
+// ErrNoIsolation: execSecurity full was configured where the bash sandbox
+// cannot isolate commands (no bubblewrap, or no user namespaces); fix the
+// host or choose allowlist mode.
+var ErrNoIsolation = errors.New("builtin: bash sandbox unavailable")
+
+// probeIsolation is sandbox.Probe; a test replaces it to play a host
+// without user namespaces.
+var probeIsolation = sandbox.Probe
+
 // Names lists every built-in tool name.
 var Names = []string{"read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "bash",
 	"web_fetch", "web_search", "ask_user", "activate_skill", "install_skill"}
@@ -101,8 +111,21 @@ func All(cfg Config) ([]tools.Tool, error) {
 		f := fileTools{fp: cfg.Files}
 		out = append(out, f.readFile(), f.writeFile(), f.editFile(), f.listDir(), f.glob(), f.grep())
 		if cfg.Exec != nil {
+			iso := probeIsolation()
+			full, off := false, false
+			if m, ok := cfg.Exec.(interface{ Mode() execpolicy.Mode }); ok {
+				full, off = m.Mode() == execpolicy.ModeFull, m.Mode() == execpolicy.ModeDeny
+			}
+			if iso.Available || off {
+				cfg.Log.Info(iso.String())
+			} else {
+				cfg.Log.Warn(iso.String())
+				if full {
+					return nil, fmt.Errorf("%w: execSecurity full needs the bash sandbox, and %s", ErrNoIsolation, iso.Reason)
+				}
+			}
 			out = append(out, bashTool{exec: cfg.Exec, approvals: cfg.Approvals, confirm: cfg.Confirmations, files: cfg.Files, timeout: cfg.BashTimeout,
-				maxOut: cfg.BashOutputLimit, log: cfg.Log, run: sandbox.Run}.tool())
+				maxOut: cfg.BashOutputLimit, log: cfg.Log, run: sandbox.Run, full: full, hide: cfg.Files.PrivatePaths()}.tool())
 		}
 	} else if cfg.Exec != nil {
 		return nil, errors.New("builtin: bash needs Files (the workspace policy)")

@@ -3,6 +3,7 @@ package builtin
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -20,6 +21,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/execpolicy"
 	"github.com/agentbus/agentbus/pkg/filepolicy"
 	"github.com/agentbus/agentbus/pkg/netguard"
+	"github.com/agentbus/agentbus/pkg/sandbox"
 	"github.com/agentbus/agentbus/pkg/skills"
 	"github.com/agentbus/agentbus/pkg/tools"
 )
@@ -509,5 +511,200 @@ func TestBashWithRealPolicy(t *testing.T) {
 	want(t, f.call(t, "bash", map[string]any{"command": "touch b.txt"}), false, "[exit code 0]")
 	if _, err := os.Stat(filepath.Join(f.ws, "b.txt")); err != nil {
 		t.Fatal("approved command did not run")
+	}
+}
+
+// TestFileToolsTraversal: paths that reach outside the workspace through a
+// component that does not exist followed by "..", through symlinks, or
+// into secrets and program configuration are refused by every file tool,
+// and nothing is created outside.
+func TestFileToolsTraversal(t *testing.T) {
+	f := newFixture(t, nil)
+	root := filepath.Dir(f.ws)
+	outside := filepath.Join(root, "outside")
+	home := filepath.Join(root, "home")
+	for _, d := range []string{outside, filepath.Join(home, ".ssh"), filepath.Join(f.ws, ".git", "hooks"), filepath.Join(f.ws, "sub")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(outside, "secret"), []byte("s3cret"), 0o644)
+	os.Symlink(outside, filepath.Join(f.ws, "link"))
+	os.Symlink(filepath.Join(home, ".ssh"), filepath.Join(f.ws, "sshlink"))
+	for name, body := range map[string]string{".envrc": "export K=v", "server.key": "k", "id_rsa.pub": "ssh-rsa", "id_ed25519": "k",
+		"app.pem": "k", "nats.creds": "k", ".npmrc": "//r/:_authToken=x", "credentials.json": "{}", ".git/config": "[core]"} {
+		os.WriteFile(filepath.Join(f.ws, name), []byte(body), 0o644)
+	}
+	paths := []string{
+		"nope/../link/secret", "nope/../../outside/secret", "sub/../nope/../link/secret", "link/secret", "link/../outside/secret",
+		"sshlink/authorized_keys", "nope/../sshlink/authorized_keys", "~/.ssh/authorized_keys", filepath.Join(home, ".ssh", "authorized_keys"),
+		"../outside/secret", "sub/../../outside/secret", filepath.Join(outside, "secret"),
+	}
+	secrets := []string{".envrc", "server.key", "id_rsa.pub", "id_ed25519", "app.pem", "nats.creds", ".npmrc", "credentials.json"}
+	type tc struct {
+		tool string
+		args map[string]any
+	}
+	var cases []tc
+	for _, p := range paths {
+		cases = append(cases,
+			tc{"read_file", map[string]any{"path": p}},
+			tc{"write_file", map[string]any{"path": p, "content": "pwned"}},
+			tc{"write_file", map[string]any{"path": p, "content": "pwned", "append": true}},
+			tc{"edit_file", map[string]any{"path": p, "old_string": "s3cret", "new_string": "pwned"}},
+			tc{"list_dir", map[string]any{"path": filepath.Dir(p)}},
+			tc{"grep", map[string]any{"pattern": ".", "path": p}},
+		)
+	}
+	for _, p := range secrets {
+		cases = append(cases, tc{"read_file", map[string]any{"path": p}}, tc{"write_file", map[string]any{"path": p, "content": "x"}},
+			tc{"grep", map[string]any{"pattern": ".", "path": p}})
+	}
+	for _, p := range []string{".git/config", ".git/hooks/pre-commit", "sub/../.git/hooks/post-checkout"} {
+		cases = append(cases, tc{"write_file", map[string]any{"path": p, "content": "[core]\n\tfsmonitor = sh -c id\n"}},
+			tc{"edit_file", map[string]any{"path": p, "old_string": "[core]", "new_string": "[alias]"}})
+	}
+	refused := 0
+	for _, c := range cases {
+		r := f.call(t, c.tool, c.args)
+		text := r.Text()
+		if strings.Contains(text, "s3cret") || strings.Contains(text, "authorized_keys\t") {
+			t.Errorf("%s %v read outside the workspace: %s", c.tool, c.args, text)
+		}
+		if c.tool == "list_dir" {
+			continue // listing the workspace itself (nope/.. -> .) is fine
+		}
+		if !r.IsError {
+			t.Errorf("%s %v: want an error, got %s", c.tool, c.args, text)
+			continue
+		}
+		refused++
+	}
+	if b, _ := os.ReadFile(filepath.Join(outside, "secret")); string(b) != "s3cret" {
+		t.Fatalf("outside file changed: %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(home, ".ssh", "authorized_keys")); err == nil {
+		t.Fatal("authorized_keys was written")
+	}
+	if b, _ := os.ReadFile(filepath.Join(f.ws, ".git", "config")); string(b) != "[core]" {
+		t.Fatalf(".git/config changed: %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(f.ws, ".git", "hooks", "pre-commit")); err == nil {
+		t.Fatal("a git hook was written")
+	}
+	t.Logf("%d traversal and secret attempts, %d refused", len(cases), refused)
+	// What stays allowed: ordinary files, also through a ".." that stays inside.
+	want(t, f.call(t, "write_file", map[string]any{"path": "sub/../ok.txt", "content": "fine"}), false, "ok.txt")
+	want(t, f.call(t, "read_file", map[string]any{"path": "ok.txt"}), false, "fine")
+}
+
+// TestBashBoundaryEndToEnd runs attacks through the real bash tool, the
+// real exec policy and the real sandbox: refused ones must not run, and
+// the ones full mode runs must not read the worker's secrets or write
+// outside the workspace.
+func TestBashBoundaryEndToEnd(t *testing.T) {
+	const secret = "sk-worker-secret-42"
+	t.Setenv("OPENAI_API_KEY", secret)
+	outsideDir := t.TempDir()
+	cfgFile := filepath.Join(outsideDir, "agentbus.yml")
+	if err := os.WriteFile(cfgFile, []byte("apiKey: "+secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	policy := func(mode execpolicy.Mode, preset string, am execpolicy.ApprovalMode) func(*Config) {
+		return func(c *Config) {
+			p, err := execpolicy.New(execpolicy.Options{Mode: mode, Preset: preset, Approval: am, Files: c.Files})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Exec = p
+		}
+	}
+	refused := []string{
+		"sudo id > pwned", "X='a[$(touch pwned)]'; echo ${!X}", "set -k; env BASH_ENV=x touch pwned", "bash -l -c 'touch pwned'",
+		"bash --log -c 'touch pwned'", "zsh -c 'touch pwned'", "sort --compress-prog=sudo x", "compgen -C 'touch pwned' x",
+		"coproc touch pwned", "find . -execdir sudo touch pwned \\;", "cat < /dev/tcp/127.0.0.1/4222", "echo $(touch pwned)",
+		"python3 -c 'open(\"pwned\",\"w\")'", "bash pwned.sh", "node -e 1", "echo pwned | xargs sudo touch",
+	}
+	// Not allowlisted and not read-only: refused unless execApprovalMode allow.
+	unlisted := []string{"echo pwned | xargs touch", "sort --compress-prog=touch x", "find . -execdir touch pwned \\;", "file -C -m pwned"}
+	for _, am := range []execpolicy.ApprovalMode{execpolicy.ApprovalDeny, execpolicy.ApprovalAllow} {
+		f := newFixture(t, policy(execpolicy.ModeAllowlist, "readonly", am))
+		cmds := refused
+		if am == execpolicy.ApprovalDeny {
+			cmds = append(append([]string(nil), refused...), unlisted...)
+		}
+		for _, cmd := range cmds {
+			r := f.call(t, "bash", map[string]any{"command": cmd})
+			if !r.IsError || !strings.Contains(r.Text(), "refused by the exec policy") {
+				t.Errorf("allowlist approval=%s %q: want refusal, got %s", am, cmd, r.Text())
+			}
+			if _, err := os.Stat(filepath.Join(f.ws, "pwned")); err == nil {
+				t.Fatalf("allowlist approval=%s %q ran", am, cmd)
+			}
+		}
+	}
+	if i := sandbox.Probe(); !i.Available {
+		// Without isolation execSecurity full is refused at start-up.
+		_, err := All(Config{Files: newFixtureFiles(t), Exec: mustPolicy(t, execpolicy.ModeFull), Log: slog.New(slog.DiscardHandler)})
+		if !errors.Is(err, ErrNoIsolation) {
+			t.Fatalf("full mode without isolation: All = %v, want ErrNoIsolation", err)
+		}
+		t.Skipf("the full-mode half needs bubblewrap isolation (%s); CI installs the Debian package bubblewrap", i.Reason)
+	}
+	full := newFixture(t, policy(execpolicy.ModeFull, "", ""))
+	for _, cmd := range []string{"rm --recur /", "rm -r /e??", "kill -9 -01", "kill -9 ' -1'", "rm -rf $(echo /)", "echo / | xargs rm -rf", "sudo id"} {
+		want(t, full.call(t, "bash", map[string]any{"command": cmd}), true, "refused by the exec policy")
+	}
+	for _, cmd := range []string{"env", "cat /proc/$PPID/environ /proc/1/environ", "cat /proc/*/environ", "cat " + cfgFile,
+		"python3 -c 'import os; print(open(\"/proc/%d/environ\" % os.getppid()).read())'", "echo $OPENAI_API_KEY"} {
+		r := full.call(t, "bash", map[string]any{"command": cmd})
+		if strings.Contains(r.Text(), secret) {
+			t.Errorf("full %q read the worker's secret:\n%s", cmd, r.Text())
+		}
+	}
+	for _, cmd := range []string{"echo x > " + filepath.Join(outsideDir, "w"), "echo x > ../w", "cp /etc/hostname /usr/w"} {
+		full.call(t, "bash", map[string]any{"command": cmd})
+	}
+	if _, err := os.Stat(filepath.Join(outsideDir, "w")); err == nil {
+		t.Error("full mode wrote outside the workspace")
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(full.ws), "w")); err == nil {
+		t.Error("full mode wrote into the workspace's parent")
+	}
+	want(t, full.call(t, "bash", map[string]any{"command": "echo ok > inside.txt && cat inside.txt"}), false, "ok")
+}
+
+func newFixtureFiles(t *testing.T) *filepolicy.Policy {
+	t.Helper()
+	fp, err := filepolicy.New(filepolicy.Options{Workspace: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fp
+}
+
+func mustPolicy(t *testing.T, mode execpolicy.Mode) *execpolicy.Policy {
+	t.Helper()
+	p, err := execpolicy.New(execpolicy.Options{Mode: mode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestFullModeNeedsIsolation: on a host where the sandbox cannot isolate,
+// execSecurity full is refused at start-up and the other modes still build.
+func TestFullModeNeedsIsolation(t *testing.T) {
+	orig := probeIsolation
+	t.Cleanup(func() { probeIsolation = orig })
+	probeIsolation = func() sandbox.Isolation { return sandbox.Isolation{Reason: "user namespaces are not permitted"} }
+	for _, tt := range []struct {
+		mode execpolicy.Mode
+		ok   bool
+	}{{execpolicy.ModeFull, false}, {execpolicy.ModeAllowlist, true}, {execpolicy.ModeDeny, true}} {
+		_, err := All(Config{Files: newFixtureFiles(t), Exec: mustPolicy(t, tt.mode), Log: slog.New(slog.DiscardHandler)})
+		if tt.ok != (err == nil) || (!tt.ok && !errors.Is(err, ErrNoIsolation)) {
+			t.Errorf("mode %s without isolation: All = %v", tt.mode, err)
+		}
 	}
 }

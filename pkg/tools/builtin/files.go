@@ -41,14 +41,17 @@ func (f fileTools) rel(abs string) string {
 	return abs
 }
 
-// resolve applies the file policy and words refusals for the model.
-func (f fileTools) resolve(p string, a filepolicy.Access) (string, *tools.Result) {
-	abs, err := f.fp.Resolve(p, a)
+// open applies the file policy and returns the os.Root every operation on
+// p goes through (so no "..", symlink or swap between check and use leaves
+// the workspace), p relative to it, and the resolved path for messages.
+// Refusals are worded for the model. The caller closes the Root.
+func (f fileTools) open(p string, a filepolicy.Access) (*os.Root, string, string, *tools.Result) {
+	root, rel, abs, err := f.fp.Root(p, a)
 	if err != nil {
 		r := tools.ErrorResult("%s %q refused: %v", a, p, err)
-		return "", &r
+		return nil, "", "", &r
 	}
-	return abs, nil
+	return root, rel, abs, nil
 }
 
 func details(v any) json.RawMessage {
@@ -72,18 +75,19 @@ type readArgs struct {
 func (f fileTools) readFile() tools.Tool {
 	return tools.MustNew("read_file", "Read a text file from the workspace. Use offset/limit (lines) for large files.",
 		func(ctx context.Context, c tools.Call, a readArgs) (tools.Result, error) {
-			abs, bad := f.resolve(a.Path, filepolicy.Read)
+			root, rel, abs, bad := f.open(a.Path, filepolicy.Read)
 			if bad != nil {
 				return *bad, nil
 			}
-			st, err := os.Stat(abs)
+			defer root.Close()
+			st, err := root.Stat(rel)
 			if err != nil {
 				return tools.ErrorResult("read %s: %v", a.Path, err), nil
 			}
 			if st.IsDir() {
 				return tools.ErrorResult("%s is a directory; use list_dir", a.Path), nil
 			}
-			fh, err := os.Open(abs)
+			fh, err := root.Open(rel)
 			if err != nil {
 				return tools.ErrorResult("read %s: %v", a.Path, err), nil
 			}
@@ -135,18 +139,21 @@ type writeArgs struct {
 func (f fileTools) writeFile() tools.Tool {
 	return tools.MustNew("write_file", "Write (or append to) a text file in the workspace, creating parent directories.",
 		func(ctx context.Context, c tools.Call, a writeArgs) (tools.Result, error) {
-			abs, bad := f.resolve(a.Path, filepolicy.Write)
+			root, rel, abs, bad := f.open(a.Path, filepolicy.Write)
 			if bad != nil {
 				return *bad, nil
 			}
-			if err := os.MkdirAll(filepath.Dir(abs), 0o755); err != nil {
-				return tools.ErrorResult("create directory for %s: %v", a.Path, err), nil
+			defer root.Close()
+			if d := filepath.Dir(rel); d != "." {
+				if err := root.MkdirAll(d, 0o755); err != nil {
+					return tools.ErrorResult("create directory for %s: %v", a.Path, err), nil
+				}
 			}
 			flag := os.O_CREATE | os.O_WRONLY | os.O_TRUNC
 			if a.Append {
 				flag = os.O_CREATE | os.O_WRONLY | os.O_APPEND
 			}
-			fh, err := os.OpenFile(abs, flag, 0o644)
+			fh, err := root.OpenFile(rel, flag, 0o644)
 			if err != nil {
 				return tools.ErrorResult("write %s: %v", a.Path, err), nil
 			}
@@ -182,11 +189,12 @@ func (f fileTools) editFile() tools.Tool {
 			if a.OldString == a.NewString {
 				return tools.ErrorResult("old_string and new_string are identical; nothing to do"), nil
 			}
-			abs, bad := f.resolve(a.Path, filepolicy.Write)
+			root, rel, abs, bad := f.open(a.Path, filepolicy.Write)
 			if bad != nil {
 				return *bad, nil
 			}
-			data, err := os.ReadFile(abs)
+			defer root.Close()
+			data, err := root.ReadFile(rel)
 			if err != nil {
 				return tools.ErrorResult("edit %s: %v", a.Path, err), nil
 			}
@@ -203,12 +211,12 @@ func (f fileTools) editFile() tools.Tool {
 			} else {
 				text = strings.Replace(text, a.OldString, a.NewString, 1)
 			}
-			st, _ := os.Stat(abs)
+			st, _ := root.Stat(rel)
 			mode := fs.FileMode(0o644)
 			if st != nil {
 				mode = st.Mode().Perm()
 			}
-			if err := os.WriteFile(abs, []byte(text), mode); err != nil {
+			if err := root.WriteFile(rel, []byte(text), mode); err != nil {
 				return tools.ErrorResult("edit %s: %v", a.Path, err), nil
 			}
 			return tools.Result{Content: tools.TextResult(fmt.Sprintf("Replaced %d occurrence(s) in %s", n, f.rel(abs))).Content,
@@ -226,14 +234,21 @@ func (f fileTools) listDir() tools.Tool {
 			if a.Path == "" {
 				a.Path = "."
 			}
-			abs, bad := f.resolve(a.Path, filepolicy.Read)
+			root, rel, abs, bad := f.open(a.Path, filepolicy.Read)
 			if bad != nil {
 				return *bad, nil
 			}
-			entries, err := os.ReadDir(abs)
+			defer root.Close()
+			dh, err := root.Open(rel)
 			if err != nil {
 				return tools.ErrorResult("list %s: %v", a.Path, err), nil
 			}
+			entries, err := dh.ReadDir(-1)
+			dh.Close()
+			if err != nil {
+				return tools.ErrorResult("list %s: %v", a.Path, err), nil
+			}
+			sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
 			var b strings.Builder
 			for i, e := range entries {
 				if i == maxListEntries {
@@ -317,27 +332,31 @@ func (f fileTools) glob() tools.Tool {
 			if a.Path == "" {
 				a.Path = "."
 			}
-			root, bad := f.resolve(a.Path, filepolicy.Read)
+			top, rel, _, bad := f.open(a.Path, filepolicy.Read)
 			if bad != nil {
 				return *bad, nil
 			}
+			defer top.Close()
+			sub, err := top.OpenRoot(rel)
+			if err != nil {
+				return tools.ErrorResult("glob %s: %v", a.Path, err), nil
+			}
+			defer sub.Close()
 			var hits []string
 			more := false
-			err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			err = fs.WalkDir(sub.FS(), ".", func(r string, d fs.DirEntry, err error) error {
 				if err != nil {
 					return nil // unreadable entries are skipped
 				}
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				if p == root {
+				if r == "." {
 					return nil
 				}
 				if d.IsDir() && skipDir(d.Name()) {
 					return fs.SkipDir
 				}
-				r, _ := filepath.Rel(root, p)
-				r = filepath.ToSlash(r)
 				if MatchGlob(a.Pattern, r) {
 					if len(hits) == maxGlobResults {
 						more = true
@@ -391,26 +410,45 @@ func (f fileTools) grep() tools.Tool {
 			if a.Path == "" {
 				a.Path = "."
 			}
-			root, bad := f.resolve(a.Path, filepolicy.Read)
+			top, rel, root, bad := f.open(a.Path, filepolicy.Read)
 			if bad != nil {
 				return *bad, nil
 			}
+			defer top.Close()
+			st, err := top.Stat(rel)
+			if err != nil {
+				return tools.ErrorResult("grep %s: %v", a.Path, err), nil
+			}
+			// Walk and read through a Root of the search directory (or of the
+			// file's directory), so nothing the walk meets leaves it.
+			subRel, only := rel, ""
+			if !st.IsDir() {
+				subRel, only = filepath.Dir(rel), filepath.Base(rel)
+				root = filepath.Dir(root)
+			}
+			sub, err := top.OpenRoot(subRel)
+			if err != nil {
+				return tools.ErrorResult("grep %s: %v", a.Path, err), nil
+			}
+			defer sub.Close()
+			fsys := sub.FS()
 			var b strings.Builder
 			hits, files, skipped := 0, 0, 0
 			stop := errors.New("stop")
-			searchFile := func(p string) error {
+			searchFile := func(r string) error {
+				p := filepath.Join(root, filepath.FromSlash(r))
 				// Every file goes through the policy: a walk must not read .env files or
 				// follow a link out of the workspace that Resolve would refuse.
 				if _, err := f.fp.Resolve(p, filepolicy.Read); err != nil {
 					skipped++
 					return nil
 				}
-				st, err := os.Stat(p)
+				st, err := fs.Stat(fsys, r)
 				if err != nil || !st.Mode().IsRegular() || st.Size() > maxGrepFileSize {
 					skipped++
 					return nil
 				}
-				data, err := os.ReadFile(p)
+				data, err := fs.ReadFile(fsys, r)
 				if err != nil || isBinary(data) {
 					skipped++
 					return nil
@@ -435,15 +473,11 @@ func (f fileTools) grep() tools.Tool {
 				}
 				return nil
 			}
-			st, err := os.Stat(root)
-			if err != nil {
-				return tools.ErrorResult("grep %s: %v", a.Path, err), nil
-			}
 			full := false
-			if !st.IsDir() {
-				full = searchFile(root) == stop
+			if only != "" {
+				full = searchFile(only) == stop
 			} else {
-				werr := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+				werr := fs.WalkDir(fsys, ".", func(r string, d fs.DirEntry, err error) error {
 					if err != nil {
 						return nil
 					}
@@ -451,21 +485,20 @@ func (f fileTools) grep() tools.Tool {
 						return ctx.Err()
 					}
 					if d.IsDir() {
-						if p != root && skipDir(d.Name()) {
+						if r != "." && skipDir(d.Name()) {
 							return fs.SkipDir
 						}
 						return nil
 					}
 					if a.Glob != "" {
-						r, _ := filepath.Rel(root, p)
-						if !MatchGlob(a.Glob, filepath.ToSlash(r)) && !MatchGlob(a.Glob, d.Name()) {
+						if !MatchGlob(a.Glob, r) && !MatchGlob(a.Glob, d.Name()) {
 							return nil
 						}
 					}
 					if files >= maxGrepFiles {
 						return stop
 					}
-					return searchFile(p)
+					return searchFile(r)
 				})
 				if werr == stop {
 					full = true

@@ -206,6 +206,9 @@ func handlerExec(name, handler, dir string, timeout time.Duration, limit int, de
 		}
 		res, err := run(ctx, sandbox.Spec{
 			Command: shellQuote(handler), Dir: dir, Timeout: timeout, OutputLimit: limit, Stdin: in,
+			// Inside the bubblewrap sandbox only the workspace exists besides the system
+			// directories: the handler's own directory (the operator's) is bound read-only.
+			ReadOnly: []string{filepath.Dir(handler)},
 			// sandbox drops AGENTBUS_* and secret-looking names, hence the TOOL_ prefix.
 			Env: []string{"TOOL_NAME=" + name, "TOOL_CALL_ID=" + call.ID, "TOOL_PLATFORM=" + call.Env.Platform,
 				"TOOL_SCOPE=" + call.Env.Scope, "TOOL_SCENE=" + call.Env.SceneID, "TOOL_SENDER=" + call.Env.SenderID,

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/app"
+	"github.com/agentbus/agentbus/pkg/config"
+)
+
+// Replay shows where a compaction happened, between the turns it summarized and the next.
+func TestReplayShowsCompactions(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := config.Parse([]byte("dataDir: " + dir + "\nnats:\n  listen: 127.0.0.1:0\n  storeDir: " + filepath.Join(dir, "nats") +
+		"\nai:\n  agent:\n    compaction: {keepRecentTokens: 10, minKeepCount: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AI.Agent.Workspace = filepath.Join(dir, "workspace")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := app.Start(ctx, cfg, app.Options{Roles: app.AllRoles, Out: io.Discard, NoProbe: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop(context.Background()) })
+	var out bytes.Buffer
+	// One chat per line: each waits for its reply, so the turns commit in this order.
+	for _, line := range []string{"first message", "second message", "/compact", "after the compaction"} {
+		if err := cmdChat(context.Background(), []string{"--data", dir, "--user", "bo", "--wait", "20s"}, strings.NewReader(line+"\n"), &out); err != nil {
+			t.Fatalf("chat: %v\n%s", err, out.String())
+		}
+	}
+	if !strings.Contains(out.String(), "Compacted:") {
+		t.Fatalf("/compact did not compact:\n%s", out.String())
+	}
+	out.Reset()
+	if err := cmdReplay(context.Background(), []string{"--data", dir, "console:console:private:bo"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	at := strings.Index(text, "⇣ compaction 1")
+	if at < 0 {
+		t.Fatalf("replay shows no compaction:\n%s", text)
+	}
+	if before, after := text[:at], text[at:]; !strings.Contains(before, "user: second message") || !strings.Contains(after, "user: after the compaction") {
+		t.Fatalf("the compaction is not between the turns it follows and precedes:\n%s", text)
+	}
+}

@@ -1,0 +1,156 @@
+// Package layering holds the test that keeps the import graph the way DESIGN.md §1 draws it.
+package layering
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/agentbus/agentbus"
+
+// roles are the role packages: none may import another, directly or through a package below.
+var roles = []string{"pkg/ingest", "pkg/turn", "pkg/toolworker", "pkg/egress"}
+
+// library are the pi-shaped packages, usable without agentbus: what they may reach of the module.
+var library = []string{"pkg/llm", "pkg/loop"}
+
+func libraryMayImport(pkg string) bool {
+	return under(pkg, "pkg/llm") || under(pkg, "pkg/loop") || pkg == "internal/jsonesc"
+}
+
+func under(pkg, root string) bool { return pkg == root || strings.HasPrefix(pkg, root+"/") }
+
+// TestImportGraph reads every non-test Go file of the module and checks the layering: pkg/llm
+// and pkg/loop reach nothing of the application, no role reaches another role, and nothing
+// imports a command.
+func TestImportGraph(t *testing.T) {
+	graph := imports(t, "../..")
+	if len(graph) < 20 {
+		t.Fatalf("read only %d packages; is the module root ../..?", len(graph))
+	}
+	for pkg := range graph {
+		deps := reach(graph, pkg)
+		for _, lib := range library {
+			if !under(pkg, lib) {
+				continue
+			}
+			for _, d := range deps {
+				if !libraryMayImport(d) {
+					t.Errorf("%s reaches %s: the library must not depend on the application (%s)", pkg, d, path(graph, pkg, d))
+				}
+			}
+		}
+		for _, r := range roles {
+			if !under(pkg, r) {
+				continue
+			}
+			for _, d := range deps {
+				for _, other := range roles {
+					if other != r && under(d, other) {
+						t.Errorf("role %s reaches role %s (%s): what two roles share belongs below both", pkg, d, path(graph, pkg, d))
+					}
+				}
+			}
+		}
+		for _, d := range graph[pkg] {
+			if under(d, "cmd") {
+				t.Errorf("%s imports the command %s", pkg, d)
+			}
+		}
+	}
+}
+
+// imports maps each package of the module (path relative to the root) to the module packages
+// its non-test files import.
+func imports(t *testing.T, root string) map[string][]string {
+	t.Helper()
+	graph := map[string][]string{}
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); p != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "data") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, p, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, filepath.Dir(p))
+		pkg := filepath.ToSlash(rel)
+		if _, ok := graph[pkg]; !ok {
+			graph[pkg] = nil
+		}
+		for _, imp := range f.Imports {
+			ip := strings.Trim(imp.Path.Value, `"`)
+			if dep, ok := strings.CutPrefix(ip, module+"/"); ok && !slices.Contains(graph[pkg], dep) {
+				graph[pkg] = append(graph[pkg], dep)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("no go.mod at %s: %v", root, err)
+	}
+	return graph
+}
+
+// reach lists every module package pkg imports, directly or not.
+func reach(graph map[string][]string, pkg string) []string {
+	seen := map[string]bool{pkg: true}
+	var out []string
+	queue := []string{pkg}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, d := range graph[p] {
+			if !seen[d] {
+				seen[d] = true
+				out = append(out, d)
+				queue = append(queue, d)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// path shows one import chain from a to b, for the error message.
+func path(graph map[string][]string, a, b string) string {
+	prev := map[string]string{a: ""}
+	queue := []string{a}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		if p == b {
+			break
+		}
+		for _, d := range graph[p] {
+			if _, ok := prev[d]; !ok {
+				prev[d] = p
+				queue = append(queue, d)
+			}
+		}
+	}
+	chain := []string{b}
+	for p := prev[b]; p != ""; p = prev[p] {
+		chain = append([]string{p}, chain...)
+	}
+	return strings.Join(chain, " -> ")
+}

@@ -1,0 +1,319 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/internal/fakeopenai"
+	"github.com/agentbus/agentbus/pkg/app"
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/im"
+	"github.com/agentbus/agentbus/pkg/im/discord"
+	"github.com/agentbus/agentbus/pkg/im/discord/discordtest"
+)
+
+const (
+	dcToken = "TEST.discord.token"
+	dcBotID = "1100000000000000001"
+	dcName  = "agentbus-test"
+)
+
+// dcScript: echo; "stream" streams slowly (previews); "long" is long; "picture" sends back the
+// image of message 2007.
+func dcScript(r *fakeopenai.Request) fakeopenai.Reply {
+	last := r.LastUser()
+	switch {
+	case strings.Contains(last, "stream"):
+		return fakeopenai.Reply{Text: "This answer streams in slowly, word by word, so that the preview has time to grow.", Chunks: 8, ChunkDelay: 400 * time.Millisecond}
+	case strings.Contains(last, "long"):
+		var b strings.Builder
+		for i := range 200 {
+			fmt.Fprintf(&b, "Sentence number %d of a long answer. ", i)
+		}
+		return fakeopenai.Reply{Text: b.String()}
+	case strings.Contains(last, "picture"):
+		return fakeopenai.Reply{Text: "![photo](" + im.MediaScheme + im.MediaName("discord", "dc1", "2007", 1) + ")"}
+	}
+	return fakeopenai.Echo(r)
+}
+
+func dcConfig(dir, fakeURL, previewURL, modelURL string) string {
+	return fmt.Sprintf(`
+dataDir: %[1]s
+nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: memory}
+im:
+  discord:
+    bots:
+      - {id: dc1, token: "%[2]s", apiBase: "%[3]s", preview: "off"}
+      - {id: dcp, token: "%[2]s", apiBase: "%[4]s", preview: partial, previewIntervalMs: 300}
+ai:
+  providers:
+    fake: {api: openai-completions, baseUrl: "%[5]s", apiKey: test}
+  agents:
+    zhin: {provider: fake, model: m1}
+`, dir, dcToken, fakeURL, previewURL, modelURL)
+}
+
+// TestDiscordGateway runs the pipeline against a Discord fake (REST + gateway WebSocket): a DM
+// answered as a reply, a guild-channel mention answered (a plain channel message not), the
+// bot's mention stripped, an attachment in (CDN into the media store) and out (multipart
+// upload), a long reply in 2,000-character messages, a 429 with retry_after honoured, and a
+// streaming preview with typing, edited as the reply grows and finally replaced.
+func TestDiscordGateway(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the pipeline")
+	}
+	fake := discordtest.New(t, dcToken, dcBotID, dcName)
+	pfake := discordtest.New(t, dcToken, "1100000000000000002", dcName+"-p")
+	model := fakeopenai.New(t, dcScript)
+	dir := tempDir(t)
+	p := startProc(t, dcConfig(dir, fake.URL(), pfake.URL(), model.BaseURL()), app.AllRoles)
+	fake.WaitSessions(1, 60*time.Second)
+	pfake.WaitSessions(1, 60*time.Second)
+	if s := fake.Sessions()[0]; s.Intents&discordtest.IntentMessageContent == 0 || s.Intents&discordtest.IntentGuildMessages == 0 || s.Intents&discordtest.IntentDirectMessages == 0 {
+		t.Fatalf("identified with intents %b", s.Intents)
+	}
+	sent := func(n int, channel string) []discordtest.Call {
+		return fake.WaitCalls(n, 90*time.Second, func(c discordtest.Call) bool {
+			return c.Status == 200 && c.Route == "createMessage" && c.Channel == channel
+		})
+	}
+
+	t.Run("DM answered as a reply", func(t *testing.T) {
+		fake.Dispatch(fake.Message("2001", "500", "", "41", "hello there"))
+		c := sent(1, "500")[0]
+		if !strings.Contains(c.Content(), "echo: hello there") || c.ReplyTo() != "2001" || c.Auth != "Bot "+dcToken {
+			t.Fatalf("reply = %+v", c)
+		}
+		waitReceipt(t, p, events.SessionKey{Platform: "discord", Bot: "dc1", Scope: "private", Scene: "500"})
+	})
+
+	t.Run("guild mention answered, plain channel message not", func(t *testing.T) {
+		fake.Dispatch(fake.Message("2002", "600", "900", "43", "just chatting"))
+		fake.Dispatch(fake.Mention(fake.Message("2003", "600", "900", "44", "hello bot")))
+		c := sent(1, "600")[0]
+		if !strings.Contains(c.Content(), "hello bot") || strings.Contains(c.Content(), "<@"+dcBotID+">") || c.ReplyTo() != "2003" {
+			t.Fatalf("channel reply = %+v", c)
+		}
+		raw := lastIMIn(t, p, events.SessionKey{Platform: "discord", Bot: "dc1", Scope: "group", Scene: "600"})
+		if !raw.Data.MentionsBot || raw.Data.MessageID != "2003" || raw.Data.Content.PlainText() != "hello bot" {
+			t.Fatalf("mention not recognised or not stripped: %+v", raw.Data)
+		}
+		time.Sleep(2 * time.Second)
+		if n := len(sent(1, "600")); n != 1 {
+			t.Fatalf("%d replies in the channel, want 1 (the plain message is not addressed to the bot)", n)
+		}
+	})
+
+	t.Run("reply to the bot in a channel threads and addresses it", func(t *testing.T) {
+		bot := fake.WaitCalls(1, 10*time.Second, func(c discordtest.Call) bool {
+			return c.Route == "createMessage" && c.Channel == "600" && c.Status == 200
+		})[0]
+		m := fake.Message("2004", "600", "900", "43", "and what about this")
+		m["type"] = 19
+		m["message_reference"] = map[string]any{"message_id": bot.Message, "channel_id": "600", "guild_id": "900"}
+		m["referenced_message"] = map[string]any{"id": bot.Message, "channel_id": "600", "content": bot.Content(),
+			"author": map[string]any{"id": dcBotID, "username": dcName, "bot": true}}
+		fake.Dispatch(m)
+		c := fake.WaitCalls(1, 90*time.Second, func(c discordtest.Call) bool { return c.Route == "createMessage" && c.ReplyTo() == "2004" })[0]
+		if !strings.Contains(c.Content(), "and what about this") {
+			t.Fatalf("reply = %+v", c)
+		}
+		raw := lastIMIn(t, p, events.SessionKey{Platform: "discord", Bot: "dc1", Scope: "group", Scene: "600"})
+		if !raw.Data.MentionsBot || raw.Data.Content[0].Type != events.SegReply || raw.Data.Content[0].ReplyID() != bot.Message {
+			t.Fatalf("reply not normalized: %+v", raw.Data)
+		}
+	})
+
+	t.Run("a message that cannot be normalized is dead-lettered", func(t *testing.T) {
+		m := fake.Message("2005", "", "", "43", "no channel")
+		fake.Dispatch(m)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			s, err := p.JS.Stream(ctx, events.StreamDeadLetters)
+			var got bool
+			if err == nil {
+				if _, err := s.GetLastMsgForSubject(ctx, events.DeadLetterSubject("ingest", events.DLQInvalid)); err == nil {
+					got = true
+				}
+			}
+			cancel()
+			if got {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("no dead letter")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		dl := lastDeadLetter(t, p, events.DeadLetterSubject("ingest", events.DLQInvalid))
+		if !strings.Contains(dl.Error, "channel_id") || !strings.Contains(string(dl.JSON), `"2005"`) || dl.Subject != "discord/dc1" {
+			t.Fatalf("dead letter = %+v", dl)
+		}
+	})
+
+	t.Run("attachment in and out", func(t *testing.T) {
+		img := pngBytes(t)
+		u := fake.AddFile("600/2007/cat.png", img)
+		m := fake.Message("2007", "700", "", "45", "a picture for you")
+		m["attachments"] = []any{map[string]any{"id": "3001", "filename": "cat.png", "content_type": "image/png", "size": len(img), "url": u, "proxy_url": u}}
+		fake.Dispatch(m)
+		c := fake.WaitCalls(1, 90*time.Second, func(c discordtest.Call) bool {
+			return c.Route == "createMessage" && c.Status == 200 && len(c.Files) > 0
+		})[0]
+		var got []byte
+		for _, b := range c.Files {
+			got = b
+		}
+		if c.Channel != "700" || !bytes.Equal(got, img) {
+			t.Fatalf("uploaded %d bytes to %s, want the inbound image to 700", len(got), c.Channel)
+		}
+		raw := lastIMIn(t, p, events.SessionKey{Platform: "discord", Bot: "dc1", Scope: "private", Scene: "700"})
+		var seg events.Segment
+		for _, s := range raw.Data.Content {
+			if s.Type == events.SegImage {
+				seg = s
+			}
+		}
+		if seg.Str("object") == "" {
+			t.Fatalf("attachment not stored: %+v", raw.Data.Content)
+		}
+	})
+
+	t.Run("long reply chunked, 429 honoured", func(t *testing.T) {
+		fake.FailNext("createMessage", 1, 429)
+		fake.Dispatch(fake.Message("2008", "800", "", "46", "a long answer please"))
+		fake.WaitCalls(1, 90*time.Second, func(c discordtest.Call) bool {
+			return c.Status == 200 && c.Channel == "800" && strings.Contains(c.Content(), "Sentence number 199 ")
+		})
+		calls := sent(1, "800")
+		total := 0
+		for _, c := range calls {
+			n := len([]rune(c.Content()))
+			if n > discord.DefaultChunkLimit {
+				t.Fatalf("message of %d characters", n)
+			}
+			total += n
+		}
+		var limited bool
+		var limitedAt, retriedAt time.Time
+		for _, c := range fake.Calls() {
+			if c.Route != "createMessage" || c.Channel != "800" {
+				continue
+			}
+			if c.Status == 429 {
+				limited, limitedAt = true, c.Time
+			} else if limited && retriedAt.IsZero() {
+				retriedAt = c.Time
+			}
+		}
+		if wait := retriedAt.Sub(limitedAt); wait < 900*time.Millisecond {
+			t.Fatalf("retried %v after a 429 with retry_after 1 s", wait)
+		}
+		if !limited || len(calls) < 4 || total < 7000 || calls[0].ReplyTo() != "2008" || calls[1].ReplyTo() != "" {
+			t.Fatalf("429 seen %v; %d characters in %d messages; replies %q %q", limited, total, len(calls), calls[0].ReplyTo(), calls[1].ReplyTo())
+		}
+		t.Logf("long reply: %d characters in %d messages after one 429", total, len(calls))
+	})
+
+	t.Run("preview edited then finalized", func(t *testing.T) {
+		pfake.Dispatch(pfake.Message("2009", "900", "", "47", "stream it"))
+		final := "This answer streams in slowly, word by word, so that the preview has time to grow."
+		pfake.WaitCalls(1, 90*time.Second, func(c discordtest.Call) bool {
+			return c.Route == "editMessage" && c.Channel == "900" && c.Content() == final
+		})
+		var previews, typing, partialEdits int
+		for _, c := range pfake.Calls() {
+			if c.Channel != "900" {
+				continue
+			}
+			switch {
+			case c.Route == "createMessage":
+				previews++
+			case c.Route == "typing":
+				typing++
+			case c.Route == "editMessage" && strings.HasSuffix(c.Content(), " …"):
+				partialEdits++
+			}
+		}
+		if previews != 1 || typing == 0 {
+			t.Fatalf("messages created %d (want 1: the final reply edits the preview), typing %d", previews, typing)
+		}
+		t.Logf("preview: 1 message, %d partial edits, %d typing triggers", partialEdits, typing)
+	})
+}
+
+// TestDiscordGatewayTakeover runs two ingest replicas for one bot: only one holds the
+// gateway session; when its bus connection dies, the other opens the gateway within seconds
+// and answers; a message the fake sends to both sessions at once is answered once.
+func TestDiscordGatewayTakeover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three processes")
+	}
+	fake := discordtest.New(t, dcToken, dcBotID, dcName)
+	model := fakeopenai.New(t, dcScript)
+	dir := tempDir(t)
+	const natsToken = "bus-token-for-tests"
+	common := fmt.Sprintf(`
+im:
+  discord:
+    bots:
+      - {id: dc1, token: "%[1]s", apiBase: "%[2]s", preview: "off"}
+ai:
+  providers:
+    fake: {api: openai-completions, baseUrl: "%[3]s", apiKey: test}
+  agents:
+    zhin: {provider: fake, model: m1}
+`, dcToken, fake.URL(), model.BaseURL())
+	core := startProc(t, fmt.Sprintf(`
+dataDir: %[1]s/core
+nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: memory, token: %[2]s}
+`, dir, natsToken)+common, app.Roles{TurnWorker: true, ToolWorker: true, Egress: true})
+	url := core.Embedded.ClientURL()
+	ingestYML := func(name string) string {
+		return fmt.Sprintf("dataDir: %s/%s\nnats: {url: %q, token: %s, storage: memory}\n", dir, name, url, natsToken) + common
+	}
+	a := startProc(t, ingestYML("a"), app.Roles{Ingest: true})
+	fake.WaitSessions(1, 60*time.Second)
+	startProc(t, ingestYML("b"), app.Roles{Ingest: true})
+	time.Sleep(3 * time.Second)
+	if n := fake.OpenSessions(); n != 1 {
+		t.Fatalf("%d gateway sessions open with two ingest replicas, want 1", n)
+	}
+	fake.Dispatch(fake.Message("2101", "510", "", "71", "before"))
+	fake.WaitCalls(1, 90*time.Second, func(c discordtest.Call) bool { return strings.Contains(c.Content(), "echo: before") })
+
+	killed := time.Now()
+	a.NC.Close() // a's lease can no longer be renewed: it closes the gateway, b takes it
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ss := fake.Sessions()
+		if len(ss) >= 2 && fake.OpenSessions() == 1 && ss[0].Closed.After(killed) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no takeover: sessions %+v", ss)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("gateway taken over %v after the holder lost the bus", time.Since(killed).Round(time.Millisecond))
+	fake.Dispatch(fake.Message("2102", "510", "", "71", "after"))
+	fake.WaitCalls(1, 90*time.Second, func(c discordtest.Call) bool { return strings.Contains(c.Content(), "echo: after") })
+	time.Sleep(2 * time.Second)
+	for _, text := range []string{"echo: before", "echo: after"} {
+		n := 0
+		for _, c := range fake.Calls() {
+			if c.Route == "createMessage" && strings.Contains(c.Content(), text) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%q sent %d times", text, n)
+		}
+	}
+}

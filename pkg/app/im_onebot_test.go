@@ -1,0 +1,448 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/color"
+	"image/png"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/internal/fakeopenai"
+	"github.com/agentbus/agentbus/pkg/app"
+	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/im"
+	"github.com/agentbus/agentbus/pkg/im/onebot/onebottest"
+)
+
+const (
+	obSelf   = 10001 // the bot's QQ number
+	obToken  = "ob-access-token"
+	obMaster = 777
+)
+
+// startProc starts one agentbus process from yml with the given roles; it stops at cleanup.
+func startProc(t *testing.T, yml string, roles app.Roles) *app.Process {
+	t.Helper()
+	cfg, err := config.Parse([]byte(yml))
+	if err != nil {
+		t.Fatalf("config: %v\n%s", err, yml)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p, err := app.Start(ctx, cfg, app.Options{Roles: roles, Out: io.Discard, Log: testLogger(), NoProbe: true})
+	if err != nil {
+		cancel()
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() {
+		stopping.Add(1)
+		go func() {
+			defer stopping.Done()
+			_ = p.Stop(context.Background())
+			cancel()
+		}()
+	})
+	return p
+}
+
+func tempDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "agentbus-im-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirsMu.Lock()
+	dirs = append(dirs, dir)
+	dirsMu.Unlock()
+	return dir
+}
+
+func pngBytes(t *testing.T) []byte {
+	img := image.NewRGBA(image.Rect(0, 0, 4, 4))
+	img.Set(1, 1, color.RGBA{R: 255, A: 255})
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// obScript answers like echo, with a long reply for "long", and an image reply for "picture"
+// (the inbound image of message 1003 sent back from the media store).
+func obScript(r *fakeopenai.Request) fakeopenai.Reply {
+	last := r.LastUser()
+	switch {
+	case strings.Contains(last, "long"):
+		var b strings.Builder
+		for i := range 300 {
+			fmt.Fprintf(&b, "Sentence number %d of a long answer. ", i)
+		}
+		return fakeopenai.Reply{Text: b.String()}
+	case strings.Contains(last, "picture"):
+		return fakeopenai.Reply{Text: "Here it is:\n\n![cat](" + im.MediaScheme + im.MediaName("onebot", "qq1", "1003", 1) + ")"}
+	}
+	return fakeopenai.Echo(r)
+}
+
+// TestOneBotForwardWebSocket runs the whole pipeline against a OneBot v11 implementation that
+// agentbus dials (forward WebSocket): private message in -> reply out (quoting the message),
+// a group @-mention answered and a group message without one not, a group admin's role, an
+// image in (fetched from the implementation's loopback address into the media store) and out
+// (sent as base64), and a long reply cut to the bot's chunk limit.
+func TestOneBotForwardWebSocket(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the pipeline")
+	}
+	fake := onebottest.New(t, obToken, obSelf)
+	model := fakeopenai.New(t, obScript)
+	dir := tempDir(t)
+	yml := fmt.Sprintf(`
+dataDir: %[1]s
+nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: memory}
+im:
+  onebot:
+    bots:
+      - id: qq1
+        selfId: "%[2]d"
+        mode: ws
+        apiBase: %[3]s
+        accessToken: %[4]s
+        masters: ["%[5]d"]
+        chunkLimit: 1000
+ai:
+  providers:
+    fake: {api: openai-completions, baseUrl: "%[6]s", apiKey: test}
+  agents:
+    zhin: {provider: fake, model: m1}
+`, dir, obSelf, fake.WSURL(), obToken, obMaster, model.BaseURL())
+	p := startProc(t, yml, app.AllRoles)
+	fake.WaitConn(60 * time.Second)
+
+	sends := func(n int, scene string) []onebottest.Call {
+		return fake.WaitCalls(n, 90*time.Second, func(c onebottest.Call) bool {
+			if c.Action != "send_msg" {
+				return false
+			}
+			return fmt.Sprint(c.Params["user_id"]) == scene || fmt.Sprint(c.Params["group_id"]) == scene
+		})
+	}
+
+	t.Run("private message in, reply out", func(t *testing.T) {
+		fake.Push(fake.PrivateMessage(1001, 42, []map[string]any{onebottest.Text("hello there")}))
+		c := sends(1, "42")[0]
+		if c.Params["message_type"] != "private" || !strings.Contains(c.Text(), "echo: hello there") {
+			t.Fatalf("reply = %+v", c)
+		}
+		segs := c.Segments()
+		if segs[0]["type"] != "reply" || segs[0]["data"].(map[string]any)["id"] != "1001" {
+			t.Fatalf("reply does not quote message 1001: %v", segs)
+		}
+	})
+
+	t.Run("group mention answered, plain group message not", func(t *testing.T) {
+		fake.Push(fake.GroupMessage(1002, 5555, 43, "member", []map[string]any{onebottest.Text("just chatting")}))
+		fake.Push(fake.GroupMessage(1004, 5555, 44, "admin", []map[string]any{onebottest.At(obSelf), onebottest.Text(" what time is it")}))
+		c := sends(1, "5555")[0]
+		if c.Params["message_type"] != "group" || !strings.Contains(c.Text(), "what time is it") {
+			t.Fatalf("group reply = %+v", c)
+		}
+		if strings.Contains(c.Text(), "just chatting") {
+			t.Fatalf("answered a message without a mention: %q", c.Text())
+		}
+		// The admin's role reached IM_IN.
+		raw := lastIMIn(t, p, events.SessionKey{Platform: "onebot", Bot: "qq1", Scope: "group", Scene: "5555"})
+		if !raw.Data.Sender.HasRole("group_admin") || !raw.Data.MentionsBot {
+			t.Fatalf("im.in sender = %+v mentionsBot=%v", raw.Data.Sender, raw.Data.MentionsBot)
+		}
+	})
+
+	t.Run("image in and out", func(t *testing.T) {
+		img := pngBytes(t)
+		url := fake.AddImage("cat.png", img)
+		fake.Push(fake.PrivateMessage(1003, 45, []map[string]any{onebottest.Text("a picture please"), onebottest.Image("cat.png", url)}))
+		var c onebottest.Call
+		for _, call := range sends(2, "45") {
+			for _, s := range call.Segments() {
+				if s["type"] == "image" {
+					c = call
+				}
+			}
+		}
+		if c.Action == "" {
+			t.Fatalf("no image sent back: %+v", fake.Calls())
+		}
+		var file string
+		for _, s := range c.Segments() {
+			if s["type"] == "image" {
+				file, _ = s["data"].(map[string]any)["file"].(string)
+			}
+		}
+		got, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(file, "base64://"))
+		if err != nil || !bytes.Equal(got, img) {
+			t.Fatalf("image sent = %.60q (err %v), want the inbound image's bytes", file, err)
+		}
+		raw := lastIMIn(t, p, events.SessionKey{Platform: "onebot", Bot: "qq1", Scope: "private", Scene: "45"})
+		seg := raw.Data.Content[1]
+		if seg.Str("object") == "" || seg.Str("sourceUrl") != url {
+			t.Fatalf("inbound image not stored as a reference: %+v", seg)
+		}
+	})
+
+	t.Run("long reply chunked", func(t *testing.T) {
+		fake.Push(fake.PrivateMessage(1005, 46, []map[string]any{onebottest.Text("a long answer please")}))
+		// ~11,400 characters: the turn cuts 4,000-character parts, the adapter 1,000-character
+		// QQ messages.
+		var total int
+		deadline := time.Now().Add(90 * time.Second)
+		for time.Now().Before(deadline) {
+			total = 0
+			for _, c := range fake.Calls() {
+				if c.Action == "send_msg" && fmt.Sprint(c.Params["user_id"]) == "46" {
+					if n := len([]rune(c.Text())); n > 1000 {
+						t.Fatalf("message of %d characters over the chunk limit", n)
+					}
+					total += len(c.Text())
+				}
+			}
+			if total > 11000 {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		calls := sends(12, "46")
+		if total < 11000 {
+			t.Fatalf("only %d characters arrived in %d messages", total, len(calls))
+		}
+		t.Logf("long reply: %d characters in %d QQ messages", total, len(calls))
+	})
+
+	t.Run("master from the bot's masters list", func(t *testing.T) {
+		fake.Push(fake.PrivateMessage(1007, obMaster, []map[string]any{onebottest.Text("it is me")}))
+		sends(1, fmt.Sprint(obMaster))
+		raw := lastIMIn(t, p, events.SessionKey{Platform: "onebot", Bot: "qq1", Scope: "private", Scene: fmt.Sprint(obMaster)})
+		if !raw.Data.Sender.HasRole("master") {
+			t.Fatalf("roles = %v, want master", raw.Data.Sender.Roles)
+		}
+	})
+
+	t.Run("redelivered event not doubled", func(t *testing.T) {
+		ev := fake.PrivateMessage(1006, 47, []map[string]any{onebottest.Text("once only")})
+		fake.Push(ev)
+		sends(1, "47")
+		fake.Push(ev)
+		time.Sleep(3 * time.Second)
+		if n := len(sends(1, "47")); n != 1 {
+			t.Fatalf("%d replies to one message id", n)
+		}
+	})
+}
+
+// lastIMIn returns the last IM_IN message of session sk.
+func lastIMIn(t *testing.T, p *app.Process, sk events.SessionKey) *events.Event[events.IMMessage] {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := p.JS.Stream(ctx, events.StreamIMIn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(ctx, events.IMInSubject(sk))
+	if err != nil {
+		t.Fatalf("im.in of %s: %v", sk, err)
+	}
+	var ev events.Event[events.IMMessage]
+	if err := json.Unmarshal(m.Data, &ev); err != nil {
+		t.Fatal(err)
+	}
+	return &ev
+}
+
+// TestOneBotHTTPAndReverse covers the two modes where the implementation reaches agentbus:
+// HTTP (events POSTed to /onebot/<bot>, replies POSTed to apiBase/send_msg, a 429 with
+// Retry-After honoured and the part delivered after it) and the reverse WebSocket (the
+// implementation dials /onebot/<bot>/ws; egress's send_msg is relayed to the ingest replica
+// holding that socket).
+func TestOneBotHTTPAndReverse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the pipeline")
+	}
+	httpImpl := onebottest.New(t, obToken, obSelf)
+	revImpl := onebottest.New(t, obToken, obSelf+1)
+	model := fakeopenai.New(t, obScript)
+	dir := tempDir(t)
+	yml := fmt.Sprintf(`
+dataDir: %[1]s
+nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: memory}
+im:
+  webhook: {listen: "127.0.0.1:0"}
+  onebot:
+    bots:
+      - {id: qqhttp, selfId: "%[2]d", mode: http, apiBase: "%[3]s", accessToken: %[4]s}
+      - {id: qqrev, selfId: "%[5]d", mode: ws-reverse, accessToken: %[4]s}
+ai:
+  providers:
+    fake: {api: openai-completions, baseUrl: "%[6]s", apiKey: test}
+  agents:
+    zhin: {provider: fake, model: m1}
+`, dir, obSelf, httpImpl.HTTPURL(), obToken, obSelf+1, model.BaseURL())
+	p := startProc(t, yml, app.AllRoles)
+	if p.WebhookURL == "" {
+		t.Fatal("no HTTP listener for the OneBot endpoints")
+	}
+
+	t.Run("http: event POST in, 429 honoured, reply out", func(t *testing.T) {
+		httpImpl.FailNext("1", 429)
+		code, err := httpImpl.Post(p.WebhookURL+"/onebot/qqhttp", httpImpl.PrivateMessage(2001, 51, []map[string]any{onebottest.Text("over http")}))
+		if err != nil || code != 204 {
+			t.Fatalf("event POST: %d %v", code, err)
+		}
+		calls := httpImpl.WaitCalls(2, 90*time.Second, func(c onebottest.Call) bool { return c.Action == "send_msg" })
+		if calls[0].Params["failedWith"] != 429 || !strings.Contains(calls[1].Text(), "echo: over http") {
+			t.Fatalf("calls = %+v", calls)
+		}
+		t.Logf("retried %v after the 429 (Retry-After: 1)", calls[1].Time.Sub(calls[0].Time).Round(time.Millisecond))
+	})
+
+	t.Run("http: bad event dead-lettered", func(t *testing.T) {
+		code, err := httpImpl.Post(p.WebhookURL+"/onebot/qqhttp", map[string]any{"post_type": "message", "message_type": "guild", "message_id": 2009, "user_id": 1, "message": "x"})
+		if err != nil || code != 204 {
+			t.Fatalf("event POST: %d %v", code, err)
+		}
+		dl := lastDeadLetter(t, p, events.DeadLetterSubject("ingest", events.DLQInvalid))
+		if !strings.Contains(dl.Error, "guild") || !strings.Contains(string(dl.JSON), "2009") {
+			t.Fatalf("dead letter = %+v", dl)
+		}
+	})
+
+	t.Run("http: wrong token refused", func(t *testing.T) {
+		bad := onebottest.New(t, "wrong", obSelf)
+		code, _ := bad.Post(p.WebhookURL+"/onebot/qqhttp", bad.PrivateMessage(2002, 52, []map[string]any{onebottest.Text("x")}))
+		if code != 401 {
+			t.Fatalf("status %d, want 401", code)
+		}
+	})
+
+	t.Run("reverse WebSocket: relayed reply", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		ws := "ws" + strings.TrimPrefix(p.WebhookURL, "http") + "/onebot/qqrev/ws"
+		if err := revImpl.DialReverse(ctx, ws); err != nil {
+			t.Fatal(err)
+		}
+		revImpl.Push(revImpl.GroupMessage(2003, 6666, 53, "owner", []map[string]any{onebottest.At(obSelf + 1), onebottest.Text(" via reverse")}))
+		c := revImpl.WaitCalls(1, 90*time.Second, func(c onebottest.Call) bool { return c.Action == "send_msg" })[0]
+		if c.Via != "ws-reverse" || !strings.Contains(c.Text(), "via reverse") {
+			t.Fatalf("call = %+v", c)
+		}
+		raw := lastIMIn(t, p, events.SessionKey{Platform: "onebot", Bot: "qqrev", Scope: "group", Scene: "6666"})
+		if !raw.Data.Sender.HasRole("group_owner") {
+			t.Fatalf("owner role missing: %+v", raw.Data.Sender)
+		}
+	})
+}
+
+// TestOneBotConnectionTakeover runs two ingest replicas against one forward-WebSocket bot:
+// exactly one holds the connection; when it is killed (its bus connection cut, so it cannot
+// release its lease), the other connects within seconds, and messages are answered through
+// it, once each.
+func TestOneBotConnectionTakeover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three processes")
+	}
+	fake := onebottest.New(t, obToken, obSelf)
+	model := fakeopenai.New(t, obScript)
+	dir := tempDir(t)
+	const natsToken = "bus-token-for-tests"
+	common := fmt.Sprintf(`
+im:
+  onebot:
+    bots:
+      - {id: qq1, selfId: "%[1]d", mode: ws, apiBase: "%[2]s", accessToken: %[3]s}
+ai:
+  providers:
+    fake: {api: openai-completions, baseUrl: "%[4]s", apiKey: test}
+  agents:
+    zhin: {provider: fake, model: m1}
+`, obSelf, fake.WSURL(), obToken, model.BaseURL())
+	core := startProc(t, fmt.Sprintf(`
+dataDir: %[1]s/core
+nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: memory, token: %[2]s}
+`, dir, natsToken)+common, app.Roles{TurnWorker: true, ToolWorker: true, Egress: true})
+	url := core.Embedded.ClientURL()
+	ingestYML := func(name string) string {
+		return fmt.Sprintf("dataDir: %s/%s\nnats: {url: %q, token: %s, storage: memory}\n", dir, name, url, natsToken) + common
+	}
+	a := startProc(t, ingestYML("a"), app.Roles{Ingest: true})
+	first := fake.WaitConn(60 * time.Second)
+	b := startProc(t, ingestYML("b"), app.Roles{Ingest: true})
+	_ = b
+	time.Sleep(3 * time.Second) // b competes for the lease and must not connect
+	if n := len(fake.Conns()); n != 1 {
+		t.Fatalf("%d connections open with two ingest replicas, want 1", n)
+	}
+	fake.Push(fake.PrivateMessage(3001, 61, []map[string]any{onebottest.Text("before")}))
+	fake.WaitCalls(1, 90*time.Second, func(c onebottest.Call) bool { return strings.Contains(c.Text(), "echo: before") })
+	// Kill only once egress has its receipt: a holder killed between the platform taking a
+	// message and the answer reaching egress is the one at-least-once window (see im.Ledger).
+	waitReceipt(t, core, events.SessionKey{Platform: "onebot", Bot: "qq1", Scope: "private", Scene: "61"})
+
+	// Kill the holder: which replica holds it is decided by the lease; a connected first, so
+	// it is a. Cutting its bus connection stops it renewing.
+	killed := time.Now()
+	a.NC.Close()
+	second := fake.WaitConn(60*time.Second, first)
+	t.Logf("connection %d taken over as connection %d after %v", first, second, time.Since(killed).Round(time.Millisecond))
+	// a notices it lost the lease and closes its socket.
+	deadline := time.Now().Add(30 * time.Second)
+	for len(fake.Conns()) != 1 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := len(fake.Conns()); n != 1 {
+		t.Fatalf("%d connections after the takeover, want 1", n)
+	}
+	fake.Push(fake.PrivateMessage(3002, 61, []map[string]any{onebottest.Text("after")}))
+	c := fake.WaitCalls(1, 90*time.Second, func(c onebottest.Call) bool { return strings.Contains(c.Text(), "echo: after") })[0]
+	if c.Conn != second {
+		t.Fatalf("reply went over connection %d, want the new holder's %d", c.Conn, second)
+	}
+	time.Sleep(2 * time.Second)
+	for _, text := range []string{"echo: before", "echo: after"} {
+		n := 0
+		for _, c := range fake.Calls() {
+			if strings.Contains(c.Text(), text) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%q sent %d times: %+v", text, n, fake.Calls())
+		}
+	}
+}
+
+// waitReceipt waits for an IM_SENT receipt of session sk.
+func waitReceipt(t *testing.T, p *app.Process, sk events.SessionKey) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := p.JS.Stream(ctx, events.StreamIMSent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := s.GetLastMsgForSubject(ctx, events.IMSentSubject(sk)); err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no receipt for %s", sk)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

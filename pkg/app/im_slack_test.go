@@ -1,0 +1,348 @@
+package app_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/internal/fakeopenai"
+	"github.com/agentbus/agentbus/pkg/app"
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/im"
+	imslack "github.com/agentbus/agentbus/pkg/im/slack"
+	"github.com/agentbus/agentbus/pkg/im/slack/slacktest"
+)
+
+const (
+	slBotToken = "xoxb-test-bot-token"
+	slAppToken = "xapp-test-app-token"
+	slSecret   = "slack-signing-secret"
+	slUser     = "UBOT0001"
+)
+
+func slScript(r *fakeopenai.Request) fakeopenai.Reply {
+	last := r.LastUser()
+	switch {
+	case strings.Contains(last, "stream"):
+		return fakeopenai.Reply{Text: "This answer streams in slowly, word by word, so that the preview has time to grow.", Chunks: 8, ChunkDelay: 400 * time.Millisecond}
+	case strings.Contains(last, "long"):
+		var b strings.Builder
+		for i := range 300 {
+			fmt.Fprintf(&b, "Sentence number %d of a long answer. ", i)
+		}
+		return fakeopenai.Reply{Text: b.String()}
+	case strings.Contains(last, "picture"):
+		return fakeopenai.Reply{Text: "![photo](" + im.MediaScheme + im.MediaName("slack", "sl1", "D700-1700000007.000100", 1) + ")"}
+	}
+	return fakeopenai.Echo(r)
+}
+
+// TestSlackSocketMode runs the pipeline against a Slack fake in Socket Mode: a DM answered
+// (and its envelope acknowledged), a channel mention answered in the message's thread (a
+// plain channel message not), a message in a thread answered in that thread, a file in
+// (url_private with the bot token into the media store) and out (the external upload flow),
+// a long reply in 4,000-character messages, a 429 with Retry-After honoured, and a streaming
+// preview updated with chat.update and finally replaced by the reply.
+func TestSlackSocketMode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the pipeline")
+	}
+	fake := slacktest.New(t, slBotToken, slAppToken, slUser, "BBOT")
+	pfake := slacktest.New(t, slBotToken, slAppToken, slUser, "BBOT")
+	model := fakeopenai.New(t, slScript)
+	dir := tempDir(t)
+	yml := fmt.Sprintf(`
+dataDir: %[1]s
+nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: memory}
+im:
+  slack:
+    bots:
+      - {id: sl1, botToken: "%[2]s", appToken: "%[3]s", apiBase: "%[4]s", preview: "off"}
+      - {id: slp, botToken: "%[2]s", appToken: "%[3]s", apiBase: "%[5]s", preview: partial, previewIntervalMs: 300}
+ai:
+  providers:
+    fake: {api: openai-completions, baseUrl: "%[6]s", apiKey: test}
+  agents:
+    zhin: {provider: fake, model: m1}
+`, dir, slBotToken, slAppToken, fake.URL(), pfake.URL(), model.BaseURL())
+	p := startProc(t, yml, app.AllRoles)
+	fake.WaitSockets(1, 60*time.Second)
+	pfake.WaitSockets(1, 60*time.Second)
+	posted := func(n int, channel string) []slacktest.Call {
+		return fake.WaitCalls(n, 90*time.Second, func(c slacktest.Call) bool {
+			return c.Method == "chat.postMessage" && c.Status == 200 && c.Params.Get("channel") == channel
+		})
+	}
+
+	t.Run("DM answered, envelope acknowledged", func(t *testing.T) {
+		env := fake.Push(fake.Message("D500", "im", "U41", "1700000001.000100", "hello <there> & you"))
+		c := posted(1, "D500")[0]
+		if c.Params.Get("text") != "echo: hello &lt;there&gt; &amp; you" || c.Params.Get("thread_ts") != "" || c.Token != slBotToken {
+			t.Fatalf("reply = %v", c.Params)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for !fake.Acked(env) {
+			if time.Now().After(deadline) {
+				t.Fatalf("envelope %s not acknowledged", env)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+
+	t.Run("channel mention answered in its thread, plain message not", func(t *testing.T) {
+		fake.Push(fake.Message("C600", "channel", "U43", "1700000002.000100", "just chatting"))
+		fake.Push(fake.Message("C600", "channel", "U44", "1700000003.000100", "<@"+slUser+"> hello bot"))
+		c := posted(1, "C600")[0]
+		if !strings.HasSuffix(c.Params.Get("text"), "hello bot") || strings.Contains(c.Params.Get("text"), slUser) || c.Params.Get("thread_ts") != "1700000003.000100" {
+			t.Fatalf("channel reply = %v", c.Params)
+		}
+		raw := lastIMIn(t, p, events.SessionKey{Platform: "slack", Bot: "sl1", Scope: "group", Scene: "C600"})
+		if !raw.Data.MentionsBot || raw.Data.MessageID != "C600/1700000003.000100" {
+			t.Fatalf("mention = %+v", raw.Data)
+		}
+		time.Sleep(2 * time.Second)
+		if n := len(posted(1, "C600")); n != 1 {
+			t.Fatalf("%d replies in the channel, want 1", n)
+		}
+	})
+
+	t.Run("message in a thread answered in that thread", func(t *testing.T) {
+		m := fake.Message("C600", "channel", "U44", "1700000004.000100", "<@"+slUser+"> and in the thread?")
+		slacktest.Event(m)["thread_ts"] = "1700000003.000100"
+		fake.Push(m)
+		c := fake.WaitCalls(1, 90*time.Second, func(c slacktest.Call) bool {
+			return c.Method == "chat.postMessage" && strings.Contains(c.Params.Get("text"), "in the thread?")
+		})[0]
+		if c.Params.Get("thread_ts") != "1700000003.000100" {
+			t.Fatalf("thread reply = %v", c.Params)
+		}
+		raw := lastIMIn(t, p, events.SessionKey{Platform: "slack", Bot: "sl1", Scope: "group", Scene: "C600"})
+		if raw.Data.Content[0].Type != events.SegReply || raw.Data.Content[0].ReplyID() != "C600/1700000003.000100" {
+			t.Fatalf("thread not normalized: %+v", raw.Data.Content)
+		}
+	})
+
+	t.Run("file in and out", func(t *testing.T) {
+		img := pngBytes(t)
+		u := fake.AddFile("T1-F7/cat.png", img)
+		m := fake.Message("D700", "im", "U45", "1700000007.000100", "a picture for you")
+		ev := slacktest.Event(m)
+		ev["subtype"] = "file_share"
+		ev["files"] = []any{map[string]any{"id": "F7", "name": "cat.png", "mimetype": "image/png", "url_private": u, "url_private_download": u}}
+		fake.Push(m)
+		c := fake.WaitCalls(1, 90*time.Second, func(c slacktest.Call) bool { return c.Method == "files.completeUploadExternal" })[0]
+		var got []byte
+		for _, b := range c.Files {
+			got = b
+		}
+		if c.Params.Get("channel_id") != "D700" || !bytes.Equal(got, img) {
+			t.Fatalf("uploaded %d bytes to %q, want the inbound image to D700", len(got), c.Params.Get("channel_id"))
+		}
+		raw := lastIMIn(t, p, events.SessionKey{Platform: "slack", Bot: "sl1", Scope: "private", Scene: "D700"})
+		var seg events.Segment
+		for _, s := range raw.Data.Content {
+			if s.Type == events.SegImage {
+				seg = s
+			}
+		}
+		if seg.Str("object") == "" {
+			t.Fatalf("file not stored: %+v", raw.Data.Content)
+		}
+	})
+
+	t.Run("long reply chunked, 429 honoured", func(t *testing.T) {
+		fake.FailNext("chat.postMessage", 1, 429)
+		fake.Push(fake.Message("D800", "im", "U46", "1700000008.000100", "a long answer please"))
+		fake.WaitCalls(1, 90*time.Second, func(c slacktest.Call) bool {
+			return c.Status == 200 && c.Params.Get("channel") == "D800" && strings.Contains(c.Params.Get("text"), "Sentence number 299 ")
+		})
+		calls := posted(1, "D800")
+		total := 0
+		for _, c := range calls {
+			n := len([]rune(c.Params.Get("text")))
+			if n > imslack.DefaultChunkLimit {
+				t.Fatalf("message of %d characters", n)
+			}
+			total += n
+		}
+		var limitedAt, retriedAt time.Time
+		for _, c := range fake.Calls() {
+			if c.Method != "chat.postMessage" || c.Params.Get("channel") != "D800" {
+				continue
+			}
+			if c.Status == 429 {
+				limitedAt = c.Time
+			} else if !limitedAt.IsZero() && retriedAt.IsZero() {
+				retriedAt = c.Time
+			}
+		}
+		if limitedAt.IsZero() || retriedAt.Sub(limitedAt) < 900*time.Millisecond || len(calls) < 3 || total < 11000 {
+			t.Fatalf("429 at %v, retried %v later; %d characters in %d messages", limitedAt, retriedAt.Sub(limitedAt), total, len(calls))
+		}
+		t.Logf("long reply: %d characters in %d messages; retried %v after a 429", total, len(calls), retriedAt.Sub(limitedAt).Round(time.Millisecond))
+	})
+
+	t.Run("preview updated then finalized", func(t *testing.T) {
+		pfake.Push(pfake.Message("D900", "im", "U47", "1700000009.000100", "stream it"))
+		final := "This answer streams in slowly, word by word, so that the preview has time to grow."
+		pfake.WaitCalls(1, 90*time.Second, func(c slacktest.Call) bool {
+			return c.Method == "chat.update" && c.Params.Get("channel") == "D900" && c.Params.Get("text") == final
+		})
+		var posts, partial int
+		for _, c := range pfake.Calls() {
+			if c.Params.Get("channel") != "D900" {
+				continue
+			}
+			switch {
+			case c.Method == "chat.postMessage":
+				posts++
+			case c.Method == "chat.update" && strings.HasSuffix(c.Params.Get("text"), " …"):
+				partial++
+			}
+		}
+		if posts != 1 {
+			t.Fatalf("%d messages posted (want 1: the final reply updates the preview)", posts)
+		}
+		t.Logf("preview: 1 message, %d partial updates, final chat.update", partial)
+	})
+}
+
+// TestSlackEventsAPI: signed event_callbacks POSTed to /slack/<bot> are answered; a bad
+// signature is refused; url_verification is answered with its challenge; an event that
+// cannot be normalized is dead-lettered and acknowledged.
+func TestSlackEventsAPI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the pipeline")
+	}
+	fake := slacktest.New(t, slBotToken, slAppToken, slUser, "BBOT")
+	model := fakeopenai.New(t, slScript)
+	dir := tempDir(t)
+	yml := fmt.Sprintf(`
+dataDir: %[1]s
+nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: memory}
+im:
+  webhook: {listen: "127.0.0.1:0"}
+  slack:
+    bots:
+      - {id: slw, botToken: "%[2]s", mode: events, signingSecret: "%[3]s", apiBase: "%[4]s", preview: "off"}
+ai:
+  providers:
+    fake: {api: openai-completions, baseUrl: "%[5]s", apiKey: test}
+  agents:
+    zhin: {provider: fake, model: m1}
+`, dir, slBotToken, slSecret, fake.URL(), model.BaseURL())
+	p := startProc(t, yml, app.AllRoles)
+	post := func(secret string, body []byte) (int, string) {
+		ts, sig := slacktest.Sign(secret, body, time.Now())
+		req, _ := http.NewRequest(http.MethodPost, p.WebhookURL+"/slack/slw", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Slack-Request-Timestamp", ts)
+		req.Header.Set("X-Slack-Signature", sig)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := post(slSecret, []byte(`{"type":"url_verification","token":"x","challenge":"ch4ll3nge"}`)); code != 200 || body != "ch4ll3nge" {
+		t.Fatalf("url_verification: %d %q", code, body)
+	}
+	ev, _ := json.Marshal(fake.Message("C610", "channel", "U81", "1700000010.000100", "<@"+slUser+"> via events"))
+	if code, _ := post("wrong-secret", ev); code != http.StatusUnauthorized {
+		t.Fatalf("bad signature: %d", code)
+	}
+	if code, _ := post(slSecret, ev); code != 200 {
+		t.Fatalf("event: %d", code)
+	}
+	c := fake.WaitCalls(1, 90*time.Second, func(c slacktest.Call) bool { return c.Method == "chat.postMessage" })[0]
+	if c.Params.Get("channel") != "C610" || !strings.HasSuffix(c.Params.Get("text"), "] via events") || c.Params.Get("thread_ts") != "1700000010.000100" {
+		t.Fatalf("reply = %v", c.Params)
+	}
+	bad, _ := json.Marshal(fake.Message("C610", "weird", "U81", "1700000011.000100", "x"))
+	if code, _ := post(slSecret, bad); code != 200 {
+		t.Fatalf("an event that cannot be normalized should be dead-lettered and acknowledged, got %d", code)
+	}
+	dl := lastDeadLetter(t, p, events.DeadLetterSubject("ingest", events.DLQInvalid))
+	if !strings.Contains(dl.Error, "weird") || !strings.Contains(string(dl.JSON), "1700000011.000100") {
+		t.Fatalf("dead letter = %+v", dl)
+	}
+}
+
+// TestSlackSocketTakeover: two ingest replicas, one socket; when the holder loses the bus the
+// other opens the socket and answers; an envelope the dead holder never acknowledged is
+// redelivered by Slack (here: pushed again) and answered once.
+func TestSlackSocketTakeover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three processes")
+	}
+	fake := slacktest.New(t, slBotToken, slAppToken, slUser, "BBOT")
+	model := fakeopenai.New(t, slScript)
+	dir := tempDir(t)
+	const natsToken = "bus-token-for-tests"
+	common := fmt.Sprintf(`
+im:
+  slack:
+    bots:
+      - {id: sl1, botToken: "%[1]s", appToken: "%[2]s", apiBase: "%[3]s", preview: "off"}
+ai:
+  providers:
+    fake: {api: openai-completions, baseUrl: "%[4]s", apiKey: test}
+  agents:
+    zhin: {provider: fake, model: m1}
+`, slBotToken, slAppToken, fake.URL(), model.BaseURL())
+	core := startProc(t, fmt.Sprintf(`
+dataDir: %[1]s/core
+nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: memory, token: %[2]s}
+`, dir, natsToken)+common, app.Roles{TurnWorker: true, ToolWorker: true, Egress: true})
+	url := core.Embedded.ClientURL()
+	ingestYML := func(name string) string {
+		return fmt.Sprintf("dataDir: %s/%s\nnats: {url: %q, token: %s, storage: memory}\n", dir, name, url, natsToken) + common
+	}
+	a := startProc(t, ingestYML("a"), app.Roles{Ingest: true})
+	fake.WaitSockets(1, 60*time.Second)
+	startProc(t, ingestYML("b"), app.Roles{Ingest: true})
+	time.Sleep(3 * time.Second)
+	if n := fake.OpenSockets(); n != 1 {
+		t.Fatalf("%d sockets open with two ingest replicas, want 1", n)
+	}
+	before := fake.Message("D510", "im", "U71", "1700000020.000100", "before")
+	fake.Push(before)
+	fake.WaitCalls(1, 90*time.Second, func(c slacktest.Call) bool { return c.Params.Get("text") == "echo: before" })
+
+	killed := time.Now()
+	a.NC.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ss := fake.Sockets()
+		if len(ss) >= 2 && fake.OpenSockets() == 1 && !ss[0].Closed.IsZero() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no takeover: sockets %+v", ss)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("socket taken over %v after the holder lost the bus", time.Since(killed).Round(time.Millisecond))
+	fake.Push(before) // a redelivery of an envelope: dropped by IM_IN's dedupe
+	fake.Push(fake.Message("D510", "im", "U71", "1700000021.000100", "after"))
+	fake.WaitCalls(1, 90*time.Second, func(c slacktest.Call) bool { return c.Params.Get("text") == "echo: after" })
+	time.Sleep(2 * time.Second)
+	for _, text := range []string{"echo: before", "echo: after"} {
+		n := 0
+		for _, c := range fake.Calls() {
+			if c.Method == "chat.postMessage" && c.Params.Get("text") == text {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%q sent %d times", text, n)
+		}
+	}
+}

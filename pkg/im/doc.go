@@ -1,0 +1,24 @@
+// Package im is the framework the native IM adapters (pkg/im/<platform>) share: the small
+// interfaces an adapter needs from the ingest and egress roles, the errors egress classifies,
+// per-platform chunking, storing inbound media in the "media" object store, and the
+// single-connection holder.
+//
+// An adapter has two halves. The inbound half runs in the ingest role: it turns platform
+// events into events.IMMessage values and hands them to a Sink (the ingest role's Ingestor,
+// wrapped by pkg/app), which publishes them on IM_IN with the platform message id as
+// Nats-Msg-Id. The outbound half runs in the egress role and implements egress's Sender
+// contract, Send(ctx, events.Outbound) (platformMsgID string, err error): an error whose
+// Permanent() method reports true is dead-lettered, any other is retried, and an error with
+// RetryAfterDelay() pauses the platform first (see Error). Adapter packages import neither
+// pkg/ingest nor pkg/egress: roles are never imported by what is below them.
+//
+// Connections a platform allows only once (a OneBot forward WebSocket, a Telegram long poll, a
+// Discord gateway session, a Slack socket) are run under Hold: exactly one ingest replica holds
+// a KV lease for the connection (bucket "leases", key "im-conn.<platform>.<bot>") and runs it;
+// the others wait, and one of them takes the connection over within TTL + TTL/3 when the
+// holder dies. Nothing inbound is doubled across a takeover because every message is
+// published with its platform message id as the dedupe id.
+//
+// Where the connection lives in ingest but egress must send through it (OneBot over a
+// WebSocket), the holder also answers API calls relayed over core NATS on RPCSubject.
+package im

@@ -1,0 +1,97 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+func newStore(t *testing.T, l Limits) *Store {
+	s := New(t.TempDir(), l)
+	s.now = func() time.Time { return time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC) }
+	return s
+}
+
+func TestWrite(t *testing.T) {
+	cases := []struct {
+		name, file string
+		replace    bool
+		want       error
+		path       string
+	}{
+		{"long-term", "MEMORY.md", false, nil, "memory/MEMORY.md"},
+		{"today", "today", false, nil, "memory/2026-12-01.md"},
+		{"agents", "AGENTS.md", false, nil, "AGENTS.md"},
+		{"soul is read-only", "SOUL.md", false, ErrNotWritable, ""},
+		{"no paths", "../etc/passwd", false, ErrNotWritable, ""},
+		{"no other files", "notes.md", true, ErrNotWritable, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := newStore(t, Limits{})
+			_, err := s.Write(c.file, "likes tea", c.replace)
+			if !errors.Is(err, c.want) {
+				t.Fatalf("err = %v, want %v", err, c.want)
+			}
+			if c.path == "" {
+				return
+			}
+			if _, err := s.Write(c.file, "order 58211", false); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(filepath.Join(s.dataDir, c.path))
+			if err != nil || string(b) != "likes tea\norder 58211\n" {
+				t.Fatalf("file = %q, %v", b, err)
+			}
+		})
+	}
+}
+
+func TestLimits(t *testing.T) {
+	s := newStore(t, Limits{LongTerm: 20, Daily: 30, Total: 60})
+	if _, err := s.Write("MEMORY.md", strings.Repeat("a", 25), false); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("err = %v, want ErrTooLarge", err)
+	}
+	if _, err := os.Stat(filepath.Join(s.Dir(), "MEMORY.md")); !os.IsNotExist(err) {
+		t.Fatal("a refused write left a file")
+	}
+	// Files edited by hand may exceed the caps: the section cuts them on characters.
+	if err := os.MkdirAll(s.Dir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(s.Dir(), "MEMORY.md"), []byte(strings.Repeat("记忆", 40)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Write("today", "汉字汉字", false); err != nil {
+		t.Fatal(err)
+	}
+	sec := s.Section()
+	if !utf8.ValidString(sec) || len(sec) > 60 || !strings.Contains(sec, "truncated") {
+		t.Fatalf("section %d bytes, valid %v: %q", len(sec), utf8.ValidString(sec), sec)
+	}
+	for n := 0; n < 40; n++ {
+		if c := Cap("aé汉🙂"+strings.Repeat("字", 10), n); len(c) > n || !utf8.ValidString(c) {
+			t.Fatalf("Cap(%d) = %q", n, c)
+		}
+	}
+}
+
+func TestTool(t *testing.T) {
+	s := newStore(t, Limits{})
+	tool := s.Tool()
+	res, err := tool.Execute(context.Background(), "c1", map[string]any{"file": "today", "text": "met Bob"}, nil)
+	if err != nil || !strings.Contains(res.Content[0].Text, "saved") {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if _, err := tool.Execute(context.Background(), "c2", map[string]any{"file": "SOUL.md", "text": "evil"}, nil); !errors.Is(err, ErrNotWritable) {
+		t.Fatalf("SOUL.md written: %v", err)
+	}
+	if !strings.Contains(s.Section(), "met Bob") {
+		t.Fatalf("section: %q", s.Section())
+	}
+}

@@ -1,0 +1,161 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/tools"
+)
+
+// FollowUpToolName is the seed's reminder tool.
+const FollowUpToolName = "schedule_followup"
+
+// FollowUpKeywords offer schedule_followup when a message contains one (seed: 触发关键词).
+var FollowUpKeywords = []string{"提醒", "定时", "过一会", "跟进", "别忘", "分钟后", "小时后", "remind", "reminder", "follow up", "later"}
+
+// MaxFollowUpAhead bounds how far ahead a reminder may be set.
+const MaxFollowUpAhead = 366 * 24 * time.Hour
+
+// followUpArgs are schedule_followup's parameters.
+type followUpArgs struct {
+	Action       string  `json:"action" jsonschema:"create, list or cancel"`
+	DelayMinutes float64 `json:"delay_minutes,omitempty" jsonschema:"create: minutes from now (fractions allowed)"`
+	At           string  `json:"at,omitempty" jsonschema:"create: an absolute time instead, RFC 3339 with offset, e.g. 2026-12-02T09:00:00+08:00"`
+	Message      string  `json:"message,omitempty" jsonschema:"create: what to remind the user of, in their language"`
+}
+
+// FollowUpTool is schedule_followup: it keeps one pending reminder per session as a JetStream
+// message schedule (id "followup") that fires an inbox.scheduled into the session, and a
+// record of it in KV tasks (id "followup", state pending, DueAt). Creating a reminder replaces
+// the pending one. Tool workers may publish schedules and use KV tasks but not read the inbox
+// stream, so the tool answers list and "it replaces ..." from the record. Served by tool
+// workers.
+func FollowUpTool(s *Schedules, tasks *Tasks) tools.Tool {
+	return tools.MustNew(FollowUpToolName,
+		"Schedule a follow-up reminder in this chat: action create with delay_minutes (or at) and message; list shows the pending one; cancel removes it. A new reminder replaces the pending one.",
+		func(ctx context.Context, c tools.Call, a followUpArgs) (tools.Result, error) {
+			sk, err := events.ParseSessionKey(c.Env.SessionKey)
+			if err != nil {
+				return tools.ErrorResult("schedule_followup needs a chat session: %v", err), nil
+			}
+			now := time.Now()
+			pending, err := pendingFollowUp(ctx, tasks, sk, now)
+			if err != nil {
+				return tools.Result{}, fmt.Errorf("schedule_followup: %w", err)
+			}
+			switch strings.ToLower(strings.TrimSpace(a.Action)) {
+			case "create", "":
+				return createFollowUp(ctx, s, tasks, sk, c, a, now, pending)
+			case "list":
+				if pending == nil {
+					return tools.TextResult("No pending reminder in this chat."), nil
+				}
+				return tools.TextResult("Pending reminder " + describeRecord(*pending) + "."), nil
+			case "cancel":
+				if pending == nil {
+					return tools.TextResult("There was no pending reminder to cancel."), nil
+				}
+				if err := s.Clear(ctx, sk, FollowUpID); err != nil {
+					return tools.Result{}, err
+				}
+				if _, err := tasks.Update(ctx, sk, FollowUpID, func(r *events.TaskRecord) bool {
+					r.State, r.Error = events.TaskCancelled, "cancelled by "+c.Env.SenderID
+					return true
+				}); err != nil {
+					return tools.Result{}, err
+				}
+				return tools.TextResult("Cancelled the reminder " + describeRecord(*pending) + "."), nil
+			}
+			return tools.ErrorResult("schedule_followup: unknown action %q (want create, list or cancel)", a.Action), nil
+		}, tools.WithKeywords(FollowUpKeywords...), tools.WithSource("builtin"))
+}
+
+// FollowUpID is the schedule and task id of a session's reminder.
+var FollowUpID = events.ScheduleID(events.ScheduleFollowUp, "")
+
+// pendingFollowUp is the session's reminder record while it is pending and not yet due.
+func pendingFollowUp(ctx context.Context, tasks *Tasks, sk events.SessionKey, now time.Time) (*events.TaskRecord, error) {
+	r, _, err := tasks.Get(ctx, sk, FollowUpID)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if r.State != events.TaskPending || r.DueAt < now.UnixMilli() {
+		return nil, nil
+	}
+	return &r, nil
+}
+
+func describeRecord(r events.TaskRecord) string {
+	return fmt.Sprintf("%s at %s: %q", r.ID, time.UnixMilli(r.DueAt).UTC().Format(time.RFC3339), r.Label)
+}
+
+func createFollowUp(ctx context.Context, s *Schedules, tasks *Tasks, sk events.SessionKey, c tools.Call, a followUpArgs, now time.Time, old *events.TaskRecord) (tools.Result, error) {
+	if strings.TrimSpace(a.Message) == "" {
+		return tools.ErrorResult("schedule_followup: message is required to create a reminder"), nil
+	}
+	var at time.Time
+	switch {
+	case a.At != "":
+		t, err := time.Parse(time.RFC3339, a.At)
+		if err != nil {
+			return tools.ErrorResult("schedule_followup: at %q is not an RFC 3339 time: %v", a.At, err), nil
+		}
+		at = t
+	case a.DelayMinutes > 0 && !math.IsInf(a.DelayMinutes, 0):
+		at = now.Add(time.Duration(a.DelayMinutes * float64(time.Minute)))
+	default:
+		return tools.ErrorResult("schedule_followup: give delay_minutes > 0 or at"), nil
+	}
+	// The server fires at whole seconds: round up so that a reminder never fires early.
+	if at.Truncate(time.Second).Before(at) {
+		at = at.Truncate(time.Second).Add(time.Second)
+	}
+	switch {
+	case !at.After(now):
+		return tools.ErrorResult("schedule_followup: %s is not in the future", at.UTC().Format(time.RFC3339)), nil
+	case at.Sub(now) > MaxFollowUpAhead:
+		return tools.ErrorResult("schedule_followup: %s is more than a year ahead", at.UTC().Format(time.RFC3339)), nil
+	}
+	ev := events.Scheduled{Text: a.Message, Kind: events.ScheduleFollowUp,
+		CreatedBy: events.Sender{ID: c.Env.SenderID, Roles: c.Env.SenderRoles}}
+	if ev.CreatedBy.ID == "" {
+		ev.CreatedBy.ID = "unknown"
+	}
+	err := s.Set(ctx, sk, FollowUpID, At(at), "", ev)
+	if errors.Is(err, ErrBadSchedule) {
+		return tools.ErrorResult("schedule_followup: %v", err), nil
+	}
+	if err != nil {
+		return tools.Result{}, fmt.Errorf("schedule_followup: %w", err)
+	}
+	if err := tasks.Put(ctx, events.TaskRecord{ID: FollowUpID, Kind: events.ScheduleFollowUp, Session: sk, Label: a.Message,
+		State: events.TaskPending, Owner: ev.CreatedBy.ID, DueAt: at.UnixMilli()}); err != nil {
+		return tools.Result{}, fmt.Errorf("schedule_followup: %w", err)
+	}
+	text := fmt.Sprintf("Reminder set for %s (in %s): %q.", at.UTC().Format(time.RFC3339), at.Sub(now).Round(time.Second), a.Message)
+	if old != nil {
+		text += " It replaces the pending reminder " + describeRecord(*old) + "."
+	}
+	return tools.TextResult(text), nil
+}
+
+// Describe is a one-line description of a pending schedule for the chat.
+func Describe(p Pending) string {
+	when := p.Pattern
+	if !p.Next.IsZero() {
+		when = "at " + p.Next.UTC().Format(time.RFC3339)
+	}
+	text := p.Event.Text
+	if r := []rune(text); len(r) > 60 {
+		text = string(r[:60]) + "…"
+	}
+	return fmt.Sprintf("%s %s: %q", p.ID, when, text)
+}

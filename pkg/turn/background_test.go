@@ -1,0 +1,141 @@
+package turn
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
+	"github.com/agentbus/agentbus/pkg/skills"
+	"github.com/agentbus/agentbus/pkg/tools"
+)
+
+// backgroundCatalog is a catalogue with orchestration tools, the reminder tool and workers'
+// tools.
+func backgroundCatalog(t *testing.T) *ToolCatalog {
+	t.Helper()
+	ctx := context.Background()
+	ns := natstest.New(t, natstest.WithMemoryStorage())
+	kv, err := ns.JS.KeyValue(ctx, events.BucketTools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := []byte(`{"type":"object","properties":{"prompt":{"type":"string"}}}`)
+	for _, e := range []struct{ name, desc string }{
+		{"tool_search", "find tools"}, {"run_deferred_task", "run in background"}, {"spawn_task", "subagent"},
+		{"ask_user", "ask"}, {"schedule_followup", "reminders"}, {"user_profile", "profile"},
+		{"generate_image", "Generate an image from a text prompt"}, {"web_fetch", "Fetch a web page"},
+		{"admin_only", "restart the image server"},
+	} {
+		te := events.ToolEntry{Name: e.name, Description: e.desc, Parameters: params, UpdatedAt: 1}
+		if e.name == "admin_only" {
+			te.Roles = []string{"master"}
+		}
+		putTool(t, kv, te)
+	}
+	c, err := NewToolCatalog(ctx, ns.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestBackgroundSelection(t *testing.T) {
+	cat := backgroundCatalog(t)
+	user := events.IMMessage{Platform: "webhook", Scene: events.Scene{Type: "private", ID: "u"}, Sender: events.Sender{ID: "u"}}
+	store := skills.NewStore(nil)
+	tests := []struct {
+		name       string
+		toolSearch bool
+		skills     *skills.Store
+		text       string
+		want       string // names, in order
+		note       bool
+	}{
+		{"toolSearch keeps the orchestration tools", true, nil, "draw a cat", "[tool_search run_deferred_task spawn_task ask_user]", true},
+		{"toolSearch plus a trigger keyword", true, nil, "10分钟后提醒我喝水", "[schedule_followup tool_search run_deferred_task spawn_task ask_user]", true},
+		{"no selection offers everything", false, nil, "hello", "[ask_user generate_image run_deferred_task schedule_followup spawn_task tool_search user_profile web_fetch]", false},
+		{"skills selection without a keyword leaves the reminder out", false, store, "hello", "[ask_user spawn_task user_profile]", false},
+		{"a keyword offers the reminder tool", false, store, "过一会跟进一下", "[ask_user spawn_task user_profile schedule_followup]", false},
+		{"English keyword", false, store, "remind me at 5", "[ask_user spawn_task user_profile schedule_followup]", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := &Worker{tools: cat, opts: Options{AI: config.AI{Agent: config.Agent{ToolSearch: tt.toolSearch}}, Skills: tt.skills}}
+			entries, agent, note := w.selectTools(user, []llm.Message{llm.UserText(tt.text, 1)}, nil)
+			if got := names(entries); got != tt.want {
+				t.Fatalf("offered %s, want %s", got, tt.want)
+			}
+			if len(agent) != len(entries) {
+				t.Fatalf("%d loop tools for %d entries", len(agent), len(entries))
+			}
+			if got := strings.Contains(note, "Tools on workers"); got != tt.note {
+				t.Fatalf("orchestration note present = %v, want %v (%q)", got, tt.note, note)
+			}
+		})
+	}
+}
+
+func TestToolSearch(t *testing.T) {
+	cat := backgroundCatalog(t)
+	cache := NewToolSearchCache(2, time.Minute)
+	tool := ToolSearchTool(cat, cache)
+	run := func(query string, roles ...string) string {
+		res := tool.Run(context.Background(), tools.Call{ID: "c", Args: map[string]any{"query": query},
+			Env: tools.Env{Platform: "webhook", Scope: "private", SenderID: "u", SenderRoles: roles}})
+		return res.Content[0].Text
+	}
+	tests := []struct {
+		query   string
+		roles   []string
+		want    []string
+		notWant []string
+	}{
+		{"generate image", nil, []string{"- generate_image: Generate an image", `"prompt"`}, []string{"tool_search:", "admin_only"}},
+		{"image", []string{"master"}, []string{"generate_image", "admin_only"}, nil},
+		{"fetch web page", nil, []string{"- web_fetch"}, []string{"generate_image"}},
+		{"zzz nothing", nil, []string{"No tool matches", "generate_image", "web_fetch"}, []string{" tool_search"}},
+	}
+	for _, tt := range tests {
+		got := run(tt.query, tt.roles...)
+		for _, w := range tt.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("tool_search(%q, %v) = %q, want %q in it", tt.query, tt.roles, got, w)
+			}
+		}
+		for _, w := range tt.notWant {
+			if strings.Contains(got, w) {
+				t.Errorf("tool_search(%q, %v) = %q, do not want %q", tt.query, tt.roles, got, w)
+			}
+		}
+	}
+	if n := len(cache.m); n > 2 {
+		t.Errorf("cache holds %d answers, max 2", n)
+	}
+	v := cat.view(callerMessage(tools.Env{Platform: "webhook", Scope: "private"}))
+	calls := 0
+	for range 3 {
+		cache.getOrSearch(searchKey{v, "q"}, func() []string { calls++; return nil })
+	}
+	if calls != 1 {
+		t.Errorf("searched %d times for one query, want 1 (cached)", calls)
+	}
+}
+
+func TestChatText(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"Generated 1 image. Include the line below:\n![a cat](media://abc.png)", "![a cat](media://abc.png)"},
+		{"plain result", "plain result"},
+	} {
+		if got := chatText(c.in, false); got != c.want {
+			t.Errorf("chatText(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
