@@ -25,6 +25,7 @@ func cmdBench(ctx context.Context, args []string, w io.Writer) error {
 	fs.BoolVar(&cfg.Tool, "tool", false, "one tool call per turn (the bench_echo tool, through the tool worker)")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "offered load in turns/s (0: closed loop, concurrency = sessions)")
 	fs.BoolVar(&cfg.Kill, "kill", false, "run two turn workers and kill one when half the turns are done")
+	fs.IntVar(&cfg.TurnWorkers, "turn-workers", 1, "turn-worker replicas sharing the sessions")
 	fs.IntVar(&cfg.Baseline, "baseline", 20000, "messages in the raw JetStream publish baseline (negative: skip)")
 	fs.DurationVar(&cfg.ReplyTimeout, "reply-timeout", 60*time.Second, "how long a message waits for its reply before it counts as lost")
 	fs.BoolVar(&cfg.Stages, "stages", false, "also report the time to each pipeline stage (an observer on the bus; costs CPU)")

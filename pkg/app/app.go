@@ -379,7 +379,9 @@ func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Log
 		defer cancel()
 		return natsutil.WaitProvisioned(wctx, js, natsutil.SpecFromConfig(cfg.NATS))
 	}
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// Generous: on a fresh cluster that many processes provision at once, every create waits
+	// for the meta leader; Provision retries each request on its own timeout.
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := natsutil.Provision(pctx, js, natsutil.SpecFromConfig(cfg.NATS)); err != nil {
 		return fmt.Errorf("provision streams (is JetStream enabled on the NATS server?): %w", err)

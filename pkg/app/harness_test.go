@@ -39,6 +39,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if kind := os.Getenv(faultChildEnv); kind != "" {
+		os.Exit(faultChild(kind)) // a child process of TestFaultCluster
+	}
 	code := m.Run()
 	stopping.Wait()
 	for _, d := range dirs {

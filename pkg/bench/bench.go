@@ -28,6 +28,9 @@ type Config struct {
 	Tool     bool          // every turn calls the bench_echo tool once
 	Rate     float64       // offered turns/s; 0 = closed loop with concurrency = Sessions
 	Kill     bool          // two turn workers; kill the second when half the turns are done
+	// TurnWorkers is how many turn-worker replicas share the work (default 1; Kill needs 2
+	// and adds the second when TurnWorkers < 2).
+	TurnWorkers int
 	// Baseline is how many messages the raw JetStream publish baseline sends (default 20000;
 	// negative skips it). BaselineSize is their size in bytes (default 512).
 	Baseline     int
@@ -54,7 +57,7 @@ func (c *Config) defaults() error {
 	if c.Messages == 0 {
 		c.Messages = 10
 	}
-	if c.Sessions < 0 || c.Messages < 0 || c.Rate < 0 || c.Latency < 0 {
+	if c.Sessions < 0 || c.Messages < 0 || c.Rate < 0 || c.Latency < 0 || c.TurnWorkers < 0 {
 		return fmt.Errorf("%w: sessions, messages, rate and latency must not be negative", ErrConfig)
 	}
 	if c.Baseline == 0 {
@@ -78,7 +81,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	h, err := Start(ctx, Options{Latency: cfg.Latency, SecondWorker: cfg.Kill, Dir: cfg.Dir, Log: cfg.Log})
+	h, err := Start(ctx, Options{Latency: cfg.Latency, SecondWorker: cfg.Kill, TurnWorkers: cfg.TurnWorkers, Dir: cfg.Dir, Log: cfg.Log})
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +176,7 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 	run := h.runSeq.Add(1)
 	total := wl.Sessions * wl.Messages
 	res := &Result{Sessions: wl.Sessions, Messages: wl.Messages, Tool: wl.Tool,
-		ModelLatencyMs: ms(h.opts.Latency), OfferedRate: wl.Rate}
+		ModelLatencyMs: ms(h.opts.Latency), OfferedRate: wl.Rate, TurnWorkers: h.turnWorkers()}
 	e := environment()
 	res.GOMAXPROCS, res.NumCPU, res.LoadAvg = e.gomaxprocs, e.numCPU, e.load
 
@@ -587,4 +590,13 @@ type atomicMax struct{ atomic.Int64 }
 func (m *atomicMax) max(v int64) {
 	for cur := m.Load(); v > cur && !m.CompareAndSwap(cur, v); cur = m.Load() {
 	}
+}
+
+// turnWorkers is how many turn-worker replicas the harness runs.
+func (h *Harness) turnWorkers() int {
+	n := max(h.opts.TurnWorkers, 1)
+	if h.opts.SecondWorker {
+		n = max(n, 2)
+	}
+	return n
 }

@@ -43,6 +43,10 @@ type Options struct {
 	Latency time.Duration
 	// SecondWorker starts a second turn-worker replica (Harness.Second), for the kill scenario.
 	SecondWorker bool
+	// TurnWorkers is how many turn-worker replicas run (default 1, at least 2 with
+	// SecondWorker). They share the process and its NATS connection, but each has its own
+	// consumer subscription, leases and actors, as separate processes would.
+	TurnWorkers int
 	// Dir holds the embedded server's store and the data directory; "" = a new temporary
 	// directory removed by Close.
 	Dir string
@@ -143,9 +147,17 @@ func Start(ctx context.Context, o Options) (_ *Harness, err error) {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	llm.RegisterAPI(llm.APIFaux, &countingProvider{inner: inner, h: h})
+	n := max(o.TurnWorkers, 1)
 	if o.SecondWorker {
-		if h.Second, err = p.AddTurnWorker(ctx, "bench-second"); err != nil {
-			return nil, fmt.Errorf("bench: second turn worker: %w", err)
+		n = max(n, 2)
+	}
+	for i := 2; i <= n; i++ {
+		id := "bench-" + strconv.Itoa(i)
+		if i == n && o.SecondWorker {
+			id = "bench-second"
+		}
+		if h.Second, err = p.AddTurnWorker(ctx, id); err != nil {
+			return nil, fmt.Errorf("bench: turn worker %d: %w", i, err)
 		}
 	}
 	return h, nil

@@ -17,6 +17,7 @@ type Result struct {
 	Tool           bool    `json:"toolCallPerTurn"`
 	ModelLatencyMs float64 `json:"modelLatencyMs"`
 	OfferedRate    float64 `json:"offeredTurnsPerSec,omitempty"`
+	TurnWorkers    int     `json:"turnWorkers"`
 
 	Turns       int     `json:"turns"`  // replies received
 	Failed      int     `json:"failed"` // webhook POSTs not accepted
@@ -105,8 +106,8 @@ func (r *Result) WriteText(w io.Writer) {
 	if r.OfferedRate > 0 {
 		load = fmt.Sprintf("offered %.0f turns/s", r.OfferedRate)
 	}
-	fmt.Fprintf(w, "agentbus bench: %d sessions × %d messages, model latency %s ms, %s, %s\n",
-		r.Sessions, r.Messages, num(r.ModelLatencyMs), tool, load)
+	fmt.Fprintf(w, "agentbus bench: %d sessions × %d messages, model latency %s ms, %s, %s, %d turn worker%s\n",
+		r.Sessions, r.Messages, num(r.ModelLatencyMs), tool, load, r.TurnWorkers, plural(r.TurnWorkers))
 	fmt.Fprintf(w, "  machine:        GOMAXPROCS %d, %d CPUs, load average %s\n", r.GOMAXPROCS, r.NumCPU, r.LoadAvg)
 	fmt.Fprintf(w, "  turns:          %d replied, %d rejected, %d lost, in %.2f s\n", r.Turns, r.Failed, r.Lost, r.Seconds)
 	fmt.Fprintf(w, "  throughput:     %.0f turns/s\n", r.TurnsPerSec)
@@ -173,4 +174,11 @@ func num(v float64) string {
 	default:
 		return fmt.Sprintf("%.2f", v)
 	}
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }

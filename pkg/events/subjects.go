@@ -21,6 +21,7 @@ import (
 //	task.subagent.<id> / task.deferred.<id>    TASKS        background work (work queue)
 //	dlq.<role>.<reason>                        DEAD_LETTERS poison messages with the reason
 //	agent.live.<sk>                            core NATS    live token deltas, not persisted
+//	agent.wake.<worker>                        core NATS    doorbell: "an event of a session you own is in its inbox"
 const (
 	PrefixIMIn        = "im.in"
 	PrefixAgentIn     = "agent.in"
@@ -34,6 +35,7 @@ const (
 	PrefixTask        = "task"
 	PrefixDeadLetter  = "dlq"
 	PrefixAgentLive   = "agent.live"
+	PrefixAgentWake   = "agent.wake"
 	TaskKindSubagent  = "subagent"
 	TaskKindDeferred  = "deferred"
 	wildcardAllTokens = ">"
@@ -109,6 +111,35 @@ func TaskSubagentSubject(id string) string { return TaskSubject(TaskKindSubagent
 
 // TaskDeferredSubject is task.deferred.<id>.
 func TaskDeferredSubject(id string) string { return TaskSubject(TaskKindDeferred, id) }
+
+// AgentWakeSubject is agent.wake.<worker> (core NATS, not stored): the doorbell of one
+// turn-worker replica. A replica that got an inbox delivery for a session another replica owns
+// rings the owner's bell (WakeBody) instead of making the delivery wait; the owner reads the
+// session's inbox from its cursor. A lost ring costs only speed: the delivery stays unacked
+// until the owner's cursor has passed it.
+func AgentWakeSubject(worker string) string { return PrefixAgentWake + "." + EncodeToken(worker) }
+
+// WakeBody is the doorbell's payload: the session key token and the inbox sequence that waits.
+func WakeBody(k SessionKey, seq uint64) []byte {
+	return []byte(k.Token() + " " + strconv.FormatUint(seq, 10))
+}
+
+// ParseWakeBody reverses WakeBody.
+func ParseWakeBody(b []byte) (SessionKey, uint64, error) {
+	tok, num, ok := strings.Cut(string(b), " ")
+	if !ok {
+		return SessionKey{}, 0, &InvalidError{What: "wake body", Reason: "want \"<sk> <seq>\", got " + strconv.Quote(string(b))}
+	}
+	seq, err := strconv.ParseUint(num, 10, 64)
+	if err != nil {
+		return SessionKey{}, 0, &InvalidError{What: "wake body", Reason: "bad sequence in " + strconv.Quote(string(b)), Err: err}
+	}
+	k, err := ParseSessionKeyToken(tok)
+	if err != nil {
+		return SessionKey{}, 0, err
+	}
+	return k, seq, nil
+}
 
 // AgentLiveSubject is agent.live.<sk> (core NATS, not stored).
 func AgentLiveSubject(k SessionKey) string { return PrefixAgentLive + "." + k.Token() }

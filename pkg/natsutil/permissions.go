@@ -19,8 +19,9 @@ import (
 //   - ingest: the inbound streams (im.in, agent.in: user messages, commands), refusals on im.out,
 //     its replay-protection KV, dead letters; it answers console.in requests.
 //   - turn-worker: the session's events and context (agent.evt, agent.ctx), tool calls, replies
-//     (im.out), live deltas, tasks, schedules, subagent results into agent.in, session/lease/
-//     approval/profile/model KVs, and purging a session's context subject on /reset.
+//     (im.out), live deltas, the replicas' doorbells (agent.wake), tasks, schedules, subagent
+//     results into agent.in, session/lease/approval/profile/model KVs, and purging a session's
+//     context subject on /reset.
 //   - tool-worker: tool results, the tool registry KV, profiles and delivered markers, the
 //     transcript search request, dead letters; background work its tools queue (task.> for
 //     spawn_task and run_deferred_task, schedule.> for schedule_followup, KV tasks). Not
@@ -119,12 +120,13 @@ func BusRoles() []BusRole {
 		{
 			Name: RoleTurnWorker,
 			Publish: join(jsRead, []string{
-				"agent.in.>", "agent.evt.>", "agent.ctx.>", "agent.live.>",
+				"agent.in.>", "agent.evt.>", "agent.ctx.>", "agent.live.>", "agent.wake.>",
 				"tool.call.>", "tool.result.>", "im.out.>", "task.>", "schedule.>", "dlq.>",
 				"$JS.API.STREAM.PURGE.AGENT_CTX", "transcripts.search",
 			}, kv("sessions", "leases", "approvals", "profiles", "models", "tools", "tasks"), []string{"$O.media.>"}),
-			// Tool results are also awaited as core messages on the session's subject.
-			Subscribe: join(inbox, []string{"tool.result.>"}),
+			// Tool results are also awaited as core messages on the session's subject; the
+			// replicas ring each other's doorbells (agent.wake.<replica>).
+			Subscribe: join(inbox, []string{"tool.result.>", "agent.wake.>"}),
 		},
 		{
 			Name: RoleToolWorker,

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/events"
@@ -15,38 +18,127 @@ import (
 // events.Spec), so that after it returns they all exist with the configured replicas, storage
 // and ages. It is idempotent and safe when many processes run it at the same time: a create
 // that loses the race to another process ("stream name already in use") is retried as an
-// update, and transient API errors (timeouts, JetStream not ready yet in a starting cluster)
-// are retried with backoff until ctx ends.
+// update, and transient API errors (timeouts, JetStream not ready yet in a starting cluster,
+// no peers for placement while the cluster forms) are retried with jittered backoff until ctx
+// ends. Each request gets its own timeout (RequestTimeout, shorter when ctx ends sooner), so one
+// request the forming cluster never answers costs a few seconds, not the whole of ctx: seven
+// role processes started at once against a fresh three-node cluster all come up.
+//
+// ctx bounds the whole provisioning; a failure leaves whatever was already created in place
+// (the next Provision finishes the job).
 //
 // Changes the server cannot apply in place (storage type, work-queue retention, a replica
 // count a single server cannot host) are errors wrapping ErrProvision that name the stream.
 func Provision(ctx context.Context, js jetstream.JetStream, spec events.Spec) error {
 	spec = spec.WithDefaults()
+	var jobs []func() error
 	for _, cfg := range spec.Streams() {
-		if err := retry(ctx, func() error {
-			_, err := js.CreateOrUpdateStream(ctx, cfg)
-			return err
-		}); err != nil {
-			return fmt.Errorf("%w: stream %s: %w", ErrProvision, cfg.Name, err)
-		}
+		jobs = append(jobs, func() error {
+			if err := retry(ctx, func(ctx context.Context) error {
+				if upToDate(ctx, js, cfg.Name, func(have jetstream.StreamConfig) bool { return sameStream(have, cfg) }) {
+					return nil
+				}
+				_, err := js.CreateOrUpdateStream(ctx, cfg)
+				return err
+			}); err != nil {
+				return fmt.Errorf("%w: stream %s: %w", ErrProvision, cfg.Name, err)
+			}
+			return nil
+		})
 	}
 	for _, cfg := range spec.KeyValues() {
-		if err := retry(ctx, func() error {
-			_, err := js.CreateOrUpdateKeyValue(ctx, cfg)
-			return err
-		}); err != nil {
-			return fmt.Errorf("%w: kv %s: %w", ErrProvision, cfg.Bucket, err)
-		}
+		jobs = append(jobs, func() error {
+			if err := retry(ctx, func(ctx context.Context) error {
+				if upToDate(ctx, js, "KV_"+cfg.Bucket, func(have jetstream.StreamConfig) bool { return sameKV(have, cfg) }) {
+					return nil
+				}
+				_, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+				return err
+			}); err != nil {
+				return fmt.Errorf("%w: kv %s: %w", ErrProvision, cfg.Bucket, err)
+			}
+			return nil
+		})
 	}
 	for _, cfg := range spec.ObjectStores() {
-		if err := retry(ctx, func() error {
-			_, err := js.CreateOrUpdateObjectStore(ctx, cfg)
-			return err
-		}); err != nil {
-			return fmt.Errorf("%w: object store %s: %w", ErrProvision, cfg.Bucket, err)
-		}
+		jobs = append(jobs, func() error {
+			if err := retry(ctx, func(ctx context.Context) error {
+				if upToDate(ctx, js, "OBJ_"+cfg.Bucket, func(have jetstream.StreamConfig) bool { return sameObjectStore(have, cfg) }) {
+					return nil
+				}
+				_, err := js.CreateOrUpdateObjectStore(ctx, cfg)
+				return err
+			}); err != nil {
+				return fmt.Errorf("%w: object store %s: %w", ErrProvision, cfg.Bucket, err)
+			}
+			return nil
+		})
 	}
-	return nil
+	// A few at a time: each create is a round trip through the meta leader and the new
+	// stream's own election; overlapping them shortens a cold start several times over.
+	errs := make([]error, len(jobs))
+	sem := make(chan struct{}, provisionParallel)
+	var wg sync.WaitGroup
+	for i, job := range jobs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs[i] = job()
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// provisionParallel bounds the streams and buckets provisioned at the same time.
+const provisionParallel = 4
+
+// upToDate reports whether stream exists with a config same accepts. Every process of a
+// deployment provisions the same spec at start: reading the stream's info (answered by the
+// stream's leader) spares the cluster's meta leader one proposal per stream and bucket per
+// process, which is what a fresh cluster with many processes starting at once chokes on. Any
+// error (not found, no answer) means "not known to be up to date": create-or-update decides.
+func upToDate(ctx context.Context, js jetstream.JetStream, stream string, same func(jetstream.StreamConfig) bool) bool {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return false
+	}
+	info := s.CachedInfo()
+	return info != nil && same(info.Config)
+}
+
+func orOne(n int) int {
+	if n <= 0 {
+		return 1
+	}
+	return n
+}
+
+// sameStream compares the fields events.Spec sets.
+func sameStream(have, want jetstream.StreamConfig) bool {
+	return slices.Equal(have.Subjects, want.Subjects) && have.Description == want.Description &&
+		have.Retention == want.Retention && have.MaxAge == want.MaxAge && have.Storage == want.Storage &&
+		have.Replicas == orOne(want.Replicas) && have.Duplicates == want.Duplicates &&
+		have.AllowDirect == want.AllowDirect && have.AllowMsgTTL == want.AllowMsgTTL &&
+		have.AllowMsgSchedules == want.AllowMsgSchedules && have.AllowRollup == want.AllowRollup &&
+		have.AllowAtomicPublish == want.AllowAtomicPublish && have.MaxMsgsPerSubject == want.MaxMsgsPerSubject &&
+		have.Discard == want.Discard && have.MaxMsgs == want.MaxMsgs && have.MaxBytes == want.MaxBytes &&
+		have.MaxMsgSize == want.MaxMsgSize && have.MaxConsumers == want.MaxConsumers
+}
+
+// sameKV compares the KV bucket's stream with the fields of cfg events.Spec sets.
+func sameKV(have jetstream.StreamConfig, cfg jetstream.KeyValueConfig) bool {
+	return have.Description == cfg.Description && have.MaxMsgsPerSubject == int64(orOne(int(cfg.History))) &&
+		have.MaxAge == cfg.TTL && have.Storage == cfg.Storage && have.Replicas == orOne(cfg.Replicas) &&
+		have.AllowMsgTTL == (cfg.LimitMarkerTTL > 0) && have.SubjectDeleteMarkerTTL == cfg.LimitMarkerTTL
+}
+
+// sameObjectStore compares the object store's stream with the fields of cfg events.Spec sets.
+func sameObjectStore(have jetstream.StreamConfig, cfg jetstream.ObjectStoreConfig) bool {
+	return have.Description == cfg.Description && have.MaxAge == cfg.TTL && have.Storage == cfg.Storage &&
+		have.Replicas == orOne(cfg.Replicas)
 }
 
 // WaitProvisioned waits until every stream, KV bucket and object store of spec exists, changing
@@ -89,26 +181,40 @@ func WaitProvisioned(ctx context.Context, js jetstream.JetStream, spec events.Sp
 	return nil
 }
 
-// retry runs op until it succeeds, fails with a permanent error, or ctx ends.
-func retry(ctx context.Context, op func() error) error {
-	wait := 20 * time.Millisecond
+// RequestTimeout bounds one provisioning request (one create-or-update); a request that gets
+// no answer in that time is retried.
+const RequestTimeout = 5 * time.Second
+
+// maxAttempts bounds the attempts per stream or bucket when ctx has no deadline.
+const maxAttempts = 60
+
+// retry runs op, each time with its own RequestTimeout, until it succeeds, fails with a
+// permanent error, or ctx ends.
+func retry(ctx context.Context, op func(context.Context) error) error {
+	wait := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		err := op()
+		actx, cancel := context.WithTimeout(ctx, RequestTimeout)
+		err := op(actx)
+		cancel()
 		if err == nil || !retriable(err) {
 			return err
 		}
-		if attempt >= 20 {
+		if ctx.Err() != nil {
+			return errors.Join(err, ctx.Err())
+		}
+		if attempt >= maxAttempts {
 			return fmt.Errorf("after %d attempts: %w", attempt, err)
 		}
-		t := time.NewTimer(wait)
+		// Full jitter: processes that collided once do not collide again in step.
+		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return errors.Join(err, ctx.Err())
 		case <-t.C:
 		}
-		if wait *= 2; wait > time.Second {
-			wait = time.Second
+		if wait *= 2; wait > 2*time.Second {
+			wait = 2 * time.Second
 		}
 	}
 }
@@ -130,8 +236,9 @@ func retriable(err error) bool {
 	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
-		// 503: JetStream temporarily unavailable (cluster forming, leader election).
-		return apiErr.Code == 503
+		// 503: JetStream temporarily unavailable (cluster forming, leader election); 10005:
+		// no peers for placement yet (the cluster has not seen every server).
+		return apiErr.Code == 503 || apiErr.ErrorCode == 10005
 	}
 	return false
 }

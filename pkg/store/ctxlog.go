@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 )
 
 // Headers that make LoadContext cheap. Every record on agent.ctx.<sk>.<epoch> carries the
@@ -399,7 +400,9 @@ func (l *ContextLog) LoadContext(ctx context.Context, id events.SessionID) (Load
 		return Loaded{}, err
 	}
 	subj := events.AgentCtxSubject(id)
-	last, err := l.stream.GetLastMsgForSubject(ctx, subj)
+	// The leader's answer: a lagging replica could name an older last record (or none), and a
+	// new owner would start from a context that misses committed turns.
+	last, err := natsutil.LeaderGetMsg(ctx, l.js, l.stream.CachedInfo().Config.Name, natsutil.MsgQuery{LastFor: subj})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return Loaded{}, nil
 	}
@@ -652,7 +655,7 @@ func (l *ContextLog) pointerAt(ctx context.Context, subj string, expectedLastSeq
 	if cached.lastSeq == expectedLastSeq {
 		return cached, nil
 	}
-	m, err := l.stream.GetMsg(ctx, expectedLastSeq, jetstream.WithGetMsgSubject(subj))
+	m, err := natsutil.GetMsg(ctx, l.js, l.stream, natsutil.MsgQuery{Seq: expectedLastSeq, NextFor: subj})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return ctxPointer{}, ErrStaleWriter
 	}
@@ -700,7 +703,7 @@ func (l *ContextLog) publish(ctx context.Context, id events.SessionID, expectedL
 		// that did land looks stale: if the subject's last record is this very commit, it is
 		// the retry's answer.
 		if o.msgID != "" {
-			if last, lerr := l.stream.GetLastMsgForSubject(ctx, subj); lerr == nil && last.Header.Get(nats.MsgIdHdr) == o.msgID {
+			if last, lerr := natsutil.LeaderGetMsg(ctx, l.js, l.stream.CachedInfo().Config.Name, natsutil.MsgQuery{LastFor: subj}); lerr == nil && last.Header.Get(nats.MsgIdHdr) == o.msgID {
 				return last.Sequence, nil
 			}
 		}

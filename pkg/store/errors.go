@@ -2,6 +2,8 @@ package store
 
 import (
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/agentbus/agentbus/internal/jsconflict"
 )
@@ -26,6 +28,23 @@ var (
 	// ErrTooLarge: a record exceeds the server's max payload (wrapped with the sizes).
 	ErrTooLarge = errors.New("store: record too large")
 )
+
+// HeldError is the ErrLeaseHeld of Leases.Acquire: it names the owner that holds the lease, so
+// the caller can hand the session's work to it. errors.Is(err, ErrLeaseHeld) matches it.
+type HeldError struct {
+	Key   string // session key
+	Owner string
+	// RenewedAgo is how long before the acquire attempt the holder last renewed (holder's clock).
+	RenewedAgo time.Duration
+	TTL        time.Duration
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("store: acquire lease %s: held by %q (renewed %s ago, ttl %s)", e.Key, e.Owner, e.RenewedAgo.Round(time.Millisecond), e.TTL)
+}
+
+// Is makes errors.Is(err, ErrLeaseHeld) true.
+func (e *HeldError) Is(target error) bool { return target == ErrLeaseHeld }
 
 // isWrongLastSeq reports a lost compare-and-set (a failed expected-last-(subject-)sequence
 // check or KV revision check), on single-server and replicated streams alike.

@@ -80,8 +80,8 @@ func checkTTL(ttl time.Duration) (time.Duration, error) {
 	return ttl, nil
 }
 
-// Acquire takes the session's lease for owner. It fails with ErrLeaseHeld when another owner
-// holds it (until the server expires it); when owner itself holds it (e.g. a restarted worker
+// Acquire takes the session's lease for owner. It fails with a *HeldError (matching
+// ErrLeaseHeld) when another owner holds it (until the server expires it); when owner itself holds it (e.g. a restarted worker
 // with a stable id), the lease is taken over with a new token. Each acquisition gets a new,
 // larger fencing token.
 func (l *Leases) Acquire(ctx context.Context, sk events.SessionKey, owner string, ttl time.Duration) (Lease, error) {
@@ -117,8 +117,8 @@ func (l *Leases) Acquire(ctx context.Context, sk events.SessionKey, owner string
 		var cur leaseRecord
 		_ = json.Unmarshal(e.Value(), &cur)
 		if cur.Owner != owner {
-			return Lease{}, fmt.Errorf("acquire lease %s: held by %q (renewed %s ago, ttl %dms): %w",
-				sk, cur.Owner, sent.Sub(time.UnixMilli(cur.RenewedAt)).Round(time.Millisecond), cur.TTLms, ErrLeaseHeld)
+			return Lease{}, &HeldError{Key: sk.String(), Owner: cur.Owner,
+				RenewedAgo: sent.Sub(time.UnixMilli(cur.RenewedAt)), TTL: time.Duration(cur.TTLms) * time.Millisecond}
 		}
 		// Our own lease from an earlier life: take it over by CAS, with a fresh token.
 		rec.Token = 0

@@ -9,10 +9,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/internal/jsconflict"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 )
 
 // SessionStatus is active or archived (seed agent_sessions.status).
@@ -121,7 +123,13 @@ func (s *Session) clone() *Session {
 // Sessions is the repository of session records on KV sessions. Every write is a revision CAS,
 // so concurrent writers never lose each other's updates.
 type Sessions struct {
-	kv         jetstream.KeyValue
+	kv jetstream.KeyValue
+	// js, when set (OpenSessions), sends the reads a writer acts on (GetOrCreate, Current,
+	// Update after a lost compare-and-set, Archive) to the bucket's stream leader: a KV get may
+	// be answered by a lagging replica, and a session's new owner that started from an old
+	// record (an old cursor, missing open turns) would redo or skip work. Get stays a direct
+	// get (any replica; it may be a little behind).
+	js         jetstream.JetStream
 	now        func() time.Time
 	maxRetries int
 
@@ -183,17 +191,21 @@ func OpenSessions(ctx context.Context, js jetstream.JetStream, opts ...SessionsO
 	if err != nil {
 		return nil, fmt.Errorf("open KV %s: %w", bucketSessions, err)
 	}
-	return NewSessions(kv, opts...), nil
+	s := NewSessions(kv, opts...)
+	s.js = js
+	return s, nil
 }
 
 func (r *Sessions) nowMs() int64 { return r.now().UnixMilli() }
 
-// Get returns the session record, ErrNotFound if none was ever created.
+// Get returns the session record, ErrNotFound if none was ever created. It is a direct get,
+// which any replica may answer, so it may miss the newest writes: a writer reads with
+// GetOrCreate or Current.
 func (r *Sessions) Get(ctx context.Context, sk events.SessionKey) (*Session, error) {
 	if err := sk.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	return r.get(ctx, sk)
+	return r.get(ctx, sk, false)
 }
 
 // Current returns the newest copy of the record this process read or wrote, reading the
@@ -206,24 +218,51 @@ func (r *Sessions) Current(ctx context.Context, sk events.SessionKey) (*Session,
 	if s := r.cached(sk.Token()); s != nil {
 		return s, nil
 	}
-	return r.get(ctx, sk)
+	return r.get(ctx, sk, true)
 }
 
-func (r *Sessions) get(ctx context.Context, sk events.SessionKey) (*Session, error) {
-	e, err := r.kv.Get(ctx, sk.Token())
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, fmt.Errorf("session %s: %w", sk, ErrNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get session %s: %w", sk, err)
+// get reads the record; leader sends the read to the bucket's stream leader (when the
+// repository has a JetStream context), for the reads a writer acts on.
+func (r *Sessions) get(ctx context.Context, sk events.SessionKey, leader bool) (*Session, error) {
+	var (
+		value []byte
+		rev   uint64
+	)
+	if leader && r.js != nil {
+		raw, err := natsutil.LeaderGetMsg(ctx, r.js, "KV_"+r.kv.Bucket(), natsutil.MsgQuery{LastFor: "$KV." + r.kv.Bucket() + "." + sk.Token()})
+		if errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && kvDeleted(raw.Header) {
+			return nil, fmt.Errorf("session %s: %w", sk, ErrNotFound)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("get session %s: %w", sk, err)
+		}
+		value, rev = raw.Data, raw.Sequence
+	} else {
+		e, err := r.kv.Get(ctx, sk.Token())
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, fmt.Errorf("session %s: %w", sk, ErrNotFound)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("get session %s: %w", sk, err)
+		}
+		value, rev = e.Value(), e.Revision()
 	}
 	var s Session
-	if err := json.Unmarshal(e.Value(), &s); err != nil {
-		return nil, fmt.Errorf("decode session %s (revision %d): %w", sk, e.Revision(), err)
+	if err := json.Unmarshal(value, &s); err != nil {
+		return nil, fmt.Errorf("decode session %s (revision %d): %w", sk, rev, err)
 	}
-	s.Revision = e.Revision()
+	s.Revision = rev
 	r.remember(sk.Token(), &s)
 	return &s, nil
+}
+
+// kvDeleted reports a KV delete or purge marker (or a server TTL marker) read as a raw message.
+func kvDeleted(h nats.Header) bool {
+	switch h.Get("KV-Operation") {
+	case "DEL", "PURGE":
+		return true
+	}
+	return h.Get("Nats-Marker-Reason") != ""
 }
 
 func (r *Sessions) newEpoch(sk events.SessionKey, epoch uint64, prev *Session) *Session {
@@ -295,7 +334,7 @@ func (r *Sessions) GetOrCreate(ctx context.Context, sk events.SessionKey) (*Sess
 		if err := backoff(ctx, attempt); err != nil {
 			return nil, err
 		}
-		cur, err := r.get(ctx, sk)
+		cur, err := r.get(ctx, sk, true)
 		switch {
 		case errors.Is(err, ErrNotFound):
 			s, err := r.put(ctx, sk, r.newEpoch(sk, 1, nil), 0)
@@ -336,7 +375,7 @@ func (r *Sessions) Archive(ctx context.Context, sk events.SessionKey) (*Session,
 		if err := backoff(ctx, attempt); err != nil {
 			return nil, err
 		}
-		cur, err := r.get(ctx, sk)
+		cur, err := r.get(ctx, sk, true)
 		if errors.Is(err, ErrNotFound) {
 			return r.GetOrCreate(ctx, sk)
 		}
@@ -387,7 +426,7 @@ func (r *Sessions) Update(ctx context.Context, sk events.SessionKey, fn func(*Se
 		cur := r.cached(sk.Token())
 		if attempt > 0 || cur == nil {
 			var err error
-			if cur, err = r.get(ctx, sk); err != nil {
+			if cur, err = r.get(ctx, sk, true); err != nil {
 				return nil, err
 			}
 		}

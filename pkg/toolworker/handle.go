@@ -17,6 +17,7 @@ import (
 	"github.com/agentbus/agentbus/internal/jsconflict"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/tools"
 )
 
@@ -229,7 +230,8 @@ func (h *Handle) resultExists(fresh bool, subj string) error {
 	if fresh {
 		return jetstream.ErrMsgNotFound
 	}
-	_, err := h.results.GetLastMsgForSubject(h.killCtx, subj)
+	// Confirmed with the stream leader: a lagging replica's "not found" would run the call twice.
+	_, err := natsutil.GetMsg(h.killCtx, h.opts.JS, h.results, natsutil.MsgQuery{LastFor: subj})
 	return err
 }
 
@@ -241,7 +243,7 @@ func (h *Handle) awaitResult(c *call, until time.Time) bool {
 		defer sub.Unsubscribe()
 	}
 	for {
-		if _, err := h.results.GetLastMsgForSubject(h.killCtx, subj); err == nil {
+		if _, err := natsutil.GetMsg(h.killCtx, h.opts.JS, h.results, natsutil.MsgQuery{LastFor: subj}); err == nil {
 			return true
 		}
 		left := time.Until(until)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/store"
 )
 
@@ -37,6 +39,7 @@ type actor struct {
 	mu      sync.Mutex
 	lease   store.Lease
 	held    map[uint64][]jetstream.Msg // deliveries this actor still owes an ack, by stream seq
+	known   map[uint64]struct{}        // inbox seqs past the cursor another replica rang the doorbell for
 	wake    chan struct{}
 	cursor  uint64
 	turns   map[string]*turnRun // running turns
@@ -61,7 +64,7 @@ func newActor(w *Worker, sk events.SessionKey, lease store.Lease) *actor {
 	return &actor{
 		w: w, sk: sk, subj: events.AgentInSubject(sk), lease: lease,
 		log: w.log.With("session", sk.String()), ctx: ctx, cancel: cancel,
-		held: map[uint64][]jetstream.Msg{}, wake: make(chan struct{}, 1),
+		held: map[uint64][]jetstream.Msg{}, known: map[uint64]struct{}{}, wake: make(chan struct{}, 1),
 		turns: map[string]*turnRun{}, ctxLast: map[string]uint64{},
 	}
 }
@@ -99,6 +102,22 @@ func (a *actor) deliver(msg jetstream.Msg, seq uint64) {
 	a.held[seq] = append(a.held[seq], msg)
 	a.mu.Unlock()
 	a.w.progress.Add(msg) // kept from redelivery until acked or handed back
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// know notes that inbox event seq is in the log (another replica holds its delivery and rang
+// the doorbell), so the actor reads up to it without waiting for a delivery of its own.
+func (a *actor) know(seq uint64) {
+	a.mu.Lock()
+	if a.held == nil || seq <= a.cursor {
+		a.mu.Unlock()
+		return
+	}
+	a.known[seq] = struct{}{}
+	a.mu.Unlock()
 	select {
 	case a.wake <- struct{}{}:
 	default:
@@ -172,7 +191,7 @@ func (a *actor) sleep(d time.Duration) {
 func (a *actor) idle() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return len(a.turns) == 0 && len(a.held) == 0 && len(a.queued) == 0 && len(a.ready) == 0 && a.collect == nil && len(a.closing) == 0
+	return len(a.turns) == 0 && len(a.held) == 0 && len(a.known) == 0 && len(a.queued) == 0 && len(a.ready) == 0 && a.collect == nil && len(a.closing) == 0
 }
 
 // behind reports whether a delivery past the cursor is waiting. Every inbox event is
@@ -186,28 +205,83 @@ func (a *actor) behind() bool {
 			return true
 		}
 	}
+	for seq := range a.known {
+		if seq > a.cursor {
+			return true
+		}
+		delete(a.known, seq)
+	}
 	return false
 }
 
 // step processes the next inbox event after the cursor, if there is one.
+//
+// The read must see every acknowledged write: a direct get may be answered by a replica that
+// lags behind, so natsutil.GetMsg confirms its "not found" with the stream leader. Only then is
+// the log really empty past the cursor. A delivery this actor holds that the log no longer has
+// (the stream's limits removed it after it was delivered) is processed from its delivered copy,
+// in sequence order, never dropped.
 func (a *actor) step() (bool, error) {
 	a.mu.Lock()
 	from := a.cursor
 	a.mu.Unlock()
-	raw, err := a.w.inbox.GetMsg(a.ctx, from+1, jetstream.WithGetMsgSubject(a.subj))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		a.dropVanished()
-		return false, nil
+	q := natsutil.MsgQuery{Seq: from + 1, NextFor: a.subj}
+	var raw *jetstream.RawStreamMsg
+	var err error
+	if a.behind() {
+		// An event past the cursor is known to exist (delivered or rung): "not found" must
+		// be the leader's answer.
+		raw, err = natsutil.GetMsg(a.ctx, a.w.js, a.w.inbox, q)
+	} else {
+		// A look for anything new (the actor just started): nothing is decided on a "not
+		// found", so any replica may answer.
+		raw, err = a.w.inbox.GetMsg(a.ctx, q.Seq, jetstream.WithGetMsgSubject(q.NextFor))
 	}
-	if err != nil {
+	gone := errors.Is(err, jetstream.ErrMsgNotFound)
+	if err != nil && !gone {
 		return false, fmt.Errorf("read inbox after %d: %w", from, err)
+	}
+	limit := uint64(math.MaxUint64)
+	if !gone {
+		limit = raw.Sequence
+	}
+	if seq, m, ok := a.heldBetween(from, limit); ok {
+		a.log.Warn("inbox event delivered but no longer stored; processing the delivered copy", "seq", seq)
+		raw = &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: seq, Header: m.Headers(), Data: m.Data()}
+	} else if gone {
+		// Rings for events the log does not have (yet or any more): the replica that holds
+		// their deliveries brings them back.
+		a.mu.Lock()
+		clear(a.known)
+		a.mu.Unlock()
+		return false, nil
 	}
 	ev, derr := events.Decode(raw.Data)
 	if derr != nil {
 		a.w.deadLetter(raw.Subject, raw.Sequence, raw.Data, raw.Header, "invalid_event", derr)
 		return true, a.advance(raw.Sequence, nil)
 	}
+	if err := firedScheduleOnly(raw.Header, ev); err != nil {
+		a.w.deadLetter(raw.Subject, raw.Sequence, raw.Data, raw.Header, "forged_schedule", err)
+		return true, a.advance(raw.Sequence, nil)
+	}
 	return true, a.handle(ev, raw.Sequence)
+}
+
+// heldBetween returns the held delivery with the smallest sequence in (from, limit).
+func (a *actor) heldBetween(from, limit uint64) (uint64, jetstream.Msg, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var best uint64
+	for seq, msgs := range a.held {
+		if seq > from && seq < limit && len(msgs) > 0 && (best == 0 || seq < best) {
+			best = seq
+		}
+	}
+	if best == 0 {
+		return 0, nil, false
+	}
+	return best, a.held[best][0], true
 }
 
 // closeDelay bounds how long a finished turn stays listed as open in the session record. Its
@@ -284,24 +358,6 @@ func (a *actor) advance(seq uint64, open *store.OpenTurn) error {
 	}
 	a.mu.Unlock()
 	return nil
-}
-
-// dropVanished terminates deliveries past the cursor when the log has nothing there: the
-// events are gone (the stream's limits removed them), and waiting for them would never end.
-func (a *actor) dropVanished() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for seq, msgs := range a.held {
-		if seq <= a.cursor {
-			continue
-		}
-		a.log.Warn("inbox event delivered but no longer stored; dropping it", "seq", seq)
-		for _, m := range msgs {
-			a.w.progress.Remove(m)
-			_ = m.Term()
-		}
-		delete(a.held, seq)
-	}
 }
 
 // ackDone acks the deliveries whose effect is durable and that no running turn depends on.
@@ -712,4 +768,19 @@ func (a *actor) commitMessages(sid events.SessionID, msgs []llm.Message, msgID, 
 	}
 	a.ctxLast[key] = seq
 	return seq, nil
+}
+
+// firedScheduleOnly refuses anything but an inbox.scheduled event that a message schedule put
+// into the inbox. The server marks what a schedule fires with Nats-Scheduler (clients cannot
+// set it), and identities that may not publish agent.in themselves (the tool worker, for
+// schedule_followup) may still publish schedules: without this check a schedule could carry a
+// master's command or message into the session.
+func firedScheduleOnly(h nats.Header, ev events.Any) error {
+	if h.Get(jetstream.SchedulerHeader) == "" {
+		return nil
+	}
+	if _, ok := ev.(*events.Event[events.Scheduled]); ok {
+		return nil
+	}
+	return fmt.Errorf("turn: a message schedule (%s) fired a %s event; schedules may only fire %s", h.Get(jetstream.SchedulerHeader), ev.EventMeta().Type, events.TypeScheduled)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/tools"
 )
 
@@ -180,6 +181,13 @@ func (c *ToolCatalog) count() int {
 	return len(c.m)
 }
 
+// served reports whether the registry lists a tool worker serving the tool (entries expire
+// when their workers stop refreshing them).
+func (c *ToolCatalog) served(name string) bool {
+	t, ok := c.entry(name)
+	return ok && len(t.Workers) > 0
+}
+
 func (c *ToolCatalog) entry(name string) (events.ToolEntry, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -233,7 +241,9 @@ var ErrToolTimeout = errors.New("tool call timed out")
 func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (loop.ToolResult, error) {
 	w, sc := x.w, x.scope
 	if x.flush != nil {
-		if err := x.flush(ctx); err != nil {
+		// A bus that is briefly away (a node lost, a leader being elected) is waited for: a
+		// failure here would reach the model as a failed tool call.
+		if err := retryTransient(ctx, func() error { return x.flush(ctx) }); err != nil {
 			return loop.ToolResult{}, err
 		}
 	}
@@ -279,31 +289,89 @@ func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (l
 	if err != nil {
 		return loop.ToolResult{}, err
 	}
-	if _, err := w.js.PublishMsg(ctx, m); err != nil {
+	// Retried under the same Nats-Msg-Id (the call id): a publish that timed out may have been
+	// stored, and the stream drops the repeat.
+	var ack *jetstream.PubAck
+	if err := retryTransient(ctx, func() error {
+		var err error
+		ack, err = w.js.PublishMsg(ctx, m)
+		return err
+	}); err != nil {
 		return loop.ToolResult{}, fmt.Errorf("request tool %s: %w", call.Name, err)
 	}
-	timer := time.NewTimer(timeout + time.Second)
+	return x.await(ctx, call.Name, subj, results, m, ack.Sequence, time.UnixMilli(tc.Deadline))
+}
+
+// await waits for the result of a requested call. A result counts whenever it arrives: the
+// call's fate is known only from its result, so the wait does not end with the call's
+// deadline. After the deadline a tool worker no longer starts the call (it records "not run:
+// deadline passed"), so a result does come as long as a worker serves the tool; await looks
+// for it in TOOL_RESULTS (the leader's answer) every recheck, and meanwhile:
+//   - when the request left TOOL_CALLS without a result (the stream's limits removed it), it
+//     asks again under the same call id, which the tool workers run at most once;
+//   - when the deadline passed, the request is still queued and no tool worker serves the tool
+//     any more, it withdraws the request; once the withdrawal succeeded nobody can start the
+//     call, and that is what the model is told.
+//
+// ctx (the turn) bounds the wait.
+func (x *busExecutor) await(ctx context.Context, tool, subj string, results <-chan *nats.Msg, req *nats.Msg, reqSeq uint64, deadline time.Time) (loop.ToolResult, error) {
+	w := x.w
+	recheck := min(max(time.Until(deadline)/4, time.Second), 10*time.Second)
+	timer := time.NewTimer(time.Until(deadline) + time.Second)
 	defer timer.Stop()
+	asked := 1
 	for {
 		select {
 		case msg := <-results:
 			if res, ok := decodeResult(msg); ok {
 				return res, nil
 			}
+			continue
 		case <-ctx.Done():
 			return loop.ToolResult{}, ctx.Err()
 		case <-timer.C:
-			// A result may have been stored while the subscription was not yet active.
-			if res, ok := x.existing(ctx, subj); ok {
-				return res, nil
+		}
+		// A result may have been stored while nothing was subscribed, or routed past us.
+		if res, ok := x.existing(ctx, subj); ok {
+			return res, nil
+		}
+		timer.Reset(recheck)
+		queued, err := natsutil.LeaderGetMsg(ctx, w.js, events.StreamToolCalls, natsutil.MsgQuery{Seq: reqSeq})
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && queued.Subject != req.Subject:
+			// Gone without a result: ask again (a fresh dedupe id, the same call id).
+			asked++
+			again := &nats.Msg{Subject: req.Subject, Data: req.Data, Header: nats.Header{}}
+			for k, v := range req.Header {
+				again.Header[k] = v
 			}
-			return loop.ToolResult{}, fmt.Errorf("%w: %s did not answer within %s", ErrToolTimeout, call.Name, timeout)
+			again.Header.Set(nats.MsgIdHdr, fmt.Sprintf("%s.r%d", req.Header.Get(nats.MsgIdHdr), asked))
+			ack, perr := w.js.PublishMsg(ctx, again)
+			if perr != nil {
+				w.log.Warn("re-request tool call", "tool", tool, "subject", subj, "err", perr)
+				continue
+			}
+			reqSeq = ack.Sequence
+			w.log.Warn("tool call left the queue without a result; asked again", "tool", tool, "subject", subj, "attempt", asked)
+		case err != nil:
+			w.log.Warn("check tool call request", "tool", tool, "subject", subj, "err", err)
+		case time.Now().After(deadline) && !w.tools.served(tool):
+			if derr := w.calls.DeleteMsg(ctx, reqSeq); derr == nil {
+				// Withdrawn before any worker took it, unless one already holds it: a result
+				// from such a worker would have been found above or arrives on the next look.
+				if res, ok := x.existing(ctx, subj); ok {
+					return res, nil
+				}
+				return loop.ToolResult{}, fmt.Errorf("%w: %s was not run: no tool worker serves it (the request was withdrawn after its deadline)", ErrToolTimeout, tool)
+			}
+		default:
+			w.log.Info("still waiting for a tool result", "tool", tool, "subject", subj, "past_deadline", time.Since(deadline).Round(time.Second))
 		}
 	}
 }
 
 func (x *busExecutor) existing(ctx context.Context, subj string) (loop.ToolResult, bool) {
-	raw, err := x.w.results.GetLastMsgForSubject(ctx, subj)
+	raw, err := natsutil.GetMsg(ctx, x.w.js, x.w.results, natsutil.MsgQuery{LastFor: subj})
 	if err != nil {
 		return loop.ToolResult{}, false
 	}

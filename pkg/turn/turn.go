@@ -22,6 +22,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/identity"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/store"
 )
 
@@ -69,7 +70,8 @@ type turnRun struct {
 	model     *llm.Model
 	cancel    context.CancelFunc
 	done      chan struct{}
-	index     int // next message_end index
+	closed    atomic.Bool // close succeeded: the session record no longer needs this run
+	index     int         // next message_end index
 	mu        sync.Mutex
 	steerQ    []queued
 	followQ   []queued
@@ -247,6 +249,13 @@ func (a *actor) launch(t *turnRun, resumed *turnLog) {
 		err := t.execute(ctx, resumed)
 		if err != nil && a.ctx.Err() == nil {
 			a.log.Error("turn failed", "turn", t.id, "err", err)
+			if !t.closed.Load() && !errors.Is(err, store.ErrInvalid) && !errors.Is(err, store.ErrTooLarge) {
+				// The turn is still open in the session record but cannot go on here (the
+				// bus failed it past its retries). Hand the session over, as a crash would:
+				// its trigger stays unacked and the next owner resumes the turn.
+				a.log.Warn("handing the session over to resume the turn", "turn", t.id)
+				a.leaseLost(err)
+			}
 		}
 		if a.ctx.Err() != nil { // lease lost or worker stopping: the turn stays open for resume
 			return
@@ -306,7 +315,14 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 				return a.ctx.Err()
 			}
 		}
-		seq, err := a.commitMessages(t.sid, newMsgs, t.id+":commit", t.id)
+		// Retried on a transient bus error: the commit is fenced and carries a fixed msg id, so
+		// a retry of a commit that did land is recognized (ctxlog.AppendMessages).
+		var seq uint64
+		err = retryTransient(ctx, func() error {
+			var err error
+			seq, err = a.commitMessages(t.sid, newMsgs, t.id+":commit", t.id)
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -346,6 +362,7 @@ func (t *turnRun) close(state string) error {
 	}
 	if state == "done" && next == nil {
 		t.a.finished(t)
+		t.closed.Store(true)
 		return nil
 	}
 	_, err := t.a.updateSession(t.a.ctx, func(s *store.Session) {
@@ -357,6 +374,9 @@ func (t *turnRun) close(state string) error {
 			s.SetOpenTurn(store.OpenTurn{ID: next.id, State: "queued", InboxSeq: next.seq, Merged: next.merged, StartedAt: time.Now().UnixMilli()})
 		}
 	})
+	if err == nil {
+		t.closed.Store(true)
+	}
 	if err == nil && next != nil {
 		t.a.mu.Lock()
 		t.a.ready = append(t.a.ready, next)
@@ -393,7 +413,12 @@ func (t *turnRun) runLoopWithin(ctx context.Context, persisted []llm.Message) (*
 // It returns the final assistant message and every message of the turn (input included).
 func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Message, []llm.Message, error) {
 	w := t.a.w
-	loaded, err := t.a.loadContext(ctx, t.sid)
+	var loaded store.Loaded
+	err := retryTransient(ctx, func() error {
+		var err error
+		loaded, err = t.a.loadContext(ctx, t.sid)
+		return err
+	})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -917,7 +942,7 @@ func (a *actor) resumeAll(sess *store.Session) {
 
 // inboxEvent reads one SESSION_IN event of this session.
 func (a *actor) inboxEvent(seq uint64) (events.Any, error) {
-	raw, err := a.w.inbox.GetMsg(a.ctx, seq)
+	raw, err := natsutil.GetMsg(a.ctx, a.w.js, a.w.inbox, natsutil.MsgQuery{Seq: seq})
 	if err != nil {
 		return nil, fmt.Errorf("read inbox %d: %w", seq, err)
 	}
@@ -1015,4 +1040,25 @@ func (a *actor) resume(sess *store.Session, ot store.OpenTurn) {
 	}
 	a.log.Info("resuming turn", "turn", ot.ID, "persisted", len(tl.messages), "committed", tl.committed)
 	a.launch(t, tl)
+}
+
+// retryTransient runs op until it succeeds, ctx ends, or about 20s of attempts have failed:
+// a read that timed out while the cluster elects a leader or the machine is overloaded is
+// worth another try before a turn is failed for it. Invalid input is not retried.
+func retryTransient(ctx context.Context, op func() error) error {
+	wait := 100 * time.Millisecond
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := op()
+		if err == nil || errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrStaleWriter) ||
+			errors.Is(err, store.ErrTooLarge) || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
 }

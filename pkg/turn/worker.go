@@ -5,8 +5,17 @@
 // only a wake-up: the worker that holds the session's lease (KV leases) runs the session's
 // actor, and the actor reads the session's inbox subject itself, in stream order, from the
 // cursor kept in the session record (KV sessions). Order therefore comes from the log, not
-// from delivery. A worker without the lease NAKs the delivery with a delay, or acks it once
-// the owner's cursor has passed it and no open turn still depends on it.
+// from delivery.
+//
+// Affinity without bounce. A worker without the lease rings the owner's doorbell (core NATS
+// agent.wake.<owner>, with the session and the sequence) and NAKs its copy with a short delay:
+// the owner reads the event from the log at once, so no event waits for a redelivery to reach
+// the owner, however many replicas share the consumer. The copy comes back and is acked once
+// the owner's cursor has passed it and no open turn depends on it; until then it is what
+// brings the session to another replica if the owner dies. A replica remembers for LeaseTTL/2
+// which replica owns a session, so most foreign deliveries cost no lease round trip. A ring for
+// a session the replica no longer runs makes it claim the session. Leases and fenced writes
+// stay the source of correctness; a lost ring only costs speed.
 //
 // Durability. A delivery that started a turn is acked only when the turn is finished, and is
 // kept alive with in-progress acks meanwhile; if the worker dies, the delivery comes back to
@@ -47,10 +56,12 @@ type Options struct {
 	AI config.AI
 	// Models resolves ai.agents bindings to models.
 	Models *llm.Registry
-	// LeaseTTL is how long a session stays owned without renewal (default 5s). A dead
-	// worker's sessions are taken over after at most LeaseTTL + AckWait.
+	// LeaseTTL is how long a session stays owned without renewal (default 2s; whole seconds,
+	// at least 1s). A dead worker's sessions, turns in flight included, are taken over about
+	// max(LeaseTTL, AckWait) after the crash; renewals go out every LeaseTTL/3.
 	LeaseTTL time.Duration
-	// AckWait of the shared consumer (default 5s); turns in flight send in-progress acks.
+	// AckWait of the shared consumer (default 2s); held deliveries get in-progress acks every
+	// AckWait/3, so a crashed worker's deliveries come back after at most AckWait.
 	AckWait time.Duration
 	// IdleRelease is how long an actor with nothing to do keeps its lease (default 10s). Longer
 	// keeps more sessions warm on this replica at the cost of a lease renewal every LeaseTTL/3
@@ -89,6 +100,7 @@ type Worker struct {
 	inbox     jetstream.Stream
 	evts      jetstream.Stream
 	results   jetstream.Stream
+	calls     jetstream.Stream // TOOL_CALLS: to see whether a request is still queued
 	sessions  *store.Sessions
 	leases    *store.Leases
 	ctxlog    *store.ContextLog
@@ -104,6 +116,8 @@ type Worker struct {
 	mu       sync.Mutex
 	actors   map[string]*actor     // by session key string
 	claiming map[string][]delivery // sessions whose lease is being taken, with their deliveries
+	owners   map[string]ownerHint  // sessions another replica was seen to own
+	wakeSub  *nats.Subscription
 	wg       sync.WaitGroup
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -116,10 +130,10 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 		opts.ID = "tw-" + events.NewID()[:8]
 	}
 	if opts.LeaseTTL == 0 {
-		opts.LeaseTTL = 5 * time.Second
+		opts.LeaseTTL = 2 * time.Second
 	}
 	if opts.AckWait == 0 {
-		opts.AckWait = 5 * time.Second
+		opts.AckWait = 2 * time.Second
 	}
 	if opts.IdleRelease == 0 {
 		opts.IdleRelease = 10 * time.Second
@@ -136,7 +150,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	if opts.Models == nil {
 		return nil, errors.New("turn: Options.Models is required")
 	}
-	w := &Worker{opts: opts, nc: nc, js: js, actors: map[string]*actor{}, claiming: map[string][]delivery{},
+	w := &Worker{opts: opts, nc: nc, js: js, actors: map[string]*actor{}, claiming: map[string][]delivery{}, owners: map[string]ownerHint{},
 		router: newResultRouter(), log: opts.Log.With("worker", opts.ID)}
 	var err error
 	if w.inbox, err = js.Stream(ctx, events.StreamSessionIn); err != nil {
@@ -147,6 +161,9 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	}
 	if w.results, err = js.Stream(ctx, events.StreamToolResults); err != nil {
 		return nil, fmt.Errorf("open %s: %w", events.StreamToolResults, err)
+	}
+	if w.calls, err = js.Stream(ctx, events.StreamToolCalls); err != nil {
+		return nil, fmt.Errorf("open %s: %w", events.StreamToolCalls, err)
 	}
 	if w.sessions, err = store.OpenSessions(ctx, js); err != nil {
 		return nil, err
@@ -198,6 +215,10 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("create consumer %s: %w", ConsumerName, err)
 	}
 	w.progress = natsutil.NewInProgress(w.opts.AckWait / 3)
+	// The doorbell first, so that no ring for a session this replica is about to own is missed.
+	if w.wakeSub, err = w.nc.Subscribe(events.AgentWakeSubject(w.opts.ID), w.onWake); err != nil {
+		return fmt.Errorf("subscribe to doorbell: %w", err)
+	}
 	w.cc, err = cons.Consume(w.onDelivery, jetstream.PullMaxMessages(512))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", ConsumerName, err)
@@ -263,6 +284,9 @@ func (w *Worker) renewLeases() {
 // interrupted stay open in their session records and are resumed by whichever worker takes the
 // session next.
 func (w *Worker) Stop() {
+	if w.wakeSub != nil {
+		_ = w.wakeSub.Unsubscribe()
+	}
 	if w.cc != nil {
 		w.cc.Stop()
 	}
@@ -278,6 +302,9 @@ func (w *Worker) Stop() {
 // Kill simulates a crash in tests: it stops consuming and abandons every actor without
 // releasing leases or acking anything, as a killed process would.
 func (w *Worker) Kill() {
+	if w.wakeSub != nil {
+		_ = w.wakeSub.Unsubscribe()
+	}
 	if w.cc != nil {
 		w.cc.Stop()
 	}
@@ -311,7 +338,7 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 		_ = msg.Ack()
 		return
 	}
-	d := delivery{msg: msg, seq: meta.Sequence.Stream}
+	d := delivery{msg: msg, seq: meta.Sequence.Stream, redelivered: meta.NumDelivered > 1}
 	key := sk.String()
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -323,15 +350,63 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 		w.claiming[key] = append(waiting, d)
 		return
 	}
+	if h, ok := w.owners[key]; ok {
+		if time.Now().Before(h.until) {
+			w.wg.Add(1)
+			go func() {
+				defer w.wg.Done()
+				w.notOwner(sk, d, h.owner)
+			}()
+			return
+		}
+		delete(w.owners, key)
+	}
 	w.claiming[key] = []delivery{d}
+	w.wg.Add(1)
+	go w.claim(sk)
+}
+
+// onWake answers a ring of this replica's doorbell: another replica got a delivery for a
+// session it saw this replica own. The session's actor reads the inbox up to the sequence rung;
+// with no actor (it went idle, or this replica restarted) the replica claims the session,
+// whose actor then reads the inbox from the cursor.
+func (w *Worker) onWake(m *nats.Msg) {
+	sk, seq, err := events.ParseWakeBody(m.Data)
+	if err != nil {
+		w.log.Warn("ignoring a malformed doorbell ring", "err", err)
+		return
+	}
+	key := sk.String()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ctx.Err() != nil {
+		return
+	}
+	if a := w.actors[key]; a != nil && a.alive() {
+		a.know(seq)
+		return
+	}
+	if _, ok := w.claiming[key]; ok {
+		return // the claim's actor reads the inbox from the cursor
+	}
+	delete(w.owners, key)
+	w.claiming[key] = nil
 	w.wg.Add(1)
 	go w.claim(sk)
 }
 
 // delivery is a SESSION_IN message and its stream sequence.
 type delivery struct {
-	msg jetstream.Msg
-	seq uint64
+	msg         jetstream.Msg
+	seq         uint64
+	redelivered bool
+}
+
+// ownerHint is which replica was seen holding a session's lease, and until when to trust that
+// without asking the leases bucket again.
+type ownerHint struct {
+	owner string
+	until time.Time
 }
 
 // claim tries to take sk's lease and start its actor, then hands over the deliveries that
@@ -344,20 +419,25 @@ func (w *Worker) claim(sk events.SessionKey) {
 	waiting := w.claiming[key]
 	delete(w.claiming, key)
 	if err != nil {
+		var held *store.HeldError
+		isHeld := errors.As(err, &held)
+		if isHeld {
+			w.owners[key] = ownerHint{owner: held.Owner, until: time.Now().Add(w.opts.LeaseTTL / 2)}
+		}
 		w.mu.Unlock()
-		held := errors.Is(err, store.ErrLeaseHeld)
-		if !held {
+		if !isHeld && w.ctx.Err() == nil {
 			w.log.Warn("acquire lease", "session", key, "err", err)
 		}
 		for _, d := range waiting {
-			if held {
-				w.notOwner(sk, d.msg, d.seq)
+			if isHeld {
+				w.notOwner(sk, d, held.Owner)
 			} else {
 				_ = d.msg.NakWithDelay(time.Second)
 			}
 		}
 		return
 	}
+	delete(w.owners, key)
 	a := newActor(w, sk, lease)
 	w.actors[key] = a
 	for _, d := range waiting {
@@ -376,15 +456,25 @@ func (w *Worker) claim(sk events.SessionKey) {
 	}()
 }
 
-// notOwner handles a delivery for a session another worker owns: ack it when its effect is
-// already durable, otherwise leave it to the owner.
-func (w *Worker) notOwner(sk events.SessionKey, msg jetstream.Msg, seq uint64) {
-	s, err := w.sessions.Get(w.ctx, sk)
-	if err == nil && seq <= s.InboxCursor && !openTurnNeeds(s, seq) {
-		_ = msg.Ack()
-		return
+// notOwner handles a delivery for a session owner holds. A first delivery rings the owner's
+// doorbell, so the owner reads the event from the log at once, and comes back after a short
+// delay; a redelivery is acked once the owner's cursor has passed it and no open turn still
+// depends on it (the copy kept unacked is what brings the session to another replica if the
+// owner dies), and otherwise rings again and comes back again.
+func (w *Worker) notOwner(sk events.SessionKey, d delivery, owner string) {
+	if d.redelivered {
+		s, err := w.sessions.Get(w.ctx, sk)
+		if err == nil && d.seq <= s.InboxCursor && !openTurnNeeds(s, d.seq) {
+			_ = d.msg.Ack()
+			return
+		}
 	}
-	_ = msg.NakWithDelay(w.opts.LeaseTTL / 4)
+	if owner != "" && owner != w.opts.ID {
+		if err := w.nc.Publish(events.AgentWakeSubject(owner), events.WakeBody(sk, d.seq)); err != nil {
+			w.log.Debug("ring doorbell", "owner", owner, "err", err)
+		}
+	}
+	_ = d.msg.NakWithDelay(w.opts.LeaseTTL / 4)
 }
 
 func openTurnNeeds(s *store.Session, seq uint64) bool {

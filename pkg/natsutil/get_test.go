@@ -1,0 +1,78 @@
+package natsutil_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/natsutil"
+	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
+)
+
+// TestGetMsg checks that the direct-then-leader read and the leader read answer every query
+// shape the same way, headers included, and say jetstream.ErrMsgNotFound for what is not there.
+func TestGetMsg(t *testing.T) {
+	srv := natstest.New(t, natstest.WithoutProvision())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := srv.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "GETS", Subjects: []string{"g.>"}, AllowDirect: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, subj := range []string{"g.a", "g.b", "g.a", "g.b"} {
+		m := nats.NewMsg(subj)
+		m.Data = []byte{byte('0' + i + 1)}
+		m.Header.Set("X-N", string(m.Data))
+		if _, err := srv.JS.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		name    string
+		q       natsutil.MsgQuery
+		wantSeq uint64 // 0: not found
+	}{
+		{"by sequence", natsutil.MsgQuery{Seq: 2}, 2},
+		{"next on subject from a sequence of another subject", natsutil.MsgQuery{Seq: 2, NextFor: "g.a"}, 3},
+		{"next on subject at its own sequence", natsutil.MsgQuery{Seq: 3, NextFor: "g.a"}, 3},
+		{"last on subject", natsutil.MsgQuery{LastFor: "g.b"}, 4},
+		{"past the end", natsutil.MsgQuery{Seq: 4, NextFor: "g.a"}, 0},
+		{"no such sequence", natsutil.MsgQuery{Seq: 99}, 0},
+		{"no such subject", natsutil.MsgQuery{LastFor: "g.c"}, 0},
+	}
+	reads := map[string]func(natsutil.MsgQuery) (*jetstream.RawStreamMsg, error){
+		"GetMsg": func(q natsutil.MsgQuery) (*jetstream.RawStreamMsg, error) { return natsutil.GetMsg(ctx, srv.JS, s, q) },
+		"LeaderGetMsg": func(q natsutil.MsgQuery) (*jetstream.RawStreamMsg, error) {
+			return natsutil.LeaderGetMsg(ctx, srv.JS, "GETS", q)
+		},
+	}
+	for rname, read := range reads {
+		for _, c := range cases {
+			t.Run(rname+"/"+c.name, func(t *testing.T) {
+				m, err := read(c.q)
+				if c.wantSeq == 0 {
+					if !errors.Is(err, jetstream.ErrMsgNotFound) {
+						t.Fatalf("got %v, %v; want ErrMsgNotFound", m, err)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if m.Sequence != c.wantSeq || string(m.Data) != string(rune('0'+c.wantSeq)) || m.Header.Get("X-N") != string(m.Data) {
+					t.Fatalf("got seq %d data %q header %q, want seq %d", m.Sequence, m.Data, m.Header.Get("X-N"), c.wantSeq)
+				}
+				if m.Time.IsZero() || m.Subject == "" {
+					t.Fatalf("no time or subject: %+v", m)
+				}
+			})
+		}
+	}
+	if _, err := natsutil.LeaderGetMsg(ctx, srv.JS, "NO_SUCH_STREAM", natsutil.MsgQuery{Seq: 1}); err == nil || errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("missing stream: %v, want an error other than not found", err)
+	}
+}

@@ -1,0 +1,75 @@
+package turn
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
+	"github.com/agentbus/agentbus/pkg/tools"
+	"github.com/agentbus/agentbus/pkg/toolworker"
+)
+
+// A tool worker dies while it runs a call, and the call comes back to another tool worker only
+// after the call's deadline (its AckWait is longer than the tool's 1s timeout). Until then
+// the call's fate is unknown: the turn must not tell the model "tool call timed out", but wait
+// for the result the second tool worker records ("not run: deadline passed").
+func TestToolCallOfUnknownFateIsAwaited(t *testing.T) {
+	h := newHarness(t, nil, faux.WithResponder(func(c *llm.Context) faux.Response {
+		last := c.Messages[len(c.Messages)-1]
+		if last.Role == llm.RoleToolResult {
+			return faux.Response{Text: "tool said: " + last.TextContent()}
+		}
+		return faux.Response{ToolCalls: []llm.Content{llm.ToolCall("c1", "hang", map[string]any{"text": "x"})}}
+	}))
+	started := make(chan struct{}, 4)
+	hang := tools.MustNew("hang", "runs until cancelled", func(ctx context.Context, _ tools.Call, _ echoArgs) (tools.Result, error) {
+		started <- struct{}{}
+		<-ctx.Done()
+		return tools.TextResult("cancelled"), nil
+	}, tools.Idempotent())
+	reg, err := tools.NewRegistry(hang)
+	if err != nil {
+		t.Fatal(err)
+	}
+	twOpts := toolworker.Options{NC: h.ns.NC, JS: h.ns.JS, Registry: reg, PollWait: 200 * time.Millisecond,
+		AckWait: 4 * time.Second, DefaultTimeout: time.Second}
+	first, err := toolworker.Run(context.Background(), twOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = first.Stop(context.Background()) })
+
+	w, err := New(context.Background(), h.ns.NC, h.ns.JS, Options{
+		ID: "w1", AI: h.cfg.AI, Models: h.reg, StreamFn: h.faux.Stream,
+		LeaseTTL: 2 * time.Second, AckWait: 2 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	h.waitTools(w, 1)
+
+	h.send(sk, "m1", "use the tool")
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the tool never started")
+	}
+	first.Kill() // the call stays unacked until its AckWait, past the turn's 1s deadline
+	second, err := toolworker.Run(context.Background(), twOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = second.Stop(context.Background()) })
+
+	got := h.replies(sk, 1)
+	if strings.Contains(got[0], ErrToolTimeout.Error()) || !strings.Contains(got[0], "deadline passed") {
+		t.Fatalf("reply %q: want the second tool worker's answer (not run: deadline passed), not %q", got[0], ErrToolTimeout)
+	}
+}
