@@ -9,10 +9,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
+	"github.com/agentbus/agentbus/internal/rolemain"
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/execpolicy"
@@ -21,15 +24,43 @@ import (
 const usage = `agentbus — AI agents that live in chat, on NATS JetStream
 
 Usage:
-  agentbus up [--config FILE]            run every role on an embedded NATS server (default ./agentbus.yml if present)
-  agentbus chat [--nats URL] [--user ID]  talk to a running agentbus from the terminal
-  agentbus sessions [--nats URL]          list sessions
-  agentbus replay [--nats URL] SESSION    print a session's turns from the event log
-                                         (these three find the URL and credentials in ./data; --data DIR)
+  agentbus up [--config FILE]             run every role (ingest, turn-worker, tool-worker, egress) on an
+                                          embedded NATS server, data in ./data; runs until Ctrl-C / SIGTERM
+  agentbus chat [--user ID]               talk to a running agentbus from the terminal (finds a local
+                                          agentbus up, its URL and credentials, through ./data;
+                                          --data DIR for another directory, --nats URL for another server)
+  agentbus sessions                       list sessions, most recent first
+  agentbus replay SESSION                 print a session's turns from the event log
   agentbus bench [flags]                  measure the whole pipeline (webhook in, callback out)
-  agentbus provision [--config FILE]     create or update every stream and bucket on nats.url, then exit
+  agentbus provision [--config FILE]      create or update every stream and bucket on nats.url, then exit
   agentbus exec-policy check [flags] -- 'COMMAND LINE'
+                                          what the bash tool's exec policy decides for a command
+  agentbus health URL                     exit 0 when URL (a /healthz) answers 200, else 1 (container checks)
   agentbus version
+
+"agentbus COMMAND --help" describes a command and its flags. The single-role binaries (ingest,
+turn-worker, tool-worker, egress) run one role each against a NATS cluster; see their --help.
+
+Environment:
+  AGENTBUS_NATS_URL       chat, sessions, replay: NATS URL (--nats overrides it)
+  AGENTBUS_DATA_DIR       chat, sessions, replay: data directory of the local agentbus up (default ./data)
+` + providerEnvHelp
+
+// providerEnvHelp lists what agentbus up (and the turn-worker) read for models.
+const providerEnvHelp = `  <ALIAS>_API_KEY         API key of provider ai.providers.<alias> (e.g. OPENAI_MAIN_API_KEY) when apiKey is unset
+  OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, GOOGLE_API_KEY
+                          vendor keys, used for that vendor's own endpoint; with no provider configured
+                          the first one set picks the default model
+  OLLAMA_HOST             a local Ollama's address (default http://127.0.0.1:11434)
+  ${VAR} / ${VAR:-default} anywhere in the config file is expanded from the environment
+`
+
+// clientEnvHelp closes the --help of chat, sessions and replay.
+const clientEnvHelp = `
+Environment:
+  AGENTBUS_NATS_URL   NATS URL (--nats overrides it)
+  AGENTBUS_DATA_DIR   data directory of the local agentbus up (--data overrides it; default ./data)
+  USER                default --user of chat
 `
 
 func main() {
@@ -61,6 +92,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return execpolicy.CLI(args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "agentbus", version)
+	case "health":
+		return cmdHealth(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 	default:
@@ -71,7 +104,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
-		fmt.Fprintln(stderr, "agentbus:", err)
+		fmt.Fprintln(stderr, "agentbus:", rolemain.OneLine(err))
 		return 1
 	}
 	return 0
@@ -111,7 +144,23 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 
 func cmdUp(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
-	path := fs.String("config", "", "config file (default ./agentbus.yml when present)")
+	path := fs.String("config", "", "config file (default ./agentbus.yml when present, else the built-in defaults)")
+	healthAddr := fs.String("health", os.Getenv("AGENTBUS_HEALTH_LISTEN"), "serve GET /healthz on this address, e.g. 127.0.0.1:8081 (overrides health.listen)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `agentbus up — run agentbus on this machine: an embedded NATS JetStream server (store under
+dataDir, default ./data) and all four roles in one process, until Ctrl-C / SIGTERM. Without a
+provider configured it uses a local Ollama, else an API key from the environment, else a
+built-in demo model. One agentbus up per data directory (it is locked); when port 4222 is taken
+the server picks a free port and records it in dataDir/nats.url, where agentbus chat finds it.
+
+Usage:
+  agentbus up [flags]
+
+Flags:
+`)
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), "\nEnvironment:\n  AGENTBUS_HEALTH_LISTEN  default of --health\n"+providerEnvHelp)
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -119,10 +168,52 @@ func cmdUp(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if *healthAddr != "" {
+		cfg.Health.Listen = *healthAddr
+	}
 	log := newLogger(cfg, os.Stderr)
 	slog.SetDefault(log)
 	if len(cfg.MissingEnv) > 0 {
 		log.Warn("config refers to unset environment variables (expanded to empty)", "vars", cfg.MissingEnv)
 	}
+	if len(cfg.Reserved) > 0 {
+		log.Warn(config.ReservedWarning(cfg.Reserved))
+	}
 	return app.Run(ctx, cfg, app.Options{Roles: app.AllRoles.FromConfig(cfg.Roles), Out: stdout, Log: log})
+}
+
+// cmdHealth GETs a /healthz URL: exit 0 on 200, 1 otherwise (printing the report). Images
+// without a shell or curl use it as their HEALTHCHECK.
+func cmdHealth(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("health", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	timeout := fs.Duration("timeout", 5*time.Second, "how long to wait for the answer")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "agentbus health — exit 0 when URL answers 200 (every role process serves /healthz on health.listen\nor --health; ingest also on its webhook address), 1 otherwise.\n\nUsage:\n  agentbus health [--timeout D] URL\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 64
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 64
+	}
+	c := &http.Client{Timeout: *timeout}
+	resp, err := c.Get(fs.Arg(0))
+	if err != nil {
+		fmt.Fprintln(stderr, "agentbus health:", err)
+		return 1
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "agentbus health: %s: %s\n%s", fs.Arg(0), resp.Status, body)
+		return 1
+	}
+	fmt.Fprint(stdout, string(body))
+	return 0
 }

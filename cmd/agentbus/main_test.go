@@ -25,7 +25,7 @@ func startUp(t *testing.T) *app.Process {
 		t.Fatal(err)
 	}
 	cfg.AI.Agent.Workspace = filepath.Join(dir, "workspace")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	p, err := app.Start(ctx, cfg, app.Options{Roles: app.AllRoles, Out: io.Discard, NoProbe: true})
 	if err != nil {
@@ -42,7 +42,7 @@ func TestUpChatSessionsReplay(t *testing.T) {
 	data := p.Config.DataDir
 	var out bytes.Buffer
 	in := strings.NewReader("hello agentbus\n/health\nplease call list_dir\n")
-	if err := cmdChat(context.Background(), []string{"--data", data, "--user", "ann", "--wait", "20s"}, in, &out); err != nil {
+	if err := cmdChat(context.Background(), []string{"--data", data, "--user", "ann", "--wait", "90s"}, in, &out); err != nil {
 		t.Fatalf("chat: %v\n%s", err, out.String())
 	}
 	for _, want := range []string{"hello agentbus", "ok — worker", "list_dir"} {
@@ -143,7 +143,7 @@ func TestEmbeddedServerToken(t *testing.T) {
 		t.Fatal("a client without the token was let in")
 	}
 	withToken := strings.Replace(url, "nats://", "nats://s3cret@", 1)
-	if err := cmdChat(context.Background(), []string{"--nats", withToken, "--user", "ann", "--wait", "20s"}, strings.NewReader("hi\n"), &out); err != nil {
+	if err := cmdChat(context.Background(), []string{"--nats", withToken, "--user", "ann", "--wait", "90s"}, strings.NewReader("hi\n"), &out); err != nil {
 		t.Fatalf("chat with token: %v\n%s", err, out.String())
 	}
 }

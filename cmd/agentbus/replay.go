@@ -37,6 +37,11 @@ func cmdSessions(ctx context.Context, args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("sessions", flag.ContinueOnError)
 	bus := addBusFlags(fs)
 	asJSON := fs.Bool("json", false, "print the records as JSON lines")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "agentbus sessions — list the session records (KV sessions), most recent first.\n\nUsage:\n  agentbus sessions [flags]\n\nFlags:\n")
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), clientEnvHelp)
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -88,6 +93,12 @@ func cmdReplay(ctx context.Context, args []string, w io.Writer) error {
 	fromSeq := fs.Uint64("from-seq", 0, "start at this AGENT_EVENTS sequence")
 	since := fs.Duration("since", 0, "start this long ago (e.g. 2h)")
 	asJSON := fs.Bool("json", false, "print the raw events as JSON lines")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "agentbus replay — print a session's turns from the event log (AGENT_EVENTS): inputs, messages,\n"+
+			"tool calls and results, commits and failures, in stream order.\n\nUsage:\n  agentbus replay [flags] platform:bot:scope:scene\n\nFlags:\n")
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), clientEnvHelp)
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

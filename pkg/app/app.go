@@ -76,11 +76,14 @@ type Process struct {
 	JS         jetstream.JetStream
 	Embedded   *natsutil.Embedded // nil when connected to an external server
 	WebhookURL string             // http://host:port, when ingest runs
+	HealthURL  string             // http://host:port/healthz, when health.listen is set
 	Turn       *turn.Worker
 	Models     *llm.Registry
 	Demo       bool           // the built-in demo model is in use
 	Costs      *costs.Tracker // model usage and cost, when the turn worker runs here
 	turnOpts   turn.Options
+	movedFrom  string // the default NATS address that was taken, when the server moved off it
+	health     health
 	stops      []stopStep
 	skills     *skills.Store
 
@@ -201,8 +204,10 @@ func Run(ctx context.Context, cfg *config.Config, opts Options) error {
 // (egress waits up to its SendTimeout + 5 s), short enough for a supervisor's kill timeout.
 const stopTimeout = 30 * time.Second
 
-// Start starts the configured roles and returns once they run.
-func Start(ctx context.Context, cfg *config.Config, opts Options) (p *Process, err error) {
+// Start starts the configured roles and returns once they run. On failure it stops what it
+// had started (the bus connection, the embedded server, the data-directory lock) and returns
+// an error that says what to fix; the Process is then nil.
+func Start(ctx context.Context, cfg *config.Config, opts Options) (*Process, error) {
 	if opts.Out == nil {
 		opts.Out = os.Stdout
 	}
@@ -210,42 +215,53 @@ func Start(ctx context.Context, cfg *config.Config, opts Options) (p *Process, e
 	if log == nil {
 		log = slog.Default()
 	}
-	p = &Process{Config: cfg}
-	started := p // the error returns below set p to nil
-	defer func() {
-		if err != nil {
-			_ = started.Stop(context.Background())
-		}
-	}()
-	if err := p.connect(ctx, cfg, log); err != nil {
+	p := &Process{Config: cfg}
+	if err := p.start(ctx, cfg, opts, log); err != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+		defer cancel()
+		_ = p.Stop(sctx)
 		return nil, err
 	}
-	r := opts.Roles
-	if r.TurnWorker {
-		if err := p.startTurnWorker(ctx, cfg, opts, log); err != nil {
-			return nil, err
-		}
-	}
-	if r.ToolWorker {
-		if err := p.startToolWorker(ctx, cfg, opts, log); err != nil {
-			return nil, err
-		}
-	}
-	if r.Egress {
-		if err := p.startEgress(ctx, cfg, opts, log); err != nil {
-			return nil, err
-		}
-	}
-	if r.Ingest {
-		if err := p.startIngest(ctx, cfg, log); err != nil {
-			return nil, err
-		}
-	}
-	p.banner(opts.Out, r)
+	p.banner(opts.Out, opts.Roles)
 	if opts.Ready != nil {
 		opts.Ready(p)
 	}
 	return p, nil
+}
+
+func (p *Process) start(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger) error {
+	if err := p.prepareDataDir(cfg, opts.Roles); err != nil {
+		return err
+	}
+	if err := p.connect(ctx, cfg, log); err != nil {
+		return err
+	}
+	r := opts.Roles
+	if r.TurnWorker {
+		if err := p.startTurnWorker(ctx, cfg, opts, log); err != nil {
+			return fmt.Errorf("turn-worker: %w", err)
+		}
+		p.health.add("turn-worker")
+	}
+	if r.ToolWorker {
+		if err := p.startToolWorker(ctx, cfg, opts, log); err != nil {
+			return fmt.Errorf("tool-worker: %w", err)
+		}
+		p.health.add("tool-worker")
+	}
+	if r.Egress {
+		if err := p.startEgress(ctx, cfg, opts, log); err != nil {
+			return fmt.Errorf("egress: %w", err)
+		}
+		p.health.add("egress")
+	}
+	if r.Ingest {
+		if err := p.startIngest(ctx, cfg, log); err != nil {
+			return fmt.Errorf("ingest: %w", err)
+		}
+		p.health.add("ingest")
+	}
+	return p.startHealth(cfg, log)
 }
 
 // drain drains nc and waits until the client reports it closed (or ctx ends, then it closes
@@ -281,11 +297,21 @@ func drain(ctx context.Context, nc *nats.Conn) error {
 func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if cfg.NATS.Embedded {
 		if err := os.MkdirAll(cfg.NATS.StoreDir, 0o755); err != nil {
-			return fmt.Errorf("create %s: %w", cfg.NATS.StoreDir, err)
+			return fmt.Errorf("create the NATS store directory (nats.storeDir %s): %w", cfg.NATS.StoreDir, err)
 		}
 		listen := cfg.NATS.Listen
 		if listen == "" {
-			listen = "127.0.0.1:4222"
+			listen = DefaultNATSListen
+		}
+		// The server reports a port in use only as "not ready" after its ready timeout, so the
+		// port is tried here first, to say at once what is wrong.
+		if err := portFree(listen); err != nil {
+			if cfg.NATS.Listen != "" {
+				return fmt.Errorf("nats.listen %s cannot be used (%v): stop what listens there (another agentbus or NATS server?), or set nats.listen to a free port (\"127.0.0.1:0\" picks one)", cfg.NATS.Listen, err)
+			}
+			// The default port is taken (another agentbus?): take a free one and say so.
+			p.movedFrom = listen
+			listen = "127.0.0.1:0"
 		}
 		eo := natsutil.EmbeddedOptions{StoreDir: cfg.NATS.StoreDir, Listen: listen,
 			Token: cfg.NATS.Token, User: cfg.NATS.User, Password: cfg.NATS.Password}
@@ -300,16 +326,18 @@ func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Log
 			creds, eo.User, eo.Password = &c, c.User, c.Password
 		}
 		emb, err := natsutil.StartEmbedded(eo)
-		if err != nil && cfg.NATS.Listen == "" {
-			// The default port is taken (another agentbus?): fall back to a free one.
-			eo.Listen = "127.0.0.1:0"
-			emb, err = natsutil.StartEmbedded(eo)
-		}
 		if err != nil {
-			return fmt.Errorf("start embedded NATS: %w", err)
+			return fmt.Errorf("start the embedded NATS server on %s (store %s): %w", listen, cfg.NATS.StoreDir, err)
 		}
 		p.Embedded = emb
 		p.onStop("embedded NATS", func(context.Context) error { return emb.Close() })
+		if p.movedFrom != "" {
+			log.Warn("NATS port taken; the embedded server listens elsewhere", "taken", p.movedFrom, "url", emb.ClientURL(),
+				"recorded_in", filepath.Join(cfg.DataDir, URLFile))
+		}
+		if err := p.writeURLFile(emb.ClientURL()); err != nil {
+			return err
+		}
 		if creds != nil {
 			creds.URL = emb.ClientURL()
 			if err := natsutil.WriteCredentials(filepath.Join(cfg.DataDir, natsutil.CredentialsFile), *creds); err != nil {
@@ -322,9 +350,11 @@ func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Log
 		}
 		p.NC = nc
 	} else {
-		nc, err := natsutil.Connect(ctx, cfg.NATS)
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		nc, err := natsutil.Connect(cctx, cfg.NATS)
+		cancel()
 		if err != nil {
-			return err
+			return fmt.Errorf("%w (is the NATS server running and reachable? check nats.url, --nats or AGENTBUS_NATS_URL)", err)
 		}
 		p.NC = nc
 	}
@@ -349,10 +379,14 @@ func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Log
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := natsutil.Provision(pctx, js, natsutil.SpecFromConfig(cfg.NATS)); err != nil {
-		return fmt.Errorf("provision streams: %w", err)
+		return fmt.Errorf("provision streams (is JetStream enabled on the NATS server?): %w", err)
 	}
 	return nil
 }
+
+// DefaultNATSListen is where the embedded server listens unless nats.listen says otherwise;
+// when it is taken the server picks a free port and records it in the data directory.
+const DefaultNATSListen = "127.0.0.1:4222"
 
 func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger) error {
 	demo, err := ApplyDefaultModel(ctx, cfg, !opts.NoProbe, log)
@@ -452,7 +486,7 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 		return fmt.Errorf("webhook: open KV %s: %w", events.BucketWebhookSeen, err)
 	}
 	ingest.NewWebhookHandler(in, cfg.IM.Webhook, ingest.KVSeen{KV: seenKV}, log.With("role", "ingest")).Routes(mux)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /healthz", p.serveHealthz)
 	if p.Costs != nil {
 		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
@@ -461,7 +495,7 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 	}
 	ln, err := net.Listen("tcp", cfg.IM.Webhook.Listen)
 	if err != nil {
-		return fmt.Errorf("webhook listen %s: %w", cfg.IM.Webhook.Listen, err)
+		return fmt.Errorf("im.webhook.listen %s cannot be used (%w): stop what listens there (another agentbus?), or set im.webhook.listen to a free address", cfg.IM.Webhook.Listen, err)
 	}
 	ws := newWebhookServer(mux)
 	served := make(chan struct{})
@@ -488,6 +522,10 @@ func (p *Process) banner(out io.Writer, r Roles) {
 	fmt.Fprintln(out, "agentbus is running.")
 	if p.Embedded != nil {
 		fmt.Fprintf(out, "  NATS (embedded):  %s   data: %s\n", p.Embedded.ClientURL(), filepath.Clean(p.Config.NATS.StoreDir))
+		if p.movedFrom != "" {
+			fmt.Fprintf(out, "                    (%s was taken, so the server chose this port; it is recorded in %s)\n",
+				p.movedFrom, filepath.Join(filepath.Clean(p.Config.DataDir), URLFile))
+		}
 	}
 	if p.Demo {
 		fmt.Fprintln(out, "  Model:            built-in DEMO model (no provider configured, no local Ollama, no API key found).")
@@ -500,8 +538,10 @@ func (p *Process) banner(out io.Writer, r Roles) {
 	}
 	if r.Ingest {
 		url := ""
-		if p.Embedded != nil {
-			url = " --nats " + p.Embedded.ClientURL()
+		if p.Embedded != nil && filepath.Clean(p.Config.DataDir) != filepath.Clean(config.DefaultDataDir) {
+			url = " --data " + filepath.Clean(p.Config.DataDir) // chat finds the server through the data directory
+		} else if p.Embedded == nil {
+			url = " --nats URL"
 		}
 		fmt.Fprintf(out, "  Chat:             agentbus chat%s   (or: go run ./cmd/agentbus chat%s)\n", url, url)
 		if p.WebhookURL != "" {

@@ -456,7 +456,7 @@ func TestInvalidInboxEventDeadLettered(t *testing.T) {
 	}
 	dlSubj := events.DeadLetterSubject("turn-worker", "invalid_event")
 	var dls []events.DeadLetter
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(waitMargin)
 	for len(dls) < len(garbage) && time.Now().Before(deadline) {
 		dls = dls[:0]
 		for seq := uint64(1); ; seq++ {
@@ -490,4 +490,29 @@ func TestInvalidInboxEventDeadLettered(t *testing.T) {
 		t.Errorf("dead letter reason %q does not say what is wrong", dls[1].Error)
 	}
 	pl.settle(1)
+}
+
+// ai.agent.timeout gives a turn a deadline: a model that does not answer in time is given up
+// on, the user is told why, and the session takes the next message.
+func TestAgentTimeoutEndsATurn(t *testing.T) {
+	pl := newPipeline(t, func(r *fakeopenai.Request) fakeopenai.Reply {
+		if r.LastUser() == "hang" {
+			return fakeopenai.Reply{Text: "too late", Latency: 10 * time.Minute}
+		}
+		return fakeopenai.Echo(r)
+	}, pipelineOpts{timeoutMs: 1500})
+	pl.post(private("m1", "ann", "hang"))
+	got := pl.replies(1)
+	if !strings.Contains(got[0].Text(), "ai.agent.timeout (1.5s)") || strings.Contains(got[0].Text(), "too late") {
+		t.Fatalf("reply to a turn past its deadline: %q", got[0].Text())
+	}
+	for deadline := time.Now().Add(waitMargin); !pl.model.Requests()[0].Aborted; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the model call was not cancelled at the deadline")
+		}
+	}
+	pl.post(private("m2", "ann", "next"))
+	if got := pl.replies(2); got[1].Text() != "echo: next" {
+		t.Fatalf("next reply %q", got[1].Text())
+	}
 }

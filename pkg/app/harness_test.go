@@ -64,6 +64,7 @@ type pipeline struct {
 type pipelineOpts struct {
 	concurrency     string // ai.agent.concurrency ("" = default)
 	collectWindowMs int64
+	timeoutMs       int64  // ai.agent.timeout
 	apiKey          string // the fake provider's key ("" = "test")
 	agentYAML       string // more ai.agent keys, one per line, indented by four spaces
 	vision          bool   // the fake provider's models take images
@@ -88,6 +89,9 @@ func newPipeline(t *testing.T, script fakeopenai.Script, o pipelineOpts) *pipeli
 	agent := ""
 	if o.concurrency != "" {
 		agent += fmt.Sprintf("    concurrency: %s\n", o.concurrency)
+	}
+	if o.timeoutMs != 0 {
+		agent += fmt.Sprintf("    timeout: %d\n", o.timeoutMs)
 	}
 	if o.collectWindowMs != 0 {
 		agent += fmt.Sprintf("    collectWindowMs: %d\n", o.collectWindowMs)
@@ -224,10 +228,15 @@ func (pl *pipeline) postRaw(bot string, body []byte, sig string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// waitMargin bounds every wait on the pipeline. It is generous on purpose: the tests run on
+// busy shared machines (a full -race suite on two cores), and a wait that succeeds costs only
+// the time the condition takes, so only a failing test ever waits this long.
+const waitMargin = 90 * time.Second
+
 // replies waits until n replies have reached the callback and returns every reply so far.
 func (pl *pipeline) replies(n int) []reply {
 	pl.t.Helper()
-	got, err := pl.cb.wait(n, 15*time.Second)
+	got, err := pl.cb.wait(n, waitMargin)
 	if err != nil {
 		pl.t.Fatalf("%v; replies: %s", err, fmtReplies(got))
 	}
@@ -237,7 +246,7 @@ func (pl *pipeline) replies(n int) []reply {
 // repliesIn waits until n replies in the scene sceneID have reached the callback.
 func (pl *pipeline) repliesIn(sceneID string, n int) []reply {
 	pl.t.Helper()
-	got, err := pl.cb.waitFor(n, 15*time.Second, func(r reply) bool { return r.Scene.ID == sceneID })
+	got, err := pl.cb.waitFor(n, waitMargin, func(r reply) bool { return r.Scene.ID == sceneID })
 	if err != nil {
 		pl.t.Fatalf("scene %s: %v; replies: %s", sceneID, err, fmtReplies(pl.cb.all()))
 	}
@@ -277,7 +286,7 @@ func (pl *pipeline) settle(n int) []reply {
 // requests waits until n model requests have arrived.
 func (pl *pipeline) requests(n int) []fakeopenai.Request {
 	pl.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitMargin)
 	defer cancel()
 	rs, err := pl.model.WaitRequests(ctx, n)
 	if err != nil {
@@ -307,7 +316,7 @@ func (pl *pipeline) lastMsg(stream, subject string) *jetstream.RawStreamMsg {
 	if err != nil {
 		pl.t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(waitMargin)
 	for {
 		m, err := s.GetLastMsgForSubject(context.Background(), subject)
 		if err == nil {

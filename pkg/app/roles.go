@@ -128,6 +128,7 @@ func (p *Process) startToolWorker(ctx context.Context, cfg *config.Config, opts 
 		return err
 	}
 	p.onStop("tool worker", h.Stop)
+	p.health.check("tool-worker", doneCheck(h.Done()))
 	return nil
 }
 
@@ -142,6 +143,7 @@ func (p *Process) startEgress(ctx context.Context, cfg *config.Config, opts Opti
 		return err
 	}
 	p.onStop("egress", h.Stop)
+	p.health.check("egress", doneCheck(h.Done()))
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"regexp"
 	"sort"
 	"strings"
@@ -25,10 +26,27 @@ type Config struct {
 	Roles   Roles  `yaml:"roles"`
 	AI      AI     `yaml:"ai"`
 	Log     Log    `yaml:"log"`
+	Health  Health `yaml:"health"`
+
+	// Dispatcher is the seed guide's top-level dispatcher: block (MessageDispatcher); Parse
+	// moves it into AI.Dispatcher, where the rest of agentbus reads it. Setting both is an error.
+	Dispatcher *Dispatcher `yaml:"dispatcher"`
+
+	// Reserved lists the keys the file set that agentbus accepts but does not implement yet
+	// (see reservedKeys); callers log ReservedWarning(Reserved) once.
+	Reserved []string `yaml:"-"`
 
 	// MissingEnv lists ${VAR} references that were unset and had no default (they expanded to
 	// ""). Callers warn about them; a missing API key is not an error until it is used.
 	MissingEnv []string `yaml:"-"`
+}
+
+// Health configures the /healthz endpoint every role process can serve.
+type Health struct {
+	// Listen, when set (e.g. "127.0.0.1:8081"), serves GET /healthz there: 200 while the bus
+	// is connected, JetStream answers and the process's roles run, 503 naming what failed.
+	// The ingest webhook server serves the same /healthz.
+	Listen string `yaml:"listen"`
 }
 
 // Log configures slog output.
@@ -559,6 +577,9 @@ type Tools struct {
 	Disabled []string `yaml:"disabled"`
 }
 
+// DefaultDataDir is dataDir when the file does not set it.
+const DefaultDataDir = "./data"
+
 // Bool returns *p, or def when p is nil.
 func Bool(p *bool, def bool) bool {
 	if p == nil {
@@ -590,8 +611,23 @@ func Parse(raw []byte) (*Config, error) {
 	expandNode(&root, &missing)
 	c := &Config{MissingEnv: missing}
 	if len(root.Content) > 0 {
+		var unknown, reserved []string
+		checkKeys(&root, reflect.TypeFor[Config](), "", &unknown, &reserved)
+		if len(unknown) > 0 {
+			return nil, fmt.Errorf("%w: %s", ErrUnknownKey, strings.Join(unknown, "; "))
+		}
+		for _, r := range reserved {
+			c.Reserved = append(c.Reserved, display(r))
+		}
 		if err := root.Decode(c); err != nil {
 			return nil, fmt.Errorf("decode: %w", err)
+		}
+		if c.Dispatcher != nil {
+			if c.AI.Dispatcher != (Dispatcher{}) {
+				return nil, fmt.Errorf("%w: dispatcher and ai.dispatcher are both set: keep one (they configure the same MessageDispatcher)", ErrInvalid)
+			}
+			c.AI.Dispatcher = *c.Dispatcher
+			c.Dispatcher = nil
 		}
 	}
 	c.ApplyDefaults()
@@ -635,7 +671,7 @@ func expandNode(n *yaml.Node, missing *[]string) {
 // ApplyDefaults fills what the file left out with the seed's documented defaults.
 func (c *Config) ApplyDefaults() {
 	if c.DataDir == "" {
-		c.DataDir = "./data"
+		c.DataDir = DefaultDataDir
 	}
 	if c.NATS.URL == "" && !c.NATS.Embedded {
 		c.NATS.Embedded = true
@@ -651,6 +687,19 @@ func (c *Config) ApplyDefaults() {
 	}
 	if c.IM.Webhook.Listen == "" {
 		c.IM.Webhook.Listen = "127.0.0.1:8088"
+	}
+	for alias, p := range c.AI.Providers {
+		if p.API == "" && p.Driver != "" {
+			// An image-generation provider also serves the vendor's chat models, as in the seed
+			// guide's example, where agents.draw runs its tool loop on the zhipu-vl provider.
+			if ch, ok := driverChat[strings.ToLower(p.Driver)]; ok {
+				p.API = ch.api
+				if p.BaseURL == "" {
+					p.BaseURL = ch.baseURL
+				}
+				c.AI.Providers[alias] = p
+			}
+		}
 	}
 	c.IM.Webhook.ApplyDefaults()
 	s := &c.AI.Sessions
@@ -782,8 +831,22 @@ func (c *Config) ApplyDefaults() {
 	}
 }
 
-// ErrInvalid wraps every validation failure.
+// driverChat is the chat api (and, where it is not that api's default, the endpoint) of each
+// image-generation driver's vendor, for a provider that sets only driver:.
+var driverChat = map[string]struct{ api, baseURL string }{
+	"openai": {api: "openai-completions"},
+	"zhipu":  {api: "openai-completions", baseURL: "https://open.bigmodel.cn/api/paas/v4"},
+	"google": {api: "google-generative-ai"},
+	"gemini": {api: "google-generative-ai"},
+	// cloudflare: Workers AI image models only; a chat agent needs a provider with an api.
+}
+
+// ErrInvalid wraps every validation failure: fix the keys the message names.
 var ErrInvalid = errors.New("invalid config")
+
+// ErrUnknownKey: the file has a key agentbus does not know (a typo, or a key of another
+// version); the message names each one with its line and, when close, the key meant.
+var ErrUnknownKey = errors.New("unknown config key")
 
 // Validate reports every problem at once, each naming its key.
 func (c *Config) Validate() error {
@@ -920,7 +983,7 @@ func (c *Config) Validate() error {
 		oneOf(key+".preview", b.Preview, "", "off", "partial", "block")
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%w:\n  %s", ErrInvalid, strings.Join(errs, "\n  "))
+		return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(errs, "; "))
 	}
 	return nil
 }

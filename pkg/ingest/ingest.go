@@ -170,7 +170,7 @@ func (in *Ingestor) refuse(ctx context.Context, m *events.IMMessage, sk events.S
 	text := refusalText(name)
 	out := events.Outbound{
 		OutID: "refusal-" + stableID(m, 0), Part: 0, Platform: m.Platform, Bot: m.Bot,
-		Scene: m.Scene, ReplyTo: m.MessageID, Content: events.Segments{events.TextSeg(text)},
+		Scene: m.Scene, ReplyTo: m.MessageID, Content: events.Segments{events.TextSeg(text)}, Final: true,
 	}
 	ev := events.New(out, events.WithSession(sk.String()), events.WithTrace(trace))
 	msg, err := events.NewMsg(events.IMOutSubject(sk), ev)

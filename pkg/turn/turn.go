@@ -278,7 +278,7 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		t.index = len(persisted)
 	}
 	if !committed {
-		final, newMsgs, err := t.runLoop(ctx, persisted)
+		final, newMsgs, err := t.runLoopWithin(ctx, persisted)
 		interrupted := t.isInterrupted()
 		if ctx.Err() != nil && a.ctx.Err() != nil {
 			return ctx.Err() // the actor is going away; leave the turn open
@@ -383,6 +383,30 @@ func (t *turnRun) close(state string) error {
 		t.a.mu.Unlock()
 	}
 	return err
+}
+
+// runLoopWithin is runLoop under ai.agent.timeout: the model steps and tool calls of one turn
+// get that long (seed: "单次 Agent 回合超时"); the flush, commit and reply that follow run on
+// ctx, so a turn that ran out of time still commits what it has and says why it stopped.
+func (t *turnRun) runLoopWithin(ctx context.Context, persisted []llm.Message) (*llm.Message, []llm.Message, error) {
+	limit := time.Duration(t.a.w.opts.AI.Agent.TimeoutMs) * time.Millisecond
+	if limit <= 0 {
+		return t.runLoop(ctx, persisted)
+	}
+	lctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	final, msgs, err := t.runLoop(lctx, persisted)
+	if errors.Is(lctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+		t.mu.Lock()
+		if t.reason == "" {
+			t.reason = fmt.Sprintf("stopped: the turn ran longer than ai.agent.timeout (%s)", limit)
+		}
+		t.mu.Unlock()
+		if err != nil && errors.Is(err, context.DeadlineExceeded) {
+			err = nil // an aborted final message carries the outcome; the turn commits what it has
+		}
+	}
+	return final, msgs, err
 }
 
 // runLoop runs the loop from the input, or continues from what a previous owner persisted.
@@ -753,6 +777,7 @@ func (a *actor) replyMsgs(pt *pendingTurn, turn, text string, fresh bool) []*nat
 		out := events.Outbound{
 			OutID: events.OutID(turn, i), Turn: turn, Part: i, Platform: a.sk.Platform, Bot: a.sk.Bot,
 			Scene: events.Scene{Type: a.sk.Scope, ID: a.sk.Scene}, ReplyTo: pt.msg.MessageID, Content: content, Fresh: fresh,
+			Final: i == len(segs)-1,
 		}
 		ev := events.New(out, events.WithSession(a.sk.String()), events.WithTurn(turn), events.WithTrace(pt.trace), events.WithID(out.OutID))
 		m, err := events.NewMsg(events.IMOutSubject(a.sk), ev)
