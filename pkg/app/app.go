@@ -137,6 +137,11 @@ func (p *Process) onStop(name string, f func(ctx context.Context) error) {
 	p.stops = append(p.stops, stopStep{name: name, stop: f})
 }
 
+// onStopFunc registers a step that cannot fail or wait.
+func (p *Process) onStopFunc(name string, f func()) {
+	p.onStop(name, func(context.Context) error { f(); return nil })
+}
+
 // spawn runs f on a goroutine the process owns: f's context ends when Stop reaches this step
 // (in reverse start order, like every other part), and Stop waits for f to return.
 func (p *Process) spawn(name string, f func(ctx context.Context)) {
@@ -497,17 +502,24 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 	if err != nil {
 		return fmt.Errorf("im.webhook.listen %s cannot be used (%w): stop what listens there (another agentbus?), or set im.webhook.listen to a free address", cfg.IM.Webhook.Listen, err)
 	}
-	ws := newWebhookServer(mux)
+	p.serveHTTP("webhook server", mux, ln, 5*time.Second, log)
+	p.WebhookURL = "http://" + ln.Addr().String()
+	return nil
+}
+
+// serveHTTP serves h on ln on a goroutine the process owns; Stop lets requests in flight
+// finish (up to limit, see webhookServer.stop) and waits for the server to return.
+func (p *Process) serveHTTP(name string, h http.Handler, ln net.Listener, limit time.Duration, log *slog.Logger) {
+	ws := newWebhookServer(h)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
 		if err := ws.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("webhook server", "err", err)
+			log.Error(name, "err", err)
 		}
 	}()
-	p.WebhookURL = "http://" + ln.Addr().String()
-	p.onStop("webhook server", func(ctx context.Context) error {
-		ws.stop(5 * time.Second)
+	p.onStop(name, func(ctx context.Context) error {
+		ws.stop(limit)
 		select {
 		case <-served:
 			return nil
@@ -515,7 +527,6 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 			return ctx.Err()
 		}
 	})
-	return nil
 }
 
 func (p *Process) banner(out io.Writer, r Roles) {

@@ -124,14 +124,8 @@ func (p *Process) startHealth(cfg *config.Config, log *slog.Logger) error {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", p.serveHealthz)
-	ws := newWebhookServer(mux)
-	go func() {
-		if err := ws.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("health server", "err", err)
-		}
-	}()
+	p.serveHTTP("health server", mux, ln, 2*time.Second, log)
 	p.HealthURL = "http://" + ln.Addr().String() + "/healthz"
-	p.onStopFunc("health server", func() { ws.stop(2 * time.Second) })
 	return nil
 }
 
