@@ -36,7 +36,7 @@ import (
 // and chat_history, *.tool.md files and MCP servers' tools.
 func (p *Process) ToolSet(ctx context.Context, cfg *config.Config, log *slog.Logger) (*tools.Registry, error) {
 	a := cfg.AI.Agent
-	files, err := filepolicy.New(filepolicy.Options{Workspace: a.Workspace, PrivateDirs: []string{cfg.NATS.StoreDir}})
+	files, err := filepolicy.New(filepolicy.Options{Workspace: a.Workspace, PrivateDirs: privatePaths(cfg)})
 	if err != nil {
 		return nil, fmt.Errorf("workspace: %w", err)
 	}
@@ -394,4 +394,17 @@ func imBotRoles(cfg *config.Config, bots map[string]ingest.BotRoles) {
 	for _, b := range cfg.IM.Slack.Bots {
 		bots[imslack.Platform+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
 	}
+}
+
+// privatePaths are what the file tools and the bash sandbox must never show: the JetStream
+// store, the data directory (bus credentials, transcripts, memory files are the turn worker's)
+// and the configuration file.
+func privatePaths(cfg *config.Config) []string {
+	var out []string
+	for _, p := range []string{cfg.NATS.StoreDir, cfg.DataDir, cfg.Path} {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }

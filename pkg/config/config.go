@@ -32,6 +32,10 @@ type Config struct {
 	// moves it into AI.Dispatcher, where the rest of agentbus reads it. Setting both is an error.
 	Dispatcher *Dispatcher `yaml:"dispatcher"`
 
+	// Path is the file Load read ("" for Parse). It holds secrets, so the tools never show it
+	// (pkg/app marks it private to the file policy and the bash sandbox).
+	Path string `yaml:"-"`
+
 	// Reserved lists the keys the file set that agentbus accepts but does not implement yet
 	// (see reservedKeys); callers log ReservedWarning(Reserved) once.
 	Reserved []string `yaml:"-"`
@@ -598,6 +602,7 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
+	c.Path = path
 	return c, nil
 }
 
