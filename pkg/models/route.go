@@ -155,15 +155,17 @@ func Report(ai config.AI, reg *llm.Registry, tiers *Tiers, status []ProviderStat
 	b.WriteString("Providers:\n")
 	aliases := reg.Aliases()
 	for alias, p := range ai.Providers {
-		if p.API == "" && p.Driver != "" {
+		if p.Driver != "" && !slices.Contains(aliases, alias) {
 			aliases = append(aliases, alias)
 		}
 	}
 	slices.Sort(aliases)
 	for _, alias := range aliases {
+		if d := ai.Providers[alias].Driver; d != "" {
+			fmt.Fprintf(&b, "- %s: image generation (%s)\n", alias, d)
+		}
 		p, ok := reg.Settings(alias)
 		if !ok {
-			fmt.Fprintf(&b, "- %s: image generation (%s)\n", alias, ai.Providers[alias].Driver)
 			continue
 		}
 		ms, _ := reg.Models(alias)
