@@ -132,7 +132,9 @@ func (a *actor) run() {
 		a.log.Error("load session", "err", err)
 		return
 	}
+	a.mu.Lock() // know (the doorbell) reads the cursor from another goroutine
 	a.cursor = sess.InboxCursor
+	a.mu.Unlock()
 	a.setChatPolicy(sess.Concurrency)
 	if a.resultSub, err = a.w.nc.ChanSubscribe(events.ToolResultSessionFilter(a.sk), a.w.router.in); err != nil {
 		a.log.Warn("subscribe to tool results; calls subscribe one by one", "err", err)
