@@ -219,7 +219,7 @@ func (p *Process) imSenders(ctx context.Context, cfg *config.Config, log *slog.L
 		// Streaming previews and typing: one egress replica per bot runs the previewer.
 		owner := "egress-" + nuid.Next()
 		for _, b := range bots {
-			p.runBackground(ctx, func(ctx context.Context) {
+			p.spawn("im adapter", func(ctx context.Context) {
 				_ = telegram.RunPreviewer(ctx, telegram.PreviewerOptions{Bot: b, NC: p.NC, JS: p.JS, Owner: owner,
 					Log: log.With("role", events.RoleEgress)})
 			})
@@ -241,7 +241,7 @@ func (p *Process) imSenders(ctx context.Context, cfg *config.Config, log *slog.L
 		out[discord.Platform] = s
 		owner := "egress-" + nuid.Next()
 		for _, b := range bots {
-			p.runBackground(ctx, func(ctx context.Context) {
+			p.spawn("im adapter", func(ctx context.Context) {
 				_ = discord.RunPreviewer(ctx, discord.PreviewerOptions{Bot: b, NC: p.NC, JS: p.JS, Owner: owner,
 					Log: log.With("role", events.RoleEgress)})
 			})
@@ -263,7 +263,7 @@ func (p *Process) imSenders(ctx context.Context, cfg *config.Config, log *slog.L
 		out[imslack.Platform] = s
 		owner := "egress-" + nuid.Next()
 		for _, b := range bots {
-			p.runBackground(ctx, func(ctx context.Context) {
+			p.spawn("im adapter", func(ctx context.Context) {
 				_ = imslack.RunPreviewer(ctx, imslack.PreviewerOptions{Bot: b, NC: p.NC, JS: p.JS, Owner: owner,
 					Log: log.With("role", events.RoleEgress)})
 			})
@@ -302,7 +302,7 @@ func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *in
 			if onebot.NeedsHTTP(b) {
 				routes = true
 			}
-			p.runBackground(ctx, func(ctx context.Context) { _ = ib.Run(ctx) })
+			p.spawn("im adapter", func(ctx context.Context) { _ = ib.Run(ctx) })
 		}
 		if routes {
 			onebot.Routes(mux, byID)
@@ -329,7 +329,7 @@ func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *in
 			}
 			byID[b.ID] = ib
 			hooks = hooks || telegram.IsWebhook(b)
-			p.runBackground(ctx, func(ctx context.Context) { _ = ib.Run(ctx) })
+			p.spawn("im adapter", func(ctx context.Context) { _ = ib.Run(ctx) })
 		}
 		if hooks {
 			telegram.Routes(mux, byID)
@@ -347,7 +347,7 @@ func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *in
 		if err != nil {
 			return false, err
 		}
-		p.runBackground(ctx, func(ctx context.Context) { _ = ib.Run(ctx) })
+		p.spawn("im adapter", func(ctx context.Context) { _ = ib.Run(ctx) })
 	}
 	if bots := cfg.IM.Slack.Bots; len(bots) > 0 {
 		byID := map[string]*imslack.Inbound{}
@@ -365,7 +365,7 @@ func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *in
 			}
 			byID[b.ID] = ib
 			hooks = hooks || imslack.IsEvents(b)
-			p.runBackground(ctx, func(ctx context.Context) { _ = ib.Run(ctx) })
+			p.spawn("im adapter", func(ctx context.Context) { _ = ib.Run(ctx) })
 		}
 		if hooks {
 			imslack.Routes(mux, byID)
@@ -373,11 +373,6 @@ func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *in
 		}
 	}
 	return routes, nil
-}
-
-// runBackground runs an adapter's f on a goroutine the process owns until it stops.
-func (p *Process) runBackground(_ context.Context, f func(ctx context.Context)) {
-	p.spawn("im adapter", f)
 }
 
 // imBotRoles adds the native adapters' bots' masters and trusted lists to bots.
