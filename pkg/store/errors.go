@@ -34,6 +34,8 @@ var (
 type HeldError struct {
 	Key   string // session key
 	Owner string
+	// Epoch is the owner's worker epoch for a session claim (0 for a per-session TTL lease).
+	Epoch uint64
 	// RenewedAgo is how long before the acquire attempt the holder last renewed (holder's clock).
 	RenewedAgo time.Duration
 	TTL        time.Duration

@@ -21,8 +21,11 @@ import (
 // header (a plain KV Update would drop the TTL), so only the holder of the current revision can
 // extend it.
 type Lease struct {
-	Key   events.SessionKey
-	Owner string
+	// Key is the session of a session lease (zero for a worker lease).
+	Key events.SessionKey
+	// Worker is the worker of a worker lease (AcquireWorker; "" for a session lease).
+	Worker string
+	Owner  string
 	// Token is the fencing token: the KV revision at which this owner acquired the lease. Tokens
 	// only grow (they are stream sequences), so a newer holder always has a larger token.
 	Token uint64
@@ -39,6 +42,22 @@ type Lease struct {
 
 // Valid reports whether the holder may still act at t.
 func (l Lease) Valid(t time.Time) bool { return t.Before(l.ValidUntil) }
+
+// kvKey is the lease's key in KV leases.
+func (l Lease) kvKey() string {
+	if l.Worker != "" {
+		return WorkerLeaseKey(l.Worker)
+	}
+	return l.Key.Token()
+}
+
+// name is the lease for messages: the session key, or "worker <id>".
+func (l Lease) name() string {
+	if l.Worker != "" {
+		return "worker " + l.Worker
+	}
+	return l.Key.String()
+}
 
 // leaseRecord is the KV value: who holds it, and since when (for operators; decisions use only
 // revisions and the server's TTL).
@@ -91,33 +110,42 @@ func (l *Leases) Acquire(ctx context.Context, sk events.SessionKey, owner string
 	if owner == "" {
 		return Lease{}, fmt.Errorf("%w: lease owner is empty", ErrInvalid)
 	}
+	lease, err := l.acquire(ctx, sk.Token(), sk.String(), owner, ttl)
+	if err != nil {
+		return Lease{}, err
+	}
+	lease.Key = sk
+	return lease, nil
+}
+
+// acquire takes the TTL lease at key for owner (what names it in errors).
+func (l *Leases) acquire(ctx context.Context, key, what, owner string, ttl time.Duration) (Lease, error) {
 	ttl, err := checkTTL(ttl)
 	if err != nil {
 		return Lease{}, err
 	}
-	key := sk.Token()
 	for attempt := 0; attempt < 8; attempt++ {
 		sent := l.now()
 		rec := leaseRecord{Owner: owner, AcquiredAt: sent.UnixMilli(), RenewedAt: sent.UnixMilli(), TTLms: ttl.Milliseconds()}
 		data, _ := json.Marshal(rec)
 		rev, err := l.kv.Create(ctx, key, data, jetstream.KeyTTL(ttl))
 		if err == nil {
-			return Lease{Key: sk, Owner: owner, Token: rev, Revision: rev, TTL: ttl, Acquired: sent, ValidUntil: sent.Add(ttl)}, nil
+			return Lease{Owner: owner, Token: rev, Revision: rev, TTL: ttl, Acquired: sent, ValidUntil: sent.Add(ttl)}, nil
 		}
 		if !isCASConflict(err) {
-			return Lease{}, fmt.Errorf("acquire lease %s: %w", sk, err)
+			return Lease{}, fmt.Errorf("acquire lease %s: %w", what, err)
 		}
 		e, err := l.kv.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue // expired or released between our create and get
 		}
 		if err != nil {
-			return Lease{}, fmt.Errorf("acquire lease %s: %w", sk, err)
+			return Lease{}, fmt.Errorf("acquire lease %s: %w", what, err)
 		}
 		var cur leaseRecord
 		_ = json.Unmarshal(e.Value(), &cur)
 		if cur.Owner != owner {
-			return Lease{}, &HeldError{Key: sk.String(), Owner: cur.Owner,
+			return Lease{}, &HeldError{Key: what, Owner: cur.Owner,
 				RenewedAgo: sent.Sub(time.UnixMilli(cur.RenewedAt)), TTL: time.Duration(cur.TTLms) * time.Millisecond}
 		}
 		// Our own lease from an earlier life: take it over by CAS, with a fresh token.
@@ -127,11 +155,11 @@ func (l *Leases) Acquire(ctx context.Context, sk events.SessionKey, owner string
 			continue
 		}
 		if err != nil {
-			return Lease{}, fmt.Errorf("acquire lease %s: %w", sk, err)
+			return Lease{}, fmt.Errorf("acquire lease %s: %w", what, err)
 		}
-		return Lease{Key: sk, Owner: owner, Token: rev, Revision: rev, TTL: ttl, Acquired: sent, ValidUntil: sent.Add(ttl)}, nil
+		return Lease{Owner: owner, Token: rev, Revision: rev, TTL: ttl, Acquired: sent, ValidUntil: sent.Add(ttl)}, nil
 	}
-	return Lease{}, fmt.Errorf("acquire lease %s: %w", sk, ErrConflict)
+	return Lease{}, fmt.Errorf("acquire lease %s: %w", what, ErrConflict)
 }
 
 // publish writes rec to the key's subject with a CAS on rev and a per-message TTL: the
@@ -155,12 +183,12 @@ func (l *Leases) Renew(ctx context.Context, lease Lease) (Lease, error) {
 	}
 	sent := l.now()
 	rec := leaseRecord{Owner: lease.Owner, Token: lease.Token, AcquiredAt: lease.Acquired.UnixMilli(), RenewedAt: sent.UnixMilli(), TTLms: lease.TTL.Milliseconds()}
-	rev, err := l.publish(ctx, lease.Key.Token(), rec, lease.Revision, lease.TTL)
+	rev, err := l.publish(ctx, lease.kvKey(), rec, lease.Revision, lease.TTL)
 	if isWrongLastSeq(err) {
-		return Lease{}, fmt.Errorf("renew lease %s (token %d): %w", lease.Key, lease.Token, ErrLeaseLost)
+		return Lease{}, fmt.Errorf("renew lease %s (token %d): %w", lease.name(), lease.Token, ErrLeaseLost)
 	}
 	if err != nil {
-		return Lease{}, fmt.Errorf("renew lease %s: %w", lease.Key, err)
+		return Lease{}, fmt.Errorf("renew lease %s: %w", lease.name(), err)
 	}
 	lease.Revision = rev
 	lease.ValidUntil = sent.Add(lease.TTL)
@@ -174,12 +202,12 @@ func (l *Leases) Release(ctx context.Context, lease Lease) error {
 		return fmt.Errorf("%w: release of a lease that was never acquired", ErrInvalid)
 	}
 	// A purge (not a delete) so the key's history does not grow; the marker itself expires.
-	err := l.kv.Purge(ctx, lease.Key.Token(), jetstream.LastRevision(lease.Revision), jetstream.PurgeTTL(time.Minute))
+	err := l.kv.Purge(ctx, lease.kvKey(), jetstream.LastRevision(lease.Revision), jetstream.PurgeTTL(time.Minute))
 	if isCASConflict(err) {
-		return fmt.Errorf("release lease %s (token %d): %w", lease.Key, lease.Token, ErrLeaseLost)
+		return fmt.Errorf("release lease %s (token %d): %w", lease.name(), lease.Token, ErrLeaseLost)
 	}
 	if err != nil {
-		return fmt.Errorf("release lease %s: %w", lease.Key, err)
+		return fmt.Errorf("release lease %s: %w", lease.name(), err)
 	}
 	return nil
 }
@@ -215,10 +243,10 @@ func (l *Leases) RenewAll(ctx context.Context, leases []Lease) (out []Lease, err
 		}
 		rec := leaseRecord{Owner: lease.Owner, Token: lease.Token, AcquiredAt: lease.Acquired.UnixMilli(), RenewedAt: sent.UnixMilli(), TTLms: lease.TTL.Milliseconds()}
 		data, _ := json.Marshal(rec)
-		msg := &nats.Msg{Subject: l.subPre + lease.Key.Token(), Data: data}
+		msg := &nats.Msg{Subject: l.subPre + lease.kvKey(), Data: data}
 		f, err := l.js.PublishMsgAsync(msg, jetstream.WithExpectLastSequencePerSubject(lease.Revision), jetstream.WithMsgTTL(lease.TTL))
 		if err != nil {
-			errs[i] = fmt.Errorf("renew lease %s: %w", lease.Key, err)
+			errs[i] = fmt.Errorf("renew lease %s: %w", lease.name(), err)
 			continue
 		}
 		futures[i] = f
@@ -235,12 +263,12 @@ func (l *Leases) RenewAll(ctx context.Context, leases []Lease) (out []Lease, err
 			out[i] = lease
 		case err := <-f.Err():
 			if isWrongLastSeq(err) {
-				errs[i] = fmt.Errorf("renew lease %s (token %d): %w", lease.Key, lease.Token, ErrLeaseLost)
+				errs[i] = fmt.Errorf("renew lease %s (token %d): %w", lease.name(), lease.Token, ErrLeaseLost)
 			} else {
-				errs[i] = fmt.Errorf("renew lease %s: %w", lease.Key, err)
+				errs[i] = fmt.Errorf("renew lease %s: %w", lease.name(), err)
 			}
 		case <-ctx.Done():
-			errs[i] = fmt.Errorf("renew lease %s: %w", lease.Key, ctx.Err())
+			errs[i] = fmt.Errorf("renew lease %s: %w", lease.name(), ctx.Err())
 		}
 	}
 	return out, errs

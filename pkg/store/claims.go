@@ -1,0 +1,271 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/natsutil"
+)
+
+// Worker leases and session claims: ownership whose cost does not grow with the sessions held.
+//
+// A worker process holds one liveness lease, KV leases key "worker.<id>" (WorkerLeaseKey): a
+// TTL lease like a session lease (per-message TTL, renewed by a CAS publish with a fresh
+// Nats-TTL), renewed every TTL/3 however many sessions the worker owns. Its Token, the revision
+// at which it was acquired, is the worker's epoch: a process that restarts with the same id
+// acquires again and gets a new epoch.
+//
+// A session's entry (key <sk>) is then a claim, not a lease: {owner worker, worker epoch},
+// written once when the owner's actor starts (Claim) and purged when it stops (Unclaim), never
+// renewed. A claim is in force while its owner's worker lease exists with the same epoch; once
+// that lease has expired (the worker died or stalled past its TTL) or carries another epoch (the
+// worker restarted), the claim is stale and the next Claim takes it over by a CAS on its
+// revision. The claim's revision is the session's fencing token, as a session lease's was.
+//
+// Session keys never contain '.', so "worker." keys cannot collide with them.
+
+// WorkerLeasePrefix starts the KV leases key of every worker lease.
+const WorkerLeasePrefix = "worker."
+
+// WorkerLeaseKey is the KV leases key of worker's liveness lease.
+func WorkerLeaseKey(worker string) string { return WorkerLeasePrefix + events.EncodeToken(worker) }
+
+// Claim says that Owner's actor is the one writer of a session, while the worker lease of
+// Owner with epoch Epoch lives.
+type Claim struct {
+	Key   events.SessionKey
+	Owner string
+	Epoch uint64
+	// Token is the fencing token: the KV revision of the claim. Tokens only grow.
+	Token uint64
+	// TookOver names the owner of the stale claim this one replaced ("" when the key was free).
+	TookOver string
+}
+
+// claimRecord is the KV value of a session claim.
+type claimRecord struct {
+	Owner     string `json:"owner"`
+	Epoch     uint64 `json:"epoch"`
+	ClaimedAt int64  `json:"claimedAt"`
+	// TTLms is set only by the older per-session TTL leases (leaseRecord); a record with
+	// Epoch 0 is such a lease and is in force while it exists.
+	TTLms int64 `json:"ttlMs,omitempty"`
+}
+
+// AliveFunc reports whether the worker lease of owner exists with the given epoch. It must not
+// report false unless that is certain (the lease is gone, or has another epoch, on the server):
+// a false answer hands the session to another worker.
+type AliveFunc func(ctx context.Context, owner string, epoch uint64) (bool, error)
+
+// AcquireWorker takes worker's liveness lease. A lease of an earlier life of the same worker id
+// is taken over with a new epoch (its claims become stale at once); a lease held by a live
+// process with the same id fails with a *HeldError only if its record names another owner,
+// which cannot happen with one id per process. Renew, RenewAll and Release work on it as on a
+// session lease.
+func (l *Leases) AcquireWorker(ctx context.Context, worker string, ttl time.Duration) (Lease, error) {
+	if worker == "" {
+		return Lease{}, fmt.Errorf("%w: worker id is empty", ErrInvalid)
+	}
+	lease, err := l.acquire(ctx, WorkerLeaseKey(worker), "worker "+worker, worker, ttl)
+	if err != nil {
+		return Lease{}, err
+	}
+	lease.Worker = worker
+	return lease, nil
+}
+
+// WorkerEpoch returns the epoch of worker's liveness lease as the stream leader sees it, or
+// ErrNotFound when there is none (it expired or was released). The answer reflects every
+// acknowledged write, so a claimer may act on ErrNotFound or on an epoch that differs.
+func (l *Leases) WorkerEpoch(ctx context.Context, worker string) (uint64, error) {
+	raw, err := natsutil.LeaderGetMsg(ctx, l.js, "KV_"+bucketLeases, natsutil.MsgQuery{LastFor: l.subPre + WorkerLeaseKey(worker)})
+	if errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && leaseGone(raw.Header) {
+		return 0, fmt.Errorf("worker lease %s: %w", worker, ErrNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("worker lease %s: %w", worker, err)
+	}
+	return epochOf(raw.Data, raw.Sequence)
+}
+
+// WorkerAlive is the AliveFunc that asks the stream leader (WorkerEpoch).
+func (l *Leases) WorkerAlive(ctx context.Context, owner string, epoch uint64) (bool, error) {
+	e, err := l.WorkerEpoch(ctx, owner)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return e == epoch, nil
+}
+
+// epochOf decodes a worker lease record stored at revision rev: its token, or rev itself for
+// the acquiring write (which carries no token yet).
+func epochOf(data []byte, rev uint64) (uint64, error) {
+	var rec leaseRecord
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return 0, fmt.Errorf("decode worker lease: %w", err)
+	}
+	if rec.Token != 0 {
+		return rec.Token, nil
+	}
+	return rev, nil
+}
+
+// leaseGone reports a KV delete or purge, or the marker the server writes when a TTL expires.
+func leaseGone(h nats.Header) bool {
+	if h == nil {
+		return false
+	}
+	switch h.Get("KV-Operation") {
+	case "DEL", "PURGE":
+		return true
+	}
+	return h.Get(jetstream.MarkerReasonHeader) != ""
+}
+
+// WorkerLeaseEvent is one change of a worker lease seen by WatchWorkers.
+type WorkerLeaseEvent struct {
+	Worker string
+	// Epoch is the lease's epoch; 0 when the lease is gone (expired, released).
+	Epoch uint64
+	// Initial is set on the nil event that ends the initial values (Worker is "" then).
+	Initial bool
+}
+
+// WatchWorkers follows every worker lease: first the current ones, then one Initial event, then
+// each change (an acquisition, a renewal, an expiry or a release) in the order the server
+// stored them. Because the events are the stream's history in order, "gone" or a new epoch seen
+// here is true on the server; "alive" may be outdated by the time it is read. The watch ends
+// with ctx.
+func (l *Leases) WatchWorkers(ctx context.Context) (<-chan WorkerLeaseEvent, error) {
+	w, err := l.kv.Watch(ctx, WorkerLeasePrefix+">")
+	if err != nil {
+		return nil, fmt.Errorf("watch worker leases: %w", err)
+	}
+	out := make(chan WorkerLeaseEvent, 64)
+	go func() {
+		defer close(out)
+		defer func() { _ = w.Stop() }()
+		for {
+			var e jetstream.KeyValueEntry
+			var ok bool
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok = <-w.Updates():
+				if !ok {
+					return
+				}
+			}
+			var ev WorkerLeaseEvent
+			if e == nil {
+				ev.Initial = true
+			} else {
+				worker, err := events.DecodeToken(strings.TrimPrefix(e.Key(), WorkerLeasePrefix))
+				if err != nil {
+					continue
+				}
+				ev.Worker = worker
+				if e.Operation() == jetstream.KeyValuePut {
+					if ev.Epoch, err = epochOf(e.Value(), e.Revision()); err != nil {
+						continue
+					}
+				}
+			}
+			select {
+			case out <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// Claim makes worker (whose liveness lease is w) the owner of sk's session. It fails with a
+// *HeldError when the session is claimed by a live worker (alive reports true), this worker
+// included (an actor of its own that has not unclaimed yet). A stale claim (its owner's worker
+// lease is gone or has another epoch) is taken over by a CAS on its revision, so of two
+// workers that both found it stale only one wins; the other sees the winner's claim.
+func (l *Leases) Claim(ctx context.Context, sk events.SessionKey, w Lease, alive AliveFunc) (Claim, error) {
+	if err := sk.Validate(); err != nil {
+		return Claim{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if w.Worker == "" || w.Token == 0 {
+		return Claim{}, fmt.Errorf("%w: claim without a worker lease", ErrInvalid)
+	}
+	key := sk.Token()
+	data, _ := json.Marshal(claimRecord{Owner: w.Worker, Epoch: w.Token, ClaimedAt: l.now().UnixMilli()})
+	for attempt := 0; attempt < 8; attempt++ {
+		rev, err := l.kv.Create(ctx, key, data)
+		if err == nil {
+			return Claim{Key: sk, Owner: w.Worker, Epoch: w.Token, Token: rev}, nil
+		}
+		if !isCASConflict(err) {
+			return Claim{}, fmt.Errorf("claim session %s: %w", sk, err)
+		}
+		// Any replica may answer: a stale copy only makes the CAS below fail.
+		e, err := l.kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // unclaimed between our create and get
+		}
+		if err != nil {
+			return Claim{}, fmt.Errorf("claim session %s: %w", sk, err)
+		}
+		var cur claimRecord
+		if err := json.Unmarshal(e.Value(), &cur); err != nil || cur.Owner == "" {
+			return Claim{}, fmt.Errorf("claim session %s: %w: undecodable lease record %q", sk, ErrInvalid, e.Value())
+		}
+		held := &HeldError{Key: sk.String(), Owner: cur.Owner, Epoch: cur.Epoch, TTL: time.Duration(cur.TTLms) * time.Millisecond}
+		if cur.Epoch == 0 {
+			return Claim{}, held // a per-session TTL lease: in force until the server expires it
+		}
+		if cur.Owner == w.Worker && cur.Epoch == w.Token {
+			return Claim{}, held
+		}
+		if cur.Owner != w.Worker { // our own earlier epoch is stale by definition
+			ok, err := alive(ctx, cur.Owner, cur.Epoch)
+			if err != nil {
+				return Claim{}, fmt.Errorf("claim session %s: owner %s: %w", sk, cur.Owner, err)
+			}
+			if ok {
+				return Claim{}, held
+			}
+		}
+		rev, err = l.kv.Update(ctx, key, data, e.Revision())
+		if isCASConflict(err) {
+			continue
+		}
+		if err != nil {
+			return Claim{}, fmt.Errorf("claim session %s: %w", sk, err)
+		}
+		return Claim{Key: sk, Owner: w.Worker, Epoch: w.Token, Token: rev, TookOver: cur.Owner}, nil
+	}
+	return Claim{}, fmt.Errorf("claim session %s: %w", sk, ErrConflict)
+}
+
+// Unclaim gives the session up so that another worker can claim it at once. Unclaiming a claim
+// that was taken over returns ErrLeaseLost and changes nothing.
+func (l *Leases) Unclaim(ctx context.Context, c Claim) error {
+	if c.Token == 0 {
+		return fmt.Errorf("%w: unclaim of a claim never made", ErrInvalid)
+	}
+	err := l.kv.Purge(ctx, c.Key.Token(), jetstream.LastRevision(c.Token), jetstream.PurgeTTL(time.Minute))
+	if isCASConflict(err) {
+		return fmt.Errorf("unclaim session %s (token %d): %w", c.Key, c.Token, ErrLeaseLost)
+	}
+	if err != nil {
+		return fmt.Errorf("unclaim session %s: %w", c.Key, err)
+	}
+	return nil
+}

@@ -1,0 +1,190 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestClaims walks a session claim through its owners: a claim holds while its owner's worker
+// lease lives with the same epoch, and is taken over (by CAS, with a larger token) once that
+// lease is released, has expired, or was acquired again by a restarted process.
+func TestClaims(t *testing.T) {
+	ctx := context.Background()
+	js := startJS(t)
+	l, err := NewLeases(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		name string
+		// end makes worker a's claim stale (or not: held).
+		end      func(t *testing.T, a Lease) Lease
+		wantHeld bool
+	}{
+		{"owner alive", func(t *testing.T, a Lease) Lease { return a }, true},
+		{"owner released its worker lease", func(t *testing.T, a Lease) Lease {
+			if err := l.Release(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+			return a
+		}, false},
+		{"owner restarted with the same id", func(t *testing.T, a Lease) Lease {
+			again, err := l.AcquireWorker(ctx, a.Worker, 30*time.Second)
+			if err != nil || again.Token <= a.Token {
+				t.Fatalf("re-acquire: %+v %v", again, err)
+			}
+			return again
+		}, false},
+		{"owner's worker lease expired", func(t *testing.T, a Lease) Lease {
+			for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+				if _, err := l.WorkerEpoch(ctx, a.Worker); errors.Is(err, ErrNotFound) {
+					t.Logf("worker lease gone %v after it was acquired (ttl 1s)", time.Since(start).Round(time.Millisecond))
+					return a
+				} else if err != nil {
+					t.Fatal(err)
+				}
+				if time.Since(start) > 15*time.Second {
+					t.Fatal("worker lease never expired")
+				}
+			}
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sk := testKey(fmt.Sprint("claim-", i))
+			ttl := 30 * time.Second
+			if tc.name == "owner's worker lease expired" {
+				ttl = time.Second
+			}
+			a, err := l.AcquireWorker(ctx, "wa-"+sk.Scene, ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := l.AcquireWorker(ctx, "wb-"+sk.Scene, 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ca, err := l.Claim(ctx, sk, a, l.WorkerAlive)
+			if err != nil || ca.Owner != a.Worker || ca.Epoch != a.Token || ca.Token == 0 {
+				t.Fatalf("claim by a: %+v %v", ca, err)
+			}
+			var held *HeldError
+			if _, err := l.Claim(ctx, sk, a, l.WorkerAlive); !errors.As(err, &held) || held.Owner != a.Worker {
+				t.Fatalf("second claim by a: %v", err)
+			}
+			a2 := tc.end(t, a)
+			claimer := b
+			if a2.Token != a.Token { // the restarted a claims its own session back
+				claimer = a2
+			}
+			cb, err := l.Claim(ctx, sk, claimer, l.WorkerAlive)
+			if tc.wantHeld {
+				if !errors.As(err, &held) || held.Owner != a.Worker || held.Epoch != a.Token || !errors.Is(err, ErrLeaseHeld) {
+					t.Fatalf("claim by b of a live owner's session: %+v %v", cb, err)
+				}
+				if err := l.Unclaim(ctx, ca); err != nil {
+					t.Fatal(err)
+				}
+				if cb, err = l.Claim(ctx, sk, b, l.WorkerAlive); err != nil || cb.TookOver != "" {
+					t.Fatalf("claim after unclaim: %+v %v", cb, err)
+				}
+			} else if err != nil || cb.TookOver != a.Worker || cb.Owner != claimer.Worker {
+				t.Fatalf("take-over: %+v %v", cb, err)
+			}
+			if cb.Token <= ca.Token {
+				t.Fatalf("token did not grow: %d -> %d", ca.Token, cb.Token)
+			}
+			if err := l.Unclaim(ctx, ca); !errors.Is(err, ErrLeaseLost) {
+				t.Fatalf("unclaim of the superseded claim: %v", err)
+			}
+			if err := l.Unclaim(ctx, cb); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestClaimOfTTLLease: a record of the older per-session TTL leases (no epoch) is in force
+// until the server expires it; a claim waits for that.
+func TestClaimOfTTLLease(t *testing.T) {
+	ctx := context.Background()
+	js := startJS(t)
+	l, _ := NewLeases(ctx, js)
+	sk := testKey("old-lease")
+	if _, err := l.Acquire(ctx, sk, "old-worker", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	w, err := l.AcquireWorker(ctx, "new-worker", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	never := func(context.Context, string, uint64) (bool, error) { t.Error("liveness asked for a TTL lease"); return false, nil }
+	if _, err := l.Claim(ctx, sk, w, never); !errors.Is(err, ErrLeaseHeld) {
+		t.Fatalf("claim of a TTL-leased session: %v", err)
+	}
+	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+		c, err := l.Claim(ctx, sk, w, never)
+		if err == nil {
+			if c.TookOver != "" {
+				t.Fatalf("claim after expiry took over %q", c.TookOver)
+			}
+			return
+		}
+		if !errors.Is(err, ErrLeaseHeld) || time.Since(start) > 15*time.Second {
+			t.Fatalf("claim after the TTL: %v", err)
+		}
+	}
+}
+
+// TestWatchWorkers: the watch shows an acquisition, renewals (same epoch), and the expiry of a
+// worker lease that is no longer renewed (epoch 0), in order.
+func TestWatchWorkers(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	js := startJS(t)
+	l, _ := NewLeases(ctx, js)
+	early, err := l.AcquireWorker(ctx, "early", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := l.WatchWorkers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() WorkerLeaseEvent {
+		t.Helper()
+		select {
+		case ev := <-evs:
+			return ev
+		case <-time.After(20 * time.Second):
+			t.Fatal("no worker lease event")
+		}
+		return WorkerLeaseEvent{}
+	}
+	if ev := next(); ev.Worker != "early" || ev.Epoch != early.Token {
+		t.Fatalf("initial value: %+v", ev)
+	}
+	if ev := next(); !ev.Initial {
+		t.Fatalf("want the end of the initial values, got %+v", ev)
+	}
+	w, err := l.AcquireWorker(ctx, "w.1 x", time.Second) // any id: the key is token-encoded
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(); ev.Worker != "w.1 x" || ev.Epoch != w.Token {
+		t.Fatalf("acquired: %+v", ev)
+	}
+	if _, err := l.Renew(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(); ev.Worker != "w.1 x" || ev.Epoch != w.Token {
+		t.Fatalf("renewed: %+v (token %d)", ev, w.Token)
+	}
+	start := time.Now()
+	if ev := next(); ev.Worker != "w.1 x" || ev.Epoch != 0 {
+		t.Fatalf("expired: %+v", ev)
+	}
+	t.Logf("expiry seen %v after the last renewal (ttl 1s)", time.Since(start).Round(time.Millisecond))
+}
