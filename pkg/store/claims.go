@@ -193,10 +193,12 @@ func (l *Leases) WatchWorkers(ctx context.Context) (<-chan WorkerLeaseEvent, err
 }
 
 // Claim makes worker (whose liveness lease is w) the owner of sk's session. It fails with a
-// *HeldError when the session is claimed by a live worker (alive reports true), this worker
-// included (an actor of its own that has not unclaimed yet). A stale claim (its owner's worker
-// lease is gone or has another epoch) is taken over by a CAS on its revision, so of two
-// workers that both found it stale only one wins; the other sees the winner's claim.
+// *HeldError when another worker claimed the session and alive reports that worker live with
+// the claim's epoch. A stale claim (its owner's worker lease is gone or has another epoch) is
+// taken over by a CAS on its revision, so of two workers that both found it stale only one
+// wins; the other sees the winner's claim. A claim of this worker itself (an earlier epoch, or
+// an actor that ended without unclaiming) is taken over the same way, with a new token, so
+// that the old claim's Unclaim cannot remove the new one.
 func (l *Leases) Claim(ctx context.Context, sk events.SessionKey, w Lease, alive AliveFunc) (Claim, error) {
 	if err := sk.Validate(); err != nil {
 		return Claim{}, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -230,10 +232,7 @@ func (l *Leases) Claim(ctx context.Context, sk events.SessionKey, w Lease, alive
 		if cur.Epoch == 0 {
 			return Claim{}, held // a per-session TTL lease: in force until the server expires it
 		}
-		if cur.Owner == w.Worker && cur.Epoch == w.Token {
-			return Claim{}, held
-		}
-		if cur.Owner != w.Worker { // our own earlier epoch is stale by definition
+		if cur.Owner != w.Worker { // our own claims are ours to take, of any epoch
 			ok, err := alive(ctx, cur.Owner, cur.Epoch)
 			if err != nil {
 				return Claim{}, fmt.Errorf("claim session %s: owner %s: %w", sk, cur.Owner, err)

@@ -70,10 +70,17 @@ func TestClaims(t *testing.T) {
 			if err != nil || ca.Owner != a.Worker || ca.Epoch != a.Token || ca.Token == 0 {
 				t.Fatalf("claim by a: %+v %v", ca, err)
 			}
-			var held *HeldError
-			if _, err := l.Claim(ctx, sk, a, l.WorkerAlive); !errors.As(err, &held) || held.Owner != a.Worker {
-				t.Fatalf("second claim by a: %v", err)
+			// a claims again (its actor ended without unclaiming): a fresh token, and the
+			// first claim's Unclaim cannot remove the second.
+			again, err := l.Claim(ctx, sk, a, l.WorkerAlive)
+			if err != nil || again.Token <= ca.Token || again.TookOver != a.Worker {
+				t.Fatalf("second claim by a: %+v %v", again, err)
 			}
+			if err := l.Unclaim(ctx, ca); !errors.Is(err, ErrLeaseLost) {
+				t.Fatalf("unclaim of the first claim: %v", err)
+			}
+			ca = again
+			var held *HeldError
 			a2 := tc.end(t, a)
 			claimer := b
 			if a2.Token != a.Token { // the restarted a claims its own session back
@@ -120,7 +127,10 @@ func TestClaimOfTTLLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	never := func(context.Context, string, uint64) (bool, error) { t.Error("liveness asked for a TTL lease"); return false, nil }
+	never := func(context.Context, string, uint64) (bool, error) {
+		t.Error("liveness asked for a TTL lease")
+		return false, nil
+	}
 	if _, err := l.Claim(ctx, sk, w, never); !errors.Is(err, ErrLeaseHeld) {
 		t.Fatalf("claim of a TTL-leased session: %v", err)
 	}
