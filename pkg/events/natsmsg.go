@@ -17,6 +17,9 @@ const (
 	HeaderSession = "Agentbus-Session"
 	HeaderTurn    = "Agentbus-Turn"
 	HeaderTrace   = "Agentbus-Trace"
+	// HeaderWakeAck on a doorbell ring (AgentWakeSubject) is the ack subject of the JetStream
+	// delivery the ring hands over to the owner.
+	HeaderWakeAck = "Agentbus-Wake-Ack"
 	// HeaderTraceparent is the W3C trace context header (set when Trace is a valid trace id).
 	HeaderTraceparent = "traceparent"
 	// HeaderMsgID is JetStream's dedupe header.

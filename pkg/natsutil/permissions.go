@@ -125,8 +125,10 @@ func BusRoles() []BusRole {
 				"$JS.API.STREAM.PURGE.AGENT_CTX", "transcripts.search",
 			}, kv("sessions", "leases", "approvals", "profiles", "models", "tools", "tasks"), []string{"$O.media.>"}),
 			// Tool results are also awaited as core messages on the session's subject; the
-			// replicas ring each other's doorbells (agent.wake.<replica>).
+			// replicas ring each other's doorbells (agent.wake.<replica>, requests the owner
+			// answers).
 			Subscribe: join(inbox, []string{"tool.result.>", "agent.wake.>"}),
+			Responses: true,
 		},
 		{
 			Name: RoleToolWorker,

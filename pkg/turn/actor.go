@@ -20,7 +20,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/store"
 )
 
-// actor is the single writer of one session while its worker holds the lease.
+// actor is the single writer of one session while its worker's claim on it is in force.
 type actor struct {
 	w      *Worker
 	sk     events.SessionKey
@@ -28,7 +28,7 @@ type actor struct {
 	log    *slog.Logger
 	killed atomic.Bool
 	dead   atomic.Bool
-	lost   atomic.Bool // the lease went to another worker
+	lost   atomic.Bool // the session went (or is handed) to another worker
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -37,7 +37,7 @@ type actor struct {
 	resultSub *nats.Subscription
 
 	mu      sync.Mutex
-	lease   store.Lease
+	claim   store.Claim
 	held    map[uint64][]jetstream.Msg // deliveries this actor still owes an ack, by stream seq
 	known   map[uint64]struct{}        // inbox seqs past the cursor another replica rang the doorbell for
 	wake    chan struct{}
@@ -59,10 +59,10 @@ type actor struct {
 	chatPolicy string // under mu
 }
 
-func newActor(w *Worker, sk events.SessionKey, lease store.Lease) *actor {
+func newActor(w *Worker, sk events.SessionKey, claim store.Claim) *actor {
 	ctx, cancel := context.WithCancel(w.ctx)
 	return &actor{
-		w: w, sk: sk, subj: events.AgentInSubject(sk), lease: lease,
+		w: w, sk: sk, subj: events.AgentInSubject(sk), claim: claim,
 		log: w.log.With("session", sk.String()), ctx: ctx, cancel: cancel,
 		held: map[uint64][]jetstream.Msg{}, known: map[uint64]struct{}{}, wake: make(chan struct{}, 1),
 		turns: map[string]*turnRun{}, ctxLast: map[string]uint64{},
@@ -74,7 +74,7 @@ func (a *actor) alive() bool { return !a.dead.Load() }
 func (a *actor) leaseToken() uint64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.lease.Token
+	return a.claim.Token
 }
 
 // earlier returns the done channels of running turns triggered before seq: in every policy a
@@ -276,14 +276,25 @@ func (a *actor) heldBetween(from, limit uint64) (uint64, jetstream.Msg, bool) {
 	defer a.mu.Unlock()
 	var best uint64
 	for seq, msgs := range a.held {
-		if seq > from && seq < limit && len(msgs) > 0 && (best == 0 || seq < best) {
-			best = seq
+		if seq <= from || seq >= limit || best != 0 && seq > best {
+			continue
+		}
+		for _, m := range msgs {
+			if m.Data() != nil { // a delivery handed over by a ring carries no copy
+				best = seq
+				break
+			}
 		}
 	}
 	if best == 0 {
 		return 0, nil, false
 	}
-	return best, a.held[best][0], true
+	for _, m := range a.held[best] {
+		if m.Data() != nil {
+			return best, m, true
+		}
+	}
+	return 0, nil, false
 }
 
 // closeDelay bounds how long a finished turn stays listed as open in the session record. Its
@@ -397,30 +408,31 @@ func (a *actor) neededLocked(seq uint64) bool {
 	return a.collect != nil && a.collect.needs(seq)
 }
 
-// leaseLost stops the actor at once: another worker owns the session now, and fencing makes
-// sure nothing this actor still tries to commit lands.
+// leaseLost stops the actor at once: another worker may own the session now, and fencing
+// makes sure nothing this actor still tries to commit lands.
 func (a *actor) leaseLost(err error) {
 	a.log.Warn("lease lost, stopping actor", "err", err)
+	a.stopForOther()
+}
+
+// handOver stops the actor because it cannot go on with the session here (a turn or a resume
+// failed past its retries): its deliveries go back to JetStream unacked and its claim is
+// given up, so this or another replica takes the session again and resumes what is open, as
+// after a crash. Nothing of it is acked or dropped.
+func (a *actor) handOver(why string, err error) {
+	a.log.Warn("handing the session over", "why", why, "err", err)
+	a.stopForOther()
+}
+
+func (a *actor) stopForOther() {
 	a.lost.Store(true)
 	a.dead.Store(true)
 	a.cancel()
 }
 
-func (a *actor) currentLease() store.Lease {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.lease
-}
-
-func (a *actor) setLease(l store.Lease) {
-	a.mu.Lock()
-	a.lease = l
-	a.mu.Unlock()
-}
-
 // shutdown ends the actor: running turns are cancelled (they stay open in the session record),
-// held deliveries are left unacked for redelivery, and the lease is released unless the
-// worker is being killed.
+// held deliveries are handed back to JetStream, and the claim is given up unless the worker is
+// being killed.
 func (a *actor) shutdown() {
 	a.dead.Store(true)
 	a.cancel()
@@ -452,7 +464,7 @@ func (a *actor) shutdown() {
 	a.mu.Lock()
 	held := a.held
 	a.held = nil
-	lease := a.lease
+	claim := a.claim
 	a.mu.Unlock()
 	for _, msgs := range held {
 		for _, m := range msgs {
@@ -460,7 +472,7 @@ func (a *actor) shutdown() {
 			_ = m.Nak()
 		}
 	}
-	_ = a.w.leases.Release(ctx, lease)
+	_ = a.w.leases.Unclaim(ctx, claim)
 }
 
 // handle applies one inbox event.

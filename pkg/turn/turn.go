@@ -253,8 +253,7 @@ func (a *actor) launch(t *turnRun, resumed *turnLog) {
 				// The turn is still open in the session record but cannot go on here (the
 				// bus failed it past its retries). Hand the session over, as a crash would:
 				// its trigger stays unacked and the next owner resumes the turn.
-				a.log.Warn("handing the session over to resume the turn", "turn", t.id)
-				a.leaseLost(err)
+				a.handOver("resume turn "+t.id+" elsewhere", err)
 			}
 		}
 		if a.ctx.Err() != nil { // lease lost or worker stopping: the turn stays open for resume
@@ -969,9 +968,18 @@ func (a *actor) resume(sess *store.Session, ot store.OpenTurn) {
 	if err != nil {
 		return
 	}
-	tl, err := a.w.readTurn(a.ctx, a.sk, ot.ID)
+	var tl *turnLog
+	err = retryTransient(a.ctx, func() error {
+		var err error
+		tl, err = a.w.readTurn(a.ctx, a.sk, ot.ID)
+		return err
+	})
 	if err != nil {
-		a.log.Error("read open turn", "turn", ot.ID, "err", err)
+		// The turn stays open and its trigger unacked: whoever takes the session next resumes
+		// it. Going on without it would ack the trigger and lose the turn.
+		if a.ctx.Err() == nil {
+			a.handOver("read open turn "+ot.ID, err)
+		}
 		return
 	}
 	if tl.started == nil { // queued or collecting, never started: rebuild its input
@@ -979,10 +987,21 @@ func (a *actor) resume(sess *store.Session, ot store.OpenTurn) {
 		seqs := append([]uint64{ot.InboxSeq}, ot.Merged...)
 		slices.Sort(seqs)
 		for _, seq := range seqs {
-			ev, err := a.inboxEvent(seq)
-			if err != nil {
-				a.log.Error("rebuild open turn", "turn", ot.ID, "err", err)
+			var ev events.Any
+			err := retryTransient(a.ctx, func() error {
+				var err error
+				ev, err = a.inboxEvent(seq)
+				return err
+			})
+			if errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, events.ErrInvalid) {
+				a.log.Error("rebuild open turn: inbox event gone or unreadable", "turn", ot.ID, "seq", seq, "err", err)
 				continue
+			}
+			if err != nil {
+				if a.ctx.Err() == nil {
+					a.handOver("rebuild open turn "+ot.ID, err)
+				}
+				return
 			}
 			if m, target, ok := a.inboxMessage(ev); ok {
 				pt.input = append(pt.input, m)
@@ -1044,14 +1063,16 @@ func (a *actor) resume(sess *store.Session, ot store.OpenTurn) {
 
 // retryTransient runs op until it succeeds, ctx ends, or about 20s of attempts have failed:
 // a read that timed out while the cluster elects a leader or the machine is overloaded is
-// worth another try before a turn is failed for it. Invalid input is not retried.
+// worth another try before a turn is failed for it. Invalid input, and a "not found" (the
+// reads retried here confirm it with the stream leader), are not retried.
 func retryTransient(ctx context.Context, op func() error) error {
 	wait := 100 * time.Millisecond
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		err := op()
 		if err == nil || errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrStaleWriter) ||
-			errors.Is(err, store.ErrTooLarge) || ctx.Err() != nil || time.Now().After(deadline) {
+			errors.Is(err, store.ErrTooLarge) || errors.Is(err, events.ErrInvalid) ||
+			errors.Is(err, jetstream.ErrMsgNotFound) || ctx.Err() != nil || time.Now().After(deadline) {
 			return err
 		}
 		select {

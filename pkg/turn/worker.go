@@ -1,26 +1,45 @@
 // Package turn is the turn-worker role: session actors that own chat sessions and run the agent
 // loop for them (DESIGN.md §4–§5).
 //
-// Ownership. Every replica consumes the shared durable consumer on SESSION_IN. A delivery is
-// only a wake-up: the worker that holds the session's lease (KV leases) runs the session's
-// actor, and the actor reads the session's inbox subject itself, in stream order, from the
-// cursor kept in the session record (KV sessions). Order therefore comes from the log, not
-// from delivery.
+// Ownership. Every replica holds one liveness lease, KV leases key worker.<id> (store.Leases
+// AcquireWorker): a TTL lease renewed every LeaseTTL/3 whatever the number of sessions the
+// replica owns; the revision at which it was acquired is the replica's epoch. A session is
+// owned through a claim, KV leases key <sk> = {owner, epoch} (store.Leases.Claim), written once
+// when the session's actor starts and purged when it stops, never renewed: it is in force while
+// the owner's worker lease lives with that epoch. A claim whose owner's lease has expired or
+// carries another epoch is stale and is taken over by a CAS on its revision, which is the
+// session's fencing token. Lease work per turn therefore does not grow with the sessions held.
+// Correctness stays with the fenced writes: context commits expect the last sequence the
+// actor knows, so an owner that lost its lease cannot commit stale state.
 //
-// Affinity without bounce. A worker without the lease rings the owner's doorbell (core NATS
-// agent.wake.<owner>, with the session and the sequence) and NAKs its copy with a short delay:
-// the owner reads the event from the log at once, so no event waits for a redelivery to reach
-// the owner, however many replicas share the consumer. The copy comes back and is acked once
-// the owner's cursor has passed it and no open turn depends on it; until then it is what
-// brings the session to another replica if the owner dies. A replica remembers for LeaseTTL/2
-// which replica owns a session, so most foreign deliveries cost no lease round trip. A ring for
-// a session the replica no longer runs makes it claim the session. Leases and fenced writes
-// stay the source of correctness; a lost ring only costs speed.
+// Every replica consumes the shared durable consumer on SESSION_IN. A delivery is only a
+// wake-up: the owner runs the session's actor, and the actor reads the session's inbox subject
+// itself, in stream order, from the cursor kept in the session record (KV sessions). Order
+// therefore comes from the log, not from delivery.
+//
+// Affinity without bounce. A replica that gets a delivery for a session another replica owns
+// rings the owner's doorbell (agent.wake.<owner>, a core NATS request with the session, the
+// sequence and the delivery's ack subject). The owner answers and holds the delivery from then
+// on: it sends its in-progress acks and acks it once its cursor has passed it and no open turn
+// depends on it, and its actor reads the event from the log at once. No event waits for a
+// redelivery or a NAK delay to reach the owner, however many replicas share the consumer. A
+// replica remembers for LeaseTTL/2 which replica owns a session, so most foreign deliveries
+// cost no KV round trip. A ring for a session the replica no longer runs makes it claim the
+// session.
+//
+// Takeover. A ring that gets "no responders" means the owner's process is gone (its
+// connection, and with it its doorbell subscription, has ended). The ringer keeps the delivery
+// (with in-progress acks) and claims the session the moment the owner's worker lease has
+// ended: every replica watches the worker leases (store.Leases.WatchWorkers), and the server
+// writes a marker when a lease's TTL runs out. A dead replica's own deliveries come back after
+// AckWait. So a killed replica's sessions, turns in flight included, are taken over about
+// max(LeaseTTL, AckWait) after the kill, never later.
 //
 // Durability. A delivery that started a turn is acked only when the turn is finished, and is
 // kept alive with in-progress acks meanwhile; if the worker dies, the delivery comes back to
-// another replica after AckWait, which takes the expired lease and resumes the open turns
-// recorded in the session record (see resume in turn.go).
+// another replica after AckWait, which claims the stale session and resumes the open turns
+// recorded in the session record (see resume in turn.go). A resume that cannot read what it
+// needs hands the session over (its deliveries go back unacked) rather than go on without it.
 package turn
 
 import (
@@ -56,16 +75,16 @@ type Options struct {
 	AI config.AI
 	// Models resolves ai.agents bindings to models.
 	Models *llm.Registry
-	// LeaseTTL is how long a session stays owned without renewal (default 2s; whole seconds,
-	// at least 1s). A dead worker's sessions, turns in flight included, are taken over about
-	// max(LeaseTTL, AckWait) after the crash; renewals go out every LeaseTTL/3.
+	// LeaseTTL is the TTL of the replica's liveness lease (default 2s; whole seconds, at least
+	// 1s), renewed every LeaseTTL/3. A dead worker's sessions, turns in flight included, are
+	// taken over about max(LeaseTTL, AckWait) after the crash.
 	LeaseTTL time.Duration
 	// AckWait of the shared consumer (default 2s); held deliveries get in-progress acks every
 	// AckWait/3, so a crashed worker's deliveries come back after at most AckWait.
 	AckWait time.Duration
-	// IdleRelease is how long an actor with nothing to do keeps its lease (default 10s). Longer
-	// keeps more sessions warm on this replica at the cost of a lease renewal every LeaseTTL/3
-	// per idle session.
+	// IdleRelease is how long an actor with nothing to do keeps its session (default 10s).
+	// Longer keeps more sessions warm on this replica; an idle actor costs memory, no bus
+	// traffic.
 	IdleRelease time.Duration
 	// ToolTimeout bounds one tool call (default ai.agent.toolTimeout).
 	ToolTimeout time.Duration
@@ -113,11 +132,18 @@ type Worker struct {
 	progress  *natsutil.InProgress // in-progress acks for held inbox deliveries and running subagent tasks
 	log       *slog.Logger
 
-	mu       sync.Mutex
-	actors   map[string]*actor     // by session key string
-	claiming map[string][]delivery // sessions whose lease is being taken, with their deliveries
-	owners   map[string]ownerHint  // sessions another replica was seen to own
-	wakeSub  *nats.Subscription
+	lmu    sync.Mutex
+	wlease store.Lease // this replica's liveness lease; its Token is the epoch its claims carry
+
+	mu        sync.Mutex
+	actors    map[string]*actor       // by session key string
+	claiming  map[string][]delivery   // sessions being claimed, with their deliveries
+	owners    map[string]ownerHint    // sessions another replica was seen to own
+	view      map[string]workerSeen   // worker leases, as the watch showed them (ownership.go)
+	viewReady bool                    // the watch has delivered its initial values
+	awaiting  map[string][]awaitClaim // by owner whose process is gone: claims waiting for its lease to end
+	killed    bool                    // Kill: no lease is released
+	wakeSub   *nats.Subscription
 	wg       sync.WaitGroup
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -154,6 +180,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 		return nil, errors.New("turn: Options.Models is required")
 	}
 	w := &Worker{opts: opts, nc: nc, js: js, done: make(chan struct{}), actors: map[string]*actor{}, claiming: map[string][]delivery{}, owners: map[string]ownerHint{},
+		view: map[string]workerSeen{}, awaiting: map[string][]awaitClaim{},
 		router: newResultRouter(), log: opts.Log.With("worker", opts.ID)}
 	var err error
 	if w.inbox, err = js.Stream(ctx, events.StreamSessionIn); err != nil {
@@ -218,6 +245,13 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("create consumer %s: %w", ConsumerName, err)
 	}
 	w.progress = natsutil.NewInProgress(w.opts.AckWait / 3)
+	// The liveness lease before anything is claimed: every claim carries its epoch.
+	if err := w.acquireWorkerLease(ctx); err != nil {
+		return err
+	}
+	w.wg.Add(2)
+	go w.followWorkers()
+	go w.renewWorkerLease()
 	// The doorbell first, so that no ring for a session this replica is about to own is missed.
 	if w.wakeSub, err = w.nc.Subscribe(events.AgentWakeSubject(w.opts.ID), w.onWake); err != nil {
 		return fmt.Errorf("subscribe to doorbell: %w", err)
@@ -226,12 +260,11 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", ConsumerName, err)
 	}
-	w.wg.Add(3)
+	w.wg.Add(2)
 	go func() {
 		defer w.wg.Done()
 		w.tools.Run(w.ctx)
 	}()
-	go w.renewLeases()
 	go func() {
 		defer w.wg.Done()
 		w.router.run(w.ctx.Done())
@@ -240,50 +273,6 @@ func (w *Worker) Start(ctx context.Context) error {
 		return err
 	}
 	return w.startBackground(ctx)
-}
-
-// renewLeases renews the leases of every live actor every LeaseTTL/3, in one pipelined batch
-// per tick rather than one goroutine and round trip per session.
-func (w *Worker) renewLeases() {
-	defer w.wg.Done()
-	t := time.NewTicker(w.opts.LeaseTTL / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-w.ctx.Done():
-			return
-		case <-t.C:
-		}
-		w.mu.Lock()
-		actors := make([]*actor, 0, len(w.actors))
-		for _, a := range w.actors {
-			if a.alive() {
-				actors = append(actors, a)
-			}
-		}
-		w.mu.Unlock()
-		if len(actors) == 0 {
-			continue
-		}
-		leases := make([]store.Lease, len(actors))
-		for i, a := range actors {
-			leases[i] = a.currentLease()
-		}
-		out, errs := w.leases.RenewAll(w.ctx, leases)
-		if w.ctx.Err() != nil {
-			return
-		}
-		for i, a := range actors {
-			if errs[i] != nil {
-				// A failed round trip is retried next tick while the lease is still valid.
-				if errors.Is(errs[i], store.ErrLeaseLost) || !leases[i].Valid(time.Now().Add(w.opts.LeaseTTL/3)) {
-					a.leaseLost(errs[i])
-				}
-				continue
-			}
-			a.setLease(out[i])
-		}
-	}
 }
 
 // Stop stops consuming, aborts running turns and releases the leases it holds. Turns that were
@@ -322,6 +311,15 @@ func (w *Worker) shutdown() {
 	if w.progress != nil {
 		w.progress.Close()
 	}
+	w.mu.Lock()
+	killed := w.killed
+	w.mu.Unlock()
+	if l := w.workerLease(); !killed && l.Revision != 0 {
+		// Every actor has unclaimed its session; other replicas need not wait for the TTL.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = w.leases.Release(ctx, l)
+		cancel()
+	}
 }
 
 // Kill simulates a crash in tests: it stops consuming and abandons every actor without
@@ -337,6 +335,7 @@ func (w *Worker) Kill() {
 		w.progress.Close() // a crashed process sends no more in-progress acks
 	}
 	w.mu.Lock()
+	w.killed = true
 	for _, a := range w.actors {
 		a.killed.Store(true)
 	}
@@ -373,11 +372,11 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 		return
 	}
 	if h, ok := w.owners[key]; ok {
-		if time.Now().Before(h.until) {
+		if time.Now().Before(h.until) && !w.staleLocked(h.owner, h.epoch) {
 			w.wg.Add(1)
 			go func() {
 				defer w.wg.Done()
-				w.notOwner(sk, d, h.owner)
+				w.ring(sk, h.owner, h.epoch, []delivery{d})
 			}()
 			return
 		}
@@ -388,124 +387,11 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 	go w.claim(sk)
 }
 
-// onWake answers a ring of this replica's doorbell: another replica got a delivery for a
-// session it saw this replica own. The session's actor reads the inbox up to the sequence rung;
-// with no actor (it went idle, or this replica restarted) the replica claims the session,
-// whose actor then reads the inbox from the cursor.
-func (w *Worker) onWake(m *nats.Msg) {
-	sk, seq, err := events.ParseWakeBody(m.Data)
-	if err != nil {
-		w.log.Warn("ignoring a malformed doorbell ring", "err", err)
-		return
-	}
-	key := sk.String()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.ctx.Err() != nil {
-		return
-	}
-	if a := w.actors[key]; a != nil && a.alive() {
-		a.know(seq)
-		return
-	}
-	if _, ok := w.claiming[key]; ok {
-		return // the claim's actor reads the inbox from the cursor
-	}
-	delete(w.owners, key)
-	w.claiming[key] = nil
-	w.wg.Add(1)
-	go w.claim(sk)
-}
-
 // delivery is a SESSION_IN message and its stream sequence.
 type delivery struct {
 	msg         jetstream.Msg
 	seq         uint64
 	redelivered bool
-}
-
-// ownerHint is which replica was seen holding a session's lease, and until when to trust that
-// without asking the leases bucket again.
-type ownerHint struct {
-	owner string
-	until time.Time
-}
-
-// claim tries to take sk's lease and start its actor, then hands over the deliveries that
-// waited for the claim.
-func (w *Worker) claim(sk events.SessionKey) {
-	defer w.wg.Done()
-	key := sk.String()
-	lease, err := w.leases.Acquire(w.ctx, sk, w.opts.ID, w.opts.LeaseTTL)
-	w.mu.Lock()
-	waiting := w.claiming[key]
-	delete(w.claiming, key)
-	if err != nil {
-		var held *store.HeldError
-		isHeld := errors.As(err, &held)
-		if isHeld {
-			w.owners[key] = ownerHint{owner: held.Owner, until: time.Now().Add(w.opts.LeaseTTL / 2)}
-		}
-		w.mu.Unlock()
-		if !isHeld && w.ctx.Err() == nil {
-			w.log.Warn("acquire lease", "session", key, "err", err)
-		}
-		for _, d := range waiting {
-			if isHeld {
-				w.notOwner(sk, d, held.Owner)
-			} else {
-				_ = d.msg.NakWithDelay(time.Second)
-			}
-		}
-		return
-	}
-	delete(w.owners, key)
-	a := newActor(w, sk, lease)
-	w.actors[key] = a
-	for _, d := range waiting {
-		a.deliver(d.msg, d.seq)
-	}
-	w.wg.Add(1)
-	w.mu.Unlock()
-	go func() {
-		defer w.wg.Done()
-		a.run()
-		w.mu.Lock()
-		if w.actors[key] == a {
-			delete(w.actors, key)
-		}
-		w.mu.Unlock()
-	}()
-}
-
-// notOwner handles a delivery for a session owner holds. A first delivery rings the owner's
-// doorbell, so the owner reads the event from the log at once, and comes back after a short
-// delay; a redelivery is acked once the owner's cursor has passed it and no open turn still
-// depends on it (the copy kept unacked is what brings the session to another replica if the
-// owner dies), and otherwise rings again and comes back again.
-func (w *Worker) notOwner(sk events.SessionKey, d delivery, owner string) {
-	if d.redelivered {
-		s, err := w.sessions.Get(w.ctx, sk)
-		if err == nil && d.seq <= s.InboxCursor && !openTurnNeeds(s, d.seq) {
-			_ = d.msg.Ack()
-			return
-		}
-	}
-	if owner != "" && owner != w.opts.ID {
-		if err := w.nc.Publish(events.AgentWakeSubject(owner), events.WakeBody(sk, d.seq)); err != nil {
-			w.log.Debug("ring doorbell", "owner", owner, "err", err)
-		}
-	}
-	_ = d.msg.NakWithDelay(w.opts.LeaseTTL / 4)
-}
-
-func openTurnNeeds(s *store.Session, seq uint64) bool {
-	for _, t := range s.OpenTurns {
-		if t.InboxSeq == seq {
-			return true
-		}
-	}
-	return false
 }
 
 // deadLetter records something the worker gave up on, with the reason.

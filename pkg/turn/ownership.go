@@ -1,0 +1,448 @@
+package turn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/store"
+)
+
+// ringTimeout bounds how long a ringer waits for the owner to answer a doorbell ring. An owner
+// that is alive answers at once (the answer does not wait for any bus round trip); one that
+// does not answer in time keeps nothing, the delivery goes back to JetStream.
+const ringTimeout = 2 * time.Second
+
+// errNoWorkerLease: this replica's liveness lease is not valid right now (it was lost and is
+// being acquired again); no session can be claimed until it is.
+var errNoWorkerLease = errors.New("turn: this worker holds no valid worker lease")
+
+// workerSeen is what the watch of the worker leases showed about one worker: the largest epoch
+// seen, and whether the lease of that epoch has ended since.
+type workerSeen struct {
+	epoch uint64
+	gone  bool
+}
+
+// awaitClaim is a session whose claim waits for its owner's worker lease (of epoch) to end.
+type awaitClaim struct {
+	sk    events.SessionKey
+	epoch uint64
+}
+
+// ownerHint is which replica was seen holding a session's claim, and until when to trust that
+// without asking the leases bucket again.
+type ownerHint struct {
+	owner string
+	epoch uint64
+	until time.Time
+}
+
+// workerLease returns this replica's current liveness lease.
+func (w *Worker) workerLease() store.Lease {
+	w.lmu.Lock()
+	defer w.lmu.Unlock()
+	return w.wlease
+}
+
+// acquireWorkerLease takes this replica's liveness lease (a new epoch), retrying until ctx ends.
+func (w *Worker) acquireWorkerLease(ctx context.Context) error {
+	wait := 100 * time.Millisecond
+	for {
+		l, err := w.leases.AcquireWorker(ctx, w.opts.ID, w.opts.LeaseTTL)
+		if err == nil {
+			w.lmu.Lock()
+			w.wlease = l
+			w.lmu.Unlock()
+			return nil
+		}
+		if ctx.Err() != nil || errors.Is(err, store.ErrInvalid) {
+			return fmt.Errorf("turn: worker lease: %w", err)
+		}
+		w.log.Warn("acquire worker lease; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("turn: worker lease: %w", ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// renewWorkerLease renews this replica's one liveness lease every LeaseTTL/3, whatever the
+// number of sessions it owns. If the lease is lost (it expired while the process stalled) or
+// cannot be renewed before it would lapse, every actor stops at once (other replicas may claim
+// their sessions now) and a new lease, with a new epoch, is acquired.
+func (w *Worker) renewWorkerLease() {
+	defer w.wg.Done()
+	t := time.NewTicker(w.opts.LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.ctx.Done():
+			return
+		case <-t.C:
+		}
+		l := w.workerLease()
+		if l.Revision != 0 {
+			ctx, cancel := context.WithTimeout(w.ctx, w.opts.LeaseTTL/3)
+			nl, err := w.leases.Renew(ctx, l)
+			cancel()
+			if w.ctx.Err() != nil {
+				return
+			}
+			if err == nil {
+				w.lmu.Lock()
+				w.wlease = nl
+				w.lmu.Unlock()
+				continue
+			}
+			if !errors.Is(err, store.ErrLeaseLost) && l.Valid(time.Now().Add(w.opts.LeaseTTL/3)) {
+				w.log.Warn("renew worker lease; retrying", "err", err)
+				continue // retried next tick while the lease is still valid
+			}
+			w.log.Warn("worker lease lost: stopping every actor", "err", err)
+			w.lmu.Lock()
+			w.wlease = store.Lease{}
+			w.lmu.Unlock()
+			w.mu.Lock()
+			for _, a := range w.actors {
+				a.leaseLost(err)
+			}
+			w.mu.Unlock()
+		}
+		ctx, cancel := context.WithTimeout(w.ctx, w.opts.LeaseTTL)
+		err := w.acquireWorkerLease(ctx)
+		cancel()
+		if err != nil && w.ctx.Err() == nil {
+			w.log.Warn("acquire worker lease", "err", err)
+		}
+	}
+}
+
+// followWorkers keeps w.view current from the watch of the worker leases and claims the
+// sessions that waited for a dead owner as soon as its lease has ended. The watch is started
+// again if it breaks; until it has delivered its initial values, liveness is asked of the
+// stream leader.
+func (w *Worker) followWorkers() {
+	defer w.wg.Done()
+	for w.ctx.Err() == nil {
+		evs, err := w.leases.WatchWorkers(w.ctx)
+		if err != nil {
+			w.log.Warn("watch worker leases; retrying", "err", err)
+			select {
+			case <-w.ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		for ev := range evs {
+			w.seeWorker(ev)
+		}
+		w.mu.Lock()
+		w.viewReady = false
+		clear(w.view)
+		w.mu.Unlock()
+	}
+}
+
+func (w *Worker) seeWorker(ev store.WorkerLeaseEvent) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ev.Initial {
+		w.viewReady = true
+		return
+	}
+	s := w.view[ev.Worker]
+	switch {
+	case ev.Epoch == 0:
+		s.gone = true
+	case ev.Epoch >= s.epoch:
+		s = workerSeen{epoch: ev.Epoch}
+	}
+	w.view[ev.Worker] = s
+	waiting := w.awaiting[ev.Worker]
+	if len(waiting) == 0 || w.ctx.Err() != nil {
+		return
+	}
+	keep := waiting[:0]
+	for _, c := range waiting {
+		if !w.staleLocked(ev.Worker, c.epoch) {
+			keep = append(keep, c)
+			continue
+		}
+		w.wg.Add(1)
+		go w.claim(c.sk)
+	}
+	if len(keep) == 0 {
+		delete(w.awaiting, ev.Worker)
+	} else {
+		w.awaiting[ev.Worker] = keep
+	}
+}
+
+// staleLocked reports whether the watch has shown that owner's worker lease of epoch ended
+// (gone, or acquired again with a larger epoch). Only the watch's certain answers count.
+func (w *Worker) staleLocked(owner string, epoch uint64) bool {
+	s, ok := w.view[owner]
+	return ok && (epoch < s.epoch || epoch == s.epoch && s.gone)
+}
+
+// alive is the store.AliveFunc of this replica's claims: the watch answers when it knows
+// (an ended lease for certain; a live one as of the last renewal it saw), the stream leader
+// otherwise.
+func (w *Worker) alive(ctx context.Context, owner string, epoch uint64) (bool, error) {
+	w.mu.Lock()
+	s, ok := w.view[owner]
+	ready := w.viewReady
+	stale := w.staleLocked(owner, epoch)
+	w.mu.Unlock()
+	switch {
+	case stale:
+		return false, nil
+	case ready && ok && epoch == s.epoch:
+		return true, nil
+	}
+	return w.leases.WorkerAlive(ctx, owner, epoch)
+}
+
+// claim tries to claim sk and start its actor, then hands over the deliveries that waited for
+// the claim. If another live replica owns the session, the deliveries are rung over to it.
+func (w *Worker) claim(sk events.SessionKey) {
+	defer w.wg.Done()
+	key := sk.String()
+	var c store.Claim
+	var err error
+	if wl := w.workerLease(); !wl.Valid(time.Now()) {
+		err = errNoWorkerLease
+	} else {
+		c, err = w.leases.Claim(w.ctx, sk, wl, w.alive)
+	}
+	w.mu.Lock()
+	waiting := w.claiming[key]
+	delete(w.claiming, key)
+	if err != nil {
+		var held *store.HeldError
+		isHeld := errors.As(err, &held)
+		if isHeld {
+			w.owners[key] = ownerHint{owner: held.Owner, epoch: held.Epoch, until: time.Now().Add(w.opts.LeaseTTL / 2)}
+		}
+		w.mu.Unlock()
+		if isHeld {
+			w.ring(sk, held.Owner, held.Epoch, waiting)
+			return
+		}
+		if w.ctx.Err() == nil {
+			w.log.Warn("claim session", "session", key, "err", err)
+		}
+		for _, d := range waiting {
+			w.giveBack(d, time.Second)
+		}
+		return
+	}
+	delete(w.owners, key)
+	if c.TookOver != "" && c.TookOver != w.opts.ID {
+		w.log.Info("took over session", "session", key, "from", c.TookOver)
+	}
+	a := newActor(w, sk, c)
+	w.actors[key] = a
+	for _, d := range waiting {
+		a.deliver(d.msg, d.seq)
+	}
+	w.wg.Add(1)
+	w.mu.Unlock()
+	go func() {
+		defer w.wg.Done()
+		a.run()
+		w.mu.Lock()
+		if w.actors[key] == a {
+			delete(w.actors, key)
+		}
+		w.mu.Unlock()
+	}()
+}
+
+// giveBack hands a delivery back to JetStream, to come again after delay.
+func (w *Worker) giveBack(d delivery, delay time.Duration) {
+	w.progress.Remove(d.msg)
+	_ = d.msg.NakWithDelay(delay)
+}
+
+// ring hands the deliveries of sk over to its owner: each ring is a request on the owner's
+// doorbell carrying the delivery's ack subject, and an answer means the owner holds the
+// delivery now. No responders means the owner's process is gone: the deliveries wait here
+// (with in-progress acks) until its worker lease has ended, and the session is claimed then.
+// An owner that does not answer in time gets nothing: the delivery comes back after a delay.
+func (w *Worker) ring(sk events.SessionKey, owner string, epoch uint64, ds []delivery) {
+	if owner == w.opts.ID {
+		// A claim of this replica held by a live epoch that is not ours: only a replica with
+		// the same id could do that. Leave the deliveries to JetStream.
+		for _, d := range ds {
+			w.giveBack(d, w.opts.LeaseTTL/4)
+		}
+		return
+	}
+	for i, d := range ds {
+		m := nats.NewMsg(events.AgentWakeSubject(owner))
+		m.Data = events.WakeBody(sk, d.seq)
+		m.Header.Set(events.HeaderWakeAck, d.msg.Reply())
+		w.progress.Add(d.msg) // kept from redelivery during the ring
+		_, err := w.nc.RequestMsg(m, ringTimeout)
+		switch {
+		case err == nil:
+			w.progress.Remove(d.msg) // the owner holds it now
+		case errors.Is(err, nats.ErrNoResponders):
+			w.awaitOwner(sk, owner, epoch, ds[i:])
+			return
+		default:
+			if w.ctx.Err() == nil {
+				w.log.Debug("ring doorbell", "owner", owner, "session", sk.String(), "err", err)
+			}
+			w.giveBack(d, w.opts.LeaseTTL/4)
+		}
+	}
+}
+
+// awaitOwner keeps ds (deliveries of sk, whose owner's process is gone) until the owner's
+// worker lease of epoch has ended, then claims sk. The watch of the worker leases says when;
+// should it miss that, the claim is tried again after the lease's TTL anyway.
+func (w *Worker) awaitOwner(sk events.SessionKey, owner string, epoch uint64, ds []delivery) {
+	key := sk.String()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ctx.Err() != nil {
+		return // a stopping worker's deliveries are redelivered
+	}
+	if a := w.actors[key]; a != nil && a.alive() {
+		for _, d := range ds {
+			a.deliver(d.msg, d.seq)
+		}
+		return
+	}
+	for _, d := range ds {
+		w.progress.Add(d.msg)
+	}
+	if waiting, ok := w.claiming[key]; ok {
+		w.claiming[key] = append(waiting, ds...)
+		return
+	}
+	w.claiming[key] = ds
+	delete(w.owners, key)
+	if w.staleLocked(owner, epoch) {
+		w.wg.Add(1)
+		go w.claim(sk)
+		return
+	}
+	w.awaiting[owner] = append(w.awaiting[owner], awaitClaim{sk: sk, epoch: epoch})
+	time.AfterFunc(w.opts.LeaseTTL+w.opts.LeaseTTL/4, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.ctx.Err() != nil {
+			return
+		}
+		list := w.awaiting[owner]
+		for i, c := range list {
+			if c.sk == sk && c.epoch == epoch {
+				w.awaiting[owner] = append(list[:i:i], list[i+1:]...)
+				if len(w.awaiting[owner]) == 0 {
+					delete(w.awaiting, owner)
+				}
+				w.wg.Add(1)
+				go w.claim(sk)
+				return
+			}
+		}
+	})
+}
+
+// onWake answers a ring of this replica's doorbell: another replica got a delivery for a
+// session it saw this replica own. The delivery the ring hands over (HeaderWakeAck) is held
+// here from now on; the session's actor reads the inbox up to the sequence rung. With no actor
+// (it went idle, or this replica restarted) the replica claims the session, whose actor then
+// reads the inbox from the cursor.
+func (w *Worker) onWake(m *nats.Msg) {
+	sk, seq, err := events.ParseWakeBody(m.Data)
+	if err != nil {
+		w.log.Warn("ignoring a malformed doorbell ring", "err", err)
+		return
+	}
+	var d *delivery
+	if ack := m.Header.Get(events.HeaderWakeAck); ack != "" {
+		d = &delivery{msg: &adoptedMsg{nc: w.nc, reply: ack, subject: events.AgentInSubject(sk), seq: seq}, seq: seq}
+	}
+	key := sk.String()
+	w.mu.Lock()
+	if w.ctx.Err() != nil {
+		w.mu.Unlock()
+		return // no answer: the ringer keeps its delivery
+	}
+	switch a := w.actors[key]; {
+	case a != nil && a.alive():
+		if d != nil {
+			a.deliver(d.msg, d.seq)
+		} else {
+			a.know(seq)
+		}
+	default:
+		waiting, ok := w.claiming[key]
+		if d != nil {
+			waiting = append(waiting, *d)
+		}
+		w.claiming[key] = waiting
+		if !ok { // else the claim under way takes it, and its actor reads the inbox from the cursor
+			delete(w.owners, key)
+			w.wg.Add(1)
+			go w.claim(sk)
+		}
+	}
+	w.mu.Unlock()
+	if m.Reply != "" {
+		_ = m.Respond(nil)
+	}
+}
+
+// adoptedMsg is a SESSION_IN delivery that another replica handed over by a doorbell ring:
+// its acks go to the delivery's ack subject from this replica's connection, as JetStream
+// accepts acks from any client. It carries no payload; the actor reads the event from the log.
+type adoptedMsg struct {
+	nc      *nats.Conn
+	reply   string
+	subject string
+	seq     uint64
+}
+
+var _ jetstream.Msg = (*adoptedMsg)(nil)
+
+func (m *adoptedMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	return &jetstream.MsgMetadata{Sequence: jetstream.SequencePair{Stream: m.seq}, NumDelivered: 1, Stream: events.StreamSessionIn, Consumer: ConsumerName}, nil
+}
+func (m *adoptedMsg) Data() []byte         { return nil }
+func (m *adoptedMsg) Headers() nats.Header { return nil }
+func (m *adoptedMsg) Subject() string      { return m.subject }
+func (m *adoptedMsg) Reply() string        { return m.reply }
+func (m *adoptedMsg) Ack() error           { return m.send("+ACK") }
+func (m *adoptedMsg) Nak() error           { return m.send("-NAK") }
+func (m *adoptedMsg) InProgress() error    { return m.send("+WPI") }
+func (m *adoptedMsg) Term() error          { return m.send("+TERM") }
+func (m *adoptedMsg) TermWithReason(reason string) error {
+	return m.send("+TERM " + reason)
+}
+func (m *adoptedMsg) NakWithDelay(delay time.Duration) error {
+	return m.send(fmt.Sprintf(`-NAK {"delay": %d}`, delay.Nanoseconds()))
+}
+func (m *adoptedMsg) DoubleAck(ctx context.Context) error {
+	_, err := m.nc.RequestWithContext(ctx, m.reply, []byte("+ACK"))
+	return err
+}
+
+func (m *adoptedMsg) send(body string) error {
+	if m.reply == "" {
+		return jetstream.ErrMsgNoReply
+	}
+	return m.nc.Publish(m.reply, []byte(body))
+}

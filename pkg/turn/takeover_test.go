@@ -1,0 +1,205 @@
+package turn
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
+	"github.com/agentbus/agentbus/pkg/tools"
+)
+
+// Worker A is killed in the middle of a turn while worker B runs beside it (the fault test's
+// shape, in one process): B must answer the turn in flight and the messages that arrive while
+// A's lease has not expired yet, exactly once each, without repeating a model step that was
+// persisted or a tool call that ran.
+//
+// The kill points are the ones the fault test's lost turns were in flight at: the first model
+// step, the wait for a tool result, and the second model step. The message sent after the kill
+// reaches B while A's claim still looks in force: B's ring gets no responders, B keeps the
+// delivery and claims the session as soon as the watch shows A's worker lease gone.
+func TestKillMidTurnOtherWorkerAnswers(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		killAt    string // "step1", "tool", "step2"
+		wantCalls int    // model calls: a step whose message was persisted is not asked again
+	}{
+		// first message: the interrupted step is asked again, a persisted one is not; second: 2
+		{"during the first model step", "step1", 3 + 2},
+		{"while the tool runs", "tool", 2 + 2},
+		{"during the second model step", "step2", 3 + 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var (
+				mu      sync.Mutex
+				blocked = map[string]bool{}
+			)
+			hold := make(chan struct{})    // closed when A is dead: the blocked step may end
+			inStep := make(chan string, 8) // which step is blocked now
+			h := newHarness(t, nil, faux.WithResponder(func(c *llm.Context) faux.Response {
+				last := c.Messages[len(c.Messages)-1]
+				user := ""
+				for _, m := range c.Messages {
+					if m.Role == llm.RoleUser {
+						user = m.TextContent()
+					}
+				}
+				step := "step1"
+				if last.Role == llm.RoleToolResult {
+					step = "step2"
+				}
+				mu.Lock()
+				block := strings.Contains(user, "first") && step == tc.killAt && !blocked[step]
+				if block {
+					blocked[step] = true
+				}
+				mu.Unlock()
+				if block {
+					inStep <- step
+					<-hold
+				}
+				if step == "step2" {
+					return faux.Response{Text: "answer to " + user}
+				}
+				return faux.Response{ToolCalls: []llm.Content{llm.ToolCall("c1", "record", map[string]any{"text": user})}}
+			}))
+			var runs sync.Map // tool call text -> runs
+			toolStarted := make(chan struct{}, 8)
+			h.startTools(tools.MustNew("record", "records", func(ctx context.Context, c tools.Call, a echoArgs) (tools.Result, error) {
+				n, _ := runs.LoadOrStore(a.Text, new(atomic.Int32))
+				n.(*atomic.Int32).Add(1)
+				if tc.killAt == "tool" && strings.Contains(a.Text, "first") {
+					toolStarted <- struct{}{}
+					<-hold
+				}
+				return tools.TextResult("recorded " + a.Text), nil
+			}))
+			a := h.worker("wA")
+			h.waitTools(a, 1)
+			h.send(sk, "m1", "first message")
+			select {
+			case <-inStep:
+			case <-toolStarted:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the turn never reached the kill point")
+			}
+			b := h.worker("wB")
+			h.waitTools(b, 1)
+			// Kill waits for A's goroutines, and the blocked step is one: it may end once A's
+			// context is cancelled, as a dead process's request would never return.
+			killed := time.Now()
+			go a.Kill()
+			waitFor(t, func() bool { return a.ctx.Err() != nil })
+			close(hold)
+			h.send(sk, "m2", "second message")
+			got := h.replies(sk, 2)
+			took := time.Since(killed)
+			if got[0] != "answer to first message" || got[1] != "answer to second message" {
+				t.Fatalf("replies %q", got)
+			}
+			t.Logf("kill → both replies %v (lease TTL and AckWait 2s)", took.Round(time.Millisecond))
+			time.Sleep(time.Second) // a duplicate would show up now
+			if out := h.outbound(sk); len(out) != 2 {
+				t.Fatalf("%d replies %q, want 2", len(out), out)
+			}
+			runs.Range(func(k, v any) bool {
+				if n := v.(*atomic.Int32).Load(); n != 1 {
+					t.Errorf("tool ran %d times for %q", n, k)
+				}
+				return true
+			})
+			if calls := h.faux.Calls(); calls != tc.wantCalls {
+				t.Errorf("model called %d times, want %d", calls, tc.wantCalls)
+			}
+			waitClosed(t, b, sk)
+		})
+	}
+}
+
+// A delivery that reaches a replica which does not own the session is handed over by the
+// doorbell: the owner holds and acks it, the ringer neither NAKs nor keeps it, so nothing is
+// redelivered and no message waits for a NAK delay. With two replicas and many sessions,
+// every delivery is acked exactly once by the consumer's count.
+func TestRingHandsDeliveryOver(t *testing.T) {
+	h := newHarness(t, nil, faux.WithResponder(func(c *llm.Context) faux.Response {
+		return faux.Response{Text: "ok " + c.Messages[len(c.Messages)-1].TextContent()}
+	}))
+	a := h.worker("wA")
+	keys := make([]string, 0, 8)
+	for i := range 8 {
+		k := sk
+		k.Scene = "ring-" + string(rune('a'+i))
+		keys = append(keys, k.Scene)
+		h.send(k, "m0", "warm up")
+		h.replies(k, 1)
+	}
+	// A owns every session now; B joins and gets about half of the next deliveries.
+	b := h.worker("wB")
+	for round := 1; round <= 3; round++ {
+		for _, scene := range keys {
+			k := sk
+			k.Scene = scene
+			h.send(k, "m"+string(rune('0'+round)), "round")
+		}
+		for _, scene := range keys {
+			k := sk
+			k.Scene = scene
+			h.replies(k, round+1)
+		}
+	}
+	ctx := context.Background()
+	cons, err := h.ns.JS.Consumer(ctx, "SESSION_IN", ConsumerName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	})
+	info, _ := cons.Info(ctx)
+	if info.NumRedelivered != 0 || info.Delivered.Consumer != uint64(len(keys)*4) {
+		t.Errorf("consumer delivered %d (want %d), redelivered %d (want 0)", info.Delivered.Consumer, len(keys)*4, info.NumRedelivered)
+	}
+	// Ownership did not move: A still runs every session, B none.
+	a.mu.Lock()
+	na := len(a.actors)
+	a.mu.Unlock()
+	b.mu.Lock()
+	nb := len(b.actors)
+	b.mu.Unlock()
+	if na != len(keys) || nb != 0 {
+		t.Errorf("actors: A %d, B %d; want %d and 0", na, nb, len(keys))
+	}
+}
+
+// The worker lease is what keeps a session's claim in force: a worker that lost it (it
+// expired while the process stalled, here: revoked by hand) stops its actors at once and
+// acquires a new epoch, and its old claims are stale for every other replica.
+func TestLostWorkerLeaseStopsActors(t *testing.T) {
+	h := newHarness(t, nil, faux.WithResponder(func(c *llm.Context) faux.Response {
+		return faux.Response{Text: "ok"}
+	}))
+	a := h.worker("wA")
+	h.send(sk, "m1", "hello")
+	h.replies(sk, 1)
+	old := a.workerLease()
+	ctx := context.Background()
+	if err := a.leases.Release(ctx, old); err != nil { // as the server's TTL would
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return len(a.actors) == 0 && a.workerLease().Token > old.Token
+	})
+	b := h.worker("wB")
+	h.send(sk, "m2", "again")
+	h.replies(sk, 2)
+	if alive, err := b.leases.WorkerAlive(ctx, "wA", old.Token); err != nil || alive {
+		t.Fatalf("old epoch alive=%v err=%v", alive, err)
+	}
+}
