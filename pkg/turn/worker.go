@@ -144,12 +144,12 @@ type Worker struct {
 	awaiting  map[string][]awaitClaim // by owner whose process is gone: claims waiting for its lease to end
 	killed    bool                    // Kill: no lease is released
 	wakeSub   *nats.Subscription
-	wg       sync.WaitGroup
-	ctx      context.Context
-	cancel   context.CancelFunc
-	cc       jetstream.ConsumeContext
-	stopOnce sync.Once
-	done     chan struct{} // closed when shutdown has finished
+	wg        sync.WaitGroup
+	ctx       context.Context
+	cancel    context.CancelFunc
+	cc        jetstream.ConsumeContext
+	stopOnce  sync.Once
+	done      chan struct{} // closed when shutdown has finished
 
 }
 
