@@ -29,7 +29,7 @@ import (
 const (
 	DefaultDurable         = "egress"
 	DefaultConcurrency     = 16
-	DefaultAckWait         = 30 * time.Second
+	DefaultAckWait         = 2 * time.Second
 	DefaultMaxAckPending   = 1024
 	DefaultMaxRetries      = 3
 	DefaultRetryInitial    = 200 * time.Millisecond
@@ -80,8 +80,10 @@ type Options struct {
 	Durable string
 	// Concurrency is how many parts this process handles at once (default 16, or im.egress.concurrency).
 	Concurrency int
-	// AckWait of the consumer (default 30 s). While a part is being handled it gets an
-	// in-progress ack within AckWait/2 and then every AckWait/3.
+	// AckWait of the consumer (default 2 s): how soon the parts a crashed egress held reach
+	// another replica. From the moment a part is fetched (waiting in its lane included) until
+	// its verdict it gets an in-progress ack within AckWait/2 and then every AckWait/3, so a
+	// slow send or a throttled platform never waits for a redelivery on another replica.
 	AckWait time.Duration
 	// MaxAckPending bounds unacknowledged parts across all replicas (default 1024). Keep it
 	// below rate × AckWait when a platform is throttled, or buffered parts outlive AckWait.
@@ -356,6 +358,7 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 		subConn.Close()
 		return nil, fmt.Errorf("egress: consumer %s: %w", o.Durable, err)
 	}
+	e.progress = natsutil.NewInProgress(o.AckWait / 3)
 	pullMax := 2 * o.Concurrency
 	if pullMax > o.MaxAckPending {
 		pullMax = o.MaxAckPending
@@ -367,11 +370,13 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 		pullMax:      pullMax,
 		delay:        redeliveryDelay{base: o.RedeliveryDelay, max: o.MaxRedeliveryDelay},
 		closeTimeout: o.SendTimeout + 5*time.Second,
+		progress:     e.progress,
 		log:          e.log,
 		closing:      make(chan struct{}),
 	}
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: o.SendTimeout + 5*time.Second}, wlog)
 	if err != nil {
+		e.progress.Close()
 		subConn.Close()
 		return nil, fmt.Errorf("egress: router: %w", err)
 	}
@@ -393,7 +398,6 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 	e.workers = newWorkers(o.Concurrency)
 	router.AddConsumerHandler("egress", filter, sub, e.workers.handler(e.handle))
 
-	e.progress = natsutil.NewInProgress(o.AckWait / 3)
 	h := &Handle{e: e, router: router, sub: sub, runDone: make(chan struct{}), stopped: make(chan struct{}), subConn: subConn}
 	go func() {
 		defer close(h.runDone)

@@ -581,32 +581,48 @@ func TestSenderOverride(t *testing.T) {
 	}
 }
 
-// A send that outlasts AckWait is kept alive by in-progress acks: the server does not hand the
-// part out again meanwhile (a second copy would wait behind the first and then be skipped).
+// A send that outlasts AckWait is kept alive by in-progress acks, and so are the parts waiting
+// in its lane behind it: the server does not hand a part out again meanwhile (a second copy
+// would wait behind the first and then be skipped), however short AckWait is.
 func TestSlowSendNotRedelivered(t *testing.T) {
-	srv := natstest.New(t)
-	var calls atomic.Int32
-	o := fastOptions(srv, testConfig(nil), t) // AckWait 1 s
-	o.Senders = map[string]Sender{"slow": SenderFunc(func(ctx context.Context, out events.Outbound) (string, error) {
-		calls.Add(1)
-		time.Sleep(2500 * time.Millisecond)
-		return "slow-1", nil
-	})}
-	h := start(t, o)
-	out := outbound("turnS-0")
-	out.Platform = "slow"
-	publish(t, srv.JS, out, "")
-	waitFor(t, "the slow part", func() bool { return h.Stats().Delivered == 1 })
-	time.Sleep(1500 * time.Millisecond) // a redelivery after AckWait would show up here
-	if s := h.Stats(); calls.Load() != 1 || s.Skipped != 0 {
-		t.Fatalf("%d sends, stats %+v: the part was redelivered while it was being sent", calls.Load(), s)
-	}
-	cons, err := srv.JS.Consumer(context.Background(), events.StreamIMOut, DefaultDurable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ci, err := cons.Info(context.Background()); err != nil || ci.NumRedelivered != 0 || ci.NumAckPending != 0 {
-		t.Fatalf("consumer %+v %v", ci, err)
+	for _, tc := range []struct {
+		name  string
+		parts int // parts of one scene: all but the first wait in the lane
+	}{
+		{"the part being sent", 1},
+		{"parts waiting in the lane behind it", 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := natstest.New(t)
+			var calls atomic.Int32
+			o := fastOptions(srv, testConfig(nil), t) // AckWait 1 s
+			o.Concurrency = 1
+			o.Senders = map[string]Sender{"slow": SenderFunc(func(ctx context.Context, out events.Outbound) (string, error) {
+				n := calls.Add(1)
+				if n == 1 {
+					time.Sleep(2500 * time.Millisecond)
+				}
+				return fmt.Sprint("slow-", n), nil
+			})}
+			h := start(t, o)
+			for i := range tc.parts {
+				out := outbound(fmt.Sprintf("turnS-%d", i))
+				out.Platform = "slow"
+				publish(t, srv.JS, out, "")
+			}
+			waitFor(t, "the slow parts", func() bool { return h.Stats().Delivered == uint64(tc.parts) })
+			time.Sleep(1500 * time.Millisecond) // a redelivery after AckWait would show up here
+			if s := h.Stats(); calls.Load() != int32(tc.parts) || s.Skipped != 0 {
+				t.Fatalf("%d sends, stats %+v: a part was redelivered while it was in hand", calls.Load(), s)
+			}
+			cons, err := srv.JS.Consumer(context.Background(), events.StreamIMOut, DefaultDurable)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ci, err := cons.Info(context.Background()); err != nil || ci.NumRedelivered != 0 || ci.NumAckPending != 0 {
+				t.Fatalf("consumer %+v %v", ci, err)
+			}
+		})
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+
+	"github.com/agentbus/agentbus/pkg/natsutil"
 )
 
 // laneSubscriber is the watermill message.Subscriber egress's router reads IM_OUT from. It
@@ -39,7 +41,10 @@ type laneSubscriber struct {
 	pullMax      int
 	delay        redeliveryDelay
 	closeTimeout time.Duration
-	log          *slog.Logger
+	// progress sends the in-progress acks of every part from its fetch to its verdict (nil:
+	// none), so a short AckWait only matters when this process is gone.
+	progress *natsutil.InProgress
+	log      *slog.Logger
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -94,10 +99,13 @@ func (s *laneSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 		lanes[i] = make(chan jetstream.Msg, s.laneBuf)
 	}
 	cc, err := s.cons.Consume(func(m jetstream.Msg) {
+		s.hold(m)
 		select {
 		case lanes[fnv32a(m.Subject())%uint32(len(lanes))] <- m:
 		case <-s.closing:
+			s.drop(m)
 		case <-ctx.Done():
+			s.drop(m)
 		}
 	}, jetstream.PullMaxMessages(s.pullMax), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		s.log.Debug("egress: consume", "err", err)
@@ -146,7 +154,31 @@ func (s *laneSubscriber) stopped(ctx context.Context) <-chan struct{} {
 	return ctx.Done()
 }
 
+// hold registers a fetched part for in-progress acks; drop ends that (the part is left to
+// redelivery, or its verdict was sent).
+func (s *laneSubscriber) hold(m jetstream.Msg) {
+	if s.progress != nil {
+		s.progress.Add(m)
+	}
+}
+
+func (s *laneSubscriber) drop(m jetstream.Msg) {
+	if s.progress != nil {
+		s.progress.Remove(m)
+	}
+}
+
 func (s *laneSubscriber) runLane(ctx context.Context, lane <-chan jetstream.Msg, out chan<- *message.Message) {
+	defer func() { // parts still buffered are left to redelivery
+		for {
+			select {
+			case m := <-lane:
+				s.drop(m)
+			default:
+				return
+			}
+		}
+	}()
 	for {
 		var m jetstream.Msg
 		select {
@@ -160,11 +192,15 @@ func (s *laneSubscriber) runLane(ctx context.Context, lane <-chan jetstream.Msg,
 		select {
 		case out <- wm:
 		case <-s.closing:
+			s.drop(m)
 			return // never handed over: left to redelivery
 		case <-ctx.Done():
+			s.drop(m)
 			return
 		}
-		if !s.settle(ctx, m, wm) {
+		ok := s.settle(ctx, m, wm)
+		s.drop(m)
+		if !ok {
 			return
 		}
 	}

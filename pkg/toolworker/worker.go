@@ -21,7 +21,7 @@ import (
 const (
 	DefaultConcurrency    = 32
 	DefaultTimeout        = 60 * time.Second
-	DefaultAckWait        = 5 * time.Second
+	DefaultAckWait        = 2 * time.Second
 	DefaultMaxAttempts    = 4
 	DefaultPollWait       = time.Second
 	DefaultInterruptGrace = 5 * time.Second
@@ -47,7 +47,7 @@ type Options struct {
 	// The effective value is announced as the entry's TimeoutMs.
 	DefaultTimeout time.Duration
 	Timeouts       map[string]time.Duration
-	// AckWait of the per-tool consumers (default 5s); in-progress acks go out every AckWait/3
+	// AckWait of the per-tool consumers (default 2s); in-progress acks go out every AckWait/3
 	// while a call is handled, so a call a crashed worker held comes back after at most AckWait.
 	AckWait time.Duration
 	// MaxAttempts is how often a call may be delivered before the worker gives up on it with an
