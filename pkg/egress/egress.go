@@ -309,7 +309,10 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 		MaxAckPending: o.MaxAckPending,
 		FilterSubject: filter,
 	}
-	if _, err := js.CreateOrUpdateConsumer(ctx, events.StreamIMOut, consCfg); err != nil {
+	if err := natsutil.Retry(ctx, func(ctx context.Context) error {
+		_, err := js.CreateOrUpdateConsumer(ctx, events.StreamIMOut, consCfg)
+		return err
+	}); err != nil {
 		return nil, fmt.Errorf("egress: consumer %s on %s (is the stream provisioned?): %w", o.Durable, events.StreamIMOut, err)
 	}
 

@@ -188,6 +188,12 @@ const RequestTimeout = 5 * time.Second
 // maxAttempts bounds the attempts per stream or bucket when ctx has no deadline.
 const maxAttempts = 60
 
+// Retry runs op, each attempt bounded by RequestTimeout, until it succeeds, fails with an error
+// another attempt would not change, or ctx ends; attempts back off with jitter up to 2 s. It is
+// for the JetStream API requests a role makes when it starts (creating its consumers): on a
+// cluster that is forming or electing leaders one unanswered request must not fail the start.
+func Retry(ctx context.Context, op func(context.Context) error) error { return retry(ctx, op) }
+
 // retry runs op, each time with its own RequestTimeout, until it succeeds, fails with a
 // permanent error, or ctx ends.
 func retry(ctx context.Context, op func(context.Context) error) error {
