@@ -75,9 +75,12 @@ func (w *Worker) acquireWorkerLease(ctx context.Context) error {
 }
 
 // renewWorkerLease renews this replica's one liveness lease every LeaseTTL/3, whatever the
-// number of sessions it owns. If the lease is lost (it expired while the process stalled) or
-// cannot be renewed before it would lapse, every actor stops at once (other replicas may claim
-// their sessions now) and a new lease, with a new epoch, is acquired.
+// number of sessions it owns. A renewal that fails is tried again at once (every 100 ms) for as
+// long as the lease is still valid, each attempt allowed to take until the lease would lapse:
+// on a starved machine a slow renewal must not cost every session. Only if the lease is lost
+// (its revision moved: it expired on the server) or lapses without a renewal does every actor
+// stop at once (other replicas may claim their sessions now); a new lease, with a new epoch, is
+// then acquired.
 func (w *Worker) renewWorkerLease() {
 	defer w.wg.Done()
 	t := time.NewTicker(w.opts.LeaseTTL / 3)
@@ -90,21 +93,12 @@ func (w *Worker) renewWorkerLease() {
 		}
 		l := w.workerLease()
 		if l.Revision != 0 {
-			ctx, cancel := context.WithTimeout(w.ctx, w.opts.LeaseTTL/3)
-			nl, err := w.leases.Renew(ctx, l)
-			cancel()
+			err := w.renewOnce(l)
 			if w.ctx.Err() != nil {
 				return
 			}
 			if err == nil {
-				w.lmu.Lock()
-				w.wlease = nl
-				w.lmu.Unlock()
 				continue
-			}
-			if !errors.Is(err, store.ErrLeaseLost) && l.Valid(time.Now().Add(w.opts.LeaseTTL/3)) {
-				w.log.Warn("renew worker lease; retrying", "err", err)
-				continue // retried next tick while the lease is still valid
 			}
 			w.log.Warn("worker lease lost: stopping every actor", "err", err)
 			w.lmu.Lock()
@@ -121,6 +115,30 @@ func (w *Worker) renewWorkerLease() {
 		cancel()
 		if err != nil && w.ctx.Err() == nil {
 			w.log.Warn("acquire worker lease", "err", err)
+		}
+	}
+}
+
+// renewOnce renews l, retrying until it succeeds, the lease is lost, or it lapses.
+func (w *Worker) renewOnce(l store.Lease) error {
+	for {
+		ctx, cancel := context.WithDeadline(w.ctx, l.ValidUntil)
+		nl, err := w.leases.Renew(ctx, l)
+		cancel()
+		if err == nil {
+			w.lmu.Lock()
+			w.wlease = nl
+			w.lmu.Unlock()
+			return nil
+		}
+		if w.ctx.Err() != nil || errors.Is(err, store.ErrLeaseLost) || !l.Valid(time.Now().Add(100*time.Millisecond)) {
+			return err
+		}
+		w.log.Warn("renew worker lease; retrying", "err", err)
+		select {
+		case <-w.ctx.Done():
+			return w.ctx.Err()
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
