@@ -238,7 +238,7 @@ func (h *Handle) serve(ctx context.Context, t tools.Tool) error {
 	if err != nil {
 		return fmt.Errorf("consumer for tool %s: %w", t.Name, err)
 	}
-	if err := h.announce(ctx, t); err != nil {
+	if err := natsutil.Retry(ctx, func(ctx context.Context) error { return h.announce(ctx, t) }); err != nil {
 		return fmt.Errorf("announce tool %s: %w", t.Name, err)
 	}
 	s := &served{name: t.Name, cons: cons, sem: make(chan struct{}, h.opts.Concurrency), stop: make(chan struct{})}
