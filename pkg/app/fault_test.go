@@ -185,10 +185,22 @@ type child struct {
 	env  []string
 	log  string
 
+	// op serializes the restarts of the slot: the chaos loop's kill-and-start and the
+	// supervisor's start after a process exited by itself.
+	op sync.Mutex
+
 	mu    sync.Mutex
 	cmd   *exec.Cmd
+	gen   int // counts spawns: which process of the slot runs now
 	ready chan struct{}
 	exit  chan struct{}
+}
+
+// generation returns the number of the process that runs now.
+func (c *child) generation() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
 }
 
 func (c *child) start(t *testing.T) {
@@ -230,6 +242,7 @@ func (c *child) spawn() error {
 	}()
 	c.mu.Lock()
 	c.cmd, c.ready, c.exit = cmd, ready, exit
+	c.gen++
 	c.mu.Unlock()
 	return nil
 }
@@ -424,16 +437,24 @@ func TestFaultCluster(t *testing.T) {
 	// container, and counted.
 	var restartMu sync.Mutex
 	var restarts []string
-	supervise := func(c *child) {
+	supervise := func(c *child, gen int) {
 		for attempt := 1; attempt <= 5; attempt++ {
 			err := c.waitReady(180 * time.Second)
 			if err == nil {
 				return
 			}
+			c.op.Lock()
+			if c.generation() != gen { // killed and started again by the chaos loop meanwhile
+				c.op.Unlock()
+				return
+			}
 			restartMu.Lock()
 			restarts = append(restarts, fmt.Sprintf("%s: %s", c.name, lastLine(c.log)))
 			restartMu.Unlock()
-			if err := c.spawn(); err != nil {
+			err = c.spawn()
+			gen = c.generation()
+			c.op.Unlock()
+			if err != nil {
 				t.Errorf("restart %s: %v", c.name, err)
 				return
 			}
@@ -526,17 +547,21 @@ func TestFaultCluster(t *testing.T) {
 				continue
 			}
 			c := roles[rand.IntN(len(roles))]
+			c.op.Lock()
 			c.kill()
 			mu.Lock()
 			role, _, _ := strings.Cut(c.name, "-")
 			kills = append(kills, kill{role: role, at: time.Now()})
 			events = append(events, fmt.Sprintf("%5.1fs kill -9 %s", now.Sub(start).Seconds(), c.name))
 			mu.Unlock()
-			if err := c.spawn(); err != nil {
+			err := c.spawn()
+			gen := c.generation()
+			c.op.Unlock()
+			if err != nil {
 				t.Errorf("restart %s: %v", c.name, err)
 				continue
 			}
-			go supervise(c)
+			go supervise(c, gen)
 		}
 	}()
 	if testing.Verbose() {
