@@ -5,9 +5,12 @@
 //	Sessions    KV sessions, key <sk>            agent_sessions: active epoch, status, model,
 //	                                              inbox cursor, open turns, active leaf; every
 //	                                              write a revision CAS (Update retries)
-//	Leases      KV leases, key <sk>              one owner per session; per-message TTL kept on
-//	                                              renewal (CAS publish with Nats-TTL); fencing
-//	                                              token = revision at acquisition
+//	Leases      KV leases, key worker.<id>       one liveness lease per worker process; per-message
+//	                                              TTL kept on renewal (CAS publish with Nats-TTL);
+//	                                              epoch = revision at acquisition
+//	            KV leases, key <sk>              one claim per session {owner, epoch}, no TTL: in
+//	                                              force while the owner's worker lease lives with
+//	                                              that epoch; fencing token = revision (claims.go)
 //	ContextLog  AGENT_CTX agent.ctx.<sk>.<epoch>  agent_messages + agent_summaries: one record
 //	                                              per commit, fenced by expected last subject
 //	                                              sequence; LoadContext = summary + bounded tail
@@ -15,8 +18,8 @@
 //
 // The im_transcripts archive is the bbolt file of subpackage transcript.
 //
-// Correctness never depends on a lease alone: a worker that lost its lease (expired while it
-// was stalled) still cannot commit, because its append expects a context sequence that the new
+// Correctness never depends on a lease alone: a worker that lost its worker lease (expired
+// while it was stalled), and with it its claims, still cannot commit, because its append expects a context sequence that the new
 // owner has moved past (ErrFenced). The lease decides who should work; the fence decides whose
 // work counts.
 //
