@@ -227,16 +227,22 @@ func (in *Inbound) batch(ctx context.Context, resp *mautrix.RespSync, first bool
 		for _, evt := range room.State.Events {
 			in.memberEvent(roomID, evt)
 		}
-		if room.Timeline.Limited && !first {
+		// A room the bot joined in this batch comes with history from before the join:
+		// only a direct chat's is answered (written to the bot while it was joining).
+		joinedAt := in.ownJoin(room.Timeline.Events)
+		in.mu.Lock()
+		skipBefore := joinedAt >= 0 && !in.direct[roomID]
+		in.mu.Unlock()
+		if room.Timeline.Limited && !first && joinedAt < 0 {
 			in.log.Warn("matrix: more messages than one sync returns; the oldest are not answered", "room", roomID)
 		}
-		for _, evt := range room.Timeline.Events {
+		for i, evt := range room.Timeline.Events {
 			evt.RoomID = roomID
 			if evt.Type == event.StateMember {
 				in.memberEvent(roomID, evt)
 				continue
 			}
-			if first {
+			if first || (skipBefore && i < joinedAt) {
 				continue
 			}
 			if err := in.message(ctx, evt); err != nil && !errors.Is(err, events.ErrInvalid) {
@@ -250,6 +256,27 @@ func (in *Inbound) batch(ctx context.Context, resp *mautrix.RespSync, first bool
 		in.mu.Unlock()
 	}
 	return nil
+}
+
+// ownJoin is the index of the bot's own join in a timeline, -1 when it is not there.
+func (in *Inbound) ownJoin(evts []*event.Event) int {
+	for i, evt := range evts {
+		if evt.Type != event.StateMember || evt.GetStateKey() != in.self.String() {
+			continue
+		}
+		_ = evt.Content.ParseRaw(evt.Type)
+		if evt.Content.AsMember().Membership != event.MembershipJoin {
+			continue
+		}
+		if prev := evt.Unsigned.PrevContent; prev != nil { // a profile change is no join
+			_ = prev.ParseRaw(evt.Type)
+			if prev.AsMember().Membership == event.MembershipJoin {
+				continue
+			}
+		}
+		return i
+	}
+	return -1
 }
 
 // loadDirect reads the bot's m.direct account data (the rooms a holder before this one
