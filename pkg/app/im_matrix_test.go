@@ -19,6 +19,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/im/matrix"
 	"github.com/agentbus/agentbus/pkg/im/matrix/dendritetest"
+	"github.com/agentbus/agentbus/pkg/im/matrix/matrixtest"
 )
 
 const mxStreamed = "This answer streams in slowly, word by word, so that the preview has time to grow."
@@ -419,4 +420,73 @@ func lastReceipt(t *testing.T, p *app.Process, sk events.SessionKey) events.Rece
 		t.Fatal(err)
 	}
 	return ev.Data
+}
+
+// TestMatrixFake429 runs the pipeline against matrixtest: a reply whose sends are answered
+// 429 M_LIMIT_EXCEEDED twice is delivered once after egress waited retry_after_ms, with the
+// same transaction id on every attempt.
+func TestMatrixFake429(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the pipeline")
+	}
+	const botID, token, room = "@bot:" + matrixtest.ServerName, "syt_fake", "!dm:" + matrixtest.ServerName
+	fake := matrixtest.New(t, botID, token)
+	fake.Join(room, botID, "Bot")
+	fake.Join(room, "@ann:"+matrixtest.ServerName, "Ann")
+	model := fakeopenai.New(t, fakeopenai.Echo)
+	dir := tempDir(t)
+	p := startProc(t, fmt.Sprintf(`
+dataDir: %[1]s
+nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: memory}
+im:
+  matrix:
+    bots:
+      - {id: mxf, homeserver: "%[2]s", userId: "%[3]s", accessToken: "%[4]s", preview: "off"}
+ai:
+  providers:
+    fake: {api: openai-completions, baseUrl: "%[5]s", apiKey: test}
+  agents:
+    zhin: {provider: fake, model: m1}
+`, dir, fake.URL(), botID, token, model.BaseURL()), app.AllRoles)
+	ctx := context.Background()
+	kv, err := p.JS.KeyValue(ctx, events.BucketLeases)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := kv.Get(ctx, matrix.SyncKey("mxf")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no first sync")
+		}
+	}
+	fake.FailNext("send", 2, 429, 1000)
+	fake.Text(room, "@ann:"+matrixtest.ServerName, "hello through a rate limit")
+	isReply := func(c matrixtest.Call) bool {
+		b, _ := c.Body["body"].(string)
+		return c.Method == "PUT" && c.Txn != "" && strings.Contains(b, "echo: hello through a rate limit")
+	}
+	ok := fake.WaitCalls(1, 90*time.Second, func(c matrixtest.Call) bool { return isReply(c) && c.Status == 200 })
+	var limited []matrixtest.Call
+	for _, c := range fake.Calls() {
+		if c.Status == 429 {
+			limited = append(limited, c)
+		}
+	}
+	if len(limited) != 2 || !isReply(limited[0]) || limited[0].Txn != ok[0].Txn || limited[1].Txn != ok[0].Txn {
+		t.Fatalf("429s = %+v, delivered %+v: want two 429s of the same transaction before the delivery", limited, ok[0])
+	}
+	t.Logf("reply delivered %v after the first 429 (retry_after_ms 1000)", ok[0].Time.Sub(limited[0].Time).Round(time.Millisecond))
+	time.Sleep(2 * time.Second)
+	n := 0
+	for _, c := range fake.Calls() {
+		if isReply(c) && c.Status == 200 {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("reply delivered %d times", n)
+	}
+	waitReceipt(t, p, events.SessionKey{Platform: "matrix", Bot: "mxf", Scope: "private", Scene: room})
 }
