@@ -397,9 +397,10 @@ func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *in
 		}
 	}
 	for _, b := range cfg.IM.Matrix.Bots {
-		// mxc:// media is downloaded from the configured homeserver, which may be on the
-		// same host: its host is allowed like a OneBot endpoint, every other URL is checked.
-		media, err := p.imMedia(ctx, cfg, b.Homeserver)
+		// mxc:// media is downloaded from the configured homeserver, which may be on the same
+		// host: the adapter reaches exactly that scheme and host:port directly and everything
+		// else through this helper's SSRF guard, which therefore allows no extra host.
+		media, err := p.imMedia(ctx, cfg)
 		if err != nil {
 			return false, err
 		}

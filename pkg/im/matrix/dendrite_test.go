@@ -83,7 +83,7 @@ func TestDendriteAdapter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	media, err := im.NewMedia(store, netguard.Config{}, hs.URL)
+	media, err := im.NewMedia(store, netguard.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

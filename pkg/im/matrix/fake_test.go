@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,7 +95,7 @@ func TestInboundFake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	media, err := im.NewMedia(store, netguard.Config{}, fake.URL())
+	media, err := im.NewMedia(store, netguard.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,6 +119,9 @@ func TestInboundFake(t *testing.T) {
 	mxc := fake.AddMedia(img, "image/png")
 	imgID := fake.Message(room, fakeAnn, map[string]any{"msgtype": "m.image", "body": "a caption", "filename": "dot.png", "url": mxc,
 		"info": map[string]any{"mimetype": "image/png", "size": len(img)}})
+	// A non-mxc URL (a non-conforming client) goes through the SSRF guard, even one on the
+	// homeserver's own address: only the homeserver's API is reached directly.
+	ssrfID := fake.Message(room, fakeAnn, map[string]any{"msgtype": "m.image", "body": "x.png", "url": fake.URL() + "/_matrix/media/v3/download/fake.test/m1"})
 	textID := fake.Text(room, fakeAnn, "last")
 	m := sink.wait(t, 30*time.Second, func(m *events.IMMessage) bool { return m.MessageID == textID })
 	if m.Scene.Type != "group" {
@@ -131,11 +135,15 @@ func TestInboundFake(t *testing.T) {
 	if err != nil || !bytes.Equal(b, img) {
 		t.Fatalf("image not stored through the legacy endpoint: %v", err)
 	}
+	ssrf := sink.wait(t, time.Second, func(m *events.IMMessage) bool { return m.MessageID == ssrfID })
+	if seg := ssrf.Content[len(ssrf.Content)-1]; seg.Str("object") != "" || !strings.Contains(seg.Str("error"), "blocked") {
+		t.Fatalf("a URL off the homeserver was fetched: %+v", seg)
+	}
 	sink.mu.Lock()
 	n := len(sink.msgs)
 	sink.mu.Unlock()
-	if n != 2 {
-		t.Fatalf("ingested %d messages, want 2 (history, own, notice and edit skipped)", n)
+	if n != 3 {
+		t.Fatalf("ingested %d messages, want 3 (history, own, notice and edit skipped)", n)
 	}
 
 	fake.Join(dmRoom, fakeAnn, "Ann")

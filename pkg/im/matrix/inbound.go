@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -81,9 +82,10 @@ func NewInbound(o InboundOptions) (*Inbound, error) {
 	}
 	in := &Inbound{o: o, c: c, self: id.UserID(o.Bot.UserID), log: o.Log.With("platform", Platform, "bot", o.Bot.ID)}
 	if o.Media != nil {
-		gc := o.Media.Client()
-		gc.Timeout = 2 * time.Minute
-		if in.mc, err = newClient(o.Bot, gc); err != nil {
+		hs, _ := url.Parse(o.Bot.Homeserver) // checked by Validate
+		mc := &http.Client{Timeout: 2 * time.Minute,
+			Transport: pinned{scheme: hs.Scheme, host: hs.Host, direct: http.DefaultTransport, guarded: o.Media.Client().Transport}}
+		if in.mc, err = newClient(o.Bot, mc); err != nil {
 			return nil, err
 		}
 	}
@@ -705,6 +707,21 @@ func (in *Inbound) download(ctx context.Context, uri id.ContentURI) ([]byte, str
 		return nil, "", classify("download", err)
 	}
 	return b, ct, nil
+}
+
+// pinned sends requests to the configured homeserver (scheme and host:port exactly) directly,
+// even when it is on loopback, and every other request (a redirect elsewhere) through the
+// SSRF guard: the homeserver is the operator's, any other address may be an attacker's.
+type pinned struct {
+	scheme, host    string
+	direct, guarded http.RoundTripper
+}
+
+func (p pinned) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Scheme == p.scheme && r.URL.Host == p.host {
+		return p.direct.RoundTrip(r)
+	}
+	return p.guarded.RoundTrip(r)
 }
 
 func legacyMedia(err error) bool {

@@ -17,8 +17,10 @@
 // (m.relates_to.m.in_reply_to) become reply segments and their fallback quote is dropped.
 // Images, audio, video and files (mxc://) are downloaded through the configured homeserver's
 // authenticated media endpoint (/_matrix/client/v1/media/download, falling back to
-// /_matrix/media/v3/download on servers without it) into the media object store; the
-// homeserver's host is allowed even on loopback while the SSRF guard checks every other URL.
+// /_matrix/media/v3/download on servers without it) into the media object store. Exactly the
+// configured homeserver (its scheme and host:port) is reached directly, even on loopback;
+// every other request (a redirect elsewhere, a web URL a non-conforming client put in a
+// message) goes through the SSRF guard.
 // Invites to rooms are joined (autoJoin, default on); the bot's own events, edits, notices
 // and encrypted events (no end-to-end encryption here) are not ingested.
 //
