@@ -56,7 +56,7 @@ type Inbound struct {
 	mu       sync.Mutex
 	direct   map[id.RoomID]bool
 	members  map[id.RoomID]map[id.UserID]string // joined members -> display name, once loaded
-	joinTry  map[id.RoomID]time.Time
+	joinTry  map[id.RoomID]time.Time            // no join attempt before this
 	warned   map[id.RoomID]bool
 	selfName string
 }
@@ -327,15 +327,27 @@ func (in *Inbound) invited(ctx context.Context, roomID id.RoomID, inv *mautrix.S
 		return
 	}
 	in.mu.Lock()
-	last, tried := in.joinTry[roomID]
-	if tried && time.Since(last) < 5*time.Minute {
+	next, tried := in.joinTry[roomID]
+	if tried && time.Now().Before(next) {
 		in.mu.Unlock()
 		return
 	}
-	in.joinTry[roomID] = time.Now()
+	in.joinTry[roomID] = time.Now().Add(5 * time.Minute)
 	in.mu.Unlock()
 	if _, err := in.c.JoinRoomByID(ctx, roomID); err != nil {
-		in.log.Warn("matrix: join on invite", "room", roomID, "inviter", inviter, "err", classify("join", err))
+		err = classify("join", err)
+		in.log.Warn("matrix: join on invite", "room", roomID, "inviter", inviter, "err", err)
+		// A refusal is tried again in 5 minutes; a rate limit or an outage much sooner.
+		var e *im.Error
+		if !im.IsPermanent(err) {
+			wait := 2 * time.Second
+			if errors.As(err, &e) && e.RetryAfter > wait {
+				wait = e.RetryAfter
+			}
+			in.mu.Lock()
+			in.joinTry[roomID] = time.Now().Add(wait)
+			in.mu.Unlock()
+		}
 		return
 	}
 	in.log.Info("matrix: joined on invite", "room", roomID, "inviter", inviter, "direct", isDirect)

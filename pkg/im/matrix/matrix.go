@@ -142,10 +142,7 @@ func classify(action string, err error) error {
 		e.Perm = s >= 400 && s < 500 && s != http.StatusRequestTimeout && s != http.StatusTooManyRequests
 		return e
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("matrix %s: %w", action, err)
-	}
-	return fmt.Errorf("matrix %s: %w", action, err)
+	return fmt.Errorf("matrix: %s: %w", action, err)
 }
 
 func snippet(s string, n int) string {
@@ -185,10 +182,6 @@ func txnID(kind, outID string, k int) string {
 func SyncKey(bot string) string {
 	return "im-sync." + Platform + "." + events.EncodeToken(bot)
 }
-
-// ErrTokenMoved: another replica wrote the since token after this one read it; this replica
-// no longer holds the connection and must stop syncing.
-var ErrTokenMoved = errors.New("matrix: since token moved by another replica")
 
 type syncRecord struct {
 	Since string `json:"since"`

@@ -1,6 +1,7 @@
 package matrix
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/im"
+	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 )
 
 const self = id.UserID("@bot:example.org")
@@ -197,5 +199,37 @@ func TestTxnIDStable(t *testing.T) {
 	a, b := txnID("send", "turn-0", 1), txnID("send", "turn-0", 1)
 	if a != b || a == txnID("send", "turn-0", 2) || a == txnID("edit", "turn-0", 1) {
 		t.Fatal("transaction ids must be stable per out id and index, and differ otherwise")
+	}
+}
+
+// TestSinceStoreFenced: the since token is written by compare-and-set, so a replica that read
+// it before another replica wrote cannot move it back.
+func TestSinceStoreFenced(t *testing.T) {
+	srv := natstest.New(t, natstest.WithMemoryStorage())
+	_, js := srv.Connect(t)
+	ctx := context.Background()
+	a, err := openSince(ctx, js, "m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := a.load(ctx); err != nil || s != "" {
+		t.Fatalf("fresh load = %q, %v", s, err)
+	}
+	if err := a.save(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := openSince(ctx, js, "m1")
+	if s, err := b.load(ctx); err != nil || s != "s1" {
+		t.Fatalf("takeover load = %q, %v", s, err)
+	}
+	if err := b.save(ctx, "s2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.save(ctx, "s1b"); !errors.Is(err, ErrTokenMoved) {
+		t.Fatalf("stale holder's save = %v, want ErrTokenMoved", err)
+	}
+	c, _ := openSince(ctx, js, "m1")
+	if s, _ := c.load(ctx); s != "s2" {
+		t.Fatalf("token = %q, want s2", s)
 	}
 }
