@@ -212,6 +212,22 @@ func TestDendriteAdapter(t *testing.T) {
 	if texts < 4 || images != 1 {
 		t.Fatalf("bot sent %d texts and %d images, want >= 4 and 1", texts, images)
 	}
+	// A reply to a message in a thread goes into the thread.
+	threaded, err := alice.Client.SendMessageEvent(ctx, group.RoomID, event.EventMessage, &event.MessageEventContent{MsgType: event.MsgText,
+		Body: "in a thread", RelatesTo: (&event.RelatesTo{}).SetThread(ment.EventID, ment.EventID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sender.Send(ctx, events.Outbound{OutID: "turn2-0", Platform: "matrix", Bot: "mx1",
+		Scene: events.Scene{Type: "group", ID: group.RoomID.String()}, ReplyTo: threaded.EventID.String(),
+		Content: events.Segments{events.TextSeg("answer in the thread")}}); err != nil {
+		t.Fatal(err)
+	}
+	tm := botMessages(t, alice.Client, group.RoomID, botU.ID)
+	if len(tm) != 1 || tm[0].Content.AsMessage().RelatesTo.GetThreadParent() != ment.EventID ||
+		tm[0].Content.AsMessage().RelatesTo.GetNonFallbackReplyTo() != threaded.EventID {
+		t.Fatalf("thread reply = %+v", tm)
+	}
 	fe := msgs[0]
 	if fe.ID.String() != first || fe.Content.AsMessage().RelatesTo.GetReplyTo() != hello.EventID ||
 		!strings.Contains(fe.Content.AsMessage().FormattedBody, "<strong>bold</strong>") {

@@ -159,3 +159,42 @@ func TestInboundFake(t *testing.T) {
 		t.Fatalf("is_direct room: scope %s", m.Scene.Type)
 	}
 }
+
+// TestSenderThread: a reply to a message in a thread goes into that thread (m.thread with a
+// real m.in_reply_to), and the part's later messages follow it there (is_falling_back).
+func TestSenderThread(t *testing.T) {
+	fake := matrixtest.New(t, fakeBot, fakeToken)
+	const room = "!room:fake.test"
+	root := fake.Text(room, fakeAnn, "thread root")
+	inThread := fake.Message(room, fakeAnn, map[string]any{"msgtype": "m.text", "body": "in the thread",
+		"m.relates_to": map[string]any{"rel_type": "m.thread", "event_id": root, "is_falling_back": true, "m.in_reply_to": map[string]any{"event_id": root}}})
+	srv := natstest.New(t, natstest.WithMemoryStorage())
+	nc, js := srv.Connect(t)
+	ctx := context.Background()
+	ledger, _ := im.NewLedger(ctx, js)
+	bot := config.MatrixBot{ID: "m1", Homeserver: fake.URL(), UserID: fakeBot, AccessToken: fakeToken, Preview: "off", ChunkLimit: 100}
+	s, err := matrix.NewSender([]config.MatrixBot{bot}, nil, nil, ledger, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("One more sentence here. ", 10) // 240 characters: 3 messages
+	if _, err := s.Send(ctx, events.Outbound{OutID: "t2-0", Platform: "matrix", Bot: "m1", Scene: events.Scene{Type: "group", ID: room},
+		ReplyTo: inThread, Content: events.Segments{events.TextSeg(long)}}); err != nil {
+		t.Fatal(err)
+	}
+	sent := fake.Sent(room)
+	if len(sent) < 3 {
+		t.Fatalf("%d messages", len(sent))
+	}
+	for i, body := range sent {
+		rel, _ := body["m.relates_to"].(map[string]any)
+		irt, _ := rel["m.in_reply_to"].(map[string]any)
+		fallback, _ := rel["is_falling_back"].(bool)
+		if rel["rel_type"] != "m.thread" || rel["event_id"] != root || irt["event_id"] == nil || fallback != (i > 0) {
+			t.Fatalf("message %d relates to %v; want the thread of %s", i, rel, root)
+		}
+		if i == 0 && irt["event_id"] != inThread {
+			t.Fatalf("first message replies to %v, want %s", irt["event_id"], inThread)
+		}
+	}
+}

@@ -26,8 +26,8 @@
 //
 // Outbound (egress role): m.room.message m.text with an HTML body rendered from the reply's
 // Markdown (raw HTML in the text is escaped), cut at the chunk limit, the first message a
-// rich reply (m.in_reply_to) to the message it answers; at segments become pills and
-// m.mentions. Images, audio, video and files are uploaded to the content repository and sent
+// rich reply (m.in_reply_to) to the message it answers, in that message's thread (m.thread)
+// when it is in one; at segments become pills and m.mentions. Images, audio, video and files are uploaded to the content repository and sent
 // as m.image, m.audio, m.video, m.file. Each message has a transaction id derived from the out
 // id and its index, so a send retried after a lost answer, on any egress replica, is the same
 // event (the homeserver deduplicates transaction ids per access token). 429 M_LIMIT_EXCEEDED

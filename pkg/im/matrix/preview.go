@@ -256,9 +256,9 @@ func (p *previewer) flush(ctx context.Context, turnID string, t *turnPreview) {
 	t.lastEdit = time.Now()
 	c := &event.MessageEventContent{MsgType: event.MsgText, Body: s + " …", Mentions: &event.Mentions{}}
 	if t.evID == "" {
-		if reply := p.lastInbound(cctx, t.sk); reply != "" {
-			c.RelatesTo = &event.RelatesTo{InReplyTo: &event.InReplyTo{EventID: reply}}
-		}
+		reply := p.lastInbound(cctx, t.sk)
+		th := thread{root: threadOf(cctx, p.c, t.room, reply)}
+		c.RelatesTo = th.rel(reply)
 		resp, err := p.c.SendMessageEvent(cctx, t.room, event.EventMessage, c, mautrix.ReqSendEvent{TransactionID: txnID("preview", turnID, 0)})
 		if err != nil {
 			p.backoff(turnID, classify("send", err))

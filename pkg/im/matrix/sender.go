@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"image"
 	_ "image/gif" // image sizes for m.image info
@@ -154,6 +155,7 @@ func (s *Sender) Send(ctx context.Context, out events.Outbound) (string, error) 
 	if out.Part == 0 && out.Turn != "" && s.nc != nil && previewMode(b.cfg) != "off" {
 		preview = s.takePreview(ctx, out.Bot, out.Turn)
 	}
+	th := thread{root: threadOf(ctx, b.cli, room, replyTo), last: replyTo}
 	first := ""
 	for k, m := range msgs {
 		key := im.ChunkKey(out.OutID, k)
@@ -169,20 +171,20 @@ func (s *Sender) Send(ctx context.Context, out events.Outbound) (string, error) 
 		case k == 0 && preview != "" && m.plain != "":
 			evID, err = s.edit(ctx, b, room, preview, textContent(m), txnID("edit", out.OutID, k))
 			if im.IsPermanent(err) { // the preview is gone (redacted): send anew
-				evID, err = s.send(ctx, b, room, textContent(m), replyTo, txnID("send", out.OutID, k))
+				evID, err = s.send(ctx, b, room, textContent(m), th.rel(replyTo), txnID("send", out.OutID, k))
 			}
 		case m.plain != "":
 			if k == 0 && preview != "" {
 				s.redact(ctx, b, room, preview, out.OutID)
 			}
-			evID, err = s.send(ctx, b, room, textContent(m), replyIf(k == 0, replyTo), txnID("send", out.OutID, k))
+			evID, err = s.send(ctx, b, room, textContent(m), th.rel(replyIf(k == 0, replyTo)), txnID("send", out.OutID, k))
 		default:
 			if k == 0 && preview != "" {
 				s.redact(ctx, b, room, preview, out.OutID)
 			}
 			var c *event.MessageEventContent
 			if c, err = s.mediaContent(ctx, b, m.media); err == nil {
-				evID, err = s.send(ctx, b, room, c, replyIf(k == 0, replyTo), txnID("send", out.OutID, k))
+				evID, err = s.send(ctx, b, room, c, th.rel(replyIf(k == 0, replyTo)), txnID("send", out.OutID, k))
 			}
 		}
 		if err != nil {
@@ -194,6 +196,7 @@ func (s *Sender) Send(ctx context.Context, out events.Outbound) (string, error) 
 		if k == 0 {
 			first = evID.String()
 		}
+		th.last = evID
 	}
 	if out.Final {
 		// The reply is complete: stop the typing notification the previewer started.
@@ -211,10 +214,50 @@ func replyIf(ok bool, evID id.EventID) id.EventID {
 	return ""
 }
 
-func (s *Sender) send(ctx context.Context, b *bot, room id.RoomID, c *event.MessageEventContent, replyTo id.EventID, txn string) (id.EventID, error) {
-	if replyTo != "" {
-		c.RelatesTo = &event.RelatesTo{InReplyTo: &event.InReplyTo{EventID: replyTo}}
+// thread is where a part's messages go: the main timeline (root ""), or the thread (m.thread)
+// the message they answer is in; last is the latest message of the part there.
+type thread struct {
+	root, last id.EventID
+}
+
+// rel is the m.relates_to of the next message: a rich reply to replyTo (when set), in the
+// thread when there is one; a later message of the part in a thread falls back to the
+// previous one, as thread-unaware clients need.
+func (t *thread) rel(replyTo id.EventID) *event.RelatesTo {
+	switch {
+	case t.root != "" && replyTo != "":
+		return (&event.RelatesTo{}).SetThread(t.root, "").SetReplyTo(replyTo)
+	case t.root != "":
+		return (&event.RelatesTo{}).SetThread(t.root, t.last)
+	case replyTo != "":
+		return (&event.RelatesTo{}).SetReplyTo(replyTo)
 	}
+	return nil
+}
+
+// threadOf is the root of the thread event evID is in ("" when it is not in one, or the
+// event cannot be read: the reply then goes to the main timeline).
+func threadOf(ctx context.Context, cli *mautrix.Client, room id.RoomID, evID id.EventID) id.EventID {
+	if evID == "" {
+		return ""
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	evt, err := cli.GetEvent(rctx, room, evID)
+	if err != nil {
+		return ""
+	}
+	if err := evt.Content.ParseRaw(evt.Type); err != nil && !errors.Is(err, event.ErrContentAlreadyParsed) {
+		return ""
+	}
+	if m, ok := evt.Content.Parsed.(*event.MessageEventContent); ok {
+		return m.RelatesTo.GetThreadParent()
+	}
+	return ""
+}
+
+func (s *Sender) send(ctx context.Context, b *bot, room id.RoomID, c *event.MessageEventContent, rel *event.RelatesTo, txn string) (id.EventID, error) {
+	c.RelatesTo = rel
 	resp, err := b.cli.SendMessageEvent(ctx, room, event.EventMessage, c, mautrix.ReqSendEvent{TransactionID: txn})
 	if err != nil {
 		return "", classify("send", err)

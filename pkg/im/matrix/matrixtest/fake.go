@@ -1,6 +1,6 @@
 // Package matrixtest is a Matrix homeserver for fast tests, speaking the client-server API's
 // wire format for what a bot uses: whoami, filters, /sync long polling with since tokens,
-// invites and joins, joined members, m.direct account data, sending events with transaction
+// invites and joins, joined members, fetching an event, m.direct account data, sending events with transaction
 // ids (a repeated transaction id answers the event it created, as the spec requires),
 // redactions, typing, media upload and download (authenticated /_matrix/client/v1/media and
 // legacy /_matrix/media/v3), and 429 M_LIMIT_EXCEEDED with retry_after_ms on demand. Every
@@ -291,7 +291,7 @@ func (f *Fake) action(p string, c *Call) string {
 				}
 				return "redact"
 			default:
-				return parts[5] // join, joined_members, typing
+				return parts[5] // join, joined_members, typing, event
 			}
 		}
 	}
@@ -336,6 +336,19 @@ func (f *Fake) handle(w http.ResponseWriter, r *http.Request, action string, c *
 		writeJSON(w, 200, map[string]any{"joined": joined})
 	case "typing":
 		writeJSON(w, 200, map[string]any{})
+	case "event":
+		parts := strings.Split(r.URL.Path, "/")
+		want := parts[len(parts)-1]
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, e := range f.log {
+			if e.evt["event_id"] == want && e.room == c.Room {
+				writeJSON(w, 200, e.evt)
+				return 200
+			}
+		}
+		matrixErr(w, 404, "M_NOT_FOUND", "no such event")
+		return 404
 	case "send", "redact":
 		f.mu.Lock()
 		key := c.Room + "/" + action + "/" + c.Txn
