@@ -28,7 +28,7 @@ import (
 const syncTimeout = 25 * time.Second
 
 // timelineLimit is how many timeline events per room one /sync returns at most; a room with
-// more since the last sync is "limited" and the older ones are not ingested (logged).
+// more since the last sync comes back "limited" and the gap is fetched with /messages.
 const timelineLimit = 100
 
 // InboundOptions configure an Inbound.
@@ -199,7 +199,7 @@ func (in *Inbound) sync(ctx context.Context) error {
 			continue
 		}
 		failures = 0
-		if err := in.batch(ctx, resp, first); err != nil {
+		if err := in.batch(ctx, resp, first, since); err != nil {
 			return err // not stored: the next holder syncs the batch again
 		}
 		if err := store.save(ctx, resp.NextBatch); err != nil {
@@ -216,7 +216,7 @@ func (in *Inbound) sync(ctx context.Context) error {
 
 // batch handles one /sync response: m.direct, invites, membership, messages. An error
 // means a message could not be ingested (the batch must be synced again).
-func (in *Inbound) batch(ctx context.Context, resp *mautrix.RespSync, first bool) error {
+func (in *Inbound) batch(ctx context.Context, resp *mautrix.RespSync, first bool, since string) error {
 	for _, evt := range resp.AccountData.Events {
 		if evt.Type == event.AccountDataDirectChats {
 			in.setDirect(evt.Content.VeryRaw)
@@ -235,16 +235,25 @@ func (in *Inbound) batch(ctx context.Context, resp *mautrix.RespSync, first bool
 		in.mu.Lock()
 		skipBefore := joinedAt >= 0 && !in.direct[roomID]
 		in.mu.Unlock()
-		if room.Timeline.Limited && !first && joinedAt < 0 {
-			in.log.Warn("matrix: more messages than one sync returns; the oldest are not answered", "room", roomID)
+		timeline := room.Timeline.Events
+		if room.Timeline.Limited && !first && joinedAt < 0 && since != "" {
+			// More happened since the last sync than one sync returns: fetch the gap.
+			older, err := in.backfill(ctx, roomID, room.Timeline.PrevBatch, since)
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				in.log.Warn("matrix: the gap before this sync could not be fetched; its messages are not answered", "room", roomID, "err", err)
+			}
+			timeline = append(older, timeline...)
 		}
-		for i, evt := range room.Timeline.Events {
+		for i, evt := range timeline {
 			evt.RoomID = roomID
 			if evt.Type == event.StateMember {
 				in.memberEvent(roomID, evt)
 				continue
 			}
-			if first || (skipBefore && i < joinedAt) {
+			if first || (skipBefore && i < joinedAt) { // (no backfill happens when the bot joined)
 				continue
 			}
 			if err := in.message(ctx, evt); err != nil && !errors.Is(err, events.ErrInvalid) {
@@ -258,6 +267,40 @@ func (in *Inbound) batch(ctx context.Context, resp *mautrix.RespSync, first bool
 		in.mu.Unlock()
 	}
 	return nil
+}
+
+// maxBackfill bounds the events fetched to fill one room's gap.
+const maxBackfill = 1000
+
+// backfill returns the room's events between the since token and prevBatch (the start of a
+// limited timeline), oldest first, with /messages?dir=b&from=prevBatch&to=since.
+func (in *Inbound) backfill(ctx context.Context, room id.RoomID, prevBatch, since string) ([]*event.Event, error) {
+	var got []*event.Event
+	from := prevBatch
+	for from != "" && len(got) < maxBackfill {
+		resp, err := in.c.Messages(ctx, room, from, since, mautrix.DirectionBackward, &mautrix.FilterPart{Types: msgTypes}, timelineLimit)
+		if err != nil {
+			return reverse(got), classify("messages", err)
+		}
+		got = append(got, resp.Chunk...)
+		if len(resp.Chunk) == 0 || resp.End == "" || resp.End == from {
+			break
+		}
+		from = resp.End
+	}
+	if len(got) >= maxBackfill {
+		in.log.Warn("matrix: gap longer than the backfill bound; the oldest messages are not answered", "room", room, "fetched", len(got))
+	}
+	in.log.Info("matrix: fetched the messages between two syncs", "room", room, "events", len(got))
+	return reverse(got), nil
+}
+
+func reverse(evts []*event.Event) []*event.Event {
+	out := make([]*event.Event, len(evts))
+	for i, e := range evts {
+		out[len(evts)-1-i] = e
+	}
+	return out
 }
 
 // ownJoin is the index of the bot's own join in a timeline, -1 when it is not there.

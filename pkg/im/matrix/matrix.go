@@ -6,6 +6,8 @@
 // ingested, so a replica that takes the connection over resumes exactly where the dead one
 // stopped: a batch that was ingested but not yet confirmed is fetched again and deduplicated
 // on IM_IN by its event id (the dedupe id), and nothing after the stored token is skipped.
+// A sync whose timeline comes back limited (more happened since the token than one sync
+// returns) is completed with /messages from the timeline's prev_batch back to the since token.
 // A bot's first start (no stored token) skips the rooms' history and answers only what comes
 // after it.
 //
