@@ -198,3 +198,34 @@ func TestSenderThread(t *testing.T) {
 		}
 	}
 }
+
+// TestInboundStaleToken: a stored since token the server refuses (400) is dropped for a
+// fresh first sync instead of being retried forever.
+func TestInboundStaleToken(t *testing.T) {
+	fake := matrixtest.New(t, fakeBot, fakeToken)
+	const room = "!room:fake.test"
+	fake.Join(room, fakeBot, "Bot")
+	fake.Join(room, fakeAnn, "Ann")
+	srv := natstest.New(t, natstest.WithMemoryStorage())
+	_, js := srv.Connect(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	kv, _ := js.KeyValue(ctx, events.BucketLeases)
+	if _, err := kv.Put(ctx, matrix.SyncKey("m1"), []byte(`{"since":"token-of-a-reset-server"}`)); err != nil {
+		t.Fatal(err)
+	}
+	sink := &collect{}
+	in, err := matrix.NewInbound(matrix.InboundOptions{Bot: config.MatrixBot{ID: "m1", Homeserver: fake.URL(), UserID: fakeBot, AccessToken: fakeToken},
+		Sink: sink, JS: js, Owner: "t", TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = in.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, 30*time.Second, func() bool {
+		e, err := kv.Get(ctx, matrix.SyncKey("m1"))
+		return err == nil && strings.Contains(string(e.Value()), `"since":"s`)
+	})
+	id := fake.Text(room, fakeAnn, "after the reset")
+	sink.wait(t, 30*time.Second, func(m *events.IMMessage) bool { return m.MessageID == id })
+}

@@ -160,12 +160,18 @@ func (in *Inbound) sync(ctx context.Context) error {
 	}
 	first := since == ""
 	filterID := live.FilterID
-	if first {
+	startAfresh := func() error {
 		f, err := in.c.CreateFilter(ctx, firstFilter)
 		if err != nil {
 			return classify("filter", err)
 		}
-		filterID = f.FilterID
+		since, first, filterID = "", true, f.FilterID
+		return nil
+	}
+	if first {
+		if err := startAfresh(); err != nil {
+			return err
+		}
 	}
 	failures := 0
 	for ctx.Err() == nil {
@@ -180,6 +186,15 @@ func (in *Inbound) sync(ctx context.Context) error {
 			}
 			err = classify("sync", err)
 			var e *im.Error
+			if errors.As(err, &e) && e.Perm && e.Status == http.StatusBadRequest && since != "" {
+				// The server no longer knows the stored token (its database was reset):
+				// start afresh instead of asking with it forever.
+				in.log.Error("matrix: the stored since token was refused; syncing afresh (what came meanwhile is not answered)", "err", err)
+				if err := startAfresh(); err != nil {
+					return err
+				}
+				continue
+			}
 			if errors.As(err, &e) && e.Perm {
 				in.log.Error("matrix: sync refused", "err", err)
 				return err

@@ -396,7 +396,15 @@ func (f *Fake) handle(w http.ResponseWriter, r *http.Request, action string, c *
 // sync answers /sync: everything after since (a position in the log), waiting up to
 // timeout ms for something new.
 func (f *Fake) sync(w http.ResponseWriter, r *http.Request) int {
-	since, _ := strconv.Atoi(strings.TrimPrefix(r.URL.Query().Get("since"), "s"))
+	since := 0
+	if q := r.URL.Query().Get("since"); q != "" {
+		n, err := strconv.Atoi(strings.TrimPrefix(q, "s"))
+		if err != nil || !strings.HasPrefix(q, "s") {
+			matrixErr(w, http.StatusBadRequest, "M_UNKNOWN_POS", "unknown since token")
+			return http.StatusBadRequest
+		}
+		since = n
+	}
 	timeout, _ := strconv.Atoi(r.URL.Query().Get("timeout"))
 	deadline := time.Now().Add(time.Duration(timeout) * time.Millisecond)
 	for {
