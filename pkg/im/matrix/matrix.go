@@ -34,7 +34,7 @@
 // id and its index, so a send retried after a lost answer, on any egress replica, is the same
 // event (the homeserver deduplicates transaction ids per access token). 429 M_LIMIT_EXCEEDED
 // carries retry_after_ms to egress. Streaming previews are m.replace edits of one message,
-// typing notifications run while a turn streams (see Previewer).
+// typing notifications run while a turn streams (see RunPreviewer).
 package matrix
 
 import (
