@@ -94,6 +94,26 @@ func TestDiscordGateway(t *testing.T) {
 		waitReceipt(t, p, events.SessionKey{Platform: "discord", Bot: "dc1", Scope: "private", Scene: "500"})
 	})
 
+	t.Run("typing while a turn runs, previews off", func(t *testing.T) {
+		fake.Dispatch(fake.Message("2010", "520", "", "42", "stream it please"))
+		reply := sent(1, "520")[0]
+		var typing []discordtest.Call
+		edits := 0
+		for _, c := range fake.Calls() {
+			switch {
+			case c.Channel != "520":
+			case c.Route == "typing":
+				typing = append(typing, c)
+			case c.Route == "editMessage":
+				edits++
+			}
+		}
+		if len(typing) == 0 || !typing[0].Time.Before(reply.Time) || edits != 0 {
+			t.Fatalf("%d typing triggers before the reply at %v, %d edits (want none: previews off)", len(typing), reply.Time, edits)
+		}
+		t.Logf("%d typing triggers while the turn ran", len(typing))
+	})
+
 	t.Run("guild mention answered, plain channel message not", func(t *testing.T) {
 		fake.Dispatch(fake.Message("2002", "600", "900", "43", "just chatting"))
 		fake.Dispatch(fake.Mention(fake.Message("2003", "600", "900", "44", "hello bot")))
