@@ -114,7 +114,7 @@ func New(t testing.TB, botToken, appToken, userID, botID string) *Fake {
 	f := &Fake{t: t, BotToken: botToken, AppToken: appToken, UserID: userID, BotID: botID, acked: map[string]bool{}, delivered: map[string]int{},
 		pending: map[string]*envelope{}, ackTimeout: 3 * time.Second,
 		retryDelays: []time.Duration{0, time.Minute, 5 * time.Minute},
-		files: map[string][]byte{}, uploads: map[string][]byte{}, fail: map[string][]int{}, ts: 1700000000000100, change: make(chan struct{})}
+		files:       map[string][]byte{}, uploads: map[string][]byte{}, fail: map[string][]int{}, ts: 1700000000000100, change: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/{method}", f.serveAPI)
 	mux.HandleFunc("POST /upload/{file}", f.serveUpload)
