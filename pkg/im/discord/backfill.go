@@ -66,7 +66,7 @@ func (in *Inbound) backfill(ctx context.Context, s *discordgo.Session) int {
 		}
 	}
 	if total > 0 {
-		in.log.Info("discord: backfilled messages sent while no session was open", "messages", total, "channels", len(channels))
+		in.log.Info("discord: backfilled messages sent while no session was open", "handled", total, "channels", len(channels))
 	}
 	return total
 }
