@@ -3,7 +3,6 @@ package matrix
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"image"
@@ -151,60 +150,69 @@ func (s *Sender) Send(ctx context.Context, out events.Outbound) (string, error) 
 	if strings.HasPrefix(out.ReplyTo, "$") {
 		replyTo = id.EventID(out.ReplyTo)
 	}
-	preview := id.EventID("")
-	if out.Part == 0 && out.Turn != "" && s.nc != nil && previewMode(b.cfg) != "off" {
-		preview = s.takePreview(ctx, out.Bot, out.Turn)
+	preview := ""
+	if out.Part == 0 && out.Turn != "" {
+		// Also when previews are off: the hand-over stops the turn's typing notifications.
+		preview = im.TakePreview(ctx, s.nc, Platform, out.Bot, out.Turn)
 	}
-	th := thread{root: threadOf(ctx, b.cli, room, replyTo), last: replyTo}
-	first := ""
-	for k, m := range msgs {
-		key := im.ChunkKey(out.OutID, k)
-		if pid, ok := s.ledger.Sent(ctx, key); ok {
-			if k == 0 {
-				first = pid
-			}
-			continue
-		}
-		var evID id.EventID
-		var err error
-		switch {
-		case k == 0 && preview != "" && m.plain != "":
-			evID, err = s.edit(ctx, b, room, preview, textContent(m), txnID("edit", out.OutID, k))
-			if im.IsPermanent(err) { // the preview is gone (redacted): send anew
-				evID, err = s.send(ctx, b, room, textContent(m), th.rel(replyTo), txnID("send", out.OutID, k))
-			}
-		case m.plain != "":
-			if k == 0 && preview != "" {
-				s.redact(ctx, b, room, preview, out.OutID)
-			}
-			evID, err = s.send(ctx, b, room, textContent(m), th.rel(replyIf(k == 0, replyTo)), txnID("send", out.OutID, k))
-		default:
-			if k == 0 && preview != "" {
-				s.redact(ctx, b, room, preview, out.OutID)
-			}
-			var c *event.MessageEventContent
-			if c, err = s.mediaContent(ctx, b, m.media); err == nil {
-				evID, err = s.send(ctx, b, room, c, th.rel(replyIf(k == 0, replyTo)), txnID("send", out.OutID, k))
-			}
-		}
-		if err != nil {
-			return "", err
-		}
-		if err := s.ledger.Record(ctx, key, evID.String()); err != nil && k < len(msgs)-1 {
-			return "", err
-		}
-		if k == 0 {
-			first = evID.String()
-		}
-		th.last = evID
-	}
-	if out.Final {
-		// The reply is complete: stop the typing notification the previewer started.
+	p := &part{s: s, b: b, room: room, outID: out.OutID, replyTo: replyTo, msgs: msgs,
+		th: thread{root: threadOf(ctx, b.cli, room, replyTo), last: replyTo}}
+	first, err := im.SendPart(ctx, s.ledger, out.OutID, preview, p)
+	if err == nil && out.Final {
+		// The reply is complete: clear the typing notification now rather than at its timeout.
 		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, _ = b.cli.UserTyping(tctx, room, false, 0)
 		cancel()
 	}
-	return first, nil
+	return first, err
+}
+
+// part is one outbound part's room messages (im.PartMessages); ids are event ids.
+type part struct {
+	s       *Sender
+	b       *bot
+	room    id.RoomID
+	outID   string
+	replyTo id.EventID
+	msgs    []one
+	th      thread
+}
+
+func (p *part) Len() int          { return len(p.msgs) }
+func (p *part) IsText(k int) bool { return p.msgs[k].plain != "" }
+
+func (p *part) Send(ctx context.Context, k int) (string, error) {
+	m := p.msgs[k]
+	c := textContent(m)
+	if m.plain == "" {
+		var err error
+		if c, err = p.s.mediaContent(ctx, p.b, m.media); err != nil {
+			return "", err
+		}
+	}
+	evID, err := p.s.send(ctx, p.b, p.room, c, p.th.rel(replyIf(k == 0, p.replyTo)), txnID("send", p.outID, k))
+	if err != nil {
+		return "", err
+	}
+	p.th.last = evID
+	return evID.String(), nil
+}
+
+// Edit replaces the preview with message k (m.replace; m.new_content holds the final
+// content). The receipt keeps the preview's event id: that is the message clients show and
+// replies point at.
+func (p *part) Edit(ctx context.Context, preview string, k int) (string, error) {
+	c := textContent(p.msgs[k])
+	c.SetEdit(id.EventID(preview))
+	if _, err := p.b.cli.SendMessageEvent(ctx, p.room, event.EventMessage, c, mautrix.ReqSendEvent{TransactionID: txnID("edit", p.outID, k)}); err != nil {
+		return "", classify("edit", err)
+	}
+	p.th.last = id.EventID(preview)
+	return preview, nil
+}
+
+func (p *part) Delete(ctx context.Context, preview string) {
+	_, _ = p.b.cli.RedactEvent(ctx, p.room, id.EventID(preview), mautrix.ReqRedact{TxnID: txnID("redact", p.outID, 0), Reason: "preview replaced"})
 }
 
 func replyIf(ok bool, evID id.EventID) id.EventID {
@@ -265,28 +273,11 @@ func (s *Sender) send(ctx context.Context, b *bot, room id.RoomID, c *event.Mess
 	return resp.EventID, nil
 }
 
-// edit replaces message orig with c (m.replace; m.new_content holds c). The receipt keeps
-// the original event id: that is the message clients show and replies point at.
-func (s *Sender) edit(ctx context.Context, b *bot, room id.RoomID, orig id.EventID, c *event.MessageEventContent, txn string) (id.EventID, error) {
-	c.SetEdit(orig)
-	if _, err := b.cli.SendMessageEvent(ctx, room, event.EventMessage, c, mautrix.ReqSendEvent{TransactionID: txn}); err != nil {
-		return "", classify("edit", err)
-	}
-	return orig, nil
-}
-
-func (s *Sender) redact(ctx context.Context, b *bot, room id.RoomID, evID id.EventID, outID string) {
-	_, _ = b.cli.RedactEvent(ctx, room, evID, mautrix.ReqRedact{TxnID: txnID("redact", outID, 0), Reason: "preview replaced"})
-}
-
 // mediaContent uploads a media segment's bytes to the content repository (media://
 // references from the media store, http(s) URLs fetched through the SSRF guard) or reuses
 // an mxc:// reference, and returns the m.image / m.audio / m.video / m.file content.
 func (s *Sender) mediaContent(ctx context.Context, b *bot, seg events.Segment) (*event.MessageEventContent, error) {
-	ref := seg.MediaRef()
-	if obj := seg.Str("object"); obj != "" && !strings.HasPrefix(ref, im.MediaScheme) {
-		ref = im.MediaScheme + obj
-	}
+	ref := im.MediaRefOf(seg)
 	name := seg.Str("name")
 	var data []byte
 	var ct string
@@ -294,11 +285,8 @@ func (s *Sender) mediaContent(ctx context.Context, b *bot, seg events.Segment) (
 	switch {
 	case strings.HasPrefix(ref, im.MediaScheme):
 		var err error
-		if data, ct, _, err = s.media.Load(ctx, ref); err != nil {
-			return nil, im.Permanent(fmt.Errorf("matrix: %s segment: %w", seg.Type, err))
-		}
-		if name == "" {
-			name = path.Base(strings.TrimPrefix(ref, im.MediaScheme))
+		if data, ct, name, _, err = s.media.LoadUpload(ctx, Platform, seg); err != nil {
+			return nil, err
 		}
 	case strings.HasPrefix(ref, "mxc://"):
 		uri = id.ContentURIString(ref)
@@ -320,7 +308,7 @@ func (s *Sender) mediaContent(ctx context.Context, b *bot, seg events.Segment) (
 		ct = http.DetectContentType(data)
 	}
 	if name == "" {
-		name = seg.Type
+		name = seg.Type + im.ExtFor(ct)
 	}
 	info := &event.FileInfo{MimeType: ct}
 	if data != nil {
@@ -374,21 +362,4 @@ func (s *Sender) fetch(ctx context.Context, rawURL string) ([]byte, string, erro
 		return nil, "", im.Permanent(fmt.Errorf("matrix: fetch media: unreadable or over %d bytes", im.MaxMedia))
 	}
 	return b, resp.Header.Get("Content-Type"), nil
-}
-
-// takePreview asks the previewer for the turn's preview event and makes it stop editing it;
-// "" when there is none.
-func (s *Sender) takePreview(ctx context.Context, botID, turn string) id.EventID {
-	b, _ := json.Marshal(takeRequest{Turn: turn})
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	msg, err := s.nc.RequestWithContext(rctx, PreviewSubject(botID), b)
-	if err != nil {
-		return ""
-	}
-	var ans takeAnswer
-	if json.Unmarshal(msg.Data, &ans) != nil {
-		return ""
-	}
-	return id.EventID(ans.EventID)
 }
