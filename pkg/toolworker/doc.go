@@ -31,10 +31,12 @@
 //  7. non-idempotent tools: a "started" marker is created in KV "delivered" (key
 //     "tool."+token(callId)). If it already exists a previous attempt started and may have had
 //     side effects (idempotency comes from the worker's own tool definition, not from the
-//     request's Idempotent field): the worker waits until that attempt's own timeout has passed (it may still
-//     be running on a live worker) and, if no result appeared, answers "tool X was interrupted
-//     after it started and is not idempotent; not retried automatically". Idempotent tools just
-//     run again after a crash;
+//     request's Idempotent field): the worker waits for that attempt's result while the attempt
+//     may still be running on a live worker: until its own timeout has passed, or until its
+//     marker has not moved for 3 s (a running attempt rewrites its marker every second, so a
+//     marker that stops means the attempt's worker is gone). If no result appeared, it answers
+//     "tool X was interrupted after it started and is not idempotent; not retried
+//     automatically". Idempotent tools just run again after a crash;
 //  8. run with a timeout (the per-tool timeout or DefaultTimeout, never past the call's
 //     deadline); a panic, an error or a timeout becomes an error result;
 //  9. publish the result (waiting for the PubAck; Nats-Msg-Id "result/"+callId), then ack.

@@ -114,10 +114,12 @@ func (h *Handle) handle(s *served, msg jetstream.Msg) {
 	}
 	timeout := h.timeoutFor(t.Name)
 	if !t.Idempotent {
-		proceed := h.markStarted(c, t, timeout)
+		proceed, rev := h.markStarted(c, t, timeout)
 		if !proceed {
 			return
 		}
+		stop := h.beatAttempt(c, rev)
+		defer stop()
 	}
 	res := h.run(t, tools.Call{ID: tc.CallID, Args: args, Env: env}, tc.Deadline, timeout)
 	if h.killed.Load() {
@@ -175,10 +177,57 @@ type marker struct {
 // bare tokens, which never contain '.', so the "tool." prefix keeps the two apart.
 func MarkerKey(callID string) string { return "tool." + events.EncodeToken(callID) }
 
-// markStarted records that a non-idempotent call is about to run. It reports whether to run it;
-// when an earlier attempt had already started, it settles the call itself (waiting for that
-// attempt's result, else answering that the call was interrupted) and reports false.
-func (h *Handle) markStarted(c *call, t tools.Tool, timeout time.Duration) bool {
+// attemptBeat is how often a running non-idempotent attempt rewrites its started marker, and
+// attemptDead how long a marker may stay unchanged before a later attempt takes the earlier one
+// for dead (its worker was killed): then the call is answered "interrupted" at once instead of
+// after the earlier attempt's whole timeout. The check watches the marker's revision, not
+// clocks, so clock skew between workers does not matter.
+const (
+	attemptBeat = time.Second
+	attemptDead = 3 * attemptBeat
+)
+
+// beatAttempt rewrites the marker at revision rev every attemptBeat while the call runs (a CAS, so a
+// marker someone else moved is left alone); the returned func stops it.
+func (h *Handle) beatAttempt(c *call, rev uint64) func() {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	key := MarkerKey(c.ev.Data.CallID)
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(attemptBeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-h.killCtx.Done():
+				return
+			case <-t.C:
+			}
+			e, err := h.markers.Get(h.killCtx, key)
+			if err != nil || e.Revision() != rev {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(h.killCtx, attemptBeat)
+			nrev, err := h.markers.Update(ctx, key, e.Value(), rev)
+			cancel()
+			if err == nil {
+				rev = nrev
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+	}
+}
+
+// markStarted records that a non-idempotent call is about to run. It reports whether to run it
+// (and the marker's revision, for beatAttempt); when an earlier attempt had already started, it
+// settles the call itself (waiting for that attempt's result while the attempt is alive, else
+// answering that the call was interrupted) and reports false.
+func (h *Handle) markStarted(c *call, t tools.Tool, timeout time.Duration) (bool, uint64) {
 	now := time.Now()
 	until := now.Add(timeout)
 	if d := c.ev.Data.Deadline; d > 0 && time.UnixMilli(d).Before(until) {
@@ -186,34 +235,36 @@ func (h *Handle) markStarted(c *call, t tools.Tool, timeout time.Duration) bool 
 	}
 	val, _ := json.Marshal(marker{Worker: h.opts.ID, Tool: t.Name, StartedAt: now.UnixMilli(), Until: until.UnixMilli()})
 	key := MarkerKey(c.ev.Data.CallID)
-	_, err := h.markers.Create(h.killCtx, key, val)
+	rev, err := h.markers.Create(h.killCtx, key, val)
 	if err == nil {
-		return true
+		return true, rev
 	}
 	if h.killed.Load() {
-		return false
+		return false, 0
 	}
 	if !jsconflict.Is(err) {
 		h.logFor(c).Warn("tool worker: cannot record the start of a non-idempotent call; retrying later", "err", err)
 		_ = c.msg.NakWithDelay(time.Second)
-		return false
+		return false, 0
 	}
 	// An earlier attempt started. It may still be running on a live worker: wait until its own
-	// timeout has passed before calling it interrupted.
+	// timeout has passed, or until its marker stops beating, before calling it interrupted.
 	var prev marker
+	var prevRev uint64
 	waitUntil := time.Now()
 	if e, err := h.markers.Get(h.killCtx, key); err == nil && json.Unmarshal(e.Value(), &prev) == nil && prev.Until > 0 {
 		waitUntil = time.UnixMilli(prev.Until)
+		prevRev = e.Revision()
 	}
 	waitUntil = waitUntil.Add(h.opts.InterruptGrace)
 	h.logFor(c).Info("tool worker: non-idempotent call started before; waiting for that attempt's result",
 		"previousWorker", prev.Worker, "until", waitUntil)
-	if h.awaitResult(c, waitUntil) {
+	if h.awaitAttempt(c, key, prevRev, waitUntil) {
 		h.ack(c)
-		return false
+		return false, 0
 	}
 	if h.killed.Load() {
-		return false
+		return false, 0
 	}
 	who := ""
 	if prev.Worker != "" {
@@ -221,7 +272,7 @@ func (h *Handle) markStarted(c *call, t tools.Tool, timeout time.Duration) bool 
 	}
 	h.finish(c, tools.ErrorResult("tool %s was interrupted after it started%s and is not idempotent; not retried automatically (it may or may not have taken effect — check before calling it again)",
 		t.Name, who))
-	return false
+	return false, 0
 }
 
 // resultExists reports nil when a result is stored on subj, jetstream.ErrMsgNotFound when
@@ -233,6 +284,36 @@ func (h *Handle) resultExists(fresh bool, subj string) error {
 	// Confirmed with the stream leader: a lagging replica's "not found" would run the call twice.
 	_, err := natsutil.GetMsg(h.killCtx, h.opts.JS, h.results, natsutil.MsgQuery{LastFor: subj})
 	return err
+}
+
+// awaitAttempt waits for the result of an earlier attempt whose marker is at revision rev: it
+// reports true once the result is stored, false when until passes or the marker has not moved
+// for attemptDead (the attempt's worker is gone: a live attempt beats every attemptBeat).
+func (h *Handle) awaitAttempt(c *call, key string, rev uint64, until time.Time) bool {
+	if rev == 0 {
+		return h.awaitResult(c, until)
+	}
+	moved := time.Now()
+	for {
+		next := time.Now().Add(attemptBeat)
+		if until.Before(next) {
+			next = until
+		}
+		if h.awaitResult(c, next) {
+			return true
+		}
+		if !time.Now().Before(until) || h.killCtx.Err() != nil {
+			return false
+		}
+		e, err := h.markers.Get(h.killCtx, key)
+		switch {
+		case err == nil && e.Revision() != rev:
+			rev, moved = e.Revision(), time.Now()
+		case err == nil && time.Since(moved) >= attemptDead:
+			h.logFor(c).Info("tool worker: the earlier attempt stopped beating; its worker is gone", "since", moved)
+			return false
+		}
+	}
 }
 
 // awaitResult waits until a result for the call is stored or until passes.

@@ -171,13 +171,30 @@ func blockingTool(name string, c *counter, started chan<- string, opts ...tools.
 	}, opts...)
 }
 
+// A non-idempotent call whose worker dies while it runs is answered "interrupted" by the next
+// worker, never run again. The next worker does not wait for the dead attempt's whole timeout
+// (here a minute, longer than waitResult waits): the attempt's marker stops beating, which
+// tells it the attempt's worker is gone.
 func TestNonIdempotentInterruptedIsNotRerun(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration
+	}{
+		{"short timeout", 1500 * time.Millisecond},
+		{"marker stopped beating", time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testNonIdempotentInterrupted(t, tc.timeout) })
+	}
+}
+
+func testNonIdempotentInterrupted(t *testing.T, timeout time.Duration) {
 	srv := newServer(t)
 	var c counter
 	started := make(chan string, 1)
 	tool := blockingTool("charge", &c, started) // not idempotent
 	o := fastOpts(srv, mustRegistry(t, tool), "w1")
-	o.DefaultTimeout = 1500 * time.Millisecond
+	o.DefaultTimeout = timeout
+	o.InterruptGrace = 5 * time.Second
 	w1, err := Run(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
