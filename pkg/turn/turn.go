@@ -89,7 +89,7 @@ type turnRun struct {
 	// the latest message's ids to their bus ids (see noteCalls).
 	callSeen map[string]int
 	busIDs   map[string]string
-	unacked  []jetstream.PubAckFuture
+	unacked  []pendingRecord
 	tail     []events.MessageEnd // finished messages not recorded yet (see emitter)
 }
 
@@ -676,7 +676,7 @@ func (t *turnRun) recordMessage(me events.MessageEnd) {
 		var f jetstream.PubAckFuture
 		if f, err = t.a.w.js.PublishMsgAsync(m); err == nil {
 			t.mu.Lock()
-			t.unacked = append(t.unacked, f)
+			t.unacked = append(t.unacked, pendingRecord{msg: m, f: f})
 			t.mu.Unlock()
 			return
 		}
@@ -700,19 +700,56 @@ func (t *turnRun) takeTail() []events.MessageEnd {
 	return tail
 }
 
-// flush waits until every message recorded so far is stored.
+// pendingRecord is an asynchronously published turn record and its ack.
+type pendingRecord struct {
+	msg *nats.Msg
+	f   jetstream.PubAckFuture
+}
+
+// pubAckWait bounds the wait for one asynchronous publish's ack. The async publisher has no
+// ack timeout of its own, and an ack lost while a NATS node dies (or the publish itself,
+// buffered in the connection) would otherwise leave the turn waiting forever, its reply never
+// sent: that lost turns in the fault test. A publish whose ack does not come is published
+// again under the same Nats-Msg-Id, which the stream drops if the first one was stored.
+const pubAckWait = 5 * time.Second
+
+// awaitAck waits for f's ack, at most pubAckWait.
+func awaitAck(ctx context.Context, f jetstream.PubAckFuture) error {
+	timer := time.NewTimer(pubAckWait)
+	defer timer.Stop()
+	select {
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
+		return err
+	case <-timer.C:
+		return jetstream.ErrAsyncPublishTimeout
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// flush waits until every message recorded so far is stored; a record whose asynchronous
+// publish failed or got no ack is published again (same Nats-Msg-Id) and waited for.
 func (t *turnRun) flush(ctx context.Context) error {
 	t.mu.Lock()
 	pending := t.unacked
 	t.unacked = nil
 	t.mu.Unlock()
-	for _, f := range pending {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
+	for i, p := range pending {
+		err := awaitAck(ctx, p.f)
+		if err == nil {
+			continue
+		}
+		if ctx.Err() == nil {
+			t.a.log.Warn("turn record not acknowledged; publishing it again", "turn", t.id, "err", err)
+			_, err = t.a.w.js.PublishMsg(ctx, p.msg)
+		}
+		if err != nil {
+			t.mu.Lock() // keep what is not known to be stored for the next flush
+			t.unacked = append(slices.Clone(pending[i:]), t.unacked...)
+			t.mu.Unlock()
 			return fmt.Errorf("record message of %s: %w", t.id, err)
-		case <-ctx.Done():
-			return ctx.Err()
 		}
 	}
 	return nil
@@ -809,12 +846,12 @@ func (w *Worker) publishAll(ctx context.Context, msgs []*nats.Msg) error {
 			if f == nil {
 				continue
 			}
-			select {
-			case <-f.Ok():
-			case lastErr = <-f.Err():
-				failed = append(failed, msgs[i])
-			case <-ctx.Done():
-				return ctx.Err()
+			if err := awaitAck(ctx, f); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				lastErr = err
+				failed = append(failed, msgs[i]) // published again under the same msg id
 			}
 		}
 		if len(failed) == 0 {
