@@ -757,6 +757,7 @@ func TestFaultCluster(t *testing.T) {
 	}
 	if len(lost) > 0 {
 		t.Errorf("lost (no reply): %v", lost)
+		faultDumpLost(t, strings.Join(urls, ","), lost)
 		for _, c := range roles {
 			if strings.HasPrefix(c.name, "turn") {
 				t.Logf("%s log tail:\n%s", c.name, tail(c.log, 20))
@@ -797,5 +798,74 @@ func faultDumpState(t *testing.T, urls string) {
 		}
 		ci := c.CachedInfo()
 		t.Logf("dump %s: pending %d ackPending %d redelivered %d waiting %d delivered %+v ackfloor %+v leader %s", sc[1], ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting, ci.Delivered, ci.AckFloor, ci.Cluster.Leader)
+	}
+}
+
+// faultDumpLost logs what the bus holds about the sessions of lost messages: the session
+// record, the claim, and the last inbox and outbox messages, to tell where each one stopped.
+func faultDumpLost(t *testing.T, urls string, lost []string) {
+	nc, err := nats.Connect(urls, adminAuth())
+	if err != nil {
+		t.Logf("dump: %v", err)
+		return
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	kvs, _ := js.KeyValue(ctx, events.BucketSessions)
+	kvl, _ := js.KeyValue(ctx, events.BucketLeases)
+	in, _ := js.Stream(ctx, events.StreamSessionIn)
+	out, _ := js.Stream(ctx, events.StreamIMOut)
+	evts, _ := js.Stream(ctx, events.StreamAgentEvents)
+	for _, id := range lost {
+		user, _, _ := strings.Cut(strings.TrimPrefix(id, "f"), "-")
+		sk := events.SessionKey{Platform: "webhook", Bot: botID, Scope: events.ScopePrivate, Scene: "fu" + user}
+		if kvs != nil {
+			if e, err := kvs.Get(ctx, sk.Token()); err == nil {
+				t.Logf("dump %s: session record rev %d: %s", id, e.Revision(), e.Value())
+			}
+		}
+		if kvl != nil {
+			if e, err := kvl.Get(ctx, sk.Token()); err == nil {
+				t.Logf("dump %s: claim rev %d: %s", id, e.Revision(), e.Value())
+			} else {
+				t.Logf("dump %s: claim: %v", id, err)
+			}
+		}
+		for _, sc := range []struct {
+			name string
+			s    jetstream.Stream
+			subj string
+		}{{"inbox", in, events.AgentInSubject(sk)}, {"outbox", out, events.IMOutSubject(sk)}, {"turn events", evts, events.AgentEvtSessionFilter(sk)}} {
+			if sc.s == nil {
+				continue
+			}
+			c, err := sc.s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{sc.subj}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy})
+			if err != nil {
+				continue
+			}
+			b, err := c.Fetch(400, jetstream.FetchMaxWait(2*time.Second))
+			if err != nil {
+				continue
+			}
+			var last []string
+			for m := range b.Messages() {
+				md, _ := m.Metadata()
+				seq := uint64(0)
+				if md != nil {
+					seq = md.Sequence.Stream
+				}
+				body := string(m.Data())
+				if len(body) > 160 {
+					body = body[:160]
+				}
+				last = append(last, fmt.Sprintf("%d %s %s", seq, m.Subject(), body))
+			}
+			if len(last) > 6 {
+				last = last[len(last)-6:]
+			}
+			t.Logf("dump %s: %s (last per subject):\n  %s", id, sc.name, strings.Join(last, "\n  "))
+		}
 	}
 }
