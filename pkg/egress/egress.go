@@ -263,8 +263,8 @@ type egress struct {
 	o        Options
 	log      *slog.Logger
 	js       jetstream.JetStream
-	sent     jetstream.Stream    // IM_SENT: the delivery records (receipts), one subject per part
-	kv       jetstream.KeyValue  // KV delivered: records of older versions only (read, never written)
+	sent     jetstream.Stream   // IM_SENT: the delivery records (receipts), one subject per part
+	kv       jetstream.KeyValue // KV delivered: records of older versions only (read, never written)
 	senders  map[string]Sender
 	limiter  *limiter
 	inflight inflight
