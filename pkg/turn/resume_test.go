@@ -69,16 +69,16 @@ func TestToolTurn(t *testing.T) {
 	if got[0] != "the tool said pong" || runs.Load() != 1 {
 		t.Fatalf("reply %q, tool runs %d", got, runs.Load())
 	}
-	// Three appends: turn_started, the assistant message that asked for the tool (recorded
-	// before the call ran), and the commit carrying the tool result and the answer. Read back,
-	// the turn has every message.
+	// Two appends: turn_started carrying the assistant message that asked for the tool
+	// (recorded before the call ran), and the commit carrying the tool result and the answer.
+	// Read back, the turn has every message.
 	ctx := context.Background()
 	info, err := w.evts.Info(ctx, jetstream.WithSubjectFilter(events.AgentEvtSessionFilter(sk)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.State.Msgs != 3 {
-		t.Errorf("AGENT_EVENTS holds %d records of the turn, want 3: %v", info.State.Msgs, info.State.Subjects)
+	if info.State.Msgs != 2 {
+		t.Errorf("AGENT_EVENTS holds %d records of the turn, want 2: %v", info.State.Msgs, info.State.Subjects)
 	}
 	recs, err := w.turnlog.ReadTurn(ctx, sk, turnID(1), 0)
 	if err != nil {
@@ -327,4 +327,63 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// A turn records its start with its first record. An owner that dies during the turn's first
+// model call leaves only the session record's open entry: the next owner starts the turn again
+// from its inbox event, answers once, and does not promise egress a first publication.
+func TestCrashBeforeFirstRecordRestartsTurn(t *testing.T) {
+	var calls atomic.Int32
+	inCall := make(chan struct{}, 1)
+	release := make(chan struct{})
+	h := newHarness(t, nil, faux.WithResponder(func(c *llm.Context) faux.Response {
+		if calls.Add(1) == 1 {
+			inCall <- struct{}{}
+			<-release // the first owner dies meanwhile; its answer is never recorded
+		}
+		return faux.Response{Text: "the answer"}
+	}))
+	a := h.worker("wA")
+	h.send(sk, "m1", "a question")
+	select {
+	case <-inCall:
+	case <-time.After(15 * time.Second):
+		t.Fatal("model never called")
+	}
+	// Kill waits for the turn's goroutine, which is inside the model call: let the call end
+	// once the worker is going away (what the loop produces then is not recorded).
+	killed := make(chan struct{})
+	go func() { a.Kill(); close(killed) }()
+	time.Sleep(time.Second)
+	close(release)
+	select {
+	case <-killed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Kill did not return")
+	}
+	ctx := context.Background()
+	if info, err := a.evts.Info(ctx, jetstream.WithSubjectFilter(events.AgentEvtSessionFilter(sk))); err != nil || info.State.Msgs != 0 {
+		t.Fatalf("AGENT_EVENTS holds %v records of a turn whose first model step never ended (%v), want 0", info.State.Msgs, err)
+	}
+
+	b := h.worker("wB")
+	got := h.replies(sk, 1)
+	if got[0] != "the answer" {
+		t.Fatalf("reply = %q", got)
+	}
+	time.Sleep(500 * time.Millisecond) // a duplicate would show up now
+	out := h.outboundEvents(sk)
+	if len(out) != 1 {
+		t.Errorf("%d replies, want exactly 1", len(out))
+	} else if out[0].Fresh {
+		t.Error("a restarted turn's reply is marked fresh; egress would skip its delivered check")
+	}
+	tl, err := b.readTurn(ctx, sk, turnID(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tl.started == nil || !tl.committed || len(tl.messages) != 2 {
+		t.Errorf("restarted turn reads back as started=%v committed=%v %d messages", tl.started != nil, tl.committed, len(tl.messages))
+	}
+	waitClosed(t, b, sk)
 }

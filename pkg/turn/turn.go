@@ -37,6 +37,10 @@ type pendingTurn struct {
 	due       time.Time
 	cancelled bool
 	heartbeat bool // a heartbeat turn: an answer of just HEARTBEAT_OK is not posted
+	// restarted: rebuilt from the inbox for a turn an earlier owner had opened but left no
+	// record of (its turn_started is written with its first record): part of it may have run,
+	// so it is neither fresh nor free of earlier tool results.
+	restarted bool
 }
 
 func (p *pendingTurn) needs(seq uint64) bool {
@@ -91,6 +95,10 @@ type turnRun struct {
 	busIDs   map[string]string
 	unacked  []jetstream.PubAckFuture
 	tail     []events.MessageEnd // finished messages not recorded yet (see emitter)
+	// started is the turn's start while it is not recorded yet: it rides on the turn's first
+	// record (a turn_started with steps, or the commit) instead of costing an append of its own
+	// before the first LLM call. nil once recorded, and for a resumed turn.
+	started *events.TurnStarted
 }
 
 // queued is a steer or follow-up message and the inbox event it came from.
@@ -184,8 +192,10 @@ func (t *turnRun) drain(q *[]queued, mode string) []llm.Message {
 	return out
 }
 
-// startTurn records the turn as started (AGENT_EVENTS, then the session record with the
-// cursor in the same CAS) and runs it.
+// startTurn records the turn as started in the session record (with the cursor, in one CAS)
+// and runs it. Its turn_started event goes to AGENT_EVENTS with the turn's first record (see
+// turnRun.started): a crash before that record leaves nothing of the turn but its open entry,
+// and the next owner starts it again from the inbox (pendingTurn.restarted).
 func (a *actor) startTurn(pt *pendingTurn) error {
 	sess, err := a.w.sessions.Current(a.ctx, a.sk)
 	if err != nil {
@@ -215,11 +225,8 @@ func (a *actor) startTurn(pt *pendingTurn) error {
 	for _, s := range pt.merged {
 		started.Merged = append(started.Merged, events.InboxRef{Seq: s})
 	}
-	ack, err := record(t, events.EvtKindTurnStarted, started, "started")
-	if err != nil {
-		return err
-	}
-	t.fresh = !ack.Duplicate
+	t.started = &started
+	t.fresh, t.resumed = !pt.restarted, pt.restarted
 	last := pt.seq
 	for _, s := range pt.merged {
 		last = max(last, s)
@@ -284,7 +291,7 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 			return ctx.Err() // the actor is going away; leave the turn open
 		}
 		if interrupted || err != nil && !errors.Is(err, loop.ErrMaxIterations) {
-			t.spillTail() // no commit to carry them
+			t.spillTail(true) // no commit to carry them
 		}
 		if interrupted {
 			// The merged turn carries this turn's input; nothing of this one is committed.
@@ -303,7 +310,7 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		}
 		earlier := a.earlier(t.seq)
 		if len(earlier) > 0 {
-			t.spillTail() // the commit may wait a while: do not hold finished messages meanwhile
+			t.spillTail(false) // the commit may wait a while: do not hold finished messages meanwhile
 		}
 		if err := t.flush(ctx); err != nil {
 			return err
@@ -331,7 +338,7 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 			usage = final.Usage
 		}
 		committed, err := turnEventMsg(t, events.EvtKindTurnCommitted, events.TurnCommitted{FirstSeq: seq, LastSeq: seq,
-			Messages: len(newMsgs), Usage: usage, StopReason: stopOf(final), Tail: t.takeTail()}, "committed")
+			Messages: len(newMsgs), Usage: usage, StopReason: stopOf(final), Tail: t.takeTail(), Started: t.takeStarted()}, "committed")
 		if err != nil {
 			return err
 		}
@@ -636,8 +643,7 @@ func (t *turnRun) emitter() (emit func(loop.Event), stop func()) {
 			// An LLM step that asked for tools must be in the log before any of its calls
 			// runs (the executor flushes), so resume never asks the model again.
 			t.noteCalls(&me.Message)
-			t.spillTail()
-			t.recordMessage(me)
+			t.recordMessages(append(t.takeTail(), me)...)
 		case loop.EventMessageUpdate:
 			if ev.Update.Type == llm.EventTextDelta {
 				live.add(string(ev.Update.Type), t.index, ev.Update.ContentIndex, ev.Update.Delta)
@@ -667,30 +673,79 @@ func turnEventMsg[P events.Payload](t *turnRun, kind string, p P, name string) (
 	return events.NewMsg(events.AgentEvtSubject(t.a.sk, t.id, kind), ev)
 }
 
-// recordMessage appends a message_end without waiting for the ack; flush waits for all of
-// them. The loop's next step does not need the ack, but a tool call and the commit do: a tool
-// must not run for an assistant message that might not be in the log (resume would ask the
-// model again and get other call ids).
-func (t *turnRun) recordMessage(me events.MessageEnd) {
-	m, err := turnEventMsg(t, events.EvtKindMessageEnd, me, "m"+strconv.Itoa(me.Index))
-	if err == nil {
-		var f jetstream.PubAckFuture
-		if f, err = t.a.w.js.PublishMsgAsync(m); err == nil {
-			t.mu.Lock()
-			t.unacked = append(t.unacked, f)
-			t.mu.Unlock()
+// recordMessages appends finished messages without waiting for the ack; flush waits for all
+// of them. The loop's next step does not need the ack, but a tool call and the commit do: a
+// tool must not run for an assistant message that might not be in the log (resume would ask
+// the model again and get other call ids). While the turn's start is not recorded, they go
+// in one turn_started record as its steps; after that, one message_end record each.
+func (t *turnRun) recordMessages(mes ...events.MessageEnd) {
+	if s := t.takeStarted(); s != nil {
+		s.Steps = mes
+		m, err := turnEventMsg(t, events.EvtKindTurnStarted, *s, "started")
+		if err == nil {
+			if err = t.publishRecord(m); err == nil {
+				return
+			}
+		}
+		s.Steps = nil
+		t.mu.Lock()
+		t.started = s // the next record carries it
+		t.mu.Unlock()
+		t.a.log.Error("persist turn start", "turn", t.id, "err", err)
+		if len(mes) == 0 {
 			return
 		}
 	}
-	t.a.log.Error("persist message", "turn", t.id, "index", me.Index, "err", err)
+	for _, me := range mes {
+		m, err := turnEventMsg(t, events.EvtKindMessageEnd, me, "m"+strconv.Itoa(me.Index))
+		if err == nil {
+			err = t.publishRecord(m)
+		}
+		if err != nil {
+			t.a.log.Error("persist message", "turn", t.id, "index", me.Index, "err", err)
+		}
+	}
 }
 
-// spillTail records the messages held back for the commit as message_end records of their
-// own: the turn goes on past them (another LLM step) or ends without a commit.
-func (t *turnRun) spillTail() {
-	for _, me := range t.takeTail() {
-		t.recordMessage(me)
+// publishRecord publishes one turn record asynchronously; flush waits for its ack.
+func (t *turnRun) publishRecord(m *nats.Msg) error {
+	f, err := t.a.w.js.PublishMsgAsync(m)
+	if err != nil {
+		return err
 	}
+	t.mu.Lock()
+	t.unacked = append(t.unacked, f)
+	t.mu.Unlock()
+	return nil
+}
+
+// spillTail records the messages held back for the commit as records of their own: the turn
+// goes on past them (another LLM step) or ends without a commit. withStart also records the
+// turn's start when nothing else would carry it (the turn ends without a commit).
+func (t *turnRun) spillTail(withStart bool) {
+	tail := t.takeTail()
+	if len(tail) == 0 && !withStart {
+		return
+	}
+	if len(tail) == 0 && !t.startPending() {
+		return
+	}
+	t.recordMessages(tail...)
+}
+
+// takeStarted returns the turn's unrecorded start and forgets it (the caller records it).
+func (t *turnRun) takeStarted() *events.TurnStarted {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.started
+	t.started = nil
+	return s
+}
+
+func (t *turnRun) startPending() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.started != nil
 }
 
 func (t *turnRun) takeTail() []events.MessageEnd {
@@ -974,8 +1029,9 @@ func (a *actor) resume(sess *store.Session, ot store.OpenTurn) {
 		a.log.Error("read open turn", "turn", ot.ID, "err", err)
 		return
 	}
-	if tl.started == nil { // queued or collecting, never started: rebuild its input
-		pt := &pendingTurn{id: ot.ID, seq: ot.InboxSeq, merged: ot.Merged, msg: a.syntheticTarget(events.Sender{ID: "unknown"}, "")}
+	if tl.started == nil { // queued or collecting, or started without a record yet: rebuild its input
+		pt := &pendingTurn{id: ot.ID, seq: ot.InboxSeq, merged: ot.Merged, msg: a.syntheticTarget(events.Sender{ID: "unknown"}, ""),
+			restarted: ot.State != "queued" && ot.State != "collecting"}
 		seqs := append([]uint64{ot.InboxSeq}, ot.Merged...)
 		slices.Sort(seqs)
 		for _, seq := range seqs {
