@@ -329,9 +329,10 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
-// A turn records its start with its first record. An owner that dies during the turn's first
-// model call leaves only the session record's open entry: the next owner starts the turn again
-// from its inbox event, answers once, and does not promise egress a first publication.
+// A turn records its start with its first record, and writes no session record. An owner that
+// dies during the turn's first model call leaves nothing of the turn: the next owner finds its
+// inbox event past the durable cursor, nothing in the turn log, and starts it again; it
+// answers once.
 func TestCrashBeforeFirstRecordRestartsTurn(t *testing.T) {
 	var calls atomic.Int32
 	inCall := make(chan struct{}, 1)
@@ -375,8 +376,6 @@ func TestCrashBeforeFirstRecordRestartsTurn(t *testing.T) {
 	out := h.outboundEvents(sk)
 	if len(out) != 1 {
 		t.Errorf("%d replies, want exactly 1", len(out))
-	} else if out[0].Fresh {
-		t.Error("a restarted turn's reply is marked fresh; egress would skip its delivered check")
 	}
 	tl, err := b.readTurn(ctx, sk, turnID(1))
 	if err != nil {
@@ -386,4 +385,56 @@ func TestCrashBeforeFirstRecordRestartsTurn(t *testing.T) {
 		t.Errorf("restarted turn reads back as started=%v committed=%v %d messages", tl.started != nil, tl.committed, len(tl.messages))
 	}
 	waitClosed(t, b, sk)
+}
+
+// The owner died after its context commit landed but before the turn_committed record and the
+// reply: the commit carries the inbox cursor, so the next owner finds the turn from it and
+// finishes it from the committed messages, without asking the model again or committing twice.
+func TestCommitWithoutRecordIsFinishedFromTheCommit(t *testing.T) {
+	h := newHarness(t, nil, faux.WithResponder(faux.Echo))
+	ctx := context.Background()
+	h.send(sk, "m1", "a question")
+	in, err := h.ns.JS.Stream(ctx, events.StreamSessionIn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trigger, err := in.GetLastMsgForSubject(ctx, events.AgentInSubject(sk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn := turnID(trigger.Sequence)
+	cl, err := store.NewContextLog(ctx, h.ns.JS, store.ContextBounds{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := events.NewSessionID(sk, 1)
+	answer := llm.Message{Role: llm.RoleAssistant, Content: []llm.Content{llm.Text("the committed answer")}, StopReason: llm.StopReasonStop, Timestamp: time.Now().UnixMilli()}
+	if _, err := cl.AppendMessages(ctx, sid, 0, []llm.Message{llm.UserText("a question", time.Now().UnixMilli()), answer},
+		store.WithMsgID(turn+":commit"), store.WithTurn(turn), store.WithInboxSeq(trigger.Sequence)); err != nil {
+		t.Fatal(err)
+	}
+
+	w := h.worker("wB")
+	got := h.replies(sk, 1)
+	if got[0] != "the committed answer" {
+		t.Fatalf("reply = %q", got)
+	}
+	if n := h.faux.Calls(); n != 0 {
+		t.Errorf("model called %d times, want 0 (the turn was committed)", n)
+	}
+	tl, err := w.readTurn(ctx, sk, turn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tl.committed {
+		t.Error("no turn_committed record was written for the finished turn")
+	}
+	loaded, err := w.ctxlog.LoadContext(ctx, sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(loaded.Messages) != 2 {
+		t.Errorf("context has %d messages, want 2 (committed once)", len(loaded.Messages))
+	}
+	waitClosed(t, w, sk)
 }

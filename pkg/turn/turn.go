@@ -37,10 +37,15 @@ type pendingTurn struct {
 	due       time.Time
 	cancelled bool
 	heartbeat bool // a heartbeat turn: an answer of just HEARTBEAT_OK is not posted
-	// restarted: rebuilt from the inbox for a turn an earlier owner had opened but left no
-	// record of (its turn_started is written with its first record): part of it may have run,
-	// so it is neither fresh nor free of earlier tool results.
+	// restarted: started again for a turn an earlier owner may have begun but left no record
+	// of (its turn_started is written with its first record). Before its first record a turn
+	// publishes nothing but its pre-executed tool calls (model tool calls wait for their
+	// record, the reply for the commit), so only those may have results already.
 	restarted bool
+	// fromInbox: started straight from its inbox event (not queued, collected or merged, so
+	// not listed in the session record). Such a turn writes nothing to the session record: its
+	// commit carries the inbox cursor (see startTurn).
+	fromInbox bool
 }
 
 func (p *pendingTurn) needs(seq uint64) bool {
@@ -99,7 +104,20 @@ type turnRun struct {
 	// record (a turn_started with steps, or the commit) instead of costing an append of its own
 	// before the first LLM call. nil once recorded, and for a resumed turn.
 	started *events.TurnStarted
+	// inRecord says whether the session record lists the turn as open: recordNo (a turn
+	// started from its inbox event, whose commit carries the cursor), recordPending (being
+	// added by a session-record write), recordYes.
+	inRecord atomic.Int32
+	// commitRecord: a turn whose context commit landed but whose turn_committed record did not
+	// (found on takeover); the resume writes it with the reply.
+	commitRecord bool
 }
+
+const (
+	recordNo int32 = iota
+	recordPending
+	recordYes
+)
 
 // queued is a steer or follow-up message and the inbox event it came from.
 type queued struct {
@@ -192,10 +210,18 @@ func (t *turnRun) drain(q *[]queued, mode string) []llm.Message {
 	return out
 }
 
-// startTurn records the turn as started in the session record (with the cursor, in one CAS)
-// and runs it. Its turn_started event goes to AGENT_EVENTS with the turn's first record (see
-// turnRun.started): a crash before that record leaves nothing of the turn but its open entry,
-// and the next owner starts it again from the inbox (pendingTurn.restarted).
+// startTurn runs a turn. Its turn_started event goes to AGENT_EVENTS with the turn's first
+// record (see turnRun.started).
+//
+// A turn started straight from its inbox event (fromInbox, the usual case) writes nothing to
+// the session record: the actor's cursor moves past it in memory, and the turn's context
+// commit carries the inbox cursor (store.WithInboxSeq), which a new owner reads back
+// (startCursor). Any session-record write while it runs lists it as open (updateSession), so
+// the record's cursor never passes a turn it does not list. A new owner therefore re-reads the
+// inbox events of turns that had not committed, and checks the turn log for each before it
+// runs it (takeOver): resumed, skipped when it failed, or started again when nothing of it was
+// recorded. Other turns (queued, collected, merged) are listed in the record already and are
+// marked running in it with the cursor, in one CAS.
 func (a *actor) startTurn(pt *pendingTurn) error {
 	sess, err := a.w.sessions.Current(a.ctx, a.sk)
 	if err != nil {
@@ -207,6 +233,13 @@ func (a *actor) startTurn(pt *pendingTurn) error {
 	}
 	if pt.id == "" {
 		pt.id = turnID(pt.seq)
+	}
+	if pt.fromInbox && !pt.restarted && pt.seq <= a.checkUpTo {
+		done, err := a.takeOver(sess, pt)
+		if done || err != nil {
+			return err
+		}
+		pt.restarted = true
 	}
 	model, err := a.w.pickModel(pt.msg, pt.input, sess.ModelOverride)
 	if err != nil {
@@ -226,16 +259,72 @@ func (a *actor) startTurn(pt *pendingTurn) error {
 		started.Merged = append(started.Merged, events.InboxRef{Seq: s})
 	}
 	t.started = &started
-	t.fresh, t.resumed = !pt.restarted, pt.restarted
-	last := pt.seq
-	for _, s := range pt.merged {
-		last = max(last, s)
+	t.fresh = true // nothing of it was published (see pendingTurn.restarted)
+	last := t.lastSeq()
+	if pt.fromInbox {
+		// Listed among the actor's turns before the cursor passes it: a session-record write
+		// in between (another turn closing) lists it with the cursor (updateSession).
+		a.launch(t, nil)
+		a.passed(last)
+		return nil
 	}
 	if err := a.advance(last, &store.OpenTurn{ID: t.id, State: "running", InboxSeq: pt.seq, StartedAt: time.Now().UnixMilli()}); err != nil {
 		return err
 	}
+	t.inRecord.Store(recordYes)
 	a.launch(t, nil)
 	return nil
+}
+
+// lastSeq is the last inbox sequence the turn consumes (its trigger or a merged event).
+func (p *pendingTurn) lastSeq() uint64 {
+	last := p.seq
+	for _, s := range p.merged {
+		last = max(last, s)
+	}
+	return last
+}
+
+// takeOver decides what to do with a turn event that an earlier owner may have started
+// (its sequence was in the inbox when this actor started, past the durable cursor): resume
+// the turn from its log (also a turn whose commit landed without its turn_committed record),
+// skip it when it failed, or report false: nothing of it was recorded, start it again.
+func (a *actor) takeOver(sess *store.Session, pt *pendingTurn) (bool, error) {
+	if a.isListed(pt.id) { // resumed from the session record (resumeAll)
+		a.passed(pt.lastSeq())
+		return true, nil
+	}
+	tl, err := a.w.readTurn(a.ctx, a.sk, pt.id)
+	if err != nil {
+		return false, fmt.Errorf("take over turn %s: %w", pt.id, err)
+	}
+	mark := a.lastCommit
+	if !tl.committed && mark.Turn == pt.id && mark.MsgID == pt.id+":commit" {
+		// The context commit landed, its turn_committed record and reply may not have: finish
+		// it from the commit, without asking the model again.
+		tl.messages, tl.committed, tl.commitSeq = mark.Messages, true, mark.Seq
+	}
+	switch {
+	case tl.failed && !tl.committed:
+		a.log.Info("skipping a turn that failed under the previous owner", "turn", pt.id)
+		a.passed(pt.lastSeq())
+		return true, nil
+	case tl.started == nil && !tl.committed:
+		return false, nil
+	}
+	sid, err := sess.ID()
+	if err != nil {
+		return false, err
+	}
+	ot := store.OpenTurn{ID: pt.id, State: "running", InboxSeq: pt.seq, Merged: pt.merged}
+	if tl.started != nil {
+		for _, m := range tl.started.Merged {
+			ot.Merged = append(ot.Merged, m.Seq)
+		}
+	}
+	a.passed(pt.lastSeq())
+	a.resumeWith(sid, ot, tl, false)
+	return true, nil
 }
 
 // launch runs t in its own goroutine; resumed carries the turn's persisted messages.
@@ -327,7 +416,7 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		var seq uint64
 		err = retryTransient(ctx, func() error {
 			var err error
-			seq, err = a.commitMessages(t.sid, newMsgs, t.id+":commit", t.id)
+			seq, err = a.commitMessages(t.sid, newMsgs, t.id+":commit", t.id, store.WithInboxSeq(t.lastSeq()))
 			return err
 		})
 		if err != nil {
@@ -347,8 +436,25 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		if err := a.w.publishAll(a.ctx, append([]*nats.Msg{committed}, a.replyMsgs(&t.pendingTurn, t.id, t.replyFor(final, newMsgs), t.fresh)...)); err != nil {
 			return err
 		}
-	} else if err := a.w.publishAll(a.ctx, a.replyMsgs(&t.pendingTurn, t.id, t.replyFor(lastAssistant(persisted), persisted), false)); err != nil {
-		return err
+	} else {
+		msgs := a.replyMsgs(&t.pendingTurn, t.id, t.replyFor(lastAssistant(persisted), persisted), false)
+		if t.commitRecord {
+			final := lastAssistant(persisted)
+			var usage *llm.Usage
+			if final != nil {
+				usage = final.Usage
+			}
+			seq := resumed.commitSeq
+			rec, err := turnEventMsg(t, events.EvtKindTurnCommitted, events.TurnCommitted{FirstSeq: seq, LastSeq: seq,
+				Messages: len(persisted), Usage: usage, StopReason: stopOf(final)}, "committed")
+			if err != nil {
+				return err
+			}
+			msgs = append([]*nats.Msg{rec}, msgs...)
+		}
+		if err := a.w.publishAll(a.ctx, msgs); err != nil {
+			return err
+		}
 	}
 	t.replied.Store(true)
 	return t.close("done")
@@ -488,7 +594,11 @@ func (t *turnRun) preExecute(ctx context.Context) string {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := t.executor().Execute(ctx, loop.ToolCallRequest{ID: "pre-" + e.Name, Name: e.Name, Args: map[string]any{}})
+			x := t.executor()
+			if t.restarted {
+				x.fresh, x.resumed = false, true // an earlier attempt may have run it
+			}
+			res, err := x.Execute(ctx, loop.ToolCallRequest{ID: "pre-" + e.Name, Name: e.Name, Args: map[string]any{}})
 			switch {
 			case err != nil:
 				out[i] = "- " + e.Name + ": (unavailable: " + err.Error() + ")"
@@ -940,6 +1050,8 @@ type turnLog struct {
 	started   *events.TurnStarted
 	messages  []llm.Message
 	committed bool
+	failed    bool
+	commitSeq uint64 // set when the commit is known only from AGENT_CTX (takeOver)
 }
 
 // readTurn loads what AGENT_EVENTS holds about a turn (resume).
@@ -958,6 +1070,8 @@ func (w *Worker) readTurn(ctx context.Context, sk events.SessionKey, turn string
 			byIndex[e.Data.Index] = e.Data.Message
 		case *events.Event[events.TurnCommitted]:
 			tl.committed = true
+		case *events.Event[events.TurnFailed]:
+			tl.failed = true
 		}
 	}
 	// Indexes count the prompts, which turn_started holds; message_end records follow them.
@@ -1031,7 +1145,7 @@ func (a *actor) resume(sess *store.Session, ot store.OpenTurn) {
 	}
 	if tl.started == nil { // queued or collecting, or started without a record yet: rebuild its input
 		pt := &pendingTurn{id: ot.ID, seq: ot.InboxSeq, merged: ot.Merged, msg: a.syntheticTarget(events.Sender{ID: "unknown"}, ""),
-			restarted: ot.State != "queued" && ot.State != "collecting"}
+			restarted: true}
 		seqs := append([]uint64{ot.InboxSeq}, ot.Merged...)
 		slices.Sort(seqs)
 		for _, seq := range seqs {
@@ -1057,8 +1171,18 @@ func (a *actor) resume(sess *store.Session, ot store.OpenTurn) {
 		a.mu.Unlock()
 		return
 	}
-	model, err := a.w.opts.Models.GetModel(tl.started.Model.Provider, tl.started.Model.ID)
-	if err != nil {
+	a.resumeWith(sid, ot, tl, true)
+}
+
+// resumeWith launches a turn again from what its log holds; inRecord says whether the session
+// record lists it.
+func (a *actor) resumeWith(sid events.SessionID, ot store.OpenTurn, tl *turnLog, inRecord bool) {
+	var model *llm.Model
+	var err error
+	if tl.started != nil {
+		model, err = a.w.opts.Models.GetModel(tl.started.Model.Provider, tl.started.Model.ID)
+	}
+	if tl.started == nil || err != nil {
 		if model, err = a.w.defaultModel(); err != nil {
 			a.log.Error("resume: no model", "turn", ot.ID, "err", err)
 			return
@@ -1070,11 +1194,20 @@ func (a *actor) resume(sess *store.Session, ot store.OpenTurn) {
 			target = *m
 		}
 	}
-	pt := pendingTurn{id: ot.ID, seq: ot.InboxSeq, input: tl.started.Input, msg: target}
-	for _, m := range tl.started.Merged {
-		pt.merged = append(pt.merged, m.Seq)
+	pt := pendingTurn{id: ot.ID, seq: ot.InboxSeq, msg: target}
+	if tl.started != nil {
+		pt.input = tl.started.Input
+		for _, m := range tl.started.Merged {
+			pt.merged = append(pt.merged, m.Seq)
+		}
+	} else {
+		pt.merged = ot.Merged
 	}
-	t := &turnRun{pendingTurn: pt, a: a, sid: sid, model: model, done: make(chan struct{}), steerSeqs: ot.Steers, resumed: true}
+	t := &turnRun{pendingTurn: pt, a: a, sid: sid, model: model, done: make(chan struct{}), steerSeqs: ot.Steers, resumed: true,
+		commitRecord: tl.commitSeq > 0}
+	if inRecord {
+		t.inRecord.Store(recordYes)
+	}
 	// Queue again the steers and follow-ups the turn had not consumed (its persisted messages
 	// carry them with the inbox event's time).
 	for _, seq := range ot.Steers {
