@@ -165,7 +165,7 @@ func (o Options) withDefaults() Options {
 // Stats counts what a running egress did.
 type Stats struct {
 	Delivered    uint64 // parts sent and recorded
-	Skipped      uint64 // deliveries of parts already recorded in KV delivered (not sent again)
+	Skipped      uint64 // deliveries of parts already recorded (their IM_SENT receipt, or an older KV delivered entry; not sent again)
 	DeadLettered uint64 // parts moved to DEAD_LETTERS
 	Failures     uint64 // failed send attempts (transient or permanent)
 }
@@ -204,7 +204,7 @@ func (h *Handle) Transcripts() *transcript.DB { return h.db }
 // Stop closes the router (waiting for parts in flight, up to SendTimeout + 5 s), the search
 // service, the archive (when Run opened it) and the subscription connection. Parts whose ack
 // was not sent are redelivered to another replica (or this one after restart) and skipped
-// there via KV delivered. It waits at most until ctx ends and then returns ctx's error while
+// there via their IM_SENT receipt. It waits at most until ctx ends and then returns ctx's error while
 // the shutdown goes on (Done, then a later Stop, report its end). Safe to call more than once
 // and concurrently; every call returns the same result once the shutdown is over.
 func (h *Handle) Stop(ctx context.Context) error {
@@ -246,7 +246,7 @@ func (h *Handle) shutdown() {
 	// context end first); closing it is idempotent and waits for the last acks.
 	_ = h.sub.Close()
 	// Acks are plain publishes: make sure the server has them before the connection goes
-	// (one lost would only mean a redelivery, skipped via KV delivered).
+	// (one lost would only mean a redelivery, skipped via its IM_SENT receipt).
 	if err := h.subConn.FlushTimeout(5 * time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		h.e.log.Warn("egress: flushing the last acks", "err", err)
 	}
