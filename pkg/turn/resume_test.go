@@ -438,3 +438,63 @@ func TestCommitWithoutRecordIsFinishedFromTheCommit(t *testing.T) {
 	}
 	waitClosed(t, w, sk)
 }
+
+// A turn started from its inbox event is not in the session record, but any record write while
+// it runs lists it together with the cursor: here a listened message moves the record's cursor
+// past the running turn, the owner dies, and the next owner must still answer the turn.
+func TestRecordWriteListsTheRunningTurn(t *testing.T) {
+	var calls atomic.Int32
+	inCall := make(chan struct{}, 1)
+	release := make(chan struct{})
+	h := newHarness(t, nil, faux.WithResponder(func(c *llm.Context) faux.Response {
+		if calls.Add(1) == 1 {
+			inCall <- struct{}{}
+			<-release
+		}
+		return faux.Response{Text: "the answer"}
+	}))
+	a := h.worker("wA")
+	h.send(sk, "m1", "a question")
+	select {
+	case <-inCall:
+	case <-time.After(15 * time.Second):
+		t.Fatal("model never called")
+	}
+	heard := events.IMMessage{Platform: sk.Platform, Bot: sk.Bot, MessageID: "m2", Scene: events.Scene{Type: sk.Scope, ID: sk.Scene},
+		Sender: events.Sender{ID: "u2", Name: "Bo"}, Content: events.Segments{events.TextSeg("just saying")}, Time: time.Now().UnixMilli()}
+	h.publish(sk, events.New(events.Listen{Message: heard}, events.WithSession(sk.String())))
+	ctx := context.Background()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		sess, err := a.sessions.Get(ctx, sk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sess.InboxCursor >= 2 {
+			if ot := sess.OpenTurn(turnID(1)); ot == nil || ot.State != "running" {
+				t.Fatalf("record cursor %d passed turn %s, which it does not list as running: %+v", sess.InboxCursor, turnID(1), sess.OpenTurns)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the listened message never moved the record's cursor: %+v", sess)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	killed := make(chan struct{})
+	go func() { a.Kill(); close(killed) }()
+	time.Sleep(time.Second)
+	close(release)
+	<-killed
+
+	b := h.worker("wB")
+	got := h.replies(sk, 1)
+	if got[0] != "the answer" {
+		t.Fatalf("reply = %q", got)
+	}
+	time.Sleep(500 * time.Millisecond) // a duplicate would show up now
+	if out := h.outboundEvents(sk); len(out) != 1 {
+		t.Errorf("%d replies, want exactly 1", len(out))
+	}
+	waitClosed(t, b, sk)
+}
