@@ -219,7 +219,7 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 		}
 	}
 	callsBefore := h.modelCalls.Load()
-	cpuBefore := cpuTime()
+	cpuBefore, waitBefore := cpuTime(), runqueueWait()
 	schedBefore := schedHist()
 	start := time.Now()
 
@@ -381,7 +381,7 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	cpu := cpuTime() - cpuBefore
+	cpu, wait := cpuTime()-cpuBefore, runqueueWait()-waitBefore
 	sp50, sp99 := schedPercentiles(schedBefore, schedHist())
 	if wl.CPUProfile != nil {
 		pprof.StopCPUProfile()
@@ -407,7 +407,7 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 			return nil, err
 		}
 		res.NATSServers = len(h.procs.nodes)
-		res.Processes = h.procs.figures(cpu, elapsed)
+		res.Processes = h.procs.figures(cpu, wait, elapsed)
 		res.Processes[0].PeakHeapMiB = float64(mem.heapInuse) / (1 << 20)
 		// Every process's peak, summed (an upper bound: the peaks need not coincide); this
 		// process's own (the load generator) included, as in the in-process figures.
@@ -418,6 +418,7 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 				continue
 			}
 			cpu += time.Duration(st.CPUNs)
+			wait += time.Duration(st.RunqueueWaitNs)
 			modelCalls += st.ModelCalls
 			mem.model += st.PeakModelInFlight
 			mem.heapInuse += st.PeakHeapInuse
@@ -473,6 +474,7 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 		}
 	}
 	res.CPUCores = cpu.Seconds() / elapsed.Seconds()
+	res.RunqueueWaitSeconds = wait.Seconds()
 	res.SchedP50Ms, res.SchedP99Ms = ms(sp50), ms(sp99)
 	res.HeapIdleMiB = float64(msIdle.HeapInuse) / (1 << 20)
 	mem.awaiting = max(mem.awaiting, peakAwaiting.Load())

@@ -338,9 +338,9 @@ func (v procVictim) Kill() {
 
 // figures are the per-process figures of the phase that ended, the bench process first (self:
 // its CPU over the phase).
-func (ps *processes) figures(self time.Duration, elapsed time.Duration) []ProcessFigures {
+func (ps *processes) figures(self, selfWait, elapsed time.Duration) []ProcessFigures {
 	out := []ProcessFigures{{Name: "bench", Role: "load generator", Pid: os.Getpid(), CPUSeconds: self.Seconds(),
-		CPUCores: self.Seconds() / elapsed.Seconds(), MaxRSSMiB: float64(maxRSSKiB()) / 1024}}
+		CPUCores: self.Seconds() / elapsed.Seconds(), RunqueueWaitSeconds: selfWait.Seconds(), MaxRSSMiB: float64(maxRSSKiB()) / 1024}}
 	for _, c := range ps.all() {
 		st := c.figures()
 		if st == nil {
@@ -349,7 +349,8 @@ func (ps *processes) figures(self time.Duration, elapsed time.Duration) []Proces
 		cpu := time.Duration(st.CPUNs)
 		out = append(out, ProcessFigures{Name: c.name, Role: c.role, Pid: c.proc.Pid(), Killed: c.isKilled(),
 			CPUSeconds: cpu.Seconds(), CPUCores: cpu.Seconds() / elapsed.Seconds(),
-			SchedP99Ms: st.SchedP99Ms, ModelCalls: st.ModelCalls,
+			RunqueueWaitSeconds: time.Duration(st.RunqueueWaitNs).Seconds(),
+			SchedP99Ms:          st.SchedP99Ms, ModelCalls: st.ModelCalls,
 			PeakHeapMiB: float64(st.PeakHeapInuse) / (1 << 20), MaxRSSMiB: float64(st.MaxRSSKiB) / 1024})
 	}
 	return out

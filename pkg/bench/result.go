@@ -41,6 +41,9 @@ type Result struct {
 
 	CPUSecondsPerTurn float64 `json:"cpuSecondsPerTurn"`
 	CPUCores          float64 `json:"cpuCores"` // CPU seconds per wall second
+	// RunqueueWaitSeconds: how long the threads of this process (of every process, with
+	// Processes) were runnable but waited for a CPU while other processes held it (Linux).
+	RunqueueWaitSeconds float64 `json:"runqueueWaitSeconds"`
 	// SchedP50Ms and SchedP99Ms: how long runnable goroutines waited for a CPU (Go's
 	// /sched/latencies). Milliseconds here with few cores busy mean the machine is short of CPU.
 	SchedP50Ms float64 `json:"schedP50Ms"`
@@ -91,10 +94,13 @@ type ProcessFigures struct {
 	CPUSeconds   float64 `json:"cpuSeconds"`
 	CPUMsPerTurn float64 `json:"cpuMsPerTurn"`
 	CPUCores     float64 `json:"cpuCores"`
-	SchedP99Ms   float64 `json:"schedP99Ms"`
-	ModelCalls   int64   `json:"modelCalls,omitempty"`
-	PeakHeapMiB  float64 `json:"peakHeapMiB"` // largest HeapInuse sampled in the phase
-	MaxRSSMiB    float64 `json:"maxRSSMiB"`   // largest resident set since the process started
+	// RunqueueWaitSeconds is how long the process's threads were runnable but waited for a
+	// CPU (Linux schedstat): the cores were busy with other processes, ours or not.
+	RunqueueWaitSeconds float64 `json:"runqueueWaitSeconds"`
+	SchedP99Ms          float64 `json:"schedP99Ms"`
+	ModelCalls          int64   `json:"modelCalls,omitempty"`
+	PeakHeapMiB         float64 `json:"peakHeapMiB"` // largest HeapInuse sampled in the phase
+	MaxRSSMiB           float64 `json:"maxRSSMiB"`   // largest resident set since the process started
 }
 
 // Baseline is the raw JetStream async-publish rate on the same server.
@@ -148,14 +154,15 @@ func (r *Result) WriteText(w io.Writer) {
 			if p.Killed {
 				killed = " (killed; until the kill)"
 			}
-			fmt.Fprintf(w, "    %-16s %.3f ms per turn, %.2f cores, sched p99 %s ms, heap peak %.1f MiB, max RSS %.1f MiB%s\n",
-				p.Name+":", p.CPUMsPerTurn, p.CPUCores, num(p.SchedP99Ms), p.PeakHeapMiB, p.MaxRSSMiB, killed)
+			fmt.Fprintf(w, "    %-16s %.3f ms per turn, %.2f cores, waited for a CPU %.2f s, goroutines p99 %s ms, heap peak %.1f MiB, max RSS %.1f MiB%s\n",
+				p.Name+":", p.CPUMsPerTurn, p.CPUCores, p.RunqueueWaitSeconds, num(p.SchedP99Ms), p.PeakHeapMiB, p.MaxRSSMiB, killed)
 		}
 	} else {
 		fmt.Fprintf(w, "  CPU:            %.3f ms per turn, %.2f cores busy (load generator included)\n",
 			r.CPUSecondsPerTurn*1000, r.CPUCores)
 	}
-	fmt.Fprintf(w, "  scheduling:     runnable goroutines waited p50 %s ms, p99 %s ms for a CPU\n", num(r.SchedP50Ms), num(r.SchedP99Ms))
+	fmt.Fprintf(w, "  scheduling:     runnable goroutines waited p50 %s ms, p99 %s ms for a CPU; threads waited %.2f s in the run queue (%.2f s per second)\n",
+		num(r.SchedP50Ms), num(r.SchedP99Ms), r.RunqueueWaitSeconds, r.RunqueueWaitSeconds/max(r.Seconds, 1e-9))
 	fmt.Fprintf(w, "  JetStream:      %.1f stream appends, %.1f API requests, %.1f server messages in, per turn\n",
 		r.StreamMsgsPerTurn, r.JSAPIPerTurn, r.NATSInMsgsPerTurn)
 	if len(r.AppendsPerTurn) > 0 {
