@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -89,5 +90,45 @@ func TestProcesses(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestMergeCounters(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		nodes []*countersJSON
+		want  jsCounters
+	}{
+		{"one node", []*countersJSON{{APITotal: 3, InMsgs: 10, InBytes: 100, PerStream: map[string]uint64{"A": 5, "B": 2}, StreamBytes: map[string]uint64{"A": 50}}},
+			jsCounters{streamMsgs: 7, apiTotal: 3, inMsgs: 10, inBytes: 100}},
+		{"replicas count once, the follower lags", []*countersJSON{
+			{APITotal: 1, InMsgs: 10, PerStream: map[string]uint64{"A": 5, "B": 2}},
+			{APITotal: 2, InMsgs: 20, PerStream: map[string]uint64{"A": 4}},
+			{InMsgs: 30, PerStream: map[string]uint64{"B": 2}}, nil},
+			jsCounters{streamMsgs: 7, apiTotal: 3, inMsgs: 60}},
+		{"none", nil, jsCounters{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := mergeCounters(tc.nodes)
+			if got.streamMsgs != tc.want.streamMsgs || got.apiTotal != tc.want.apiTotal || got.inMsgs != tc.want.inMsgs || got.inBytes != tc.want.inBytes {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+			var sum uint64
+			for _, v := range got.perStream {
+				sum += v
+			}
+			if sum != got.streamMsgs {
+				t.Errorf("per stream %v does not add up to %d", got.perStream, got.streamMsgs)
+			}
+		})
+	}
+}
+
+func TestConfigRejectsProcessOptionsWithoutProcesses(t *testing.T) {
+	for _, c := range []Config{{Cluster: 3}, {Ingests: 2}, {ToolWorkers: 2}, {Egresses: 2}, {ProfileDir: "x"},
+		{Processes: true, Cluster: 2}, {Processes: true, Ingests: -1}} {
+		if err := c.defaults(); !errors.Is(err, ErrConfig) {
+			t.Errorf("%+v: err = %v, want ErrConfig", c, err)
+		}
 	}
 }
