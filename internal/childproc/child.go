@@ -18,6 +18,7 @@ package childproc
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -151,6 +152,11 @@ func (p *Proc) Respawn() error {
 // WaitReady waits up to d for the ready line and returns what followed READY on it. An error
 // says why not and ends with the tail of the child's log.
 func (p *Proc) WaitReady(d time.Duration) (string, error) {
+	return p.WaitReadyContext(context.Background(), d)
+}
+
+// WaitReadyContext is WaitReady that also gives up when ctx ends (with ctx's error).
+func (p *Proc) WaitReadyContext(ctx context.Context, d time.Duration) (string, error) {
 	p.mu.Lock()
 	ready, exit := p.ready, p.exit
 	p.mu.Unlock()
@@ -165,6 +171,8 @@ func (p *Proc) WaitReady(d time.Duration) (string, error) {
 		return "", fmt.Errorf("%w: %s (log %s):\n%s", ErrExited, p.spec.Name, p.spec.Log, Tail(p.spec.Log, 15))
 	case <-t.C:
 		return "", fmt.Errorf("%w: %s after %s (log %s):\n%s", ErrNotReady, p.spec.Name, d, p.spec.Log, Tail(p.spec.Log, 15))
+	case <-ctx.Done():
+		return "", fmt.Errorf("childproc: wait for %s: %w", p.spec.Name, ctx.Err())
 	}
 }
 

@@ -103,7 +103,7 @@ func startProcesses(ctx context.Context, o Options, dir, secret, callback string
 		}
 		ps.nodes = append(ps.nodes, c)
 	}
-	if err := ps.waitReady(ps.nodes, 60*time.Second); err != nil {
+	if err := ps.waitReady(ctx, ps.nodes, 60*time.Second); err != nil {
 		return nil, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
@@ -143,7 +143,7 @@ func startProcesses(ctx context.Context, o Options, dir, secret, callback string
 			ps.roles = append(ps.roles, c)
 		}
 	}
-	if err := ps.waitReady(ps.roles, 3*time.Minute); err != nil {
+	if err := ps.waitReady(ctx, ps.roles, 3*time.Minute); err != nil {
 		return nil, err
 	}
 	return ps, nil
@@ -162,9 +162,9 @@ func (ps *processes) spawn(o Options, name, role string, env []string) (*benchCh
 }
 
 // waitReady waits for every child's ready line and reads what it announced.
-func (ps *processes) waitReady(cs []*benchChild, d time.Duration) error {
+func (ps *processes) waitReady(ctx context.Context, cs []*benchChild, d time.Duration) error {
 	for _, c := range cs {
-		info, err := c.proc.WaitReady(d)
+		info, err := c.proc.WaitReadyContext(ctx, d)
 		if err != nil {
 			return fmt.Errorf("bench: %w", err)
 		}
