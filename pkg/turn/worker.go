@@ -37,9 +37,12 @@
 //
 // Durability. A delivery that started a turn is acked only when the turn is finished, and is
 // kept alive with in-progress acks meanwhile; if the worker dies, the delivery comes back to
-// another replica after AckWait, which claims the stale session and resumes the open turns
-// recorded in the session record (see resume in turn.go). A resume that cannot read what it
-// needs hands the session over (its deliveries go back unacked) rather than go on without it.
+// another replica after AckWait, which claims the stale session, resumes the open turns
+// recorded in the session record (see resume in turn.go) and re-reads the inbox after the
+// durable cursor: a turn started from its inbox event writes no session record, its context
+// commit carries the cursor (see startTurn, takeOver and startCursor). A resume that cannot
+// read what it needs hands the session over (its deliveries go back unacked) rather than go on
+// without it.
 package turn
 
 import (
@@ -397,6 +400,21 @@ type delivery struct {
 	msg         jetstream.Msg
 	seq         uint64
 	redelivered bool
+}
+
+// durableCursor is how far the session's inbox is durably processed: the session record's
+// cursor, or the inbox sequence the session's last context commit consumed when that is later
+// (a turn started from its inbox event moves the cursor only with its commit).
+func (w *Worker) durableCursor(s *store.Session) uint64 {
+	sid, err := s.ID()
+	if err != nil {
+		return s.InboxCursor
+	}
+	mark, err := w.ctxlog.LastCommit(w.ctx, sid)
+	if err != nil {
+		return s.InboxCursor
+	}
+	return max(s.InboxCursor, mark.InboxSeq)
 }
 
 // deadLetter records something the worker gave up on, with the reason.
