@@ -431,8 +431,13 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 			return err
 		}
 		// The record and the reply go out together: the commit above is what made the turn
-		// durable, and both are idempotent (fixed ids) if a resume publishes them again.
-		if err := a.w.publishAll(a.ctx, append([]*nats.Msg{committed}, a.replyMsgs(&t.pendingTurn, t.id, t.replyFor(final, newMsgs), t.fresh)...)); err != nil {
+		// durable, and both are idempotent (fixed ids) if a resume publishes them again. They
+		// go out even if the actor stops meanwhile (its lease lapsed while a NATS node failed
+		// over, say): the commit carries the inbox cursor, so a new owner takes this turn for
+		// done and would not publish its reply again.
+		pctx, cancel := a.w.replyContext()
+		defer cancel()
+		if err := a.w.publishAll(pctx, append([]*nats.Msg{committed}, a.replyMsgs(&t.pendingTurn, t.id, t.replyFor(final, newMsgs), t.fresh)...)); err != nil {
 			return err
 		}
 	} else {
@@ -451,7 +456,9 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 			}
 			msgs = append([]*nats.Msg{rec}, msgs...)
 		}
-		if err := a.w.publishAll(a.ctx, msgs); err != nil {
+		pctx, cancel := a.w.replyContext()
+		defer cancel()
+		if err := a.w.publishAll(pctx, msgs); err != nil {
 			return err
 		}
 	}
@@ -918,6 +925,16 @@ func (t *turnRun) flush(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// replyPublishTimeout bounds the publication of a committed turn's record and reply.
+const replyPublishTimeout = 30 * time.Second
+
+// replyContext is the context a committed turn's record and reply are published on: not the
+// actor's, which ends when the actor stops, but one that only Kill (a simulated crash) or
+// replyPublishTimeout ends.
+func (w *Worker) replyContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(w.killCtx, replyPublishTimeout)
 }
 
 // publishReply sends the final assistant text as outbound parts (ids turn-0, turn-1, ...; a

@@ -146,6 +146,8 @@ type Worker struct {
 	viewReady bool                    // the watch has delivered its initial values
 	awaiting  map[string][]awaitClaim // by owner whose process is gone: claims waiting for its lease to end
 	killed    bool                    // Kill: no lease is released
+	killCtx   context.Context         // ended by Kill only (replyContext)
+	killNow   context.CancelFunc
 	wakeSub   *nats.Subscription
 	wg        sync.WaitGroup
 	ctx       context.Context
@@ -182,7 +184,8 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	if opts.Models == nil {
 		return nil, errors.New("turn: Options.Models is required")
 	}
-	w := &Worker{opts: opts, nc: nc, js: js, done: make(chan struct{}), actors: map[string]*actor{}, claiming: map[string][]delivery{}, owners: map[string]ownerHint{},
+	killCtx, killNow := context.WithCancel(context.Background())
+	w := &Worker{opts: opts, nc: nc, js: js, killCtx: killCtx, killNow: killNow, done: make(chan struct{}), actors: map[string]*actor{}, claiming: map[string][]delivery{}, owners: map[string]ownerHint{},
 		view: map[string]workerSeen{}, awaiting: map[string][]awaitClaim{},
 		router: newResultRouter(), log: opts.Log.With("worker", opts.ID)}
 	var err error
@@ -319,6 +322,7 @@ func (w *Worker) shutdown() {
 	if w.progress != nil {
 		w.progress.Close()
 	}
+	w.killNow() // every turn has ended: nothing publishes on killCtx any more
 	w.mu.Lock()
 	killed := w.killed
 	w.mu.Unlock()
@@ -342,6 +346,7 @@ func (w *Worker) Kill() {
 	if w.progress != nil {
 		w.progress.Close() // a crashed process sends no more in-progress acks
 	}
+	w.killNow()
 	w.mu.Lock()
 	w.killed = true
 	for _, a := range w.actors {
