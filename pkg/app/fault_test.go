@@ -217,8 +217,8 @@ func TestFaultCluster(t *testing.T) {
 		t.Skip("starts 11 processes")
 	}
 	// Opt-in until it passes every time: with the ownership work of issue 11's second session
-	// most runs under -race lose nothing, but 1 of 5 runs of the final code still lost a turn
-	// (issue 11 stays open for it). Run it with -fault or AGENTBUS_FAULT=1.
+	// most runs under -race lose nothing, but some still lose a turn (docs/benchmarks.md,
+	// "Ownership and takeover"; issue 11 stays open for it). Run it with -fault or AGENTBUS_FAULT=1.
 	if !*faultRun && os.Getenv("AGENTBUS_FAULT") == "" {
 		t.Skip("opt-in: go test ./pkg/app -run TestFaultCluster -fault -v")
 	}
