@@ -19,7 +19,6 @@
 package compaction
 
 import (
-	"encoding/json"
 	"fmt"
 	"unicode/utf8"
 
@@ -92,8 +91,8 @@ func EstimateTokens(m *llm.Message) int {
 			n += imageTokens * 4
 		case llm.ContentToolCall:
 			n += len(c.Name)
-			if b, err := json.Marshal(c.Arguments); err == nil {
-				n += len(b)
+			if l, ok := jsonLen(c.Arguments); ok {
+				n += l
 			}
 		default:
 			n += len(c.Text) + len(c.Thinking)
@@ -223,7 +222,9 @@ func Micro(msgs []llm.Message, o MicroOptions) []llm.Message {
 	for i := len(msgs) - 1; i >= 0; i-- {
 		m := &msgs[i]
 		inRecent := recent < o.KeepRecentTokens
-		recent += EstimateTokens(m)
+		if inRecent { // past the budget the sum no longer matters
+			recent += EstimateTokens(m)
+		}
 		if m.Role == llm.RoleToolResult && !inRecent {
 			if n := contentBytes(m.Content); n >= o.MinToolResultBytes {
 				c := *m
