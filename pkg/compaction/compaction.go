@@ -199,6 +199,9 @@ type MicroOptions struct {
 	// MaxBlockBytes caps any single text block (0 = no cap): the middle of a longer one is
 	// elided, head and tail kept, on UTF-8 boundaries.
 	MaxBlockBytes int
+	// Estimator, when set, remembers the estimates of messages seen before (nil: estimate
+	// every message on every call).
+	Estimator *Estimator
 }
 
 // Micro is L1: it returns msgs with the tool results older than the recent budget replaced by
@@ -223,7 +226,7 @@ func Micro(msgs []llm.Message, o MicroOptions) []llm.Message {
 		m := &msgs[i]
 		inRecent := recent < o.KeepRecentTokens
 		if inRecent { // past the budget the sum no longer matters
-			recent += EstimateTokens(m)
+			recent += o.Estimator.tokensOf(msgs, i)
 		}
 		if m.Role == llm.RoleToolResult && !inRecent {
 			if n := contentBytes(m.Content); n >= o.MinToolResultBytes {

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/pkg/compaction"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/natsutil"
@@ -57,6 +58,10 @@ type actor struct {
 
 	// chatPolicy is the chat's /queue policy from the session record ("" = ai.agent.concurrency).
 	chatPolicy string // under mu
+
+	// est remembers token estimates of the session's cached context messages, which every turn
+	// sizes again (auto compaction, L1 before each model call).
+	est compaction.Estimator
 }
 
 func newActor(w *Worker, sk events.SessionKey, lease store.Lease) *actor {
