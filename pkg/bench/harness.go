@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -225,6 +226,10 @@ func echoTool() tools.Tool {
 	}
 }
 
+// loadgenLabels mark the load generator's goroutines (the webhook client, the callback server)
+// in CPU profiles.
+var loadgenLabels = pprof.Labels("part", "loadgen")
+
 func (h *Harness) startCallbackServer() error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -234,7 +239,11 @@ func (h *Harness) startCallbackServer() error {
 	mux.HandleFunc("POST /callback", h.onCallback)
 	h.cbSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	h.cbURL = "http://" + ln.Addr().String() + "/callback"
-	go func() { _ = h.cbSrv.Serve(ln) }()
+	go func() {
+		// The platform's side: its connection goroutines inherit the label.
+		pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), loadgenLabels))
+		_ = h.cbSrv.Serve(ln)
+	}()
 	return nil
 }
 

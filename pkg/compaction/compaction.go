@@ -221,12 +221,20 @@ func Micro(msgs []llm.Message, o MicroOptions) []llm.Message {
 		}
 		out[i] = m
 	}
+	var known []msgInfo
+	if o.Estimator != nil {
+		known = o.Estimator.infos(msgs)
+	}
 	recent := 0
 	for i := len(msgs) - 1; i >= 0; i-- {
 		m := &msgs[i]
 		inRecent := recent < o.KeepRecentTokens
 		if inRecent { // past the budget the sum no longer matters
-			recent += o.Estimator.tokensOf(msgs, i)
+			if known != nil {
+				recent += known[i].tokens
+			} else {
+				recent += EstimateTokens(m)
+			}
 		}
 		if m.Role == llm.RoleToolResult && !inRecent {
 			if n := contentBytes(m.Content); n >= o.MinToolResultBytes {
@@ -237,7 +245,7 @@ func Micro(msgs []llm.Message, o MicroOptions) []llm.Message {
 				continue
 			}
 		}
-		if o.MaxBlockBytes > 0 {
+		if o.MaxBlockBytes > 0 && (known == nil || known[i].maxText > o.MaxBlockBytes) {
 			if cs, changed := capBlocks(m.Content, o.MaxBlockBytes); changed {
 				c := *m
 				c.Content = cs

@@ -6,44 +6,80 @@ import (
 	"github.com/agentbus/agentbus/pkg/llm"
 )
 
-// Estimator memoizes EstimateTokens for a caller that sizes the same history again and again:
-// a session's turns estimate the whole context before the first model call (auto compaction)
-// and again before every model call (L1), and the context log hands every turn the same cached
-// messages. A message is recognized by its position and its content blocks' backing array,
-// which every copy of a message shares; a message whose content was replaced (a new slice) is
-// estimated anew. Messages are treated as immutable, as everywhere in a turn.
+// Estimator memoizes what Micro and Estimate learn of a message, for a caller that sizes the
+// same history again and again: a session's turns estimate the whole context before the first
+// model call (auto compaction) and L1 walks it before every model call, while the context log
+// hands every turn the same cached messages. A message is recognized by its content blocks'
+// backing array, which every copy of a message shares; a message whose content was replaced
+// (a new slice) is looked at anew. Messages are treated as immutable, as everywhere in a turn.
 //
-// The zero value is ready to use; safe for concurrent use. It holds at most as many entries as
-// the longest history it was asked about.
+// The zero value is ready to use; safe for concurrent use. It keeps the entries of the
+// messages of the last few calls only, so it holds about as many entries as the history has
+// messages.
 type Estimator struct {
-	mu     sync.Mutex
-	blocks []*llm.Content
-	counts []int
-	tokens []int
+	mu   sync.Mutex
+	gen  uint32
+	memo map[*llm.Content]msgInfo
 }
 
-// Tokens is EstimateTokens(&msgs[i]).
-func (e *Estimator) Tokens(msgs []llm.Message, i int) int {
-	m := &msgs[i]
-	if len(m.Content) == 0 {
-		return EstimateTokens(m)
+// msgInfo is what is remembered of one message.
+type msgInfo struct {
+	blocks  int // len(Content): a slice cut shorter is another message
+	tokens  int // EstimateTokens
+	maxText int // the longest text block, in bytes (capBlocks has nothing to do below its limit)
+	gen     uint32
+}
+
+func infoOf(m *llm.Message) msgInfo {
+	in := msgInfo{blocks: len(m.Content), tokens: EstimateTokens(m)}
+	for i := range m.Content {
+		if c := &m.Content[i]; c.Type == llm.ContentText && len(c.Text) > in.maxText {
+			in.maxText = len(c.Text)
+		}
 	}
-	key := &m.Content[0]
+	return in
+}
+
+// infos returns what is known of each message of msgs, looking at the new ones. A nil
+// Estimator looks at every message.
+func (e *Estimator) infos(msgs []llm.Message) []msgInfo {
+	out := make([]msgInfo, len(msgs))
+	if e == nil {
+		for i := range msgs {
+			out[i] = infoOf(&msgs[i])
+		}
+		return out
+	}
 	e.mu.Lock()
-	if i < len(e.blocks) && e.blocks[i] == key && e.counts[i] == len(m.Content) {
-		n := e.tokens[i]
-		e.mu.Unlock()
-		return n
+	defer e.mu.Unlock()
+	if e.memo == nil {
+		e.memo = make(map[*llm.Content]msgInfo, len(msgs))
 	}
-	e.mu.Unlock()
-	n := EstimateTokens(m)
-	e.mu.Lock()
-	for len(e.blocks) <= i {
-		e.blocks, e.counts, e.tokens = append(e.blocks, nil), append(e.counts, 0), append(e.tokens, 0)
+	e.gen++
+	for i := range msgs {
+		m := &msgs[i]
+		if len(m.Content) == 0 {
+			out[i] = infoOf(m)
+			continue
+		}
+		key := &m.Content[0]
+		in, ok := e.memo[key]
+		if !ok || in.blocks != len(m.Content) {
+			in = infoOf(m)
+		}
+		in.gen = e.gen
+		e.memo[key] = in
+		out[i] = in
 	}
-	e.blocks[i], e.counts[i], e.tokens[i] = key, len(m.Content), n
-	e.mu.Unlock()
-	return n
+	// Forget messages no call of the last few has seen (compacted away, or another session id).
+	if len(e.memo) > 2*len(msgs)+32 {
+		for k, in := range e.memo {
+			if e.gen-in.gen > 4 {
+				delete(e.memo, k)
+			}
+		}
+	}
+	return out
 }
 
 // Estimate is Estimate(msgs) through the memo. A nil Estimator estimates without one.
@@ -52,23 +88,15 @@ func (e *Estimator) Estimate(msgs []llm.Message) int {
 		return Estimate(msgs)
 	}
 	n := 0
-	for i := range msgs {
-		n += e.Tokens(msgs, i)
+	for _, in := range e.infos(msgs) {
+		n += in.tokens
 	}
 	return n
 }
 
-// Reset forgets every entry (e.g. when the history it sized is gone), releasing the messages.
+// Reset forgets every entry, releasing the messages it refers to.
 func (e *Estimator) Reset() {
 	e.mu.Lock()
-	e.blocks, e.counts, e.tokens = nil, nil, nil
+	e.memo = nil
 	e.mu.Unlock()
-}
-
-// tokensOf is EstimateTokens(&msgs[i]) through e when e is set.
-func (e *Estimator) tokensOf(msgs []llm.Message, i int) int {
-	if e == nil {
-		return EstimateTokens(&msgs[i])
-	}
-	return e.Tokens(msgs, i)
 }

@@ -56,13 +56,21 @@ func TestEstimator(t *testing.T) {
 	}
 	wg.Wait()
 	// Micro with an estimator decides exactly as without.
-	o := MicroOptions{KeepRecentTokens: 20, MinToolResultBytes: 10}
-	plain := Micro(history, o)
-	o.Estimator = &e
-	memo := Micro(history, o)
-	for i := range plain {
-		if plain[i].TextContent() != memo[i].TextContent() {
-			t.Fatalf("message %d: %q with the estimator, %q without", i, memo[i].TextContent(), plain[i].TextContent())
+	long := append(append([]llm.Message(nil), grown...), llm.UserText(strings.Repeat("long text ", 50), 3))
+	for _, o := range []MicroOptions{
+		{KeepRecentTokens: 20, MinToolResultBytes: 10},
+		{KeepRecentTokens: 20, MinToolResultBytes: 10, MaxBlockBytes: 100},
+		{KeepRecentTokens: 100000, MaxBlockBytes: 300},
+	} {
+		plain := Micro(long, o)
+		o.Estimator = &e
+		for range 2 { // the second call answers from the memo
+			memo := Micro(long, o)
+			for i := range plain {
+				if plain[i].TextContent() != memo[i].TextContent() {
+					t.Fatalf("%+v, message %d: %q with the estimator, %q without", o, i, memo[i].TextContent(), plain[i].TextContent())
+				}
+			}
 		}
 	}
 }
