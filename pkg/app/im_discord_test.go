@@ -3,7 +3,9 @@ package app_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -90,6 +92,26 @@ func TestDiscordGateway(t *testing.T) {
 			t.Fatalf("reply = %+v", c)
 		}
 		waitReceipt(t, p, events.SessionKey{Platform: "discord", Bot: "dc1", Scope: "private", Scene: "500"})
+	})
+
+	t.Run("typing while a turn runs, previews off", func(t *testing.T) {
+		fake.Dispatch(fake.Message("2010", "520", "", "42", "stream it please"))
+		reply := sent(1, "520")[0]
+		var typing []discordtest.Call
+		edits := 0
+		for _, c := range fake.Calls() {
+			switch {
+			case c.Channel != "520":
+			case c.Route == "typing":
+				typing = append(typing, c)
+			case c.Route == "editMessage":
+				edits++
+			}
+		}
+		if len(typing) == 0 || !typing[0].Time.Before(reply.Time) || edits != 0 {
+			t.Fatalf("%d typing triggers before the reply at %v, %d edits (want none: previews off)", len(typing), reply.Time, edits)
+		}
+		t.Logf("%d typing triggers while the turn ran", len(typing))
 	})
 
 	t.Run("guild mention answered, plain channel message not", func(t *testing.T) {
@@ -250,7 +272,10 @@ func TestDiscordGateway(t *testing.T) {
 
 // TestDiscordGatewayTakeover runs two ingest replicas for one bot: only one holds the
 // gateway session; when its bus connection dies, the other opens the gateway within seconds
-// and answers; a message the fake sends to both sessions at once is answered once.
+// and answers. Messages sent while no session was open (the gateway is held down meanwhile, so
+// the gap is certain) are backfilled through GET /channels/{id}/messages after the last
+// message each channel had, in a DM and in a guild channel; a message that the new session
+// also receives live is answered once.
 func TestDiscordGatewayTakeover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs three processes")
@@ -285,27 +310,49 @@ nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: mem
 	if n := fake.OpenSessions(); n != 1 {
 		t.Fatalf("%d gateway sessions open with two ingest replicas, want 1", n)
 	}
+	answered := func(text string) {
+		t.Helper()
+		fake.WaitCalls(1, 90*time.Second, func(c discordtest.Call) bool { return strings.Contains(c.Content(), text) })
+	}
 	fake.Dispatch(fake.Message("2101", "510", "", "71", "before"))
-	fake.WaitCalls(1, 90*time.Second, func(c discordtest.Call) bool { return strings.Contains(c.Content(), "echo: before") })
+	fake.Dispatch(fake.Message("2102", "610", "900", "72", "chatter in the channel")) // not addressed: listened to
+	answered("echo: before")
+	waitIMIn(t, core, events.SessionKey{Platform: "discord", Bot: "dc1", Scope: "group", Scene: "610"}, "2102")
+	time.Sleep(2 * time.Second) // the holder flushes its cursors once a second
 
+	// Kill the holder; keep the gateway down until its session is gone, and send meanwhile.
 	killed := time.Now()
+	fake.SetGatewayDown(true)
 	a.NC.Close() // a's lease can no longer be renewed: it closes the gateway, b takes it
 	deadline := time.Now().Add(60 * time.Second)
-	for {
-		ss := fake.Sessions()
-		if len(ss) >= 2 && fake.OpenSessions() == 1 && ss[0].Closed.After(killed) {
-			break
-		}
+	for fake.OpenSessions() != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("no takeover: sessions %+v", ss)
+			t.Fatalf("the dead holder's session stayed open: %+v", fake.Sessions())
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
-	t.Logf("gateway taken over %v after the holder lost the bus", time.Since(killed).Round(time.Millisecond))
-	fake.Dispatch(fake.Message("2102", "510", "", "71", "after"))
-	fake.WaitCalls(1, 90*time.Second, func(c discordtest.Call) bool { return strings.Contains(c.Content(), "echo: after") })
+	during := []map[string]any{
+		fake.Message("2103", "510", "", "71", "during one"),
+		fake.Message("2104", "510", "", "71", "during two"),
+		fake.Mention(fake.Message("2105", "610", "900", "72", "during in the channel")),
+	}
+	for _, m := range during {
+		if n := fake.Dispatch(m); n != 0 {
+			t.Fatalf("dispatched to %d sessions during the gap", n)
+		}
+	}
 	time.Sleep(2 * time.Second)
-	for _, text := range []string{"echo: before", "echo: after"} {
+	fake.SetGatewayDown(false)
+	fake.WaitSessions(1, 60*time.Second)
+	t.Logf("gateway taken over %v after the holder lost the bus", time.Since(killed).Round(time.Millisecond))
+	fake.Dispatch(during[1]) // Discord would not, but a message seen both ways must count once
+	for _, text := range []string{"echo: during one", "echo: during two", "during in the channel"} {
+		answered(text)
+	}
+	fake.Dispatch(fake.Message("2106", "510", "", "71", "after"))
+	answered("echo: after")
+	time.Sleep(2 * time.Second)
+	for _, text := range []string{"echo: before", "echo: during one", "echo: during two", "during in the channel", "echo: after"} {
 		n := 0
 		for _, c := range fake.Calls() {
 			if c.Route == "createMessage" && strings.Contains(c.Content(), text) {
@@ -315,5 +362,46 @@ nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: mem
 		if n != 1 {
 			t.Errorf("%q sent %d times", text, n)
 		}
+	}
+	var fetched []string
+	for _, c := range fake.Calls() {
+		if c.Route == "getMessages" {
+			fetched = append(fetched, c.Channel+" after "+fmt.Sprint(c.Body["after"]))
+		}
+	}
+	if !slices.Contains(fetched, "510 after 2101") || !slices.Contains(fetched, "610 after 2102") {
+		t.Fatalf("backfill requests %q, want 510 after 2101 and 610 after 2102", fetched)
+	}
+	raw := lastIMIn(t, core, events.SessionKey{Platform: "discord", Bot: "dc1", Scope: "group", Scene: "610"})
+	if raw.Data.MessageID != "2105" || !raw.Data.MentionsBot || raw.Data.Scene.Type != "group" {
+		t.Fatalf("backfilled channel message = %+v", raw.Data)
+	}
+	t.Logf("backfill requests: %q", fetched)
+}
+
+// waitIMIn waits until IM_IN's last message of sk is message id.
+func waitIMIn(t *testing.T, p *app.Process, sk events.SessionKey, id string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s, err := p.JS.Stream(ctx, events.StreamIMIn)
+		got := ""
+		if err == nil {
+			if m, err := s.GetLastMsgForSubject(ctx, events.IMInSubject(sk)); err == nil {
+				var ev events.Event[events.IMMessage]
+				if json.Unmarshal(m.Data, &ev) == nil {
+					got = ev.Data.MessageID
+				}
+			}
+		}
+		cancel()
+		if got == id {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("IM_IN's last message of %s is %q, want %q", sk, got, id)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"image/png"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -351,7 +352,10 @@ ai:
 // TestOneBotConnectionTakeover runs two ingest replicas against one forward-WebSocket bot:
 // exactly one holds the connection; when it is killed (its bus connection cut, so it cannot
 // release its lease), the other connects within seconds, and messages are answered through
-// it, once each.
+// it, once each. Messages sent while nobody was connected (the implementation refuses clients
+// meanwhile, so the gap is certain) are fetched with get_friend_msg_history /
+// get_group_msg_history after the last message each scene had, skipping the bot's own; one
+// that also arrives live is answered once.
 func TestOneBotConnectionTakeover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs three processes")
@@ -387,33 +391,56 @@ nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: mem
 	if n := len(fake.Conns()); n != 1 {
 		t.Fatalf("%d connections open with two ingest replicas, want 1", n)
 	}
+	answered := func(text string) onebottest.Call {
+		t.Helper()
+		return fake.WaitCalls(1, 90*time.Second, func(c onebottest.Call) bool { return strings.Contains(c.Text(), text) })[0]
+	}
 	fake.Push(fake.PrivateMessage(3001, 61, []map[string]any{onebottest.Text("before")}))
-	fake.WaitCalls(1, 90*time.Second, func(c onebottest.Call) bool { return strings.Contains(c.Text(), "echo: before") })
+	fake.Push(fake.GroupMessage(3002, 7001, 62, "member", []map[string]any{onebottest.Text("chatter in the group")}))
+	answered("echo: before")
 	// Kill only once egress has its receipt: a holder killed between the platform taking a
 	// message and the answer reaching egress is the one at-least-once window (see im.Ledger).
 	waitReceipt(t, core, events.SessionKey{Platform: "onebot", Bot: "qq1", Scope: "private", Scene: "61"})
+	waitIMIn(t, core, events.SessionKey{Platform: "onebot", Bot: "qq1", Scope: "group", Scene: "7001"}, "3002")
+	time.Sleep(2 * time.Second) // the holder flushes its cursors once a second
 
 	// Kill the holder: which replica holds it is decided by the lease; a connected first, so
-	// it is a. Cutting its bus connection stops it renewing.
+	// it is a. Cutting its bus connection stops it renewing; the implementation refuses
+	// clients until a has closed its socket and messages were sent.
 	killed := time.Now()
+	fake.SetDown(true)
 	a.NC.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	for len(fake.Conns()) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the dead holder's connection stayed open")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	during := []map[string]any{
+		fake.PrivateMessage(3003, 61, []map[string]any{onebottest.Text("during one")}),
+		fake.PrivateMessage(3004, 61, []map[string]any{onebottest.Text("during two")}),
+		fake.GroupMessage(3005, 7001, 62, "member", []map[string]any{onebottest.At(obSelf), onebottest.Text(" during in the group")}),
+	}
+	for _, m := range during {
+		if n := fake.Push(m); n != 0 {
+			t.Fatalf("pushed to %d connections during the gap", n)
+		}
+	}
+	time.Sleep(2 * time.Second)
+	fake.SetDown(false)
 	second := fake.WaitConn(60*time.Second, first)
 	t.Logf("connection %d taken over as connection %d after %v", first, second, time.Since(killed).Round(time.Millisecond))
-	// a notices it lost the lease and closes its socket.
-	deadline := time.Now().Add(30 * time.Second)
-	for len(fake.Conns()) != 1 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
+	fake.Push(during[1]) // a message seen both ways counts once
+	for _, text := range []string{"echo: during one", "echo: during two", "during in the group"} {
+		answered(text)
 	}
-	if n := len(fake.Conns()); n != 1 {
-		t.Fatalf("%d connections after the takeover, want 1", n)
-	}
-	fake.Push(fake.PrivateMessage(3002, 61, []map[string]any{onebottest.Text("after")}))
-	c := fake.WaitCalls(1, 90*time.Second, func(c onebottest.Call) bool { return strings.Contains(c.Text(), "echo: after") })[0]
-	if c.Conn != second {
+	fake.Push(fake.PrivateMessage(3006, 61, []map[string]any{onebottest.Text("after")}))
+	if c := answered("echo: after"); c.Conn != second {
 		t.Fatalf("reply went over connection %d, want the new holder's %d", c.Conn, second)
 	}
 	time.Sleep(2 * time.Second)
-	for _, text := range []string{"echo: before", "echo: after"} {
+	for _, text := range []string{"echo: before", "echo: during one", "echo: during two", "during in the group", "echo: after"} {
 		n := 0
 		for _, c := range fake.Calls() {
 			if strings.Contains(c.Text(), text) {
@@ -424,6 +451,16 @@ nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: mem
 			t.Errorf("%q sent %d times: %+v", text, n, fake.Calls())
 		}
 	}
+	var history []string
+	for _, c := range fake.Calls() {
+		if strings.HasSuffix(c.Action, "_msg_history") {
+			history = append(history, fmt.Sprint(c.Action, " ", c.Params["user_id"], c.Params["group_id"]))
+		}
+	}
+	if !slices.Contains(history, "get_friend_msg_history 61 <nil>") || !slices.Contains(history, "get_group_msg_history <nil> 7001") {
+		t.Fatalf("history calls %q", history)
+	}
+	t.Logf("history calls: %q", history)
 }
 
 // waitReceipt waits for an IM_SENT receipt of session sk.

@@ -104,6 +104,26 @@ ai:
 		}
 	})
 
+	t.Run("typing while a turn runs, previews off", func(t *testing.T) {
+		fake.AddMessage(fake.Message(20, 46, "private", 46, "stream it please"))
+		reply := sent(1, "46")[0]
+		var typing []telegramtest.Call
+		edits := 0
+		for _, c := range fake.Calls() {
+			switch {
+			case c.Params.Get("chat_id") != "46":
+			case c.Method == "sendChatAction":
+				typing = append(typing, c)
+			case c.Method == "editMessageText":
+				edits++
+			}
+		}
+		if len(typing) == 0 || typing[0].Params.Get("action") != "typing" || !typing[0].Time.Before(reply.Time) || edits != 0 {
+			t.Fatalf("%d typing actions (first %+v) before the reply at %v, %d edits (want none: previews off)", len(typing), typing, reply.Time, edits)
+		}
+		t.Logf("%d typing actions while the turn ran", len(typing))
+	})
+
 	t.Run("photo in and out", func(t *testing.T) {
 		img := pngBytes(t)
 		fid := fake.AddFile("photos/file_7.png", img)

@@ -17,6 +17,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/filepolicy"
 	"github.com/agentbus/agentbus/pkg/im"
 	"github.com/agentbus/agentbus/pkg/im/discord"
+	"github.com/agentbus/agentbus/pkg/im/matrix"
 	"github.com/agentbus/agentbus/pkg/im/onebot"
 	imslack "github.com/agentbus/agentbus/pkg/im/slack"
 	"github.com/agentbus/agentbus/pkg/im/telegram"
@@ -269,6 +270,29 @@ func (p *Process) imSenders(ctx context.Context, cfg *config.Config, log *slog.L
 			})
 		}
 	}
+	if bots := cfg.IM.Matrix.Bots; len(bots) > 0 {
+		media, err := p.imMedia(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		ledger, err := im.NewLedger(ctx, p.JS)
+		if err != nil {
+			return nil, err
+		}
+		s, err := matrix.NewSender(bots, nil, media, ledger, p.NC)
+		if err != nil {
+			return nil, err
+		}
+		out[matrix.Platform] = s
+		// Typing and streaming previews: one egress replica per bot runs the previewer.
+		owner := "egress-" + nuid.Next()
+		for _, b := range bots {
+			p.spawn("im adapter", func(ctx context.Context) {
+				_ = matrix.RunPreviewer(ctx, matrix.PreviewerOptions{Bot: b, NC: p.NC, JS: p.JS, Owner: owner,
+					Log: log.With("role", events.RoleEgress)})
+			})
+		}
+	}
 	return out, nil
 }
 
@@ -372,6 +396,20 @@ func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *in
 			routes = true
 		}
 	}
+	for _, b := range cfg.IM.Matrix.Bots {
+		// mxc:// media is downloaded from the configured homeserver, which may be on the same
+		// host: the adapter reaches exactly that scheme and host:port directly and everything
+		// else through this helper's SSRF guard, which therefore allows no extra host.
+		media, err := p.imMedia(ctx, cfg)
+		if err != nil {
+			return false, err
+		}
+		ib, err := matrix.NewInbound(matrix.InboundOptions{Bot: b, Sink: sink, Media: media, JS: p.JS, Owner: owner, Log: log})
+		if err != nil {
+			return false, err
+		}
+		p.spawn("im adapter", func(ctx context.Context) { _ = ib.Run(ctx) })
+	}
 	return routes, nil
 }
 
@@ -388,6 +426,9 @@ func imBotRoles(cfg *config.Config, bots map[string]ingest.BotRoles) {
 	}
 	for _, b := range cfg.IM.Slack.Bots {
 		bots[imslack.Platform+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
+	}
+	for _, b := range cfg.IM.Matrix.Bots {
+		bots[matrix.Platform+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
 	}
 }
 

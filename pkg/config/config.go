@@ -107,6 +107,8 @@ type IM struct {
 	Discord Discord `yaml:"discord"`
 	// Slack is the Slack adapter (Socket Mode or the Events API). See docs/adapters/slack.md.
 	Slack Slack `yaml:"slack"`
+	// Matrix is the Matrix client-server API adapter. See docs/adapters/matrix.md.
+	Matrix Matrix `yaml:"matrix"`
 	// Egress tunes outbound delivery (pkg/egress); zero values pick its defaults.
 	Egress Egress `yaml:"egress"`
 }
@@ -320,6 +322,36 @@ type SlackBot struct {
 	// PreviewIntervalMs is the least time between two preview updates (default 1000).
 	PreviewIntervalMs int64 `yaml:"previewIntervalMs"`
 	// ChunkLimit caps one message's length (default 4000, what Slack advises per message).
+	ChunkLimit int `yaml:"chunkLimit"`
+}
+
+// Matrix configures the Matrix adapter (pkg/im/matrix).
+type Matrix struct {
+	Bots []MatrixBot `yaml:"bots"`
+}
+
+// MatrixBot is one Matrix account the bot logs in as.
+type MatrixBot struct {
+	// ID is the bot's id in session keys (matrix:<id>:<scope>:<room id>).
+	ID string `yaml:"id"`
+	// Homeserver is the client-server API base URL (https://matrix.example.org). Media is
+	// downloaded from it even when it is on loopback.
+	Homeserver string `yaml:"homeserver"`
+	// UserID is the bot's Matrix user id (@bot:example.org).
+	UserID string `yaml:"userId"`
+	// AccessToken is the bot's access token (use ${ENV}); it is never logged.
+	AccessToken string   `yaml:"accessToken"`
+	Masters     []string `yaml:"masters"`
+	Trusted     []string `yaml:"trusted"`
+	// AutoJoin joins rooms the bot is invited to (default true).
+	AutoJoin *bool `yaml:"autoJoin"`
+	// Preview is the streaming preview mode: "off", "partial" (default: the reply grows in
+	// one message replaced with m.replace edits as it streams) or "block" (once per paragraph).
+	Preview string `yaml:"preview"`
+	// PreviewIntervalMs is the least time between two edits of a preview (default 1500).
+	PreviewIntervalMs int64 `yaml:"previewIntervalMs"`
+	// ChunkLimit caps one message's length in characters (default and maximum 8000, which
+	// keeps an event with its HTML body under the 64 KiB event limit).
 	ChunkLimit int `yaml:"chunkLimit"`
 }
 
@@ -984,6 +1016,26 @@ func (c *Config) Validate() error {
 			bad("%s.appToken is required in Socket Mode (xapp-... with connections:write)", key)
 		case b.Mode == "events" && b.SigningSecret == "":
 			bad("%s.signingSecret is required with the Events API", key)
+		}
+		oneOf(key+".preview", b.Preview, "", "off", "partial", "block")
+	}
+	for i, b := range c.IM.Matrix.Bots {
+		key := fmt.Sprintf("im.matrix.bots[%d]", i)
+		switch {
+		case b.ID == "":
+			bad("%s.id is required", key)
+		case seen["matrix/"+b.ID]:
+			bad("%s.id %q is used twice", key, b.ID)
+		}
+		seen["matrix/"+b.ID] = true
+		if b.Homeserver == "" {
+			bad("%s.homeserver is required (https://matrix.example.org)", key)
+		}
+		if !strings.HasPrefix(b.UserID, "@") || !strings.Contains(b.UserID, ":") {
+			bad("%s.userId %q: want @localpart:server", key, b.UserID)
+		}
+		if b.AccessToken == "" {
+			bad("%s.accessToken is required (use ${ENV})", key)
 		}
 		oneOf(key+".preview", b.Preview, "", "off", "partial", "block")
 	}

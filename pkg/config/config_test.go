@@ -76,6 +76,9 @@ func TestValidate(t *testing.T) {
 		{"slack socket without app token", "im: {slack: {bots: [{id: s1, botToken: x}]}}", "im.slack.bots[0].appToken is required in Socket Mode"},
 		{"slack events without secret", "im: {slack: {bots: [{id: s1, botToken: x, mode: events}]}}", "im.slack.bots[0].signingSecret is required"},
 		{"slack bad mode", "im: {slack: {bots: [{id: s1, botToken: x, appToken: y, mode: rtm}]}}", `im.slack.bots[0].mode "rtm"`},
+		{"matrix without homeserver", "im: {matrix: {bots: [{id: m1, userId: \"@b:x\", accessToken: t}]}}", "im.matrix.bots[0].homeserver is required"},
+		{"matrix bad user id", "im: {matrix: {bots: [{id: m1, homeserver: \"http://h\", userId: bot, accessToken: t}]}}", `im.matrix.bots[0].userId "bot"`},
+		{"matrix without token", "im: {matrix: {bots: [{id: m1, homeserver: \"http://h\", userId: \"@b:x\"}]}}", "im.matrix.bots[0].accessToken is required"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -17,7 +17,12 @@
 // a KV lease for the connection (bucket "leases", key "im-conn.<platform>.<bot>") and runs it;
 // the others wait, and one of them takes the connection over within TTL + TTL/3 when the
 // holder dies. Nothing inbound is doubled across a takeover because every message is
-// published with its platform message id as the dedupe id.
+// published with its platform message id as the dedupe id. Where the platform does not replay
+// what a connection missed (a Discord gateway, a OneBot WebSocket), the holder notes the last
+// message per scene (Cursors) and the next holder backfills from the platform's history API.
+//
+// Adapters whose platform can edit messages share one streaming previewer (RunPreviewer, with
+// typing for platforms that have it) and one part sender (SendPart).
 //
 // Where the connection lives in ingest but egress must send through it (OneBot over a
 // WebSocket), the holder also answers API calls relayed over core NATS on RPCSubject.

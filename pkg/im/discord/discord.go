@@ -21,8 +21,9 @@
 // fixed https://discord.com root at the bot's apiBase, so tests and proxies can stand in
 // for Discord per bot; gatewayUrl overrides the gateway WebSocket URL.
 //
-// Caveat: the gateway does not replay messages to a new session, so a message sent while no
-// replica holds the gateway (the TTL + TTL/3 of a takeover) is not received.
+// The gateway does not replay messages to a new session, so after every READY the holder
+// backfills the channels it knows through GET /channels/{id}/messages?after=<last handled>
+// (see backfill.go): a message sent while no replica held the gateway is still ingested, once.
 package discord
 
 import (

@@ -110,19 +110,19 @@ func TestPlan(t *testing.T) {
 	msgs := plan(content, DefaultChunkLimit)
 	var texts, media int
 	for _, m := range msgs {
-		if m.text != "" {
+		if m.Text != "" {
 			texts++
-			if n := len([]rune(m.text)); n > DefaultChunkLimit {
+			if n := len([]rune(m.Text)); n > DefaultChunkLimit {
 				t.Fatalf("message of %d characters", n)
 			}
 		} else {
 			media++
 		}
 	}
-	if texts != 3 || media != 1 || !strings.HasPrefix(msgs[0].text, "<@5> look:") {
-		t.Fatalf("%d text and %d media messages; first %.20q", texts, media, msgs[0].text)
+	if texts != 3 || media != 1 || !strings.HasPrefix(msgs[0].Text, "<@5> look:") {
+		t.Fatalf("%d text and %d media messages; first %.20q", texts, media, msgs[0].Text)
 	}
-	if !bytes.Equal([]byte(msgs[len(msgs)-1].media.MediaRef()), []byte("media://x/y")) {
+	if !bytes.Equal([]byte(msgs[len(msgs)-1].Media.MediaRef()), []byte("media://x/y")) {
 		t.Fatalf("media last: %+v", msgs[len(msgs)-1])
 	}
 }

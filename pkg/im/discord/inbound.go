@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,9 +41,10 @@ type InboundOptions struct {
 
 // Inbound is the ingest half of one Discord bot.
 type Inbound struct {
-	o    InboundOptions
-	log  *slog.Logger
-	self atomic.Pointer[discordgo.User]
+	o       InboundOptions
+	log     *slog.Logger
+	self    atomic.Pointer[discordgo.User]
+	cursors *im.Cursors // backfill cursors; nil without JS
 }
 
 // NewInbound validates the bot's configuration.
@@ -65,23 +67,60 @@ func (in *Inbound) Run(ctx context.Context) error {
 }
 
 // gateway opens a gateway session and keeps it until ctx ends (the library reconnects and
-// resumes by itself on a dropped socket).
+// resumes by itself on a dropped socket). After every READY (a new session) it backfills the
+// channels it knows (see backfill.go); MESSAGE_CREATEs wait for that backfill, so a channel's
+// messages reach IM_IN in order.
 func (in *Inbound) gateway(ctx context.Context) error {
 	s, err := newSession(in.o.Bot, in.o.HTTP)
 	if err != nil {
 		return err
 	}
+	if in.cursors == nil && in.o.JS != nil {
+		if in.cursors, err = im.OpenCursors(ctx, in.o.JS, Platform, in.o.Bot.ID, in.log); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Add(1)
+	go func() { defer wg.Done(); in.cursors.Run(ctx, 0) }()
+
+	var bfMu sync.Mutex
+	bfDone := make(chan struct{})
+	close(bfDone)
 	s.AddHandler(func(_ *discordgo.Session, r *discordgo.Ready) {
 		if r.User != nil {
 			in.self.Store(r.User)
 			in.log.Info("discord: gateway ready", "user", r.User.ID, "guilds", len(r.Guilds))
 		}
+		// The backfill runs beside the gateway (READY is handled inside Open, before the
+		// library starts heartbeating), and MESSAGE_CREATEs wait for it.
+		done := make(chan struct{})
+		bfMu.Lock()
+		bfDone = done
+		bfMu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(done)
+			in.backfill(ctx, s)
+		}()
 	})
 	s.AddHandler(func(_ *discordgo.Session, m *discordgo.MessageCreate) {
 		if m.Message == nil {
 			return
 		}
-		if err := in.message(ctx, m.Message); err != nil && !errors.Is(err, events.ErrInvalid) {
+		bfMu.Lock()
+		done := bfDone
+		bfMu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return
+		}
+		if err := in.message(ctx, m.Message, ""); err != nil && !errors.Is(err, events.ErrInvalid) {
 			in.log.Error("discord: message not ingested", "message", m.ID, "err", err)
 		}
 	})
@@ -98,14 +137,34 @@ func (in *Inbound) gateway(ctx context.Context) error {
 // message ingests one MESSAGE_CREATE. The bot's own messages and other bots' are skipped.
 // A message that cannot be normalized is dead-lettered; a sink that keeps failing (the bus
 // is down) dead-letters it too, since the gateway never sends it again.
-func (in *Inbound) message(ctx context.Context, msg *discordgo.Message) error {
+//
+// scope is the scene's scope when the message says nothing of it (a REST message has no
+// guild_id); "" derives it from guild_id. A message that was handled (ingested, skipped or
+// dead-lettered as invalid) moves its channel's backfill cursor.
+func (in *Inbound) message(ctx context.Context, msg *discordgo.Message, scope string) error {
+	err := in.handle(ctx, msg, scope)
+	if err == nil || errors.Is(err, events.ErrInvalid) {
+		if msg.ChannelID != "" && msg.ID != "" {
+			if scope == "" {
+				scope = events.ScopePrivate
+				if msg.GuildID != "" {
+					scope = events.ScopeGroup
+				}
+			}
+			in.cursors.Note(msg.ChannelID, im.Cursor{Scope: scope, ID: msg.ID, Time: msg.Timestamp.UnixMilli()})
+		}
+	}
+	return err
+}
+
+func (in *Inbound) handle(ctx context.Context, msg *discordgo.Message, scope string) error {
 	if msg.Author != nil && msg.Author.Bot {
 		return nil
 	}
 	if msg.Type != discordgo.MessageTypeDefault && msg.Type != discordgo.MessageTypeReply {
 		return nil // joins, pins, thread starters, ...
 	}
-	m, err := in.normalize(ctx, msg)
+	m, err := in.normalize(ctx, msg, scope)
 	if err == nil {
 		err = m.Validate()
 	}
@@ -147,7 +206,7 @@ func (in *Inbound) deadLetter(ctx context.Context, reason string, cause error, m
 }
 
 // normalize maps a Discord message to the bus's IMMessage.
-func (in *Inbound) normalize(ctx context.Context, msg *discordgo.Message) (*events.IMMessage, error) {
+func (in *Inbound) normalize(ctx context.Context, msg *discordgo.Message, scope string) (*events.IMMessage, error) {
 	if msg.ID == "" || msg.ChannelID == "" {
 		return nil, errors.New("message has no id or channel_id")
 	}
@@ -155,9 +214,12 @@ func (in *Inbound) normalize(ctx context.Context, msg *discordgo.Message) (*even
 	if !msg.Timestamp.IsZero() {
 		m.Time = msg.Timestamp.UnixMilli()
 	}
-	if msg.GuildID == "" {
+	switch {
+	case scope != "":
+		m.Scene = events.Scene{Type: scope, ID: msg.ChannelID}
+	case msg.GuildID == "":
 		m.Scene = events.Scene{Type: events.ScopePrivate, ID: msg.ChannelID}
-	} else {
+	default:
 		m.Scene = events.Scene{Type: events.ScopeGroup, ID: msg.ChannelID}
 	}
 	if a := msg.Author; a != nil {

@@ -3,7 +3,6 @@ package discord
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"path"
@@ -55,14 +54,8 @@ func NewSender(bots []config.DiscordBot, hc *http.Client, media *im.Media, ledge
 	return s, nil
 }
 
-// one is one Discord message to send.
-type one struct {
-	text  string
-	media events.Segment
-}
-
 // plan cuts a part into Discord messages.
-func plan(content events.Segments, limit int) []one {
+func plan(content events.Segments, limit int) []im.Planned {
 	// Mentions become their <@id> text first, so the chunk limit counts them, and runs of
 	// text are joined so a mention is not cut off from the sentence it starts.
 	flat := make(events.Segments, 0, len(content))
@@ -80,26 +73,7 @@ func plan(content events.Segments, limit int) []one {
 		}
 		flat = append(flat, s)
 	}
-	var out []one
-	for _, chunk := range im.Chunks(flat, limit) {
-		var text strings.Builder
-		var media []events.Segment
-		for _, s := range chunk {
-			switch {
-			case s.Type == events.SegText:
-				text.WriteString(s.Str("text"))
-			case s.IsMedia() && s.Type != events.SegFace && s.Type != events.SegEmoji && s.Type != events.SegSticker:
-				media = append(media, s)
-			}
-		}
-		if t := strings.TrimSpace(text.String()); t != "" {
-			out = append(out, one{text: t})
-		}
-		for _, m := range media {
-			out = append(out, one{media: m})
-		}
-	}
-	return out
+	return im.Plan(im.Chunks(flat, limit), im.RenderText, nil)
 }
 
 var allowedMentions = &discordgo.MessageAllowedMentions{Parse: []discordgo.AllowedMentionType{discordgo.AllowedMentionTypeUsers}, RepliedUser: true}
@@ -118,62 +92,48 @@ func (s *Sender) Send(ctx context.Context, out events.Outbound) (string, error) 
 	if len(msgs) == 0 {
 		return out.OutID, nil
 	}
-	first := ""
 	preview := ""
-	if out.Part == 0 && out.Turn != "" && s.nc != nil && previewMode(b.bot) != "off" {
-		preview = s.takePreview(ctx, out.Bot, out.Turn)
+	if out.Part == 0 && out.Turn != "" {
+		// Also when previews are off: the hand-over stops the turn's typing indicator.
+		preview = im.TakePreview(ctx, s.nc, Platform, out.Bot, out.Turn)
 	}
-	for k, m := range msgs {
-		key := im.ChunkKey(out.OutID, k)
-		if id, ok := s.ledger.Sent(ctx, key); ok {
-			if k == 0 {
-				first = id
-			}
-			continue
-		}
-		var id string
-		var err error
-		replyTo := ""
-		if k == 0 {
-			replyTo = out.ReplyTo
-		}
-		switch {
-		case k == 0 && preview != "" && m.text != "":
-			id, err = s.edit(ctx, b, channel, preview, m.text)
-			if im.IsPermanent(err) { // the preview is gone (deleted in the channel): send anew
-				id, err = s.send(ctx, b, channel, &discordgo.MessageSend{Content: m.text}, replyTo)
-			}
-		case m.text != "":
-			s.dropPreview(ctx, b, channel, k, &preview)
-			id, err = s.send(ctx, b, channel, &discordgo.MessageSend{Content: m.text}, replyTo)
-		default:
-			s.dropPreview(ctx, b, channel, k, &preview)
-			var f *discordgo.File
-			if f, err = s.file(ctx, m.media); err == nil {
-				id, err = s.send(ctx, b, channel, &discordgo.MessageSend{Files: []*discordgo.File{f}}, replyTo)
-			}
-		}
-		if err != nil {
-			return "", err
-		}
-		if err := s.ledger.Record(ctx, key, id); err != nil && k < len(msgs)-1 {
-			return "", err
-		}
-		if k == 0 {
-			first = id
-		}
-	}
-	return first, nil
+	return im.SendPart(ctx, s.ledger, out.OutID, preview, &part{s: s, b: b, channel: channel, replyTo: out.ReplyTo, msgs: msgs})
 }
 
-func (s *Sender) dropPreview(ctx context.Context, b *restBot, channel string, k int, preview *string) {
-	if k != 0 || *preview == "" {
-		return
+// part is one outbound part's Discord messages (im.PartMessages).
+type part struct {
+	s       *Sender
+	b       *restBot
+	channel string
+	replyTo string
+	msgs    []im.Planned
+}
+
+func (p *part) Len() int          { return len(p.msgs) }
+func (p *part) IsText(k int) bool { return p.msgs[k].Text != "" }
+
+func (p *part) Send(ctx context.Context, k int) (string, error) {
+	replyTo := ""
+	if k == 0 {
+		replyTo = p.replyTo
 	}
-	if err := b.s.ChannelMessageDelete(channel, *preview, discordgo.WithContext(ctx)); err != nil {
-		_ = err // a preview left behind is cosmetic
+	m := p.msgs[k]
+	if m.Text != "" {
+		return p.s.send(ctx, p.b, p.channel, &discordgo.MessageSend{Content: m.Text}, replyTo)
 	}
-	*preview = ""
+	f, err := p.s.file(ctx, m.Media)
+	if err != nil {
+		return "", err
+	}
+	return p.s.send(ctx, p.b, p.channel, &discordgo.MessageSend{Files: []*discordgo.File{f}}, replyTo)
+}
+
+func (p *part) Edit(ctx context.Context, preview string, k int) (string, error) {
+	return p.s.edit(ctx, p.b, p.channel, preview, p.msgs[k].Text)
+}
+
+func (p *part) Delete(ctx context.Context, preview string) {
+	_ = p.b.s.ChannelMessageDelete(p.channel, preview, discordgo.WithContext(ctx)) // cosmetic if it stays
 }
 
 func (s *Sender) send(ctx context.Context, b *restBot, channel string, m *discordgo.MessageSend, replyTo string) (string, error) {
@@ -201,22 +161,13 @@ func (s *Sender) edit(ctx context.Context, b *restBot, channel, id, text string)
 // file reads a media segment for upload: media:// references from the media store; an
 // http(s) URL is fetched through the SSRF guard.
 func (s *Sender) file(ctx context.Context, seg events.Segment) (*discordgo.File, error) {
-	ref := seg.MediaRef()
-	if obj := seg.Str("object"); obj != "" && !strings.HasPrefix(ref, im.MediaScheme) {
-		ref = im.MediaScheme + obj
+	b, ct, name, ok, err := s.media.LoadUpload(ctx, Platform, seg)
+	if err != nil {
+		return nil, err
 	}
-	name := seg.Str("name")
-	var b []byte
-	var ct string
+	ref := im.MediaRefOf(seg)
 	switch {
-	case strings.HasPrefix(ref, im.MediaScheme):
-		var err error
-		if b, ct, _, err = s.media.Load(ctx, ref); err != nil {
-			return nil, im.Permanent(fmt.Errorf("discord: %s segment: %w", seg.Type, err))
-		}
-		if name == "" {
-			name = strings.ReplaceAll(strings.TrimPrefix(ref, im.MediaScheme), "/", "_")
-		}
+	case ok:
 	case strings.HasPrefix(ref, "http://") || strings.HasPrefix(ref, "https://"):
 		if s.media == nil {
 			return nil, im.Permanent(fmt.Errorf("discord: %s segment by URL needs the media store", seg.Type))
@@ -236,7 +187,7 @@ func (s *Sender) file(ctx context.Context, seg events.Segment) (*discordgo.File,
 		if _, err := buf.ReadFrom(http.MaxBytesReader(nil, resp.Body, im.MaxMedia)); err != nil || resp.StatusCode != http.StatusOK {
 			return nil, im.Permanent(fmt.Errorf("discord: fetch %s: HTTP %d %v", seg.Type, resp.StatusCode, err))
 		}
-		b, ct = buf.Bytes(), resp.Header.Get("Content-Type")
+		b, ct, name = buf.Bytes(), resp.Header.Get("Content-Type"), seg.Str("name")
 		if name == "" {
 			name = path.Base(resp.Request.URL.Path)
 		}
@@ -247,42 +198,7 @@ func (s *Sender) file(ctx context.Context, seg events.Segment) (*discordgo.File,
 		ct = http.DetectContentType(b)
 	}
 	if path.Ext(name) == "" {
-		name += extFor(ct)
+		name += im.ExtFor(ct)
 	}
 	return &discordgo.File{Name: name, ContentType: ct, Reader: bytes.NewReader(b)}, nil
-}
-
-func extFor(ct string) string {
-	switch {
-	case strings.HasPrefix(ct, "image/png"):
-		return ".png"
-	case strings.HasPrefix(ct, "image/jpeg"):
-		return ".jpg"
-	case strings.HasPrefix(ct, "image/gif"):
-		return ".gif"
-	case strings.HasPrefix(ct, "image/webp"):
-		return ".webp"
-	case strings.HasPrefix(ct, "audio/ogg"):
-		return ".ogg"
-	case strings.HasPrefix(ct, "video/mp4"):
-		return ".mp4"
-	}
-	return ".bin"
-}
-
-// takePreview asks the previewer for the turn's preview message and makes it stop editing
-// it; "" when there is none.
-func (s *Sender) takePreview(ctx context.Context, bot, turn string) string {
-	b, _ := json.Marshal(takeRequest{Turn: turn})
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	msg, err := s.nc.RequestWithContext(rctx, PreviewSubject(bot), b)
-	if err != nil {
-		return ""
-	}
-	var ans takeAnswer
-	if json.Unmarshal(msg.Data, &ans) != nil {
-		return ""
-	}
-	return ans.MessageID
 }

@@ -66,11 +66,16 @@ func (w *wsConn) readLoop(ctx context.Context, onEvent func([]byte)) error {
 
 // answer delivers b to the call waiting for its echo; false when b is not an answer.
 func (w *wsConn) answer(b []byte) bool {
-	if !bytes.Contains(b, []byte(`"echo"`)) || bytes.Contains(b, []byte(`"post_type"`)) {
+	if !bytes.Contains(b, []byte(`"echo"`)) {
 		return false
 	}
-	var r response
-	if json.Unmarshal(b, &r) != nil || len(r.Echo) == 0 {
+	// An event has a top-level post_type; an answer may hold events in its data (the
+	// history actions), so only the top level decides.
+	var r struct {
+		response
+		PostType string `json:"post_type"`
+	}
+	if json.Unmarshal(b, &r) != nil || len(r.Echo) == 0 || r.PostType != "" {
 		return false
 	}
 	var echo string
@@ -82,7 +87,7 @@ func (w *wsConn) answer(b []byte) bool {
 	delete(w.wait, echo)
 	w.mu.Unlock()
 	if ok {
-		ch <- r
+		ch <- r.response
 	}
 	return true
 }

@@ -63,6 +63,8 @@ type Inbound struct {
 	selfID atomic.Value // string
 	mu     sync.Mutex
 	rev    map[*wsConn]*nats.Subscription // reverse connections and their RPC subscriptions
+	// cursors are the backfill cursors of the WebSocket modes (nil without JS).
+	cursors *im.Cursors
 }
 
 // NewInbound validates the bot's configuration.
@@ -124,6 +126,25 @@ func NeedsHTTP(b config.OneBotBot) bool { m := mode(b); return m == ModeWSRevers
 // under the single-connection lease (im.Hold), reconnecting with backoff; in the other modes
 // the HTTP handlers do the work and Run only waits.
 func (in *Inbound) Run(ctx context.Context) error {
+	if m := mode(in.o.Bot); (m == ModeWS || m == ModeWSReverse) && in.o.JS != nil {
+		for in.cursors == nil {
+			c, err := im.OpenCursors(ctx, in.o.JS, Platform, in.o.Bot.ID, in.log)
+			if err == nil {
+				in.mu.Lock()
+				in.cursors = c
+				in.mu.Unlock()
+				break
+			}
+			in.log.Warn("onebot: backfill cursors not available yet", "err", err)
+			if !sleepCtx(ctx, 2*time.Second) {
+				return ctx.Err()
+			}
+		}
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		wg.Add(1)
+		go func() { defer wg.Done(); in.cursors.Run(ctx, 0) }()
+	}
 	if mode(in.o.Bot) != ModeWS {
 		<-ctx.Done()
 		return ctx.Err()
@@ -146,7 +167,7 @@ func (in *Inbound) runForward(ctx context.Context) error {
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	in.log.Info("onebot: connected", "apiBase", redact(in.o.Bot.APIBase))
-	err = w.readLoop(ctx, func(b []byte) { in.handle(ctx, b, "ws") })
+	err = in.serveEvents(ctx, w, "ws")
 	if ctx.Err() != nil {
 		_ = c.Close(websocket.StatusNormalClosure, "bye")
 	}
@@ -211,7 +232,7 @@ func (in *Inbound) serveReverse(w http.ResponseWriter, r *http.Request) {
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	in.log.Info("onebot: reverse WebSocket connected", "remote", r.RemoteAddr)
-	err = conn.readLoop(r.Context(), func(b []byte) { in.handle(r.Context(), b, "ws-reverse") })
+	err = in.serveEvents(r.Context(), conn, "ws-reverse")
 	in.log.Info("onebot: reverse WebSocket closed", "err", err)
 }
 
@@ -245,6 +266,38 @@ func (in *Inbound) servePost(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent) // no quick operation
+}
+
+// serveEvents reads w's events until it ends. A backfill runs first (beside the read loop,
+// which answers its API calls); events that arrive meanwhile queue behind it, so each scene's
+// messages reach IM_IN in order.
+func (in *Inbound) serveEvents(ctx context.Context, w *wsConn, via string) error {
+	in.mu.Lock()
+	cursors := in.cursors
+	in.mu.Unlock()
+	if cursors == nil {
+		return w.readLoop(ctx, func(b []byte) { in.handle(ctx, b, via) })
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	queue := make(chan []byte, 4096)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		in.backfill(ctx, w, via)
+		for b := range queue { // after the read loop ends: what is queued still goes to the bus
+			in.handle(ctx, b, via)
+		}
+	}()
+	err := w.readLoop(ctx, func(b []byte) {
+		select {
+		case queue <- b:
+		case <-ctx.Done():
+		}
+	})
+	close(queue) // readLoop has returned: no more sends
+	<-done
+	return err
 }
 
 // handle ingests one event frame, logging failures (WebSocket: there is nobody to answer).
@@ -289,6 +342,12 @@ func (in *Inbound) handleErr(ctx context.Context, b []byte, via string) error {
 	}
 	if errors.Is(last, events.ErrInvalid) {
 		return in.deadLetter(ctx, via, last, b)
+	}
+	if last == nil {
+		in.mu.Lock()
+		cursors := in.cursors
+		in.mu.Unlock()
+		cursors.Note(sceneKey(m.Scene.Type, m.Scene.ID), im.Cursor{Scope: m.Scene.Type, ID: m.MessageID, Time: m.Time})
 	}
 	return last
 }

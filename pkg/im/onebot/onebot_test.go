@@ -133,3 +133,57 @@ func TestResultClassification(t *testing.T) {
 		}
 	}
 }
+
+// TestAnswerOrEvent: a frame is an API answer when its top level has an echo and no
+// post_type, even when its data holds events (the history actions' answers do).
+func TestAnswerOrEvent(t *testing.T) {
+	tests := []struct {
+		name   string
+		frame  string
+		answer bool
+	}{
+		{"answer", `{"status":"ok","retcode":0,"data":{"message_id":1},"echo":"ab-1"}`, true},
+		{"history answer holding events", `{"status":"ok","retcode":0,"data":{"messages":[{"post_type":"message","message_id":5}]},"echo":"ab-1"}`, true},
+		{"event", `{"post_type":"message","message_type":"private","message_id":5,"user_id":1,"message":"hi"}`, false},
+		{"event whose text says echo", `{"post_type":"message","message_type":"private","message_id":5,"user_id":1,"message":"\"echo\""}`, false},
+		{"event with an echo field", `{"post_type":"meta_event","echo":"ab-1"}`, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := &wsConn{wait: map[string]chan response{"ab-1": make(chan response, 1)}}
+			if got := w.answer([]byte(tt.frame)); got != tt.answer {
+				t.Fatalf("answer = %v, want %v", got, tt.answer)
+			}
+		})
+	}
+}
+
+func TestFillEvent(t *testing.T) {
+	tests := []struct {
+		name, raw, scope, id string
+		want                 map[string]string
+	}{
+		{"bare group entry", `{"message_id":7,"user_id":3,"time":1,"message":"hi"}`, "group", "7001",
+			map[string]string{"post_type": "message", "message_type": "group", "group_id": "7001"}},
+		{"full private entry kept", `{"post_type":"message","message_type":"private","message_id":7,"user_id":3}`, "private", "3",
+			map[string]string{"post_type": "message", "message_type": "private", "user_id": "3"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got map[string]any
+			if err := json.Unmarshal(fillEvent(json.RawMessage(tt.raw), tt.scope, tt.id), &got); err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range tt.want {
+				if s := strings.TrimSuffix(strings.TrimPrefix(mustJSON(got[k]), `"`), `"`); s != v {
+					t.Errorf("%s = %s, want %s", k, s, v)
+				}
+			}
+		})
+	}
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}

@@ -3,12 +3,10 @@ package slack
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"path"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	slackapi "github.com/slack-go/slack"
@@ -49,15 +47,10 @@ func NewSender(bots []config.SlackBot, hc *http.Client, media *im.Media, ledger 
 	return s, nil
 }
 
-type one struct {
-	text  string // Slack text, already escaped
-	media events.Segment
-}
-
 var escaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
 
 // plan cuts a part into Slack messages.
-func plan(content events.Segments, limit int) []one {
+func plan(content events.Segments, limit int) []im.Planned {
 	flat := make(events.Segments, 0, len(content))
 	for _, s := range content {
 		switch {
@@ -77,28 +70,8 @@ func plan(content events.Segments, limit int) []one {
 		}
 		flat = append(flat, s)
 	}
-	var out []one
-	for _, chunk := range im.Chunks(flat, limit) {
-		var text strings.Builder
-		var media []events.Segment
-		for _, s := range chunk {
-			switch {
-			case s.Type == events.SegText:
-				text.WriteString(s.Str("text"))
-			case s.IsMedia() && s.Type != events.SegFace && s.Type != events.SegEmoji && s.Type != events.SegSticker:
-				media = append(media, s)
-			}
-		}
-		if t := strings.TrimSpace(text.String()); t != "" {
-			t = escaper.Replace(t)
-			t = strings.NewReplacer("\x00", "<@", "\x01", ">").Replace(t)
-			out = append(out, one{text: t})
-		}
-		for _, m := range media {
-			out = append(out, one{media: m})
-		}
-	}
-	return out
+	unplace := strings.NewReplacer("\x00", "<@", "\x01", ">")
+	return im.Plan(im.Chunks(flat, limit), im.RenderText, func(t string) string { return unplace.Replace(escaper.Replace(t)) })
 }
 
 // threadFor is the thread_ts of a reply to replyTo in a scene of scope.
@@ -132,53 +105,38 @@ func (s *Sender) Send(ctx context.Context, out events.Outbound) (string, error) 
 	}
 	thread := threadFor(out.Scene.Type, out.ReplyTo)
 	preview := ""
-	if out.Part == 0 && out.Turn != "" && s.nc != nil && previewMode(b.bot) != "off" {
-		preview = s.takePreview(ctx, out.Bot, out.Turn)
+	if out.Part == 0 && out.Turn != "" {
+		preview = im.TakePreview(ctx, s.nc, Platform, out.Bot, out.Turn)
 	}
-	first := ""
-	for k, m := range msgs {
-		key := im.ChunkKey(out.OutID, k)
-		if id, ok := s.ledger.Sent(ctx, key); ok {
-			if k == 0 {
-				first = id
-			}
-			continue
-		}
-		var id string
-		var err error
-		switch {
-		case k == 0 && preview != "" && m.text != "":
-			id, err = s.update(ctx, b, channel, preview, m.text, thread)
-			if im.IsPermanent(err) { // the preview is gone: post anew
-				id, err = s.post(ctx, b, channel, m.text, thread)
-			}
-		case m.text != "":
-			s.dropPreview(ctx, b, channel, k, &preview)
-			id, err = s.post(ctx, b, channel, m.text, thread)
-		default:
-			s.dropPreview(ctx, b, channel, k, &preview)
-			id, err = s.upload(ctx, b, channel, m.media, thread)
-		}
-		if err != nil {
-			return "", err
-		}
-		if err := s.ledger.Record(ctx, key, id); err != nil && k < len(msgs)-1 {
-			return "", err
-		}
-		if k == 0 {
-			first = id
-		}
-	}
-	return first, nil
+	return im.SendPart(ctx, s.ledger, out.OutID, preview, &part{s: s, b: b, channel: channel, thread: thread, msgs: msgs})
 }
 
-func (s *Sender) dropPreview(ctx context.Context, b *webBot, channel string, k int, preview *string) {
-	if k != 0 || *preview == "" {
-		return
+// part is one outbound part's Slack messages (im.PartMessages).
+type part struct {
+	s       *Sender
+	b       *webBot
+	channel string
+	thread  string
+	msgs    []im.Planned
+}
+
+func (p *part) Len() int          { return len(p.msgs) }
+func (p *part) IsText(k int) bool { return p.msgs[k].Text != "" }
+
+func (p *part) Send(ctx context.Context, k int) (string, error) {
+	if m := p.msgs[k]; m.Text != "" {
+		return p.s.post(ctx, p.b, p.channel, m.Text, p.thread)
 	}
-	ts, _ := splitMessageID(*preview)
-	_, _, _ = b.api.DeleteMessageContext(ctx, channel, ts) // a preview left behind is cosmetic
-	*preview = ""
+	return p.s.upload(ctx, p.b, p.channel, p.msgs[k].Media, p.thread)
+}
+
+func (p *part) Edit(ctx context.Context, preview string, k int) (string, error) {
+	return p.s.update(ctx, p.b, p.channel, preview, p.msgs[k].Text, p.thread)
+}
+
+func (p *part) Delete(ctx context.Context, preview string) {
+	ts, _ := splitMessageID(preview)
+	_, _, _ = p.b.api.DeleteMessageContext(ctx, p.channel, ts) // cosmetic if it stays
 }
 
 func (s *Sender) post(ctx context.Context, b *webBot, channel, text, thread string) (string, error) {
@@ -207,22 +165,13 @@ func (s *Sender) update(ctx context.Context, b *webBot, channel, preview, text, 
 // upload sends one media segment as a file (files.getUploadURLExternal, the upload, then
 // files.completeUploadExternal into the channel and thread).
 func (s *Sender) upload(ctx context.Context, b *webBot, channel string, seg events.Segment, thread string) (string, error) {
-	ref := seg.MediaRef()
-	if obj := seg.Str("object"); obj != "" && !strings.HasPrefix(ref, im.MediaScheme) {
-		ref = im.MediaScheme + obj
+	data, ct, name, ok, err := s.media.LoadUpload(ctx, Platform, seg)
+	if err != nil {
+		return "", err
 	}
-	name := seg.Str("name")
-	var data []byte
-	var ct string
+	ref := im.MediaRefOf(seg)
 	switch {
-	case strings.HasPrefix(ref, im.MediaScheme):
-		var err error
-		if data, ct, _, err = s.media.Load(ctx, ref); err != nil {
-			return "", im.Permanent(fmt.Errorf("slack: %s segment: %w", seg.Type, err))
-		}
-		if name == "" {
-			name = strings.ReplaceAll(strings.TrimPrefix(ref, im.MediaScheme), "/", "_")
-		}
+	case ok:
 	case strings.HasPrefix(ref, "http://") || strings.HasPrefix(ref, "https://"):
 		// Slack unfurls a link to media by itself.
 		return s.post(ctx, b, channel, escaper.Replace(ref), thread)
@@ -233,7 +182,7 @@ func (s *Sender) upload(ctx context.Context, b *webBot, channel string, seg even
 		return "", im.Permanent(fmt.Errorf("slack: %s segment is empty", seg.Type))
 	}
 	if path.Ext(name) == "" {
-		name += extFor(ct)
+		name += im.ExtFor(ct)
 	}
 	f, err := b.api.UploadFileContext(ctx, slackapi.UploadFileParameters{Reader: bytes.NewReader(data), FileSize: len(data),
 		Filename: name, Title: name, Channel: channel, ThreadTimestamp: thread})
@@ -241,37 +190,4 @@ func (s *Sender) upload(ctx context.Context, b *webBot, channel string, seg even
 		return "", classify("files.upload", err)
 	}
 	return f.ID, nil
-}
-
-func extFor(ct string) string {
-	switch {
-	case strings.HasPrefix(ct, "image/png"):
-		return ".png"
-	case strings.HasPrefix(ct, "image/jpeg"):
-		return ".jpg"
-	case strings.HasPrefix(ct, "image/gif"):
-		return ".gif"
-	case strings.HasPrefix(ct, "audio/ogg"):
-		return ".ogg"
-	case strings.HasPrefix(ct, "video/mp4"):
-		return ".mp4"
-	}
-	return ".bin"
-}
-
-// takePreview asks the previewer for the turn's preview message id and makes it stop
-// updating it; "" when there is none.
-func (s *Sender) takePreview(ctx context.Context, bot, turn string) string {
-	b, _ := json.Marshal(takeRequest{Turn: turn})
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	msg, err := s.nc.RequestWithContext(rctx, PreviewSubject(bot), b)
-	if err != nil {
-		return ""
-	}
-	var ans takeAnswer
-	if json.Unmarshal(msg.Data, &ans) != nil {
-		return ""
-	}
-	return ans.MessageID
 }

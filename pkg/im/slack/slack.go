@@ -21,7 +21,8 @@
 // media uploaded with files.getUploadURLExternal + files.completeUploadExternal into the same
 // thread; a 429 goes back to egress with its Retry-After. Streaming previews post one message
 // and chat.update it while the reply streams (see RunPreviewer). Slack has no typing
-// indicator for apps outside the legacy RTM API, so there is none.
+// indicator for bots (assistant.threads.setStatus works only in assistant threads, which this
+// adapter does not serve), so there is none.
 package slack
 
 import (

@@ -95,14 +95,14 @@ func TestThreads(t *testing.T) {
 func TestPlan(t *testing.T) {
 	content := events.Segments{events.AtSeg("U5", "bob"), events.TextSeg("<!channel> a & b " + strings.Repeat("word ", 1000)), events.ImageSeg("media://x")}
 	msgs := plan(content, DefaultChunkLimit)
-	if len(msgs) != 3 || msgs[2].media.MediaRef() != "media://x" {
+	if len(msgs) != 3 || msgs[2].Media.MediaRef() != "media://x" {
 		t.Fatalf("%d messages: %+v", len(msgs), msgs)
 	}
-	if !strings.HasPrefix(msgs[0].text, "<@U5> &lt;!channel&gt; a &amp; b word") {
-		t.Fatalf("first message %.60q: mention kept, model text escaped", msgs[0].text)
+	if !strings.HasPrefix(msgs[0].Text, "<@U5> &lt;!channel&gt; a &amp; b word") {
+		t.Fatalf("first message %.60q: mention kept, model text escaped", msgs[0].Text)
 	}
 	for _, m := range msgs[:2] {
-		if n := len([]rune(m.text)); n > DefaultChunkLimit+100 {
+		if n := len([]rune(m.Text)); n > DefaultChunkLimit+100 {
 			t.Fatalf("message of %d characters", n)
 		}
 	}

@@ -2,12 +2,10 @@ package telegram
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 	"github.com/nats-io/nats.go"
@@ -50,36 +48,19 @@ func chunkLimit(b config.TelegramBot) int {
 	return DefaultChunkLimit
 }
 
-// one is one Telegram message to send.
-type one struct {
-	text  string // Markdown source of a text message
-	media events.Segment
-}
-
 // plan cuts a part into Telegram messages.
-func plan(content events.Segments, limit int) []one {
-	var out []one
-	for _, chunk := range im.Chunks(content, limit) {
-		var text strings.Builder
-		var media []events.Segment
-		for _, s := range chunk {
-			switch {
-			case s.Type == events.SegText:
-				text.WriteString(s.Str("text"))
-			case s.Type == events.SegAt:
-				text.WriteString("@" + strings.TrimPrefix(firstNonEmpty(s.Str("name"), s.MentionID()), "@") + " ")
-			case s.IsMedia() && s.Type != events.SegFace && s.Type != events.SegEmoji:
-				media = append(media, s)
-			}
+func plan(content events.Segments, limit int) []im.Planned {
+	return im.Plan(im.Chunks(content, limit), func(s events.Segment) (string, bool) {
+		switch {
+		case s.Type == events.SegText:
+			return s.Str("text"), false
+		case s.Type == events.SegAt:
+			return "@" + strings.TrimPrefix(firstNonEmpty(s.Str("name"), s.MentionID()), "@") + " ", false
+		case s.IsMedia() && s.Type != events.SegFace && s.Type != events.SegEmoji:
+			return "", true // stickers too: Telegram has them
 		}
-		if t := strings.TrimSpace(text.String()); t != "" {
-			out = append(out, one{text: t})
-		}
-		for _, m := range media {
-			out = append(out, one{media: m})
-		}
-	}
-	return out
+		return "", false
+	}, nil)
 }
 
 func firstNonEmpty(a, b string) string {
@@ -104,49 +85,58 @@ func (s *Sender) Send(ctx context.Context, out events.Outbound) (string, error) 
 		return out.OutID, nil
 	}
 	replyTo, _ := splitMessageID(out.ReplyTo)
-	first := ""
-	preview := 0
-	if out.Part == 0 && out.Turn != "" && s.nc != nil && previewMode(c.bot) != "off" {
-		preview = s.takePreview(ctx, out.Bot, out.Turn)
+	preview := ""
+	if out.Part == 0 && out.Turn != "" {
+		// Also when previews are off: the hand-over stops the turn's typing indicator.
+		preview = im.TakePreview(ctx, s.nc, Platform, out.Bot, out.Turn)
 	}
-	for k, m := range msgs {
-		key := im.ChunkKey(out.OutID, k)
-		if id, ok := s.ledger.Sent(ctx, key); ok {
-			if k == 0 {
-				first = id
-			}
-			continue
-		}
-		var id int
-		switch {
-		case k == 0 && preview != 0 && m.text != "":
-			id, err = s.edit(ctx, c, chat, preview, m.text)
-			if im.IsPermanent(err) { // the preview is gone (deleted in the chat): send anew
-				id, err = s.sendText(ctx, c, chat, m.text, replyTo)
-			}
-		case m.text != "":
-			if k == 0 && preview != 0 {
-				s.deletePreview(ctx, c, chat, preview)
-			}
-			id, err = s.sendText(ctx, c, chat, m.text, replyIf(k == 0, replyTo))
-		default:
-			if k == 0 && preview != 0 {
-				s.deletePreview(ctx, c, chat, preview)
-			}
-			id, err = s.sendMedia(ctx, c, chat, m.media, replyIf(k == 0, replyTo))
-		}
-		if err != nil {
-			return "", err
-		}
-		pid := MessageID(chat, id)
-		if err := s.ledger.Record(ctx, key, pid); err != nil && k < len(msgs)-1 {
-			return "", err
-		}
-		if k == 0 {
-			first = pid
-		}
+	return im.SendPart(ctx, s.ledger, out.OutID, preview, &part{s: s, c: c, chat: chat, replyTo: replyTo, msgs: msgs})
+}
+
+// part is one outbound part's Telegram messages (im.PartMessages); ids are MessageID's
+// "<chat>_<message>".
+type part struct {
+	s       *Sender
+	c       *client
+	chat    int64
+	replyTo int
+	msgs    []im.Planned
+}
+
+func (p *part) Len() int          { return len(p.msgs) }
+func (p *part) IsText(k int) bool { return p.msgs[k].Text != "" }
+
+func (p *part) Send(ctx context.Context, k int) (string, error) {
+	m := p.msgs[k]
+	var id int
+	var err error
+	if m.Text != "" {
+		id, err = p.s.sendText(ctx, p.c, p.chat, m.Text, replyIf(k == 0, p.replyTo))
+	} else {
+		id, err = p.s.sendMedia(ctx, p.c, p.chat, m.Media, replyIf(k == 0, p.replyTo))
 	}
-	return first, nil
+	if err != nil {
+		return "", err
+	}
+	return MessageID(p.chat, id), nil
+}
+
+func (p *part) Edit(ctx context.Context, preview string, k int) (string, error) {
+	msg, ok := splitMessageID(preview)
+	if !ok {
+		return "", im.Permanentf(Platform, "editMessageText", "preview id %q is not a message id", preview)
+	}
+	id, err := p.s.edit(ctx, p.c, p.chat, msg, p.msgs[k].Text)
+	if err != nil {
+		return "", err
+	}
+	return MessageID(p.chat, id), nil
+}
+
+func (p *part) Delete(ctx context.Context, preview string) {
+	if msg, ok := splitMessageID(preview); ok {
+		_, _ = p.c.api(ctx).Request(tgbotapi.NewDeleteMessage(p.chat, msg)) // cosmetic if it stays
+	}
 }
 
 func replyIf(ok bool, id int) int {
@@ -192,10 +182,6 @@ func (s *Sender) edit(ctx context.Context, c *client, chat int64, id int, md str
 	return id, nil
 }
 
-func (s *Sender) deletePreview(ctx context.Context, c *client, chat int64, id int) {
-	_, _ = c.api(ctx).Request(tgbotapi.NewDeleteMessage(chat, id))
-}
-
 func isParseError(err error) bool {
 	var te *tgbotapi.Error
 	return errors.As(err, &te) && te.Code == http.StatusBadRequest && strings.Contains(strings.ToLower(te.Message), "can't parse")
@@ -205,20 +191,13 @@ func isParseError(err error) bool {
 // URLs passed for Telegram to fetch, Telegram file ids (data.file) resent by id.
 func (s *Sender) sendMedia(ctx context.Context, c *client, chat int64, seg events.Segment, replyTo int) (int, error) {
 	var file tgbotapi.RequestFileData
-	ref := seg.MediaRef()
-	if obj := seg.Str("object"); obj != "" && !strings.HasPrefix(ref, im.MediaScheme) {
-		ref = im.MediaScheme + obj
+	b, _, name, ok, err := s.media.LoadUpload(ctx, Platform, seg)
+	if err != nil {
+		return 0, err
 	}
+	ref := im.MediaRefOf(seg)
 	switch {
-	case strings.HasPrefix(ref, im.MediaScheme):
-		b, _, _, err := s.media.Load(ctx, ref)
-		if err != nil {
-			return 0, im.Permanent(fmt.Errorf("telegram: %s segment: %w", seg.Type, err))
-		}
-		name := seg.Str("name")
-		if name == "" {
-			name = strings.ReplaceAll(strings.TrimPrefix(ref, im.MediaScheme), "/", "_")
-		}
+	case ok:
 		file = tgbotapi.FileBytes{Name: name, Bytes: b}
 	case strings.HasPrefix(ref, "http://") || strings.HasPrefix(ref, "https://"):
 		file = tgbotapi.FileURL(ref)
@@ -256,21 +235,4 @@ func (s *Sender) sendMedia(ctx context.Context, c *client, chat int64, seg event
 		return 0, classify(method, err)
 	}
 	return sent.MessageID, nil
-}
-
-// takePreview asks the previewer for the turn's preview message and makes it stop editing
-// it; 0 when there is none (no previewer runs, or it made no preview for the turn).
-func (s *Sender) takePreview(ctx context.Context, bot, turn string) int {
-	b, _ := json.Marshal(takeRequest{Turn: turn})
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	msg, err := s.nc.RequestWithContext(rctx, PreviewSubject(bot), b)
-	if err != nil {
-		return 0
-	}
-	var ans takeAnswer
-	if json.Unmarshal(msg.Data, &ans) != nil {
-		return 0
-	}
-	return ans.MessageID
 }

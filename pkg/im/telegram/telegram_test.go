@@ -9,7 +9,6 @@ import (
 
 	tgbotapi "github.com/go-telegram-bot-api/telegram-bot-api/v5"
 
-	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/im"
 )
 
@@ -136,26 +135,6 @@ func TestClassify(t *testing.T) {
 		}
 		if strings.Contains(err.Error(), "SECRET") {
 			t.Errorf("token in error text: %v", err)
-		}
-	}
-}
-
-func TestPreviewVisible(t *testing.T) {
-	tests := []struct {
-		mode, text, want string
-	}{
-		{"partial", "Hello wor", "Hello wor"},
-		{"block", "Hello wor", ""},
-		{"block", "First paragraph.\n\nSecond par", "First paragraph."},
-		{"block", "A.\n\nB.\n\nC", "A.\n\nB."},
-		{"partial", strings.Repeat("x", 5000), strings.Repeat("x", DefaultChunkLimit-2)},
-	}
-	for _, tt := range tests {
-		p := &previewer{o: PreviewerOptions{Bot: config.TelegramBot{Preview: tt.mode}}}
-		tp := &turnPreview{}
-		tp.text.WriteString(tt.text)
-		if got := p.visible(tp); got != tt.want {
-			t.Errorf("%s %.20q: got %.30q, want %.30q", tt.mode, tt.text, got, tt.want)
 		}
 	}
 }

@@ -1,5 +1,6 @@
 // Package discordtest is a Discord server for tests, speaking Discord's documented wire
-// formats: the REST API under /api/v<n> (v9, which discordgo speaks, or v10) (GET /gateway, create / edit / delete message with
+// formats: the REST API under /api/v<n> (v9, which discordgo speaks, or v10) (GET /gateway,
+// GET channel messages after an id from the history of every dispatched message, create / edit / delete message with
 // JSON or multipart payload_json + files[n] bodies, trigger typing, 429 with a retry_after
 // body and Retry-After header on demand), the gateway WebSocket (op 10 Hello, op 2 Identify,
 // op 0 READY and MESSAGE_CREATE dispatches with sequence numbers, op 1 heartbeats acked with
@@ -15,6 +16,9 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -25,7 +29,7 @@ import (
 // Call is one recorded REST call.
 type Call struct {
 	Method  string // HTTP method
-	Route   string // "createMessage", "editMessage", "deleteMessage", "typing"
+	Route   string // "createMessage", "editMessage", "deleteMessage", "typing", "getMessages"
 	Channel string
 	Message string         // the message id for edit / delete
 	Body    map[string]any // the JSON payload (payload_json for multipart)
@@ -74,11 +78,21 @@ type Fake struct {
 	fail     map[string][]int // route -> statuses to answer next
 	nextID   int64
 	change   chan struct{}
+	history  map[string][]map[string]any // channel -> messages in id order (what GET messages lists)
+	down     bool                        // the gateway refuses connections
+}
+
+// SetGatewayDown makes the gateway refuse new connections (HTTP 503 on the upgrade) while
+// down is true; open sessions stay open.
+func (f *Fake) SetGatewayDown(down bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down = down
 }
 
 // New starts the fake on loopback.
 func New(t testing.TB, token, botID, name string) *Fake {
-	f := &Fake{t: t, Token: token, BotID: botID, Name: name, files: map[string][]byte{}, fail: map[string][]int{},
+	f := &Fake{t: t, Token: token, BotID: botID, Name: name, files: map[string][]byte{}, fail: map[string][]int{}, history: map[string][]map[string]any{},
 		nextID: 1300000000000000000, change: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/{v}/gateway", func(w http.ResponseWriter, r *http.Request) {
@@ -89,6 +103,7 @@ func New(t testing.TB, token, botID, name string) *Fake {
 	mux.HandleFunc("POST /api/{v}/channels/{channel}/messages", func(w http.ResponseWriter, r *http.Request) { f.serveREST(w, r, "createMessage") })
 	mux.HandleFunc("PATCH /api/{v}/channels/{channel}/messages/{message}", func(w http.ResponseWriter, r *http.Request) { f.serveREST(w, r, "editMessage") })
 	mux.HandleFunc("DELETE /api/{v}/channels/{channel}/messages/{message}", func(w http.ResponseWriter, r *http.Request) { f.serveREST(w, r, "deleteMessage") })
+	mux.HandleFunc("GET /api/{v}/channels/{channel}/messages", f.serveHistory)
 	mux.HandleFunc("POST /api/{v}/channels/{channel}/typing", func(w http.ResponseWriter, r *http.Request) { f.serveREST(w, r, "typing") })
 	mux.HandleFunc("GET /attachments/{path...}", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
@@ -160,10 +175,14 @@ func (f *Fake) Mention(m map[string]any) map[string]any {
 	return m
 }
 
-// Dispatch sends MESSAGE_CREATE to every open gateway session (as Discord does to every
-// session of the bot) and reports how many got it.
+// Dispatch stores m in its channel's history and sends MESSAGE_CREATE to every open gateway
+// session (as Discord does to every session of the bot); it reports how many got it. A
+// message dispatched while no session is open is only in the history (GET messages).
 func (f *Fake) Dispatch(m map[string]any) int {
 	f.mu.Lock()
+	if ch, _ := m["channel_id"].(string); ch != "" && !slices.ContainsFunc(f.history[ch], func(h map[string]any) bool { return h["id"] == m["id"] }) {
+		f.history[ch] = append(f.history[ch], m)
+	}
 	open := []*session{}
 	for _, s := range f.sessions {
 		if s.Closed.IsZero() {
@@ -312,6 +331,70 @@ func (f *Fake) serveREST(w http.ResponseWriter, r *http.Request, route string) {
 	writeJSON(w, 200, msg)
 }
 
+// serveHistory answers GET /channels/{id}/messages?after=<id>&limit=<n> (before and around
+// are not modelled): the limit (default 50, at most 100) oldest messages after the id, listed
+// newest first as Discord does, without guild_id and member (REST messages carry neither).
+func (f *Fake) serveHistory(w http.ResponseWriter, r *http.Request) {
+	c := Call{Method: r.Method, Route: "getMessages", Channel: r.PathValue("channel"), Auth: r.Header.Get("Authorization"),
+		Time: time.Now(), Body: map[string]any{"after": r.URL.Query().Get("after"), "limit": r.URL.Query().Get("limit")}}
+	if c.Auth != "Bot "+f.Token {
+		c.Status = 401
+		f.record(c)
+		writeJSON(w, 401, map[string]any{"code": 0, "message": "401: Unauthorized"})
+		return
+	}
+	f.mu.Lock()
+	status := 0
+	if q := f.fail[c.Route]; len(q) > 0 {
+		status, f.fail[c.Route] = q[0], q[1:]
+	}
+	f.mu.Unlock()
+	if status == 429 {
+		c.Status = 429
+		f.record(c)
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, 429, map[string]any{"message": "You are being rate limited.", "retry_after": 1.0, "global": false})
+		return
+	}
+	limit := 50
+	if n, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil && n > 0 {
+		limit = min(n, 100)
+	}
+	after := r.URL.Query().Get("after")
+	f.mu.Lock()
+	var page []map[string]any
+	for _, m := range f.history[c.Channel] {
+		if id, _ := m["id"].(string); after == "" || snowflakeAfter(id, after) {
+			rest := map[string]any{}
+			for k, v := range m {
+				if k != "guild_id" && k != "member" {
+					rest[k] = v
+				}
+			}
+			page = append(page, rest)
+		}
+	}
+	f.mu.Unlock()
+	sort.Slice(page, func(i, j int) bool { return snowflakeAfter(page[j]["id"].(string), page[i]["id"].(string)) })
+	if len(page) > limit {
+		page = page[:limit]
+	}
+	slices.Reverse(page)
+	c.Status = 200
+	f.record(c)
+	if page == nil {
+		page = []map[string]any{}
+	}
+	writeJSON(w, 200, page)
+}
+
+func snowflakeAfter(a, b string) bool {
+	if len(a) != len(b) {
+		return len(a) > len(b)
+	}
+	return a > b
+}
+
 func (f *Fake) record(c Call) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -385,6 +468,13 @@ func (s *session) dispatch(t string, d any) error {
 }
 
 func (f *Fake) serveGateway(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	down := f.down
+	f.mu.Unlock()
+	if down {
+		http.Error(w, "gateway unavailable", http.StatusServiceUnavailable)
+		return
+	}
 	conn, err := upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return

@@ -74,11 +74,84 @@ type Fake struct {
 	fail      []int
 	retryAfer string
 	msgID     atomic.Int64
+	history   map[string][]map[string]any // "group:<id>" / "private:<user>" -> message events, oldest first
+	down      bool                        // WebSocket clients are refused
+	noHistory bool                        // the history actions answer 1404
+}
+
+// SetDown makes the implementation refuse new WebSocket clients (HTTP 503) while down is
+// true; open connections stay open.
+func (f *Fake) SetDown(down bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down = down
+}
+
+// SetHistorySupported turns the history extensions (get_group_msg_history,
+// get_friend_msg_history, as NapCat, LLOneBot and Lagrange.OneBot have them) on (the
+// default) or off (retcode 1404, like a bare OneBot v11 implementation).
+func (f *Fake) SetHistorySupported(ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.noHistory = !ok
+}
+
+// remember adds a message event to its scene's history (once per message id).
+func (f *Fake) rememberLocked(ev map[string]any) {
+	if ev["post_type"] != "message" {
+		return
+	}
+	key := ""
+	switch ev["message_type"] {
+	case "group":
+		key = fmt.Sprint("group:", ev["group_id"])
+	case "private":
+		peer := ev["user_id"]
+		if t, ok := ev["target_id"]; ok { // the bot's own message to the user
+			peer = t
+		}
+		key = fmt.Sprint("private:", peer)
+	default:
+		return
+	}
+	for _, h := range f.history[key] {
+		if fmt.Sprint(h["message_id"]) == fmt.Sprint(ev["message_id"]) {
+			return
+		}
+	}
+	f.history[key] = append(f.history[key], ev)
+}
+
+// historyAnswer answers get_group_msg_history / get_friend_msg_history: the count (default
+// 20) latest messages of the scene, oldest first, in {"messages": [...]}, as NapCat does
+// (message_seq 0 or absent: the latest).
+func (f *Fake) historyAnswer(action string, params map[string]any) (any, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.noHistory {
+		return nil, false
+	}
+	key := fmt.Sprint("group:", params["group_id"])
+	if action == "get_friend_msg_history" {
+		key = fmt.Sprint("private:", params["user_id"])
+	}
+	count := 20
+	if n, err := strconv.Atoi(fmt.Sprint(params["count"])); err == nil && n > 0 {
+		count = n
+	}
+	h := f.history[key]
+	if len(h) > count {
+		h = h[len(h)-count:]
+	}
+	out := make([]map[string]any, len(h))
+	copy(out, h)
+	return map[string]any{"messages": out}, true
 }
 
 // New starts the fake on a loopback port.
 func New(t testing.TB, token string, selfID int64) *Fake {
-	f := &Fake{t: t, Token: token, SelfID: selfID, conns: map[int]*websocket.Conn{}, changed: make(chan struct{}), images: map[string][]byte{}}
+	f := &Fake{t: t, Token: token, SelfID: selfID, conns: map[int]*websocket.Conn{}, changed: make(chan struct{}), images: map[string][]byte{},
+		history: map[string][]map[string]any{}}
 	f.msgID.Store(9000)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", f.serveWS)
@@ -142,6 +215,13 @@ func (f *Fake) authorized(r *http.Request) bool {
 }
 
 func (f *Fake) serveWS(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	down := f.down
+	f.mu.Unlock()
+	if down {
+		http.Error(w, "unavailable", http.StatusServiceUnavailable)
+		return
+	}
 	if !f.authorized(r) {
 		http.Error(w, `{"status":"failed","retcode":1401}`, http.StatusUnauthorized)
 		return
@@ -183,6 +263,18 @@ func (f *Fake) readLoop(c *websocket.Conn, id int, via string) {
 		if json.Unmarshal(b, &req) != nil {
 			continue
 		}
+		if req.Action == "get_group_msg_history" || req.Action == "get_friend_msg_history" {
+			f.mu.Lock()
+			f.calls = append(f.calls, Call{Action: req.Action, Params: req.Params, Via: via, Conn: id, Time: time.Now()})
+			f.notifyLocked()
+			f.mu.Unlock()
+			if data, ok := f.historyAnswer(req.Action, req.Params); ok {
+				_ = f.write(c, map[string]any{"status": "ok", "retcode": 0, "data": data, "echo": req.Echo})
+			} else {
+				_ = f.write(c, map[string]any{"status": "failed", "retcode": 1404, "msg": "API not found", "wording": "API not found", "data": nil, "echo": req.Echo})
+			}
+			continue
+		}
 		data := f.record(Call{Action: req.Action, Params: req.Params, Via: via, Conn: id, Time: time.Now()})
 		_ = f.write(c, map[string]any{"status": "ok", "retcode": 0, "data": data, "echo": req.Echo})
 	}
@@ -195,7 +287,20 @@ func (f *Fake) record(c Call) any {
 	f.mu.Unlock()
 	switch c.Action {
 	case "send_msg", "send_group_msg", "send_private_msg":
-		return map[string]any{"message_id": f.msgID.Add(1)}
+		id := f.msgID.Add(1)
+		// The bot's own message is in the scene's history, as implementations keep it.
+		ev := map[string]any{"time": time.Now().Unix(), "self_id": f.SelfID, "post_type": "message", "message_id": id,
+			"user_id": f.SelfID, "message": c.Params["message"], "sender": map[string]any{"user_id": f.SelfID, "nickname": "bot"}}
+		switch {
+		case c.Params["group_id"] != nil:
+			ev["message_type"], ev["group_id"] = "group", c.Params["group_id"]
+		default:
+			ev["message_type"], ev["target_id"] = "private", c.Params["user_id"]
+		}
+		f.mu.Lock()
+		f.rememberLocked(ev)
+		f.mu.Unlock()
+		return map[string]any{"message_id": id}
 	case "get_login_info":
 		return map[string]any{"user_id": f.SelfID, "nickname": "bot"}
 	}
@@ -281,8 +386,12 @@ func (f *Fake) WaitConn(timeout time.Duration, not ...int) int {
 
 // Push sends ev to every open forward/reverse connection (as an implementation broadcasts an
 // event to all its clients).
+//
+// A message event is also kept in its scene's history (what the history actions list), so
+// one pushed while no client is connected can still be fetched.
 func (f *Fake) Push(ev map[string]any) int {
 	f.mu.Lock()
+	f.rememberLocked(ev)
 	conns := make([]*websocket.Conn, 0, len(f.conns))
 	for _, c := range f.conns {
 		conns = append(conns, c)

@@ -3,7 +3,8 @@
 // apps.connections.open, chat.postMessage, chat.update, chat.delete,
 // files.getUploadURLExternal + the upload URL + files.completeUploadExternal), a 429 with
 // Retry-After on demand, private file downloads that need the bot token, the Socket Mode
-// WebSocket (hello, events_api envelopes, envelope acks, WebSocket pings) and signed Events API
+// WebSocket (hello, events_api envelopes, envelope acks, unacknowledged envelopes retried on
+// Slack's schedule, WebSocket pings) and signed Events API
 // requests. It records every call. It fakes the remote platform only: the adapter talks to it
 // over HTTP and WebSocket.
 package slacktest
@@ -62,18 +63,58 @@ type Fake struct {
 	calls              []Call
 	sockets            []*socket
 	acked              map[string]bool
+	delivered          map[string]int
 	files              map[string][]byte
 	uploads            map[string][]byte
 	fail               map[string][]int
 	ts                 int64
 	env                int
 	change             chan struct{}
+	pending            map[string]*envelope // unacknowledged envelopes, retried on Slack's schedule
+	down               bool                 // Socket Mode connections are refused
+	retryDelays        []time.Duration
+	ackTimeout         time.Duration
+}
+
+// SetRetries sets Slack's retry schedule for an envelope not acknowledged within ackTimeout:
+// retry n goes out delays[n-1] after the previous attempt timed out. The default is Slack's
+// (3 s; at once, after 1 minute, after 5 minutes); tests compress it. An attempt made while no
+// socket is open fails and counts.
+func (f *Fake) SetRetries(ackTimeout time.Duration, delays ...time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ackTimeout, f.retryDelays = ackTimeout, delays
+}
+
+type envelope struct {
+	id       string
+	payload  map[string]any
+	attempts int       // deliveries tried so far
+	next     time.Time // when the next retry is due (zero: no more retries)
+}
+
+// Deliveries reports how many times envelope id was sent on a socket (0 for unknown ids or
+// ones that found no socket open).
+func (f *Fake) Deliveries(id string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.delivered[id]
+}
+
+// SetSocketsDown makes the Socket Mode endpoint refuse new connections (HTTP 503 on the
+// upgrade) while down is true; open sockets stay open.
+func (f *Fake) SetSocketsDown(down bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down = down
 }
 
 // New starts the fake on loopback.
 func New(t testing.TB, botToken, appToken, userID, botID string) *Fake {
-	f := &Fake{t: t, BotToken: botToken, AppToken: appToken, UserID: userID, BotID: botID, acked: map[string]bool{},
-		files: map[string][]byte{}, uploads: map[string][]byte{}, fail: map[string][]int{}, ts: 1700000000000100, change: make(chan struct{})}
+	f := &Fake{t: t, BotToken: botToken, AppToken: appToken, UserID: userID, BotID: botID, acked: map[string]bool{}, delivered: map[string]int{},
+		pending: map[string]*envelope{}, ackTimeout: 3 * time.Second,
+		retryDelays: []time.Duration{0, time.Minute, 5 * time.Minute},
+		files:       map[string][]byte{}, uploads: map[string][]byte{}, fail: map[string][]int{}, ts: 1700000000000100, change: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/{method}", f.serveAPI)
 	mux.HandleFunc("POST /upload/{file}", f.serveUpload)
@@ -93,7 +134,12 @@ func New(t testing.TB, botToken, appToken, userID, botID string) *Fake {
 	})
 	mux.HandleFunc("GET /link", f.serveSocket)
 	f.srv = httptest.NewServer(mux)
+	stop := make(chan struct{})
+	retries := make(chan struct{})
+	go func() { defer close(retries); f.retryLoop(stop) }()
 	t.Cleanup(func() {
+		close(stop)
+		<-retries
 		f.srv.CloseClientConnections()
 		f.srv.Close()
 	})
@@ -144,8 +190,21 @@ func (f *Fake) Message(channel, channelType, user, ts, text string) map[string]a
 func Event(m map[string]any) map[string]any { return m["event"].(map[string]any) }
 
 // Push sends payload in an events_api envelope on the newest open socket (Slack picks one
-// connection per event) and returns the envelope id ("" when no socket is open).
+// connection per event) and returns the envelope id. An envelope that is not acknowledged
+// within AckTimeout (also one pushed while no socket is open) is sent again on the
+// RetryDelays schedule, with retry_attempt and retry_reason set, as Slack does.
 func (f *Fake) Push(payload map[string]any) string {
+	f.mu.Lock()
+	f.env++
+	e := &envelope{id: fmt.Sprintf("env-%d", f.env), payload: payload}
+	f.pending[e.id] = e
+	f.mu.Unlock()
+	f.attempt(e)
+	return e.id
+}
+
+// attempt delivers e once (if a socket is open) and schedules its next retry.
+func (f *Fake) attempt(e *envelope) {
 	f.mu.Lock()
 	var s *socket
 	for i := len(f.sockets) - 1; i >= 0; i-- {
@@ -154,20 +213,60 @@ func (f *Fake) Push(payload map[string]any) string {
 			break
 		}
 	}
-	f.env++
-	id := fmt.Sprintf("env-%d", f.env)
+	n := e.attempts
+	e.attempts++
+	e.next = time.Time{}
+	if n < len(f.retryDelays) {
+		e.next = time.Now().Add(f.ackTimeout + f.retryDelays[n])
+	}
 	f.mu.Unlock()
 	if s == nil {
-		return ""
+		return
+	}
+	reason := ""
+	if n > 0 {
+		reason = "timeout"
 	}
 	s.wmu.Lock()
-	err := s.conn.WriteJSON(map[string]any{"envelope_id": id, "type": "events_api", "payload": payload,
-		"accepts_response_payload": false, "retry_attempt": 0, "retry_reason": ""})
+	err := s.conn.WriteJSON(map[string]any{"envelope_id": e.id, "type": "events_api", "payload": e.payload,
+		"accepts_response_payload": false, "retry_attempt": n, "retry_reason": reason})
 	s.wmu.Unlock()
-	if err != nil {
-		return ""
+	if err == nil {
+		f.mu.Lock()
+		f.delivered[e.id]++
+		f.changed()
+		f.mu.Unlock()
 	}
-	return id
+}
+
+// retryLoop sends again what is due, until the fake closes.
+func (f *Fake) retryLoop(stop <-chan struct{}) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		var due []*envelope
+		f.mu.Lock()
+		for id, e := range f.pending {
+			switch {
+			case f.acked[id]:
+				delete(f.pending, id)
+			case e.next.IsZero():
+				delete(f.pending, id) // retries exhausted: Slack drops the event
+			case now.After(e.next):
+				due = append(due, e)
+			}
+		}
+		f.mu.Unlock()
+		for _, e := range due {
+			f.attempt(e)
+		}
+	}
 }
 
 // Acked reports whether envelope id was acknowledged.
@@ -376,6 +475,13 @@ func (f *Fake) serveUpload(w http.ResponseWriter, r *http.Request) {
 var upgrader = websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
 
 func (f *Fake) serveSocket(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	down := f.down
+	f.mu.Unlock()
+	if down {
+		http.Error(w, "socket mode unavailable", http.StatusServiceUnavailable)
+		return
+	}
 	conn, err := upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return
