@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -100,9 +102,11 @@ func parsePubAck(b []byte) (*jetstream.PubAck, bool) {
 	if b, ok = cut(b, `{"stream":"`); !ok {
 		return nil, false
 	}
-	if ack.Stream, b, ok = plainString(b); !ok || ack.Stream == "" {
+	var name []byte
+	if name, b, ok = plainBytes(b); !ok || len(name) == 0 {
 		return nil, false
 	}
+	ack.Stream = streamName(name)
 	if rest, ok := cut(b, `,"domain":"`); ok {
 		if ack.Domain, b, ok = plainString(rest); !ok {
 			return nil, false
@@ -144,16 +148,54 @@ func cut(b []byte, prefix string) ([]byte, bool) {
 
 // plainString reads a JSON string body up to its closing quote; one with escapes is refused.
 func plainString(b []byte) (string, []byte, bool) {
+	s, rest, ok := plainBytes(b)
+	return string(s), rest, ok
+}
+
+func plainBytes(b []byte) ([]byte, []byte, bool) {
 	for i := 0; i < len(b); i++ {
 		switch b[i] {
 		case '"':
-			return string(b[:i]), b[i+1:], true
+			return b[:i], b[i+1:], true
 		case '\\':
-			return "", b, false
+			return nil, b, false
 		}
 		if b[i] < 0x20 {
-			return "", b, false
+			return nil, b, false
 		}
 	}
-	return "", b, false
+	return nil, b, false
+}
+
+// streamNames holds the stream names acks have carried, so that an ack does not allocate its
+// name again (a deployment has a few dozen streams). Copy on write; readers take no lock.
+var (
+	streamNames   atomic.Pointer[map[string]string]
+	streamNamesMu sync.Mutex
+)
+
+const maxStreamNames = 256
+
+func streamName(b []byte) string {
+	if m := streamNames.Load(); m != nil {
+		if s, ok := (*m)[string(b)]; ok {
+			return s
+		}
+	}
+	s := string(b)
+	streamNamesMu.Lock()
+	defer streamNamesMu.Unlock()
+	old := streamNames.Load()
+	if old != nil && len(*old) >= maxStreamNames {
+		return s
+	}
+	next := make(map[string]string, 8)
+	if old != nil {
+		for k, v := range *old {
+			next[k] = v
+		}
+	}
+	next[s] = s
+	streamNames.Store(&next)
+	return s
 }
