@@ -8,13 +8,16 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/bench"
 )
 
 // cmdBench runs the whole pipeline (webhook in, callback out) with every role and an embedded
-// NATS server in this process and prints the figures (pkg/bench, docs/benchmarks.md).
+// NATS server in this process, or (--processes) with every role replica and the NATS server(s)
+// as child processes of this one (main calls bench.ChildMain for them), and prints the figures
+// (pkg/bench, docs/benchmarks.md).
 func cmdBench(ctx context.Context, args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(w)
@@ -29,12 +32,18 @@ func cmdBench(ctx context.Context, args []string, w io.Writer) error {
 	fs.IntVar(&cfg.Baseline, "baseline", 20000, "messages in the raw JetStream publish baseline (negative: skip)")
 	fs.DurationVar(&cfg.ReplyTimeout, "reply-timeout", 60*time.Second, "how long a message waits for its reply before it counts as lost")
 	fs.BoolVar(&cfg.Stages, "stages", false, "also report the time to each pipeline stage (an observer on the bus; costs CPU)")
+	fs.BoolVar(&cfg.Processes, "processes", false, "run every role replica as an OS process of its own against nats-server process(es), instead of all in this one")
+	fs.IntVar(&cfg.Cluster, "cluster", 1, "with --processes: nats-server processes (1, or 3 for a loopback cluster with 3 replicas)")
+	fs.IntVar(&cfg.Ingests, "ingests", 1, "with --processes: ingest processes (the load is spread over their webhooks)")
+	fs.IntVar(&cfg.ToolWorkers, "tool-workers", 1, "with --processes: tool-worker processes")
+	fs.IntVar(&cfg.Egresses, "egresses", 1, "with --processes: egress processes")
+	fs.StringVar(&cfg.Dir, "dir", "", "keep the NATS store, the data directories and (with --processes) the child processes' logs here (default: a temporary directory, removed)")
 	asJSON := fs.Bool("json", false, "print the figures as JSON")
-	cpuProfile := fs.String("cpuprofile", "", "write a pprof CPU profile of the measured phase to this file")
+	cpuProfile := fs.String("cpuprofile", "", "write a pprof CPU profile of the measured phase to this file (with --processes: a directory, one <process>.pprof each)")
 	memProfile := fs.String("memprofile", "", "write a pprof heap profile taken with the most turns in a model call to this file")
 	verbose := fs.Bool("v", false, "log the roles' warnings and errors to stderr")
 	fs.Usage = func() {
-		fmt.Fprintln(w, "Usage: agentbus bench [flags]\n\nMeasures the whole pipeline in one process: signed webhook POSTs in, callback POSTs out.")
+		fmt.Fprintln(w, "Usage: agentbus bench [flags]\n\nMeasures the whole pipeline: signed webhook POSTs in, callback POSTs out; every role in this\nprocess, or with --processes every role replica as a process of its own (docs/benchmarks.md).")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -54,6 +63,13 @@ func cmdBench(ctx context.Context, args []string, w io.Writer) error {
 	}
 	if *verbose {
 		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if *cpuProfile != "" && cfg.Processes {
+		if err := os.MkdirAll(*cpuProfile, 0o755); err != nil {
+			return fmt.Errorf("bench: --cpuprofile: %w", err)
+		}
+		cfg.ProfileDir = *cpuProfile
+		*cpuProfile = filepath.Join(*cpuProfile, "bench.pprof")
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)

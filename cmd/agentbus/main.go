@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentbus/agentbus/internal/rolemain"
 	"github.com/agentbus/agentbus/pkg/app"
+	"github.com/agentbus/agentbus/pkg/bench"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/execpolicy"
 )
@@ -64,6 +65,10 @@ Environment:
 `
 
 func main() {
+	// `agentbus bench --processes` re-executes this binary as its NATS server and role processes.
+	if code, ok := bench.ChildMain(); ok {
+		os.Exit(code)
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -487,11 +487,10 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 	if len(cfg.IM.Webhook.Bots) == 0 && !imRoutes {
 		return nil
 	}
-	seenKV, err := p.JS.KeyValue(ctx, events.BucketWebhookSeen)
-	if err != nil {
-		return fmt.Errorf("webhook: open KV %s: %w", events.BucketWebhookSeen, err)
+	if err := ingest.CheckReplayWindow(ctx, p.JS, cfg.IM.Webhook); err != nil {
+		return fmt.Errorf("webhook: %w", err)
 	}
-	ingest.NewWebhookHandler(in, cfg.IM.Webhook, ingest.KVSeen{KV: seenKV}, log.With("role", "ingest")).Routes(mux)
+	ingest.NewWebhookHandler(in, cfg.IM.Webhook, log.With("role", "ingest")).Routes(mux)
 	mux.HandleFunc("GET /healthz", p.serveHealthz)
 	if p.Costs != nil {
 		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,9 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/internal/childproc"
 	"github.com/agentbus/agentbus/internal/fakeopenai"
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/config"
@@ -181,45 +179,19 @@ func (pl *pipeline) postAccepted(m msg) {
 // freePorts returns n loopback ports that were free a moment ago.
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
-	var out []int
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		out = append(out, ln.Addr().(*net.TCPAddr).Port)
+	ports, err := childproc.FreePorts(n)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return out
+	return ports
 }
 
 // waitJetStreamCluster waits until the cluster has a JetStream meta leader.
 func waitJetStreamCluster(t *testing.T, urls string) {
 	t.Helper()
-	nc, err := nats.Connect(urls, adminAuth())
-	if err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), waitMargin)
+	defer cancel()
+	if err := childproc.WaitJetStream(ctx, urls, adminAuth()); err != nil {
 		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(waitMargin)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := js.AccountInfo(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no JetStream meta leader: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }

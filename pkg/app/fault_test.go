@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -12,11 +11,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/internal/childproc"
 	"github.com/agentbus/agentbus/internal/fakeopenai"
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/config"
@@ -59,32 +57,22 @@ func faultChild(kind string) int {
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	switch kind {
 	case "nats":
-		opts, err := server.ProcessConfigFile(filepath.Join("..", "..", "deploy", "nats.conf"))
+		base, err := server.ProcessConfigFile(filepath.Join("..", "..", "deploy", "nats.conf"))
 		if err != nil {
 			log.Error("deploy/nats.conf", "err", err)
 			return 2
 		}
-		port, _ := strconv.Atoi(os.Getenv("AB_PORT"))
-		cport, _ := strconv.Atoi(os.Getenv("AB_CLUSTER_PORT"))
-		opts.ServerName = os.Getenv("AB_NAME")
-		opts.JetStream = true
-		opts.StoreDir = os.Getenv("AB_DIR")
-		opts.Host, opts.Port = "127.0.0.1", port
-		opts.HTTPPort = 0
-		opts.Cluster.Name, opts.Cluster.Host, opts.Cluster.Port = "agentbus", "127.0.0.1", cport
-		opts.Routes = server.RoutesFromStr(os.Getenv("AB_ROUTES"))
-		opts.NoLog, opts.NoSigs = true, true
-		s, err := server.NewServer(opts)
+		node, err := childproc.NodeFromEnv()
 		if err != nil {
 			log.Error("nats node", "err", err)
 			return 2
 		}
-		go s.Start()
-		if !s.ReadyForConnections(60 * time.Second) {
-			log.Error("nats node not ready")
+		s, err := childproc.StartNode(node, base)
+		if err != nil {
+			log.Error("nats node", "err", err)
 			return 2
 		}
-		fmt.Println("READY")
+		childproc.Ready("")
 		<-sig
 		s.Shutdown()
 		s.WaitForShutdown()
@@ -131,7 +119,7 @@ func faultChild(kind string) int {
 			log.Error("start role", "role", os.Getenv("AB_ROLE"), "err", err)
 			return 1
 		}
-		fmt.Println("READY")
+		childproc.Ready("")
 		<-sig
 		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer scancel()
@@ -177,108 +165,15 @@ func faultScript(r *fakeopenai.Request) fakeopenai.Reply {
 	return fakeopenai.Reply{ToolCalls: []fakeopenai.ToolCall{{ID: "call_1", Name: faultTool, Arguments: `{"text":"x"}`}}}
 }
 
-// child is one supervised child process (a slot that is restarted after every kill).
-type child struct {
-	name string
-	env  []string
-	log  string
-
-	mu    sync.Mutex
-	cmd   *exec.Cmd
-	ready chan struct{}
-	exit  chan struct{}
-}
-
-func (c *child) start(t *testing.T) {
+// startChild starts a child process of the fault test: this test binary, re-executed with
+// faultChildEnv set in env (see TestMain).
+func startChild(t *testing.T, name, log string, env []string) *childproc.Proc {
 	t.Helper()
-	if err := c.spawn(); err != nil {
+	c, err := childproc.Start(childproc.Spec{Name: name, Args: []string{"-test.run=^$"}, Env: env, Log: log})
+	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-// spawn starts the child's process (again).
-func (c *child) spawn() error {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), c.env...)
-	lf, err := os.OpenFile(c.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	cmd.Stderr = lf
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		lf.Close()
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		lf.Close()
-		return fmt.Errorf("start %s: %w", c.name, err)
-	}
-	ready, exit := make(chan struct{}), make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if sc.Text() == "READY" {
-				close(ready)
-			}
-		}
-		_ = cmd.Wait()
-		lf.Close()
-		close(exit)
-	}()
-	c.mu.Lock()
-	c.cmd, c.ready, c.exit = cmd, ready, exit
-	c.mu.Unlock()
-	return nil
-}
-
-// waitReady waits until the child said READY.
-func (c *child) waitReady(d time.Duration) error {
-	c.mu.Lock()
-	ready, exit := c.ready, c.exit
-	c.mu.Unlock()
-	select {
-	case <-ready:
-		return nil
-	case <-exit:
-		return fmt.Errorf("%s exited before it was ready (log %s):\n%s", c.name, c.log, tail(c.log, 15))
-	case <-time.After(d):
-		return fmt.Errorf("%s not ready after %s (log %s):\n%s", c.name, d, c.log, tail(c.log, 15))
-	}
-}
-
-// kill sends SIGKILL and waits for the process to be gone.
-func (c *child) kill() {
-	c.mu.Lock()
-	cmd, exit := c.cmd, c.exit
-	c.mu.Unlock()
-	_ = cmd.Process.Kill()
-	<-exit
-}
-
-// stop sends SIGTERM and waits (at most d, then kills).
-func (c *child) stop(d time.Duration) {
-	c.mu.Lock()
-	cmd, exit := c.cmd, c.exit
-	c.mu.Unlock()
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-exit:
-	case <-time.After(d):
-		_ = cmd.Process.Kill()
-		<-exit
-	}
-}
-
-func lastLine(path string) string { return tail(path, 1) }
-
-func tail(path string, n int) string {
-	b, _ := os.ReadFile(path)
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return c
 }
 
 // execRecorder counts the executions of each tool call id.
@@ -330,72 +225,67 @@ func TestFaultCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ports := freePorts(t, 8) // 3 client, 3 cluster, 2 webhook
-	var urls []string
-	for i := range 3 {
-		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
+	plan, err := childproc.PlanNodes(3, "nats", dir, "", "") // users from deploy/nats.conf
+	if err != nil {
+		t.Fatal(err)
 	}
-	var nodes []*child
-	for i := range 3 {
-		var routes []string
-		for j := range 3 {
-			if j != i {
-				routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[3+j]))
-			}
-		}
-		n := &child{name: fmt.Sprintf("nats%d", i+1), log: filepath.Join(logDir, fmt.Sprintf("nats%d.log", i+1)), env: []string{
-			faultChildEnv + "=nats", "AB_NAME=" + fmt.Sprintf("nats%d", i+1), "AB_PORT=" + strconv.Itoa(ports[i]),
-			"AB_CLUSTER_PORT=" + strconv.Itoa(ports[3+i]), "AB_ROUTES=" + strings.Join(routes, ","),
-			"AB_DIR=" + filepath.Join(dir, fmt.Sprintf("nats%d", i+1)),
-		}}
-		n.start(t)
-		nodes = append(nodes, n)
+	urls := childproc.URLs(plan)
+	ports, err := childproc.FreePorts(2) // the two ingest replicas' webhooks
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []*childproc.Proc
+	for _, n := range plan {
+		nodes = append(nodes, startChild(t, n.Name, filepath.Join(logDir, n.Name+".log"), append([]string{faultChildEnv + "=nats"}, n.Env()...)))
 	}
 	t.Cleanup(func() {
 		for _, n := range nodes {
-			n.stop(10 * time.Second)
+			n.Stop(10 * time.Second)
 		}
 	})
 	for _, n := range nodes {
-		if err := n.waitReady(60 * time.Second); err != nil {
+		if _, err := n.WaitReady(60 * time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitJetStreamCluster(t, strings.Join(urls, ","))
+	waitJetStreamCluster(t, urls)
 
 	model := fakeopenai.New(t, faultScript)
 	cb := newCallback(t)
 	rec := newExecRecorder(t)
-	common := []string{faultChildEnv + "=role", "AGENTBUS_NATS_URL=" + strings.Join(urls, ","),
+	common := []string{faultChildEnv + "=role", "AGENTBUS_NATS_URL=" + urls,
 		"AGENTBUS_WEBHOOK_SECRET=" + botSecret, "AGENTBUS_WEBHOOK_CALLBACK=" + cb.srv.URL + "/callback",
 		"OPENAI_API_KEY=test-key", "AB_MODEL=" + model.BaseURL(), "AB_RECORD=" + rec.srv.URL}
-	var roles []*child
+	var roles []*childproc.Proc
+	var roleEnv [][]string
+	var roleNames, roleLogs []string
 	var webhooks []string
 	for _, role := range []string{"egress", "tool", "turn", "ingest"} {
 		for i := range 2 {
 			name := fmt.Sprintf("%s-%d", role, i)
 			listen := "127.0.0.1:0"
 			if role == "ingest" {
-				listen = fmt.Sprintf("127.0.0.1:%d", ports[6+i])
+				listen = fmt.Sprintf("127.0.0.1:%d", ports[i])
 				webhooks = append(webhooks, "http://"+listen)
 			}
 			// Each role provisions the streams itself (as the admin user, nats.provision:
 			// update), all eight at once against the fresh cluster: that is what must not fail.
 			// The least-privilege users are TestDeployRolesAsOwnUsers' subject.
-			c := &child{name: name, log: filepath.Join(logDir, name+".log"), env: append(slices.Clone(common),
+			roleNames = append(roleNames, name)
+			roleLogs = append(roleLogs, filepath.Join(logDir, name+".log"))
+			roleEnv = append(roleEnv, append(slices.Clone(common),
 				"AB_ROLE="+role, "AB_LISTEN="+listen, "AB_DATA="+filepath.Join(dir, name),
 				"AGENTBUS_NATS_USER="+natsutil.RoleAdmin, "AGENTBUS_NATS_PASSWORD="+os.Getenv(natsutil.PasswordEnv(natsutil.RoleAdmin)),
-				"AGENTBUS_NATS_PROVISION=update")}
-			roles = append(roles, c)
+				"AGENTBUS_NATS_PROVISION=update"))
 		}
 	}
 	// Every role process at once, against the fresh cluster: provisioning must not fail.
-	for _, c := range roles {
-		c.start(t)
+	for i := range roleNames {
+		roles = append(roles, startChild(t, roleNames[i], roleLogs[i], roleEnv[i]))
 	}
 	t.Cleanup(func() {
 		for i := len(roles) - 1; i >= 0; i-- {
-			roles[i].stop(10 * time.Second)
+			roles[i].Stop(10 * time.Second)
 		}
 	})
 	// A role process that fails to start is started again, as a platform restarts a
@@ -403,15 +293,15 @@ func TestFaultCluster(t *testing.T) {
 	var startFailures []string
 	for _, c := range roles {
 		for attempt := 1; ; attempt++ {
-			err := c.waitReady(180 * time.Second)
+			_, err := c.WaitReady(180 * time.Second)
 			if err == nil {
 				break
 			}
 			if attempt == 3 {
 				t.Fatal(err)
 			}
-			startFailures = append(startFailures, fmt.Sprintf("%s: %s", c.name, lastLine(c.log)))
-			if err := c.spawn(); err != nil {
+			startFailures = append(startFailures, fmt.Sprintf("%s: %s", c.Name(), childproc.Tail(c.LogPath(), 1)))
+			if err := c.Respawn(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -492,22 +382,22 @@ func TestFaultCluster(t *testing.T) {
 			}
 			if !natsKilled && now.Sub(start) > *faultDuration*2/5 {
 				natsKilled = true
-				nodes[1].kill()
+				nodes[1].Kill()
 				mu.Lock()
-				events = append(events, fmt.Sprintf("%5.1fs kill -9 %s", now.Sub(start).Seconds(), nodes[1].name))
+				events = append(events, fmt.Sprintf("%5.1fs kill -9 %s", now.Sub(start).Seconds(), nodes[1].Name()))
 				mu.Unlock()
 				continue
 			}
 			c := roles[rand.IntN(len(roles))]
-			c.kill()
+			c.Kill()
 			mu.Lock()
-			if strings.HasPrefix(c.name, "turn") {
+			if strings.HasPrefix(c.Name(), "turn") {
 				turnKill = append(turnKill, time.Now())
 			}
-			events = append(events, fmt.Sprintf("%5.1fs kill -9 %s", now.Sub(start).Seconds(), c.name))
+			events = append(events, fmt.Sprintf("%5.1fs kill -9 %s", now.Sub(start).Seconds(), c.Name()))
 			mu.Unlock()
-			if err := c.spawn(); err != nil {
-				t.Errorf("restart %s: %v", c.name, err)
+			if err := c.Respawn(); err != nil {
+				t.Errorf("restart %s: %v", c.Name(), err)
 			}
 		}
 	}()
@@ -515,14 +405,14 @@ func TestFaultCluster(t *testing.T) {
 		go func() {
 			time.Sleep(time.Until(loadEnd.Add(15 * time.Second)))
 			if len(cb.all()) < len(allSent) {
-				faultDumpState(t, strings.Join(urls, ","))
+				faultDumpState(t, urls)
 			}
 		}()
 	}
 	wg.Wait()
 	<-chaosDone
 	for _, c := range roles {
-		if err := c.waitReady(180 * time.Second); err != nil {
+		if _, err := c.WaitReady(180 * time.Second); err != nil {
 			t.Error(err)
 		}
 	}
@@ -667,8 +557,8 @@ func TestFaultCluster(t *testing.T) {
 	if len(lost) > 0 {
 		t.Errorf("lost (no reply): %v", lost)
 		for _, c := range roles {
-			if strings.HasPrefix(c.name, "turn") {
-				t.Logf("%s log tail:\n%s", c.name, tail(c.log, 20))
+			if strings.HasPrefix(c.Name(), "turn") {
+				t.Logf("%s log tail:\n%s", c.Name(), childproc.Tail(c.LogPath(), 20))
 			}
 		}
 	}

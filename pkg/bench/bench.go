@@ -48,6 +48,16 @@ type Config struct {
 	// Stages observes the bus and reports how long a message takes to reach each stage. The
 	// observer costs CPU in the same process, so the other figures are better without it.
 	Stages bool
+
+	// Processes runs every role replica as an OS process of its own against nats-server
+	// processes (see Options.Processes; the executable's main must call ChildMain first).
+	// Cluster, Ingests, ToolWorkers, Egresses, ProfileDir, Exe and ExeArgs: see Options.
+	Processes                      bool
+	Cluster                        int
+	Ingests, ToolWorkers, Egresses int
+	ProfileDir                     string
+	Exe                            string
+	ExeArgs                        []string
 }
 
 func (c *Config) defaults() error {
@@ -59,6 +69,15 @@ func (c *Config) defaults() error {
 	}
 	if c.Sessions < 0 || c.Messages < 0 || c.Rate < 0 || c.Latency < 0 || c.TurnWorkers < 0 {
 		return fmt.Errorf("%w: sessions, messages, rate and latency must not be negative", ErrConfig)
+	}
+	if c.Cluster < 0 || c.Ingests < 0 || c.ToolWorkers < 0 || c.Egresses < 0 {
+		return fmt.Errorf("%w: process counts must not be negative", ErrConfig)
+	}
+	if !c.Processes && (c.Cluster > 1 || c.Ingests > 1 || c.ToolWorkers > 1 || c.Egresses > 1 || c.ProfileDir != "") {
+		return fmt.Errorf("%w: cluster, ingest/tool-worker/egress replicas and per-process profiles need Processes", ErrConfig)
+	}
+	if c.Cluster == 2 {
+		return fmt.Errorf("%w: a cluster of 2 cannot elect a JetStream leader once one node is gone; use 1 or 3", ErrConfig)
 	}
 	if c.Baseline == 0 {
 		c.Baseline = 20000
@@ -81,7 +100,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	h, err := Start(ctx, Options{Latency: cfg.Latency, SecondWorker: cfg.Kill, TurnWorkers: cfg.TurnWorkers, Dir: cfg.Dir, Log: cfg.Log})
+	h, err := Start(ctx, Options{Latency: cfg.Latency, SecondWorker: cfg.Kill, TurnWorkers: cfg.TurnWorkers, Dir: cfg.Dir, Log: cfg.Log,
+		Processes: cfg.Processes, Cluster: cfg.Cluster, Ingests: cfg.Ingests, ToolWorkers: cfg.ToolWorkers, Egresses: cfg.Egresses,
+		ProfileDir: cfg.ProfileDir, Exe: cfg.Exe, ExeArgs: cfg.ExeArgs})
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +118,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	if cfg.Baseline > 0 {
 		bctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		rate, err := natsutil.BaselinePublish(bctx, h.Proc.JS, cfg.Baseline, cfg.BaselineSize)
+		rate, err := natsutil.BaselinePublish(bctx, h.js, cfg.Baseline, cfg.BaselineSize)
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
@@ -167,7 +188,7 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 	if wl.Sessions <= 0 || wl.Messages <= 0 {
 		return nil, fmt.Errorf("%w: need at least one session and one message", ErrConfig)
 	}
-	if wl.Kill && h.Second == nil {
+	if wl.Kill && h.victim == nil {
 		return nil, fmt.Errorf("%w: the kill scenario needs Options.SecondWorker", ErrConfig)
 	}
 	if wl.ReplyTimeout <= 0 {
@@ -176,7 +197,7 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 	run := h.runSeq.Add(1)
 	total := wl.Sessions * wl.Messages
 	res := &Result{Sessions: wl.Sessions, Messages: wl.Messages, Tool: wl.Tool,
-		ModelLatencyMs: ms(h.opts.Latency), OfferedRate: wl.Rate, TurnWorkers: h.turnWorkers()}
+		ModelLatencyMs: ms(h.opts.Latency), OfferedRate: wl.Rate, TurnWorkers: h.opts.turnWorkers()}
 	e := environment()
 	res.GOMAXPROCS, res.NumCPU, res.LoadAvg = e.gomaxprocs, e.numCPU, e.load
 
@@ -192,8 +213,13 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 			return nil, fmt.Errorf("bench: cpu profile: %w", err)
 		}
 	}
+	if h.procs != nil {
+		if err := h.procs.begin(ctx); err != nil {
+			return nil, err
+		}
+	}
 	callsBefore := h.modelCalls.Load()
-	cpuBefore := cpuTime()
+	cpuBefore, waitBefore := cpuTime(), runqueueWait()
 	schedBefore := schedHist()
 	start := time.Now()
 
@@ -358,7 +384,7 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	cpu := cpuTime() - cpuBefore
+	cpu, wait := cpuTime()-cpuBefore, runqueueWait()-waitBefore
 	sp50, sp99 := schedPercentiles(schedBefore, schedHist())
 	if wl.CPUProfile != nil {
 		pprof.StopCPUProfile()
@@ -377,6 +403,32 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	modelCalls := h.modelCalls.Load() - callsBefore
+	if h.procs != nil {
+		if err := h.procs.end(ctx); err != nil {
+			return nil, err
+		}
+		res.NATSServers = len(h.procs.nodes)
+		res.Processes = h.procs.figures(cpu, wait, elapsed)
+		res.Processes[0].PeakHeapMiB = float64(mem.heapInuse) / (1 << 20)
+		// Every process's peak, summed (an upper bound: the peaks need not coincide); this
+		// process's own (the load generator) included, as in the in-process figures.
+		mem = memPeaks{heapInuse: mem.heapInuse, live: mem.live}
+		for _, c := range h.procs.all() {
+			st := c.figures()
+			if st == nil {
+				continue
+			}
+			cpu += time.Duration(st.CPUNs)
+			wait += time.Duration(st.RunqueueWaitNs)
+			modelCalls += st.ModelCalls
+			mem.model += st.PeakModelInFlight
+			mem.heapInuse += st.PeakHeapInuse
+			mem.live += st.PeakLiveHeap
+			msIdle.HeapInuse += st.IdleHeapInuse
+			sp50, sp99 = max(sp50, msDur(st.SchedP50Ms)), max(sp99, msDur(st.SchedP99Ms))
+		}
 	}
 	jsAfter, err := h.jsCounters()
 	if err != nil {
@@ -406,7 +458,10 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 		model := time.Duration(calls) * h.opts.Latency
 		res.AddedP50Ms, res.AddedP99Ms = ms(pct(all, 50)-model), ms(pct(all, 99)-model)
 		res.CPUSecondsPerTurn = cpu.Seconds() / float64(turns)
-		res.ModelCallsPerTurn = float64(h.modelCalls.Load()-callsBefore) / float64(turns)
+		for i := range res.Processes {
+			res.Processes[i].CPUMsPerTurn = res.Processes[i].CPUSeconds * 1000 / float64(turns)
+		}
+		res.ModelCallsPerTurn = float64(modelCalls) / float64(turns)
 		d := jsAfter.sub(jsBefore)
 		res.StreamMsgsPerTurn = float64(d.streamMsgs) / float64(turns)
 		res.AppendsPerTurn = map[string]float64{}
@@ -422,6 +477,7 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 		}
 	}
 	res.CPUCores = cpu.Seconds() / elapsed.Seconds()
+	res.RunqueueWaitSeconds = wait.Seconds()
 	res.SchedP50Ms, res.SchedP99Ms = ms(sp50), ms(sp99)
 	res.HeapIdleMiB = float64(msIdle.HeapInuse) / (1 << 20)
 	mem.awaiting = max(mem.awaiting, peakAwaiting.Load())
@@ -525,14 +581,14 @@ func (h *Harness) killHalfway(ctx context.Context, k *killWatch, sessions []*ses
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	leases, err := store.NewLeases(ctx, h.Proc.JS)
+	leases, err := store.NewLeases(ctx, h.js)
 	if err != nil {
 		k.mu.Lock()
 		k.err = err
 		k.mu.Unlock()
 		return
 	}
-	victim := h.Second.ID()
+	victim := h.victim.ID()
 	var owned []int
 	for i := range sessions {
 		if owner, _, err := leases.Holder(ctx, sessionKey(i)); err == nil && owner == victim {
@@ -541,7 +597,7 @@ func (h *Harness) killHalfway(ctx context.Context, k *killWatch, sessions []*ses
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	h.Second.Kill()
+	h.victim.Kill()
 	k.at = time.Now()
 	k.worker, k.owned = victim, len(owned)
 	k.watch = map[string]struct{}{}
@@ -595,11 +651,4 @@ func (m *atomicMax) max(v int64) {
 	}
 }
 
-// turnWorkers is how many turn-worker replicas the harness runs.
-func (h *Harness) turnWorkers() int {
-	n := max(h.opts.TurnWorkers, 1)
-	if h.opts.SecondWorker {
-		n = max(n, 2)
-	}
-	return n
-}
+func msDur(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }

@@ -31,6 +31,20 @@
 // process). For every session whose lease it held and that had a message waiting for its
 // reply at that moment, the takeover time is the time from the kill to that reply.
 //
+// # Roles as processes
+//
+// With Options.Processes (agentbus bench --processes) every role replica runs as an OS process
+// of its own, against one nats-server process or a cluster of three on loopback: the
+// executable is re-executed with ChildEnv set, and ChildMain (called first by its main, or by
+// a TestMain) plays the part. The load goes through the signed webhook exactly as in one
+// process, spread over the ingest processes. Each child answers a control endpoint on
+// loopback: POST /begin and /end bracket the measured phase, and /end returns the child's own
+// CPU (getrusage), run-queue wait (Linux schedstat), model calls, heap peaks and scheduling
+// latency; a NATS node also answers GET /counters with its JetStream counters (merged over a
+// cluster: per stream the largest last sequence, per node the messages received). The figures
+// are then the same as in one process, summed over every process (the bench's own included),
+// and Result.Processes has them per process. Children die with the bench (internal/childproc).
+//
 // Load: with Rate 0 the run is a closed loop, each session sends its next message when the
 // previous reply arrived (concurrency = Sessions). With Rate > 0 a pacer hands out send permits
 // at Rate per second to idle sessions; when every session is waiting for a reply the pacer

@@ -21,6 +21,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
@@ -51,16 +54,59 @@ type Options struct {
 	// Dir holds the embedded server's store and the data directory; "" = a new temporary
 	// directory removed by Close.
 	Dir string
-	// Log receives the roles' logs (nil: discarded).
+	// Log receives the roles' logs (nil: discarded; with Processes the children's logs are
+	// files in <Dir>/logs).
 	Log *slog.Logger
+
+	// Processes runs every role replica as an OS process of its own, against nats-server
+	// processes, instead of all in this process: this executable re-executed (Exe, ExeArgs),
+	// whose main must call ChildMain first. The children die with this process.
+	Processes bool
+	// Cluster is how many nats-server processes run with Processes: 1 (default), or 3 for a
+	// cluster routed on loopback, every stream and bucket with 3 replicas.
+	Cluster int
+	// Ingests, ToolWorkers and Egresses are the replicas of those roles with Processes
+	// (default 1 each); TurnWorkers counts turn-worker processes then. The load generator
+	// spreads its POSTs over the ingest processes' webhooks in turn.
+	Ingests, ToolWorkers, Egresses int
+	// ProfileDir, with Processes, receives a CPU profile of the measured phase from every child
+	// process, <name>.pprof (nats1, ingest-1, turn-worker-1, ...).
+	ProfileDir string
+	// Exe and ExeArgs start a child ("" = os.Executable; a test binary needs "-test.run=^$").
+	Exe     string
+	ExeArgs []string
+}
+
+// turnWorkers is how many turn-worker replicas the options ask for.
+func (o Options) turnWorkers() int {
+	n := max(o.TurnWorkers, 1)
+	if o.SecondWorker {
+		n = max(n, 2)
+	}
+	return n
+}
+
+// victim is a turn-worker replica the kill scenario kills: in this process (turn.Worker.Kill)
+// or a child process (SIGKILL).
+type victim interface {
+	ID() string
+	Kill()
 }
 
 // Harness is a running agentbus process (all roles, embedded NATS) plus the benchmark's HTTP
 // client and callback server.
 type Harness struct {
+	// Proc is the process under test when the roles run in this process (nil with
+	// Options.Processes).
 	Proc   *app.Process
-	Second *turn.Worker // the second turn worker, with Options.SecondWorker
+	Second *turn.Worker // the second turn worker, with Options.SecondWorker in this process
 	opts   Options
+
+	procs    *processes // with Options.Processes
+	victim   victim     // with Options.SecondWorker
+	js       jetstream.JetStream
+	webhooks []string
+	nextHook atomic.Uint64
 
 	secret  string
 	client  *http.Client
@@ -125,6 +171,23 @@ func Start(ctx context.Context, o Options) (_ *Harness, err error) {
 			IdleConnTimeout:     90 * time.Second,
 		},
 	}
+	if o.Processes {
+		if h.procs, err = startProcesses(ctx, o, dir, h.secret, h.cbURL); err != nil {
+			return nil, err
+		}
+		h.js, h.webhooks = h.procs.js, h.procs.webhooks()
+		if len(h.webhooks) == 0 {
+			return nil, fmt.Errorf("bench: no ingest process announced a webhook")
+		}
+		if o.SecondWorker {
+			for _, c := range h.procs.roles {
+				if c.role == roleTurn {
+					h.victim = procVictim{ps: h.procs, c: c} // the last turn worker
+				}
+			}
+		}
+		return h, nil
+	}
 	cfg, err := benchConfig(dir, h.secret, h.cbURL, o.Latency)
 	if err != nil {
 		return nil, err
@@ -141,17 +204,15 @@ func Start(ctx context.Context, o Options) (_ *Harness, err error) {
 		return nil, fmt.Errorf("bench: start agentbus: %w", err)
 	}
 	h.Proc = p
+	h.js, h.webhooks = p.JS, []string{p.WebhookURL}
 	// Count model calls: wrap the faux implementation app.Start registered from the config's
 	// options block (the registry is process-wide, so one Harness at a time per process).
 	inner, err := llm.LookupAPI(llm.APIFaux)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	llm.RegisterAPI(llm.APIFaux, &countingProvider{inner: inner, h: h})
-	n := max(o.TurnWorkers, 1)
-	if o.SecondWorker {
-		n = max(n, 2)
-	}
+	llm.RegisterAPI(llm.APIFaux, &countingProvider{inner: inner, calls: &h.modelCalls, inFlight: &h.modelInFlight})
+	n := o.turnWorkers()
 	for i := 2; i <= n; i++ {
 		id := "bench-" + strconv.Itoa(i)
 		if i == n && o.SecondWorker {
@@ -161,7 +222,18 @@ func Start(ctx context.Context, o Options) (_ *Harness, err error) {
 			return nil, fmt.Errorf("bench: turn worker %d: %w", i, err)
 		}
 	}
+	if o.SecondWorker {
+		h.victim = h.Second
+	}
 	return h, nil
+}
+
+// dial opens a NATS connection of its own to the server under test.
+func (h *Harness) dial() (*nats.Conn, error) {
+	if h.procs != nil {
+		return h.procs.dial()
+	}
+	return h.Proc.Embedded.Connect()
 }
 
 // benchConfig is what `agentbus up` would read from a file: embedded NATS in dir, one webhook
@@ -192,16 +264,16 @@ func benchConfig(dir, secret, callback string, latency time.Duration) (*config.C
 
 // countingProvider counts the streams of the provider it wraps.
 type countingProvider struct {
-	inner llm.Provider
-	h     *Harness
+	inner           llm.Provider
+	calls, inFlight *atomic.Int64 // streams started; streams running now
 }
 
 func (c *countingProvider) Stream(ctx context.Context, m *llm.Model, lc *llm.Context, o *llm.StreamOptions) iter.Seq[llm.Event] {
 	seq := c.inner.Stream(ctx, m, lc, o)
 	return func(yield func(llm.Event) bool) {
-		c.h.modelCalls.Add(1)
-		c.h.modelInFlight.Add(1)
-		defer c.h.modelInFlight.Add(-1)
+		c.calls.Add(1)
+		c.inFlight.Add(1)
+		defer c.inFlight.Add(-1)
 		for ev := range seq {
 			if !yield(ev) {
 				return
@@ -289,7 +361,8 @@ func (h *Harness) forget(id string) { h.waiters.Delete(id) }
 // send POSTs one signed text message from user u<session> in private scene s<session>.
 func (h *Harness) send(ctx context.Context, id string, session int, text string) error {
 	body := inboundBody(id, session, text, time.Now().UnixMilli())
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.Proc.WebhookURL+"/webhook/"+BotID, bytes.NewReader(body))
+	hook := h.webhooks[int(h.nextHook.Add(1)%uint64(len(h.webhooks)))] // a load balancer's round robin
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, hook+"/webhook/"+BotID, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -358,6 +431,10 @@ func (h *Harness) Close() {
 		}
 		cancel()
 		h.Proc = nil
+	}
+	if h.procs != nil {
+		h.procs.close()
+		h.procs = nil
 	}
 	if h.cbSrv != nil {
 		_ = h.cbSrv.Close() // egress has stopped: nothing is in flight

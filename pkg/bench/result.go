@@ -18,6 +18,10 @@ type Result struct {
 	ModelLatencyMs float64 `json:"modelLatencyMs"`
 	OfferedRate    float64 `json:"offeredTurnsPerSec,omitempty"`
 	TurnWorkers    int     `json:"turnWorkers"`
+	// NATSServers is how many nats-server processes ran (0: the embedded server, everything in
+	// one process); Processes then lists every process's figures, the bench's own first.
+	NATSServers int              `json:"natsServers,omitempty"`
+	Processes   []ProcessFigures `json:"processes,omitempty"`
 
 	Turns       int     `json:"turns"`  // replies received
 	Failed      int     `json:"failed"` // webhook POSTs not accepted
@@ -37,6 +41,9 @@ type Result struct {
 
 	CPUSecondsPerTurn float64 `json:"cpuSecondsPerTurn"`
 	CPUCores          float64 `json:"cpuCores"` // CPU seconds per wall second
+	// RunqueueWaitSeconds: how long the threads of this process (of every process, with
+	// Processes) were runnable but waited for a CPU while other processes held it (Linux).
+	RunqueueWaitSeconds float64 `json:"runqueueWaitSeconds"`
 	// SchedP50Ms and SchedP99Ms: how long runnable goroutines waited for a CPU (Go's
 	// /sched/latencies). Milliseconds here with few cores busy mean the machine is short of CPU.
 	SchedP50Ms float64 `json:"schedP50Ms"`
@@ -78,6 +85,24 @@ type Result struct {
 	LoadAvg    string `json:"loadAvg,omitempty"` // 1, 5, 15 minute load averages at the start
 }
 
+// ProcessFigures are one process's figures in a multi-process run (Options.Processes).
+type ProcessFigures struct {
+	Name         string  `json:"name"` // bench, nats1, ingest-1, turn-worker-2, ...
+	Role         string  `json:"role"`
+	Pid          int     `json:"pid"`
+	Killed       bool    `json:"killed,omitempty"` // by the kill scenario; figures up to the kill
+	CPUSeconds   float64 `json:"cpuSeconds"`
+	CPUMsPerTurn float64 `json:"cpuMsPerTurn"`
+	CPUCores     float64 `json:"cpuCores"`
+	// RunqueueWaitSeconds is how long the process's threads were runnable but waited for a
+	// CPU (Linux schedstat): the cores were busy with other processes, ours or not.
+	RunqueueWaitSeconds float64 `json:"runqueueWaitSeconds"`
+	SchedP99Ms          float64 `json:"schedP99Ms"`
+	ModelCalls          int64   `json:"modelCalls,omitempty"`
+	PeakHeapMiB         float64 `json:"peakHeapMiB"` // largest HeapInuse sampled in the phase
+	MaxRSSMiB           float64 `json:"maxRSSMiB"`   // largest resident set since the process started
+}
+
 // Baseline is the raw JetStream async-publish rate on the same server.
 type Baseline struct {
 	Messages   int     `json:"messages"`
@@ -108,6 +133,10 @@ func (r *Result) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "agentbus bench: %d sessions × %d messages, model latency %s ms, %s, %s, %d turn worker%s\n",
 		r.Sessions, r.Messages, num(r.ModelLatencyMs), tool, load, r.TurnWorkers, plural(r.TurnWorkers))
+	if r.NATSServers > 0 {
+		fmt.Fprintf(w, "  processes:      %d role processes on %d nats-server process%s (plus this one: load generator and callback server)\n",
+			len(r.Processes)-1-r.NATSServers, r.NATSServers, map[bool]string{true: "es", false: ""}[r.NATSServers > 1])
+	}
 	fmt.Fprintf(w, "  machine:        GOMAXPROCS %d, %d CPUs, load average %s\n", r.GOMAXPROCS, r.NumCPU, r.LoadAvg)
 	fmt.Fprintf(w, "  turns:          %d replied, %d rejected, %d lost, in %.2f s\n", r.Turns, r.Failed, r.Lost, r.Seconds)
 	fmt.Fprintf(w, "  throughput:     %.0f turns/s\n", r.TurnsPerSec)
@@ -117,9 +146,23 @@ func (r *Result) WriteText(w io.Writer) {
 	for _, st := range r.Stages {
 		fmt.Fprintf(w, "    POST → %-26s p50 %s ms, p99 %s ms\n", st.Stage+":", num(st.P50Ms), num(st.P99Ms))
 	}
-	fmt.Fprintf(w, "  CPU:            %.3f ms per turn, %.2f cores busy (load generator included)\n",
-		r.CPUSecondsPerTurn*1000, r.CPUCores)
-	fmt.Fprintf(w, "  scheduling:     runnable goroutines waited p50 %s ms, p99 %s ms for a CPU\n", num(r.SchedP50Ms), num(r.SchedP99Ms))
+	if r.NATSServers > 0 {
+		fmt.Fprintf(w, "  CPU:            %.3f ms per turn, %.2f cores busy (summed over all processes, load generator included)\n",
+			r.CPUSecondsPerTurn*1000, r.CPUCores)
+		for _, p := range r.Processes {
+			killed := ""
+			if p.Killed {
+				killed = " (killed; until the kill)"
+			}
+			fmt.Fprintf(w, "    %-16s %.3f ms per turn, %.2f cores, waited for a CPU %.2f s, goroutines p99 %s ms, heap peak %.1f MiB, max RSS %.1f MiB%s\n",
+				p.Name+":", p.CPUMsPerTurn, p.CPUCores, p.RunqueueWaitSeconds, num(p.SchedP99Ms), p.PeakHeapMiB, p.MaxRSSMiB, killed)
+		}
+	} else {
+		fmt.Fprintf(w, "  CPU:            %.3f ms per turn, %.2f cores busy (load generator included)\n",
+			r.CPUSecondsPerTurn*1000, r.CPUCores)
+	}
+	fmt.Fprintf(w, "  scheduling:     runnable goroutines waited p50 %s ms, p99 %s ms for a CPU; threads waited %.2f s in the run queue (%.2f s per second)\n",
+		num(r.SchedP50Ms), num(r.SchedP99Ms), r.RunqueueWaitSeconds, r.RunqueueWaitSeconds/max(r.Seconds, 1e-9))
 	fmt.Fprintf(w, "  JetStream:      %.1f stream appends, %.1f API requests, %.1f server messages in, per turn\n",
 		r.StreamMsgsPerTurn, r.JSAPIPerTurn, r.NATSInMsgsPerTurn)
 	if len(r.AppendsPerTurn) > 0 {

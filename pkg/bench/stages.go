@@ -74,7 +74,7 @@ type observer struct {
 }
 
 func (h *Harness) observe(ms []*marks) (*observer, error) {
-	nc, err := h.Proc.Embedded.Connect()
+	nc, err := h.dial()
 	if err != nil {
 		return nil, fmt.Errorf("bench: observer: %w", err)
 	}

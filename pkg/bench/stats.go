@@ -1,12 +1,11 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"runtime"
 	"strings"
-
-	"github.com/nats-io/nats-server/v2/server"
 )
 
 // jsCounters are the embedded server's cumulative counters.
@@ -40,33 +39,13 @@ func (a jsCounters) sub(b jsCounters) jsCounters {
 // jsCounters reads the counters from the server itself (monitoring calls, not JetStream API
 // requests, so reading them does not change them).
 func (h *Harness) jsCounters() (jsCounters, error) {
+	if h.procs != nil {
+		return h.procs.counters(context.Background())
+	}
 	if h.Proc.Embedded == nil {
 		return jsCounters{}, fmt.Errorf("bench: needs the embedded server")
 	}
-	srv := h.Proc.Embedded.Server()
-	jsz, err := srv.Jsz(&server.JSzOptions{Accounts: true, Streams: true, Limit: 1 << 16})
-	if err != nil {
-		return jsCounters{}, fmt.Errorf("bench: jsz: %w", err)
-	}
-	c := jsCounters{perStream: map[string]uint64{}, streamBytes: map[string]uint64{}}
-	c.apiTotal = jsz.API.Total
-	for _, a := range jsz.AccountDetails {
-		for _, s := range a.Streams {
-			if strings.HasPrefix(s.Name, "BASELINE_") {
-				continue
-			}
-			c.streamMsgs += s.State.LastSeq
-			c.perStream[s.Name] = s.State.LastSeq
-			c.streamBytes[s.Name] = s.State.Bytes
-		}
-	}
-	vz, err := srv.Varz(nil)
-	if err != nil {
-		return jsCounters{}, fmt.Errorf("bench: varz: %w", err)
-	}
-	c.inMsgs = uint64(vz.InMsgs)
-	c.inBytes = uint64(vz.InBytes)
-	return c, nil
+	return serverCounters(h.Proc.Embedded.Server())
 }
 
 // env describes the machine the figures came from.

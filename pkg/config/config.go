@@ -86,6 +86,10 @@ type NATS struct {
 	IMInMaxAgeMs      int64 `yaml:"imInMaxAgeMs"`
 	EventsMaxAgeMs    int64 `yaml:"eventsMaxAgeMs"`
 	ToolResultsMaxAge int64 `yaml:"toolResultsMaxAgeMs"`
+	// InboundDuplicatesMs is the dedupe window of IM_IN and SESSION_IN, which is also the
+	// webhook's replay guard: it must be at least 2 × im.webhook.toleranceSeconds. Zero picks
+	// 2 × the tolerance + 1 minute (11 minutes with the default tolerance).
+	InboundDuplicatesMs int64 `yaml:"inboundDuplicatesMs"`
 }
 
 // TLS client settings.
@@ -139,8 +143,9 @@ type Webhook struct {
 	Listen string       `yaml:"listen"` // default 127.0.0.1:8088
 	Bots   []WebhookBot `yaml:"bots"`
 	// ToleranceSeconds is how far a request's signed timestamp (webhook-timestamp, or the body's
-	// time) may be from this clock, either way (default 300). Replays are refused for at least
-	// that long (KV webhook_seen), and after it by the timestamp.
+	// time) may be from this clock, either way (default 300). Replays are refused while the
+	// timestamp is valid by the dedupe window of IM_IN and SESSION_IN (nats.inboundDuplicatesMs,
+	// at least twice this), and after it by the timestamp.
 	ToleranceSeconds int `yaml:"toleranceSeconds"`
 	// MaxBodyBytes caps one request body (default 8 MiB); MaxInFlight caps requests served at
 	// once (default 16, more get 503 + Retry-After), which together bound the memory a flood takes.
@@ -722,6 +727,13 @@ func (c *Config) ApplyDefaults() {
 	if c.NATS.Storage == "" {
 		c.NATS.Storage = "file"
 	}
+	if c.NATS.InboundDuplicatesMs == 0 {
+		tol := int64(c.IM.Webhook.ToleranceSeconds)
+		if tol <= 0 {
+			tol = 300
+		}
+		c.NATS.InboundDuplicatesMs = (2*tol + 60) * 1000
+	}
 	if c.IM.Webhook.Listen == "" {
 		c.IM.Webhook.Listen = "127.0.0.1:8088"
 	}
@@ -886,6 +898,25 @@ var ErrInvalid = errors.New("invalid config")
 var ErrUnknownKey = errors.New("unknown config key")
 
 // Validate reports every problem at once, each naming its key.
+// ReplayWindowProblem says what is wrong with the webhook's replay guard, or "": a signed
+// request is valid for 2 × im.webhook.toleranceSeconds (its timestamp up to the tolerance
+// either way), and a replay inside that time is refused only by the dedupe window of IM_IN and
+// SESSION_IN (nats.inboundDuplicatesMs), which the server clamps to IM_IN's max age.
+func ReplayWindowProblem(n NATS, wh Webhook) string {
+	tol := int64(wh.ToleranceSeconds)
+	if tol <= 0 {
+		tol = 300
+	}
+	need := 2 * tol * 1000
+	if n.InboundDuplicatesMs > 0 && n.InboundDuplicatesMs < need {
+		return fmt.Sprintf("nats.inboundDuplicatesMs %d is shorter than 2 × im.webhook.toleranceSeconds (%d ms): a replayed webhook request would be accepted while its signature is still valid", n.InboundDuplicatesMs, need)
+	}
+	if n.IMInMaxAgeMs > 0 && n.IMInMaxAgeMs < need {
+		return fmt.Sprintf("nats.imInMaxAgeMs %d is shorter than 2 × im.webhook.toleranceSeconds (%d ms): IM_IN's dedupe window, the webhook's replay guard, cannot outlast its max age", n.IMInMaxAgeMs, need)
+	}
+	return ""
+}
+
 func (c *Config) Validate() error {
 	var errs []string
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Sprintf(format, a...)) }
@@ -938,6 +969,9 @@ func (c *Config) Validate() error {
 	}
 	if wh := c.IM.Webhook; wh.ToleranceSeconds < 0 || wh.ToleranceSeconds > 3600 {
 		bad("im.webhook.toleranceSeconds %d: want 1..3600", wh.ToleranceSeconds)
+	}
+	if msg := ReplayWindowProblem(c.NATS, c.IM.Webhook); msg != "" && len(c.IM.Webhook.Bots) > 0 {
+		bad("%s", msg)
 	}
 	if c.IM.Webhook.MaxBodyBytes < 0 || c.IM.Webhook.MaxInFlight < 0 || c.IM.Webhook.RateLimit.MaxSenders < 0 {
 		bad("im.webhook.maxBodyBytes, maxInFlight and rateLimit.maxSenders must not be negative")

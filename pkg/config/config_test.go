@@ -89,3 +89,31 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestReplayWindow(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want string // substring of the error; "" = valid
+	}{
+		{"defaults", "im:\n  webhook:\n    bots: [{id: b, secret: s}]\n", ""},
+		{"derived from a longer tolerance", "im:\n  webhook:\n    toleranceSeconds: 3600\n    bots: [{id: b, secret: s}]\n", ""},
+		{"window shorter than 2 × tolerance", "nats:\n  inboundDuplicatesMs: 500000\nim:\n  webhook:\n    bots: [{id: b, secret: s}]\n", "nats.inboundDuplicatesMs 500000 is shorter than 2 × im.webhook.toleranceSeconds (600000 ms)"},
+		{"IM_IN max age shorter than 2 × tolerance", "nats:\n  imInMaxAgeMs: 60000\nim:\n  webhook:\n    bots: [{id: b, secret: s}]\n", "nats.imInMaxAgeMs 60000 is shorter"},
+		{"no webhook bots: nothing to guard", "nats:\n  inboundDuplicatesMs: 1000\n", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse([]byte(tt.yaml))
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatal(err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("err = %v, want it to contain %q", err, tt.want)
+			}
+			if err == nil && c.NATS.InboundDuplicatesMs < 2*int64(max(c.IM.Webhook.ToleranceSeconds, 300))*1000 && len(c.IM.Webhook.Bots) > 0 {
+				t.Errorf("inboundDuplicatesMs %d does not cover the tolerance %d s", c.NATS.InboundDuplicatesMs, c.IM.Webhook.ToleranceSeconds)
+			}
+		})
+	}
+}

@@ -29,22 +29,25 @@
 // net/http and JSON on every part); a panic there is a dead letter with reason "poison" too.
 //
 // The handler throttles per platform (a token bucket per platform, RateLimits; a 429 with
-// Retry-After pauses the platform) right before the send, so duplicates skipped via KV cost no
-// token.
+// Retry-After pauses the platform) right before the send, so skipped duplicates cost no token.
 //
 // # At most one send per out id
 //
-// Before sending, the handler looks the out id up in KV delivered (key
-// events.EncodeToken(outId)); a hit is skipped and acked (its receipt is published again, which
-// IM_SENT drops as a duplicate). After the platform's 2xx it Creates the key (value: platform
-// message id and time), publishes the events.Receipt on IM_SENT (Nats-Msg-Id "sent/<outId>"),
-// and only then lets the message be acked. Within one process, two copies of an out id are
-// handled one after the other, never side by side. A started send is not cancelled by Stop, so
-// its outcome is recorded.
+// The part's one delivery record is its events.Receipt on IM_SENT, on a subject of its own
+// (events.IMSentPartSubject: im.sent.<platform>.<bot>.<scope>.<scene>.<out>). Before sending,
+// the handler reads the last message on that subject (a "not found" confirmed by the stream
+// leader, natsutil.GetMsg); a hit is skipped and acked. A part an older version delivered has
+// no receipt there but a KV delivered entry (key events.EncodeToken(outId), read only): it is
+// skipped too, and its receipt written. After the platform's 2xx the handler publishes the
+// receipt (platform message id and time; Nats-Msg-Id "sent/<outId>") expecting the subject to
+// be empty, so a part has at most one record, and only then lets the message be acked. Within
+// one process, two copies of an out id are handled one after the other, never side by side. A
+// started send is not cancelled by Stop, so its outcome is recorded. A part published with
+// Fresh skips the lookup on its first delivery.
 //
-// The one remaining window: a crash after the platform accepted the part but before the KV
-// write. The part is redelivered and sent again with the same id; the webhook body's "id" (and
-// the Idempotency-Key header) is the out id, so a receiver can drop the repeat.
+// The one remaining window: a crash after the platform accepted the part but before the
+// receipt was stored. The part is redelivered and sent again with the same id; the webhook
+// body's "id" (and the Idempotency-Key header) is the out id, so a receiver can drop the repeat.
 //
 // # Platforms
 //

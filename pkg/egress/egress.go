@@ -165,7 +165,7 @@ func (o Options) withDefaults() Options {
 // Stats counts what a running egress did.
 type Stats struct {
 	Delivered    uint64 // parts sent and recorded
-	Skipped      uint64 // deliveries of parts already recorded in KV delivered (not sent again)
+	Skipped      uint64 // deliveries of parts already recorded (their IM_SENT receipt, or an older KV delivered entry; not sent again)
 	DeadLettered uint64 // parts moved to DEAD_LETTERS
 	Failures     uint64 // failed send attempts (transient or permanent)
 }
@@ -204,7 +204,7 @@ func (h *Handle) Transcripts() *transcript.DB { return h.db }
 // Stop closes the router (waiting for parts in flight, up to SendTimeout + 5 s), the search
 // service, the archive (when Run opened it) and the subscription connection. Parts whose ack
 // was not sent are redelivered to another replica (or this one after restart) and skipped
-// there via KV delivered. It waits at most until ctx ends and then returns ctx's error while
+// there via their IM_SENT receipt. It waits at most until ctx ends and then returns ctx's error while
 // the shutdown goes on (Done, then a later Stop, report its end). Safe to call more than once
 // and concurrently; every call returns the same result once the shutdown is over.
 func (h *Handle) Stop(ctx context.Context) error {
@@ -246,7 +246,7 @@ func (h *Handle) shutdown() {
 	// context end first); closing it is idempotent and waits for the last acks.
 	_ = h.sub.Close()
 	// Acks are plain publishes: make sure the server has them before the connection goes
-	// (one lost would only mean a redelivery, skipped via KV delivered).
+	// (one lost would only mean a redelivery, skipped via its IM_SENT receipt).
 	if err := h.subConn.FlushTimeout(5 * time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		h.e.log.Warn("egress: flushing the last acks", "err", err)
 	}
@@ -263,7 +263,8 @@ type egress struct {
 	o        Options
 	log      *slog.Logger
 	js       jetstream.JetStream
-	kv       jetstream.KeyValue
+	sent     jetstream.Stream   // IM_SENT: the delivery records (receipts), one subject per part
+	kv       jetstream.KeyValue // KV delivered: records of older versions only (read, never written)
 	senders  map[string]Sender
 	limiter  *limiter
 	inflight inflight
@@ -293,6 +294,10 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 	if err != nil {
 		return nil, fmt.Errorf("egress: KV %s (are the streams provisioned?): %w", events.BucketDelivered, err)
 	}
+	sent, err := js.Stream(ctx, events.StreamIMSent)
+	if err != nil {
+		return nil, fmt.Errorf("egress: stream %s (are the streams provisioned?): %w", events.StreamIMSent, err)
+	}
 	if _, err := js.Stream(ctx, events.StreamDeadLetters); err != nil {
 		return nil, fmt.Errorf("egress: stream %s (are the streams provisioned?): %w", events.StreamDeadLetters, err)
 	}
@@ -315,6 +320,7 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 		o:       o,
 		log:     o.Log.With("role", events.RoleEgress),
 		js:      js,
+		sent:    sent,
 		kv:      kv,
 		senders: buildSenders(o),
 		limiter: newLimiter(o.RateLimits, o.MaxRetryAfter),
@@ -530,7 +536,8 @@ func senderNames(m map[string]Sender) []string {
 	return out
 }
 
-// record is the value of a KV delivered entry.
+// record is what egress knows of a delivered part: from its receipt on IM_SENT, or from a KV
+// delivered entry an older version wrote (same JSON fields).
 type record struct {
 	OutID     string `json:"outId"`
 	MessageID string `json:"messageId"`
@@ -547,6 +554,7 @@ func (e *egress) handle(msg *message.Message) error {
 	}
 	out := ev.Data
 	key := events.EncodeToken(out.OutID)
+	subj := events.IMSentPartSubject(out.SessionKey(), out.OutID)
 	release, err := e.inflight.acquire(ctx, key)
 	if err != nil {
 		return err
@@ -557,18 +565,21 @@ func (e *egress) handle(msg *message.Message) error {
 	// A part its publisher marks fresh was never published before, so on its first delivery
 	// and first attempt nothing can have been sent: the lookup would only find nothing.
 	firstTry := out.Fresh && d.deliveries == 1 && d.attempts == 1
-	switch rec, found, err := e.lookupUnless(ctx, key, firstTry); {
+	switch rec, found, legacy, err := e.lookupUnless(ctx, subj, key, firstTry); {
 	case err != nil:
 		return err
 	case found:
-		// Sent before (a redelivery, or the same out id published again): never twice. The
-		// receipt is published again in case the earlier attempt died before publishing it;
-		// IM_SENT drops the duplicate (same Nats-Msg-Id).
+		// Sent before (a redelivery, or the same out id published again): never twice.
 		e.skipped.Add(1)
 		if e.log.Enabled(ctx, slog.LevelDebug) {
 			d.logger().Debug("egress: already delivered, skipping", "out", out.OutID, "platformMsg", rec.MessageID)
 		}
-		return e.publishReceipt(ctx, ev, rec)
+		if legacy {
+			// Recorded by an older version in KV delivered, which wrote the receipt itself
+			// after the KV entry and may have died in between: write it (once) here.
+			return e.recordReceipt(ctx, ev, subj, rec)
+		}
+		return nil
 	}
 
 	sender, ok := e.senders[out.Platform]
@@ -596,16 +607,13 @@ func (e *egress) handle(msg *message.Message) error {
 	rec := record{OutID: out.OutID, MessageID: pmid, Time: time.Now().UnixMilli()}
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.SendTimeout)
 	defer rcancel()
-	if err := e.remember(rctx, key, rec); err != nil {
+	if err := e.recordReceipt(rctx, ev, subj, rec); err != nil {
 		// The one window for a second send: delivered, but not recorded. The redelivery will
 		// send again; the body's id (the out id) lets the receiver drop it.
 		d.logger().Error("egress: delivered but not recorded; a redelivery may send it again", "out", out.OutID, "err", err)
 		return err
 	}
 	e.delivered.Add(1)
-	if err := e.publishReceipt(rctx, ev, rec); err != nil {
-		return err // redelivered, found in KV, receipt published then
-	}
 	if e.log.Enabled(ctx, slog.LevelDebug) {
 		d.logger().Debug("egress: delivered", "out", out.OutID, "platform", out.Platform, "platformMsg", pmid)
 	}
@@ -623,61 +631,48 @@ func send(ctx context.Context, s Sender, ev *events.Event[events.Outbound]) (str
 }
 
 // lookupUnless is lookup, or "not found" without asking when skip.
-func (e *egress) lookupUnless(ctx context.Context, key string, skip bool) (record, bool, error) {
+func (e *egress) lookupUnless(ctx context.Context, subj, key string, skip bool) (rec record, found, legacy bool, err error) {
 	if skip {
-		return record{}, false, nil
+		return record{}, false, false, nil
 	}
-	return e.lookup(ctx, key)
+	return e.lookup(ctx, subj, key)
 }
 
-// lookup reads the KV delivered entry of key.
-func (e *egress) lookup(ctx context.Context, key string) (record, bool, error) {
+// lookup finds the delivery record of a part: its receipt, the last message on subj in IM_SENT.
+// The answer decides whether to send, so a "not found" is the stream leader's
+// (natsutil.GetMsg), never a lagging replica's. A part an older version delivered has no
+// receipt there but an entry in KV delivered (key; kept DeliveredTTL, 7 days): found, legacy.
+func (e *egress) lookup(ctx context.Context, subj, key string) (rec record, found, legacy bool, err error) {
+	raw, err := natsutil.GetMsg(ctx, e.js, e.sent, natsutil.MsgQuery{LastFor: subj})
+	switch {
+	case err == nil:
+		var r events.Event[events.Receipt]
+		if derr := events.UnmarshalMsg(&nats.Msg{Subject: raw.Subject, Header: raw.Header, Data: raw.Data}, &r); derr != nil {
+			// Still a delivery record: the subject's message is what counts.
+			return record{MessageID: key, Time: raw.Time.UnixMilli()}, true, false, nil
+		}
+		return record{OutID: r.Data.OutID, MessageID: r.Data.MessageID, Time: r.Data.Time}, true, false, nil
+	case !errors.Is(err, jetstream.ErrMsgNotFound):
+		return record{}, false, false, fmt.Errorf("read %s %s: %w", events.StreamIMSent, subj, err)
+	}
 	ent, err := e.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return record{}, false, nil
+		return record{}, false, false, nil
 	}
 	if err != nil {
-		return record{}, false, fmt.Errorf("read %s/%s: %w", events.BucketDelivered, key, err)
+		return record{}, false, false, fmt.Errorf("read %s/%s: %w", events.BucketDelivered, key, err)
 	}
-	var rec record
 	if err := json.Unmarshal(ent.Value(), &rec); err != nil || rec.MessageID == "" {
-		// Still a delivery record: the key's presence is what counts.
 		rec = record{MessageID: key, Time: ent.Created().UnixMilli()}
 	}
-	return rec, true, nil
+	return rec, true, true, nil
 }
 
-// remember writes the KV delivered entry, retrying briefly: losing it is the one way a part
-// could be sent twice.
-func (e *egress) remember(ctx context.Context, key string, rec record) error {
-	val, _ := json.Marshal(rec)
-	wait := 50 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		_, err := e.kv.Create(ctx, key, val)
-		switch {
-		case err == nil:
-			return nil
-		case jsconflict.Is(err):
-			// Another delivery of the same out id got there first (e.g. a replica that took
-			// over after AckWait while this one was still sending).
-			loggerFrom(ctx).Warn("egress: out id recorded concurrently; it may have been sent twice", "key", key)
-			return nil
-		case attempt >= 5 || ctx.Err() != nil:
-			return fmt.Errorf("record %s/%s: %w", events.BucketDelivered, key, err)
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
-		}
-		wait *= 2
-	}
-}
-
-// publishReceipt publishes the im.sent receipt (Nats-Msg-Id "sent/<out id>", so repeats are
-// dropped by IM_SENT within its duplicate window).
-func (e *egress) publishReceipt(ctx context.Context, ev *events.Event[events.Outbound], rec record) error {
+// recordReceipt writes the part's delivery record, the im.sent receipt on subj (Nats-Msg-Id
+// "sent/<out id>"), expecting the subject to be empty, so it is written at most once. It
+// retries briefly: losing it is the one way a part could be sent twice. A retry of a write
+// that did land is dropped by the duplicate window and counts as written.
+func (e *egress) recordReceipt(ctx context.Context, ev *events.Event[events.Outbound], subj string, rec record) error {
 	out := ev.Data
 	r := events.New(events.Receipt{
 		OutID:     out.OutID,
@@ -690,14 +685,32 @@ func (e *egress) publishReceipt(ctx context.Context, ev *events.Event[events.Out
 		Content:   out.Content,
 		Sender:    events.Sender{ID: out.Bot},
 	}, events.WithCorrelation(&ev.Meta))
-	m, err := events.NewMsg(events.IMSentSubject(out.SessionKey()), r)
+	m, err := events.NewMsg(subj, r)
 	if err != nil {
 		return permanent(ReasonInvalid, fmt.Errorf("receipt: %w", err))
 	}
-	if _, err := e.js.PublishMsg(ctx, m); err != nil {
-		return fmt.Errorf("publish receipt %s: %w", out.OutID, err)
+	wait := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		_, err := e.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(0))
+		switch {
+		case err == nil:
+			return nil
+		case jsconflict.Is(err):
+			// Another delivery of the same out id got there first (e.g. a replica that took
+			// over after AckWait while this one was still sending).
+			loggerFrom(ctx).Warn("egress: out id recorded concurrently; it may have been sent twice", "out", out.OutID)
+			return nil
+		case attempt >= 5 || ctx.Err() != nil:
+			return fmt.Errorf("record receipt %s: %w", out.OutID, err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+		wait *= 2
 	}
-	return nil
 }
 
 // inflight serializes the handling of one out id inside this process, so that two copies

@@ -251,7 +251,7 @@ func TestDeliverWebhook(t *testing.T) {
 	}
 
 	// Receipt on IM_SENT, with the platform message id and the outbound's correlation.
-	m := lastMsg(t, srv.JS, events.StreamIMSent, events.IMSentSubject(out.SessionKey()))
+	m := lastMsg(t, srv.JS, events.StreamIMSent, events.IMSentPartSubject(out.SessionKey(), out.OutID))
 	rev := new(events.Event[events.Receipt])
 	if err := events.Unmarshal(m.Data, rev); err != nil {
 		t.Fatal(err)
@@ -263,18 +263,13 @@ func TestDeliverWebhook(t *testing.T) {
 		t.Errorf("receipt Nats-Msg-Id = %q", m.Header.Get(events.HeaderMsgID))
 	}
 
-	// KV delivered has the key.
+	// The receipt is the one delivery record: KV delivered is not written.
 	kv, err := srv.JS.KeyValue(context.Background(), events.BucketDelivered)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ent, err := kv.Get(context.Background(), events.EncodeToken(out.OutID))
-	if err != nil {
-		t.Fatalf("delivered key: %v", err)
-	}
-	var rec record
-	if err := json.Unmarshal(ent.Value(), &rec); err != nil || rec.MessageID != "plat-42" {
-		t.Fatalf("delivered value %s (%v)", ent.Value(), err)
+	if ent, err := kv.Get(context.Background(), events.EncodeToken(out.OutID)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("KV delivered has %v (%v), want no entry", ent, err)
 	}
 	if s := h.Stats(); s.Delivered != 1 || s.DeadLettered != 0 {
 		t.Fatalf("stats = %+v", s)
@@ -308,6 +303,38 @@ func TestSameOutIDTwiceSentOnce(t *testing.T) {
 	}
 	if n := streamMsgs(t, srv.JS, events.StreamIMSent, events.PrefixIMSent+".>"); n != 1 {
 		t.Fatalf("%d receipts, want 1", n)
+	}
+}
+
+// TestLegacyDeliveredRecord: a part an older version delivered has an entry in KV delivered
+// and maybe no receipt on its subject. Its redelivery is not sent again, and its receipt is
+// written once.
+func TestLegacyDeliveredRecord(t *testing.T) {
+	srv := natstest.New(t)
+	cb := newCallback(t, nil)
+	h := start(t, fastOptions(srv, testConfig(cb), t))
+	out := outbound("turnL-0")
+	kv, err := srv.JS.KeyValue(context.Background(), events.BucketDelivered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	val := mustJSON(t, record{OutID: out.OutID, MessageID: "plat-old", Time: 1767225600000})
+	if _, err := kv.Create(context.Background(), events.EncodeToken(out.OutID), []byte(val)); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, srv.JS, out, "old-1")
+	publish(t, srv.JS, out, "old-2")
+	waitFor(t, "both copies skipped", func() bool { return h.Stats().Skipped == 2 })
+	if n := cb.count(); n != 0 {
+		t.Fatalf("callback got %d posts, want 0 (delivered by the older version)", n)
+	}
+	if n := streamMsgs(t, srv.JS, events.StreamIMSent, events.PrefixIMSent+".>"); n != 1 {
+		t.Fatalf("%d receipts, want 1", n)
+	}
+	m := lastMsg(t, srv.JS, events.StreamIMSent, events.IMSentPartSubject(out.SessionKey(), out.OutID))
+	rev := new(events.Event[events.Receipt])
+	if err := events.Unmarshal(m.Data, rev); err != nil || rev.Data.MessageID != "plat-old" {
+		t.Fatalf("receipt %+v (%v), want the older record's platform message id", rev.Data, err)
 	}
 }
 
@@ -542,17 +569,9 @@ func TestConsole(t *testing.T) {
 	if ev.Data.OutID != out.OutID || ev.Data.Content.PlainText() != out.Content.PlainText() || ev.Trace != testTrace {
 		t.Fatalf("console got %+v trace %q", ev.Data, ev.Trace)
 	}
+	// The receipt (the delivery record) is written before the delivery is counted.
 	waitFor(t, "receipt", func() bool { return h.Stats().Delivered == 1 })
-	// The receipt is published after the delivery is counted.
-	sent, err := srv.JS.Stream(context.Background(), events.StreamIMSent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "receipt message", func() bool {
-		_, err := sent.GetLastMsgForSubject(context.Background(), events.IMSentSubject(out.SessionKey()))
-		return err == nil
-	})
-	rm := lastMsg(t, srv.JS, events.StreamIMSent, events.IMSentSubject(out.SessionKey()))
+	rm := lastMsg(t, srv.JS, events.StreamIMSent, events.IMSentPartSubject(out.SessionKey(), out.OutID))
 	var rev events.Event[events.Receipt]
 	if err := events.Unmarshal(rm.Data, &rev); err != nil || rev.Data.MessageID != out.OutID {
 		t.Fatalf("receipt %v %+v", err, rev.Data)

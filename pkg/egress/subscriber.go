@@ -24,7 +24,7 @@ import (
 // group to its subscriptions at random, so two parts of a reply could overtake each other.)
 //
 // A message is acked only after the handler returned nil (a plain ack: the part is recorded in
-// KV delivered by then, so a lost ack costs a redelivery that is skipped, not a second send);
+// IM_SENT (its receipt) by then, so a lost ack costs a redelivery that is skipped, not a second send);
 // NAKed with redeliveryDelay after an error; and left unacked when the subscriber closes
 // before a verdict, so JetStream redelivers it after AckWait.
 //
@@ -179,7 +179,7 @@ func (s *laneSubscriber) settle(ctx context.Context, m jetstream.Msg, wm *messag
 	for {
 		select {
 		case <-wm.Acked():
-			// A plain ack, not a confirmed one: by now the part is recorded in KV delivered,
+			// A plain ack, not a confirmed one: by now the part is recorded by its IM_SENT receipt,
 			// so an ack that gets lost only means a redelivery that is skipped, and waiting
 			// for the server's confirmation would cost a round trip per part.
 			if err := m.Ack(); err != nil {

@@ -72,6 +72,12 @@ type TurnStarted struct {
 	Parent string `json:"parent,omitempty"`
 	// Resumed counts how often the turn was resumed after a crash (0 on the first run).
 	Resumed int `json:"resumed,omitempty"`
+	// Steps holds the turn's first finished messages (the assistant message that asked for
+	// tools, and what came before it in the turn) when they were recorded together with the
+	// start: a turn writes its turn_started with its first record instead of before its first
+	// LLM call, which saves an append per turn. Readers treat each entry exactly like a
+	// message_end record (store.TurnLog expands them into such records).
+	Steps []MessageEnd `json:"steps,omitempty"`
 }
 
 func (TurnStarted) EventType() string { return TypeTurnStarted }
@@ -85,6 +91,11 @@ func (t TurnStarted) Validate() error {
 		return required("trigger.seq")
 	case t.Model.ID == "":
 		return required("model.id")
+	}
+	for i, m := range t.Steps {
+		if err := m.Validate(); err != nil {
+			return within("steps["+strconv.Itoa(i)+"]", err)
+		}
 	}
 	return nil
 }
@@ -191,6 +202,10 @@ type TurnCommitted struct {
 	// (store.TurnLog expands them into such records). A message that an LLM step must not
 	// repeat, an assistant message with tool calls, is always recorded before its calls run.
 	Tail []MessageEnd `json:"tail,omitempty"`
+	// Started is the turn's start when the turn wrote no record before its commit (a turn that
+	// made no tool call): one append for the whole turn. Readers treat it exactly like a
+	// turn_started record before the tail (store.TurnLog expands it into one).
+	Started *TurnStarted `json:"started,omitempty"`
 }
 
 func (TurnCommitted) EventType() string { return TypeTurnCommitted }
@@ -199,6 +214,11 @@ func (TurnCommitted) EventType() string { return TypeTurnCommitted }
 func (t TurnCommitted) Validate() error {
 	if t.LastSeq < t.FirstSeq {
 		return badField("lastSeq", "%d is before firstSeq %d", t.LastSeq, t.FirstSeq)
+	}
+	if t.Started != nil {
+		if err := t.Started.Validate(); err != nil {
+			return within("started", err)
+		}
 	}
 	for i, m := range t.Tail {
 		if err := m.Validate(); err != nil {

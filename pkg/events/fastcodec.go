@@ -787,6 +787,18 @@ func (t *TurnStarted) appendJSON(b []byte) ([]byte, bool) {
 		b = append(b, `,"resumed":`...)
 		b = strconv.AppendInt(b, int64(t.Resumed), 10)
 	}
+	if ok && len(t.Steps) > 0 {
+		b = append(b, `,"steps":[`...)
+		for i := range t.Steps {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			if b, ok = t.Steps[i].appendJSON(b); !ok {
+				return b, false
+			}
+		}
+		b = append(b, ']')
+	}
 	return append(b, '}'), ok
 }
 
@@ -824,6 +836,8 @@ func (t *TurnStarted) decodeJSON(d *decoder) bool {
 			return field(8, d.str(&t.Parent))
 		case "resumed":
 			return field(9, d.int(&t.Resumed))
+		case "steps":
+			return field(10, slice(d, &t.Steps, (*MessageEnd).decodeJSON))
 		}
 		return -1
 	})
@@ -962,6 +976,12 @@ func (t *TurnCommitted) appendJSON(b []byte) ([]byte, bool) {
 		}
 		b = append(b, ']')
 	}
+	if t.Started != nil {
+		b = append(b, `,"started":`...)
+		if b, ok = t.Started.appendJSON(b); !ok {
+			return b, false
+		}
+	}
 	return append(b, '}'), true
 }
 
@@ -980,6 +1000,12 @@ func (t *TurnCommitted) decodeJSON(d *decoder) bool {
 			return field(4, decodeStopReason(d, &t.StopReason))
 		case "tail":
 			return field(5, slice(d, &t.Tail, (*MessageEnd).decodeJSON))
+		case "started":
+			if d.peek() == 'n' {
+				return field(6, d.lit("null"))
+			}
+			t.Started = new(TurnStarted)
+			return field(6, t.Started.decodeJSON(d))
 		}
 		return -1
 	})
@@ -1254,12 +1280,12 @@ var fastLayouts = map[reflect.Type]string{
 	reflect.TypeFor[Listen]():             "Message events.IMMessage `json:\"message\"`; IMSeq uint64 `json:\"imSeq,omitempty\"`",
 	reflect.TypeFor[InboxRef]():           "Seq uint64 `json:\"seq\"`; ID string `json:\"id,omitempty\"`; Type string `json:\"type,omitempty\"`",
 	reflect.TypeFor[ModelRef]():           "Provider string `json:\"provider,omitempty\"`; ID string `json:\"id\"`; API string `json:\"api,omitempty\"`",
-	reflect.TypeFor[TurnStarted]():        "Turn string `json:\"turn\"`; Trigger events.InboxRef `json:\"trigger\"`; Merged []events.InboxRef `json:\"merged,omitempty\"`; Model events.ModelRef `json:\"model\"`; ContextSeq uint64 `json:\"contextSeq\"`; Input []llm.Message `json:\"input\"`; Worker string `json:\"worker,omitempty\"`; LeaseRevision uint64 `json:\"leaseRevision,omitempty\"`; Parent string `json:\"parent,omitempty\"`; Resumed int `json:\"resumed,omitempty\"`",
+	reflect.TypeFor[TurnStarted]():        "Turn string `json:\"turn\"`; Trigger events.InboxRef `json:\"trigger\"`; Merged []events.InboxRef `json:\"merged,omitempty\"`; Model events.ModelRef `json:\"model\"`; ContextSeq uint64 `json:\"contextSeq\"`; Input []llm.Message `json:\"input\"`; Worker string `json:\"worker,omitempty\"`; LeaseRevision uint64 `json:\"leaseRevision,omitempty\"`; Parent string `json:\"parent,omitempty\"`; Resumed int `json:\"resumed,omitempty\"`; Steps []events.MessageEnd `json:\"steps,omitempty\"`",
 	reflect.TypeFor[MessageEnd]():         "Index int `json:\"index\"`; Message llm.Message `json:\"message\"`",
 	reflect.TypeFor[ToolCallRequested]():  "CallID string `json:\"callId\"`; Tool string `json:\"tool\"`; Args map[string]interface {} `json:\"args\"`; Idempotent bool `json:\"idempotent,omitempty\"`; Seq uint64 `json:\"seq,omitempty\"`",
 	reflect.TypeFor[ToolResultRecorded](): "Result events.ToolResult `json:\"result\"`; Seq uint64 `json:\"seq,omitempty\"`",
 	reflect.TypeFor[OutboundPublished]():  "OutID string `json:\"outId\"`; Part int `json:\"part\"`; Seq uint64 `json:\"seq,omitempty\"`",
-	reflect.TypeFor[TurnCommitted]():      "FirstSeq uint64 `json:\"firstSeq\"`; LastSeq uint64 `json:\"lastSeq\"`; Messages int `json:\"messages\"`; Usage *llm.Usage `json:\"usage,omitempty\"`; StopReason llm.StopReason `json:\"stopReason,omitempty\"`; Tail []events.MessageEnd `json:\"tail,omitempty\"`",
+	reflect.TypeFor[TurnCommitted]():      "FirstSeq uint64 `json:\"firstSeq\"`; LastSeq uint64 `json:\"lastSeq\"`; Messages int `json:\"messages\"`; Usage *llm.Usage `json:\"usage,omitempty\"`; StopReason llm.StopReason `json:\"stopReason,omitempty\"`; Tail []events.MessageEnd `json:\"tail,omitempty\"`; Started *events.TurnStarted `json:\"started,omitempty\"`",
 	reflect.TypeFor[TurnFailed]():         "Reason string `json:\"reason\"`; Error string `json:\"error,omitempty\"`; Retryable bool `json:\"retryable,omitempty\"`",
 	reflect.TypeFor[CtxMessages]():        "Messages []llm.Message `json:\"messages\"`",
 	reflect.TypeFor[LiveDelta]():          "Kind string `json:\"kind\"`; ContentIndex int `json:\"contentIndex\"`; Delta string `json:\"delta,omitempty\"`; Seq uint64 `json:\"seq\"`; Message int `json:\"message,omitempty\"`",

@@ -8,7 +8,7 @@ import (
 const (
 	TypeIMMessage = "im.message" // IM_IN     im.in.<platform>.<bot>.<scope>.<scene>
 	TypeIMOut     = "im.out"     // IM_OUT    im.out.<platform>.<bot>.<scope>.<scene>
-	TypeIMSent    = "im.sent"    // IM_SENT   im.sent.<platform>.<bot>.<scope>.<scene>
+	TypeIMSent    = "im.sent"    // IM_SENT   im.sent.<platform>.<bot>.<scope>.<scene>.<out>
 )
 
 // Segment types of a message's content, as in the seed's MessageElement[] ({type, data}).
@@ -361,8 +361,9 @@ func (o Outbound) Validate() error {
 }
 
 // Receipt records that a part was delivered (IM_SENT, type "im.sent"), published on
-// IMSentSubject(key) with Nats-Msg-Id = "sent/" + OutID. It carries the content so the
-// transcript archiver can write the outbound row without joining IM_OUT.
+// IMSentPartSubject(key, OutID) with Nats-Msg-Id = "sent/" + OutID. It is egress's one
+// delivery record: "already delivered?" is the last message on that subject. It carries the
+// content so the transcript archiver can write the outbound row without joining IM_OUT.
 type Receipt struct {
 	OutID    string `json:"outId"`
 	Turn     string `json:"turn,omitempty"`

@@ -25,7 +25,7 @@ const schemaDir = "../../docs/events"
 var schemaSubjects = map[string]string{
 	TypeIMMessage:          "IM_IN, subject im.in.<platform>.<bot>.<scope>.<scene>",
 	TypeIMOut:              "IM_OUT, subject im.out.<platform>.<bot>.<scope>.<scene>",
-	TypeIMSent:             "IM_SENT, subject im.sent.<platform>.<bot>.<scope>.<scene>",
+	TypeIMSent:             "IM_SENT, subject im.sent.<platform>.<bot>.<scope>.<scene>.<out>",
 	TypeUserMessage:        "SESSION_IN, subject agent.in.<sk>",
 	TypeListen:             "SESSION_IN, subject agent.in.<sk>",
 	TypeCommand:            "SESSION_IN, subject agent.in.<sk>",

@@ -36,9 +36,10 @@ const (
 	BucketApprovals = "approvals"
 	BucketModels    = "models"
 	BucketDelivered = "delivered"
-	// BucketWebhookSeen holds the ids of accepted webhook requests, each with its own TTL (at
-	// least the signature tolerance window), so a replayed signed body is refused after the
-	// streams' 2-minute dedupe window too.
+	// BucketWebhookSeen was the replay guard of the webhook adapter (ids of accepted requests).
+	// Nothing writes it any more: IM_IN's and SESSION_IN's dedupe window (Spec.InboundDuplicates,
+	// at least twice the webhook's signature tolerance) refuses a replay instead. Provision no
+	// longer creates it; a bucket left from an older version is harmless and may be deleted.
 	BucketWebhookSeen = "webhook_seen"
 	ObjectMedia       = "media"
 )
@@ -59,7 +60,14 @@ type Spec struct {
 	ToolResultsMaxAge time.Duration // TOOL_RESULTS (default 7 days)
 	OutMaxAge         time.Duration // IM_OUT (default 7 days)
 	DeadLetterMaxAge  time.Duration // DEAD_LETTERS (default 30 days)
-	Duplicates        time.Duration // dedupe window of every stream (default 2 minutes)
+	Duplicates        time.Duration // dedupe window of every stream but IM_IN and SESSION_IN (default 2 minutes)
+	// InboundDuplicates is the dedupe window of IM_IN and SESSION_IN (default 11 minutes). It is
+	// the webhook's replay guard: a signed request is valid while its timestamp is within the
+	// tolerance either way, so for 2 × tolerance, and a replay inside the window is dropped as a
+	// duplicate (IM_IN by the platform message id, SESSION_IN by the inbox event's stable id).
+	// It must be at least 2 × im.webhook.toleranceSeconds (config validation and the ingest
+	// role's start check it). The server keeps the ids of the window in memory.
+	InboundDuplicates time.Duration
 
 	SessionsHistory uint8         // KV sessions history (default 5)
 	ToolsTTL        time.Duration // KV tools entry lifetime; workers refresh well before (default 2 minutes)
@@ -78,6 +86,9 @@ const (
 	DefaultOutMaxAge         = 7 * 24 * time.Hour
 	DefaultDeadLetterMaxAge  = 30 * 24 * time.Hour
 	DefaultDuplicates        = 2 * time.Minute
+	// DefaultInboundDuplicates covers the default webhook tolerance (300 s) both ways plus a
+	// minute of clock skew between ingest replicas.
+	DefaultInboundDuplicates = 11 * time.Minute
 	DefaultSessionsHistory   = 5
 	DefaultToolsTTL          = 2 * time.Minute
 	DefaultModelsTTL         = time.Hour
@@ -106,6 +117,7 @@ func (s Spec) WithDefaults() Spec {
 	def(&s.OutMaxAge, DefaultOutMaxAge)
 	def(&s.DeadLetterMaxAge, DefaultDeadLetterMaxAge)
 	def(&s.Duplicates, DefaultDuplicates)
+	def(&s.InboundDuplicates, DefaultInboundDuplicates)
 	def(&s.ToolsTTL, DefaultToolsTTL)
 	def(&s.ModelsTTL, DefaultModelsTTL)
 	def(&s.DeliveredTTL, DefaultDeliveredTTL)
@@ -152,7 +164,9 @@ func (s Spec) stream(name, desc string, subjects []string, maxAge time.Duration)
 // IMInStream is IM_IN: every normalized inbound message, deduplicated on the platform message id.
 func (s Spec) IMInStream() jetstream.StreamConfig {
 	s = s.WithDefaults()
-	return s.stream(StreamIMIn, "agentbus: normalized inbound IM messages", []string{all(PrefixIMIn)}, s.IMInMaxAge)
+	c := s.stream(StreamIMIn, "agentbus: normalized inbound IM messages", []string{all(PrefixIMIn)}, s.IMInMaxAge)
+	c.Duplicates = dup(s.InboundDuplicates, s.IMInMaxAge)
+	return c
 }
 
 // SessionInStream is SESSION_IN: the per-session inboxes agent.in.<sk>, plus the schedule
@@ -163,6 +177,7 @@ func (s Spec) SessionInStream() jetstream.StreamConfig {
 	s = s.WithDefaults()
 	c := s.stream(StreamSessionIn, "agentbus: per-session inbox and schedules",
 		[]string{all(PrefixAgentIn), all(PrefixSchedule)}, s.SessionInMaxAge)
+	c.Duplicates = dup(s.InboundDuplicates, s.SessionInMaxAge)
 	c.AllowMsgSchedules = true
 	c.AllowMsgTTL = true
 	c.AllowRollup = true
@@ -315,20 +330,11 @@ func (s Spec) TasksKV() jetstream.KeyValueConfig {
 	return c
 }
 
-// WebhookSeenKV is KV webhook_seen: key = a hash of bot and message id, value empty, a per-key
-// TTL set by the webhook adapter (LimitMarkerTTL turns per-key TTLs on).
-func (s Spec) WebhookSeenKV() jetstream.KeyValueConfig {
-	s = s.WithDefaults()
-	c := s.kv(BucketWebhookSeen, "agentbus: accepted webhook request ids (replay protection)")
-	c.LimitMarkerTTL = s.MarkerTTL
-	return c
-}
-
 // KeyValues returns every KV bucket config.
 func (s Spec) KeyValues() []jetstream.KeyValueConfig {
 	return []jetstream.KeyValueConfig{
 		s.SessionsKV(), s.LeasesKV(), s.ToolsKV(), s.ProfilesKV(), s.ApprovalsKV(), s.ModelsKV(), s.DeliveredKV(),
-		s.TasksKV(), s.WebhookSeenKV(),
+		s.TasksKV(),
 	}
 }
 

@@ -55,8 +55,17 @@ func IMInSubject(k SessionKey) string { return sceneSubject(PrefixIMIn, k) }
 // IMOutSubject is im.out.<platform>.<bot>.<scope>.<scene>.
 func IMOutSubject(k SessionKey) string { return sceneSubject(PrefixIMOut, k) }
 
-// IMSentSubject is im.sent.<platform>.<bot>.<scope>.<scene>.
+// IMSentSubject is im.sent.<platform>.<bot>.<scope>.<scene>: the subject receipts had before
+// they carried their out id (IMSentPartSubject). IM_SENT may still hold such receipts; nothing
+// publishes on it any more.
 func IMSentSubject(k SessionKey) string { return sceneSubject(PrefixIMSent, k) }
+
+// IMSentPartSubject is im.sent.<platform>.<bot>.<scope>.<scene>.<out>, <out> the token of the
+// out id: one subject per delivered part, so that "was this part delivered?" is a get of the
+// last message on it, and a receipt is written at most once (expected last subject sequence 0).
+func IMSentPartSubject(k SessionKey, outID string) string {
+	return sceneSubject(PrefixIMSent, k) + "." + EncodeToken(outID)
+}
 
 // AgentInSubject is agent.in.<sk>, the session's inbox.
 func AgentInSubject(k SessionKey) string { return PrefixAgentIn + "." + k.Token() }
@@ -206,8 +215,30 @@ func ParseIMInSubject(subj string) (SessionKey, error) { return parseScene(subj,
 // ParseIMOutSubject reverses IMOutSubject.
 func ParseIMOutSubject(subj string) (SessionKey, error) { return parseScene(subj, PrefixIMOut) }
 
-// ParseIMSentSubject reverses IMSentSubject.
-func ParseIMSentSubject(subj string) (SessionKey, error) { return parseScene(subj, PrefixIMSent) }
+// ParseIMSentSubject reverses IMSentSubject, and IMSentPartSubject without the out id.
+func ParseIMSentSubject(subj string) (SessionKey, error) {
+	k, _, err := ParseIMSentPartSubject(subj)
+	return k, err
+}
+
+// ParseIMSentPartSubject reverses IMSentPartSubject; an older receipt's subject (IMSentSubject,
+// no out id) gives an empty out id.
+func ParseIMSentPartSubject(subj string) (SessionKey, string, error) {
+	if strings.Count(subj, ".") != 6 {
+		k, err := parseScene(subj, PrefixIMSent)
+		return k, "", err
+	}
+	i := strings.LastIndexByte(subj, '.')
+	k, err := parseScene(subj[:i], PrefixIMSent)
+	if err != nil {
+		return SessionKey{}, "", err
+	}
+	out, err := DecodeToken(subj[i+1:])
+	if err != nil {
+		return SessionKey{}, "", invalid("subject", "%q: out id: %v", subj, err)
+	}
+	return k, out, nil
+}
 
 // ParseAgentInSubject reverses AgentInSubject.
 func ParseAgentInSubject(subj string) (SessionKey, error) {

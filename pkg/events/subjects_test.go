@@ -137,6 +137,8 @@ func TestExactSubjects(t *testing.T) {
 		IMInSubject(k):                           "im.in.qq.10001.group.123",
 		IMOutSubject(k):                          "im.out.qq.10001.group.123",
 		IMSentSubject(k):                         "im.sent.qq.10001.group.123",
+		IMSentPartSubject(k, "T1-0"):             "im.sent.qq.10001.group.123.T1-0",
+		IMSentPartSubject(k, "task-a.b-1"):       "im.sent.qq.10001.group.123.task-a=2Eb-1",
 		AgentInSubject(k):                        "agent.in.qq=3A10001=3Agroup=3A123",
 		AgentEvtSubject(k, "T1", "turn_started"): "agent.evt.qq=3A10001=3Agroup=3A123.T1.turn_started",
 		AgentEvtTurnFilter(k, "T1"):              "agent.evt.qq=3A10001=3Agroup=3A123.T1.*",
@@ -191,5 +193,36 @@ func BenchmarkAgentInSubject(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = AgentInSubject(k)
+	}
+}
+
+func TestIMSentPartSubject(t *testing.T) {
+	k := SessionKey{Platform: "qq", Bot: "10001", Scope: ScopeGroup, Scene: "a.b:c"}
+	tests := []struct {
+		name, subj, wantOut string
+		wantErr             bool
+	}{
+		{"part", IMSentPartSubject(k, "T1-0"), "T1-0", false},
+		{"out id with dots", IMSentPartSubject(k, "refusal-in-webhook_b1.x"), "refusal-in-webhook_b1.x", false},
+		{"older receipt: no out id", IMSentSubject(k), "", false},
+		{"bad out token", IMSentSubject(k) + ".a=2e", "", true},
+		{"too many tokens", IMSentPartSubject(k, "x") + ".y", "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			gk, out, err := ParseIMSentPartSubject(tt.subj)
+			if tt.wantErr {
+				if err == nil {
+					t.Fatalf("ParseIMSentPartSubject(%q) = %v %q, want an error", tt.subj, gk, out)
+				}
+				return
+			}
+			if err != nil || gk != k || out != tt.wantOut {
+				t.Fatalf("ParseIMSentPartSubject(%q) = %v %q %v, want %v %q", tt.subj, gk, out, err, k, tt.wantOut)
+			}
+			if sk, err := ParseIMSentSubject(tt.subj); err != nil || sk != k {
+				t.Errorf("ParseIMSentSubject(%q) = %v %v", tt.subj, sk, err)
+			}
+		})
 	}
 }

@@ -37,7 +37,7 @@ func BenchmarkWebhook(b *testing.B) {
 	wh.RateLimit.PerBot.PerSecond, wh.RateLimit.PerSender.PerSecond = -1, -1
 	in := New(&fakeJS{}, cfg.AI, map[string]BotRoles{"webhook/bench": {}}, nil)
 	mux := http.NewServeMux()
-	NewWebhookHandler(in, wh, nil, nil).Routes(mux)
+	NewWebhookHandler(in, wh, nil).Routes(mux)
 	bodies := make([][]byte, 64)
 	sigs := make([]string, len(bodies))
 	for i := range bodies {

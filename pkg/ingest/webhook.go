@@ -2,10 +2,7 @@ package ingest
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,37 +20,24 @@ import (
 // PlatformWebhook is the platform name of messages that arrive over the webhook adapter.
 const PlatformWebhook = "webhook"
 
-// SeenStore remembers the ids of accepted webhook requests, so that a replayed signed body is
-// refused after the streams' dedupe window too. Implementations must be safe for concurrent use
-// and durable across restarts; KVSeen is the one agentbus uses.
-type SeenStore interface {
-	// Seen reports whether key was remembered and has not expired.
-	Seen(ctx context.Context, key string) (bool, error)
-	// Remember stores key for ttl. Remembering a key twice is not an error.
-	Remember(ctx context.Context, key string, ttl time.Duration) error
-}
-
-// KVSeen is a SeenStore on KV webhook_seen (events.Spec.WebhookSeenKV): one empty value per
-// key, each with its own TTL.
-type KVSeen struct{ KV jetstream.KeyValue }
-
-// Seen implements SeenStore.
-func (s KVSeen) Seen(ctx context.Context, key string) (bool, error) {
-	_, err := s.KV.Get(ctx, key)
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return false, nil
-	}
-	return false, fmt.Errorf("ingest: webhook_seen get: %w", err)
-}
-
-// Remember implements SeenStore.
-func (s KVSeen) Remember(ctx context.Context, key string, ttl time.Duration) error {
-	_, err := s.KV.Create(ctx, key, nil, jetstream.KeyTTL(ttl))
-	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		return fmt.Errorf("ingest: webhook_seen create: %w", err)
+// CheckReplayWindow returns an error wrapping ErrReplayWindow when the dedupe window of IM_IN
+// or SESSION_IN, as provisioned on the server, is shorter than twice the webhook's tolerance
+// (cfg.ToleranceSeconds, default 300): the webhook adapter refuses a replayed signed request
+// only by those windows (IM_IN drops the repeated platform message id, SESSION_IN the repeated
+// inbox event), and a request stays valid for 2 × tolerance. The ingest role calls it at start,
+// which also catches streams an administrator provisioned with other settings.
+func CheckReplayWindow(ctx context.Context, js jetstream.StreamManager, cfg config.Webhook) error {
+	cfg.ApplyDefaults()
+	need := 2 * time.Duration(cfg.ToleranceSeconds) * time.Second
+	for _, name := range []string{events.StreamIMIn, events.StreamSessionIn} {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			return fmt.Errorf("ingest: replay window: open stream %s: %w", name, err)
+		}
+		if d := st.CachedInfo().Config.Duplicates; d < need {
+			return fmt.Errorf("%w: stream %s dedupes for %s, im.webhook.toleranceSeconds %d needs at least %s (set nats.inboundDuplicatesMs, and a max age at least as long)",
+				ErrReplayWindow, name, d, cfg.ToleranceSeconds, need)
+		}
 	}
 	return nil
 }
@@ -71,8 +55,11 @@ func (s KVSeen) Remember(ctx context.Context, key string, ttl time.Duration) err
 // Two signature schemes are accepted, keyed with the bot's secret: Standard Webhooks
 // (webhook-id, webhook-timestamp, webhook-signature over id.timestamp.body) and
 // X-Agentbus-Signature (HMAC-SHA256 of the body, whose "time" field, Unix ms, is then the
-// signed timestamp and required). A request id accepted once is refused as a duplicate for
-// twice the tolerance window (KV webhook_seen), and later by its timestamp.
+// signed timestamp and required). A request id accepted once is answered as a duplicate, with
+// nothing published again, for the dedupe window of IM_IN and SESSION_IN (at least twice the
+// tolerance, CheckReplayWindow), and refused later by its timestamp. A repeat of a request that
+// failed half-way (IM_IN took it, SESSION_IN did not) completes it: the inbox event carries a
+// stable id, so only what is missing is stored.
 //
 // Nothing is published for a rejected request.
 type WebhookHandler struct {
@@ -80,7 +67,6 @@ type WebhookHandler struct {
 	bots      map[string]config.WebhookBot
 	cfg       config.Webhook
 	tolerance time.Duration
-	seen      SeenStore
 	perBot    *keyedLimiter
 	perSender *keyedLimiter
 	inFlight  chan struct{}
@@ -89,9 +75,9 @@ type WebhookHandler struct {
 }
 
 // NewWebhookHandler returns the handler for cfg's bots and limits (zero limits take their
-// defaults, config.Webhook.ApplyDefaults). seen may be nil: then replays are refused only
-// within the streams' dedupe window and by the timestamp check.
-func NewWebhookHandler(in *Ingestor, cfg config.Webhook, seen SeenStore, log *slog.Logger) *WebhookHandler {
+// defaults, config.Webhook.ApplyDefaults). Replays are refused by the streams' dedupe window and
+// the timestamp check: check the window with CheckReplayWindow before serving.
+func NewWebhookHandler(in *Ingestor, cfg config.Webhook, log *slog.Logger) *WebhookHandler {
 	cfg.ApplyDefaults()
 	m := make(map[string]config.WebhookBot, len(cfg.Bots))
 	for _, b := range cfg.Bots {
@@ -102,7 +88,7 @@ func NewWebhookHandler(in *Ingestor, cfg config.Webhook, seen SeenStore, log *sl
 	}
 	rl := cfg.RateLimit
 	return &WebhookHandler{
-		in: in, bots: m, cfg: cfg, seen: seen, log: log, now: time.Now,
+		in: in, bots: m, cfg: cfg, log: log, now: time.Now,
 		tolerance: time.Duration(cfg.ToleranceSeconds) * time.Second,
 		perBot:    newKeyedLimiter(rl.PerBot.PerSecond, rl.PerBot.Burst, len(m)+1),
 		perSender: newKeyedLimiter(rl.PerSender.PerSecond, rl.PerSender.Burst, rl.MaxSenders),
@@ -181,19 +167,6 @@ func (h *WebhookHandler) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	key := seenKey(botID, in.ID)
-	if h.seen != nil {
-		seen, err := h.seen.Seen(ctx, key)
-		if err != nil {
-			h.log.Error("webhook replay check failed", "bot", botID, "msg", in.ID, "err", err)
-			httpError(w, http.StatusServiceUnavailable, "not accepted, retry later")
-			return
-		}
-		if seen {
-			writeAccepted(w, Result{Duplicate: true})
-			return
-		}
-	}
 	msg := ToIMMessage(botID, in)
 	res, err := h.in.Ingest(ctx, msg)
 	switch {
@@ -205,19 +178,7 @@ func (h *WebhookHandler) serve(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusServiceUnavailable, "not accepted, retry later")
 		return
 	}
-	if h.seen != nil {
-		// Both sides of the window: a timestamp up to tolerance ahead stays valid for 2×tolerance.
-		if err := h.seen.Remember(ctx, key, 2*h.tolerance+time.Minute); err != nil {
-			h.log.Warn("webhook replay record failed", "bot", botID, "msg", in.ID, "err", err)
-		}
-	}
 	writeAccepted(w, res)
-}
-
-// seenKey is the webhook_seen key of a message: a hash, since ids may hold any character.
-func seenKey(bot, id string) string {
-	sum := sha256.Sum256([]byte(bot + "\x00" + id))
-	return hex.EncodeToString(sum[:16])
 }
 
 func tooMany(w http.ResponseWriter, d time.Duration, msg string) {

@@ -3,10 +3,10 @@ package ingest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -128,10 +128,12 @@ func TestWebhookSignatureSchemes(t *testing.T) {
 	}
 }
 
-// TestWebhookReplayAfterDedupeWindow: a signed body accepted once is refused again after the
-// stream's dedupe window has passed, across a server restart; the control handler without
-// the KV shows the dedupe window alone would have let it through.
-func TestWebhookReplayAfterDedupeWindow(t *testing.T) {
+// TestWebhookReplayInsideTolerance: a signed body accepted once is answered as a duplicate, and
+// nothing is stored again, when it is replayed while its signature is still valid, across a
+// server restart. The guard is the dedupe window of IM_IN and SESSION_IN (no KV write per
+// request): the control shrinks both windows, which CheckReplayWindow then refuses, and shows
+// that without them the replay would be taken as a new message.
+func TestWebhookReplayInsideTolerance(t *testing.T) {
 	dir := t.TempDir()
 	now := time.Now()
 	b := body("r1", "u1", now)
@@ -139,31 +141,18 @@ func TestWebhookReplayAfterDedupeWindow(t *testing.T) {
 
 	ns1 := natstest.New(t, natstest.WithStoreDir(dir))
 	srv1, _ := serveWebhook(t, ns1, config.Webhook{})
-	if got := send(t, srv1.URL+"/webhook/b1", h, b); got.code != 202 {
+	if got := send(t, srv1.URL+"/webhook/b1", h, b); got.code != 202 || strings.Contains(got.body, `"duplicate":true`) {
 		t.Fatalf("first post: %d %s", got.code, got.body)
+	}
+	inbox := streamMsgs(t, ns1.JS, events.StreamSessionIn)
+	if inbox == 0 {
+		t.Fatal("the first post put nothing into SESSION_IN")
 	}
 	srv1.Close()
 	ns1.NC.Close()
 	ns1.Embedded.Close()
 
 	ns2 := natstest.New(t, natstest.WithStoreDir(dir))
-	// Shrink IM_IN's dedupe window so that it is over by the time of the replay.
-	ctx := context.Background()
-	st, err := ns2.JS.Stream(ctx, events.StreamIMIn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := info.Config
-	sc.Duplicates = 500 * time.Millisecond
-	if _, err := ns2.JS.UpdateStream(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(2 * time.Second)
-
 	srv2, _ := serveWebhook(t, ns2, config.Webhook{})
 	got := send(t, srv2.URL+"/webhook/b1", h, b)
 	if got.code != 202 || !strings.Contains(got.body, `"duplicate":true`) {
@@ -172,17 +161,31 @@ func TestWebhookReplayAfterDedupeWindow(t *testing.T) {
 	if n := streamMsgs(t, ns2.JS, events.StreamIMIn); n != 1 {
 		t.Fatalf("IM_IN has %d messages after the replay, want 1", n)
 	}
+	if n := streamMsgs(t, ns2.JS, events.StreamSessionIn); n != inbox {
+		t.Fatalf("SESSION_IN has %d messages after the replay, want %d", n, inbox)
+	}
 
-	// Control: the same replay through a handler without replay protection is published again.
-	cfg, _ := config.Parse(nil)
-	in := New(ns2.JS, cfg.AI, map[string]BotRoles{"webhook/b1": {}}, nil)
-	mux := http.NewServeMux()
-	NewWebhookHandler(in, config.Webhook{Bots: []config.WebhookBot{{ID: "b1", Secret: secret}}}, nil, nil).Routes(mux)
-	srv3 := httptestServer(t, mux)
+	// Control: with the windows shrunk below the tolerance the start check refuses, and the
+	// same replay (once the server has forgotten the ids) is taken as a new message.
+	ctx := context.Background()
+	for _, name := range []string{events.StreamIMIn, events.StreamSessionIn} {
+		st, err := ns2.JS.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := st.CachedInfo().Config
+		sc.Duplicates = 500 * time.Millisecond
+		if _, err := ns2.JS.UpdateStream(ctx, sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := CheckReplayWindow(ctx, ns2.JS, config.Webhook{}); !errors.Is(err, ErrReplayWindow) {
+		t.Fatalf("CheckReplayWindow with a 500 ms window = %v, want ErrReplayWindow", err)
+	}
 	// The server forgets message ids on a timer after the window, later on a loaded machine; a
 	// "duplicate" answer publishes nothing, so asking again until it is forgotten is harmless.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		got := send(t, srv3+"/webhook/b1", h, b)
+		got := send(t, srv2.URL+"/webhook/b1", h, b)
 		if got.code == 202 && !strings.Contains(got.body, `"duplicate":true`) {
 			break
 		}
@@ -274,11 +277,4 @@ func TestKeyedLimiterEvictsIdle(t *testing.T) {
 	if l.size() > 2 {
 		t.Errorf("size %d", l.size())
 	}
-}
-
-func httptestServer(t *testing.T, h http.Handler) string {
-	t.Helper()
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return srv.URL
 }

@@ -28,8 +28,8 @@ func newWebhook(t *testing.T) (*httptest.Server, *natstest.Server) {
 	return srv, ns
 }
 
-// serveWebhook serves bot b1 (secret, master boss) with wh's limits on ns, replay protection on
-// KV webhook_seen.
+// serveWebhook serves bot b1 (secret, master boss) with wh's limits on ns, after checking the
+// streams' replay window as the ingest role does.
 func serveWebhook(t *testing.T, ns *natstest.Server, wh config.Webhook) (*httptest.Server, *WebhookHandler) {
 	t.Helper()
 	cfg, err := config.Parse(nil)
@@ -38,11 +38,10 @@ func serveWebhook(t *testing.T, ns *natstest.Server, wh config.Webhook) (*httpte
 	}
 	wh.Bots = []config.WebhookBot{{ID: "b1", Secret: secret, Masters: []string{"boss"}}}
 	in := New(ns.JS, cfg.AI, map[string]BotRoles{"webhook/b1": {Masters: []string{"boss"}}}, nil)
-	kv, err := ns.JS.KeyValue(context.Background(), events.BucketWebhookSeen)
-	if err != nil {
+	if err := CheckReplayWindow(context.Background(), ns.JS, wh); err != nil {
 		t.Fatal(err)
 	}
-	h := NewWebhookHandler(in, wh, KVSeen{KV: kv}, nil)
+	h := NewWebhookHandler(in, wh, nil)
 	mux := http.NewServeMux()
 	h.Routes(mux)
 	srv := httptest.NewServer(mux)

@@ -111,7 +111,7 @@ func BusRoles() []BusRole {
 			Name: RoleIngest,
 			// leases: the single connection of an IM adapter (pkg/im.Hold).
 			Publish: join(jsRead, []string{"im.in.>", "agent.in.>", "im.out.>", "dlq.>"},
-				kv("webhook_seen", "profiles", "leases"), []string{"$O.media.>"}),
+				kv("profiles", "leases"), []string{"$O.media.>"}),
 			// im.rpc: egress relays sends to the replica holding a OneBot WebSocket.
 			Subscribe: join(inbox, []string{"console.in", "im.rpc.>"}),
 			Responses: true,

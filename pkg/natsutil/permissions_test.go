@@ -116,7 +116,7 @@ func TestRolePermissions(t *testing.T) {
 		natsutil.RoleIngest: {
 			{false, "im.in.webhook.b1.private.u1", true},
 			{false, "agent.in.webhook_b1_private_u1", true},
-			{false, "$KV.webhook_seen.abc", true},
+			{false, "$KV.webhook_seen.abc", false}, // the replay guard is IM_IN's dedupe window now
 			{false, "agent.ctx.x.1", false},
 			{false, "tool.result.x.c1", false},
 			{false, "$KV.approvals.webhook.b1", false},

@@ -9,7 +9,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 )
 
-// SpecFromConfig builds a Spec from the nats: config block (replicas, storage, ages); the rest
+// SpecFromConfig builds a Spec from the nats: config block (replicas, storage, ages, the inbound dedupe window); the rest
 // keeps its defaults.
 func SpecFromConfig(c config.NATS) events.Spec {
 	s := events.Spec{
@@ -17,6 +17,7 @@ func SpecFromConfig(c config.NATS) events.Spec {
 		IMInMaxAge:        time.Duration(c.IMInMaxAgeMs) * time.Millisecond,
 		EventsMaxAge:      time.Duration(c.EventsMaxAgeMs) * time.Millisecond,
 		ToolResultsMaxAge: time.Duration(c.ToolResultsMaxAge) * time.Millisecond,
+		InboundDuplicates: time.Duration(c.InboundDuplicatesMs) * time.Millisecond,
 	}
 	if c.Storage == "memory" {
 		s.Storage = jetstream.MemoryStorage

@@ -28,6 +28,10 @@ const (
 	HeaderCtxSummarySeq = "Agentbus-Ctx-Summary-Seq"
 	HeaderCtxAnchorSeq  = "Agentbus-Ctx-Anchor-Seq"
 	HeaderCtxTotal      = "Agentbus-Ctx-Total"
+	// HeaderCtxInboxSeq on a turn's commit is the last SESSION_IN sequence the turn consumed
+	// (its trigger and merged events): the commit carries the session's inbox cursor, so a turn
+	// costs no session-record write (see LastCommit).
+	HeaderCtxInboxSeq = "Agentbus-Inbox-Seq"
 )
 
 // ContextBounds are the cold-start bounds of LoadContext (ai.sessions.coldStartMaxMessages /
@@ -72,7 +76,12 @@ type AppendOption func(*appendOpts)
 
 type appendOpts struct {
 	msgID, turn, trace string
+	inboxSeq           uint64
 }
+
+// WithInboxSeq records on the commit the last SESSION_IN sequence it consumed
+// (HeaderCtxInboxSeq).
+func WithInboxSeq(seq uint64) AppendOption { return func(o *appendOpts) { o.inboxSeq = seq } }
 
 // WithMsgID sets the Nats-Msg-Id of the record (e.g. "<turn>:commit"): a retried append of the
 // same commit returns the original sequence instead of failing as stale, as long as nothing was
@@ -694,6 +703,9 @@ func (l *ContextLog) publish(ctx context.Context, id events.SessionID, expectedL
 	if p.counted {
 		msg.Header.Set(HeaderCtxTotal, strconv.FormatUint(p.total, 10))
 	}
+	if o.inboxSeq > 0 {
+		msg.Header.Set(HeaderCtxInboxSeq, strconv.FormatUint(o.inboxSeq, 10))
+	}
 	if size := int64(len(msg.Data) + len(subj) + 512); size > l.maxBytes {
 		return 0, fmt.Errorf("%w: %d bytes, server max payload %d", ErrTooLarge, size, l.maxBytes)
 	}
@@ -821,4 +833,41 @@ func (l *ContextLog) Purge(ctx context.Context, id events.SessionID) error {
 	delete(l.cache, subj)
 	l.mu.Unlock()
 	return nil
+}
+
+// CommitMark is what the last record of a session id's context says about the inbox: a turn's
+// commit carries the last SESSION_IN sequence it consumed (WithInboxSeq).
+type CommitMark struct {
+	Seq      uint64 // AGENT_CTX sequence of the record (0: the log is empty)
+	InboxSeq uint64 // its HeaderCtxInboxSeq (0: not a turn's commit)
+	Turn     string // the turn that wrote it
+	MsgID    string // its Nats-Msg-Id
+	Messages []llm.Message
+}
+
+// LastCommit reads the last record of id's context from the stream leader (it decides where a
+// new owner continues the inbox, so it must see every acknowledged commit).
+func (l *ContextLog) LastCommit(ctx context.Context, id events.SessionID) (CommitMark, error) {
+	if err := checkID(id); err != nil {
+		return CommitMark{}, err
+	}
+	m, err := natsutil.LeaderGetMsg(ctx, l.js, l.stream.CachedInfo().Config.Name, natsutil.MsgQuery{LastFor: events.AgentCtxSubject(id)})
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return CommitMark{}, nil
+	}
+	if err != nil {
+		return CommitMark{}, fmt.Errorf("last commit of %s: %w", id, err)
+	}
+	mark := CommitMark{Seq: m.Sequence, InboxSeq: hdrUint(m.Header, HeaderCtxInboxSeq), Turn: m.Header.Get(events.HeaderTurn), MsgID: m.Header.Get(nats.MsgIdHdr)}
+	if mark.InboxSeq > 0 {
+		if ev, err := events.Decode(m.Data); err == nil {
+			if cm, ok := ev.(*events.Event[events.CtxMessages]); ok {
+				mark.Messages = cm.Data.Messages
+				if mark.Turn == "" {
+					mark.Turn = cm.Turn
+				}
+			}
+		}
+	}
+	return mark, nil
 }

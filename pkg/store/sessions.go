@@ -59,8 +59,10 @@ type Session struct {
 	// Concurrency is the chat's /queue policy (parallel|queue|steer|interrupt|collect). Empty =
 	// ai.agent.concurrency. Kept across epochs.
 	Concurrency string `json:"concurrency,omitempty"`
-	// InboxCursor is the last SESSION_IN stream sequence whose effect is durable. It is per
-	// session key, so it carries over to the next epoch.
+	// InboxCursor is a SESSION_IN stream sequence up to which every event's effect is durable
+	// or listed in OpenTurns. It is per session key, so it carries over to the next epoch. It
+	// may lag: a turn started from its inbox event moves the cursor only through its context
+	// commit (HeaderCtxInboxSeq on AGENT_CTX); the durable cursor is the later of the two.
 	InboxCursor uint64     `json:"inboxCursor"`
 	OpenTurns   []OpenTurn `json:"openTurns,omitempty"`
 	// ActiveLeaf is the id of the current leaf of the session's message tree (pi's session tree).

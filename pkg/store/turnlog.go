@@ -73,10 +73,14 @@ func (t *TurnLog) Append(ctx context.Context, sk events.SessionKey, ev events.An
 	return ack.Sequence, nil
 }
 
-// decodeTurnRecords decodes one stored turn event. A turn_committed record that carries a
-// tail comes back as one message_end record per tail entry (same sequence, subject kind
-// message_end, event id <turn>-m<index>) followed by the commit itself, so readers see a turn
-// the same way whether its last messages were recorded on their own or with the commit.
+// decodeTurnRecords decodes one stored turn event. Records that carry others come back as the
+// records they stand for, all with the same sequence, so readers see a turn the same way
+// whatever was written together:
+//
+//   - a turn_started with steps: the turn_started, then one message_end record per step
+//     (subject kind message_end, event id <turn>-m<index>);
+//   - a turn_committed with started and/or a tail: the turn_started (event id
+//     <turn>-started), one message_end per tail entry, then the commit itself.
 func decodeTurnRecords(m *jetstream.RawStreamMsg) ([]TurnRecord, error) {
 	k, turn, kind, err := events.ParseAgentEvtSubject(m.Subject)
 	if err != nil {
@@ -87,18 +91,48 @@ func decodeTurnRecords(m *jetstream.RawStreamMsg) ([]TurnRecord, error) {
 		return nil, fmt.Errorf("record %d on %s: %w", m.Sequence, m.Subject, err)
 	}
 	rec := TurnRecord{Seq: m.Sequence, Time: m.Time, Subject: m.Subject, Key: k, Turn: turn, Kind: kind, Event: ev}
-	c, ok := ev.(*events.Event[events.TurnCommitted])
-	if !ok || len(c.Data.Tail) == 0 {
+	var (
+		meta    events.Meta
+		started *events.TurnStarted
+		steps   []events.MessageEnd
+	)
+	switch e := ev.(type) {
+	case *events.Event[events.TurnStarted]:
+		if len(e.Data.Steps) == 0 {
+			return []TurnRecord{rec}, nil
+		}
+		meta, steps = e.Meta, e.Data.Steps
+		out := []TurnRecord{rec}
+		return append(out, stepRecords(m, k, turn, meta, steps)...), nil
+	case *events.Event[events.TurnCommitted]:
+		if e.Data.Started == nil && len(e.Data.Tail) == 0 {
+			return []TurnRecord{rec}, nil
+		}
+		meta, started, steps = e.Meta, e.Data.Started, e.Data.Tail
+	default:
 		return []TurnRecord{rec}, nil
 	}
-	out := make([]TurnRecord, 0, len(c.Data.Tail)+1)
+	out := make([]TurnRecord, 0, len(steps)+2)
+	if started != nil {
+		se := &events.Event[events.TurnStarted]{Meta: meta, Data: *started}
+		se.Type, se.ID = events.TypeTurnStarted, turn+"-started"
+		out = append(out, TurnRecord{Seq: m.Sequence, Time: m.Time, Subject: events.AgentEvtSubject(k, turn, events.EvtKindTurnStarted),
+			Key: k, Turn: turn, Kind: events.EvtKindTurnStarted, Event: se})
+	}
+	out = append(out, stepRecords(m, k, turn, meta, steps)...)
+	return append(out, rec), nil
+}
+
+// stepRecords are the message_end records that entries carried by another record stand for.
+func stepRecords(m *jetstream.RawStreamMsg, k events.SessionKey, turn string, meta events.Meta, steps []events.MessageEnd) []TurnRecord {
+	out := make([]TurnRecord, 0, len(steps))
 	subj := events.AgentEvtSubject(k, turn, events.EvtKindMessageEnd)
-	for _, me := range c.Data.Tail {
-		e := &events.Event[events.MessageEnd]{Meta: c.Meta, Data: me}
+	for _, me := range steps {
+		e := &events.Event[events.MessageEnd]{Meta: meta, Data: me}
 		e.Type, e.ID = events.TypeMessageEnd, turn+"-m"+strconv.Itoa(me.Index)
 		out = append(out, TurnRecord{Seq: m.Sequence, Time: m.Time, Subject: subj, Key: k, Turn: turn, Kind: events.EvtKindMessageEnd, Event: e})
 	}
-	return append(out, rec), nil
+	return out
 }
 
 // ReadTurn returns every event of one turn in order. fromSeq > 0 skips the stream before it

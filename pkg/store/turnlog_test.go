@@ -214,3 +214,80 @@ func TestTurnLogExpandsCommitTail(t *testing.T) {
 		t.Fatalf("append commit with a bad tail: %v", err)
 	}
 }
+
+// Turns that record their start with their first record (the steps of a turn_started, or the
+// started of a commit) read back like turns that recorded everything on its own.
+func TestTurnLogExpandsCarriedRecords(t *testing.T) {
+	ctx := context.Background()
+	js := startJS(t)
+	tl, err := NewTurnLog(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := func(turn string) []events.Option {
+		return []events.Option{events.WithSession("webhook:b:private:u#1"), events.WithTurn(turn), events.WithTrace("tr")}
+	}
+	start := func(turn string, steps ...events.MessageEnd) events.TurnStarted {
+		return events.TurnStarted{Turn: turn, Trigger: events.InboxRef{Seq: 7}, Model: events.ModelRef{ID: "m"},
+			Input: []llm.Message{llm.UserText("q", 1)}, Steps: steps}
+	}
+	ask := events.MessageEnd{Index: 1, Message: llm.Message{Role: llm.RoleAssistant, Content: []llm.Content{llm.ToolCall("c1", "search", nil)}}}
+	result := events.MessageEnd{Index: 2, Message: llm.Message{Role: llm.RoleToolResult, ToolCallID: "c1", ToolName: "search", Content: []llm.Content{llm.Text("found")}}}
+	final := func(i int) events.MessageEnd {
+		return events.MessageEnd{Index: i, Message: llm.Message{Role: llm.RoleAssistant, Content: []llm.Content{llm.Text("done")}, StopReason: llm.StopReasonStop}}
+	}
+	tests := []struct {
+		name, turn string
+		stored     func(turn string) []events.Any
+		want       string
+		indexes    []int // message_end indexes in order
+	}{
+		{"tool turn: start with its first step, commit with its tail", "ta", func(turn string) []events.Any {
+			s := start(turn, ask)
+			return []events.Any{events.New(s, opts(turn)...),
+				events.New(events.TurnCommitted{Messages: 4, Tail: []events.MessageEnd{result, final(3)}}, opts(turn)...)}
+		}, "[ta/turn_started ta/message_end ta/message_end ta/message_end ta/turn_committed]", []int{1, 2, 3}},
+		{"plain turn: one commit with start and tail", "tb", func(turn string) []events.Any {
+			s := start(turn)
+			return []events.Any{events.New(events.TurnCommitted{Messages: 2, Tail: []events.MessageEnd{final(1)}, Started: &s}, opts(turn)...)}
+		}, "[tb/turn_started tb/message_end tb/turn_committed]", []int{1}},
+		{"older layout: every record on its own", "tc", func(turn string) []events.Any {
+			return []events.Any{events.New(start(turn), opts(turn)...), events.New(ask, append(opts(turn), events.WithID(turn+"-m1"))...),
+				events.New(events.TurnCommitted{Messages: 2}, opts(turn)...)}
+		}, "[tc/turn_started tc/message_end tc/turn_committed]", []int{1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sk := testKey("carried-" + tt.turn)
+			for _, ev := range tt.stored(tt.turn) {
+				if _, err := tl.Append(ctx, sk, ev); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := tl.ReadTurn(ctx, sk, tt.turn, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(kinds(got)) != tt.want {
+				t.Fatalf("ReadTurn = %v, want %s", kinds(got), tt.want)
+			}
+			var idx []int
+			for _, r := range got {
+				switch e := r.Event.(type) {
+				case *events.Event[events.MessageEnd]:
+					idx = append(idx, e.Data.Index)
+					if e.ID != fmt.Sprintf("%s-m%d", tt.turn, e.Data.Index) || e.Trace != "tr" {
+						t.Errorf("message_end id %q trace %q", e.ID, e.Trace)
+					}
+				case *events.Event[events.TurnStarted]:
+					if e.Data.Turn != tt.turn || len(e.Data.Input) != 1 || r.Subject != events.AgentEvtSubject(sk, tt.turn, events.EvtKindTurnStarted) {
+						t.Errorf("turn_started %+v on %s", e.Data, r.Subject)
+					}
+				}
+			}
+			if fmt.Sprint(idx) != fmt.Sprint(tt.indexes) {
+				t.Errorf("message_end indexes %v, want %v", idx, tt.indexes)
+			}
+		})
+	}
+}

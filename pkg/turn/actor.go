@@ -59,6 +59,16 @@ type actor struct {
 	// chatPolicy is the chat's /queue policy from the session record ("" = ai.agent.concurrency).
 	chatPolicy string // under mu
 
+	// checkUpTo: inbox events up to this sequence were in the log when the actor started, past
+	// its durable cursor; an earlier owner may have started their turns (startTurn checks the
+	// turn log for those, takeOver). lastCommit is the session's last context commit then.
+	checkUpTo  uint64
+	lastCommit store.CommitMark
+	listed     map[string]bool // turns the session record listed as open at the start
+	// recModel is the session record's model as last read or written: a finished turn that
+	// is not listed in the record writes it only when its model differs.
+	recModel string // under mu
+
 	// est remembers token estimates of the session's cached context messages, which every turn
 	// sizes again (auto compaction, L1 before each model call).
 	est compaction.Estimator
@@ -137,8 +147,18 @@ func (a *actor) run() {
 		a.log.Error("load session", "err", err)
 		return
 	}
+	cursor, err := a.startCursor(sess)
+	if err != nil {
+		a.log.Error("find where the inbox continues", "err", err)
+		return
+	}
 	a.mu.Lock() // know (the doorbell) reads the cursor from another goroutine
-	a.cursor = sess.InboxCursor
+	a.cursor = cursor
+	a.recModel = sess.Model
+	a.listed = map[string]bool{}
+	for _, ot := range sess.OpenTurns {
+		a.listed[ot.ID] = true
+	}
 	a.mu.Unlock()
 	a.setChatPolicy(sess.Concurrency)
 	if a.resultSub, err = a.w.nc.ChanSubscribe(events.ToolResultSessionFilter(a.sk), a.w.router.in); err != nil {
@@ -186,6 +206,59 @@ func (a *actor) run() {
 		case <-time.After(a.w.opts.IdleRelease / 4):
 		}
 	}
+}
+
+// startCursor is where the actor continues the inbox: after the session record's cursor, or
+// after the inbox sequence the session's last context commit consumed when that is later and
+// the commit's turn is recorded as committed (a turn started from its inbox event writes no
+// session record; its commit carries the cursor). It also notes, in checkUpTo, the inbox's last
+// sequence now: turn events up to it that come after the cursor may have been started by an
+// earlier owner. Both reads go to the stream leaders: they decide what runs again.
+func (a *actor) startCursor(sess *store.Session) (uint64, error) {
+	cursor := sess.InboxCursor
+	last, err := natsutil.LeaderGetMsg(a.ctx, a.w.js, events.StreamSessionIn, natsutil.MsgQuery{LastFor: a.subj})
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return cursor, nil
+	case err != nil:
+		return 0, fmt.Errorf("last inbox event: %w", err)
+	case last.Sequence <= cursor:
+		return cursor, nil
+	}
+	a.checkUpTo = last.Sequence
+	sid, err := sess.ID()
+	if err != nil {
+		return cursor, nil
+	}
+	mark, err := a.w.ctxlog.LastCommit(a.ctx, sid)
+	if err != nil {
+		return 0, err
+	}
+	a.lastCommit = mark
+	if mark.InboxSeq <= cursor || mark.Turn == "" || sess.OpenTurn(mark.Turn) != nil {
+		return cursor, nil
+	}
+	_, err = natsutil.GetMsg(a.ctx, a.w.js, a.w.evts, natsutil.MsgQuery{LastFor: events.AgentEvtSubject(a.sk, mark.Turn, events.EvtKindTurnCommitted)})
+	switch {
+	case err == nil:
+		return mark.InboxSeq, nil
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return cursor, nil // takeOver finishes that turn from its commit
+	}
+	return 0, fmt.Errorf("turn %s committed: %w", mark.Turn, err)
+}
+
+func (a *actor) isListed(id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.listed[id]
+}
+
+// passed moves the actor's cursor past seq in memory only (see startTurn).
+func (a *actor) passed(seq uint64) {
+	a.mu.Lock()
+	a.cursor = max(a.cursor, seq)
+	a.mu.Unlock()
 }
 
 func (a *actor) sleep(d time.Duration) {
@@ -305,10 +378,14 @@ type closedTurn struct {
 	since time.Time
 }
 
-// finished notes that t is done; the session record learns it with its next write.
+// finished notes that t is done; the session record learns it with its next write. A turn
+// the record does not list leaves nothing to write unless its model is new to the record.
 func (a *actor) finished(t *turnRun) {
+	model := t.model.Provider + "/" + t.model.ID
 	a.mu.Lock()
-	a.closing = append(a.closing, &closedTurn{pendingTurn: t.pendingTurn, model: t.model.Provider + "/" + t.model.ID, since: time.Now()})
+	if t.inRecord.Load() != recordNo || model != a.recModel {
+		a.closing = append(a.closing, &closedTurn{pendingTurn: t.pendingTurn, model: model, since: time.Now()})
+	}
 	a.mu.Unlock()
 }
 
@@ -322,24 +399,53 @@ func (a *actor) closeDue() <-chan time.Time {
 }
 
 // updateSession is every write of the actor to its session record: fn (may be nil) plus the
-// removal of the finished turns that waited for a write.
+// removal of the finished turns that waited for a write. Running turns the record does not
+// list yet (started from their inbox events) are listed by the same write, before fn, so the
+// record's cursor never passes a turn that is neither done nor listed.
 func (a *actor) updateSession(ctx context.Context, fn func(*store.Session)) (*store.Session, error) {
 	a.mu.Lock()
 	closing := slices.Clone(a.closing)
+	var unlisted []*turnRun
+	for _, t := range a.turns {
+		if t.inRecord.CompareAndSwap(recordNo, recordPending) {
+			unlisted = append(unlisted, t)
+		}
+	}
+	// Everything up to the actor's cursor is done, or running (listed below), or queued
+	// (listed when it was queued): the write may carry the cursor.
+	cursor := a.cursor
 	a.mu.Unlock()
+	now := time.Now().UnixMilli()
 	s, err := a.w.sessions.Update(ctx, a.sk, func(s *store.Session) error {
+		for _, t := range unlisted {
+			t.mu.Lock()
+			steers := slices.Clone(t.steerSeqs)
+			t.mu.Unlock()
+			s.SetOpenTurn(store.OpenTurn{ID: t.id, State: "running", InboxSeq: t.seq, Merged: t.merged, Steers: steers, StartedAt: now})
+		}
 		for _, c := range closing {
 			s.CloseTurn(c.id)
 			s.Model = c.model
 		}
+		s.InboxCursor = max(s.InboxCursor, cursor)
 		if fn != nil {
 			fn(s)
 		}
 		return nil
 	})
-	if err == nil && len(closing) > 0 {
+	state := recordYes
+	if err != nil {
+		state = recordNo
+	}
+	for _, t := range unlisted {
+		t.inRecord.Store(state)
+	}
+	if err == nil {
 		a.mu.Lock()
-		a.closing = slices.DeleteFunc(a.closing, func(c *closedTurn) bool { return slices.Contains(closing, c) })
+		a.recModel = s.Model
+		if len(closing) > 0 {
+			a.closing = slices.DeleteFunc(a.closing, func(c *closedTurn) bool { return slices.Contains(closing, c) })
+		}
 		a.mu.Unlock()
 	}
 	return s, err
@@ -569,6 +675,7 @@ func (a *actor) schedule(pt *pendingTurn, policy string) error {
 	case policy == "queue" && (running != nil || a.hasQueued()):
 		return a.enqueue(pt)
 	case running == nil && policy != "collect":
+		pt.fromInbox = true
 		return a.startTurn(pt)
 	case policy == "steer":
 		running.steer(pt.seq, pt.input...)
@@ -576,6 +683,7 @@ func (a *actor) schedule(pt *pendingTurn, policy string) error {
 	case policy == "interrupt":
 		next, ok := running.interruptWith(pt)
 		if !ok { // it finished meanwhile: nothing to interrupt
+			pt.fromInbox = true
 			return a.startTurn(pt)
 		}
 		// The merged turn starts when the interrupted one has stopped; recorded as queued so
@@ -585,6 +693,7 @@ func (a *actor) schedule(pt *pendingTurn, policy string) error {
 	case policy == "collect":
 		return a.gather(pt)
 	}
+	pt.fromInbox = true
 	return a.startTurn(pt)
 }
 
@@ -755,7 +864,7 @@ func (a *actor) loadContext(ctx context.Context, sid events.SessionID) (store.Lo
 // commitMessages appends msgs to the session id's context log, fenced on the last sequence
 // this actor knows. Commits of one actor are serialized; another writer (a worker that took
 // the session over) makes the append fail with store.ErrStaleWriter.
-func (a *actor) commitMessages(sid events.SessionID, msgs []llm.Message, msgID, turn string) (uint64, error) {
+func (a *actor) commitMessages(sid events.SessionID, msgs []llm.Message, msgID, turn string, opts ...store.AppendOption) (uint64, error) {
 	a.commit.Lock()
 	defer a.commit.Unlock()
 	key := sid.String()
@@ -767,7 +876,7 @@ func (a *actor) commitMessages(sid events.SessionID, msgs []llm.Message, msgID, 
 		}
 		last = l.LastSeq
 	}
-	seq, err := a.w.ctxlog.AppendMessages(a.ctx, sid, last, msgs, store.WithMsgID(msgID), store.WithTurn(turn))
+	seq, err := a.w.ctxlog.AppendMessages(a.ctx, sid, last, msgs, append([]store.AppendOption{store.WithMsgID(msgID), store.WithTurn(turn)}, opts...)...)
 	if err != nil {
 		return 0, fmt.Errorf("commit context %s: %w", key, err)
 	}

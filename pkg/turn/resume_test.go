@@ -69,16 +69,16 @@ func TestToolTurn(t *testing.T) {
 	if got[0] != "the tool said pong" || runs.Load() != 1 {
 		t.Fatalf("reply %q, tool runs %d", got, runs.Load())
 	}
-	// Three appends: turn_started, the assistant message that asked for the tool (recorded
-	// before the call ran), and the commit carrying the tool result and the answer. Read back,
-	// the turn has every message.
+	// Two appends: turn_started carrying the assistant message that asked for the tool
+	// (recorded before the call ran), and the commit carrying the tool result and the answer.
+	// Read back, the turn has every message.
 	ctx := context.Background()
 	info, err := w.evts.Info(ctx, jetstream.WithSubjectFilter(events.AgentEvtSessionFilter(sk)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.State.Msgs != 3 {
-		t.Errorf("AGENT_EVENTS holds %d records of the turn, want 3: %v", info.State.Msgs, info.State.Subjects)
+	if info.State.Msgs != 2 {
+		t.Errorf("AGENT_EVENTS holds %d records of the turn, want 2: %v", info.State.Msgs, info.State.Subjects)
 	}
 	recs, err := w.turnlog.ReadTurn(ctx, sk, turnID(1), 0)
 	if err != nil {
@@ -327,4 +327,174 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// A turn records its start with its first record, and writes no session record. An owner that
+// dies during the turn's first model call leaves nothing of the turn: the next owner finds its
+// inbox event past the durable cursor, nothing in the turn log, and starts it again; it
+// answers once.
+func TestCrashBeforeFirstRecordRestartsTurn(t *testing.T) {
+	var calls atomic.Int32
+	inCall := make(chan struct{}, 1)
+	release := make(chan struct{})
+	h := newHarness(t, nil, faux.WithResponder(func(c *llm.Context) faux.Response {
+		if calls.Add(1) == 1 {
+			inCall <- struct{}{}
+			<-release // the first owner dies meanwhile; its answer is never recorded
+		}
+		return faux.Response{Text: "the answer"}
+	}))
+	a := h.worker("wA")
+	h.send(sk, "m1", "a question")
+	select {
+	case <-inCall:
+	case <-time.After(15 * time.Second):
+		t.Fatal("model never called")
+	}
+	// Kill waits for the turn's goroutine, which is inside the model call: let the call end
+	// once the worker is going away (what the loop produces then is not recorded).
+	killed := make(chan struct{})
+	go func() { a.Kill(); close(killed) }()
+	time.Sleep(time.Second)
+	close(release)
+	select {
+	case <-killed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Kill did not return")
+	}
+	ctx := context.Background()
+	if info, err := a.evts.Info(ctx, jetstream.WithSubjectFilter(events.AgentEvtSessionFilter(sk))); err != nil || info.State.Msgs != 0 {
+		t.Fatalf("AGENT_EVENTS holds %v records of a turn whose first model step never ended (%v), want 0", info.State.Msgs, err)
+	}
+
+	b := h.worker("wB")
+	got := h.replies(sk, 1)
+	if got[0] != "the answer" {
+		t.Fatalf("reply = %q", got)
+	}
+	time.Sleep(500 * time.Millisecond) // a duplicate would show up now
+	out := h.outboundEvents(sk)
+	if len(out) != 1 {
+		t.Errorf("%d replies, want exactly 1", len(out))
+	}
+	tl, err := b.readTurn(ctx, sk, turnID(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tl.started == nil || !tl.committed || len(tl.messages) != 2 {
+		t.Errorf("restarted turn reads back as started=%v committed=%v %d messages", tl.started != nil, tl.committed, len(tl.messages))
+	}
+	waitClosed(t, b, sk)
+}
+
+// The owner died after its context commit landed but before the turn_committed record and the
+// reply: the commit carries the inbox cursor, so the next owner finds the turn from it and
+// finishes it from the committed messages, without asking the model again or committing twice.
+func TestCommitWithoutRecordIsFinishedFromTheCommit(t *testing.T) {
+	h := newHarness(t, nil, faux.WithResponder(faux.Echo))
+	ctx := context.Background()
+	h.send(sk, "m1", "a question")
+	in, err := h.ns.JS.Stream(ctx, events.StreamSessionIn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trigger, err := in.GetLastMsgForSubject(ctx, events.AgentInSubject(sk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn := turnID(trigger.Sequence)
+	cl, err := store.NewContextLog(ctx, h.ns.JS, store.ContextBounds{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := events.NewSessionID(sk, 1)
+	answer := llm.Message{Role: llm.RoleAssistant, Content: []llm.Content{llm.Text("the committed answer")}, StopReason: llm.StopReasonStop, Timestamp: time.Now().UnixMilli()}
+	if _, err := cl.AppendMessages(ctx, sid, 0, []llm.Message{llm.UserText("a question", time.Now().UnixMilli()), answer},
+		store.WithMsgID(turn+":commit"), store.WithTurn(turn), store.WithInboxSeq(trigger.Sequence)); err != nil {
+		t.Fatal(err)
+	}
+
+	w := h.worker("wB")
+	got := h.replies(sk, 1)
+	if got[0] != "the committed answer" {
+		t.Fatalf("reply = %q", got)
+	}
+	if n := h.faux.Calls(); n != 0 {
+		t.Errorf("model called %d times, want 0 (the turn was committed)", n)
+	}
+	tl, err := w.readTurn(ctx, sk, turn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tl.committed {
+		t.Error("no turn_committed record was written for the finished turn")
+	}
+	loaded, err := w.ctxlog.LoadContext(ctx, sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(loaded.Messages) != 2 {
+		t.Errorf("context has %d messages, want 2 (committed once)", len(loaded.Messages))
+	}
+	waitClosed(t, w, sk)
+}
+
+// A turn started from its inbox event is not in the session record, but any record write while
+// it runs lists it together with the cursor: here a listened message moves the record's cursor
+// past the running turn, the owner dies, and the next owner must still answer the turn.
+func TestRecordWriteListsTheRunningTurn(t *testing.T) {
+	var calls atomic.Int32
+	inCall := make(chan struct{}, 1)
+	release := make(chan struct{})
+	h := newHarness(t, nil, faux.WithResponder(func(c *llm.Context) faux.Response {
+		if calls.Add(1) == 1 {
+			inCall <- struct{}{}
+			<-release
+		}
+		return faux.Response{Text: "the answer"}
+	}))
+	a := h.worker("wA")
+	h.send(sk, "m1", "a question")
+	select {
+	case <-inCall:
+	case <-time.After(15 * time.Second):
+		t.Fatal("model never called")
+	}
+	heard := events.IMMessage{Platform: sk.Platform, Bot: sk.Bot, MessageID: "m2", Scene: events.Scene{Type: sk.Scope, ID: sk.Scene},
+		Sender: events.Sender{ID: "u2", Name: "Bo"}, Content: events.Segments{events.TextSeg("just saying")}, Time: time.Now().UnixMilli()}
+	h.publish(sk, events.New(events.Listen{Message: heard}, events.WithSession(sk.String())))
+	ctx := context.Background()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		sess, err := a.sessions.Get(ctx, sk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sess.InboxCursor >= 2 {
+			if ot := sess.OpenTurn(turnID(1)); ot == nil || ot.State != "running" {
+				t.Fatalf("record cursor %d passed turn %s, which it does not list as running: %+v", sess.InboxCursor, turnID(1), sess.OpenTurns)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the listened message never moved the record's cursor: %+v", sess)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	killed := make(chan struct{})
+	go func() { a.Kill(); close(killed) }()
+	time.Sleep(time.Second)
+	close(release)
+	<-killed
+
+	b := h.worker("wB")
+	got := h.replies(sk, 1)
+	if got[0] != "the answer" {
+		t.Fatalf("reply = %q", got)
+	}
+	time.Sleep(500 * time.Millisecond) // a duplicate would show up now
+	if out := h.outboundEvents(sk); len(out) != 1 {
+		t.Errorf("%d replies, want exactly 1", len(out))
+	}
+	waitClosed(t, b, sk)
 }

@@ -37,6 +37,15 @@ type pendingTurn struct {
 	due       time.Time
 	cancelled bool
 	heartbeat bool // a heartbeat turn: an answer of just HEARTBEAT_OK is not posted
+	// restarted: started again for a turn an earlier owner may have begun but left no record
+	// of (its turn_started is written with its first record). Before its first record a turn
+	// publishes nothing but its pre-executed tool calls (model tool calls wait for their
+	// record, the reply for the commit), so only those may have results already.
+	restarted bool
+	// fromInbox: started straight from its inbox event (not queued, collected or merged, so
+	// not listed in the session record). Such a turn writes nothing to the session record: its
+	// commit carries the inbox cursor (see startTurn).
+	fromInbox bool
 }
 
 func (p *pendingTurn) needs(seq uint64) bool {
@@ -91,7 +100,24 @@ type turnRun struct {
 	busIDs   map[string]string
 	unacked  []jetstream.PubAckFuture
 	tail     []events.MessageEnd // finished messages not recorded yet (see emitter)
+	// started is the turn's start while it is not recorded yet: it rides on the turn's first
+	// record (a turn_started with steps, or the commit) instead of costing an append of its own
+	// before the first LLM call. nil once recorded, and for a resumed turn.
+	started *events.TurnStarted
+	// inRecord says whether the session record lists the turn as open: recordNo (a turn
+	// started from its inbox event, whose commit carries the cursor), recordPending (being
+	// added by a session-record write), recordYes.
+	inRecord atomic.Int32
+	// commitRecord: a turn whose context commit landed but whose turn_committed record did not
+	// (found on takeover); the resume writes it with the reply.
+	commitRecord bool
 }
+
+const (
+	recordNo int32 = iota
+	recordPending
+	recordYes
+)
 
 // queued is a steer or follow-up message and the inbox event it came from.
 type queued struct {
@@ -184,8 +210,18 @@ func (t *turnRun) drain(q *[]queued, mode string) []llm.Message {
 	return out
 }
 
-// startTurn records the turn as started (AGENT_EVENTS, then the session record with the
-// cursor in the same CAS) and runs it.
+// startTurn runs a turn. Its turn_started event goes to AGENT_EVENTS with the turn's first
+// record (see turnRun.started).
+//
+// A turn started straight from its inbox event (fromInbox, the usual case) writes nothing to
+// the session record: the actor's cursor moves past it in memory, and the turn's context
+// commit carries the inbox cursor (store.WithInboxSeq), which a new owner reads back
+// (startCursor). Any session-record write while it runs lists it as open (updateSession), so
+// the record's cursor never passes a turn it does not list. A new owner therefore re-reads the
+// inbox events of turns that had not committed, and checks the turn log for each before it
+// runs it (takeOver): resumed, skipped when it failed, or started again when nothing of it was
+// recorded. Other turns (queued, collected, merged) are listed in the record already and are
+// marked running in it with the cursor, in one CAS.
 func (a *actor) startTurn(pt *pendingTurn) error {
 	sess, err := a.w.sessions.Current(a.ctx, a.sk)
 	if err != nil {
@@ -197,6 +233,13 @@ func (a *actor) startTurn(pt *pendingTurn) error {
 	}
 	if pt.id == "" {
 		pt.id = turnID(pt.seq)
+	}
+	if pt.fromInbox && !pt.restarted && pt.seq <= a.checkUpTo {
+		done, err := a.takeOver(sess, pt)
+		if done || err != nil {
+			return err
+		}
+		pt.restarted = true
 	}
 	model, err := a.w.pickModel(pt.msg, pt.input, sess.ModelOverride)
 	if err != nil {
@@ -215,20 +258,73 @@ func (a *actor) startTurn(pt *pendingTurn) error {
 	for _, s := range pt.merged {
 		started.Merged = append(started.Merged, events.InboxRef{Seq: s})
 	}
-	ack, err := record(t, events.EvtKindTurnStarted, started, "started")
-	if err != nil {
-		return err
-	}
-	t.fresh = !ack.Duplicate
-	last := pt.seq
-	for _, s := range pt.merged {
-		last = max(last, s)
+	t.started = &started
+	t.fresh = true // nothing of it was published (see pendingTurn.restarted)
+	last := t.lastSeq()
+	if pt.fromInbox {
+		// Listed among the actor's turns before the cursor passes it: a session-record write
+		// in between (another turn closing) lists it with the cursor (updateSession).
+		a.launch(t, nil)
+		a.passed(last)
+		return nil
 	}
 	if err := a.advance(last, &store.OpenTurn{ID: t.id, State: "running", InboxSeq: pt.seq, StartedAt: time.Now().UnixMilli()}); err != nil {
 		return err
 	}
+	t.inRecord.Store(recordYes)
 	a.launch(t, nil)
 	return nil
+}
+
+// lastSeq is the last inbox sequence the turn consumes (its trigger or a merged event).
+func (p *pendingTurn) lastSeq() uint64 {
+	last := p.seq
+	for _, s := range p.merged {
+		last = max(last, s)
+	}
+	return last
+}
+
+// takeOver decides what to do with a turn event that an earlier owner may have started
+// (its sequence was in the inbox when this actor started, past the durable cursor): resume
+// the turn from its log (also a turn whose commit landed without its turn_committed record),
+// skip it when it failed, or report false: nothing of it was recorded, start it again.
+func (a *actor) takeOver(sess *store.Session, pt *pendingTurn) (bool, error) {
+	if a.isListed(pt.id) { // resumed from the session record (resumeAll)
+		a.passed(pt.lastSeq())
+		return true, nil
+	}
+	tl, err := a.w.readTurn(a.ctx, a.sk, pt.id)
+	if err != nil {
+		return false, fmt.Errorf("take over turn %s: %w", pt.id, err)
+	}
+	mark := a.lastCommit
+	if !tl.committed && mark.Turn == pt.id && mark.MsgID == pt.id+":commit" {
+		// The context commit landed, its turn_committed record and reply may not have: finish
+		// it from the commit, without asking the model again.
+		tl.messages, tl.committed, tl.commitSeq = mark.Messages, true, mark.Seq
+	}
+	switch {
+	case tl.failed && !tl.committed:
+		a.log.Info("skipping a turn that failed under the previous owner", "turn", pt.id)
+		a.passed(pt.lastSeq())
+		return true, nil
+	case tl.started == nil && !tl.committed:
+		return false, nil
+	}
+	sid, err := sess.ID()
+	if err != nil {
+		return false, err
+	}
+	ot := store.OpenTurn{ID: pt.id, State: "running", InboxSeq: pt.seq, Merged: pt.merged}
+	if tl.started != nil {
+		for _, m := range tl.started.Merged {
+			ot.Merged = append(ot.Merged, m.Seq)
+		}
+	}
+	a.passed(pt.lastSeq())
+	a.resumeWith(sid, ot, tl, false)
+	return true, nil
 }
 
 // launch runs t in its own goroutine; resumed carries the turn's persisted messages.
@@ -284,7 +380,7 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 			return ctx.Err() // the actor is going away; leave the turn open
 		}
 		if interrupted || err != nil && !errors.Is(err, loop.ErrMaxIterations) {
-			t.spillTail() // no commit to carry them
+			t.spillTail(true) // no commit to carry them
 		}
 		if interrupted {
 			// The merged turn carries this turn's input; nothing of this one is committed.
@@ -303,7 +399,7 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		}
 		earlier := a.earlier(t.seq)
 		if len(earlier) > 0 {
-			t.spillTail() // the commit may wait a while: do not hold finished messages meanwhile
+			t.spillTail(false) // the commit may wait a while: do not hold finished messages meanwhile
 		}
 		if err := t.flush(ctx); err != nil {
 			return err
@@ -320,7 +416,7 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		var seq uint64
 		err = retryTransient(ctx, func() error {
 			var err error
-			seq, err = a.commitMessages(t.sid, newMsgs, t.id+":commit", t.id)
+			seq, err = a.commitMessages(t.sid, newMsgs, t.id+":commit", t.id, store.WithInboxSeq(t.lastSeq()))
 			return err
 		})
 		if err != nil {
@@ -331,7 +427,7 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 			usage = final.Usage
 		}
 		committed, err := turnEventMsg(t, events.EvtKindTurnCommitted, events.TurnCommitted{FirstSeq: seq, LastSeq: seq,
-			Messages: len(newMsgs), Usage: usage, StopReason: stopOf(final), Tail: t.takeTail()}, "committed")
+			Messages: len(newMsgs), Usage: usage, StopReason: stopOf(final), Tail: t.takeTail(), Started: t.takeStarted()}, "committed")
 		if err != nil {
 			return err
 		}
@@ -340,8 +436,25 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		if err := a.w.publishAll(a.ctx, append([]*nats.Msg{committed}, a.replyMsgs(&t.pendingTurn, t.id, t.replyFor(final, newMsgs), t.fresh)...)); err != nil {
 			return err
 		}
-	} else if err := a.w.publishAll(a.ctx, a.replyMsgs(&t.pendingTurn, t.id, t.replyFor(lastAssistant(persisted), persisted), false)); err != nil {
-		return err
+	} else {
+		msgs := a.replyMsgs(&t.pendingTurn, t.id, t.replyFor(lastAssistant(persisted), persisted), false)
+		if t.commitRecord {
+			final := lastAssistant(persisted)
+			var usage *llm.Usage
+			if final != nil {
+				usage = final.Usage
+			}
+			seq := resumed.commitSeq
+			rec, err := turnEventMsg(t, events.EvtKindTurnCommitted, events.TurnCommitted{FirstSeq: seq, LastSeq: seq,
+				Messages: len(persisted), Usage: usage, StopReason: stopOf(final)}, "committed")
+			if err != nil {
+				return err
+			}
+			msgs = append([]*nats.Msg{rec}, msgs...)
+		}
+		if err := a.w.publishAll(a.ctx, msgs); err != nil {
+			return err
+		}
 	}
 	t.replied.Store(true)
 	return t.close("done")
@@ -481,7 +594,11 @@ func (t *turnRun) preExecute(ctx context.Context) string {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := t.executor().Execute(ctx, loop.ToolCallRequest{ID: "pre-" + e.Name, Name: e.Name, Args: map[string]any{}})
+			x := t.executor()
+			if t.restarted {
+				x.fresh, x.resumed = false, true // an earlier attempt may have run it
+			}
+			res, err := x.Execute(ctx, loop.ToolCallRequest{ID: "pre-" + e.Name, Name: e.Name, Args: map[string]any{}})
 			switch {
 			case err != nil:
 				out[i] = "- " + e.Name + ": (unavailable: " + err.Error() + ")"
@@ -636,8 +753,7 @@ func (t *turnRun) emitter() (emit func(loop.Event), stop func()) {
 			// An LLM step that asked for tools must be in the log before any of its calls
 			// runs (the executor flushes), so resume never asks the model again.
 			t.noteCalls(&me.Message)
-			t.spillTail()
-			t.recordMessage(me)
+			t.recordMessages(append(t.takeTail(), me)...)
 		case loop.EventMessageUpdate:
 			if ev.Update.Type == llm.EventTextDelta {
 				live.add(string(ev.Update.Type), t.index, ev.Update.ContentIndex, ev.Update.Delta)
@@ -667,30 +783,79 @@ func turnEventMsg[P events.Payload](t *turnRun, kind string, p P, name string) (
 	return events.NewMsg(events.AgentEvtSubject(t.a.sk, t.id, kind), ev)
 }
 
-// recordMessage appends a message_end without waiting for the ack; flush waits for all of
-// them. The loop's next step does not need the ack, but a tool call and the commit do: a tool
-// must not run for an assistant message that might not be in the log (resume would ask the
-// model again and get other call ids).
-func (t *turnRun) recordMessage(me events.MessageEnd) {
-	m, err := turnEventMsg(t, events.EvtKindMessageEnd, me, "m"+strconv.Itoa(me.Index))
-	if err == nil {
-		var f jetstream.PubAckFuture
-		if f, err = t.a.w.js.PublishMsgAsync(m); err == nil {
-			t.mu.Lock()
-			t.unacked = append(t.unacked, f)
-			t.mu.Unlock()
+// recordMessages appends finished messages without waiting for the ack; flush waits for all
+// of them. The loop's next step does not need the ack, but a tool call and the commit do: a
+// tool must not run for an assistant message that might not be in the log (resume would ask
+// the model again and get other call ids). While the turn's start is not recorded, they go
+// in one turn_started record as its steps; after that, one message_end record each.
+func (t *turnRun) recordMessages(mes ...events.MessageEnd) {
+	if s := t.takeStarted(); s != nil {
+		s.Steps = mes
+		m, err := turnEventMsg(t, events.EvtKindTurnStarted, *s, "started")
+		if err == nil {
+			if err = t.publishRecord(m); err == nil {
+				return
+			}
+		}
+		s.Steps = nil
+		t.mu.Lock()
+		t.started = s // the next record carries it
+		t.mu.Unlock()
+		t.a.log.Error("persist turn start", "turn", t.id, "err", err)
+		if len(mes) == 0 {
 			return
 		}
 	}
-	t.a.log.Error("persist message", "turn", t.id, "index", me.Index, "err", err)
+	for _, me := range mes {
+		m, err := turnEventMsg(t, events.EvtKindMessageEnd, me, "m"+strconv.Itoa(me.Index))
+		if err == nil {
+			err = t.publishRecord(m)
+		}
+		if err != nil {
+			t.a.log.Error("persist message", "turn", t.id, "index", me.Index, "err", err)
+		}
+	}
 }
 
-// spillTail records the messages held back for the commit as message_end records of their
-// own: the turn goes on past them (another LLM step) or ends without a commit.
-func (t *turnRun) spillTail() {
-	for _, me := range t.takeTail() {
-		t.recordMessage(me)
+// publishRecord publishes one turn record asynchronously; flush waits for its ack.
+func (t *turnRun) publishRecord(m *nats.Msg) error {
+	f, err := t.a.w.js.PublishMsgAsync(m)
+	if err != nil {
+		return err
 	}
+	t.mu.Lock()
+	t.unacked = append(t.unacked, f)
+	t.mu.Unlock()
+	return nil
+}
+
+// spillTail records the messages held back for the commit as records of their own: the turn
+// goes on past them (another LLM step) or ends without a commit. withStart also records the
+// turn's start when nothing else would carry it (the turn ends without a commit).
+func (t *turnRun) spillTail(withStart bool) {
+	tail := t.takeTail()
+	if len(tail) == 0 && !withStart {
+		return
+	}
+	if len(tail) == 0 && !t.startPending() {
+		return
+	}
+	t.recordMessages(tail...)
+}
+
+// takeStarted returns the turn's unrecorded start and forgets it (the caller records it).
+func (t *turnRun) takeStarted() *events.TurnStarted {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.started
+	t.started = nil
+	return s
+}
+
+func (t *turnRun) startPending() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.started != nil
 }
 
 func (t *turnRun) takeTail() []events.MessageEnd {
@@ -885,6 +1050,8 @@ type turnLog struct {
 	started   *events.TurnStarted
 	messages  []llm.Message
 	committed bool
+	failed    bool
+	commitSeq uint64 // set when the commit is known only from AGENT_CTX (takeOver)
 }
 
 // readTurn loads what AGENT_EVENTS holds about a turn (resume).
@@ -903,6 +1070,8 @@ func (w *Worker) readTurn(ctx context.Context, sk events.SessionKey, turn string
 			byIndex[e.Data.Index] = e.Data.Message
 		case *events.Event[events.TurnCommitted]:
 			tl.committed = true
+		case *events.Event[events.TurnFailed]:
+			tl.failed = true
 		}
 	}
 	// Indexes count the prompts, which turn_started holds; message_end records follow them.
@@ -974,8 +1143,9 @@ func (a *actor) resume(sess *store.Session, ot store.OpenTurn) {
 		a.log.Error("read open turn", "turn", ot.ID, "err", err)
 		return
 	}
-	if tl.started == nil { // queued or collecting, never started: rebuild its input
-		pt := &pendingTurn{id: ot.ID, seq: ot.InboxSeq, merged: ot.Merged, msg: a.syntheticTarget(events.Sender{ID: "unknown"}, "")}
+	if tl.started == nil { // queued or collecting, or started without a record yet: rebuild its input
+		pt := &pendingTurn{id: ot.ID, seq: ot.InboxSeq, merged: ot.Merged, msg: a.syntheticTarget(events.Sender{ID: "unknown"}, ""),
+			restarted: true}
 		seqs := append([]uint64{ot.InboxSeq}, ot.Merged...)
 		slices.Sort(seqs)
 		for _, seq := range seqs {
@@ -1001,8 +1171,18 @@ func (a *actor) resume(sess *store.Session, ot store.OpenTurn) {
 		a.mu.Unlock()
 		return
 	}
-	model, err := a.w.opts.Models.GetModel(tl.started.Model.Provider, tl.started.Model.ID)
-	if err != nil {
+	a.resumeWith(sid, ot, tl, true)
+}
+
+// resumeWith launches a turn again from what its log holds; inRecord says whether the session
+// record lists it.
+func (a *actor) resumeWith(sid events.SessionID, ot store.OpenTurn, tl *turnLog, inRecord bool) {
+	var model *llm.Model
+	var err error
+	if tl.started != nil {
+		model, err = a.w.opts.Models.GetModel(tl.started.Model.Provider, tl.started.Model.ID)
+	}
+	if tl.started == nil || err != nil {
 		if model, err = a.w.defaultModel(); err != nil {
 			a.log.Error("resume: no model", "turn", ot.ID, "err", err)
 			return
@@ -1014,11 +1194,20 @@ func (a *actor) resume(sess *store.Session, ot store.OpenTurn) {
 			target = *m
 		}
 	}
-	pt := pendingTurn{id: ot.ID, seq: ot.InboxSeq, input: tl.started.Input, msg: target}
-	for _, m := range tl.started.Merged {
-		pt.merged = append(pt.merged, m.Seq)
+	pt := pendingTurn{id: ot.ID, seq: ot.InboxSeq, msg: target}
+	if tl.started != nil {
+		pt.input = tl.started.Input
+		for _, m := range tl.started.Merged {
+			pt.merged = append(pt.merged, m.Seq)
+		}
+	} else {
+		pt.merged = ot.Merged
 	}
-	t := &turnRun{pendingTurn: pt, a: a, sid: sid, model: model, done: make(chan struct{}), steerSeqs: ot.Steers, resumed: true}
+	t := &turnRun{pendingTurn: pt, a: a, sid: sid, model: model, done: make(chan struct{}), steerSeqs: ot.Steers, resumed: true,
+		commitRecord: tl.commitSeq > 0}
+	if inRecord {
+		t.inRecord.Store(recordYes)
+	}
 	// Queue again the steers and follow-ups the turn had not consumed (its persisted messages
 	// carry them with the inbox event's time).
 	for _, seq := range ot.Steers {

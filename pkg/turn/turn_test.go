@@ -172,6 +172,22 @@ func TestPlainTurn(t *testing.T) {
 	if len(loaded.Messages) != 4 {
 		t.Fatalf("context has %d messages, want 4: %+v", len(loaded.Messages), loaded.Messages)
 	}
+	// One append per turn: the commit carries the start and the answer, and reads back as
+	// every record of the turn.
+	info, err := w.evts.Info(context.Background(), jetstream.WithSubjectFilter(events.AgentEvtSessionFilter(sk)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 2 {
+		t.Errorf("AGENT_EVENTS holds %d records for two plain turns, want 2: %v", info.State.Msgs, info.State.Subjects)
+	}
+	tl, err := w.readTurn(context.Background(), sk, turnID(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tl.started == nil || !tl.committed || len(tl.messages) != 2 || tl.messages[1].Role != llm.RoleAssistant {
+		t.Errorf("turn 1 reads back as started=%v committed=%v %d messages", tl.started != nil, tl.committed, len(tl.messages))
+	}
 	waitClosed(t, w, sk)
 }
 

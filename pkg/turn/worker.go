@@ -19,8 +19,10 @@
 //
 // Durability. A delivery that started a turn is acked only when the turn is finished, and is
 // kept alive with in-progress acks meanwhile; if the worker dies, the delivery comes back to
-// another replica after AckWait, which takes the expired lease and resumes the open turns
-// recorded in the session record (see resume in turn.go).
+// another replica, which takes the expired lease, resumes the open turns recorded in the
+// session record (see resume in turn.go) and re-reads the inbox after the durable cursor: a
+// turn started from its inbox event writes no session record, its context commit carries the
+// cursor (see startTurn, takeOver and startCursor).
 package turn
 
 import (
@@ -486,7 +488,7 @@ func (w *Worker) claim(sk events.SessionKey) {
 func (w *Worker) notOwner(sk events.SessionKey, d delivery, owner string) {
 	if d.redelivered {
 		s, err := w.sessions.Get(w.ctx, sk)
-		if err == nil && d.seq <= s.InboxCursor && !openTurnNeeds(s, d.seq) {
+		if err == nil && d.seq <= w.durableCursor(s) && !openTurnNeeds(s, d.seq) {
 			_ = d.msg.Ack()
 			return
 		}
@@ -497,6 +499,21 @@ func (w *Worker) notOwner(sk events.SessionKey, d delivery, owner string) {
 		}
 	}
 	_ = d.msg.NakWithDelay(w.opts.LeaseTTL / 4)
+}
+
+// durableCursor is how far the session's inbox is durably processed: the session record's
+// cursor, or the inbox sequence the session's last context commit consumed when that is later
+// (a turn started from its inbox event moves the cursor only with its commit).
+func (w *Worker) durableCursor(s *store.Session) uint64 {
+	sid, err := s.ID()
+	if err != nil {
+		return s.InboxCursor
+	}
+	mark, err := w.ctxlog.LastCommit(w.ctx, sid)
+	if err != nil {
+		return s.InboxCursor
+	}
+	return max(s.InboxCursor, mark.InboxSeq)
 }
 
 func openTurnNeeds(s *store.Session, seq uint64) bool {
