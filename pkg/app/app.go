@@ -373,6 +373,7 @@ func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Log
 	if err != nil {
 		return err
 	}
+	js = natsutil.FastPublish(js, 0) // the roles' publishes read their acks without encoding/json
 	p.JS = js
 	if cfg.NATS.Provision == "wait" {
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)

@@ -309,6 +309,9 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
+			// Label the load generator's CPU (its HTTP client connections inherit the label) so
+			// that a profile tells it apart: go tool pprof -tagfocus part=loadgen.
+			pprof.SetGoroutineLabels(pprof.WithLabels(ctx, loadgenLabels))
 			s := sessions[i]
 			for m := 0; m < wl.Messages; m++ {
 				if permits != nil {

@@ -19,7 +19,6 @@
 package compaction
 
 import (
-	"encoding/json"
 	"fmt"
 	"unicode/utf8"
 
@@ -92,8 +91,8 @@ func EstimateTokens(m *llm.Message) int {
 			n += imageTokens * 4
 		case llm.ContentToolCall:
 			n += len(c.Name)
-			if b, err := json.Marshal(c.Arguments); err == nil {
-				n += len(b)
+			if l, ok := jsonLen(c.Arguments); ok {
+				n += l
 			}
 		default:
 			n += len(c.Text) + len(c.Thinking)
@@ -200,6 +199,9 @@ type MicroOptions struct {
 	// MaxBlockBytes caps any single text block (0 = no cap): the middle of a longer one is
 	// elided, head and tail kept, on UTF-8 boundaries.
 	MaxBlockBytes int
+	// Estimator, when set, remembers the estimates of messages seen before (nil: estimate
+	// every message on every call).
+	Estimator *Estimator
 }
 
 // Micro is L1: it returns msgs with the tool results older than the recent budget replaced by
@@ -219,11 +221,21 @@ func Micro(msgs []llm.Message, o MicroOptions) []llm.Message {
 		}
 		out[i] = m
 	}
+	var known []msgInfo
+	if o.Estimator != nil {
+		known = o.Estimator.infos(msgs)
+	}
 	recent := 0
 	for i := len(msgs) - 1; i >= 0; i-- {
 		m := &msgs[i]
 		inRecent := recent < o.KeepRecentTokens
-		recent += EstimateTokens(m)
+		if inRecent { // past the budget the sum no longer matters
+			if known != nil {
+				recent += known[i].tokens
+			} else {
+				recent += EstimateTokens(m)
+			}
+		}
 		if m.Role == llm.RoleToolResult && !inRecent {
 			if n := contentBytes(m.Content); n >= o.MinToolResultBytes {
 				c := *m
@@ -233,7 +245,7 @@ func Micro(msgs []llm.Message, o MicroOptions) []llm.Message {
 				continue
 			}
 		}
-		if o.MaxBlockBytes > 0 {
+		if o.MaxBlockBytes > 0 && (known == nil || known[i].maxText > o.MaxBlockBytes) {
 			if cs, changed := capBlocks(m.Content, o.MaxBlockBytes); changed {
 				c := *m
 				c.Content = cs

@@ -145,6 +145,7 @@ func Open(ctx context.Context, cfg config.NATS, logger *slog.Logger) (*Bus, erro
 		b.Close()
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
+	b.JS = FastPublish(b.JS, 0)
 	if err := Provision(ctx, b.JS, SpecFromConfig(cfg)); err != nil {
 		b.Close()
 		return nil, err

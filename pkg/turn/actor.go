@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/pkg/compaction"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/natsutil"
@@ -67,6 +68,10 @@ type actor struct {
 	// recModel is the session record's model as last read or written: a finished turn that
 	// is not listed in the record writes it only when its model differs.
 	recModel string // under mu
+
+	// est remembers token estimates of the session's cached context messages, which every turn
+	// sizes again (auto compaction, L1 before each model call).
+	est compaction.Estimator
 }
 
 func newActor(w *Worker, sk events.SessionKey, claim store.Claim) *actor {

@@ -63,15 +63,17 @@ func (w *Worker) compactionSettings(m *llm.Model) compaction.Settings {
 //     (ai.context.keepAfterSummary with ai.context.enabled: true; at least compaction.minKeepCount)
 //     whatever their size;
 //   - "history tokens": with ai.context.enabled: true, a history above ai.context.maxContextTokens.
-func (w *Worker) autoTrigger(m *llm.Model, l store.Loaded, system string, input []llm.Message) (compaction.Settings, string, bool) {
+//
+// est (may be nil) remembers the estimates of the session's messages from earlier calls.
+func (w *Worker) autoTrigger(est *compaction.Estimator, m *llm.Model, l store.Loaded, system string, input []llm.Message) (compaction.Settings, string, bool) {
 	s := w.compactionSettings(m)
 	if !s.Enabled || !s.Auto {
 		return s, "", false
 	}
-	if s.ShouldCompact(contextTokens(l, system, input)) {
+	if s.ShouldCompact(contextTokens(est, l, system, input)) {
 		return s, "window", true
 	}
-	history := contextTokens(l, "", nil)
+	history := contextTokens(est, l, "", nil)
 	if share := w.opts.AI.Agent.MaxHistoryShare; share > 0 && share < 1 && s.ContextWindow > 0 && float64(history) > share*float64(s.ContextWindow) {
 		return s, "history share", true
 	}
@@ -161,9 +163,9 @@ func contextMessages(l store.Loaded) []llm.Message {
 // contextTokens estimates the prompt a turn sends: the larger of the last reported usage (plus
 // what came after it) and an estimate of the system prompt, summary, messages and input. Usage
 // reported before the latest summary was written counts the prompt as it was before it, so only
-// messages after the summary record are asked.
-func contextTokens(l store.Loaded, system string, input []llm.Message) int {
-	est := compaction.Estimate(contextMessages(l)) + len(system)/4 + compaction.Estimate(input)
+// messages after the summary record are asked. e (may be nil) memoizes the message estimates.
+func contextTokens(e *compaction.Estimator, l store.Loaded, system string, input []llm.Message) int {
+	est := e.Estimate(contextMessages(l)) + len(system)/4 + compaction.Estimate(input)
 	fresh := l.Messages
 	if l.Summary != nil && len(l.Seqs) == len(l.Messages) {
 		k := 0
@@ -182,7 +184,7 @@ func contextTokens(l store.Loaded, system string, input []llm.Message) int {
 // shortened. Only the model call sees it; the turn's messages and the log stay whole.
 func (t *turnRun) microCompact(s compaction.Settings) func(context.Context, []llm.Message) ([]llm.Message, error) {
 	return func(_ context.Context, msgs []llm.Message) ([]llm.Message, error) {
-		return compaction.Micro(msgs, compaction.MicroOptions{KeepRecentTokens: s.KeepRecentTokens, MaxBlockBytes: s.ContextWindow}), nil
+		return compaction.Micro(msgs, compaction.MicroOptions{KeepRecentTokens: s.KeepRecentTokens, MaxBlockBytes: s.ContextWindow, Estimator: &t.a.est}), nil
 	}
 }
 
@@ -240,7 +242,7 @@ func (a *actor) compactContext(ctx context.Context, sid events.SessionID, turnMo
 	sum.Seq = seq
 	after.Summary, after.Messages, after.Seqs = &sum, msgs[cut:], loaded.Seqs[cut:]
 	out := compactOutcome{covered: cut, kept: len(msgs) - cut, restored: len(res.Restored), count: sum.Count, seq: seq,
-		before: contextTokens(loaded, "", nil), after: contextTokens(after, "", nil)}
+		before: contextTokens(nil, loaded, "", nil), after: contextTokens(nil, after, "", nil)}
 	a.log.Info("context compacted", "reason", reason, "summarized", out.covered, "kept", out.kept, "restored_ids", out.restored,
 		"tokens_before", out.before, "tokens_after", out.after, "anchor", sum.AnchorSeq, "seq", seq, "compactions", sum.Count)
 	return out, nil
@@ -275,13 +277,13 @@ func (a *actor) commitSummary(ctx context.Context, sid events.SessionID, loadedL
 // path still has a chance).
 func (t *turnRun) autoCompact(ctx context.Context, loaded store.Loaded, system string) store.Loaded {
 	a := t.a
-	s, reason, ok := a.w.autoTrigger(t.model, loaded, system, t.input)
+	s, reason, ok := a.w.autoTrigger(&a.est, t.model, loaded, system, t.input)
 	if !ok {
 		return a.w.boundHistory(loaded)
 	}
 	a.memoryFlush(ctx, t, loaded, system)
 	need := func(l store.Loaded) bool {
-		_, _, ok := a.w.autoTrigger(t.model, l, system, t.input)
+		_, _, ok := a.w.autoTrigger(&a.est, t.model, l, system, t.input)
 		return ok
 	}
 	_, err := a.compactContext(ctx, t.sid, t.model, s, "", "auto: "+reason, need)

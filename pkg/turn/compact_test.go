@@ -27,7 +27,7 @@ func TestContextTokensIgnoresUsageFromBeforeTheSummary(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := contextTokens(c.loaded, "", nil); got < c.min || got > c.max {
+			if got := contextTokens(nil, c.loaded, "", nil); got < c.min || got > c.max {
 				t.Fatalf("contextTokens = %d, want %d..%d", got, c.min, c.max)
 			}
 		})

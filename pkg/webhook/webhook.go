@@ -6,6 +6,7 @@
 package webhook
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -79,7 +80,7 @@ var ErrMalformed = errors.New("malformed webhook message")
 // ParseInbound decodes and checks a body. Errors wrap ErrMalformed and name the field.
 func ParseInbound(body []byte) (*Inbound, error) {
 	var in Inbound
-	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&in); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}

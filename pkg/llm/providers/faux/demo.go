@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 
@@ -126,34 +128,71 @@ func wordBoundary(s string, i int, before bool) bool {
 	return !(unicode.IsLetter(r) || unicode.IsDigit(r) || r == '_' || r == '-')
 }
 
-func demoArgs(tool *llm.Tool, rest, whole string) map[string]any {
-	args := map[string]any{}
+// demoSchema is what demoArgs needs of a tool's parameters: the required names and their types.
+type demoSchema struct {
+	required []string
+	types    []string
+}
+
+// demoSchemas caches parsed parameter schemas by their text: a demo model called for every
+// message of a benchmark would otherwise decode the same schema each time.
+var (
+	demoSchemas     sync.Map // string -> *demoSchema (nil: not an object schema)
+	demoSchemaCount atomic.Int32
+)
+
+// maxDemoSchemas bounds the cache (a deployment has tens of tools, not thousands).
+const maxDemoSchemas = 1024
+
+func parseDemoSchema(params json.RawMessage) *demoSchema {
+	if v, ok := demoSchemas.Load(string(params)); ok {
+		return v.(*demoSchema)
+	}
 	var schema struct {
 		Properties map[string]struct {
 			Type any `json:"type"`
 		} `json:"properties"`
 		Required []string `json:"required"`
 	}
-	if len(tool.Parameters) == 0 || json.Unmarshal(tool.Parameters, &schema) != nil {
+	var out *demoSchema
+	if json.Unmarshal(params, &schema) == nil {
+		out = &demoSchema{}
+		for _, name := range schema.Required {
+			typ := "string"
+			switch t := schema.Properties[name].Type.(type) {
+			case string:
+				typ = t
+			case []any:
+				if len(t) > 0 {
+					if s, ok := t[0].(string); ok {
+						typ = s
+					}
+				}
+			}
+			out.required, out.types = append(out.required, name), append(out.types, typ)
+		}
+	}
+	if demoSchemaCount.Add(1) <= maxDemoSchemas {
+		demoSchemas.Store(string(params), out)
+	}
+	return out
+}
+
+func demoArgs(tool *llm.Tool, rest, whole string) map[string]any {
+	args := map[string]any{}
+	if len(tool.Parameters) == 0 {
+		return args
+	}
+	schema := parseDemoSchema(tool.Parameters)
+	if schema == nil {
 		return args
 	}
 	text := rest
 	if text == "" {
 		text = whole
 	}
-	for _, name := range schema.Required {
-		typ := "string"
-		switch t := schema.Properties[name].Type.(type) {
-		case string:
-			typ = t
-		case []any:
-			if len(t) > 0 {
-				if s, ok := t[0].(string); ok {
-					typ = s
-				}
-			}
-		}
-		switch typ {
+	for i, name := range schema.required {
+		switch typ := schema.types[i]; typ {
 		case "integer", "number":
 			args[name] = firstNumber(whole)
 		case "boolean":

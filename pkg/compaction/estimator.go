@@ -1,0 +1,102 @@
+package compaction
+
+import (
+	"sync"
+
+	"github.com/agentbus/agentbus/pkg/llm"
+)
+
+// Estimator memoizes what Micro and Estimate learn of a message, for a caller that sizes the
+// same history again and again: a session's turns estimate the whole context before the first
+// model call (auto compaction) and L1 walks it before every model call, while the context log
+// hands every turn the same cached messages. A message is recognized by its content blocks'
+// backing array, which every copy of a message shares; a message whose content was replaced
+// (a new slice) is looked at anew. Messages are treated as immutable, as everywhere in a turn.
+//
+// The zero value is ready to use; safe for concurrent use. It keeps the entries of the
+// messages of the last few calls only, so it holds about as many entries as the history has
+// messages.
+type Estimator struct {
+	mu   sync.Mutex
+	gen  uint32
+	memo map[*llm.Content]msgInfo
+}
+
+// msgInfo is what is remembered of one message.
+type msgInfo struct {
+	blocks  int // len(Content): a slice cut shorter is another message
+	tokens  int // EstimateTokens
+	maxText int // the longest text block, in bytes (capBlocks has nothing to do below its limit)
+	gen     uint32
+}
+
+func infoOf(m *llm.Message) msgInfo {
+	in := msgInfo{blocks: len(m.Content), tokens: EstimateTokens(m)}
+	for i := range m.Content {
+		if c := &m.Content[i]; c.Type == llm.ContentText && len(c.Text) > in.maxText {
+			in.maxText = len(c.Text)
+		}
+	}
+	return in
+}
+
+// infos returns what is known of each message of msgs, looking at the new ones. A nil
+// Estimator looks at every message.
+func (e *Estimator) infos(msgs []llm.Message) []msgInfo {
+	out := make([]msgInfo, len(msgs))
+	if e == nil {
+		for i := range msgs {
+			out[i] = infoOf(&msgs[i])
+		}
+		return out
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.memo == nil {
+		e.memo = make(map[*llm.Content]msgInfo, len(msgs))
+	}
+	e.gen++
+	for i := range msgs {
+		m := &msgs[i]
+		if len(m.Content) == 0 {
+			out[i] = infoOf(m)
+			continue
+		}
+		key := &m.Content[0]
+		in, ok := e.memo[key]
+		if !ok || in.blocks != len(m.Content) {
+			in = infoOf(m)
+		}
+		in.gen = e.gen
+		e.memo[key] = in
+		out[i] = in
+	}
+	// Forget messages no call of the last few has seen (compacted away, or another session id).
+	if len(e.memo) > 2*len(msgs)+32 {
+		for k, in := range e.memo {
+			if e.gen-in.gen > 4 {
+				delete(e.memo, k)
+			}
+		}
+	}
+	return out
+}
+
+// Estimate is Estimate(msgs) through the memo. A nil Estimator estimates without one.
+func (e *Estimator) Estimate(msgs []llm.Message) int {
+	if e == nil {
+		return Estimate(msgs)
+	}
+	n := 0
+	for _, in := range e.infos(msgs) {
+		n += in.tokens
+	}
+	return n
+}
+
+// Reset forgets every entry, releasing the messages it refers to.
+func (e *Estimator) Reset() {
+	e.mu.Lock()
+	e.memo = nil
+	e.mu.Unlock()
+}

@@ -1,0 +1,95 @@
+package natsutil_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/natsutil"
+	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
+)
+
+// TestFastPublish publishes the same messages through nats.go's PublishMsg and through
+// FastPublish and checks that both answer alike: acks, duplicates, the server's errors (as
+// *jetstream.APIError), no stream, counter acks (the encoding/json fallback).
+func TestFastPublish(t *testing.T) {
+	srv := natstest.New(t, natstest.WithoutProvision())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, cfg := range []jetstream.StreamConfig{
+		{Name: "PLAIN_A", Subjects: []string{"a.>"}},
+		{Name: "PLAIN_B", Subjects: []string{"b.>"}},
+		{Name: "COUNT_A", Subjects: []string{"ca.>"}, AllowMsgCounter: true},
+		{Name: "COUNT_B", Subjects: []string{"cb.>"}, AllowMsgCounter: true},
+	} {
+		if _, err := srv.JS.CreateStream(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fast := natsutil.FastPublish(srv.JS, 0)
+	msg := func(subj string, hdr ...string) *nats.Msg {
+		m := nats.NewMsg(subj)
+		m.Data = []byte("x")
+		for i := 0; i+1 < len(hdr); i += 2 {
+			m.Header.Set(hdr[i], hdr[i+1])
+		}
+		return m
+	}
+	cases := []struct {
+		name string
+		// subject under a. (nats.go) and b. (fast) or ca./cb., so both see the same stream state
+		prefix string
+		hdr    []string
+		rest   string
+	}{
+		{"stored", "", nil, "x.1"},
+		{"stored again", "", nil, "x.2"},
+		{"with a msg id", "", []string{jetstream.MsgIDHeader, "id-1"}, "x.3"},
+		{"duplicate msg id", "", []string{jetstream.MsgIDHeader, "id-1"}, "x.3"},
+		{"wrong expected last sequence", "", []string{jetstream.ExpectedLastSeqHeader, "1"}, "x.4"},
+		{"wrong expected stream", "", []string{jetstream.ExpectedStreamHeader, "NOPE"}, "x.5"},
+		{"counter", "c", []string{"Nats-Incr", "5"}, "n"},
+		{"counter again", "c", []string{"Nats-Incr", "-2"}, "n"},
+		{"counter without increment", "c", nil, "n"},
+		{"no stream", "z", nil, "x.6"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			want, werr := srv.JS.PublishMsg(ctx, msg(tc.prefix+"a."+tc.rest, tc.hdr...))
+			got, gerr := fast.PublishMsg(ctx, msg(tc.prefix+"b."+tc.rest, tc.hdr...))
+			if (werr == nil) != (gerr == nil) {
+				t.Fatalf("nats.go: %v; FastPublish: %v", werr, gerr)
+			}
+			if werr != nil {
+				var wa, ga *jetstream.APIError
+				switch {
+				case errors.As(werr, &wa) != errors.As(gerr, &ga):
+					t.Fatalf("nats.go: %v; FastPublish: %v", werr, gerr)
+				case wa != nil && (wa.ErrorCode != ga.ErrorCode || wa.Code != ga.Code):
+					t.Fatalf("nats.go: %+v; FastPublish: %+v", wa, ga)
+				case errors.Is(werr, jetstream.ErrNoStreamResponse) != errors.Is(gerr, jetstream.ErrNoStreamResponse):
+					t.Fatalf("nats.go: %v; FastPublish: %v", werr, gerr)
+				}
+				return
+			}
+			if got.Sequence != want.Sequence || got.Duplicate != want.Duplicate || got.Value != want.Value || got.Domain != want.Domain ||
+				got.Stream[len(got.Stream)-1] != 'B' || want.Stream[len(want.Stream)-1] != 'A' {
+				t.Fatalf("nats.go: %+v; FastPublish: %+v", want, got)
+			}
+		})
+	}
+	// With options it is nats.go's own call.
+	if ack, err := fast.PublishMsg(ctx, msg("b.x.7"), jetstream.WithExpectStream("PLAIN_B")); err != nil || ack.Stream != "PLAIN_B" {
+		t.Fatalf("with an option: %+v, %v", ack, err)
+	}
+	// A cancelled context fails the publish.
+	cctx, ccancel := context.WithCancel(ctx)
+	ccancel()
+	if _, err := fast.PublishMsg(cctx, msg("b.x.8")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled: %v", err)
+	}
+}
