@@ -87,7 +87,7 @@ type turnRun struct {
 	reason    string       // why it was aborted
 	next      *pendingTurn // interrupt: the turn to start when this one stops
 	finished  bool         // the turn's goroutine has taken next: no more interrupts
-	replied   atomic.Bool  // its reply is stored: an abort can no longer change anything
+	replied   atomic.Bool  // committed, its reply going out: an abort can no longer change anything
 	steerSeqs []uint64     // inbox sequences queued into this turn (steer, follow-up)
 	resumed   bool         // taken over from another owner: tool results may already exist
 	// fresh: nothing of this turn was published before (its turn_started was not a duplicate),
@@ -435,6 +435,7 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		// go out even if the actor stops meanwhile (its lease lapsed while a NATS node failed
 		// over, say): the commit carries the inbox cursor, so a new owner takes this turn for
 		// done and would not publish its reply again.
+		t.replied.Store(true) // committed: nothing of it is left to cancel (/cancel)
 		pctx, cancel := a.w.replyContext()
 		defer cancel()
 		if err := a.w.publishAll(pctx, append([]*nats.Msg{committed}, a.replyMsgs(&t.pendingTurn, t.id, t.replyFor(final, newMsgs), t.fresh)...)); err != nil {
@@ -456,13 +457,13 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 			}
 			msgs = append([]*nats.Msg{rec}, msgs...)
 		}
+		t.replied.Store(true)
 		pctx, cancel := a.w.replyContext()
 		defer cancel()
 		if err := a.w.publishAll(pctx, msgs); err != nil {
 			return err
 		}
 	}
-	t.replied.Store(true)
 	return t.close("done")
 }
 
