@@ -211,7 +211,8 @@ func (a *actor) run() {
 // startCursor is where the actor continues the inbox: after the session record's cursor, or
 // after the inbox sequence the session's last context commit consumed when that is later and
 // the commit's turn is recorded as committed (a turn started from its inbox event writes no
-// session record; its commit carries the cursor). It also notes, in checkUpTo, the inbox's last
+// session record; its commit carries the cursor; its record goes out after its reply, see
+// publishReply, so a recorded turn has its reply stored). It also notes, in checkUpTo, the inbox's last
 // sequence now: turn events up to it that come after the cursor may have been started by an
 // earlier owner. Both reads go to the stream leaders: they decide what runs again.
 func (a *actor) startCursor(sess *store.Session) (uint64, error) {

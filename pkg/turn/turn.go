@@ -430,19 +430,21 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		if err != nil {
 			return err
 		}
-		// The record and the reply go out together: the commit above is what made the turn
-		// durable, and both are idempotent (fixed ids) if a resume publishes them again. They
-		// go out even if the actor stops meanwhile (its lease lapsed while a NATS node failed
-		// over, say): the commit carries the inbox cursor, so a new owner takes this turn for
-		// done and would not publish its reply again.
+		// The commit above is what made the turn durable; the reply and the record follow,
+		// both idempotent (fixed ids) if a resume publishes them again. They go out even if
+		// the actor stops meanwhile (its lease lapsed while a NATS node failed over, say): the
+		// commit carries the inbox cursor, so a new owner that finds the record takes this
+		// turn for done and does not publish its reply again (startCursor). Hence the order
+		// in publishReply: a stored record means a stored reply.
 		t.replied.Store(true) // committed: nothing of it is left to cancel (/cancel)
 		pctx, cancel := a.w.replyContext()
 		defer cancel()
-		if err := a.w.publishAll(pctx, append([]*nats.Msg{committed}, a.replyMsgs(&t.pendingTurn, t.id, t.replyFor(final, newMsgs), t.fresh)...)); err != nil {
+		if err := a.w.publishReply(pctx, committed, a.replyMsgs(&t.pendingTurn, t.id, t.replyFor(final, newMsgs), t.fresh)); err != nil {
 			return err
 		}
 	} else {
 		msgs := a.replyMsgs(&t.pendingTurn, t.id, t.replyFor(lastAssistant(persisted), persisted), false)
+		var rec *nats.Msg
 		if t.commitRecord {
 			final := lastAssistant(persisted)
 			var usage *llm.Usage
@@ -450,17 +452,16 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 				usage = final.Usage
 			}
 			seq := resumed.commitSeq
-			rec, err := turnEventMsg(t, events.EvtKindTurnCommitted, events.TurnCommitted{FirstSeq: seq, LastSeq: seq,
-				Messages: len(persisted), Usage: usage, StopReason: stopOf(final)}, "committed")
-			if err != nil {
+			var err error
+			if rec, err = turnEventMsg(t, events.EvtKindTurnCommitted, events.TurnCommitted{FirstSeq: seq, LastSeq: seq,
+				Messages: len(persisted), Usage: usage, StopReason: stopOf(final)}, "committed"); err != nil {
 				return err
 			}
-			msgs = append([]*nats.Msg{rec}, msgs...)
 		}
 		t.replied.Store(true)
 		pctx, cancel := a.w.replyContext()
 		defer cancel()
-		if err := a.w.publishAll(pctx, msgs); err != nil {
+		if err := a.w.publishReply(pctx, rec, msgs); err != nil {
 			return err
 		}
 	}
@@ -1013,6 +1014,20 @@ func (a *actor) replyMsgs(pt *pendingTurn, turn, text string, fresh bool) []*nat
 // publishAll stores msgs, pipelined, and retries the ones that fail with backoff until they
 // are stored or ctx ends. Every message must carry a Nats-Msg-Id, so a retry of one that was
 // stored after all is dropped as a duplicate.
+// publishReply publishes a committed turn's reply, then its turn_committed record (rec; nil:
+// none). The record waits for the reply's acks, so a new owner that finds the record knows the
+// reply is stored too: a kill between the two leaves the record missing, and the turn is
+// finished from its commit (takeOver), which publishes both again under the same ids.
+func (w *Worker) publishReply(ctx context.Context, rec *nats.Msg, reply []*nats.Msg) error {
+	if err := w.publishAll(ctx, reply); err != nil {
+		return err
+	}
+	if rec == nil {
+		return nil
+	}
+	return w.publishAll(ctx, []*nats.Msg{rec})
+}
+
 func (w *Worker) publishAll(ctx context.Context, msgs []*nats.Msg) error {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 50*time.Millisecond, 5*time.Second, 0
