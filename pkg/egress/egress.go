@@ -362,8 +362,14 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 		subConn.Close()
 		return nil, fmt.Errorf("egress: subscriber jetstream: %w", err)
 	}
-	cons, err := subJS.Consumer(ctx, events.StreamIMOut, o.Durable)
-	if err != nil {
+	// Retried like the create above: a restart while a NATS node is down must not end on one
+	// unanswered lookup.
+	var cons jetstream.Consumer
+	if err := natsutil.Retry(ctx, func(ctx context.Context) error {
+		var err error
+		cons, err = subJS.Consumer(ctx, events.StreamIMOut, o.Durable)
+		return err
+	}); err != nil {
 		subConn.Close()
 		return nil, fmt.Errorf("egress: consumer %s: %w", o.Durable, err)
 	}
