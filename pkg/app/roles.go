@@ -188,112 +188,78 @@ func (p *Process) imMedia(ctx context.Context, cfg *config.Config, endpoints ...
 // imSenders are the egress senders of the native IM adapters configured under im.<platform>.
 func (p *Process) imSenders(ctx context.Context, cfg *config.Config, log *slog.Logger) (map[string]egress.Sender, error) {
 	out := map[string]egress.Sender{}
-	if bots := cfg.IM.OneBot.Bots; len(bots) > 0 {
-		media, err := p.imMedia(ctx, cfg)
-		if err != nil {
-			return nil, err
+	ims := cfg.IM
+	if len(ims.OneBot.Bots)+len(ims.Telegram.Bots)+len(ims.Discord.Bots)+len(ims.Slack.Bots)+len(ims.Matrix.Bots) == 0 {
+		return out, nil
+	}
+	media, err := p.imMedia(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	ledger, err := im.NewLedger(ctx, p.JS)
+	if err != nil {
+		return nil, err
+	}
+	elog := log.With("role", events.RoleEgress)
+	add := func(platform string, s egress.Sender, err error) error {
+		if err == nil {
+			out[platform] = s
 		}
-		ledger, err := im.NewLedger(ctx, p.JS)
-		if err != nil {
-			return nil, err
-		}
+		return err
+	}
+	if bots := ims.OneBot.Bots; len(bots) > 0 {
 		s, err := onebot.NewSender(bots, p.NC, nil, media, ledger)
-		if err != nil {
+		if err := add(onebot.Platform, s, err); err != nil {
 			return nil, err
 		}
-		out[onebot.Platform] = s
 	}
-	if bots := cfg.IM.Telegram.Bots; len(bots) > 0 {
-		media, err := p.imMedia(ctx, cfg)
-		if err != nil {
-			return nil, err
-		}
-		ledger, err := im.NewLedger(ctx, p.JS)
-		if err != nil {
-			return nil, err
-		}
+	// Streaming previews and typing: one egress replica per bot runs each platform's previewer.
+	if bots := ims.Telegram.Bots; len(bots) > 0 {
 		s, err := telegram.NewSender(bots, nil, media, ledger, p.NC)
-		if err != nil {
+		if err := add(telegram.Platform, s, err); err != nil {
 			return nil, err
 		}
-		out[telegram.Platform] = s
-		// Streaming previews and typing: one egress replica per bot runs the previewer.
-		owner := "egress-" + nuid.Next()
-		for _, b := range bots {
-			p.spawn("im adapter", func(ctx context.Context) {
-				_ = telegram.RunPreviewer(ctx, telegram.PreviewerOptions{Bot: b, NC: p.NC, JS: p.JS, Owner: owner,
-					Log: log.With("role", events.RoleEgress)})
-			})
-		}
+		spawnPreviewers(p, bots, func(ctx context.Context, b config.TelegramBot, owner string) error {
+			return telegram.RunPreviewer(ctx, telegram.PreviewerOptions{Bot: b, NC: p.NC, JS: p.JS, Owner: owner, Log: elog})
+		})
 	}
-	if bots := cfg.IM.Discord.Bots; len(bots) > 0 {
-		media, err := p.imMedia(ctx, cfg)
-		if err != nil {
-			return nil, err
-		}
-		ledger, err := im.NewLedger(ctx, p.JS)
-		if err != nil {
-			return nil, err
-		}
+	if bots := ims.Discord.Bots; len(bots) > 0 {
 		s, err := discord.NewSender(bots, nil, media, ledger, p.NC)
-		if err != nil {
+		if err := add(discord.Platform, s, err); err != nil {
 			return nil, err
 		}
-		out[discord.Platform] = s
-		owner := "egress-" + nuid.Next()
-		for _, b := range bots {
-			p.spawn("im adapter", func(ctx context.Context) {
-				_ = discord.RunPreviewer(ctx, discord.PreviewerOptions{Bot: b, NC: p.NC, JS: p.JS, Owner: owner,
-					Log: log.With("role", events.RoleEgress)})
-			})
-		}
+		spawnPreviewers(p, bots, func(ctx context.Context, b config.DiscordBot, owner string) error {
+			return discord.RunPreviewer(ctx, discord.PreviewerOptions{Bot: b, NC: p.NC, JS: p.JS, Owner: owner, Log: elog})
+		})
 	}
-	if bots := cfg.IM.Slack.Bots; len(bots) > 0 {
-		media, err := p.imMedia(ctx, cfg)
-		if err != nil {
-			return nil, err
-		}
-		ledger, err := im.NewLedger(ctx, p.JS)
-		if err != nil {
-			return nil, err
-		}
+	if bots := ims.Slack.Bots; len(bots) > 0 {
 		s, err := imslack.NewSender(bots, nil, media, ledger, p.NC)
-		if err != nil {
+		if err := add(imslack.Platform, s, err); err != nil {
 			return nil, err
 		}
-		out[imslack.Platform] = s
-		owner := "egress-" + nuid.Next()
-		for _, b := range bots {
-			p.spawn("im adapter", func(ctx context.Context) {
-				_ = imslack.RunPreviewer(ctx, imslack.PreviewerOptions{Bot: b, NC: p.NC, JS: p.JS, Owner: owner,
-					Log: log.With("role", events.RoleEgress)})
-			})
-		}
+		spawnPreviewers(p, bots, func(ctx context.Context, b config.SlackBot, owner string) error {
+			return imslack.RunPreviewer(ctx, imslack.PreviewerOptions{Bot: b, NC: p.NC, JS: p.JS, Owner: owner, Log: elog})
+		})
 	}
-	if bots := cfg.IM.Matrix.Bots; len(bots) > 0 {
-		media, err := p.imMedia(ctx, cfg)
-		if err != nil {
-			return nil, err
-		}
-		ledger, err := im.NewLedger(ctx, p.JS)
-		if err != nil {
-			return nil, err
-		}
+	if bots := ims.Matrix.Bots; len(bots) > 0 {
 		s, err := matrix.NewSender(bots, nil, media, ledger, p.NC)
-		if err != nil {
+		if err := add(matrix.Platform, s, err); err != nil {
 			return nil, err
 		}
-		out[matrix.Platform] = s
-		// Typing and streaming previews: one egress replica per bot runs the previewer.
-		owner := "egress-" + nuid.Next()
-		for _, b := range bots {
-			p.spawn("im adapter", func(ctx context.Context) {
-				_ = matrix.RunPreviewer(ctx, matrix.PreviewerOptions{Bot: b, NC: p.NC, JS: p.JS, Owner: owner,
-					Log: log.With("role", events.RoleEgress)})
-			})
-		}
+		spawnPreviewers(p, bots, func(ctx context.Context, b config.MatrixBot, owner string) error {
+			return matrix.RunPreviewer(ctx, matrix.PreviewerOptions{Bot: b, NC: p.NC, JS: p.JS, Owner: owner, Log: elog})
+		})
 	}
 	return out, nil
+}
+
+// spawnPreviewers runs one platform's previewer for each of its bots, under one owner name per
+// egress process (the previewer lease says which replica shows a bot's previews).
+func spawnPreviewers[B any](p *Process, bots []B, run func(ctx context.Context, b B, owner string) error) {
+	owner := "egress-" + nuid.Next()
+	for _, b := range bots {
+		p.spawn("im adapter", func(ctx context.Context) { _ = run(ctx, b, owner) })
+	}
 }
 
 // startIMInbound starts the inbound halves of the native IM adapters: connections that must be
