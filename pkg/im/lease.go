@@ -87,7 +87,7 @@ func Hold(ctx context.Context, o HoldOptions, run func(ctx context.Context) erro
 		kv, err = o.JS.KeyValue(ctx, events.BucketLeases)
 		if err != nil {
 			log.Warn("im: leases bucket not available yet", "err", err)
-			if !sleep(ctx, o.TTL/3) {
+			if !Sleep(ctx, o.TTL/3) {
 				return ctx.Err()
 			}
 		}
@@ -102,7 +102,7 @@ func Hold(ctx context.Context, o HoldOptions, run func(ctx context.Context) erro
 			if !errors.Is(err, errHeld) {
 				log.Warn("im: acquire connection lease", "err", err)
 			}
-			if !sleep(ctx, o.TTL/3) {
+			if !Sleep(ctx, o.TTL/3) {
 				return ctx.Err()
 			}
 			continue
@@ -119,7 +119,7 @@ func Hold(ctx context.Context, o HoldOptions, run func(ctx context.Context) erro
 			return ctx.Err()
 		}
 		log.Warn("im: connection ended, lease released", "err", err)
-		if !sleep(ctx, o.TTL/3) {
+		if !Sleep(ctx, o.TTL/3) {
 			return ctx.Err()
 		}
 	}
@@ -198,16 +198,5 @@ func (h *holder) release(rev uint64) {
 	defer cancel()
 	if err := h.kv.Purge(ctx, h.o.Key, jetstream.LastRevision(rev), jetstream.PurgeTTL(time.Minute)); err != nil {
 		h.log.Debug("im: release connection lease", "err", err)
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

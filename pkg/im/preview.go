@@ -263,7 +263,7 @@ func (p *previewer) turn(id string, sk events.SessionKey) *turnPreview {
 // later runs f after d in a goroutine the previewer waits for (unless ctx ended first).
 func (p *previewer) later(ctx context.Context, d time.Duration, f func()) {
 	p.spawn(func() {
-		if sleep(ctx, d) {
+		if Sleep(ctx, d) {
 			f()
 		}
 	})
@@ -331,7 +331,7 @@ func (p *previewer) typingLoop(ctx context.Context, t *turnPreview) {
 			p.log.Debug("im: typing", "err", err)
 		}
 		cancel()
-		if !sleep(ctx, p.o.TypingEvery) {
+		if !Sleep(ctx, p.o.TypingEvery) {
 			return
 		}
 	}

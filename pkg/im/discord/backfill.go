@@ -126,7 +126,7 @@ func (in *Inbound) backfillChannel(ctx context.Context, s *discordgo.Session, ch
 			if wait <= 0 {
 				wait = time.Duration(attempt+1) * time.Second
 			}
-			if !sleep(ctx, wait) {
+			if !im.Sleep(ctx, wait) {
 				return n, ctx.Err()
 			}
 		}

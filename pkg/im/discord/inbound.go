@@ -171,15 +171,7 @@ func (in *Inbound) handle(ctx context.Context, msg *discordgo.Message, scope str
 	if err != nil {
 		return in.deadLetter(ctx, events.DLQInvalid, err, msg)
 	}
-	var last error
-	for attempt := range 6 {
-		if attempt > 0 && !sleep(ctx, time.Duration(attempt)*500*time.Millisecond) {
-			break
-		}
-		if last = in.o.Sink.Ingest(ctx, m); last == nil || errors.Is(last, events.ErrInvalid) {
-			break
-		}
-	}
+	last := im.Ingest(ctx, in.o.Sink, m, 6, 500*time.Millisecond)
 	switch {
 	case last == nil:
 		return nil
@@ -317,15 +309,4 @@ func textSegments(content string, self *discordgo.User, names map[string]string)
 	}
 	text(content[pos:])
 	return out, mention
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

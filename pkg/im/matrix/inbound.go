@@ -208,7 +208,7 @@ func (in *Inbound) sync(ctx context.Context) error {
 				return err // let Hold release the connection; any replica retries
 			}
 			in.log.Warn("matrix: sync failed; retrying", "err", err, "in", wait)
-			if !sleep(ctx, min(wait, 30*time.Second)) {
+			if !im.Sleep(ctx, min(wait, 30*time.Second)) {
 				return ctx.Err()
 			}
 			continue
@@ -523,15 +523,7 @@ func (in *Inbound) message(ctx context.Context, evt *event.Event) error {
 	if err != nil {
 		return in.deadLetter(ctx, err, evt)
 	}
-	var last error
-	for attempt := range 4 {
-		if attempt > 0 && !sleep(ctx, time.Duration(attempt)*500*time.Millisecond) {
-			break
-		}
-		if last = in.o.Sink.Ingest(ctx, m); last == nil || errors.Is(last, events.ErrInvalid) {
-			break
-		}
-	}
+	last := im.Ingest(ctx, in.o.Sink, m, 4, 500*time.Millisecond)
 	if errors.Is(last, events.ErrInvalid) {
 		return in.deadLetter(ctx, last, evt)
 	}
@@ -802,15 +794,4 @@ func legacyMedia(err error) bool {
 		return true
 	}
 	return false
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -136,7 +136,7 @@ func (in *Inbound) Run(ctx context.Context) error {
 				break
 			}
 			in.log.Warn("onebot: backfill cursors not available yet", "err", err)
-			if !sleepCtx(ctx, 2*time.Second) {
+			if !im.Sleep(ctx, 2*time.Second) {
 				return ctx.Err()
 			}
 		}
@@ -330,16 +330,7 @@ func (in *Inbound) handleErr(ctx context.Context, b []byte, via string) error {
 	if err != nil {
 		return in.deadLetter(ctx, via, err, b)
 	}
-	var last error
-	for attempt := range 4 {
-		if attempt > 0 && !sleepCtx(ctx, time.Duration(attempt)*500*time.Millisecond) {
-			break
-		}
-		last = in.o.Sink.Ingest(ctx, m)
-		if last == nil || errors.Is(last, events.ErrInvalid) {
-			break
-		}
-	}
+	last := im.Ingest(ctx, in.o.Sink, m, 4, 500*time.Millisecond)
 	if errors.Is(last, events.ErrInvalid) {
 		return in.deadLetter(ctx, via, last, b)
 	}
@@ -456,15 +447,4 @@ func (in *Inbound) inSegment(ctx context.Context, m *events.IMMessage, i int, s 
 		d[k] = v
 	}
 	return events.Segment{Type: s.Type, Data: d}, false
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -72,7 +72,7 @@ func (in *Inbound) Run(ctx context.Context) error {
 			if _, err := in.me(ctx); err == nil {
 				break
 			}
-			sleep(ctx, 5*time.Second)
+			im.Sleep(ctx, 5*time.Second)
 		}
 		<-ctx.Done()
 		return ctx.Err()
@@ -239,15 +239,7 @@ func (in *Inbound) payload(ctx context.Context, raw []byte) error {
 	if err != nil {
 		return in.deadLetter(ctx, err, raw)
 	}
-	var last error
-	for attempt := range 3 {
-		if attempt > 0 && !sleep(ctx, time.Duration(attempt)*300*time.Millisecond) {
-			break
-		}
-		if last = in.o.Sink.Ingest(ctx, m); last == nil || errors.Is(last, events.ErrInvalid) {
-			break
-		}
-	}
+	last := im.Ingest(ctx, in.o.Sink, m, 3, 300*time.Millisecond)
 	if errors.Is(last, events.ErrInvalid) {
 		return in.deadLetter(ctx, last, raw)
 	}
@@ -399,15 +391,4 @@ func textSegments(text string, self *identity) (events.Segments, bool) {
 	}
 	add(text[pos:])
 	return out, mention
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -112,7 +112,7 @@ func (in *Inbound) poll(ctx context.Context) error {
 			err = classify("getUpdates", err)
 			var e *im.Error
 			if errors.As(err, &e) && e.RetryAfter > 0 {
-				if !sleep(ctx, e.RetryAfter) {
+				if !im.Sleep(ctx, e.RetryAfter) {
 					return ctx.Err()
 				}
 				continue
@@ -192,15 +192,7 @@ func (in *Inbound) update(ctx context.Context, u *tgbotapi.Update, raw []byte) e
 		}
 		return in.deadLetter(ctx, err, raw)
 	}
-	var last error
-	for attempt := range 4 {
-		if attempt > 0 && !sleep(ctx, time.Duration(attempt)*500*time.Millisecond) {
-			break
-		}
-		if last = in.o.Sink.Ingest(ctx, m); last == nil || errors.Is(last, events.ErrInvalid) {
-			break
-		}
-	}
+	last := im.Ingest(ctx, in.o.Sink, m, 4, 500*time.Millisecond)
 	if errors.Is(last, events.ErrInvalid) {
 		if raw == nil {
 			raw, _ = json.Marshal(u)
@@ -355,15 +347,4 @@ func textSegments(text string, entities []tgbotapi.MessageEntity, self *tgbotapi
 		out = append(out, events.TextSeg(string(utf16.Decode(u[pos:]))))
 	}
 	return out, mention
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
