@@ -28,27 +28,56 @@ type MsgQuery struct {
 // does return is the right one; only its "not found" is unreliable. GetMsg therefore tries the
 // direct get first (cheap, spread over replicas) and confirms a "not found" with the stream
 // leader (LeaderGetMsg). It returns jetstream.ErrMsgNotFound only when the leader says so.
+//
+// On a stream with one replica the direct get is the leader's answer already (see
+// ConsistentGetMsg), and its "not found" is final.
 func GetMsg(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, q MsgQuery) (*jetstream.RawStreamMsg, error) {
-	var (
-		raw *jetstream.RawStreamMsg
-		err error
-	)
-	switch {
-	case q.LastFor != "":
-		raw, err = s.GetLastMsgForSubject(ctx, q.LastFor)
-	case q.NextFor != "":
-		raw, err = s.GetMsg(ctx, q.Seq, jetstream.WithGetMsgSubject(q.NextFor))
-	default:
-		raw, err = s.GetMsg(ctx, q.Seq)
-	}
+	raw, err := plainGetMsg(ctx, s, q)
 	if err == nil || !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return raw, err
 	}
 	info := s.CachedInfo()
-	if info == nil || !info.Config.AllowDirect {
+	if info == nil || !info.Config.AllowDirect || info.Config.Replicas <= 1 {
 		return nil, err // that already was the leader's answer
 	}
 	return LeaderGetMsg(ctx, js, info.Config.Name, q)
+}
+
+// plainGetMsg is the stream handle's own get: a direct get when the stream allows them.
+func plainGetMsg(ctx context.Context, s jetstream.Stream, q MsgQuery) (*jetstream.RawStreamMsg, error) {
+	switch {
+	case q.LastFor != "":
+		return s.GetLastMsgForSubject(ctx, q.LastFor)
+	case q.NextFor != "":
+		return s.GetMsg(ctx, q.Seq, jetstream.WithGetMsgSubject(q.NextFor))
+	}
+	return s.GetMsg(ctx, q.Seq)
+}
+
+// ConsistentGetMsg is LeaderGetMsg for a caller that holds the stream's handle: the answer
+// reflects every write the stream has acknowledged, found or not.
+//
+// On a stream with one replica (the embedded server, a single nats-server, any R1 stream of a
+// cluster) the one server that stores the stream is its leader, so a direct get gives the same
+// answer for much less: the server answers it in the client's read loop, while a JetStream API
+// request (STREAM.MSG.GET) waits in the server's API queue, is served by one of GOMAXPROCS
+// API goroutines and returns the message base64-encoded in JSON. A session's cold start makes
+// several of these reads, so on a busy server the queue was where its time went.
+//
+// Caveats: the replica count is the one of s's cached info (as last read, normally when the
+// handle was opened), so a stream scaled up to more replicas while the process runs is read
+// the direct way until the handle is opened again; and a direct get can also be answered by a
+// mirror created with MirrorDirect, which agentbus never provisions for its streams.
+func ConsistentGetMsg(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, q MsgQuery) (*jetstream.RawStreamMsg, error) {
+	info := s.CachedInfo()
+	if info != nil && info.Config.Replicas <= 1 {
+		return plainGetMsg(ctx, s, q)
+	}
+	name := ""
+	if info != nil {
+		name = info.Config.Name
+	}
+	return LeaderGetMsg(ctx, js, name, q)
 }
 
 // leaderGetRequest and leaderGetResponse are the JetStream API's STREAM.MSG.GET request and

@@ -49,6 +49,9 @@ func TestGetMsg(t *testing.T) {
 		"LeaderGetMsg": func(q natsutil.MsgQuery) (*jetstream.RawStreamMsg, error) {
 			return natsutil.LeaderGetMsg(ctx, srv.JS, "GETS", q)
 		},
+		"ConsistentGetMsg": func(q natsutil.MsgQuery) (*jetstream.RawStreamMsg, error) {
+			return natsutil.ConsistentGetMsg(ctx, srv.JS, s, q)
+		},
 	}
 	for rname, read := range reads {
 		for _, c := range cases {
@@ -74,5 +77,59 @@ func TestGetMsg(t *testing.T) {
 	}
 	if _, err := natsutil.LeaderGetMsg(ctx, srv.JS, "NO_SUCH_STREAM", natsutil.MsgQuery{Seq: 1}); err == nil || errors.Is(err, jetstream.ErrMsgNotFound) {
 		t.Fatalf("missing stream: %v, want an error other than not found", err)
+	}
+}
+
+// TestConsistentGetMsgOneReplica checks that on a stream with one replica ConsistentGetMsg and
+// GetMsg answer with direct gets only, "not found" included: no JetStream API request (the
+// server's api.total stays put), since the one server is the leader.
+func TestConsistentGetMsgOneReplica(t *testing.T) {
+	srv := natstest.New(t, natstest.WithoutProvision())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := srv.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "ONE", Subjects: []string{"o.>"}, AllowDirect: true, Replicas: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.JS.Publish(ctx, "o.a", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	apiTotal := func() uint64 {
+		jsz, err := srv.Embedded.Server().Jsz(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return jsz.API.Total
+	}
+	before := apiTotal()
+	cases := []struct {
+		name  string
+		read  func() (*jetstream.RawStreamMsg, error)
+		found bool
+	}{
+		{"consistent last", func() (*jetstream.RawStreamMsg, error) {
+			return natsutil.ConsistentGetMsg(ctx, srv.JS, s, natsutil.MsgQuery{LastFor: "o.a"})
+		}, true},
+		{"consistent last, none", func() (*jetstream.RawStreamMsg, error) {
+			return natsutil.ConsistentGetMsg(ctx, srv.JS, s, natsutil.MsgQuery{LastFor: "o.b"})
+		}, false},
+		{"consistent next, none", func() (*jetstream.RawStreamMsg, error) {
+			return natsutil.ConsistentGetMsg(ctx, srv.JS, s, natsutil.MsgQuery{Seq: 2, NextFor: "o.a"})
+		}, false},
+		{"GetMsg sequence, none", func() (*jetstream.RawStreamMsg, error) {
+			return natsutil.GetMsg(ctx, srv.JS, s, natsutil.MsgQuery{Seq: 7})
+		}, false},
+	}
+	for _, c := range cases {
+		m, err := c.read()
+		switch {
+		case c.found && (err != nil || m.Sequence != 1):
+			t.Errorf("%s: got %v, %v; want seq 1", c.name, m, err)
+		case !c.found && !errors.Is(err, jetstream.ErrMsgNotFound):
+			t.Errorf("%s: got %v, %v; want ErrMsgNotFound", c.name, m, err)
+		}
+	}
+	if after := apiTotal(); after != before {
+		t.Fatalf("JetStream API requests went from %d to %d; want direct gets only", before, after)
 	}
 }

@@ -411,7 +411,7 @@ func (l *ContextLog) LoadContext(ctx context.Context, id events.SessionID) (Load
 	subj := events.AgentCtxSubject(id)
 	// The leader's answer: a lagging replica could name an older last record (or none), and a
 	// new owner would start from a context that misses committed turns.
-	last, err := natsutil.LeaderGetMsg(ctx, l.js, l.stream.CachedInfo().Config.Name, natsutil.MsgQuery{LastFor: subj})
+	last, err := natsutil.ConsistentGetMsg(ctx, l.js, l.stream, natsutil.MsgQuery{LastFor: subj})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return Loaded{}, nil
 	}
@@ -851,7 +851,7 @@ func (l *ContextLog) LastCommit(ctx context.Context, id events.SessionID) (Commi
 	if err := checkID(id); err != nil {
 		return CommitMark{}, err
 	}
-	m, err := natsutil.LeaderGetMsg(ctx, l.js, l.stream.CachedInfo().Config.Name, natsutil.MsgQuery{LastFor: events.AgentCtxSubject(id)})
+	m, err := natsutil.ConsistentGetMsg(ctx, l.js, l.stream, natsutil.MsgQuery{LastFor: events.AgentCtxSubject(id)})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return CommitMark{}, nil
 	}

@@ -131,7 +131,10 @@ type Sessions struct {
 	// be answered by a lagging replica, and a session's new owner that started from an old
 	// record (an old cursor, missing open turns) would redo or skip work. Get stays a direct
 	// get (any replica; it may be a little behind).
-	js         jetstream.JetStream
+	js jetstream.JetStream
+	// stream is the bucket's stream (OpenSessions), for natsutil.ConsistentGetMsg: on one
+	// replica a direct get is the leader's answer, without a JetStream API request.
+	stream     jetstream.Stream
 	now        func() time.Time
 	maxRetries int
 
@@ -193,8 +196,12 @@ func OpenSessions(ctx context.Context, js jetstream.JetStream, opts ...SessionsO
 	if err != nil {
 		return nil, fmt.Errorf("open KV %s: %w", bucketSessions, err)
 	}
+	st, err := js.Stream(ctx, "KV_"+bucketSessions)
+	if err != nil {
+		return nil, fmt.Errorf("open KV %s: %w", bucketSessions, err)
+	}
 	s := NewSessions(kv, opts...)
-	s.js = js
+	s.js, s.stream = js, st
 	return s, nil
 }
 
@@ -231,7 +238,7 @@ func (r *Sessions) get(ctx context.Context, sk events.SessionKey, leader bool) (
 		rev   uint64
 	)
 	if leader && r.js != nil {
-		raw, err := natsutil.LeaderGetMsg(ctx, r.js, "KV_"+r.kv.Bucket(), natsutil.MsgQuery{LastFor: "$KV." + r.kv.Bucket() + "." + sk.Token()})
+		raw, err := natsutil.ConsistentGetMsg(ctx, r.js, r.stream, natsutil.MsgQuery{LastFor: "$KV." + r.kv.Bucket() + "." + sk.Token()})
 		if errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && kvDeleted(raw.Header) {
 			return nil, fmt.Errorf("session %s: %w", sk, ErrNotFound)
 		}

@@ -142,12 +142,21 @@ func (a *actor) know(seq uint64) {
 // run is the actor's life: resume what the previous owner left open, then follow the inbox.
 func (a *actor) run() {
 	defer a.shutdown()
+	// A cold start is on the reply path of the message that woke the session: the reads that
+	// do not depend on each other go out together (the session record and the inbox's last
+	// event here, the context below while the inbox is read).
+	lastIn := make(chan inboxLast, 1)
+	go func() {
+		raw, err := natsutil.ConsistentGetMsg(a.ctx, a.w.js, a.w.inbox, natsutil.MsgQuery{LastFor: a.subj})
+		lastIn <- inboxLast{raw, err}
+	}()
 	sess, err := a.w.sessions.GetOrCreate(a.ctx, a.sk)
+	last := <-lastIn
 	if err != nil {
 		a.log.Error("load session", "err", err)
 		return
 	}
-	cursor, err := a.startCursor(sess)
+	cursor, err := a.startCursor(sess, last)
 	if err != nil {
 		a.log.Error("find where the inbox continues", "err", err)
 		return
@@ -161,6 +170,9 @@ func (a *actor) run() {
 	}
 	a.mu.Unlock()
 	a.setChatPolicy(sess.Concurrency)
+	if sid, err := sess.ID(); err == nil {
+		a.prefetchContext(sid)
+	}
 	if a.resultSub, err = a.w.nc.ChanSubscribe(events.ToolResultSessionFilter(a.sk), a.w.router.in); err != nil {
 		a.log.Warn("subscribe to tool results; calls subscribe one by one", "err", err)
 	}
@@ -215,9 +227,9 @@ func (a *actor) run() {
 // publishReply, so a recorded turn has its reply stored). It also notes, in checkUpTo, the inbox's last
 // sequence now: turn events up to it that come after the cursor may have been started by an
 // earlier owner. Both reads go to the stream leaders: they decide what runs again.
-func (a *actor) startCursor(sess *store.Session) (uint64, error) {
+func (a *actor) startCursor(sess *store.Session, in inboxLast) (uint64, error) {
 	cursor := sess.InboxCursor
-	last, err := natsutil.LeaderGetMsg(a.ctx, a.w.js, events.StreamSessionIn, natsutil.MsgQuery{LastFor: a.subj})
+	last, err := in.raw, in.err
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return cursor, nil
@@ -247,6 +259,43 @@ func (a *actor) startCursor(sess *store.Session) (uint64, error) {
 		return cursor, nil // takeOver finishes that turn from its commit
 	}
 	return 0, fmt.Errorf("turn %s committed: %w", mark.Turn, err)
+}
+
+// inboxLast is the answer to the read of the session's last inbox event (ConsistentGetMsg:
+// it decides what runs again, so it must see every acknowledged event; it is read after the
+// claim, so it covers every event an earlier owner can have started).
+type inboxLast struct {
+	raw *jetstream.RawStreamMsg
+	err error
+}
+
+// prefetchContext loads session id's context in the background, so that the first turn of a
+// cold actor finds it cached instead of waiting for the reads (the context's last record,
+// then its tail) after the inbox read. It holds the commit lock meanwhile: a turn's
+// loadContext, and any commit, waits for it and then knows the log's last sequence (the
+// commits' fence) without reading it again. A load that fails leaves nothing behind; the
+// turn then loads the context itself, as without the prefetch.
+func (a *actor) prefetchContext(id events.SessionID) {
+	a.commit.Lock() // taken here, on the actor goroutine, so nothing can read the context first
+	a.turnsWG.Add(1)
+	go func() {
+		defer a.turnsWG.Done()
+		defer a.commit.Unlock()
+		key := id.String()
+		if _, ok := a.ctxLast[key]; ok {
+			return
+		}
+		l, err := a.w.ctxlog.LoadContext(a.ctx, id)
+		if err != nil {
+			if a.ctx.Err() == nil {
+				a.log.Debug("prefetch context", "err", err)
+			}
+			return
+		}
+		a.w.ctxlog.Keep(id)
+		a.kept = append(a.kept, id)
+		a.ctxLast[key] = l.LastSeq
+	}()
 }
 
 func (a *actor) isListed(id string) bool {
@@ -868,7 +917,12 @@ func (a *actor) loadContext(ctx context.Context, sid events.SessionID) (store.Lo
 	a.commit.Lock()
 	last, ok := a.ctxLast[sid.String()]
 	a.commit.Unlock()
-	if ok {
+	switch {
+	case ok && last == 0:
+		// The log was empty when this actor read it, and only this actor writes it (fenced):
+		// it still is. LoadContext answers an empty log with the zero Loaded too.
+		return store.Loaded{}, nil
+	case ok:
 		return a.w.ctxlog.LoadContextAt(ctx, sid, last)
 	}
 	return a.w.ctxlog.LoadContext(ctx, sid)
