@@ -1,6 +1,7 @@
 package turn
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -35,13 +36,23 @@ type awaitClaim struct {
 	epoch uint64
 }
 
-// ownerHint is which replica was seen holding a session's claim, and until when to trust that
-// without asking the leases bucket again.
+// ownerHint is which replica was seen holding a session's claim. It is trusted, without asking
+// the leases bucket again, for as long as the watch shows that replica's worker lease of that
+// epoch alive and the replica answers its rings as the session's owner: a hint that has gone
+// wrong costs nothing but one hop, because a ring reaching a replica that no longer runs the
+// session makes that replica claim it (onWake) and say so in its answer (wakeNotOwner), and
+// the ringer then forgets the hint. (It used to expire after LeaseTTL/2, which made every
+// non-owner claim each busy session again every second: three KV round trips that always
+// ended in the same HeldError.)
 type ownerHint struct {
 	owner string
 	epoch uint64
-	until time.Time
 }
+
+// wakeNotOwner is the body of a doorbell answer from a replica that did not run the session
+// when rung: it took the delivery and claims the session now (or passes it on to whoever owns
+// it), and the ringer should not ring it for that session again without looking.
+var wakeNotOwner = []byte("claiming")
 
 // workerLease returns this replica's current liveness lease.
 func (w *Worker) workerLease() store.Lease {
@@ -248,7 +259,7 @@ func (w *Worker) claim(sk events.SessionKey) {
 		var held *store.HeldError
 		isHeld := errors.As(err, &held)
 		if isHeld {
-			w.owners[key] = ownerHint{owner: held.Owner, epoch: held.Epoch, until: time.Now().Add(w.opts.LeaseTTL / 2)}
+			w.owners[key] = ownerHint{owner: held.Owner, epoch: held.Epoch}
 		}
 		w.mu.Unlock()
 		if isHeld {
@@ -310,10 +321,13 @@ func (w *Worker) ring(sk events.SessionKey, owner string, epoch uint64, ds []del
 		m.Data = events.WakeBody(sk, d.seq)
 		m.Header.Set(events.HeaderWakeAck, d.msg.Reply())
 		w.progress.Add(d.msg) // kept from redelivery during the ring
-		_, err := w.nc.RequestMsg(m, ringTimeout)
+		resp, err := w.nc.RequestMsg(m, ringTimeout)
 		switch {
 		case err == nil:
 			w.progress.Remove(d.msg) // the owner holds it now
+			if bytes.Equal(resp.Data, wakeNotOwner) {
+				w.forgetOwner(sk.String(), owner, epoch)
+			}
 		case errors.Is(err, nats.ErrNoResponders):
 			w.awaitOwner(sk, owner, epoch, ds[i:])
 			return
@@ -321,9 +335,20 @@ func (w *Worker) ring(sk events.SessionKey, owner string, epoch uint64, ds []del
 			if w.ctx.Err() == nil {
 				w.log.Debug("ring doorbell", "owner", owner, "session", sk.String(), "err", err)
 			}
+			w.forgetOwner(sk.String(), owner, epoch) // look again when it comes back
 			w.giveBack(d, w.opts.LeaseTTL/4)
 		}
 	}
+}
+
+// forgetOwner drops the hint that owner (of epoch) runs session key, unless it says something
+// else by now.
+func (w *Worker) forgetOwner(key, owner string, epoch uint64) {
+	w.mu.Lock()
+	if h, ok := w.owners[key]; ok && h.owner == owner && h.epoch == epoch {
+		delete(w.owners, key)
+	}
+	w.mu.Unlock()
 }
 
 // awaitOwner keeps ds (deliveries of sk, whose owner's process is gone) until the owner's
@@ -394,6 +419,7 @@ func (w *Worker) onWake(m *nats.Msg) {
 		d = &delivery{msg: &adoptedMsg{nc: w.nc, reply: ack, subject: events.AgentInSubject(sk), seq: seq}, seq: seq}
 	}
 	key := sk.String()
+	var answer []byte // the owner's answer: nothing to say
 	w.mu.Lock()
 	if w.ctx.Err() != nil {
 		w.mu.Unlock()
@@ -407,6 +433,7 @@ func (w *Worker) onWake(m *nats.Msg) {
 			a.know(seq)
 		}
 	default:
+		answer = wakeNotOwner
 		waiting, ok := w.claiming[key]
 		if d != nil {
 			waiting = append(waiting, *d)
@@ -420,7 +447,7 @@ func (w *Worker) onWake(m *nats.Msg) {
 	}
 	w.mu.Unlock()
 	if m.Reply != "" {
-		_ = m.Respond(nil)
+		_ = m.Respond(answer)
 	}
 }
 

@@ -23,9 +23,10 @@
 // on: it sends its in-progress acks and acks it once its cursor has passed it and no open turn
 // depends on it, and its actor reads the event from the log at once. No event waits for a
 // redelivery or a NAK delay to reach the owner, however many replicas share the consumer. A
-// replica remembers for LeaseTTL/2 which replica owns a session, so most foreign deliveries
-// cost no KV round trip. A ring for a session the replica no longer runs makes it claim the
-// session.
+// replica remembers which replica owns a session for as long as that replica's worker lease
+// (same epoch) lives and it answers rings as the owner, so a foreign delivery costs one ring
+// and no KV round trip. A ring for a session the replica no longer runs makes it claim the
+// session, and its answer tells the ringer to forget the hint.
 //
 // Takeover. A ring that gets "no responders" means the owner's process is gone (its
 // connection, and with it its doorbell subscription, has ended). The ringer keeps the delivery
@@ -390,7 +391,7 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 		return
 	}
 	if h, ok := w.owners[key]; ok {
-		if time.Now().Before(h.until) && !w.staleLocked(h.owner, h.epoch) {
+		if !w.staleLocked(h.owner, h.epoch) {
 			w.wg.Add(1)
 			go func() {
 				defer w.wg.Done()

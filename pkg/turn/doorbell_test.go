@@ -1,0 +1,75 @@
+package turn
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
+)
+
+// A doorbell answer says whether the rung replica ran the session: empty from the owner, a
+// "not the owner" answer from a replica without an actor for it (which claims the session
+// then). A ringer that hears the latter forgets who it thought owned the session, so a hint
+// is trusted only while the owner confirms it, without expiring every LeaseTTL/2.
+func TestDoorbellAnswerSaysNotOwner(t *testing.T) {
+	h := newHarness(t, nil, faux.WithResponder(func(c *llm.Context) faux.Response {
+		return faux.Response{Text: "ok"}
+	}))
+	a := h.worker("wA")
+	owned := sk
+	owned.Scene = "bell-owned"
+	h.send(owned, "m0", "warm up")
+	h.replies(owned, 1)
+	b := h.worker("wB")
+	other := sk
+	other.Scene = "bell-other"
+	hinted := sk
+	hinted.Scene = "bell-hinted"
+
+	ring := func(k events.SessionKey) []byte {
+		t.Helper()
+		resp, err := h.ns.NC.Request(events.AgentWakeSubject("wA"), events.WakeBody(k, 0), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Data
+	}
+	cases := []struct {
+		name string
+		k    events.SessionKey
+		want []byte
+	}{
+		{"session the replica runs", owned, nil},
+		{"session it does not run", other, wakeNotOwner},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := ring(c.k); !bytes.Equal(got, c.want) {
+				t.Fatalf("answer %q, want %q", got, c.want)
+			}
+		})
+	}
+	// The replica that said "not the owner" claims the session it was rung for.
+	waitFor(t, func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.actors[other.String()] != nil
+	})
+
+	// B believes A owns a session A does not run; its ring is answered "not the owner" and
+	// B forgets the hint.
+	epoch := a.workerLease().Token
+	b.mu.Lock()
+	b.owners[hinted.String()] = ownerHint{owner: "wA", epoch: epoch}
+	b.mu.Unlock()
+	b.ring(hinted, "wA", epoch, []delivery{{msg: &adoptedMsg{nc: h.ns.NC, subject: events.AgentInSubject(hinted)}}})
+	b.mu.Lock()
+	_, still := b.owners[hinted.String()]
+	b.mu.Unlock()
+	if still {
+		t.Fatal("the ringer kept its hint after the rung replica said it does not own the session")
+	}
+}
