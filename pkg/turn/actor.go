@@ -36,6 +36,10 @@ type actor struct {
 	// resultSub brings the session's tool results to the worker's router (nil: each call
 	// subscribes itself).
 	resultSub *nats.Subscription
+	// inSub hears the session's inbox subject as core NATS messages, the moment an event is
+	// published (nil: the actor hears of events only through deliveries and rings).
+	inSub *nats.Subscription
+	poked atomic.Bool // an inbox event was published since the actor last looked
 
 	mu      sync.Mutex
 	claim   store.Claim
@@ -123,6 +127,19 @@ func (a *actor) deliver(msg jetstream.Msg, seq uint64) {
 	}
 }
 
+// poke tells the actor that an event was published on its inbox subject (inSub): it reads the
+// inbox at once instead of waiting for the event's delivery, which may first reach another
+// replica and come over by its doorbell. A poke decides nothing: the event may not be stored
+// yet when the actor looks (then the delivery brings it, as without the poke), and the
+// delivery is still held and acked as always.
+func (a *actor) poke() {
+	a.poked.Store(true)
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
 // know notes that inbox event seq is in the log (another replica holds its delivery and rang
 // the doorbell), so the actor reads up to it without waiting for a delivery of its own.
 func (a *actor) know(seq uint64) {
@@ -176,6 +193,12 @@ func (a *actor) run() {
 	if a.resultSub, err = a.w.nc.ChanSubscribe(events.ToolResultSessionFilter(a.sk), a.w.router.in); err != nil {
 		a.log.Warn("subscribe to tool results; calls subscribe one by one", "err", err)
 	}
+	// Subscribed before the first look at the inbox below, so that no event published from
+	// now on goes unheard.
+	if a.inSub, err = a.w.nc.ChanSubscribe(a.subj, a.w.inboxHeard); err != nil {
+		a.log.Debug("subscribe to the inbox subject; deliveries and rings wake the actor", "err", err)
+		a.inSub = nil
+	}
 	a.resumeAll(sess)
 	idleSince := time.Now()
 	probe := true // what came in while nobody owned the session
@@ -183,7 +206,7 @@ func (a *actor) run() {
 		a.startWaiting()
 		var progressed bool
 		var err error
-		if probe || a.behind() {
+		if poked := a.poked.Swap(false); probe || poked || a.behind() {
 			progressed, err = a.step()
 			probe = false
 		}
@@ -358,18 +381,25 @@ func (a *actor) step() (bool, error) {
 	q := natsutil.MsgQuery{Seq: from + 1, NextFor: a.subj}
 	var raw *jetstream.RawStreamMsg
 	var err error
-	if a.behind() {
+	confirmed := a.behind()
+	if confirmed {
 		// An event past the cursor is known to exist (delivered or rung): "not found" must
 		// be the leader's answer.
 		raw, err = natsutil.GetMsg(a.ctx, a.w.js, a.w.inbox, q)
 	} else {
-		// A look for anything new (the actor just started): nothing is decided on a "not
-		// found", so any replica may answer.
+		// A look for anything new (the actor just started, or an event was just published,
+		// see poke): nothing is decided on a "not found", so any replica may answer.
 		raw, err = a.w.inbox.GetMsg(a.ctx, q.Seq, jetstream.WithGetMsgSubject(q.NextFor))
 	}
 	gone := errors.Is(err, jetstream.ErrMsgNotFound)
 	if err != nil && !gone {
 		return false, fmt.Errorf("read inbox after %d: %w", from, err)
+	}
+	if gone && !confirmed {
+		// Not the leader's answer (or the event heard is not stored yet): a delivery that
+		// arrived meanwhile must not be taken for one the log has lost, since the log may hold
+		// an earlier event this replica was not given. The next step reads again, confirmed.
+		return false, nil
 	}
 	limit := uint64(math.MaxUint64)
 	if !gone {
@@ -606,6 +636,9 @@ func (a *actor) shutdown() {
 	a.commit.Unlock()
 	if a.resultSub != nil {
 		_ = a.resultSub.Unsubscribe()
+	}
+	if a.inSub != nil {
+		_ = a.inSub.Unsubscribe()
 	}
 	if a.killed.Load() {
 		return

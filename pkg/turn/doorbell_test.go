@@ -73,3 +73,30 @@ func TestDoorbellAnswerSaysNotOwner(t *testing.T) {
 		t.Fatal("the ringer kept its hint after the rung replica said it does not own the session")
 	}
 }
+
+// The owner of a session hears its inbox subject itself (actor.inSub): a new event is read and
+// answered as soon as it is published, before (here: without) its delivery, which with several
+// replicas often reaches another one first and comes over by a ring. The delivery, once it
+// comes, is acked as always.
+func TestOwnerHearsItsInboxBeforeDelivery(t *testing.T) {
+	h := newHarness(t, nil, faux.WithResponder(func(c *llm.Context) faux.Response {
+		return faux.Response{Text: "ok " + c.Messages[len(c.Messages)-1].TextContent()}
+	}))
+	w := h.worker("wA")
+	k := sk
+	k.Scene = "heard"
+	h.send(k, "m0", "warm up")
+	h.replies(k, 1)
+	w.mu.Lock()
+	warm := w.actors[k.String()] != nil
+	w.mu.Unlock()
+	if !warm {
+		t.Fatal("no actor after the first reply")
+	}
+	// No deliveries any more: only the core copy of the published event can wake the actor.
+	w.cc.Stop()
+	h.send(k, "m1", "second")
+	if got := h.replies(k, 2); got[1] != "ok second" {
+		t.Fatalf("second reply %q, want %q", got[1], "ok second")
+	}
+}

@@ -15,7 +15,10 @@
 // Every replica consumes the shared durable consumer on SESSION_IN. A delivery is only a
 // wake-up: the owner runs the session's actor, and the actor reads the session's inbox subject
 // itself, in stream order, from the cursor kept in the session record (KV sessions). Order
-// therefore comes from the log, not from delivery.
+// therefore comes from the log, not from delivery. The actor also hears its inbox subject as
+// core NATS messages, so it reads a new event the moment it is published, whichever replica
+// its delivery goes to; that copy decides nothing (a "not found" after it waits for the
+// delivery, read from the leader), the delivery is held and acked as always.
 //
 // Affinity without bounce. A replica that gets a delivery for a session another replica owns
 // rings the owner's doorbell (agent.wake.<owner>, a core NATS request with the session, the
@@ -138,8 +141,11 @@ type Worker struct {
 	bg        *background           // schedules and task records (background.go)
 	media     jetstream.ObjectStore // nil: media:// images stay references
 	router    *resultRouter
-	progress  *natsutil.InProgress // in-progress acks for held inbox deliveries and running subagent tasks
-	log       *slog.Logger
+	// inboxHeard receives the core NATS copies of inbox events for the sessions this replica's
+	// actors run (actor.inSub); pokeActors wakes the actor of each.
+	inboxHeard chan *nats.Msg
+	progress   *natsutil.InProgress // in-progress acks for held inbox deliveries and running subagent tasks
+	log        *slog.Logger
 
 	lmu    sync.Mutex
 	wlease store.Lease // this replica's liveness lease; its Token is the epoch its claims carry
@@ -193,7 +199,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	killCtx, killNow := context.WithCancel(context.Background())
 	w := &Worker{opts: opts, nc: nc, js: js, killCtx: killCtx, killNow: killNow, done: make(chan struct{}), actors: map[string]*actor{}, claiming: map[string][]delivery{}, owners: map[string]ownerHint{},
 		view: map[string]workerSeen{}, awaiting: map[string][]awaitClaim{},
-		router: newResultRouter(), log: opts.Log.With("worker", opts.ID)}
+		router: newResultRouter(), inboxHeard: make(chan *nats.Msg, inboxHeardBuffer), log: opts.Log.With("worker", opts.ID)}
 	var err error
 	if w.inbox, err = js.Stream(ctx, events.StreamSessionIn); err != nil {
 		return nil, fmt.Errorf("open %s: %w", events.StreamSessionIn, err)
@@ -286,6 +292,8 @@ func (w *Worker) Start(ctx context.Context) error {
 		defer w.wg.Done()
 		w.router.run(w.ctx.Done())
 	}()
+	w.wg.Add(1)
+	go w.pokeActors()
 	if err := w.startSubagents(ctx); err != nil {
 		return err
 	}
@@ -404,6 +412,36 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 	w.claiming[key] = []delivery{d}
 	w.wg.Add(1)
 	go w.claim(sk)
+}
+
+// inboxHeardBuffer bounds inbox events heard and not yet handed to their actors. Handing one
+// over is a map lookup, so it stays near empty; one dropped when it is full only means its
+// actor waits for the event's delivery.
+const inboxHeardBuffer = 4096
+
+// pokeActors wakes the actor of every inbox event heard on inboxHeard until the worker stops.
+// The owner of a session thereby reads a new event as soon as it is published, whichever
+// replica the consumer delivers it to: with several replicas, about half the deliveries reach
+// one that does not own the session, and their doorbell ring is no longer on the reply path.
+func (w *Worker) pokeActors() {
+	defer w.wg.Done()
+	for {
+		select {
+		case <-w.ctx.Done():
+			return
+		case m := <-w.inboxHeard:
+			sk, err := events.ParseAgentInSubject(m.Subject)
+			if err != nil {
+				continue
+			}
+			w.mu.Lock()
+			a := w.actors[sk.String()]
+			w.mu.Unlock()
+			if a != nil && a.alive() {
+				a.poke()
+			}
+		}
+	}
 }
 
 // delivery is a SESSION_IN message and its stream sequence.
