@@ -210,9 +210,11 @@ func (a *actor) run() {
 
 // startCursor is where the actor continues the inbox: after the session record's cursor, or
 // after the inbox sequence the session's last context commit consumed when that is later and
-// the commit's turn is recorded as committed (a turn started from its inbox event writes no
-// session record; its commit carries the cursor; its record goes out after its reply, see
-// publishReply, so a recorded turn has its reply stored). It also notes, in checkUpTo, the inbox's last
+// the commit's turn is known to be done (a turn started from its inbox event writes no
+// session record; its commit carries the cursor). Done means its reply is stored: the turn's
+// turn_committed record goes out after its reply (publishReply); a turn closed by its commit
+// (store.WithClosing) writes no such record, and counts as done once the receipt of its
+// reply's last part is on IM_SENT (or it has no reply). It also notes, in checkUpTo, the inbox's last
 // sequence now: turn events up to it that come after the cursor may have been started by an
 // earlier owner. Both reads go to the stream leaders: they decide what runs again.
 func (a *actor) startCursor(sess *store.Session) (uint64, error) {
@@ -238,6 +240,22 @@ func (a *actor) startCursor(sess *store.Session) (uint64, error) {
 	a.lastCommit = mark
 	if mark.InboxSeq <= cursor || mark.Turn == "" || sess.OpenTurn(mark.Turn) != nil {
 		return cursor, nil
+	}
+	if mark.Closes {
+		// A closing commit has no turn_committed record: its turn is done once its reply is
+		// stored, which the receipt of its last part shows (publishReply sends that part last).
+		if mark.ReplyParts == 0 {
+			return mark.InboxSeq, nil
+		}
+		_, err := natsutil.LeaderGetMsg(a.ctx, a.w.js, events.StreamIMSent,
+			natsutil.MsgQuery{LastFor: events.IMSentPartSubject(a.sk, events.OutID(mark.Turn, mark.ReplyParts-1))})
+		switch {
+		case err == nil:
+			return mark.InboxSeq, nil
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return cursor, nil // not delivered (yet): takeOver finishes the turn from its commit
+		}
+		return 0, fmt.Errorf("reply of turn %s delivered: %w", mark.Turn, err)
 	}
 	_, err = natsutil.GetMsg(a.ctx, a.w.js, a.w.evts, natsutil.MsgQuery{LastFor: events.AgentEvtSubject(a.sk, mark.Turn, events.EvtKindTurnCommitted)})
 	switch {
@@ -395,7 +413,7 @@ type closedTurn struct {
 func (a *actor) finished(t *turnRun) {
 	model := t.model.Provider + "/" + t.model.ID
 	a.mu.Lock()
-	if t.inRecord.Load() != recordNo || model != a.recModel {
+	if t.inRecord.Load() != recordNo || model != a.recModel || t.writeCursor {
 		a.closing = append(a.closing, &closedTurn{pendingTurn: t.pendingTurn, model: model, since: time.Now()})
 	}
 	a.mu.Unlock()
