@@ -213,8 +213,8 @@ func (a *actor) run() {
 // the commit's turn is known to be done (a turn started from its inbox event writes no
 // session record; its commit carries the cursor). Done means its reply is stored: the turn's
 // turn_committed record goes out after its reply (publishReply); a turn closed by its commit
-// (store.WithClosing) writes no such record, and counts as done once the receipt of its
-// reply's last part is on IM_SENT (or it has no reply). It also notes, in checkUpTo, the inbox's last
+// (store.WithClosing) writes no such record, and counts as done once its reply's last part is
+// known to be stored (replyStored). It also notes, in checkUpTo, the inbox's last
 // sequence now: turn events up to it that come after the cursor may have been started by an
 // earlier owner. Both reads go to the stream leaders: they decide what runs again.
 func (a *actor) startCursor(sess *store.Session) (uint64, error) {
@@ -242,20 +242,14 @@ func (a *actor) startCursor(sess *store.Session) (uint64, error) {
 		return cursor, nil
 	}
 	if mark.Closes {
-		// A closing commit has no turn_committed record: its turn is done once its reply is
-		// stored, which the receipt of its last part shows (publishReply sends that part last).
-		if mark.ReplyParts == 0 {
+		stored, err := a.replyStored(mark)
+		if err != nil {
+			return 0, err
+		}
+		if stored {
 			return mark.InboxSeq, nil
 		}
-		_, err := natsutil.LeaderGetMsg(a.ctx, a.w.js, events.StreamIMSent,
-			natsutil.MsgQuery{LastFor: events.IMSentPartSubject(a.sk, events.OutID(mark.Turn, mark.ReplyParts-1))})
-		switch {
-		case err == nil:
-			return mark.InboxSeq, nil
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			return cursor, nil // not delivered (yet): takeOver finishes the turn from its commit
-		}
-		return 0, fmt.Errorf("reply of turn %s delivered: %w", mark.Turn, err)
+		return cursor, nil // takeOver finishes the turn from its commit
 	}
 	_, err = natsutil.GetMsg(a.ctx, a.w.js, a.w.evts, natsutil.MsgQuery{LastFor: events.AgentEvtSubject(a.sk, mark.Turn, events.EvtKindTurnCommitted)})
 	switch {
@@ -265,6 +259,32 @@ func (a *actor) startCursor(sess *store.Session) (uint64, error) {
 		return cursor, nil // takeOver finishes that turn from its commit
 	}
 	return 0, fmt.Errorf("turn %s committed: %w", mark.Turn, err)
+}
+
+// replyStored reports whether the reply of the turn a closing commit closed is stored: its
+// last part (publishReply stores it after the others) is the last message on the chat's IM_OUT
+// subject, or its receipt is on IM_SENT. Both reads go to the stream leaders. False means not
+// known: something else went to the chat after it, or it was never stored.
+func (a *actor) replyStored(mark store.CommitMark) (bool, error) {
+	if mark.ReplyParts == 0 {
+		return true, nil // nothing to send
+	}
+	last := events.OutID(mark.Turn, mark.ReplyParts-1)
+	m, err := natsutil.LeaderGetMsg(a.ctx, a.w.js, events.StreamIMOut, natsutil.MsgQuery{LastFor: events.IMOutSubject(a.sk)})
+	switch {
+	case err == nil && m.Header.Get(nats.MsgIdHdr) == last:
+		return true, nil
+	case err != nil && !errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, fmt.Errorf("reply of turn %s stored: %w", mark.Turn, err)
+	}
+	_, err = natsutil.LeaderGetMsg(a.ctx, a.w.js, events.StreamIMSent, natsutil.MsgQuery{LastFor: events.IMSentPartSubject(a.sk, last)})
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, nil
+	}
+	return false, fmt.Errorf("reply of turn %s delivered: %w", mark.Turn, err)
 }
 
 func (a *actor) isListed(id string) bool {

@@ -144,3 +144,55 @@ func TestClosingCommitTakeover(t *testing.T) {
 		})
 	}
 }
+
+// replyStored decides whether a new owner may go on after a closing commit: only when the
+// reply's last part is known to be stored.
+func TestReplyStored(t *testing.T) {
+	cases := []struct {
+		name string
+		// parts of the reply; out: the out ids published to the chat's IM_OUT subject, in
+		// order; sent: the out ids with a receipt on IM_SENT.
+		parts     int
+		out, sent []string
+		want      bool
+	}{
+		{name: "no reply", parts: 0, want: true},
+		{name: "nothing stored", parts: 1, want: false},
+		{name: "last part last on IM_OUT", parts: 2, out: []string{"t1-0", "t1-1"}, want: true},
+		{name: "only the first part stored", parts: 2, out: []string{"t1-0"}, want: false},
+		{name: "something else sent after it", parts: 1, out: []string{"t1-0", "cmd7-0"}, want: false},
+		{name: "something else sent after it, but delivered", parts: 1, out: []string{"t1-0", "cmd7-0"}, sent: []string{"t1-0"}, want: true},
+		{name: "a receipt of another part", parts: 2, sent: []string{"t1-0"}, want: false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			w := h.worker("w1")
+			ctx := context.Background()
+			for _, id := range tc.out {
+				o := events.Outbound{OutID: id, Platform: sk.Platform, Bot: sk.Bot, Scene: events.Scene{Type: sk.Scope, ID: sk.Scene},
+					Content: events.Segments{events.TextSeg("x")}}
+				m, err := events.NewMsg(events.IMOutSubject(sk), events.New(o, events.WithID(id)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := h.ns.JS.PublishMsg(ctx, m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, id := range tc.sent {
+				if _, err := h.ns.JS.Publish(ctx, events.IMSentPartSubject(sk, id), []byte(`{}`)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			a := &actor{w: w, sk: sk, ctx: ctx}
+			got, err := a.replyStored(store.CommitMark{Turn: "t1", Closes: true, ReplyParts: tc.parts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("replyStored = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
