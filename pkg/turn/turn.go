@@ -461,9 +461,10 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		// say): the commit carries the inbox cursor, so a new owner that finds the turn done
 		// does not publish its reply again (startCursor). Done means: its turn_committed
 		// record is stored, which publishReply writes only after the reply's acks; or, for a
-		// closing commit, the receipt of the reply's last part is on IM_SENT, and publishReply
-		// publishes that part only after the others' acks. Otherwise the new owner finishes
-		// the turn from its commit (takeOver), publishing the reply again under the same ids.
+		// closing commit, the reply's last part is known to be stored (actor.replyStored), and
+		// publishReply publishes that part only after the others' acks. Otherwise the new
+		// owner finishes the turn from its commit (takeOver), publishing the reply again under
+		// the same ids.
 		t.replied.Store(true) // committed: nothing of it is left to cancel (/cancel)
 		pctx, cancel := a.w.replyContext()
 		defer cancel()
@@ -785,8 +786,8 @@ func (t *turnRun) emitter() (emit func(loop.Event), stop func()) {
 			me := events.MessageEnd{Index: idx, Message: *ev.Message}
 			if me.Message.Role != llm.RoleAssistant || len(me.Message.ToolCalls()) == 0 {
 				// A tool result's durable copy is in TOOL_RESULTS, and a final answer is
-				// committed right away: both ride on the next record (turn_committed, usually)
-				// instead of costing an append each.
+				// committed right away: both ride on the next record (the closing commit or a
+				// turn_committed, usually) instead of costing an append each.
 				t.mu.Lock()
 				t.tail = append(t.tail, me)
 				t.mu.Unlock()
