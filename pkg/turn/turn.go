@@ -1053,8 +1053,9 @@ func (a *actor) replyMsgs(pt *pendingTurn, turn, text string, fresh bool) []*nat
 // none). The record waits for the reply's acks, so a new owner that finds the record knows the
 // reply is stored too: a kill between the two leaves the record missing, and the turn is
 // finished from its commit (takeOver), which publishes both again under the same ids. The
-// reply's last part likewise waits for the acks of the parts before it, so its receipt on
-// IM_SENT means that every part was stored (startCursor, for closing commits).
+// reply's last part likewise waits for the acks of the parts before it, so that part stored
+// (last on the chat's IM_OUT subject, or its receipt on IM_SENT) means every part was stored
+// (actor.replyStored, for closing commits).
 func (w *Worker) publishReply(ctx context.Context, rec *nats.Msg, reply []*nats.Msg) error {
 	if n := len(reply); n > 1 {
 		if err := w.publishAll(ctx, reply[:n-1]); err != nil {
