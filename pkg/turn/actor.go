@@ -37,22 +37,24 @@ type actor struct {
 	// subscribes itself).
 	resultSub *nats.Subscription
 
-	mu      sync.Mutex
-	claim   store.Claim
-	held    map[uint64][]jetstream.Msg // deliveries this actor still owes an ack, by stream seq
-	known   map[uint64]struct{}        // inbox seqs past the cursor another replica rang the doorbell for
-	wake    chan struct{}
-	cursor  uint64
-	turns   map[string]*turnRun // running turns
-	latest  *turnRun            // the newest running turn (steer / follow-up target)
-	queued  []*pendingTurn      // queue policy: turns waiting for the running one
-	ready   []*pendingTurn      // turns to start from the actor goroutine (interrupt merges)
-	collect *pendingTurn        // collect policy: the turn being gathered
-	closing []*closedTurn       // finished turns still listed as open in the session record
-	ctxLast map[string]uint64   // session id -> last AGENT_CTX sequence this actor wrote or read
-	kept    []events.SessionID  // ids whose context the cache keeps for this actor (ctxlog.Keep)
-	commit  sync.Mutex          // serializes context commits (parallel turns share a snapshot)
-	turnsWG sync.WaitGroup
+	mu        sync.Mutex
+	claim     store.Claim
+	gen       uint64                     // lease generation the claim is confirmed for (awaitFence)
+	confirmMu sync.Mutex                 // serializes confirmations of the claim
+	held      map[uint64][]jetstream.Msg // deliveries this actor still owes an ack, by stream seq
+	known     map[uint64]struct{}        // inbox seqs past the cursor another replica rang the doorbell for
+	wake      chan struct{}
+	cursor    uint64
+	turns     map[string]*turnRun // running turns
+	latest    *turnRun            // the newest running turn (steer / follow-up target)
+	queued    []*pendingTurn      // queue policy: turns waiting for the running one
+	ready     []*pendingTurn      // turns to start from the actor goroutine (interrupt merges)
+	collect   *pendingTurn        // collect policy: the turn being gathered
+	closing   []*closedTurn       // finished turns still listed as open in the session record
+	ctxLast   map[string]uint64   // session id -> last AGENT_CTX sequence this actor wrote or read
+	kept      []events.SessionID  // ids whose context the cache keeps for this actor (ctxlog.Keep)
+	commit    sync.Mutex          // serializes context commits (parallel turns share a snapshot)
+	turnsWG   sync.WaitGroup
 	// compactMu serializes compactions and tree moves (compact.go); never taken while holding commit.
 	compactMu sync.Mutex
 
@@ -74,10 +76,10 @@ type actor struct {
 	est compaction.Estimator
 }
 
-func newActor(w *Worker, sk events.SessionKey, claim store.Claim) *actor {
+func newActor(w *Worker, sk events.SessionKey, claim store.Claim, gen uint64) *actor {
 	ctx, cancel := context.WithCancel(w.ctx)
 	return &actor{
-		w: w, sk: sk, subj: events.AgentInSubject(sk), claim: claim,
+		w: w, sk: sk, subj: events.AgentInSubject(sk), claim: claim, gen: gen,
 		log: w.log.With("session", sk.String()), ctx: ctx, cancel: cancel,
 		held: map[uint64][]jetstream.Msg{}, known: map[uint64]struct{}{}, wake: make(chan struct{}, 1),
 		turns: map[string]*turnRun{}, ctxLast: map[string]uint64{},
@@ -878,6 +880,9 @@ func (a *actor) loadContext(ctx context.Context, sid events.SessionID) (store.Lo
 // this actor knows. Commits of one actor are serialized; another writer (a worker that took
 // the session over) makes the append fail with store.ErrStaleWriter.
 func (a *actor) commitMessages(sid events.SessionID, msgs []llm.Message, msgID, turn string, opts ...store.AppendOption) (uint64, error) {
+	if err := a.awaitFence(a.ctx); err != nil { // while the worker lease is recovered (ownership.go)
+		return 0, fmt.Errorf("commit context %s: %w", sid, err)
+	}
 	a.commit.Lock()
 	defer a.commit.Unlock()
 	key := sid.String()

@@ -136,7 +136,9 @@ type Worker struct {
 	log       *slog.Logger
 
 	lmu    sync.Mutex
-	wlease store.Lease // this replica's liveness lease; its Token is the epoch its claims carry
+	wlease store.Lease   // this replica's liveness lease; its Token is the epoch its claims carry
+	lgen   uint64        // lease generation: one more each time the lease lapsed (suspend)
+	fence  chan struct{} // non-nil while the lease is being recovered: commits wait (awaitFence)
 
 	mu        sync.Mutex
 	actors    map[string]*actor       // by session key string
@@ -145,6 +147,8 @@ type Worker struct {
 	view      map[string]workerSeen   // worker leases, as the watch showed them (ownership.go)
 	viewReady bool                    // the watch has delivered its initial values
 	awaiting  map[string][]awaitClaim // by owner whose process is gone: claims waiting for its lease to end
+	suspect   map[string]suspicion    // peers whose doorbell had no responders (peers.go)
+	adopted   map[string]uint64       // peers taken for dead: the epoch whose sessions were taken over
 	killed    bool                    // Kill: no lease is released
 	killCtx   context.Context         // ended by Kill only (replyContext)
 	killNow   context.CancelFunc
@@ -186,7 +190,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	}
 	killCtx, killNow := context.WithCancel(context.Background())
 	w := &Worker{opts: opts, nc: nc, js: js, killCtx: killCtx, killNow: killNow, done: make(chan struct{}), actors: map[string]*actor{}, claiming: map[string][]delivery{}, owners: map[string]ownerHint{},
-		view: map[string]workerSeen{}, awaiting: map[string][]awaitClaim{},
+		view: map[string]workerSeen{}, awaiting: map[string][]awaitClaim{}, suspect: map[string]suspicion{}, adopted: map[string]uint64{},
 		router: newResultRouter(), log: opts.Log.With("worker", opts.ID)}
 	var err error
 	if w.inbox, err = js.Stream(ctx, events.StreamSessionIn); err != nil {
@@ -256,17 +260,22 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("create consumer %s: %w", ConsumerName, err)
 	}
 	w.progress = natsutil.NewInProgress(w.opts.AckWait / 3)
+	// The doorbell before the lease: a peer that sees the lease probes the doorbell at once
+	// (peers.go), and no ring for a session this replica is about to own must be missed.
+	if w.wakeSub, err = w.nc.Subscribe(events.AgentWakeSubject(w.opts.ID), w.onWake); err != nil {
+		return fmt.Errorf("subscribe to doorbell: %w", err)
+	}
+	if err := w.nc.FlushTimeout(5 * time.Second); err != nil {
+		return fmt.Errorf("subscribe to doorbell: %w", err)
+	}
 	// The liveness lease before anything is claimed: every claim carries its epoch.
 	if err := w.acquireWorkerLease(ctx); err != nil {
 		return err
 	}
-	w.wg.Add(2)
+	w.wg.Add(3)
 	go w.followWorkers()
 	go w.renewWorkerLease()
-	// The doorbell first, so that no ring for a session this replica is about to own is missed.
-	if w.wakeSub, err = w.nc.Subscribe(events.AgentWakeSubject(w.opts.ID), w.onWake); err != nil {
-		return fmt.Errorf("subscribe to doorbell: %w", err)
-	}
+	go w.probePeers()
 	w.cc, err = cons.Consume(w.onDelivery, jetstream.PullMaxMessages(512))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", ConsumerName, err)
@@ -353,6 +362,9 @@ func (w *Worker) Kill() {
 		a.killed.Store(true)
 	}
 	w.mu.Unlock()
+	if w.cancel != nil {
+		w.cancel() // a dead process renews nothing: no lease comes back after a revocation
+	}
 	_ = w.Stop(context.Background())
 }
 
