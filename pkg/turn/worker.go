@@ -276,7 +276,11 @@ func (w *Worker) Start(ctx context.Context) error {
 	go w.followWorkers()
 	go w.renewWorkerLease()
 	go w.probePeers()
-	w.cc, err = cons.Consume(w.onDelivery, jetstream.PullMaxMessages(512))
+	// Heartbeats every second instead of the client's default (half the 30 s expiry): a pull
+	// request parked on a consumer leader that died with its NATS node is noticed missing after
+	// 2 s and sent again, to the leader the cluster elects meanwhile, instead of after 30 s.
+	w.cc, err = cons.Consume(w.onDelivery, jetstream.PullMaxMessages(512),
+		jetstream.PullExpiry(5*time.Second), jetstream.PullHeartbeat(time.Second))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", ConsumerName, err)
 	}
