@@ -717,8 +717,9 @@ func faultDumpLost(t *testing.T, urls string, lost []string) {
 				t.Logf("dump %s: claim: %v", id, err)
 			}
 		}
-		// Direct reads along the subject (next message by subject from a sequence): the run
-		// is over, every replica has caught up. The lost message's own event is marked.
+		// Reads along the subject (next message by subject from a sequence), from the stream
+		// leaders; and whether a direct get (any replica) agrees on the inbox. The lost
+		// message's own event is marked.
 		ims, _ := js.Stream(ctx, events.StreamIMIn)
 		ctxs, _ := js.Stream(ctx, events.StreamAgentCtx)
 		for _, sc := range []struct {
@@ -732,7 +733,7 @@ func faultDumpLost(t *testing.T, urls string, lost []string) {
 			}
 			var all []string
 			for seq := uint64(1); len(all) < 5000; {
-				raw, err := sc.s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(sc.subj))
+				raw, err := natsutil.LeaderGetMsg(ctx, js, sc.s.CachedInfo().Config.Name, natsutil.MsgQuery{Seq: seq, NextFor: sc.subj})
 				if err != nil {
 					if !errors.Is(err, jetstream.ErrMsgNotFound) {
 						all = append(all, "read: "+err.Error())
@@ -758,6 +759,16 @@ func faultDumpLost(t *testing.T, urls string, lost []string) {
 			}
 			if len(all) > 8 {
 				all = all[len(all)-8:]
+			}
+			if info, err := sc.s.Info(ctx); err == nil && info.Cluster != nil {
+				var reps []string
+				for _, r := range info.Cluster.Replicas {
+					reps = append(reps, fmt.Sprintf("%s current=%v lag=%d offline=%v", r.Name, r.Current, r.Lag, r.Offline))
+				}
+				all = append(all, fmt.Sprintf("stream %s last %d leader %s replicas %v", info.Config.Name, info.State.LastSeq, info.Cluster.Leader, reps))
+			}
+			if _, err := sc.s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(sc.subj)); err != nil {
+				all = append(all, "a direct get of the first message: "+err.Error())
 			}
 			t.Logf("dump %s: %s (the last 8):\n  %s", id, sc.name, strings.Join(all, "\n  "))
 		}
