@@ -144,14 +144,25 @@ func (a *actor) know(seq uint64) {
 // run is the actor's life: resume what the previous owner left open, then follow the inbox.
 func (a *actor) run() {
 	defer a.shutdown()
-	sess, err := a.w.sessions.GetOrCreate(a.ctx, a.sk)
+	// Both reads go to stream leaders, which a NATS node's failover leaves unreachable for a
+	// few seconds: retried while the actor holds the claim (deliveries wait in held), so a
+	// session taken over then is not left to the redelivery of its events.
+	var sess *store.Session
+	var cursor uint64
+	err := a.retryStart(func() error {
+		var err error
+		if sess, err = a.w.sessions.GetOrCreate(a.ctx, a.sk); err != nil {
+			return fmt.Errorf("load session: %w", err)
+		}
+		if cursor, err = a.startCursor(sess); err != nil {
+			return fmt.Errorf("find where the inbox continues: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		a.log.Error("load session", "err", err)
-		return
-	}
-	cursor, err := a.startCursor(sess)
-	if err != nil {
-		a.log.Error("find where the inbox continues", "err", err)
+		if a.ctx.Err() == nil {
+			a.handOver("start", err)
+		}
 		return
 	}
 	a.mu.Lock() // know (the doorbell) reads the cursor from another goroutine
@@ -162,6 +173,11 @@ func (a *actor) run() {
 		a.listed[ot.ID] = true
 	}
 	a.mu.Unlock()
+	if a.checkUpTo > cursor {
+		// The leader showed events past the cursor (a turn in flight at a takeover, say):
+		// read them as known to exist, so a lagging replica's "not found" is not believed.
+		a.know(a.checkUpTo)
+	}
 	a.setChatPolicy(sess.Concurrency)
 	if a.resultSub, err = a.w.nc.ChanSubscribe(events.ToolResultSessionFilter(a.sk), a.w.router.in); err != nil {
 		a.log.Warn("subscribe to tool results; calls subscribe one by one", "err", err)
@@ -175,7 +191,7 @@ func (a *actor) run() {
 		var err error
 		if probe || a.behind() {
 			progressed, err = a.step()
-			probe = false
+			probe = probe && err != nil // a failed look is looked again
 		}
 		if err != nil {
 			if a.ctx.Err() == nil {
@@ -209,6 +225,23 @@ func (a *actor) run() {
 		}
 	}
 }
+
+// retryStart runs fn until it succeeds, the actor stops, or startRetryFor has passed.
+func (a *actor) retryStart(fn func() error) error {
+	deadline := time.Now().Add(startRetryFor)
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		err := fn()
+		if err == nil || a.ctx.Err() != nil || errors.Is(err, store.ErrInvalid) || time.Now().After(deadline) {
+			return err
+		}
+		a.log.Warn("actor start; retrying", "err", err)
+		a.sleep(wait)
+	}
+}
+
+// startRetryFor bounds how long an actor retries its start (longer than a NATS node's
+// failover, whose raft elections take 4–9 s).
+const startRetryFor = 30 * time.Second
 
 // startCursor is where the actor continues the inbox: after the session record's cursor, or
 // after the inbox sequence the session's last context commit consumed when that is later and
