@@ -256,7 +256,8 @@ func TestFaultCluster(t *testing.T) {
 	rec := newExecRecorder(t)
 	common := []string{faultChildEnv + "=role", "AGENTBUS_NATS_URL=" + urls,
 		"AGENTBUS_WEBHOOK_SECRET=" + botSecret, "AGENTBUS_WEBHOOK_CALLBACK=" + cb.srv.URL + "/callback",
-		"OPENAI_API_KEY=test-key", "AB_MODEL=" + model.BaseURL(), "AB_RECORD=" + rec.srv.URL}
+		"OPENAI_API_KEY=test-key", "AB_MODEL=" + model.BaseURL(), "AB_RECORD=" + rec.srv.URL,
+		"GOTRACEBACK=all"} // a SIGQUIT (see the loss dump) prints every goroutine
 	if *faultLogs != "" {
 		common = append(common, "AB_LOG_INFO=1")
 	}
@@ -657,6 +658,16 @@ func TestFaultCluster(t *testing.T) {
 			if strings.HasPrefix(c.Name(), "turn") {
 				t.Logf("%s log tail:\n%s", c.Name(), childproc.Tail(c.LogPath(), 20))
 			}
+		}
+		if *faultLogs != "" {
+			// Where each turn worker is stuck: its goroutines, in its log.
+			for _, c := range roles {
+				if strings.HasPrefix(c.Name(), "turn") && c.Pid() > 0 {
+					_ = syscall.Kill(c.Pid(), syscall.SIGQUIT)
+				}
+			}
+			time.Sleep(2 * time.Second)
+			t.Logf("goroutine dumps of the turn workers are in %s/turn-*.log", *faultLogs)
 		}
 	}
 	if len(dups) > 0 {

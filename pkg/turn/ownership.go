@@ -111,12 +111,14 @@ func (w *Worker) renewWorkerLease() {
 		if err == nil {
 			continue
 		}
-		gen := w.suspend()
+		w.suspend()
 		w.log.Warn("worker lease lapsed: keeping the sessions, commits wait until it is back", "err", err)
 		if w.recoverLease(l, errors.Is(err, store.ErrLeaseLost)) {
-			w.confirmClaims(gen)
+			// Acquired again: another replica may have taken claims in the gap. (A lease
+			// renewed at its old revision never ended on the server: nothing to confirm.)
+			w.confirmClaims(w.nextGen())
 		}
-		w.unsuspend(gen)
+		w.unsuspend()
 	}
 }
 
@@ -138,23 +140,29 @@ func (w *Worker) newEpoch() {
 	}
 }
 
-// suspend closes the commit fence (awaitFence) and starts a new lease generation: claims made
-// before it must be confirmed before their actors commit again. It returns the generation.
-func (w *Worker) suspend() uint64 {
+// suspend closes the commit fence (awaitFence) while the lease is being recovered.
+func (w *Worker) suspend() {
 	w.lmu.Lock()
 	defer w.lmu.Unlock()
-	w.lgen++
 	if w.fence == nil {
 		w.fence = make(chan struct{})
 	}
+}
+
+// nextGen starts a new lease generation, after the lease was acquired again: claims made
+// before it must be confirmed before their actors commit again. It returns the generation.
+func (w *Worker) nextGen() uint64 {
+	w.lmu.Lock()
+	defer w.lmu.Unlock()
+	w.lgen++
 	return w.lgen
 }
 
-// unsuspend opens the fence again, unless a newer suspension has begun.
-func (w *Worker) unsuspend(gen uint64) {
+// unsuspend opens the fence again.
+func (w *Worker) unsuspend() {
 	w.lmu.Lock()
 	defer w.lmu.Unlock()
-	if gen == w.lgen && w.fence != nil {
+	if w.fence != nil {
 		close(w.fence)
 		w.fence = nil
 	}

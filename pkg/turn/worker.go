@@ -137,7 +137,7 @@ type Worker struct {
 
 	lmu    sync.Mutex
 	wlease store.Lease   // this replica's liveness lease; its Token is the epoch its claims carry
-	lgen   uint64        // lease generation: one more each time the lease lapsed (suspend)
+	lgen   uint64        // lease generation: one more each time the lease was acquired again
 	fence  chan struct{} // non-nil while the lease is being recovered: commits wait (awaitFence)
 
 	mu        sync.Mutex
