@@ -2,11 +2,14 @@ package turn
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
@@ -325,4 +328,35 @@ func (h *harness) workerWith(id string, mutate func(*Options)) *Worker {
 	}
 	h.t.Cleanup(func() { _ = w.Stop(context.Background()) })
 	return w
+}
+
+// A publish whose reply never comes (the request or its answer was lost while a NATS node
+// died; here: a subscriber swallows the request) ends after publishTimeout even when the
+// caller's ctx runs for minutes, as a turn's does (ai.agent.timeout): the fault test's lost
+// turn waited on such a tool-call publish until the test gave up on it.
+func TestPublishWithoutReplyEndsAfterTimeout(t *testing.T) {
+	h := newHarness(t, nil)
+	w := h.worker("wA")
+	sub, err := h.ns.NC.Subscribe("swallow.calls", func(*nats.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := w.publishOnce(ctx, &nats.Msg{Subject: "swallow.calls", Data: []byte("x")})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("publish without a reply: %v", err)
+		}
+		t.Logf("publish without a reply ended after %v", time.Since(start).Round(time.Millisecond))
+	case <-time.After(40 * time.Second):
+		t.Fatal("a publish without a reply waited for the caller's whole ctx")
+	}
 }

@@ -917,7 +917,7 @@ func (t *turnRun) flush(ctx context.Context) error {
 		}
 		if ctx.Err() == nil {
 			t.a.log.Warn("turn record not acknowledged; publishing it again", "turn", t.id, "err", err)
-			_, err = t.a.w.js.PublishMsg(ctx, p.msg)
+			_, err = t.a.w.publishOnce(ctx, p.msg)
 		}
 		if err != nil {
 			t.mu.Lock() // keep what is not known to be stored for the next flush

@@ -454,3 +454,16 @@ func (w *Worker) deadLetter(subject string, seq uint64, body []byte, h nats.Head
 	}
 	w.log.Warn("dead-lettered", "subject", subject, "seq", seq, "reason", reason, "err", cause)
 }
+
+// publishTimeout bounds one JetStream publish request. The server answers a publish at once
+// or not at all: a request, or its reply, lost while a NATS node dies is never answered, and a
+// caller's ctx may run for the whole turn (ai.agent.timeout). The callers retry under the same
+// Nats-Msg-Id, so a publish that did land is not stored twice.
+const publishTimeout = 5 * time.Second
+
+// publishOnce is one publish of m, bounded by publishTimeout (or ctx, when that ends sooner).
+func (w *Worker) publishOnce(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
+	return w.js.PublishMsg(ctx, m)
+}
