@@ -30,6 +30,13 @@ import (
 // worker restarted), the claim is stale and the next Claim takes it over by a CAS on its
 // revision. The claim's revision is the session's fencing token, as a session lease's was.
 //
+// A worker lease may end while its process lives: it lapsed on the server while the bus was
+// unavailable, or a replica that took the worker for dead revoked it (RevokeWorker). The
+// worker then acquires it again with the same epoch (ReacquireWorker) and confirms each of its
+// claims by a CAS on its token (ConfirmClaim): a claim nobody took in the gap is in force again,
+// one another worker took is lost. Since an ended lease can come back with its epoch, only the
+// stream leader's "gone" (WorkerAlive) is certain when a claim is taken over.
+//
 // Session keys never contain '.', so "worker." keys cannot collide with them.
 
 // WorkerLeasePrefix starts the KV leases key of every worker lease.

@@ -27,13 +27,25 @@
 // cost no KV round trip. A ring for a session the replica no longer runs makes it claim the
 // session.
 //
-// Takeover. A ring that gets "no responders" means the owner's process is gone (its
-// connection, and with it its doorbell subscription, has ended). The ringer keeps the delivery
-// (with in-progress acks) and claims the session the moment the owner's worker lease has
-// ended: every replica watches the worker leases (store.Leases.WatchWorkers), and the server
-// writes a marker when a lease's TTL runs out. A dead replica's own deliveries come back after
-// AckWait. So a killed replica's sessions, turns in flight included, are taken over about
-// max(LeaseTTL, AckWait) after the kill, never later.
+// Takeover. A killed process's connection closes at once, and with it its doorbell
+// subscription: a request on agent.wake.<id> gets "no responders" from the server long before
+// the process's lease would expire. Every replica probes its peers' doorbells every 200 ms
+// (peers.go); a peer silent for 400 ms is taken for dead: its worker lease is revoked
+// (store.Leases.RevokeWorker) and the sessions it claimed are claimed at once
+// (store.Leases.ClaimsOf), whose actors read the inbox from the cursor and resume the open
+// turns. Nothing waits for the dead replica's lease TTL or for its deliveries to come back
+// after AckWait (they come later and are acked by the new owner). A ring that gets no
+// responders starts the same verdict and keeps its delivery until then. The lease TTL and the
+// redelivery remain the fallbacks: a claim whose owner's lease has ended is stale for every
+// replica, and a delivery that comes back is claimed as any other.
+//
+// Lapsed leases. A renewal that cannot reach the bus (a NATS node failing over) does not stop
+// the actors: they keep their sessions, and context commits wait (awaitFence) until the lease
+// is back, renewed at its old revision or acquired again with the same epoch
+// (store.Leases.ReacquireWorker). In the second case every claim is confirmed by a CAS on its
+// token first (store.Leases.ConfirmClaim): the sessions another replica took meanwhile are
+// dropped, the others go on with the same actor. A replica revoked by mistake (its doorbell
+// had no responders while it reconnected) recovers the same way.
 //
 // Durability. A delivery that started a turn is acked only when the turn is finished, and is
 // kept alive with in-progress acks meanwhile; if the worker dies, the delivery comes back to
@@ -79,8 +91,9 @@ type Options struct {
 	// Models resolves ai.agents bindings to models.
 	Models *llm.Registry
 	// LeaseTTL is the TTL of the replica's liveness lease (default 2s; whole seconds, at least
-	// 1s), renewed every LeaseTTL/3. A dead worker's sessions, turns in flight included, are
-	// taken over about max(LeaseTTL, AckWait) after the crash.
+	// 1s), renewed every LeaseTTL/3. A killed worker's sessions are taken over once its
+	// doorbell has had no responders for 400 ms (peers.go); the TTL is the fallback for a
+	// process that stalls with its connection open.
 	LeaseTTL time.Duration
 	// AckWait of the shared consumer (default 2s); held deliveries get in-progress acks every
 	// AckWait/3, so a crashed worker's deliveries come back after at most AckWait.
