@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -271,17 +272,38 @@ func (a *actor) startCursor(sess *store.Session) (uint64, error) {
 		return 0, err
 	}
 	a.lastCommit = mark
-	if mark.InboxSeq <= cursor || mark.Turn == "" || sess.OpenTurn(mark.Turn) != nil {
+	if mark.InboxSeq <= cursor || mark.Turn == "" {
 		return cursor, nil
+	}
+	// The last commit's turn committed only after every turn before it had replied (earlier),
+	// and every other event before its trigger was handled before it started (the actor reads
+	// the inbox in order): the inbox is durably done up to its trigger, whatever becomes of the
+	// turn itself. Without this a new owner re-read (and re-published) every turn since the
+	// session record's last write, hundreds on a busy session: tens of seconds at a takeover.
+	before := cursor
+	if trig, ok := turnTrigger(mark.Turn); ok && trig > 0 {
+		before = max(cursor, trig-1)
+	}
+	if sess.OpenTurn(mark.Turn) != nil {
+		return before, nil // resumeAll resumes it from the record
 	}
 	_, err = natsutil.GetMsg(a.ctx, a.w.js, a.w.evts, natsutil.MsgQuery{LastFor: events.AgentEvtSubject(a.sk, mark.Turn, events.EvtKindTurnCommitted)})
 	switch {
 	case err == nil:
 		return mark.InboxSeq, nil
 	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return cursor, nil // takeOver finishes that turn from its commit
+		return before, nil // takeOver finishes that turn from its commit
 	}
 	return 0, fmt.Errorf("turn %s committed: %w", mark.Turn, err)
+}
+
+// turnTrigger is the inbox sequence of the event that started turn id (turnID).
+func turnTrigger(id string) (uint64, bool) {
+	if len(id) < 2 || id[0] != 't' {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(id[1:], 10, 64)
+	return seq, err == nil
 }
 
 func (a *actor) isListed(id string) bool {
