@@ -3,6 +3,8 @@ package turn
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +16,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
+	"github.com/agentbus/agentbus/pkg/store"
 	"github.com/agentbus/agentbus/pkg/tools"
 )
 
@@ -360,3 +363,67 @@ func TestPublishWithoutReplyEndsAfterTimeout(t *testing.T) {
 		t.Fatal("a publish without a reply waited for the caller's whole ctx")
 	}
 }
+
+// A new owner continues the inbox from the last commit's trigger, not from the session
+// record's cursor (which a turn started from its inbox event does not move): with the last
+// turn committed but its turn_committed record missing, as at a kill between the two, only that
+// turn is finished from its commit; the turns before it are not read and re-published again.
+func TestTakeoverStartsAtTheLastCommit(t *testing.T) {
+	h := newHarness(t, nil, faux.WithResponder(faux.Echo))
+	ctx := context.Background()
+	a := h.worker("wA")
+	for i := range 5 {
+		h.send(sk, fmt.Sprint("m", i), fmt.Sprint("question ", i))
+		h.replies(sk, i+1)
+	}
+	a.Kill()
+	// The sixth message's turn committed on A, which died before its turn_committed record.
+	h.send(sk, "m5", "question 5")
+	in, err := h.ns.JS.Stream(ctx, events.StreamSessionIn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trigger, err := in.GetLastMsgForSubject(ctx, events.AgentInSubject(sk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn := turnID(trigger.Sequence)
+	loaded, err := a.ctxlog.LoadContext(ctx, events.NewSessionID(sk, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := llm.Message{Role: llm.RoleAssistant, Content: []llm.Content{llm.Text("the committed answer")}, StopReason: llm.StopReasonStop, Timestamp: time.Now().UnixMilli()}
+	if _, err := a.ctxlog.AppendMessages(ctx, events.NewSessionID(sk, 1), loaded.LastSeq, []llm.Message{llm.UserText("question 5", time.Now().UnixMilli()), answer},
+		store.WithMsgID(turn+":commit"), store.WithTurn(turn), store.WithInboxSeq(trigger.Sequence)); err != nil {
+		t.Fatal(err)
+	}
+	calls := h.faux.Calls()
+	resumed := &countingHandler{msg: "resuming turn"}
+	b := h.workerWith("wB", func(o *Options) { o.Log = slog.New(resumed) })
+	if got := h.replies(sk, 6); got[5] != "the committed answer" {
+		t.Fatalf("replies %q", got)
+	}
+	if n := h.faux.Calls() - calls; n != 0 {
+		t.Errorf("model called %d times, want 0", n)
+	}
+	if n := resumed.n.Load(); n != 1 {
+		t.Errorf("%d turns resumed by the new owner, want 1 (the one in flight)", n)
+	}
+	waitClosed(t, b, sk)
+}
+
+// countingHandler counts the log records with one message.
+type countingHandler struct {
+	msg string
+	n   atomic.Int32
+}
+
+func (c *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (c *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == c.msg {
+		c.n.Add(1)
+	}
+	return nil
+}
+func (c *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *countingHandler) WithGroup(string) slog.Handler      { return c }
