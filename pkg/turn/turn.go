@@ -952,7 +952,7 @@ func (t *turnRun) flush(ctx context.Context) error {
 		}
 		if ctx.Err() == nil {
 			t.a.log.Warn("turn record not acknowledged; publishing it again", "turn", t.id, "err", err)
-			_, err = t.a.w.js.PublishMsg(ctx, p.msg)
+			_, err = t.a.w.publishOnce(ctx, p.msg)
 		}
 		if err != nil {
 			t.mu.Lock() // keep what is not known to be stored for the next flush
@@ -1046,9 +1046,6 @@ func (a *actor) replyMsgs(pt *pendingTurn, turn, text string, fresh bool) []*nat
 	return msgs
 }
 
-// publishAll stores msgs, pipelined, and retries the ones that fail with backoff until they
-// are stored or ctx ends. Every message must carry a Nats-Msg-Id, so a retry of one that was
-// stored after all is dropped as a duplicate.
 // publishReply publishes a committed turn's reply, then its turn_committed record (rec; nil:
 // none). The record waits for the reply's acks, so a new owner that finds the record knows the
 // reply is stored too: a kill between the two leaves the record missing, and the turn is
@@ -1072,6 +1069,9 @@ func (w *Worker) publishReply(ctx context.Context, rec *nats.Msg, reply []*nats.
 	return w.publishAll(ctx, []*nats.Msg{rec})
 }
 
+// publishAll stores msgs, pipelined, and retries the ones that fail with backoff until they
+// are stored or ctx ends. Every message must carry a Nats-Msg-Id, so a retry of one that was
+// stored after all is dropped as a duplicate.
 func (w *Worker) publishAll(ctx context.Context, msgs []*nats.Msg) error {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 50*time.Millisecond, 5*time.Second, 0
