@@ -29,7 +29,7 @@ import (
 const (
 	DefaultDurable         = "egress"
 	DefaultConcurrency     = 16
-	DefaultAckWait         = 2 * time.Second
+	DefaultAckWait         = time.Second
 	DefaultMaxAckPending   = 1024
 	DefaultMaxRetries      = 3
 	DefaultRetryInitial    = 200 * time.Millisecond
@@ -80,8 +80,8 @@ type Options struct {
 	Durable string
 	// Concurrency is how many parts this process handles at once (default 16, or im.egress.concurrency).
 	Concurrency int
-	// AckWait of the consumer (default 2 s): how soon the parts a crashed egress held reach
-	// another replica. From the moment a part is fetched (waiting in its lane included) until
+	// AckWait of the consumer (default 1 s): how soon the parts a crashed egress held reach
+	// another replica (a reply a killed replica held is sent about AckWait after the kill). From the moment a part is fetched (waiting in its lane included) until
 	// its verdict it gets an in-progress ack within AckWait/2 and then every AckWait/3, so a
 	// slow send or a throttled platform never waits for a redelivery on another replica.
 	AckWait time.Duration
