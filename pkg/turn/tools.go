@@ -307,8 +307,11 @@ func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (l
 // await waits for the result of a requested call. A result counts whenever it arrives: the
 // call's fate is known only from its result, so the wait does not end with the call's
 // deadline. After the deadline a tool worker no longer starts the call (it records "not run:
-// deadline passed"), so a result does come as long as a worker serves the tool; await looks
-// for it in TOOL_RESULTS (the leader's answer) every recheck, and meanwhile:
+// deadline passed"), so a result does come as long as a worker serves the tool. Results arrive
+// as core messages; one published while the subscription was away (the connection was
+// reconnecting to another NATS node) is found in TOOL_RESULTS (the leader's answer): await
+// looks there firstLook after the request and then every recheck, deadline or not, and
+// meanwhile:
 //   - when the request left TOOL_CALLS without a result (the stream's limits removed it), it
 //     asks again under the same call id, which the tool workers run at most once;
 //   - when the deadline passed, the request is still queued and no tool worker serves the tool
@@ -319,7 +322,7 @@ func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (l
 func (x *busExecutor) await(ctx context.Context, tool, subj string, results <-chan *nats.Msg, req *nats.Msg, reqSeq uint64, deadline time.Time) (loop.ToolResult, error) {
 	w := x.w
 	recheck := min(max(time.Until(deadline)/4, time.Second), 10*time.Second)
-	timer := time.NewTimer(time.Until(deadline) + time.Second)
+	timer := time.NewTimer(min(firstLook, time.Until(deadline)+time.Second))
 	defer timer.Stop()
 	asked := 1
 	for {
@@ -366,11 +369,16 @@ func (x *busExecutor) await(ctx context.Context, tool, subj string, results <-ch
 				}
 				return loop.ToolResult{}, fmt.Errorf("%w: %s was not run: no tool worker serves it (the request was withdrawn after its deadline)", ErrToolTimeout, tool)
 			}
-		default:
+		case time.Now().After(deadline):
 			w.log.Info("still waiting for a tool result", "tool", tool, "subject", subj, "past_deadline", time.Since(deadline).Round(time.Second))
 		}
 	}
 }
+
+// firstLook is when await first looks for a result in TOOL_RESULTS: most calls are answered
+// well before it (and cost no look); one whose result went past a reconnecting subscription
+// waits this long, not until its deadline.
+const firstLook = 2 * time.Second
 
 func (x *busExecutor) existing(ctx context.Context, subj string) (loop.ToolResult, bool) {
 	raw, err := natsutil.GetMsg(ctx, x.w.js, x.w.results, natsutil.MsgQuery{LastFor: subj})
