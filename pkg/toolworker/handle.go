@@ -368,6 +368,11 @@ func (p probe) String() string {
 // (events.ToolAttemptSubject). A killed process's connection closes with it, so its subject has
 // no responders at once.
 func (h *Handle) probeAttempt(instance, callID string) probe {
+	if instance == h.instance {
+		// The earlier attempt ran in this process, and claim lets one handler of a call id run
+		// here at a time: it is over (asking would find this very handler).
+		return probeIdle
+	}
 	ctx, cancel := context.WithTimeout(h.killCtx, attemptBeat)
 	defer cancel()
 	m, err := h.opts.NC.RequestWithContext(ctx, events.ToolAttemptSubject(instance), []byte(callID))

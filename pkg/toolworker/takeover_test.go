@@ -186,3 +186,39 @@ func TestOlderMarkerWatchedByItsBeats(t *testing.T) {
 		t.Fatalf("w1's log does not say the marker stopped beating:\n%s", logs.String())
 	}
 }
+
+// TestEarlierAttemptInThisProcess: a call comes back to the process whose earlier attempt
+// started it (that attempt gave the call back without a result, e.g. its result could not be
+// stored). The process does not ask itself, which would find the very handler asking: the
+// attempt is over, and the call is answered "interrupted" at once, without waiting for beats.
+func TestEarlierAttemptInThisProcess(t *testing.T) {
+	srv := newServer(t)
+	var c counter
+	started := make(chan string, 1)
+	tool := blockingTool("charge", &c, started)
+	var logs logBuffer
+	o := fastOpts(srv, mustRegistry(t, tool), "w1")
+	o.DefaultTimeout, o.Log = time.Minute, logs.logger()
+	w := startWorker(t, o)
+	call := newCall("charge", callID("self"), nil)
+	kv, err := srv.JS.KeyValue(context.Background(), events.BucketDelivered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	m, _ := json.Marshal(marker{Worker: "w1", Instance: w.instance, Tool: "charge", StartedAt: now.UnixMilli(), Until: now.Add(time.Minute).UnixMilli()})
+	if _, err := kv.Create(context.Background(), MarkerKey(call.CallID), m); err != nil {
+		t.Fatal(err)
+	}
+	publishCall(t, srv.JS, call, "")
+	r := waitResult(t, srv.JS, testSK, call.CallID)
+	if !r.Data.IsError || !strings.Contains(text(r), "interrupted after it started on worker w1") {
+		t.Fatalf("result = %q (error %v)", text(r), r.Data.IsError)
+	}
+	if n := c.get(call.CallID); n != 0 {
+		t.Fatalf("executed %d times, want 0", n)
+	}
+	if !strings.Contains(logs.String(), "probe=idle") {
+		t.Fatalf("w1's log does not say the earlier attempt was idle:\n%s", logs.String())
+	}
+}
