@@ -55,7 +55,10 @@
 // "interrupted" one probe later. A live worker whose in-progress acks were late (a loaded
 // machine) may see its call redelivered to another worker: a non-idempotent call then waits
 // there for the running attempt (its process answers "running"); an idempotent one may run
-// twice, which idempotent tools allow.
+// twice, which idempotent tools allow. A worker cut off from the bus for longer than AckWait
+// (its NATS server died and it is reconnecting) looks gone too: a non-idempotent call it runs
+// is then answered "interrupted" (which says it may or may not have taken effect) although it
+// may still finish; it is never run twice.
 //
 // The window DESIGN.md §5 allows remains: a crash between an idempotent tool's side effect and
 // the result record runs the tool again; a timed-out tool that ignores its context keeps running
