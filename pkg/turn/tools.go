@@ -295,8 +295,10 @@ func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (l
 	// stored, and the stream drops the repeat.
 	var ack *jetstream.PubAck
 	if err := retryTransient(ctx, func() error {
+		pctx, cancel := context.WithTimeout(ctx, lookTimeout) // a lost PubAck is asked again, not waited for
+		defer cancel()
 		var err error
-		ack, err = w.js.PublishMsg(ctx, m)
+		ack, err = w.js.PublishMsg(pctx, m)
 		return err
 	}); err != nil {
 		return loop.ToolResult{}, fmt.Errorf("request tool %s: %w", call.Name, err)
@@ -341,7 +343,9 @@ func (x *busExecutor) await(ctx context.Context, tool, subj string, results <-ch
 			return res, nil
 		}
 		timer.Reset(recheck)
-		queued, err := natsutil.LeaderGetMsg(ctx, w.js, events.StreamToolCalls, natsutil.MsgQuery{Seq: reqSeq})
+		lctx, cancel := context.WithTimeout(ctx, lookTimeout)
+		queued, err := natsutil.LeaderGetMsg(lctx, w.js, events.StreamToolCalls, natsutil.MsgQuery{Seq: reqSeq})
+		cancel()
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && queued.Subject != req.Subject:
 			// Gone without a result: ask again (a fresh dedupe id, the same call id).
@@ -351,7 +355,9 @@ func (x *busExecutor) await(ctx context.Context, tool, subj string, results <-ch
 				again.Header[k] = v
 			}
 			again.Header.Set(nats.MsgIdHdr, fmt.Sprintf("%s.r%d", req.Header.Get(nats.MsgIdHdr), asked))
-			ack, perr := w.js.PublishMsg(ctx, again)
+			pctx, cancel := context.WithTimeout(ctx, lookTimeout)
+			ack, perr := w.js.PublishMsg(pctx, again)
+			cancel()
 			if perr != nil {
 				w.log.Warn("re-request tool call", "tool", tool, "subject", subj, "err", perr)
 				continue
@@ -361,7 +367,10 @@ func (x *busExecutor) await(ctx context.Context, tool, subj string, results <-ch
 		case err != nil:
 			w.log.Warn("check tool call request", "tool", tool, "subject", subj, "err", err)
 		case time.Now().After(deadline) && !w.tools.served(tool):
-			if derr := w.calls.DeleteMsg(ctx, reqSeq); derr == nil {
+			dctx, cancel := context.WithTimeout(ctx, lookTimeout)
+			derr := w.calls.DeleteMsg(dctx, reqSeq)
+			cancel()
+			if derr == nil {
 				// Withdrawn before any worker took it, unless one already holds it: a result
 				// from such a worker would have been found above or arrives on the next look.
 				if res, ok := x.existing(ctx, subj); ok {
@@ -380,7 +389,15 @@ func (x *busExecutor) await(ctx context.Context, tool, subj string, results <-ch
 // waits this long, not until its deadline.
 const firstLook = 2 * time.Second
 
+// lookTimeout bounds each look and request of await. The turn's context may allow minutes, and
+// a JetStream API request that no server answers (a stream without a leader during a NATS node's
+// failover drops it) would otherwise hold the wait that long; a look that times out is made
+// again at the next recheck.
+const lookTimeout = 5 * time.Second
+
 func (x *busExecutor) existing(ctx context.Context, subj string) (loop.ToolResult, bool) {
+	ctx, cancel := context.WithTimeout(ctx, lookTimeout)
+	defer cancel()
 	raw, err := natsutil.GetMsg(ctx, x.w.js, x.w.results, natsutil.MsgQuery{LastFor: subj})
 	if err != nil {
 		return loop.ToolResult{}, false
