@@ -693,7 +693,7 @@ func faultDumpState(t *testing.T, urls string) {
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, sc := range [][2]string{{events.StreamToolCalls, "tool_" + faultTool}, {events.StreamSessionIn, "turn-workers"}} {
+	for _, sc := range [][2]string{{events.StreamToolCalls, "tool_" + faultTool}, {events.StreamSessionIn, "turn-workers"}, {events.StreamIMOut, "egress"}} {
 		s, err := js.Stream(ctx, sc[0])
 		if err != nil {
 			t.Logf("dump %s: %v", sc[0], err)
