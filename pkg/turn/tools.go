@@ -295,10 +295,8 @@ func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (l
 	// stored, and the stream drops the repeat.
 	var ack *jetstream.PubAck
 	if err := retryTransient(ctx, func() error {
-		pctx, cancel := context.WithTimeout(ctx, lookTimeout) // a lost PubAck is asked again, not waited for
-		defer cancel()
 		var err error
-		ack, err = w.js.PublishMsg(pctx, m)
+		ack, err = w.publishOnce(ctx, m)
 		return err
 	}); err != nil {
 		return loop.ToolResult{}, fmt.Errorf("request tool %s: %w", call.Name, err)
@@ -355,9 +353,7 @@ func (x *busExecutor) await(ctx context.Context, tool, subj string, results <-ch
 				again.Header[k] = v
 			}
 			again.Header.Set(nats.MsgIdHdr, fmt.Sprintf("%s.r%d", req.Header.Get(nats.MsgIdHdr), asked))
-			pctx, cancel := context.WithTimeout(ctx, lookTimeout)
-			ack, perr := w.js.PublishMsg(pctx, again)
-			cancel()
+			ack, perr := w.publishOnce(ctx, again)
 			if perr != nil {
 				w.log.Warn("re-request tool call", "tool", tool, "subject", subj, "err", perr)
 				continue
