@@ -887,39 +887,26 @@ type pendingRecord struct {
 // again under the same Nats-Msg-Id, which the stream drops if the first one was stored.
 const pubAckWait = 5 * time.Second
 
-// ackWaiter waits for the acks of publishes made together, each at most pubAckWait, on one
-// timer started by the first wait that needs it (most acks are in by the time they are
-// awaited, and those need none). Not for concurrent use; stop releases the timer.
-type ackWaiter struct{ t *time.Timer }
-
-func (w *ackWaiter) await(ctx context.Context, f jetstream.PubAckFuture) error {
-	select {
+// awaitAck waits for f's ack, at most pubAckWait.
+func awaitAck(ctx context.Context, f jetstream.PubAckFuture) error {
+	select { // most acks are in by the time they are awaited: no timer for those
 	case <-f.Ok():
 		return nil
 	case err := <-f.Err():
 		return err
 	default:
 	}
-	if w.t == nil {
-		w.t = time.NewTimer(pubAckWait)
-	} else {
-		w.t.Reset(pubAckWait) // since Go 1.23 a Reset timer never delivers a stale tick
-	}
+	timer := time.NewTimer(pubAckWait)
+	defer timer.Stop()
 	select {
 	case <-f.Ok():
 		return nil
 	case err := <-f.Err():
 		return err
-	case <-w.t.C:
+	case <-timer.C:
 		return jetstream.ErrAsyncPublishTimeout
 	case <-ctx.Done():
 		return ctx.Err()
-	}
-}
-
-func (w *ackWaiter) stop() {
-	if w.t != nil {
-		w.t.Stop()
 	}
 }
 
@@ -930,10 +917,8 @@ func (t *turnRun) flush(ctx context.Context) error {
 	pending := t.unacked
 	t.unacked = nil
 	t.mu.Unlock()
-	var w ackWaiter
-	defer w.stop()
 	for i, p := range pending {
-		err := w.await(ctx, p.f)
+		err := awaitAck(ctx, p.f)
 		if err == nil {
 			continue
 		}
@@ -1053,8 +1038,6 @@ func (w *Worker) publishReply(ctx context.Context, rec *nats.Msg, reply []*nats.
 func (w *Worker) publishAll(ctx context.Context, msgs []*nats.Msg) error {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 50*time.Millisecond, 5*time.Second, 0
-	var aw ackWaiter
-	defer aw.stop()
 	for {
 		futures := make([]jetstream.PubAckFuture, len(msgs))
 		var failed []*nats.Msg
@@ -1068,7 +1051,7 @@ func (w *Worker) publishAll(ctx context.Context, msgs []*nats.Msg) error {
 			if f == nil {
 				continue
 			}
-			if err := aw.await(ctx, f); err != nil {
+			if err := awaitAck(ctx, f); err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
