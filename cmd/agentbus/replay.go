@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -127,26 +128,41 @@ func cmdReplay(ctx context.Context, args []string, w io.Writer) error {
 		return err
 	}
 	n := 0
+	print := func(rec store.TurnRecord) {
+		n++
+		if *asJSON {
+			b, _ := json.Marshal(rec.Event)
+			fmt.Fprintln(w, string(b))
+			return
+		}
+		printRecord(w, rec)
+	}
+	printMark := func(m contextMark) {
+		switch {
+		case m.rec != nil:
+			print(*m.rec)
+		case !*asJSON:
+			fmt.Fprintln(w, m.text)
+		}
+	}
+	first := true
 	for rec, err := range log.Replay(ctx, sk, from) {
 		if err != nil {
 			return err
 		}
-		n++
-		for len(marks) > 0 && !marks[0].at.After(rec.Time) && !*asJSON {
-			fmt.Fprintln(w, marks[0].text)
+		if first && from.Seq > 0 {
+			// --from-seq counts AGENT_EVENTS; what the context log holds starts with it.
+			marks = slices.DeleteFunc(marks, func(m contextMark) bool { return m.at.Before(rec.Time) })
+		}
+		first = false
+		for len(marks) > 0 && !marks[0].at.After(rec.Time) {
+			printMark(marks[0])
 			marks = marks[1:]
 		}
-		if *asJSON {
-			b, _ := json.Marshal(rec.Event)
-			fmt.Fprintln(w, string(b))
-			continue
-		}
-		printRecord(w, rec)
+		print(rec)
 	}
-	if !*asJSON {
-		for _, m := range marks {
-			fmt.Fprintln(w, m.text)
-		}
+	for _, m := range marks {
+		printMark(m)
 	}
 	if n == 0 {
 		fmt.Fprintf(w, "no turn events for %s\n", sk)
@@ -155,13 +171,17 @@ func cmdReplay(ctx context.Context, args []string, w io.Writer) error {
 }
 
 // contextMark is a line replay prints where it happened in AGENT_CTX: an epoch's start, each
-// compaction, each move of the session tree's active leaf.
+// compaction, each move of the session tree's active leaf; or (rec) a turn record that a
+// commit closing its turn stands for (store.ClosingRecords: the turn's tail and its
+// turn_committed, which such a turn does not write to AGENT_EVENTS).
 type contextMark struct {
 	at   time.Time
 	text string
+	rec  *store.TurnRecord
 }
 
-// contextMarks reads the context logs of every epoch of sk (AGENT_CTX) for its compactions.
+// contextMarks reads the context logs of every epoch of sk (AGENT_CTX) for its compactions,
+// leaf moves and closing commits.
 func contextMarks(ctx context.Context, js jetstream.JetStream, sk events.SessionKey, since time.Time) ([]contextMark, error) {
 	sessions, err := store.OpenSessions(ctx, js)
 	if err != nil {
@@ -186,11 +206,14 @@ func contextMarks(ctx context.Context, js jetstream.JetStream, sk events.Session
 				return nil, err
 			}
 			if first && epoch > 1 && !r.Time.Before(since) {
-				out = append(out, contextMark{r.Time, fmt.Sprintf("\n%s  ══ epoch %d (context seq %d)", r.Time.Format("15:04:05.000"), epoch, r.Seq)})
+				out = append(out, contextMark{at: r.Time, text: fmt.Sprintf("\n%s  ══ epoch %d (context seq %d)", r.Time.Format("15:04:05.000"), epoch, r.Seq)})
 			}
 			first = false
 			if r.Time.Before(since) {
 				continue
+			}
+			for _, rec := range store.ClosingRecords(sk, events.SessionID{Key: sk, Epoch: epoch}, r) {
+				out = append(out, contextMark{at: rec.Time, rec: &rec})
 			}
 			if l := r.Leaf; l != nil {
 				text := fmt.Sprintf("%s  ↶ active leaf moved to context seq %d (context seq %d)", r.Time.Format("15:04:05.000"), l.LeafSeq, r.Seq)
@@ -200,14 +223,14 @@ func contextMarks(ctx context.Context, js jetstream.JetStream, sk events.Session
 				if l.BranchSummary != "" {
 					text += ", summarized: " + oneLine(l.BranchSummary)
 				}
-				out = append(out, contextMark{r.Time, text})
+				out = append(out, contextMark{at: r.Time, text: text})
 				continue
 			}
 			if r.Summary == nil {
 				continue
 			}
 			s := r.Summary
-			out = append(out, contextMark{r.Time, fmt.Sprintf("%s  ⇣ compaction %d (context seq %d): %d messages up to seq %d summarized by %s: %s",
+			out = append(out, contextMark{at: r.Time, text: fmt.Sprintf("%s  ⇣ compaction %d (context seq %d): %d messages up to seq %d summarized by %s: %s",
 				r.Time.Format("15:04:05.000"), s.Count, r.Seq, s.Covered, s.AnchorSeq, s.Model, oneLine(s.Text))})
 		}
 	}

@@ -52,3 +52,47 @@ func TestReplayShowsCompactions(t *testing.T) {
 		t.Fatalf("the compaction is not between the turns it follows and precedes:\n%s", text)
 	}
 }
+
+// A turn that called a tool writes its start to AGENT_EVENTS and is closed by its context
+// commit, with no turn_committed record: replay still shows the whole turn in order, the call,
+// the tool's result, the answer and the commit.
+func TestReplayShowsAToolTurnClosedByItsCommit(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := config.Parse([]byte("dataDir: " + dir + "\nnats:\n  listen: 127.0.0.1:0\n  storeDir: " + filepath.Join(dir, "nats") + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AI.Agent.Workspace = filepath.Join(dir, "workspace")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := app.Start(ctx, cfg, app.Options{Roles: app.AllRoles, Out: io.Discard, NoProbe: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop(context.Background()) })
+	var out bytes.Buffer
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(out.String(), "list_dir tool") { // the tool worker may not be registered yet
+		if time.Now().After(deadline) {
+			t.Fatalf("no tool turn:\n%s", out.String())
+		}
+		if err := cmdChat(context.Background(), []string{"--data", dir, "--user", "bo", "--wait", "20s"}, strings.NewReader("list_dir .\n"), &out); err != nil {
+			t.Fatalf("chat: %v\n%s", err, out.String())
+		}
+	}
+	out.Reset()
+	if err := cmdReplay(context.Background(), []string{"--data", dir, "console:console:private:bo"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	last := text[strings.LastIndex(text, "── turn"):]
+	want := []string{"user: list_dir .", "→ list_dir(", "← list_dir:", "assistant: The list_dir tool returned", "✓ committed 4 messages"}
+	at := 0
+	for _, w := range want {
+		i := strings.Index(last[at:], w)
+		if i < 0 {
+			t.Fatalf("replay of the tool turn lacks %q (in this order: %q):\n%s", w, want, text)
+		}
+		at += i + len(w)
+	}
+}

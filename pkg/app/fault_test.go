@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -39,7 +40,7 @@ import (
 const faultChildEnv = "AGENTBUS_FAULT_CHILD"
 
 var (
-	faultRun       = flag.Bool("fault", false, "run TestFaultCluster (also AGENTBUS_FAULT=1)")
+	_              = flag.Bool("fault", false, "no longer needed: TestFaultCluster runs by default (skipped with -short); kept for old command lines")
 	faultDuration  = flag.Duration("fault.duration", 25*time.Second, "TestFaultCluster: how long load and kills go on")
 	faultSessions  = flag.Int("fault.sessions", 10, "TestFaultCluster: concurrent chat sessions")
 	faultKillEvery = flag.Duration("fault.kill-every", 2*time.Second, "TestFaultCluster: a random role process is killed (-9) this often")
@@ -206,21 +207,15 @@ func newExecRecorder(t *testing.T) *execRecorder {
 // tool call ran twice, and reports how many model steps were asked again and how long turns
 // in flight at a turn-worker kill took to be answered.
 //
-// The short run is 10 sessions, 25 s of load, about a minute; a longer run prints the same
-// figures:
+// It runs with every plain go test (skipped with -short): the short run is 10 sessions, 25 s
+// of load, about a minute and a half (two under -race). A longer run prints the same figures:
 //
-//	go test ./pkg/app -run TestFaultCluster -fault -v -fault.duration=150s -fault.sessions=50
+//	go test ./pkg/app -run TestFaultCluster -v -fault.duration=150s -fault.sessions=50
 //
 // -fault.logs DIR keeps the child processes' logs (at level info).
 func TestFaultCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 11 processes")
-	}
-	// Opt-in until it passes every time: with the ownership work of issue 11's second session
-	// most runs under -race lose nothing, but some still lose a turn (docs/benchmarks.md,
-	// "Ownership and takeover"; issue 11 stays open for it). Run it with -fault or AGENTBUS_FAULT=1.
-	if !*faultRun && os.Getenv("AGENTBUS_FAULT") == "" {
-		t.Skip("opt-in: go test ./pkg/app -run TestFaultCluster -fault -v")
 	}
 	busPasswords(t) // deploy/nats.conf's users; the child processes inherit the environment
 	dir := t.TempDir()
@@ -261,7 +256,8 @@ func TestFaultCluster(t *testing.T) {
 	rec := newExecRecorder(t)
 	common := []string{faultChildEnv + "=role", "AGENTBUS_NATS_URL=" + urls,
 		"AGENTBUS_WEBHOOK_SECRET=" + botSecret, "AGENTBUS_WEBHOOK_CALLBACK=" + cb.srv.URL + "/callback",
-		"OPENAI_API_KEY=test-key", "AB_MODEL=" + model.BaseURL(), "AB_RECORD=" + rec.srv.URL}
+		"OPENAI_API_KEY=test-key", "AB_MODEL=" + model.BaseURL(), "AB_RECORD=" + rec.srv.URL,
+		"GOTRACEBACK=all"} // a SIGQUIT (see the loss dump) prints every goroutine
 	if *faultLogs != "" {
 		common = append(common, "AB_LOG_INFO=1")
 	}
@@ -548,28 +544,59 @@ func TestFaultCluster(t *testing.T) {
 		sentAt[s.id] = s.at
 	}
 	// A message still in flight at the NATS node's kill waits for the cluster's leader
-	// elections: it counts for the NATS kill only, not for a role killed meanwhile.
+	// elections: it counts for the NATS kill only, not for a role killed meanwhile. So does a
+	// message sent during the failover, that is before the last message in flight at the
+	// NATS kill was answered (it waits for the same elections, at ingest say).
 	take := map[string][]time.Duration{}
 	nkills := map[string]int{}
-	atNATS := map[string]bool{}
+	atNATS := map[string]bool{}   // in flight at the NATS kill
+	failover := map[string]bool{} // sent during the NATS failover
+	takeSettled := map[string][]time.Duration{}
+	duringFailover := 0
 	for _, k := range kills {
 		if k.role != "nats" {
 			continue
 		}
+		end := k.at
 		for id, rs := range byID {
 			if at, ok := sentAt[id]; ok && at.Before(k.at) && rs[0].At.After(k.at) {
 				atNATS[id] = true
+				end = maxTime(end, rs[0].At)
 			}
 		}
+		for id := range byID {
+			if at, ok := sentAt[id]; ok && !at.Before(k.at) && at.Before(end) {
+				failover[id] = true
+				duringFailover++
+			}
+		}
+	}
+	// A message in flight at several role kills counts for the last of them: its time after
+	// an earlier one includes the later takeover.
+	lastKill := func(id string, sent, answered time.Time) time.Time {
+		var last time.Time
+		for _, k := range kills {
+			if k.role != "nats" && sent.Before(k.at) && answered.After(k.at) {
+				last = k.at
+			}
+		}
+		return last
 	}
 	var perKill []string
 	for _, k := range kills {
 		nkills[k.role]++
 		n, worst := 0, time.Duration(0)
 		for id, rs := range byID {
-			if at, ok := sentAt[id]; ok && at.Before(k.at) && rs[0].At.After(k.at) && (k.role == "nats" || !atNATS[id]) {
+			at, ok := sentAt[id]
+			if !ok || !at.Before(k.at) || !rs[0].At.After(k.at) {
+				continue
+			}
+			if k.role == "nats" || !atNATS[id] && lastKill(id, at, rs[0].At).Equal(k.at) {
 				d := rs[0].At.Sub(k.at)
 				take[k.role] = append(take[k.role], d)
+				if !failover[id] {
+					takeSettled[k.role] = append(takeSettled[k.role], d)
+				}
 				n++
 				worst = max(worst, d)
 			}
@@ -637,12 +664,21 @@ func TestFaultCluster(t *testing.T) {
 	}
 	t.Logf("replies later than 10s: %d", late)
 	t.Logf("reply latency p50 %s p99 %s max %s", lp(0.5).Round(time.Millisecond), lp(0.99).Round(time.Millisecond), lp(1).Round(time.Millisecond))
-	t.Logf("kills (messages in flight at the NATS kill count for it alone):\n  %s", strings.Join(perKill, "\n  "))
+	t.Logf("kills (messages in flight at the NATS kill count for it alone; others for the last role kill they were in flight at):\n  %s", strings.Join(perKill, "\n  "))
 	for _, role := range []string{"turn", "tool", "egress", "ingest", "nats"} {
 		d := take[role]
 		slices.Sort(d)
 		t.Logf("  in flight at a %s kill (%d kills, %d messages): kill → reply p50 %s p99 %s max %s",
 			role, nkills[role], len(d), pct(d, 0.5), pct(d, 0.99), pct(d, 1))
+	}
+	// The same without the messages sent during the NATS failover (until the last message in
+	// flight at its kill was answered): those wait for the cluster's elections too.
+	t.Logf("  without the %d messages sent during the NATS failover:", duringFailover)
+	for _, role := range []string{"turn", "tool", "egress", "ingest"} {
+		d := takeSettled[role]
+		slices.Sort(d)
+		t.Logf("  in flight at a %s kill, settled cluster (%d messages): kill → reply p50 %s p99 %s max %s",
+			role, len(d), pct(d, 0.5), pct(d, 0.99), pct(d, 1))
 	}
 	if len(lost) > 0 {
 		t.Errorf("lost (no reply): %v", lost)
@@ -651,6 +687,16 @@ func TestFaultCluster(t *testing.T) {
 			if strings.HasPrefix(c.Name(), "turn") {
 				t.Logf("%s log tail:\n%s", c.Name(), childproc.Tail(c.LogPath(), 20))
 			}
+		}
+		if *faultLogs != "" {
+			// Where each turn worker is stuck: its goroutines, in its log.
+			for _, c := range roles {
+				if strings.HasPrefix(c.Name(), "turn") && c.Pid() > 0 {
+					_ = syscall.Kill(c.Pid(), syscall.SIGQUIT)
+				}
+			}
+			time.Sleep(2 * time.Second)
+			t.Logf("goroutine dumps of the turn workers are in %s/turn-*.log", *faultLogs)
 		}
 	}
 	if len(dups) > 0 {
@@ -722,39 +768,67 @@ func faultDumpLost(t *testing.T, urls string, lost []string) {
 				t.Logf("dump %s: claim: %v", id, err)
 			}
 		}
+		// Reads along the subject (next message by subject from a sequence), from the stream
+		// leaders; and whether a direct get (any replica) agrees on the inbox. The lost
+		// message's own event is marked.
+		ims, _ := js.Stream(ctx, events.StreamIMIn)
+		ctxs, _ := js.Stream(ctx, events.StreamAgentCtx)
 		for _, sc := range []struct {
 			name string
 			s    jetstream.Stream
 			subj string
-		}{{"inbox", in, events.AgentInSubject(sk)}, {"outbox", out, events.IMOutSubject(sk)}, {"turn events", evts, events.AgentEvtSessionFilter(sk)}} {
+		}{{"im in", ims, events.IMInSubject(sk)}, {"inbox", in, events.AgentInSubject(sk)}, {"context", ctxs, events.PrefixAgentCtx + "." + sk.Token() + ".>"},
+			{"turn events", evts, events.AgentEvtSessionFilter(sk)}, {"outbox", out, events.IMOutSubject(sk)}} {
 			if sc.s == nil {
 				continue
 			}
-			c, err := sc.s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{sc.subj}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy})
-			if err != nil {
-				continue
-			}
-			b, err := c.Fetch(400, jetstream.FetchMaxWait(2*time.Second))
-			if err != nil {
-				continue
-			}
-			var last []string
-			for m := range b.Messages() {
-				md, _ := m.Metadata()
-				seq := uint64(0)
-				if md != nil {
-					seq = md.Sequence.Stream
+			var all []string
+			for seq := uint64(1); len(all) < 5000; {
+				raw, err := natsutil.LeaderGetMsg(ctx, js, sc.s.CachedInfo().Config.Name, natsutil.MsgQuery{Seq: seq, NextFor: sc.subj})
+				if err != nil {
+					if !errors.Is(err, jetstream.ErrMsgNotFound) {
+						all = append(all, "read: "+err.Error())
+					}
+					break
 				}
-				body := string(m.Data())
+				body := string(raw.Data)
+				mark := ""
+				if strings.Contains(body, id+"\"") || strings.Contains(body, id+" ") {
+					mark = " <-- " + id
+				}
 				if len(body) > 160 {
 					body = body[:160]
 				}
-				last = append(last, fmt.Sprintf("%d %s %s", seq, m.Subject(), body))
+				hdr := ""
+				for _, k := range []string{"Agentbus-Inbox-Seq", "Agentbus-Turn", nats.MsgIdHdr} {
+					if v := raw.Header.Get(k); v != "" {
+						hdr += " " + k + "=" + v
+					}
+				}
+				all = append(all, fmt.Sprintf("%d %s%s %s%s", raw.Sequence, raw.Subject, hdr, body, mark))
+				seq = raw.Sequence + 1
 			}
-			if len(last) > 6 {
-				last = last[len(last)-6:]
+			if len(all) > 8 {
+				all = all[len(all)-8:]
 			}
-			t.Logf("dump %s: %s (last per subject):\n  %s", id, sc.name, strings.Join(last, "\n  "))
+			if info, err := sc.s.Info(ctx); err == nil && info.Cluster != nil {
+				var reps []string
+				for _, r := range info.Cluster.Replicas {
+					reps = append(reps, fmt.Sprintf("%s current=%v lag=%d offline=%v", r.Name, r.Current, r.Lag, r.Offline))
+				}
+				all = append(all, fmt.Sprintf("stream %s last %d leader %s replicas %v", info.Config.Name, info.State.LastSeq, info.Cluster.Leader, reps))
+			}
+			if _, err := sc.s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(sc.subj)); err != nil {
+				all = append(all, "a direct get of the first message: "+err.Error())
+			}
+			t.Logf("dump %s: %s (the last 8):\n  %s", id, sc.name, strings.Join(all, "\n  "))
 		}
 	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

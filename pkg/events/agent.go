@@ -16,7 +16,9 @@ import (
 //	tool_call_requested  the call was put on TOOL_CALLS (same call id on resume)
 //	tool_result          the result came back: do not re-request this call
 //	outbound_published   part n went to IM_OUT: do not publish it again (msg id dedupes anyway)
-//	turn_committed       the turn's messages are in AGENT_CTX: the turn is closed
+//	turn_committed       the turn's messages are in AGENT_CTX: the turn is closed. A turn whose
+//	                     turn_started is already stored (every turn that called a tool) writes
+//	                     none: its AGENT_CTX commit closes it (store.WithClosing, docs/events.md)
 //	turn_failed          the turn ended without commit (error, aborted, lease lost)
 const (
 	TypeTurnStarted        = "evt.turn_started"

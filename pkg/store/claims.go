@@ -30,6 +30,13 @@ import (
 // worker restarted), the claim is stale and the next Claim takes it over by a CAS on its
 // revision. The claim's revision is the session's fencing token, as a session lease's was.
 //
+// A worker lease may end while its process lives: it lapsed on the server while the bus was
+// unavailable, or a replica that took the worker for dead revoked it (RevokeWorker). The
+// worker then acquires it again with the same epoch (ReacquireWorker) and confirms each of its
+// claims by a CAS on its token (ConfirmClaim): a claim nobody took in the gap is in force again,
+// one another worker took is lost. Since an ended lease can come back with its epoch, only the
+// stream leader's "gone" (WorkerAlive) is certain when a claim is taken over.
+//
 // Session keys never contain '.', so "worker." keys cannot collide with them.
 
 // WorkerLeasePrefix starts the KV leases key of every worker lease.
@@ -267,4 +274,157 @@ func (l *Leases) Unclaim(ctx context.Context, c Claim) error {
 		return fmt.Errorf("unclaim session %s: %w", c.Key, err)
 	}
 	return nil
+}
+
+// ReacquireWorker takes worker's liveness lease again with the epoch it had: for a worker
+// process that is alive but whose lease lapsed (a renewal could not reach the bus while a NATS
+// node failed over, say) or was revoked by a replica that took it for dead. Its claims of that
+// epoch are then in force again, except those another worker took over meanwhile: the caller
+// confirms each one (ConfirmClaim) before it acts on it again. A record of the same worker id
+// that is still there (a renewal whose ack was lost moved its revision) is overwritten by a
+// CAS; a record of another owner fails with a *HeldError.
+func (l *Leases) ReacquireWorker(ctx context.Context, worker string, ttl time.Duration, epoch uint64) (Lease, error) {
+	if worker == "" || epoch == 0 {
+		return Lease{}, fmt.Errorf("%w: reacquire needs a worker id and its epoch", ErrInvalid)
+	}
+	ttl, err := checkTTL(ttl)
+	if err != nil {
+		return Lease{}, err
+	}
+	key := WorkerLeaseKey(worker)
+	for attempt := 0; attempt < 8; attempt++ {
+		sent := l.now()
+		rec := leaseRecord{Owner: worker, Token: epoch, AcquiredAt: sent.UnixMilli(), RenewedAt: sent.UnixMilli(), TTLms: ttl.Milliseconds()}
+		data, _ := json.Marshal(rec)
+		lease := Lease{Worker: worker, Owner: worker, Token: epoch, TTL: ttl, Acquired: sent, ValidUntil: sent.Add(ttl)}
+		rev, err := l.kv.Create(ctx, key, data, jetstream.KeyTTL(ttl))
+		if err == nil {
+			lease.Revision = rev
+			return lease, nil
+		}
+		if !isCASConflict(err) {
+			return Lease{}, fmt.Errorf("reacquire lease worker %s: %w", worker, err)
+		}
+		e, err := l.kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return Lease{}, fmt.Errorf("reacquire lease worker %s: %w", worker, err)
+		}
+		var cur leaseRecord
+		_ = json.Unmarshal(e.Value(), &cur)
+		if cur.Owner != worker {
+			return Lease{}, &HeldError{Key: "worker " + worker, Owner: cur.Owner, TTL: time.Duration(cur.TTLms) * time.Millisecond}
+		}
+		rev, err = l.publish(ctx, key, rec, e.Revision(), ttl)
+		if isWrongLastSeq(err) {
+			continue
+		}
+		if err != nil {
+			return Lease{}, fmt.Errorf("reacquire lease worker %s: %w", worker, err)
+		}
+		lease.Revision = rev
+		return lease, nil
+	}
+	return Lease{}, fmt.Errorf("reacquire lease worker %s: %w", worker, ErrConflict)
+}
+
+// RevokeWorker ends the liveness lease of worker's epoch at once, for a replica that has good
+// reason to take that worker for dead (its doorbell has no responders: its connection is
+// gone). Every claim of that epoch is stale from then on, for every replica. It returns nil
+// when the lease of that epoch is gone after the call (revoked now, or already expired,
+// released or replaced by another epoch), and ErrConflict when the worker kept renewing it
+// meanwhile: it is alive. A worker that is alive after all learns of the revocation at its
+// next renewal (ErrLeaseLost), acquires its lease again with the same epoch and keeps the
+// claims nobody took (ReacquireWorker, ConfirmClaim).
+func (l *Leases) RevokeWorker(ctx context.Context, worker string, epoch uint64) error {
+	key := WorkerLeaseKey(worker)
+	for attempt := 0; attempt < 3; attempt++ {
+		raw, err := natsutil.LeaderGetMsg(ctx, l.js, "KV_"+bucketLeases, natsutil.MsgQuery{LastFor: l.subPre + key})
+		if errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && leaseGone(raw.Header) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("revoke worker lease %s: %w", worker, err)
+		}
+		e, err := epochOf(raw.Data, raw.Sequence)
+		if err != nil {
+			return fmt.Errorf("revoke worker lease %s: %w", worker, err)
+		}
+		if e != epoch {
+			return nil
+		}
+		err = l.kv.Purge(ctx, key, jetstream.LastRevision(raw.Sequence), jetstream.PurgeTTL(time.Minute))
+		if err == nil {
+			return nil
+		}
+		if !isCASConflict(err) {
+			return fmt.Errorf("revoke worker lease %s: %w", worker, err)
+		}
+	}
+	return fmt.Errorf("revoke worker lease %s (epoch %d): renewed meanwhile: %w", worker, epoch, ErrConflict)
+}
+
+// ConfirmClaim rewrites c by a CAS on its token, after its worker's lease lapsed and was
+// acquired again with the same epoch: a claim no other worker took during the gap is the
+// worker's again, with a new token (returned); a claim another worker took fails with
+// ErrLeaseLost, and its actor must stop. Any worker that found the claim stale during the gap
+// and tries to take it now fails its own CAS and finds the claim in force.
+func (l *Leases) ConfirmClaim(ctx context.Context, c Claim) (Claim, error) {
+	if c.Token == 0 || c.Owner == "" || c.Epoch == 0 {
+		return Claim{}, fmt.Errorf("%w: confirm of a claim never made", ErrInvalid)
+	}
+	data, _ := json.Marshal(claimRecord{Owner: c.Owner, Epoch: c.Epoch, ClaimedAt: l.now().UnixMilli()})
+	rev, err := l.kv.Update(ctx, c.Key.Token(), data, c.Token)
+	if isCASConflict(err) || errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Claim{}, fmt.Errorf("confirm claim %s (token %d): %w", c.Key, c.Token, ErrLeaseLost)
+	}
+	if err != nil {
+		return Claim{}, fmt.Errorf("confirm claim %s: %w", c.Key, err)
+	}
+	c.Token = rev
+	c.TookOver = ""
+	return c, nil
+}
+
+// ClaimsOf lists the sessions whose claims name owner with epoch: the sessions a dead worker
+// was running, for a replica that takes them over at once instead of waiting for their
+// deliveries to come back. It reads the bucket's current values in one pass (a KV watch of
+// every key, stopped after its initial values); a claim written during the pass may be
+// missed, which costs only speed (that session is taken over when a delivery for it comes).
+func (l *Leases) ClaimsOf(ctx context.Context, owner string, epoch uint64) ([]events.SessionKey, error) {
+	w, err := l.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("list claims of %s: %w", owner, err)
+	}
+	defer func() { _ = w.Stop() }()
+	var out []events.SessionKey
+	for {
+		var e jetstream.KeyValueEntry
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("list claims of %s: %w", owner, ctx.Err())
+		case e, ok = <-w.Updates():
+		}
+		if !ok {
+			return nil, fmt.Errorf("list claims of %s: watch ended", owner)
+		}
+		if e == nil {
+			return out, nil
+		}
+		if strings.HasPrefix(e.Key(), WorkerLeasePrefix) || e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		var rec claimRecord
+		if json.Unmarshal(e.Value(), &rec) != nil || rec.Owner != owner || rec.Epoch != epoch {
+			continue
+		}
+		sk, err := events.ParseSessionKeyToken(e.Key())
+		if err != nil {
+			continue
+		}
+		out = append(out, sk)
+	}
 }

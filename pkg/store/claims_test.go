@@ -198,3 +198,105 @@ func TestWatchWorkers(t *testing.T) {
 	}
 	t.Logf("expiry seen %v after the last renewal (ttl 1s)", time.Since(start).Round(time.Millisecond))
 }
+
+// TestLapsedWorkerKeepsItsEpoch: a worker lease that ended while its process lived (revoked
+// by a replica that took it for dead, or expired, or released) is acquired again with the same
+// epoch; each of its claims is then confirmed by a CAS, which fails only for a claim another
+// worker took in the gap, and a claimer that found the claim stale in the gap loses its CAS
+// once the claim is confirmed. ClaimsOf lists exactly the claims of one owner's epoch.
+func TestLapsedWorkerKeepsItsEpoch(t *testing.T) {
+	ctx := context.Background()
+	js := startJS(t)
+	l, err := NewLeases(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		name string
+		end  func(t *testing.T, a Lease) // ends a's lease on the server
+	}{
+		{"revoked by a peer", func(t *testing.T, a Lease) {
+			if err := l.RevokeWorker(ctx, a.Worker, a.Token); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"released", func(t *testing.T, a Lease) {
+			if err := l.Release(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"still there (a renewal's ack was lost)", func(t *testing.T, a Lease) {
+			if _, err := l.Renew(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wa, wb := fmt.Sprint("lapse-a", i), fmt.Sprint("lapse-b", i)
+			a, err := l.AcquireWorker(ctx, wa, 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := l.AcquireWorker(ctx, wb, 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keep, take := testKey(fmt.Sprint("keep-", i)), testKey(fmt.Sprint("take-", i))
+			ck, err := l.Claim(ctx, keep, a, l.WorkerAlive)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ct, err := l.Claim(ctx, take, a, l.WorkerAlive)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if keys, err := l.ClaimsOf(ctx, wa, a.Token); err != nil || len(keys) != 2 {
+				t.Fatalf("claims of a: %v %v", keys, err)
+			}
+			tc.end(t, a)
+			gone := tc.name != "still there (a renewal's ack was lost)"
+			if alive, err := l.WorkerAlive(ctx, wa, a.Token); err != nil || alive == gone {
+				t.Fatalf("alive after the end: %v %v", alive, err)
+			}
+			if gone {
+				// b takes one of a's sessions in the gap.
+				if _, err := l.Claim(ctx, take, b, l.WorkerAlive); err != nil {
+					t.Fatalf("b's claim in the gap: %v", err)
+				}
+			}
+			again, err := l.ReacquireWorker(ctx, wa, 30*time.Second, a.Token)
+			if err != nil || again.Token != a.Token {
+				t.Fatalf("reacquire: %+v %v", again, err)
+			}
+			if alive, err := l.WorkerAlive(ctx, wa, a.Token); err != nil || !alive {
+				t.Fatalf("alive after the reacquire: %v %v", alive, err)
+			}
+			ck2, err := l.ConfirmClaim(ctx, ck)
+			if err != nil || ck2.Token <= ck.Token {
+				t.Fatalf("confirm kept claim: %+v %v", ck2, err)
+			}
+			_, err = l.ConfirmClaim(ctx, ct)
+			if gone && !errors.Is(err, ErrLeaseLost) || !gone && err != nil {
+				t.Fatalf("confirm of the claim b took (b took it: %v): %v", gone, err)
+			}
+			// The kept claim is in force again: b cannot take it, even with the old token's view.
+			var held *HeldError
+			if _, err := l.Claim(ctx, keep, b, l.WorkerAlive); !errors.As(err, &held) || held.Owner != wa {
+				t.Fatalf("b's claim of the kept session: %v", err)
+			}
+			if _, err := l.ConfirmClaim(ctx, ck); !errors.Is(err, ErrLeaseLost) {
+				t.Fatalf("confirm with the old token: %v", err)
+			}
+			if keys, err := l.ClaimsOf(ctx, wb, b.Token); err != nil || gone != (len(keys) == 1) {
+				t.Fatalf("claims of b: %v %v", keys, err)
+			}
+			// RevokeWorker of an epoch that is not the lease's changes nothing.
+			if err := l.RevokeWorker(ctx, wb, b.Token+1000); err != nil {
+				t.Fatal(err)
+			}
+			if alive, err := l.WorkerAlive(ctx, wb, b.Token); err != nil || !alive {
+				t.Fatalf("b after a revoke of another epoch: %v %v", alive, err)
+			}
+		})
+	}
+}

@@ -32,6 +32,15 @@ const (
 	// (its trigger and merged events): the commit carries the session's inbox cursor, so a turn
 	// costs no session-record write (see LastCommit).
 	HeaderCtxInboxSeq = "Agentbus-Inbox-Seq"
+	// HeaderCtxReplyParts on a turn's commit says that the commit is also the turn's closing
+	// record (no evt.turn_committed is written for it) and how many outbound parts the turn's
+	// reply has (0: none). Such a commit is written only by a turn whose turn_started record is
+	// in AGENT_EVENTS already (see FindTurnCommit); its reply goes to IM_OUT after it.
+	HeaderCtxReplyParts = "Agentbus-Reply-Parts"
+	// HeaderCtxTailFrom on a closing commit is the index (within the commit's messages, which
+	// are the turn's messages from its input on) of the first message that the turn did not
+	// record in AGENT_EVENTS: the commit's messages from there on are the turn's tail.
+	HeaderCtxTailFrom = "Agentbus-Tail-From"
 )
 
 // ContextBounds are the cold-start bounds of LoadContext (ai.sessions.coldStartMaxMessages /
@@ -77,11 +86,20 @@ type AppendOption func(*appendOpts)
 type appendOpts struct {
 	msgID, turn, trace string
 	inboxSeq           uint64
+	closes             bool // the commit closes its turn (HeaderCtxReplyParts)
+	replyParts         int
+	tailFrom           int
 }
 
 // WithInboxSeq records on the commit the last SESSION_IN sequence it consumed
 // (HeaderCtxInboxSeq).
 func WithInboxSeq(seq uint64) AppendOption { return func(o *appendOpts) { o.inboxSeq = seq } }
+
+// WithClosing makes the commit its turn's closing record: it carries HeaderCtxReplyParts
+// (parts, the number of the reply's outbound parts) and HeaderCtxTailFrom (tailFrom).
+func WithClosing(parts, tailFrom int) AppendOption {
+	return func(o *appendOpts) { o.closes, o.replyParts, o.tailFrom = true, max(parts, 0), max(tailFrom, 0) }
+}
 
 // WithMsgID sets the Nats-Msg-Id of the record (e.g. "<turn>:commit"): a retried append of the
 // same commit returns the original sequence instead of failing as stale, as long as nothing was
@@ -706,6 +724,10 @@ func (l *ContextLog) publish(ctx context.Context, id events.SessionID, expectedL
 	if o.inboxSeq > 0 {
 		msg.Header.Set(HeaderCtxInboxSeq, strconv.FormatUint(o.inboxSeq, 10))
 	}
+	if o.closes {
+		msg.Header.Set(HeaderCtxReplyParts, strconv.Itoa(o.replyParts))
+		msg.Header.Set(HeaderCtxTailFrom, strconv.Itoa(o.tailFrom))
+	}
 	if size := int64(len(msg.Data) + len(subj) + 512); size > l.maxBytes {
 		return 0, fmt.Errorf("%w: %d bytes, server max payload %d", ErrTooLarge, size, l.maxBytes)
 	}
@@ -844,6 +866,31 @@ type CommitMark struct {
 	Turn     string // the turn that wrote it
 	MsgID    string // its Nats-Msg-Id
 	Messages []llm.Message
+	// Closes says the commit is its turn's closing record (HeaderCtxReplyParts); ReplyParts
+	// is then the number of the turn's reply parts.
+	Closes     bool
+	ReplyParts int
+}
+
+// markOf reads a record's commit mark; the messages are decoded only for a turn's commit.
+func markOf(m *jetstream.RawStreamMsg) CommitMark {
+	mark := CommitMark{Seq: m.Sequence, InboxSeq: hdrUint(m.Header, HeaderCtxInboxSeq), Turn: m.Header.Get(events.HeaderTurn), MsgID: m.Header.Get(nats.MsgIdHdr)}
+	if v := m.Header.Get(HeaderCtxReplyParts); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+			mark.Closes, mark.ReplyParts = true, n
+		}
+	}
+	if mark.InboxSeq > 0 || mark.Closes {
+		if ev, err := events.Decode(m.Data); err == nil {
+			if cm, ok := ev.(*events.Event[events.CtxMessages]); ok {
+				mark.Messages = cm.Data.Messages
+				if mark.Turn == "" {
+					mark.Turn = cm.Turn
+				}
+			}
+		}
+	}
+	return mark
 }
 
 // LastCommit reads the last record of id's context from the stream leader (it decides where a
@@ -859,16 +906,35 @@ func (l *ContextLog) LastCommit(ctx context.Context, id events.SessionID) (Commi
 	if err != nil {
 		return CommitMark{}, fmt.Errorf("last commit of %s: %w", id, err)
 	}
-	mark := CommitMark{Seq: m.Sequence, InboxSeq: hdrUint(m.Header, HeaderCtxInboxSeq), Turn: m.Header.Get(events.HeaderTurn), MsgID: m.Header.Get(nats.MsgIdHdr)}
-	if mark.InboxSeq > 0 {
-		if ev, err := events.Decode(m.Data); err == nil {
-			if cm, ok := ev.(*events.Event[events.CtxMessages]); ok {
-				mark.Messages = cm.Data.Messages
-				if mark.Turn == "" {
-					mark.Turn = cm.Turn
-				}
-			}
-		}
+	return markOf(m), nil
+}
+
+// FindTurnCommit looks for turn's commit (Nats-Msg-Id "<turn>:commit") among the records of
+// id's context after afterSeq, the context the turn started from (TurnStarted.ContextSeq): a
+// turn commits after it loads its context, so its commit, if any, is there. It reads the
+// records one by one in order, each "nothing more" confirmed by the stream leader, so a false
+// answer means the turn did not commit (as of now). The records read are the session's own
+// since the turn started: few.
+func (l *ContextLog) FindTurnCommit(ctx context.Context, id events.SessionID, turn string, afterSeq uint64) (CommitMark, bool, error) {
+	if err := checkID(id); err != nil {
+		return CommitMark{}, false, err
 	}
-	return mark, nil
+	if turn == "" {
+		return CommitMark{}, false, fmt.Errorf("%w: empty turn id", ErrInvalid)
+	}
+	subj := events.AgentCtxSubject(id)
+	want := turn + ":commit"
+	for seq := afterSeq + 1; ; {
+		m, err := natsutil.GetMsg(ctx, l.js, l.stream, natsutil.MsgQuery{Seq: seq, NextFor: subj})
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return CommitMark{}, false, nil
+		}
+		if err != nil {
+			return CommitMark{}, false, fmt.Errorf("find commit of turn %s in %s: %w", turn, id, err)
+		}
+		if m.Header.Get(nats.MsgIdHdr) == want {
+			return markOf(m), true, nil
+		}
+		seq = m.Sequence + 1
+	}
 }

@@ -26,6 +26,39 @@ type CtxRecord struct {
 	First, Last string
 	// Msgs are the record's messages (shared with nothing; the caller may keep them).
 	Msgs []llm.Message
+	// Closes: the record is a turn's commit that also closes the turn (HeaderCtxReplyParts):
+	// no evt.turn_committed was written for it. TailFrom is then the index of the first of
+	// Msgs the turn did not record in AGENT_EVENTS (HeaderCtxTailFrom).
+	Closes   bool
+	TailFrom int
+}
+
+// ClosingRecords are the turn records a closing commit (r.Closes) stands for, as the turn log
+// of earlier versions held them: one message_end per tail message (from TailFrom on), then the
+// turn_committed. They carry the commit's AGENT_CTX sequence and time (not an AGENT_EVENTS
+// sequence). A record that does not close a turn stands for none.
+func ClosingRecords(k events.SessionKey, sid events.SessionID, r CtxRecord) []TurnRecord {
+	if !r.Closes || r.Turn == "" {
+		return nil
+	}
+	meta := events.Meta{V: events.Version, Time: r.Time.UnixMilli(), Session: sid.String(), Turn: r.Turn}
+	var tail []events.MessageEnd
+	for i := min(max(r.TailFrom, 0), len(r.Msgs)); i < len(r.Msgs); i++ {
+		tail = append(tail, events.MessageEnd{Index: i, Message: r.Msgs[i]})
+	}
+	tc := events.TurnCommitted{FirstSeq: r.Seq, LastSeq: r.Seq, Messages: len(r.Msgs)}
+	for i := len(r.Msgs) - 1; i >= 0; i-- {
+		if r.Msgs[i].Role == llm.RoleAssistant {
+			tc.Usage, tc.StopReason = r.Msgs[i].Usage, r.Msgs[i].StopReason
+			break
+		}
+	}
+	fake := &jetstream.RawStreamMsg{Sequence: r.Seq, Time: r.Time}
+	out := stepRecords(fake, k, r.Turn, meta, tail)
+	ce := &events.Event[events.TurnCommitted]{Meta: meta, Data: tc}
+	ce.Type, ce.ID = events.TypeTurnCommitted, r.Turn+"-committed"
+	return append(out, TurnRecord{Seq: r.Seq, Time: r.Time, Subject: events.AgentEvtSubject(k, r.Turn, events.EvtKindTurnCommitted),
+		Key: k, Turn: r.Turn, Kind: events.EvtKindTurnCommitted, Event: ce})
 }
 
 // History yields every record of the session id's context log from the first, in order: what
@@ -46,6 +79,9 @@ func (l *ContextLog) History(ctx context.Context, id events.SessionID) iter.Seq2
 				return false
 			}
 			rec := CtxRecord{Seq: m.Sequence, Time: m.Time, Turn: m.Header.Get(events.HeaderTurn), Messages: len(r.msgs), Summary: r.summary, Leaf: r.leaf}
+			if mark := markOf(m); mark.Closes {
+				rec.Closes, rec.TailFrom = true, int(hdrUint(m.Header, HeaderCtxTailFrom))
+			}
 			rec.Msgs = r.msgs
 			if len(r.msgs) > 0 {
 				rec.First = r.msgs[0].TextContent()

@@ -576,3 +576,54 @@ func TestContextLogKeep(t *testing.T) {
 		t.Errorf("%d bounded tails, bound 1", l.tails)
 	}
 }
+
+// FindTurnCommit finds a turn's commit after the context it started from, and only its own;
+// a closing commit's mark carries its reply parts.
+func TestFindTurnCommit(t *testing.T) {
+	l, _ := newCtxLog(t, ContextBounds{})
+	ctx := context.Background()
+	id := sid("find", 1)
+	var last uint64
+	var err error
+	seqs := map[string]uint64{}
+	for _, turn := range []string{"t1", "", "t3"} {
+		opts := []AppendOption{WithMsgID("in-listen")}
+		if turn != "" {
+			opts = []AppendOption{WithMsgID(turn + ":commit"), WithTurn(turn), WithClosing(2, 1)}
+		}
+		if last, err = l.AppendMessages(ctx, id, last, []llm.Message{llm.UserText("m "+turn, 1)}, opts...); err != nil {
+			t.Fatal(err)
+		}
+		seqs[turn] = last
+	}
+	cases := []struct {
+		turn  string
+		after uint64
+		found bool
+	}{
+		{"t1", 0, true},
+		{"t3", 0, true},
+		{"t3", seqs["t1"], true},
+		{"t1", seqs["t1"], false}, // its commit is not after where it says it started
+		{"t2", 0, false},
+	}
+	for _, c := range cases {
+		mark, found, err := l.FindTurnCommit(ctx, id, c.turn, c.after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if found != c.found || found && (mark.Seq != seqs[c.turn] || !mark.Closes || mark.ReplyParts != 2 || len(mark.Messages) != 1) {
+			t.Errorf("FindTurnCommit(%s after %d) = %+v, %v; want found=%v at %d", c.turn, c.after, mark, found, c.found, seqs[c.turn])
+		}
+	}
+	if _, _, err := l.FindTurnCommit(ctx, id, "", 0); !errors.Is(err, ErrInvalid) {
+		t.Errorf("an empty turn id: %v, want ErrInvalid", err)
+	}
+	// A commit that does not close its turn says so.
+	if _, err := l.AppendMessages(ctx, id, last, []llm.Message{llm.UserText("plain", 1)}, WithMsgID("t4:commit"), WithTurn("t4"), WithInboxSeq(9)); err != nil {
+		t.Fatal(err)
+	}
+	if mark, err := l.LastCommit(ctx, id); err != nil || mark.Closes || mark.Turn != "t4" {
+		t.Errorf("LastCommit of a plain commit = %+v, %v", mark, err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,22 +38,24 @@ type actor struct {
 	// subscribes itself).
 	resultSub *nats.Subscription
 
-	mu      sync.Mutex
-	claim   store.Claim
-	held    map[uint64][]jetstream.Msg // deliveries this actor still owes an ack, by stream seq
-	known   map[uint64]struct{}        // inbox seqs past the cursor another replica rang the doorbell for
-	wake    chan struct{}
-	cursor  uint64
-	turns   map[string]*turnRun // running turns
-	latest  *turnRun            // the newest running turn (steer / follow-up target)
-	queued  []*pendingTurn      // queue policy: turns waiting for the running one
-	ready   []*pendingTurn      // turns to start from the actor goroutine (interrupt merges)
-	collect *pendingTurn        // collect policy: the turn being gathered
-	closing []*closedTurn       // finished turns still listed as open in the session record
-	ctxLast map[string]uint64   // session id -> last AGENT_CTX sequence this actor wrote or read
-	kept    []events.SessionID  // ids whose context the cache keeps for this actor (ctxlog.Keep)
-	commit  sync.Mutex          // serializes context commits (parallel turns share a snapshot)
-	turnsWG sync.WaitGroup
+	mu        sync.Mutex
+	claim     store.Claim
+	gen       uint64                     // lease generation the claim is confirmed for (awaitFence)
+	confirmMu sync.Mutex                 // serializes confirmations of the claim
+	held      map[uint64][]jetstream.Msg // deliveries this actor still owes an ack, by stream seq
+	known     map[uint64]struct{}        // inbox seqs past the cursor another replica rang the doorbell for
+	wake      chan struct{}
+	cursor    uint64
+	turns     map[string]*turnRun // running turns
+	latest    *turnRun            // the newest running turn (steer / follow-up target)
+	queued    []*pendingTurn      // queue policy: turns waiting for the running one
+	ready     []*pendingTurn      // turns to start from the actor goroutine (interrupt merges)
+	collect   *pendingTurn        // collect policy: the turn being gathered
+	closing   []*closedTurn       // finished turns still listed as open in the session record
+	ctxLast   map[string]uint64   // session id -> last AGENT_CTX sequence this actor wrote or read
+	kept      []events.SessionID  // ids whose context the cache keeps for this actor (ctxlog.Keep)
+	commit    sync.Mutex          // serializes context commits (parallel turns share a snapshot)
+	turnsWG   sync.WaitGroup
 	// compactMu serializes compactions and tree moves (compact.go); never taken while holding commit.
 	compactMu sync.Mutex
 
@@ -74,10 +77,10 @@ type actor struct {
 	est compaction.Estimator
 }
 
-func newActor(w *Worker, sk events.SessionKey, claim store.Claim) *actor {
+func newActor(w *Worker, sk events.SessionKey, claim store.Claim, gen uint64) *actor {
 	ctx, cancel := context.WithCancel(w.ctx)
 	return &actor{
-		w: w, sk: sk, subj: events.AgentInSubject(sk), claim: claim,
+		w: w, sk: sk, subj: events.AgentInSubject(sk), claim: claim, gen: gen,
 		log: w.log.With("session", sk.String()), ctx: ctx, cancel: cancel,
 		held: map[uint64][]jetstream.Msg{}, known: map[uint64]struct{}{}, wake: make(chan struct{}, 1),
 		turns: map[string]*turnRun{}, ctxLast: map[string]uint64{},
@@ -142,14 +145,25 @@ func (a *actor) know(seq uint64) {
 // run is the actor's life: resume what the previous owner left open, then follow the inbox.
 func (a *actor) run() {
 	defer a.shutdown()
-	sess, err := a.w.sessions.GetOrCreate(a.ctx, a.sk)
+	// Both reads go to stream leaders, which a NATS node's failover leaves unreachable for a
+	// few seconds: retried while the actor holds the claim (deliveries wait in held), so a
+	// session taken over then is not left to the redelivery of its events.
+	var sess *store.Session
+	var cursor uint64
+	err := a.retryStart(func() error {
+		var err error
+		if sess, err = a.w.sessions.GetOrCreate(a.ctx, a.sk); err != nil {
+			return fmt.Errorf("load session: %w", err)
+		}
+		if cursor, err = a.startCursor(sess); err != nil {
+			return fmt.Errorf("find where the inbox continues: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		a.log.Error("load session", "err", err)
-		return
-	}
-	cursor, err := a.startCursor(sess)
-	if err != nil {
-		a.log.Error("find where the inbox continues", "err", err)
+		if a.ctx.Err() == nil {
+			a.handOver("start", err)
+		}
 		return
 	}
 	a.mu.Lock() // know (the doorbell) reads the cursor from another goroutine
@@ -160,6 +174,11 @@ func (a *actor) run() {
 		a.listed[ot.ID] = true
 	}
 	a.mu.Unlock()
+	if a.checkUpTo > cursor {
+		// The leader showed events past the cursor (a turn in flight at a takeover, say):
+		// read them as known to exist, so a lagging replica's "not found" is not believed.
+		a.know(a.checkUpTo)
+	}
 	a.setChatPolicy(sess.Concurrency)
 	if a.resultSub, err = a.w.nc.ChanSubscribe(events.ToolResultSessionFilter(a.sk), a.w.router.in); err != nil {
 		a.log.Warn("subscribe to tool results; calls subscribe one by one", "err", err)
@@ -178,7 +197,7 @@ func (a *actor) run() {
 		var err error
 		if probe || a.behind() {
 			progressed, err = a.step()
-			probe = false
+			probe = probe && err != nil // a failed look is looked again
 		}
 		if err != nil {
 			if a.ctx.Err() == nil {
@@ -213,11 +232,30 @@ func (a *actor) run() {
 	}
 }
 
+// retryStart runs fn until it succeeds, the actor stops, or startRetryFor has passed.
+func (a *actor) retryStart(fn func() error) error {
+	deadline := time.Now().Add(startRetryFor)
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		err := fn()
+		if err == nil || a.ctx.Err() != nil || errors.Is(err, store.ErrInvalid) || time.Now().After(deadline) {
+			return err
+		}
+		a.log.Warn("actor start; retrying", "err", err)
+		a.sleep(wait)
+	}
+}
+
+// startRetryFor bounds how long an actor retries its start (longer than a NATS node's
+// failover, whose raft elections take 4–9 s).
+const startRetryFor = 30 * time.Second
+
 // startCursor is where the actor continues the inbox: after the session record's cursor, or
 // after the inbox sequence the session's last context commit consumed when that is later and
-// the commit's turn is recorded as committed (a turn started from its inbox event writes no
-// session record; its commit carries the cursor; its record goes out after its reply, see
-// publishReply, so a recorded turn has its reply stored). It also notes, in checkUpTo, the inbox's last
+// the commit's turn is known to be done (a turn started from its inbox event writes no
+// session record; its commit carries the cursor). Done means its reply is stored: the turn's
+// turn_committed record goes out after its reply (publishReply); a turn closed by its commit
+// (store.WithClosing) writes no such record, and counts as done once its reply's last part is
+// known to be stored (replyStored). It also notes, in checkUpTo, the inbox's last
 // sequence now: turn events up to it that come after the cursor may have been started by an
 // earlier owner. Both reads go to the stream leaders: they decide what runs again.
 func (a *actor) startCursor(sess *store.Session) (uint64, error) {
@@ -241,17 +279,74 @@ func (a *actor) startCursor(sess *store.Session) (uint64, error) {
 		return 0, err
 	}
 	a.lastCommit = mark
-	if mark.InboxSeq <= cursor || mark.Turn == "" || sess.OpenTurn(mark.Turn) != nil {
+	if mark.InboxSeq <= cursor || mark.Turn == "" {
 		return cursor, nil
+	}
+	// The last commit's turn committed only after every turn before it had replied (earlier),
+	// and every other event before its trigger was handled before it started (the actor reads
+	// the inbox in order): the inbox is durably done up to its trigger, whatever becomes of the
+	// turn itself. Without this a new owner re-read (and re-published) every turn since the
+	// session record's last write, hundreds on a busy session: tens of seconds at a takeover.
+	before := cursor
+	if trig, ok := turnTrigger(mark.Turn); ok && trig > 0 {
+		before = max(cursor, trig-1)
+	}
+	if sess.OpenTurn(mark.Turn) != nil {
+		return before, nil // resumeAll resumes it from the record
+	}
+	if mark.Closes {
+		stored, err := a.replyStored(mark)
+		if err != nil {
+			return 0, err
+		}
+		if stored {
+			return mark.InboxSeq, nil
+		}
+		return before, nil // takeOver finishes the turn from its commit
 	}
 	_, err = natsutil.GetMsg(a.ctx, a.w.js, a.w.evts, natsutil.MsgQuery{LastFor: events.AgentEvtSubject(a.sk, mark.Turn, events.EvtKindTurnCommitted)})
 	switch {
 	case err == nil:
 		return mark.InboxSeq, nil
 	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return cursor, nil // takeOver finishes that turn from its commit
+		return before, nil // takeOver finishes that turn from its commit
 	}
 	return 0, fmt.Errorf("turn %s committed: %w", mark.Turn, err)
+}
+
+// replyStored reports whether the reply of the turn a closing commit closed is stored: its
+// last part (publishReply stores it after the others) is the last message on the chat's IM_OUT
+// subject, or its receipt is on IM_SENT. Both reads go to the stream leaders. False means not
+// known: something else went to the chat after it, or it was never stored.
+func (a *actor) replyStored(mark store.CommitMark) (bool, error) {
+	if mark.ReplyParts == 0 {
+		return true, nil // nothing to send
+	}
+	last := events.OutID(mark.Turn, mark.ReplyParts-1)
+	m, err := natsutil.LeaderGetMsg(a.ctx, a.w.js, events.StreamIMOut, natsutil.MsgQuery{LastFor: events.IMOutSubject(a.sk)})
+	switch {
+	case err == nil && m.Header.Get(nats.MsgIdHdr) == last:
+		return true, nil
+	case err != nil && !errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, fmt.Errorf("reply of turn %s stored: %w", mark.Turn, err)
+	}
+	_, err = natsutil.LeaderGetMsg(a.ctx, a.w.js, events.StreamIMSent, natsutil.MsgQuery{LastFor: events.IMSentPartSubject(a.sk, last)})
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, nil
+	}
+	return false, fmt.Errorf("reply of turn %s delivered: %w", mark.Turn, err)
+}
+
+// turnTrigger is the inbox sequence of the event that started turn id (turnID).
+func turnTrigger(id string) (uint64, bool) {
+	if len(id) < 2 || id[0] != 't' {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(id[1:], 10, 64)
+	return seq, err == nil
 }
 
 func (a *actor) isListed(id string) bool {
@@ -400,7 +495,7 @@ type closedTurn struct {
 func (a *actor) finished(t *turnRun) {
 	model := t.model.Provider + "/" + t.model.ID
 	a.mu.Lock()
-	if t.inRecord.Load() != recordNo || model != a.recModel {
+	if t.inRecord.Load() != recordNo || model != a.recModel || t.writeCursor {
 		a.closing = append(a.closing, &closedTurn{pendingTurn: t.pendingTurn, model: model, since: time.Now()})
 	}
 	a.mu.Unlock()
@@ -902,6 +997,9 @@ func (a *actor) loadContext(ctx context.Context, sid events.SessionID) (store.Lo
 // this actor knows. Commits of one actor are serialized; another writer (a worker that took
 // the session over) makes the append fail with store.ErrStaleWriter.
 func (a *actor) commitMessages(sid events.SessionID, msgs []llm.Message, msgID, turn string, opts ...store.AppendOption) (uint64, error) {
+	if err := a.awaitFence(a.ctx); err != nil { // while the worker lease is recovered (ownership.go)
+		return 0, fmt.Errorf("commit context %s: %w", sid, err)
+	}
 	a.commit.Lock()
 	defer a.commit.Unlock()
 	key := sid.String()

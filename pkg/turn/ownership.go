@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -77,10 +79,16 @@ func (w *Worker) acquireWorkerLease(ctx context.Context) error {
 // renewWorkerLease renews this replica's one liveness lease every LeaseTTL/3, whatever the
 // number of sessions it owns. A renewal that fails is tried again at once (every 100 ms) for as
 // long as the lease is still valid, each attempt allowed to take until the lease would lapse:
-// on a starved machine a slow renewal must not cost every session. Only if the lease is lost
-// (its revision moved: it expired on the server) or lapses without a renewal does every actor
-// stop at once (other replicas may claim their sessions now); a new lease, with a new epoch, is
-// then acquired.
+// on a starved machine a slow renewal must not cost every session.
+//
+// A lease that lapses anyway (the bus was unavailable: a NATS node failed over) or is lost (it
+// expired on the server, or a replica that took this one for dead revoked it) does not stop
+// the actors. They keep their sessions, but no context commit goes out (awaitFence) until the
+// lease is back: renewed at its old revision if the server never ended it, or acquired again
+// with the same epoch (store.Leases.ReacquireWorker). Then every claim is confirmed by a CAS
+// on its token (store.Leases.ConfirmClaim): the actors whose sessions another replica took
+// meanwhile stop, the others go on. Only if the lease cannot be had with its epoch (another
+// process holds this id) does every actor stop and a new epoch start.
 func (w *Worker) renewWorkerLease() {
 	defer w.wg.Done()
 	t := time.NewTicker(w.opts.LeaseTTL / 3)
@@ -92,29 +100,231 @@ func (w *Worker) renewWorkerLease() {
 		case <-t.C:
 		}
 		l := w.workerLease()
-		if l.Revision != 0 {
-			err := w.renewOnce(l)
-			if w.ctx.Err() != nil {
-				return
-			}
-			if err == nil {
+		if l.Revision == 0 {
+			w.newEpoch()
+			continue
+		}
+		err := w.renewOnce(l)
+		if w.ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			continue
+		}
+		w.suspend()
+		w.log.Warn("worker lease lapsed: keeping the sessions, commits wait until it is back", "err", err)
+		if w.recoverLease(l, errors.Is(err, store.ErrLeaseLost)) {
+			// Acquired again: another replica may have taken claims in the gap. (A lease
+			// renewed at its old revision never ended on the server: nothing to confirm.)
+			w.confirmClaims(w.nextGen())
+		}
+		w.unsuspend()
+	}
+}
+
+// newEpoch is the last resort: every actor stops, and a new lease (a new epoch) is acquired.
+func (w *Worker) newEpoch() {
+	w.lmu.Lock()
+	w.wlease = store.Lease{}
+	w.lmu.Unlock()
+	w.mu.Lock()
+	for _, a := range w.actors {
+		a.leaseLost(errNoWorkerLease)
+	}
+	w.mu.Unlock()
+	ctx, cancel := context.WithTimeout(w.ctx, w.opts.LeaseTTL)
+	err := w.acquireWorkerLease(ctx)
+	cancel()
+	if err != nil && w.ctx.Err() == nil {
+		w.log.Warn("acquire worker lease", "err", err)
+	}
+}
+
+// suspend closes the commit fence (awaitFence) while the lease is being recovered.
+func (w *Worker) suspend() {
+	w.lmu.Lock()
+	defer w.lmu.Unlock()
+	if w.fence == nil {
+		w.fence = make(chan struct{})
+	}
+}
+
+// nextGen starts a new lease generation, after the lease was acquired again: claims made
+// before it must be confirmed before their actors commit again. It returns the generation.
+func (w *Worker) nextGen() uint64 {
+	w.lmu.Lock()
+	defer w.lmu.Unlock()
+	w.lgen++
+	return w.lgen
+}
+
+// unsuspend opens the fence again.
+func (w *Worker) unsuspend() {
+	w.lmu.Lock()
+	defer w.lmu.Unlock()
+	if w.fence != nil {
+		close(w.fence)
+		w.fence = nil
+	}
+}
+
+// suspended reports whether the lease is being recovered (no new claims meanwhile).
+func (w *Worker) suspended() bool {
+	w.lmu.Lock()
+	defer w.lmu.Unlock()
+	return w.fence != nil
+}
+
+// leaseGen is the current lease generation (see suspend).
+func (w *Worker) leaseGen() uint64 {
+	w.lmu.Lock()
+	defer w.lmu.Unlock()
+	return w.lgen
+}
+
+// awaitFence returns once this replica's lease is in force and the actor's claim is confirmed
+// for the current lease generation, or with an error: a context commit waits here while the
+// lease is being recovered, so that no commit goes out for a session another replica may have
+// taken meanwhile. A claim made before the lease lapsed is confirmed here if confirmClaims
+// has not done it yet; a claim another replica took stops the actor (store.ErrLeaseLost).
+func (a *actor) awaitFence(ctx context.Context) error {
+	w := a.w
+	for {
+		w.lmu.Lock()
+		ch, gen := w.fence, w.lgen
+		w.lmu.Unlock()
+		if ch != nil {
+			select {
+			case <-ch:
 				continue
+			case <-ctx.Done():
+				return ctx.Err()
 			}
-			w.log.Warn("worker lease lost: stopping every actor", "err", err)
-			w.lmu.Lock()
-			w.wlease = store.Lease{}
-			w.lmu.Unlock()
-			w.mu.Lock()
-			for _, a := range w.actors {
+		}
+		if a.claimGen() >= gen {
+			return nil
+		}
+		if err := a.confirmClaim(gen); err != nil {
+			if errors.Is(err, store.ErrLeaseLost) {
 				a.leaseLost(err)
 			}
-			w.mu.Unlock()
+			return err
 		}
+	}
+}
+
+// claimGen is the lease generation the actor's claim is confirmed for.
+func (a *actor) claimGen() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.gen
+}
+
+// confirmClaim confirms the actor's claim for lease generation gen (store.Leases.ConfirmClaim).
+func (a *actor) confirmClaim(gen uint64) error {
+	a.confirmMu.Lock()
+	defer a.confirmMu.Unlock()
+	a.mu.Lock()
+	c, cur := a.claim, a.gen
+	a.mu.Unlock()
+	if cur >= gen {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(a.ctx, 5*time.Second)
+	defer cancel()
+	nc, err := a.w.leases.ConfirmClaim(ctx, c)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.claim, a.gen = nc, gen
+	a.mu.Unlock()
+	return nil
+}
+
+// recoverLease gets the lapsed lease l back: renewed at its revision while the server has not
+// ended it (lost false), else acquired again with its epoch. It reports whether the claims must
+// be confirmed (the lease was acquired again); with the lease gone for good (another process
+// holds this id) it falls back to newEpoch.
+func (w *Worker) recoverLease(l store.Lease, lost bool) bool {
+	wait := 100 * time.Millisecond
+	for w.ctx.Err() == nil {
+		var nl store.Lease
+		var err error
 		ctx, cancel := context.WithTimeout(w.ctx, w.opts.LeaseTTL)
-		err := w.acquireWorkerLease(ctx)
+		if !lost {
+			nl, err = w.leases.Renew(ctx, l)
+			lost = errors.Is(err, store.ErrLeaseLost)
+		}
+		if lost {
+			nl, err = w.leases.ReacquireWorker(ctx, w.opts.ID, w.opts.LeaseTTL, l.Token)
+		}
 		cancel()
-		if err != nil && w.ctx.Err() == nil {
-			w.log.Warn("acquire worker lease", "err", err)
+		if err == nil {
+			w.lmu.Lock()
+			w.wlease = nl
+			w.lmu.Unlock()
+			w.log.Info("worker lease back", "epoch", nl.Token, "reacquired", lost)
+			return lost
+		}
+		if errors.Is(err, store.ErrLeaseHeld) || errors.Is(err, store.ErrInvalid) {
+			w.log.Warn("worker lease cannot be had with its epoch: stopping every actor", "err", err)
+			w.newEpoch()
+			return false
+		}
+		w.log.Warn("recover worker lease; retrying", "err", err)
+		select {
+		case <-w.ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+	return false
+}
+
+// confirmClaims confirms the claim of every actor made before generation gen (see
+// store.Leases.ConfirmClaim); actors whose session another replica took stop. An error other
+// than a lost claim is retried while the lease holds.
+func (w *Worker) confirmClaims(gen uint64) {
+	for w.ctx.Err() == nil {
+		w.mu.Lock()
+		var todo []*actor
+		for _, a := range w.actors {
+			if a.alive() && a.claimGen() < gen {
+				todo = append(todo, a)
+			}
+		}
+		w.mu.Unlock()
+		if len(todo) == 0 {
+			return
+		}
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 32)
+		var kept, lost, failed atomic.Int32
+		for _, a := range todo {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				switch err := a.confirmClaim(gen); {
+				case err == nil:
+					kept.Add(1)
+				case errors.Is(err, store.ErrLeaseLost):
+					lost.Add(1)
+					a.leaseLost(err)
+				default:
+					failed.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		w.log.Info("claims confirmed after the lease came back", "kept", kept.Load(), "taken by others", lost.Load(), "to retry", failed.Load())
+		if failed.Load() > 0 {
+			select {
+			case <-w.ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
 		}
 	}
 }
@@ -184,24 +394,7 @@ func (w *Worker) seeWorker(ev store.WorkerLeaseEvent) {
 		s = workerSeen{epoch: ev.Epoch}
 	}
 	w.view[ev.Worker] = s
-	waiting := w.awaiting[ev.Worker]
-	if len(waiting) == 0 || w.ctx.Err() != nil {
-		return
-	}
-	keep := waiting[:0]
-	for _, c := range waiting {
-		if !w.staleLocked(ev.Worker, c.epoch) {
-			keep = append(keep, c)
-			continue
-		}
-		w.wg.Add(1)
-		go w.claim(c.sk)
-	}
-	if len(keep) == 0 {
-		delete(w.awaiting, ev.Worker)
-	} else {
-		w.awaiting[ev.Worker] = keep
-	}
+	w.releaseAwaitingLocked(ev.Worker)
 }
 
 // staleLocked reports whether the watch has shown that owner's worker lease of epoch ended
@@ -211,19 +404,17 @@ func (w *Worker) staleLocked(owner string, epoch uint64) bool {
 	return ok && (epoch < s.epoch || epoch == s.epoch && s.gone)
 }
 
-// alive is the store.AliveFunc of this replica's claims: the watch answers when it knows
-// (an ended lease for certain; a live one as of the last renewal it saw), the stream leader
-// otherwise.
+// alive is the store.AliveFunc of this replica's claims. The watch answers "alive" when it
+// showed the owner's lease with that epoch (as of the last renewal it saw); anything else is
+// asked of the stream leader, because an ended lease may be acquired again with the same
+// epoch (a worker whose lease lapsed while it lived, see renewWorkerLease): only the leader's
+// "gone" is certain.
 func (w *Worker) alive(ctx context.Context, owner string, epoch uint64) (bool, error) {
 	w.mu.Lock()
 	s, ok := w.view[owner]
 	ready := w.viewReady
-	stale := w.staleLocked(owner, epoch)
 	w.mu.Unlock()
-	switch {
-	case stale:
-		return false, nil
-	case ready && ok && epoch == s.epoch:
+	if ready && ok && epoch == s.epoch && !s.gone {
 		return true, nil
 	}
 	return w.leases.WorkerAlive(ctx, owner, epoch)
@@ -236,7 +427,8 @@ func (w *Worker) claim(sk events.SessionKey) {
 	key := sk.String()
 	var c store.Claim
 	var err error
-	if wl := w.workerLease(); !wl.Valid(time.Now()) {
+	gen := w.leaseGen()
+	if wl := w.workerLease(); !wl.Valid(time.Now()) || w.suspended() {
 		err = errNoWorkerLease
 	} else {
 		c, err = w.leases.Claim(w.ctx, sk, wl, w.alive)
@@ -267,7 +459,8 @@ func (w *Worker) claim(sk events.SessionKey) {
 	if c.TookOver != "" && c.TookOver != w.opts.ID {
 		w.log.Info("took over session", "session", key, "from", c.TookOver)
 	}
-	a := newActor(w, sk, c)
+	a := newActor(w, sk, c, gen)
+	a.killed.Store(w.killed)
 	w.actors[key] = a
 	for _, d := range waiting {
 		a.deliver(d.msg, d.seq)
@@ -315,6 +508,7 @@ func (w *Worker) ring(sk events.SessionKey, owner string, epoch uint64, ds []del
 		case err == nil:
 			w.progress.Remove(d.msg) // the owner holds it now
 		case errors.Is(err, nats.ErrNoResponders):
+			w.suspectPeer(owner, epoch)
 			w.awaitOwner(sk, owner, epoch, ds[i:])
 			return
 		default:
@@ -384,6 +578,12 @@ func (w *Worker) awaitOwner(sk events.SessionKey, owner string, epoch uint64, ds
 // (it went idle, or this replica restarted) the replica claims the session, whose actor then
 // reads the inbox from the cursor.
 func (w *Worker) onWake(m *nats.Msg) {
+	if len(m.Data) == 0 { // a probe (probePeers): answering is all it asks
+		if m.Reply != "" && w.ctx.Err() == nil {
+			_ = m.Respond(nil)
+		}
+		return
+	}
 	sk, seq, err := events.ParseWakeBody(m.Data)
 	if err != nil {
 		w.log.Warn("ignoring a malformed doorbell ring", "err", err)

@@ -69,16 +69,16 @@ func TestToolTurn(t *testing.T) {
 	if got[0] != "the tool said pong" || runs.Load() != 1 {
 		t.Fatalf("reply %q, tool runs %d", got, runs.Load())
 	}
-	// Two appends: turn_started carrying the assistant message that asked for the tool
-	// (recorded before the call ran), and the commit carrying the tool result and the answer.
-	// Read back, the turn has every message.
+	// One append: turn_started carrying the assistant message that asked for the tool
+	// (recorded before the call ran). The context commit closes the turn and carries the tool
+	// result and the answer as its tail. Read back, the turn has every message.
 	ctx := context.Background()
 	info, err := w.evts.Info(ctx, jetstream.WithSubjectFilter(events.AgentEvtSessionFilter(sk)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.State.Msgs != 2 {
-		t.Errorf("AGENT_EVENTS holds %d records of the turn, want 2: %v", info.State.Msgs, info.State.Subjects)
+	if info.State.Msgs != 1 {
+		t.Errorf("AGENT_EVENTS holds %d records of the turn, want 1: %v", info.State.Msgs, info.State.Subjects)
 	}
 	recs, err := w.turnlog.ReadTurn(ctx, sk, turnID(1), 0)
 	if err != nil {
@@ -88,15 +88,31 @@ func TestToolTurn(t *testing.T) {
 	for _, r := range recs {
 		kinds = append(kinds, r.Kind)
 	}
-	if fmt.Sprint(kinds) != "[turn_started message_end message_end message_end turn_committed]" {
-		t.Errorf("turn reads back as %v", kinds)
+	if fmt.Sprint(kinds) != "[turn_started message_end]" {
+		t.Errorf("AGENT_EVENTS reads back as %v", kinds)
+	}
+	sid := events.NewSessionID(sk, 1)
+	var closing []string
+	for r, err := range w.ctxlog.History(ctx, sid) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cr := range store.ClosingRecords(sk, sid, r) {
+			closing = append(closing, cr.Kind)
+			if me, ok := cr.Event.(*events.Event[events.MessageEnd]); ok && me.Data.Index < 2 {
+				t.Errorf("tail entry %d was recorded in AGENT_EVENTS already", me.Data.Index)
+			}
+		}
+	}
+	if fmt.Sprint(closing) != "[message_end message_end turn_committed]" {
+		t.Errorf("the closing commit stands for %v, want the tool result, the answer and the commit", closing)
 	}
 	tl, err := w.readTurn(ctx, sk, turnID(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !tl.committed || len(tl.messages) != 4 || tl.messages[2].Role != llm.RoleToolResult || tl.messages[3].TextContent() != "the tool said pong" {
-		t.Errorf("resume would see committed=%v %d messages: %+v", tl.committed, len(tl.messages), tl.messages)
+	if !tl.committed || !tl.closes || len(tl.messages) != 4 || tl.messages[2].Role != llm.RoleToolResult || tl.messages[3].TextContent() != "the tool said pong" {
+		t.Errorf("resume would see committed=%v closes=%v %d messages: %+v", tl.committed, tl.closes, len(tl.messages), tl.messages)
 	}
 	// A turn nobody started before promises egress a first publication.
 	if out := h.outboundEvents(sk); len(out) != 1 || !out[0].Fresh {

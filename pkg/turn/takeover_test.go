@@ -2,14 +2,21 @@ package turn
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
+	"github.com/agentbus/agentbus/pkg/store"
 	"github.com/agentbus/agentbus/pkg/tools"
 )
 
@@ -176,30 +183,247 @@ func TestRingHandsDeliveryOver(t *testing.T) {
 	}
 }
 
-// The worker lease is what keeps a session's claim in force: a worker that lost it (it
-// expired while the process stalled, here: revoked by hand) stops its actors at once and
-// acquires a new epoch, and its old claims are stale for every other replica.
-func TestLostWorkerLeaseStopsActors(t *testing.T) {
+// A worker whose liveness lease ended while the process lived (the server expired it while a
+// NATS node failed over; here: released by hand, as the TTL would) keeps its sessions: it
+// acquires the lease again with the same epoch and confirms every claim by a CAS. The one
+// session another replica claimed in the gap is dropped and answered there; the others stay
+// with the same actor, and nothing is answered twice.
+func TestLapsedLeaseKeepsOwnClaims(t *testing.T) {
 	h := newHarness(t, nil, faux.WithResponder(func(c *llm.Context) faux.Response {
-		return faux.Response{Text: "ok"}
+		return faux.Response{Text: "ok " + c.Messages[len(c.Messages)-1].TextContent()}
 	}))
-	a := h.worker("wA")
-	h.send(sk, "m1", "hello")
-	h.replies(sk, 1)
+	// A renews every 2 s, so the gap between the lease's end and A's next renewal is wide
+	// enough for B's claim even on a starved machine.
+	a := h.workerWith("wA", func(o *Options) { o.LeaseTTL = 6 * time.Second })
+	keep, take := sk, sk
+	keep.Scene, take.Scene = "keep", "take"
+	for _, k := range []events.SessionKey{keep, take} {
+		h.send(k, "m1", "one")
+		h.replies(k, 1)
+	}
+	b := h.worker("wB")
 	old := a.workerLease()
+	actorOf := func(w *Worker, k events.SessionKey) *actor {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if x := w.actors[k.String()]; x != nil && x.alive() {
+			return x
+		}
+		return nil
+	}
+	kept := actorOf(a, keep)
+	if kept == nil || actorOf(a, take) == nil {
+		t.Fatal("A does not run both sessions")
+	}
+	// Right after a renewal of A, so that A's next one is 2 s away.
+	waitFor(t, func() bool { return a.workerLease().Revision != old.Revision })
 	ctx := context.Background()
-	if err := a.leases.Release(ctx, old); err != nil { // as the server's TTL would
+	if err := a.leases.Release(ctx, a.workerLease()); err != nil {
 		t.Fatal(err)
 	}
+	// B claims one of A's sessions while A's lease is gone (as a delivery would make it).
+	b.mu.Lock()
+	b.claiming[take.String()] = nil
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go b.claim(take)
+	waitFor(t, func() bool { return actorOf(b, take) != nil })
+	// A comes back with its epoch, keeps "keep" with the same actor and drops "take".
 	waitFor(t, func() bool {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return len(a.actors) == 0 && a.workerLease().Token > old.Token
+		l := a.workerLease()
+		return l.Valid(time.Now()) && l.Revision != old.Revision && !a.suspended() && actorOf(a, take) == nil
 	})
-	b := h.worker("wB")
-	h.send(sk, "m2", "again")
-	h.replies(sk, 2)
-	if alive, err := b.leases.WorkerAlive(ctx, "wA", old.Token); err != nil || alive {
-		t.Fatalf("old epoch alive=%v err=%v", alive, err)
+	if l := a.workerLease(); l.Token != old.Token {
+		t.Fatalf("epoch %d after the lapse, want %d", l.Token, old.Token)
+	}
+	if actorOf(a, keep) != kept {
+		t.Fatal("A's actor of the session nobody took was stopped")
+	}
+	for _, k := range []events.SessionKey{keep, take} {
+		h.send(k, "m2", "two")
+		if got := h.replies(k, 2); got[1] != "ok two" {
+			t.Fatalf("%s: replies %q", k.Scene, got)
+		}
+	}
+	if actorOf(b, take) == nil || actorOf(a, take) != nil || actorOf(a, keep) != kept {
+		t.Error("ownership moved after the lapse beyond the one session B took")
+	}
+	time.Sleep(time.Second) // a duplicate would show up now
+	for _, k := range []events.SessionKey{keep, take} {
+		if out := h.outbound(k); len(out) != 2 {
+			t.Errorf("%s: %d replies %q, want 2", k.Scene, len(out), out)
+		}
 	}
 }
+
+// A killed worker's session, with its turn in flight, is taken over by the replica that finds
+// its doorbell without responders: with a lease TTL and an AckWait of a minute, nothing here
+// waits for either; the turn is answered in seconds, once, with the tool run once.
+func TestKilledWorkerTakenOverWithoutWaitingForTTL(t *testing.T) {
+	hold := make(chan struct{})
+	inStep := make(chan struct{}, 1)
+	var blockOnce sync.Once
+	h := newHarness(t, nil, faux.WithResponder(func(c *llm.Context) faux.Response {
+		last := c.Messages[len(c.Messages)-1]
+		if last.Role == llm.RoleToolResult {
+			return faux.Response{Text: "answer"}
+		}
+		blocked := false
+		blockOnce.Do(func() { blocked = true })
+		if blocked {
+			inStep <- struct{}{}
+			<-hold
+		}
+		return faux.Response{ToolCalls: []llm.Content{llm.ToolCall("c1", "record", map[string]any{"text": "x"})}}
+	}))
+	var runs atomic.Int32
+	h.startTools(tools.MustNew("record", "records", func(ctx context.Context, c tools.Call, a echoArgs) (tools.Result, error) {
+		runs.Add(1)
+		return tools.TextResult("recorded"), nil
+	}))
+	slow := func(o *Options) { o.LeaseTTL, o.AckWait = time.Minute, time.Minute }
+	a := h.workerWith("wA", slow)
+	h.waitTools(a, 1)
+	b := h.workerWith("wB", slow)
+	h.waitTools(b, 1)
+	h.send(sk, "m1", "first")
+	select {
+	case <-inStep:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the turn never reached the model")
+	}
+	a.mu.Lock()
+	owned := a.actors[sk.String()] != nil
+	a.mu.Unlock()
+	if !owned {
+		t.Fatal("A does not run the session")
+	}
+	killed := time.Now()
+	go a.Kill()
+	waitFor(t, func() bool { return a.ctx.Err() != nil })
+	close(hold)
+	got := h.replies(sk, 1) // waits 20 s at most: a third of the TTL and the AckWait
+	t.Logf("kill → reply %v (lease TTL and AckWait 1 min)", time.Since(killed).Round(time.Millisecond))
+	if got[0] != "answer" {
+		t.Fatalf("replies %q", got)
+	}
+	time.Sleep(time.Second)
+	if out := h.outbound(sk); len(out) != 1 {
+		t.Fatalf("%d replies %q, want 1", len(out), out)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("tool ran %d times", n)
+	}
+}
+
+// workerWith starts a worker like harness.worker, with its options changed by mutate.
+func (h *harness) workerWith(id string, mutate func(*Options)) *Worker {
+	h.t.Helper()
+	o := Options{ID: id, AI: h.cfg.AI, Models: h.reg, StreamFn: h.faux.Stream,
+		LeaseTTL: 2 * time.Second, AckWait: 2 * time.Second, IdleRelease: 5 * time.Second}
+	mutate(&o)
+	w, err := New(context.Background(), h.ns.NC, h.ns.JS, o)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	return w
+}
+
+// A publish whose reply never comes (the request or its answer was lost while a NATS node
+// died; here: a subscriber swallows the request) ends after publishTimeout even when the
+// caller's ctx runs for minutes, as a turn's does (ai.agent.timeout): the fault test's lost
+// turn waited on such a tool-call publish until the test gave up on it.
+func TestPublishWithoutReplyEndsAfterTimeout(t *testing.T) {
+	h := newHarness(t, nil)
+	w := h.worker("wA")
+	sub, err := h.ns.NC.Subscribe("swallow.calls", func(*nats.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := w.publishOnce(ctx, &nats.Msg{Subject: "swallow.calls", Data: []byte("x")})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("publish without a reply: %v", err)
+		}
+		t.Logf("publish without a reply ended after %v", time.Since(start).Round(time.Millisecond))
+	case <-time.After(40 * time.Second):
+		t.Fatal("a publish without a reply waited for the caller's whole ctx")
+	}
+}
+
+// A new owner continues the inbox from the last commit's trigger, not from the session
+// record's cursor (which a turn started from its inbox event does not move): with the last
+// turn committed but its turn_committed record missing, as at a kill between the two, only that
+// turn is finished from its commit; the turns before it are not read and re-published again.
+func TestTakeoverStartsAtTheLastCommit(t *testing.T) {
+	h := newHarness(t, nil, faux.WithResponder(faux.Echo))
+	ctx := context.Background()
+	a := h.worker("wA")
+	for i := range 5 {
+		h.send(sk, fmt.Sprint("m", i), fmt.Sprint("question ", i))
+		h.replies(sk, i+1)
+	}
+	a.Kill()
+	// The sixth message's turn committed on A, which died before its turn_committed record.
+	h.send(sk, "m5", "question 5")
+	in, err := h.ns.JS.Stream(ctx, events.StreamSessionIn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trigger, err := in.GetLastMsgForSubject(ctx, events.AgentInSubject(sk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn := turnID(trigger.Sequence)
+	loaded, err := a.ctxlog.LoadContext(ctx, events.NewSessionID(sk, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := llm.Message{Role: llm.RoleAssistant, Content: []llm.Content{llm.Text("the committed answer")}, StopReason: llm.StopReasonStop, Timestamp: time.Now().UnixMilli()}
+	if _, err := a.ctxlog.AppendMessages(ctx, events.NewSessionID(sk, 1), loaded.LastSeq, []llm.Message{llm.UserText("question 5", time.Now().UnixMilli()), answer},
+		store.WithMsgID(turn+":commit"), store.WithTurn(turn), store.WithInboxSeq(trigger.Sequence)); err != nil {
+		t.Fatal(err)
+	}
+	calls := h.faux.Calls()
+	resumed := &countingHandler{msg: "resuming turn"}
+	b := h.workerWith("wB", func(o *Options) { o.Log = slog.New(resumed) })
+	if got := h.replies(sk, 6); got[5] != "the committed answer" {
+		t.Fatalf("replies %q", got)
+	}
+	if n := h.faux.Calls() - calls; n != 0 {
+		t.Errorf("model called %d times, want 0", n)
+	}
+	if n := resumed.n.Load(); n != 1 {
+		t.Errorf("%d turns resumed by the new owner, want 1 (the one in flight)", n)
+	}
+	waitClosed(t, b, sk)
+}
+
+// countingHandler counts the log records with one message.
+type countingHandler struct {
+	msg string
+	n   atomic.Int32
+}
+
+func (c *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (c *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == c.msg {
+		c.n.Add(1)
+	}
+	return nil
+}
+func (c *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *countingHandler) WithGroup(string) slog.Handler      { return c }

@@ -296,7 +296,7 @@ func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (l
 	var ack *jetstream.PubAck
 	if err := retryTransient(ctx, func() error {
 		var err error
-		ack, err = w.js.PublishMsg(ctx, m)
+		ack, err = w.publishOnce(ctx, m)
 		return err
 	}); err != nil {
 		return loop.ToolResult{}, fmt.Errorf("request tool %s: %w", call.Name, err)
@@ -348,7 +348,7 @@ func (x *busExecutor) await(ctx context.Context, tool, subj string, results <-ch
 				again.Header[k] = v
 			}
 			again.Header.Set(nats.MsgIdHdr, fmt.Sprintf("%s.r%d", req.Header.Get(nats.MsgIdHdr), asked))
-			ack, perr := w.js.PublishMsg(ctx, again)
+			ack, perr := w.publishOnce(ctx, again)
 			if perr != nil {
 				w.log.Warn("re-request tool call", "tool", tool, "subject", subj, "err", perr)
 				continue

@@ -111,6 +111,10 @@ type turnRun struct {
 	// commitRecord: a turn whose context commit landed but whose turn_committed record did not
 	// (found on takeover); the resume writes it with the reply.
 	commitRecord bool
+	// writeCursor: a committed turn finished on takeover that the session record does not list:
+	// once its reply is stored, the record's cursor is moved past it (actor.finished), so the
+	// next owner does not finish it again.
+	writeCursor bool
 }
 
 const (
@@ -302,7 +306,7 @@ func (a *actor) takeOver(sess *store.Session, pt *pendingTurn) (bool, error) {
 	if !tl.committed && mark.Turn == pt.id && mark.MsgID == pt.id+":commit" {
 		// The context commit landed, its turn_committed record and reply may not have: finish
 		// it from the commit, without asking the model again.
-		tl.messages, tl.committed, tl.commitSeq = mark.Messages, true, mark.Seq
+		tl.messages, tl.committed, tl.commitSeq, tl.closes = mark.Messages, true, mark.Seq, mark.Closes
 	}
 	switch {
 	case tl.failed && !tl.committed:
@@ -410,42 +414,67 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 				return a.ctx.Err()
 			}
 		}
+		reply := a.replyMsgs(&t.pendingTurn, t.id, t.replyFor(final, newMsgs), t.fresh)
+		// A turn whose start is in AGENT_EVENTS already (it asked for a tool, or was taken
+		// over) writes no turn_committed record: its commit closes it (store.WithClosing),
+		// carrying its tail and the number of its reply parts, so a tool turn costs one
+		// AGENT_EVENTS append. A turn that recorded nothing yet writes one turn_committed with
+		// its start and tail, after the commit and the reply (publishReply).
+		closes := !t.startPending()
+		opts := []store.AppendOption{store.WithInboxSeq(t.lastSeq())}
+		var tail []events.MessageEnd
+		if closes {
+			tail = t.takeTail()
+			opts = append(opts, store.WithClosing(len(reply), len(newMsgs)-len(tail)))
+		}
 		// Retried on a transient bus error: the commit is fenced and carries a fixed msg id, so
 		// a retry of a commit that did land is recognized (ctxlog.AppendMessages).
 		var seq uint64
 		err = retryTransient(ctx, func() error {
 			var err error
-			seq, err = a.commitMessages(t.sid, newMsgs, t.id+":commit", t.id, store.WithInboxSeq(t.lastSeq()))
+			seq, err = a.commitMessages(t.sid, newMsgs, t.id+":commit", t.id, opts...)
 			return err
 		})
 		if err != nil {
+			if closes {
+				t.mu.Lock()
+				t.tail = append(tail, t.tail...) // not committed: still to be recorded
+				t.mu.Unlock()
+			}
 			return err
 		}
-		var usage *llm.Usage
-		if final != nil {
-			usage = final.Usage
+		var committed *nats.Msg
+		if !closes {
+			var usage *llm.Usage
+			if final != nil {
+				usage = final.Usage
+			}
+			committed, err = turnEventMsg(t, events.EvtKindTurnCommitted, events.TurnCommitted{FirstSeq: seq, LastSeq: seq,
+				Messages: len(newMsgs), Usage: usage, StopReason: stopOf(final), Tail: t.takeTail(), Started: t.takeStarted()}, "committed")
+			if err != nil {
+				return err
+			}
 		}
-		committed, err := turnEventMsg(t, events.EvtKindTurnCommitted, events.TurnCommitted{FirstSeq: seq, LastSeq: seq,
-			Messages: len(newMsgs), Usage: usage, StopReason: stopOf(final), Tail: t.takeTail(), Started: t.takeStarted()}, "committed")
-		if err != nil {
-			return err
-		}
-		// The commit above is what made the turn durable; the reply and the record follow,
-		// both idempotent (fixed ids) if a resume publishes them again. They go out even if
-		// the actor stops meanwhile (its lease lapsed while a NATS node failed over, say): the
-		// commit carries the inbox cursor, so a new owner that finds the record takes this
-		// turn for done and does not publish its reply again (startCursor). Hence the order
-		// in publishReply: a stored record means a stored reply.
+		// The commit above is what made the turn durable; the reply and the record (if any)
+		// follow, both idempotent (fixed ids) if a resume publishes them again. They go out
+		// even if the actor stops meanwhile (its lease lapsed while a NATS node failed over,
+		// say): the commit carries the inbox cursor, so a new owner that finds the turn done
+		// does not publish its reply again (startCursor). Done means: its turn_committed
+		// record is stored, which publishReply writes only after the reply's acks; or, for a
+		// closing commit, the reply's last part is known to be stored (actor.replyStored), and
+		// publishReply publishes that part only after the others' acks. Otherwise the new
+		// owner finishes the turn from its commit (takeOver), publishing the reply again under
+		// the same ids.
 		t.replied.Store(true) // committed: nothing of it is left to cancel (/cancel)
 		pctx, cancel := a.w.replyContext()
 		defer cancel()
-		if err := a.w.publishReply(pctx, committed, a.replyMsgs(&t.pendingTurn, t.id, t.replyFor(final, newMsgs), t.fresh)); err != nil {
+		if err := a.w.publishReply(pctx, committed, reply); err != nil {
 			return err
 		}
 	} else {
 		msgs := a.replyMsgs(&t.pendingTurn, t.id, t.replyFor(lastAssistant(persisted), persisted), false)
 		var rec *nats.Msg
-		if t.commitRecord {
+		if t.commitRecord { // (a closing commit needs none)
 			final := lastAssistant(persisted)
 			var usage *llm.Usage
 			if final != nil {
@@ -543,6 +572,12 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 	if err != nil {
 		return nil, nil, err
 	}
+	t.mu.Lock()
+	if t.started != nil {
+		// The context the turn starts from: its commit comes after it (readTurn looks there).
+		t.started.ContextSeq = loaded.LastSeq
+	}
+	t.mu.Unlock()
 	tools, agentTools, skillText := w.selectTools(t.msg, t.input, loaded.Messages)
 	if pre := t.preExecute(ctx); pre != "" {
 		skillText += "\n## Pre-executed tool results\n" + pre
@@ -751,8 +786,8 @@ func (t *turnRun) emitter() (emit func(loop.Event), stop func()) {
 			me := events.MessageEnd{Index: idx, Message: *ev.Message}
 			if me.Message.Role != llm.RoleAssistant || len(me.Message.ToolCalls()) == 0 {
 				// A tool result's durable copy is in TOOL_RESULTS, and a final answer is
-				// committed right away: both ride on the next record (turn_committed, usually)
-				// instead of costing an append each.
+				// committed right away: both ride on the next record (the closing commit or a
+				// turn_committed, usually) instead of costing an append each.
 				t.mu.Lock()
 				t.tail = append(t.tail, me)
 				t.mu.Unlock()
@@ -924,7 +959,7 @@ func (t *turnRun) flush(ctx context.Context) error {
 		}
 		if ctx.Err() == nil {
 			t.a.log.Warn("turn record not acknowledged; publishing it again", "turn", t.id, "err", err)
-			_, err = t.a.w.js.PublishMsg(ctx, p.msg)
+			_, err = t.a.w.publishOnce(ctx, p.msg)
 		}
 		if err != nil {
 			t.mu.Lock() // keep what is not known to be stored for the next flush
@@ -1018,14 +1053,20 @@ func (a *actor) replyMsgs(pt *pendingTurn, turn, text string, fresh bool) []*nat
 	return msgs
 }
 
-// publishAll stores msgs, pipelined, and retries the ones that fail with backoff until they
-// are stored or ctx ends. Every message must carry a Nats-Msg-Id, so a retry of one that was
-// stored after all is dropped as a duplicate.
 // publishReply publishes a committed turn's reply, then its turn_committed record (rec; nil:
 // none). The record waits for the reply's acks, so a new owner that finds the record knows the
 // reply is stored too: a kill between the two leaves the record missing, and the turn is
-// finished from its commit (takeOver), which publishes both again under the same ids.
+// finished from its commit (takeOver), which publishes both again under the same ids. The
+// reply's last part likewise waits for the acks of the parts before it, so that part stored
+// (last on the chat's IM_OUT subject, or its receipt on IM_SENT) means every part was stored
+// (actor.replyStored, for closing commits).
 func (w *Worker) publishReply(ctx context.Context, rec *nats.Msg, reply []*nats.Msg) error {
+	if n := len(reply); n > 1 {
+		if err := w.publishAll(ctx, reply[:n-1]); err != nil {
+			return err
+		}
+		reply = reply[n-1:]
+	}
 	if err := w.publishAll(ctx, reply); err != nil {
 		return err
 	}
@@ -1035,6 +1076,9 @@ func (w *Worker) publishReply(ctx context.Context, rec *nats.Msg, reply []*nats.
 	return w.publishAll(ctx, []*nats.Msg{rec})
 }
 
+// publishAll stores msgs, pipelined, and retries the ones that fail with backoff until they
+// are stored or ctx ends. Every message must carry a Nats-Msg-Id, so a retry of one that was
+// stored after all is dropped as a duplicate.
 func (w *Worker) publishAll(ctx context.Context, msgs []*nats.Msg) error {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 50*time.Millisecond, 5*time.Second, 0
@@ -1121,16 +1165,21 @@ func (w *Worker) inlineImages(ctx context.Context, input []llm.Message) []llm.Me
 	return out
 }
 
-// turnLog is what AGENT_EVENTS holds about one turn.
+// turnLog is what the logs hold about one turn: its records in AGENT_EVENTS and, for a turn
+// closed by its commit, that commit in AGENT_CTX.
 type turnLog struct {
 	started   *events.TurnStarted
 	messages  []llm.Message
 	committed bool
 	failed    bool
-	commitSeq uint64 // set when the commit is known only from AGENT_CTX (takeOver)
+	commitSeq uint64 // set when the commit is known only from AGENT_CTX (no turn_committed record)
+	closes    bool   // the commit is the turn's closing record: no turn_committed is written for it
 }
 
-// readTurn loads what AGENT_EVENTS holds about a turn (resume).
+// readTurn loads what the logs hold about a turn (resume). A turn that started, did not fail
+// and has no turn_committed record may have been closed by its context commit: that is looked
+// for in AGENT_CTX after the context the turn started from, and when found the turn counts as
+// committed with the commit's messages.
 func (w *Worker) readTurn(ctx context.Context, sk events.SessionKey, turn string) (*turnLog, error) {
 	recs, err := w.turnlog.ReadTurn(ctx, sk, turn, 0)
 	if err != nil {
@@ -1138,10 +1187,12 @@ func (w *Worker) readTurn(ctx context.Context, sk events.SessionKey, turn string
 	}
 	tl := &turnLog{}
 	byIndex := map[int]llm.Message{}
+	var session string
 	for _, r := range recs {
 		switch e := r.Event.(type) {
 		case *events.Event[events.TurnStarted]:
 			tl.started = &e.Data
+			session = e.Session
 		case *events.Event[events.MessageEnd]:
 			byIndex[e.Data.Index] = e.Data.Message
 		case *events.Event[events.TurnCommitted]:
@@ -1162,6 +1213,20 @@ func (w *Worker) readTurn(ctx context.Context, sk events.SessionKey, turn string
 			break
 		}
 		tl.messages = append(tl.messages, m)
+	}
+	if tl.started == nil || tl.committed || tl.failed {
+		return tl, nil
+	}
+	sid, err := events.ParseSessionID(session)
+	if err != nil {
+		return tl, nil // a record without its session id (not written by agentbus): no commit to look for
+	}
+	mark, found, err := w.ctxlog.FindTurnCommit(ctx, sid, turn, tl.started.ContextSeq)
+	if err != nil {
+		return nil, err
+	}
+	if found {
+		tl.messages, tl.committed, tl.commitSeq, tl.closes = mark.Messages, true, mark.Seq, mark.Closes
 	}
 	return tl, nil
 }
@@ -1300,7 +1365,7 @@ func (a *actor) resumeWith(sid events.SessionID, ot store.OpenTurn, tl *turnLog,
 		pt.merged = ot.Merged
 	}
 	t := &turnRun{pendingTurn: pt, a: a, sid: sid, model: model, done: make(chan struct{}), steerSeqs: ot.Steers, resumed: true,
-		commitRecord: tl.commitSeq > 0}
+		commitRecord: tl.commitSeq > 0 && !tl.closes, writeCursor: tl.committed && !inRecord}
 	if inRecord {
 		t.inRecord.Store(recordYes)
 	}

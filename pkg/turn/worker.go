@@ -27,13 +27,25 @@
 // cost no KV round trip. A ring for a session the replica no longer runs makes it claim the
 // session.
 //
-// Takeover. A ring that gets "no responders" means the owner's process is gone (its
-// connection, and with it its doorbell subscription, has ended). The ringer keeps the delivery
-// (with in-progress acks) and claims the session the moment the owner's worker lease has
-// ended: every replica watches the worker leases (store.Leases.WatchWorkers), and the server
-// writes a marker when a lease's TTL runs out. A dead replica's own deliveries come back after
-// AckWait. So a killed replica's sessions, turns in flight included, are taken over about
-// max(LeaseTTL, AckWait) after the kill, never later.
+// Takeover. A killed process's connection closes at once, and with it its doorbell
+// subscription: a request on agent.wake.<id> gets "no responders" from the server long before
+// the process's lease would expire. Every replica probes its peers' doorbells every 200 ms
+// (peers.go); a peer silent for 400 ms is taken for dead: its worker lease is revoked
+// (store.Leases.RevokeWorker) and the sessions it claimed are claimed at once
+// (store.Leases.ClaimsOf), whose actors read the inbox from the cursor and resume the open
+// turns. Nothing waits for the dead replica's lease TTL or for its deliveries to come back
+// after AckWait (they come later and are acked by the new owner). A ring that gets no
+// responders starts the same verdict and keeps its delivery until then. The lease TTL and the
+// redelivery remain the fallbacks: a claim whose owner's lease has ended is stale for every
+// replica, and a delivery that comes back is claimed as any other.
+//
+// Lapsed leases. A renewal that cannot reach the bus (a NATS node failing over) does not stop
+// the actors: they keep their sessions, and context commits wait (awaitFence) until the lease
+// is back, renewed at its old revision or acquired again with the same epoch
+// (store.Leases.ReacquireWorker). In the second case every claim is confirmed by a CAS on its
+// token first (store.Leases.ConfirmClaim): the sessions another replica took meanwhile are
+// dropped, the others go on with the same actor. A replica revoked by mistake (its doorbell
+// had no responders while it reconnected) recovers the same way.
 //
 // Durability. A delivery that started a turn is acked only when the turn is finished, and is
 // kept alive with in-progress acks meanwhile; if the worker dies, the delivery comes back to
@@ -79,8 +91,9 @@ type Options struct {
 	// Models resolves ai.agents bindings to models.
 	Models *llm.Registry
 	// LeaseTTL is the TTL of the replica's liveness lease (default 2s; whole seconds, at least
-	// 1s), renewed every LeaseTTL/3. A dead worker's sessions, turns in flight included, are
-	// taken over about max(LeaseTTL, AckWait) after the crash.
+	// 1s), renewed every LeaseTTL/3. A killed worker's sessions are taken over once its
+	// doorbell has had no responders for 400 ms (peers.go); the TTL is the fallback for a
+	// process that stalls with its connection open.
 	LeaseTTL time.Duration
 	// AckWait of the shared consumer (default 2s); held deliveries get in-progress acks every
 	// AckWait/3, so a crashed worker's deliveries come back after at most AckWait.
@@ -136,7 +149,9 @@ type Worker struct {
 	log       *slog.Logger
 
 	lmu    sync.Mutex
-	wlease store.Lease // this replica's liveness lease; its Token is the epoch its claims carry
+	wlease store.Lease   // this replica's liveness lease; its Token is the epoch its claims carry
+	lgen   uint64        // lease generation: one more each time the lease was acquired again
+	fence  chan struct{} // non-nil while the lease is being recovered: commits wait (awaitFence)
 
 	mu        sync.Mutex
 	actors    map[string]*actor       // by session key string
@@ -145,6 +160,8 @@ type Worker struct {
 	view      map[string]workerSeen   // worker leases, as the watch showed them (ownership.go)
 	viewReady bool                    // the watch has delivered its initial values
 	awaiting  map[string][]awaitClaim // by owner whose process is gone: claims waiting for its lease to end
+	suspect   map[string]suspicion    // peers whose doorbell had no responders (peers.go)
+	adopted   map[string]uint64       // peers taken for dead: the epoch whose sessions were taken over
 	killed    bool                    // Kill: no lease is released
 	killCtx   context.Context         // ended by Kill only (replyContext)
 	killNow   context.CancelFunc
@@ -186,7 +203,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	}
 	killCtx, killNow := context.WithCancel(context.Background())
 	w := &Worker{opts: opts, nc: nc, js: js, killCtx: killCtx, killNow: killNow, done: make(chan struct{}), actors: map[string]*actor{}, claiming: map[string][]delivery{}, owners: map[string]ownerHint{},
-		view: map[string]workerSeen{}, awaiting: map[string][]awaitClaim{},
+		view: map[string]workerSeen{}, awaiting: map[string][]awaitClaim{}, suspect: map[string]suspicion{}, adopted: map[string]uint64{},
 		router: newResultRouter(), log: opts.Log.With("worker", opts.ID)}
 	var err error
 	if w.inbox, err = js.Stream(ctx, events.StreamSessionIn); err != nil {
@@ -256,18 +273,27 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("create consumer %s: %w", ConsumerName, err)
 	}
 	w.progress = natsutil.NewInProgress(w.opts.AckWait / 3)
+	// The doorbell before the lease: a peer that sees the lease probes the doorbell at once
+	// (peers.go), and no ring for a session this replica is about to own must be missed.
+	if w.wakeSub, err = w.nc.Subscribe(events.AgentWakeSubject(w.opts.ID), w.onWake); err != nil {
+		return fmt.Errorf("subscribe to doorbell: %w", err)
+	}
+	if err := w.nc.FlushTimeout(5 * time.Second); err != nil {
+		return fmt.Errorf("subscribe to doorbell: %w", err)
+	}
 	// The liveness lease before anything is claimed: every claim carries its epoch.
 	if err := w.acquireWorkerLease(ctx); err != nil {
 		return err
 	}
-	w.wg.Add(2)
+	w.wg.Add(3)
 	go w.followWorkers()
 	go w.renewWorkerLease()
-	// The doorbell first, so that no ring for a session this replica is about to own is missed.
-	if w.wakeSub, err = w.nc.Subscribe(events.AgentWakeSubject(w.opts.ID), w.onWake); err != nil {
-		return fmt.Errorf("subscribe to doorbell: %w", err)
-	}
-	w.cc, err = cons.Consume(w.onDelivery, jetstream.PullMaxMessages(512))
+	go w.probePeers()
+	// Heartbeats every second instead of the client's default (half the 30 s expiry): a pull
+	// request parked on a consumer leader that died with its NATS node is noticed missing after
+	// 2 s and sent again, to the leader the cluster elects meanwhile, instead of after 30 s.
+	w.cc, err = cons.Consume(w.onDelivery, jetstream.PullMaxMessages(512),
+		jetstream.PullExpiry(5*time.Second), jetstream.PullHeartbeat(time.Second))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", ConsumerName, err)
 	}
@@ -353,6 +379,9 @@ func (w *Worker) Kill() {
 		a.killed.Store(true)
 	}
 	w.mu.Unlock()
+	if w.cancel != nil {
+		w.cancel() // a dead process renews nothing: no lease comes back after a revocation
+	}
 	_ = w.Stop(context.Background())
 }
 
@@ -437,4 +466,17 @@ func (w *Worker) deadLetter(subject string, seq uint64, body []byte, h nats.Head
 		return
 	}
 	w.log.Warn("dead-lettered", "subject", subject, "seq", seq, "reason", reason, "err", cause)
+}
+
+// publishTimeout bounds one JetStream publish request. The server answers a publish at once
+// or not at all: a request, or its reply, lost while a NATS node dies is never answered, and a
+// caller's ctx may run for the whole turn (ai.agent.timeout). The callers retry under the same
+// Nats-Msg-Id, so a publish that did land is not stored twice.
+const publishTimeout = 5 * time.Second
+
+// publishOnce is one publish of m, bounded by publishTimeout (or ctx, when that ends sooner).
+func (w *Worker) publishOnce(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
+	return w.js.PublishMsg(ctx, m)
 }

@@ -1,0 +1,216 @@
+package turn
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/store"
+)
+
+// Death of a peer, told by its doorbell. A killed process's NATS connection closes at once,
+// and with it the subscription to its doorbell (agent.wake.<id>): a request there gets "no
+// responders" from the server right away, long before the process's worker lease would
+// expire. Every replica probes the doorbell of every other replica it sees in the worker
+// leases; a peer whose doorbell has had no responders for deadAfter (any answer in between
+// clears it) is taken for dead. Its lease is then revoked (store.Leases.RevokeWorker), so that
+// every replica sees its claims stale, and the sessions it claimed are claimed here at once
+// (store.Leases.ClaimsOf): their actors read the inbox from the cursor and resume the open
+// turns, without waiting for the dead replica's deliveries to come back after AckWait or for
+// its lease's TTL.
+//
+// "No responders" is not proof: a peer that is reconnecting (its NATS node died) has no
+// subscription for a moment too. deadAfter covers a quick reconnect; a peer revoked while it
+// lives loses nothing but the sessions taken meanwhile: its renewal fails, it acquires its
+// lease again with the same epoch and keeps every claim still its own (renewWorkerLease).
+// Correctness never depends on it: context commits stay fenced.
+const (
+	probeEvery   = 200 * time.Millisecond
+	deadAfter    = 400 * time.Millisecond
+	probeTimeout = time.Second
+)
+
+// suspicion is a peer whose doorbell had no responders, since when, at which epoch.
+type suspicion struct {
+	since time.Time
+	epoch uint64
+}
+
+// probePeers probes every peer's doorbell every probeEvery (see the comment above).
+func (w *Worker) probePeers() {
+	defer w.wg.Done()
+	t := time.NewTicker(probeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !w.nc.IsConnected() {
+			// Our own connection is down: every answer would be wrong.
+			w.mu.Lock()
+			clear(w.suspect)
+			w.mu.Unlock()
+			continue
+		}
+		w.mu.Lock()
+		peers := make(map[string]uint64, len(w.view))
+		for id, s := range w.view {
+			if id != w.opts.ID && s.epoch > w.adopted[id] {
+				peers[id] = s.epoch
+			}
+		}
+		w.mu.Unlock()
+		done := make(chan struct{}, len(peers))
+		for id, epoch := range peers {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				w.probe(id, epoch)
+			}()
+		}
+		for range peers {
+			<-done
+		}
+	}
+}
+
+// probe asks peer's doorbell once: an answer clears a suspicion, no responders adds to it, a
+// timeout (a starved peer) says nothing.
+func (w *Worker) probe(peer string, epoch uint64) {
+	_, err := w.nc.Request(events.AgentWakeSubject(peer), nil, probeTimeout)
+	switch {
+	case err == nil:
+		w.mu.Lock()
+		delete(w.suspect, peer)
+		w.mu.Unlock()
+	case errors.Is(err, nats.ErrNoResponders):
+		w.suspectPeer(peer, epoch)
+	}
+}
+
+// suspectPeer notes that peer's doorbell had no responders now; once that has lasted
+// deadAfter, the peer is taken for dead (peerDead).
+func (w *Worker) suspectPeer(peer string, epoch uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ctx.Err() != nil || w.adopted[peer] >= epoch {
+		return
+	}
+	s, ok := w.suspect[peer]
+	if !ok || s.epoch != epoch {
+		w.suspect[peer] = suspicion{since: time.Now(), epoch: epoch}
+		return
+	}
+	if time.Since(s.since) < deadAfter {
+		return
+	}
+	delete(w.suspect, peer)
+	w.adopted[peer] = epoch
+	w.wg.Add(1)
+	go w.peerDead(peer, epoch, time.Since(s.since))
+}
+
+// peerDead revokes the lease of peer's epoch and takes over the sessions it claimed.
+func (w *Worker) peerDead(peer string, epoch uint64, silent time.Duration) {
+	defer w.wg.Done()
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		ctx, cancel := context.WithTimeout(w.ctx, 5*time.Second)
+		err := w.leases.RevokeWorker(ctx, peer, epoch)
+		cancel()
+		if w.ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			break
+		}
+		if errors.Is(err, store.ErrConflict) { // it renewed meanwhile: alive
+			w.log.Info("peer's doorbell had no responders but it renews its lease", "peer", peer)
+			w.mu.Lock()
+			if w.adopted[peer] == epoch {
+				delete(w.adopted, peer)
+			}
+			w.mu.Unlock()
+			return
+		}
+		w.log.Warn("revoke a dead peer's lease; retrying", "peer", peer, "err", err)
+		select {
+		case <-w.ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+	w.mu.Lock()
+	if s := w.view[peer]; s.epoch <= epoch {
+		w.view[peer] = workerSeen{epoch: epoch, gone: true}
+	}
+	w.releaseAwaitingLocked(peer)
+	w.mu.Unlock()
+	var keys []events.SessionKey
+	for attempt := 0; attempt < 5 && w.ctx.Err() == nil; attempt++ {
+		ctx, cancel := context.WithTimeout(w.ctx, 10*time.Second)
+		var err error
+		keys, err = w.leases.ClaimsOf(ctx, peer, epoch)
+		cancel()
+		if err == nil {
+			break
+		}
+		w.log.Warn("list a dead peer's sessions; retrying", "peer", peer, "err", err)
+		select {
+		case <-w.ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	w.log.Info("peer gone (no responders on its doorbell): taking over its sessions", "peer", peer, "epoch", epoch,
+		"silent", silent.Round(time.Millisecond), "sessions", len(keys))
+	sem := make(chan struct{}, 64)
+	for _, sk := range keys {
+		key := sk.String()
+		w.mu.Lock()
+		_, claiming := w.claiming[key]
+		if a := w.actors[key]; w.ctx.Err() != nil || claiming || a != nil && a.alive() {
+			w.mu.Unlock()
+			continue
+		}
+		w.claiming[key] = nil
+		delete(w.owners, key)
+		w.wg.Add(1)
+		w.mu.Unlock()
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			w.claim(sk)
+		}()
+	}
+	w.mu.Lock()
+	if s := w.view[peer]; s.gone && s.epoch <= epoch {
+		delete(w.view, peer) // nothing more to learn from it; a later lease of it comes by the watch
+	}
+	w.mu.Unlock()
+}
+
+// releaseAwaitingLocked claims the sessions whose deliveries wait for owner's lease to end,
+// where the view shows that lease ended.
+func (w *Worker) releaseAwaitingLocked(owner string) {
+	waiting := w.awaiting[owner]
+	if len(waiting) == 0 || w.ctx.Err() != nil {
+		return
+	}
+	keep := waiting[:0]
+	for _, c := range waiting {
+		if !w.staleLocked(owner, c.epoch) {
+			keep = append(keep, c)
+			continue
+		}
+		w.wg.Add(1)
+		go w.claim(c.sk)
+	}
+	if len(keep) == 0 {
+		delete(w.awaiting, owner)
+	} else {
+		w.awaiting[owner] = keep
+	}
+}
