@@ -582,6 +582,17 @@ func TestFaultCluster(t *testing.T) {
 		}
 		return last
 	}
+	// "alone" keeps only the messages no other kill touched (kills come every 2 s): a
+	// takeover measured with nothing else in the way.
+	inFlightAt := map[string]int{}
+	for _, k := range kills {
+		for id, rs := range byID {
+			if at, ok := sentAt[id]; ok && at.Before(k.at) && rs[0].At.After(k.at) {
+				inFlightAt[id]++
+			}
+		}
+	}
+	alone := map[string][]time.Duration{}
 	var perKill []string
 	for _, k := range kills {
 		nkills[k.role]++
@@ -594,6 +605,9 @@ func TestFaultCluster(t *testing.T) {
 			if k.role == "nats" || !atNATS[id] && lastKill(id, at, rs[0].At).Equal(k.at) {
 				d := rs[0].At.Sub(k.at)
 				take[k.role] = append(take[k.role], d)
+				if inFlightAt[id] == 1 {
+					alone[k.role] = append(alone[k.role], d)
+				}
 				if !failover[id] {
 					takeSettled[k.role] = append(takeSettled[k.role], d)
 				}
@@ -671,6 +685,12 @@ func TestFaultCluster(t *testing.T) {
 		t.Logf("  in flight at a %s kill (%d kills, %d messages): kill → reply p50 %s p99 %s max %s",
 			role, nkills[role], len(d), pct(d, 0.5), pct(d, 0.99), pct(d, 1))
 	}
+	for _, role := range []string{"turn", "tool", "egress", "ingest", "nats"} {
+		d := alone[role]
+		slices.Sort(d)
+		t.Logf("  in flight at a %s kill and no other (%d messages): kill → reply p50 %s p99 %s max %s",
+			role, len(d), pct(d, 0.5), pct(d, 0.99), pct(d, 1))
+	}
 	// The same without the messages sent during the NATS failover (until the last message in
 	// flight at its kill was answered): those wait for the cluster's elections too.
 	t.Logf("  without the %d messages sent during the NATS failover:", duringFailover)
@@ -718,7 +738,7 @@ func faultDumpState(t *testing.T, urls string) {
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, sc := range [][2]string{{events.StreamToolCalls, "tool_" + faultTool}, {events.StreamSessionIn, "turn-workers"}} {
+	for _, sc := range [][2]string{{events.StreamToolCalls, "tool_" + faultTool}, {events.StreamSessionIn, "turn-workers"}, {events.StreamIMOut, "egress"}} {
 		s, err := js.Stream(ctx, sc[0])
 		if err != nil {
 			t.Logf("dump %s: %v", sc[0], err)

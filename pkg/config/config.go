@@ -121,7 +121,7 @@ type IM struct {
 type Egress struct {
 	// Concurrency is how many parts one egress process sends at the same time (default 16).
 	Concurrency int `yaml:"concurrency"`
-	// AckWaitMs is the IM_OUT consumer's ack wait (default 2000): how soon a crashed egress's
+	// AckWaitMs is the IM_OUT consumer's ack wait (default 1000): how soon a crashed egress's
 	// parts reach another replica. In-progress acks extend it from a part's fetch to its verdict.
 	AckWaitMs int64 `yaml:"ackWaitMs"`
 	// MaxRetries is how often a transient failure is retried within one delivery (default 3).

@@ -20,7 +20,7 @@
 //     letter that cannot be published NAKs the part: nothing is dropped silently.
 //   - in-progress: from its fetch (waiting in its lane included) to its verdict a part gets an
 //     in-progress ack within AckWait/2 and then every AckWait/3 (one goroutine for all parts
-//     in hand), so the short default AckWait (2 s) only decides how soon a crashed replica's
+//     in hand), so the short default AckWait (1 s) only decides how soon a crashed replica's
 //     parts reach another one.
 //   - retry (watermill middleware.Retry): MaxRetries in-process retries of transient failures
 //     with exponential backoff; permanent failures are not retried.

@@ -29,7 +29,7 @@ import (
 const (
 	DefaultDurable         = "egress"
 	DefaultConcurrency     = 16
-	DefaultAckWait         = 2 * time.Second
+	DefaultAckWait         = time.Second
 	DefaultMaxAckPending   = 1024
 	DefaultMaxRetries      = 3
 	DefaultRetryInitial    = 200 * time.Millisecond
@@ -80,8 +80,8 @@ type Options struct {
 	Durable string
 	// Concurrency is how many parts this process handles at once (default 16, or im.egress.concurrency).
 	Concurrency int
-	// AckWait of the consumer (default 2 s): how soon the parts a crashed egress held reach
-	// another replica. From the moment a part is fetched (waiting in its lane included) until
+	// AckWait of the consumer (default 1 s): how soon the parts a crashed egress held reach
+	// another replica (a reply a killed replica held is sent about AckWait after the kill). From the moment a part is fetched (waiting in its lane included) until
 	// its verdict it gets an in-progress ack within AckWait/2 and then every AckWait/3, so a
 	// slow send or a throttled platform never waits for a redelivery on another replica.
 	AckWait time.Duration
@@ -578,19 +578,22 @@ func (e *egress) handle(msg *message.Message) error {
 	// A part its publisher marks fresh was never published before, so on its first delivery
 	// and first attempt nothing can have been sent: the lookup would only find nothing.
 	firstTry := out.Fresh && d.deliveries == 1 && d.attempts == 1
-	switch rec, found, legacy, err := e.lookupUnless(ctx, subj, key, firstTry); {
+	lctx, lcancel := context.WithTimeout(ctx, busTimeout)
+	prev, found, legacy, err := e.lookupUnless(lctx, subj, key, firstTry)
+	lcancel()
+	switch {
 	case err != nil:
 		return err
 	case found:
 		// Sent before (a redelivery, or the same out id published again): never twice.
 		e.skipped.Add(1)
 		if e.log.Enabled(ctx, slog.LevelDebug) {
-			d.logger().Debug("egress: already delivered, skipping", "out", out.OutID, "platformMsg", rec.MessageID)
+			d.logger().Debug("egress: already delivered, skipping", "out", out.OutID, "platformMsg", prev.MessageID)
 		}
 		if legacy {
 			// Recorded by an older version in KV delivered, which wrote the receipt itself
 			// after the KV entry and may have died in between: write it (once) here.
-			return e.recordReceipt(ctx, ev, subj, rec)
+			return e.recordReceipt(ctx, ev, subj, prev)
 		}
 		return nil
 	}
@@ -642,6 +645,13 @@ func send(ctx context.Context, s Sender, ev *events.Event[events.Outbound]) (str
 	}
 	return s.Send(ctx, ev.Data)
 }
+
+// busTimeout bounds one bus request of a delivery (the receipt lookup, one receipt publish).
+// The delivery's own context allows HandlerTimeout (minutes): a request no server answers (a
+// stream without a leader during a NATS node's failover drops it) would hold the part, and
+// every part queued behind it in its lane, that long while in-progress acks keep it from
+// another replica. A timed-out request is an ordinary transient failure, retried.
+const busTimeout = 5 * time.Second
 
 // lookupUnless is lookup, or "not found" without asking when skip.
 func (e *egress) lookupUnless(ctx context.Context, subj, key string, skip bool) (rec record, found, legacy bool, err error) {
@@ -705,7 +715,9 @@ func (e *egress) recordReceipt(ctx context.Context, ev *events.Event[events.Outb
 	natsutil.ExpectLastSubjectSeq(m, 0) // the first receipt for this out id; a header, so FastPublish's path
 	wait := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		_, err := e.js.PublishMsg(ctx, m)
+		actx, cancel := context.WithTimeout(ctx, busTimeout)
+		_, err := e.js.PublishMsg(actx, m)
+		cancel()
 		switch {
 		case err == nil:
 			return nil

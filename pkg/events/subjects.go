@@ -22,6 +22,7 @@ import (
 //	dlq.<role>.<reason>                        DEAD_LETTERS poison messages with the reason
 //	agent.live.<sk>                            core NATS    live token deltas, not persisted
 //	agent.wake.<worker>                        core NATS    doorbell: "an event of a session you own is in its inbox"
+//	tool.attempt.<instance>                    core NATS    "are you still running call X?" to one tool-worker process
 const (
 	PrefixIMIn        = "im.in"
 	PrefixAgentIn     = "agent.in"
@@ -36,6 +37,7 @@ const (
 	PrefixDeadLetter  = "dlq"
 	PrefixAgentLive   = "agent.live"
 	PrefixAgentWake   = "agent.wake"
+	PrefixToolAttempt = "tool.attempt"
 	TaskKindSubagent  = "subagent"
 	TaskKindDeferred  = "deferred"
 	wildcardAllTokens = ">"
@@ -153,6 +155,22 @@ func ParseWakeBody(b []byte) (SessionKey, uint64, error) {
 	}
 	return k, seq, nil
 }
+
+// ToolAttemptSubject is tool.attempt.<instance> (core NATS, not stored): the probe of one
+// tool-worker process, named by the instance token its non-idempotent calls' started markers
+// carry. The request body is a call id; the process answers ToolAttemptRunning while it still
+// handles that call and ToolAttemptIdle otherwise. "No responders" means the process is gone
+// (a killed process's connection closes with it), so a later attempt of the call can answer it
+// at once instead of waiting for the earlier attempt's timeout.
+func ToolAttemptSubject(instance string) string {
+	return PrefixToolAttempt + "." + EncodeToken(instance)
+}
+
+// Answers to a ToolAttemptSubject probe.
+const (
+	ToolAttemptRunning = "running"
+	ToolAttemptIdle    = "idle"
+)
 
 // AgentLiveSubject is agent.live.<sk> (core NATS, not stored).
 func AgentLiveSubject(k SessionKey) string { return PrefixAgentLive + "." + k.Token() }

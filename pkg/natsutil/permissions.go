@@ -23,7 +23,8 @@ import (
 //     results into agent.in, session/lease/approval/profile/model KVs, and purging a session's
 //     context subject on /reset.
 //   - tool-worker: tool results, the tool registry KV, profiles and delivered markers, the
-//     transcript search request, dead letters; background work its tools queue (task.> for
+//     transcript search request, dead letters, the probes of each other's running calls
+//     (tool.attempt); background work its tools queue (task.> for
 //     spawn_task and run_deferred_task, schedule.> for schedule_followup, KV tasks). Not
 //     agent.in, im.in or im.out: a tool (the bash sandbox included) cannot put words in a
 //     master's mouth nor speak to a chat directly. A schedule fires into agent.in, so the turn
@@ -132,9 +133,12 @@ func BusRoles() []BusRole {
 		},
 		{
 			Name: RoleToolWorker,
-			Publish: join(jsRead, []string{"tool.result.>", "dlq.>", "transcripts.search", "task.>", "schedule.>"},
+			// tool.attempt: a redelivered non-idempotent call asks the process that started it
+			// whether it still runs (a request to tool.attempt.<instance>, answered by that process).
+			Publish: join(jsRead, []string{"tool.result.>", "tool.attempt.>", "dlq.>", "transcripts.search", "task.>", "schedule.>"},
 				kv("tools", "profiles", "delivered", "tasks"), []string{"$O.media.>"}),
-			Subscribe: inbox,
+			Subscribe: join(inbox, []string{"tool.attempt.>"}),
+			Responses: true,
 			NoRead: append(slices.Clone(conversation), kvStream(events.BucketSessions), kvStream(events.BucketLeases),
 				kvStream(events.BucketWebhookSeen)),
 		},

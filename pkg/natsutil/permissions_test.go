@@ -143,6 +143,8 @@ func TestRolePermissions(t *testing.T) {
 			{false, "task.deferred.t1", true},                        // run_deferred_task, spawn_task
 			{false, "schedule.webhook_b1_private_u1.followup", true}, // schedule_followup
 			{false, "$KV.tasks.x.t1", true},
+			{false, "tool.attempt.i1", true}, // probing another worker's running call
+			{true, "tool.attempt.>", true},
 			{false, "agent.in.webhook_b1_private_u1", false}, // no master commands from a tool
 			{false, "im.in.webhook.b1.private.u1", false},
 			{false, "im.out.webhook.b1.private.u1", false}, // no direct chat output

@@ -29,21 +29,36 @@
 //     the session key) → error result with the refusal;
 //  6. arguments validated and coerced against the schema → error result naming the path;
 //  7. non-idempotent tools: a "started" marker is created in KV "delivered" (key
-//     "tool."+token(callId)). If it already exists a previous attempt started and may have had
-//     side effects (idempotency comes from the worker's own tool definition, not from the
-//     request's Idempotent field): the worker waits for that attempt's result while the attempt
-//     may still be running on a live worker: until its own timeout has passed, or until its
-//     marker has not moved for 3 s (a running attempt rewrites its marker every second, so a
-//     marker that stops means the attempt's worker is gone). If no result appeared, it answers
-//     "tool X was interrupted after it started and is not idempotent; not retried
-//     automatically". Idempotent tools just run again after a crash;
+//     "tool."+token(callId)) naming the worker and its run's instance. If it already exists a
+//     previous attempt started and may have had side effects (idempotency comes from the
+//     worker's own tool definition, not from the request's Idempotent field): the worker waits
+//     for that attempt's result while the attempt may still be running on a live worker. Every
+//     second it asks the attempt's process directly, a request on
+//     events.ToolAttemptSubject(instance): "running" keeps it waiting; "idle" (the process no
+//     longer handles the call, so its result is stored if it will ever be) and "no responders"
+//     (the process is gone: a killed process's NATS connection closes with it) end the wait
+//     after a last look for the result (250 ms for a gone process). An unanswered probe, or a
+//     marker of an older version without an instance, falls back to the marker's beats: a
+//     running attempt rewrites its marker every second, so a marker that has not moved for 3 s
+//     means the attempt's worker is gone. The wait also ends when the attempt's own timeout
+//     has passed. If no result appeared, it answers "tool X was interrupted after it started
+//     and is not idempotent; not retried automatically". Idempotent tools just run again after
+//     a crash;
 //  8. run with a timeout (the per-tool timeout or DefaultTimeout, never past the call's
 //     deadline); a panic, an error or a timeout becomes an error result;
 //  9. publish the result (waiting for the PubAck; Nats-Msg-Id "result/"+callId), then ack.
 //
 // While a call is handled the worker sends in-progress acks (natsutil.InProgress: the first
 // within AckWait/2, then every AckWait/3), so a slow tool is not redelivered to another
-// worker; a crashed worker's calls come back after AckWait.
+// worker; a crashed worker's calls come back after AckWait (default 1 s). So a call held by a
+// killed worker is answered about AckWait after the kill: run again if idempotent, or answered
+// "interrupted" one probe later. A live worker whose in-progress acks were late (a loaded
+// machine) may see its call redelivered to another worker: a non-idempotent call then waits
+// there for the running attempt (its process answers "running"); an idempotent one may run
+// twice, which idempotent tools allow. A worker cut off from the bus for longer than AckWait
+// (its NATS server died and it is reconnecting) looks gone too: a non-idempotent call it runs
+// is then answered "interrupted" (which says it may or may not have taken effect) although it
+// may still finish; it is never run twice.
 //
 // The window DESIGN.md §5 allows remains: a crash between an idempotent tool's side effect and
 // the result record runs the tool again; a timed-out tool that ignores its context keeps running

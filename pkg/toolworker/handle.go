@@ -166,7 +166,10 @@ func (h *Handle) release(callID string, mine chan struct{}) {
 
 // marker is the value of the "started" record of a non-idempotent call in KV delivered.
 type marker struct {
-	Worker    string `json:"worker"`
+	Worker string `json:"worker"`
+	// Instance is the run of the worker that started the attempt (events.ToolAttemptSubject);
+	// empty in markers of older versions, which are watched by their beats alone.
+	Instance  string `json:"instance,omitempty"`
 	Tool      string `json:"tool"`
 	StartedAt int64  `json:"startedAt"`
 	// Until is when that attempt stops waiting for the tool (its timeout), Unix ms.
@@ -233,7 +236,7 @@ func (h *Handle) markStarted(c *call, t tools.Tool, timeout time.Duration) (bool
 	if d := c.ev.Data.Deadline; d > 0 && time.UnixMilli(d).Before(until) {
 		until = time.UnixMilli(d)
 	}
-	val, _ := json.Marshal(marker{Worker: h.opts.ID, Tool: t.Name, StartedAt: now.UnixMilli(), Until: until.UnixMilli()})
+	val, _ := json.Marshal(marker{Worker: h.opts.ID, Instance: h.instance, Tool: t.Name, StartedAt: now.UnixMilli(), Until: until.UnixMilli()})
 	key := MarkerKey(c.ev.Data.CallID)
 	rev, err := h.markers.Create(h.killCtx, key, val)
 	if err == nil {
@@ -248,7 +251,8 @@ func (h *Handle) markStarted(c *call, t tools.Tool, timeout time.Duration) (bool
 		return false, 0
 	}
 	// An earlier attempt started. It may still be running on a live worker: wait until its own
-	// timeout has passed, or until its marker stops beating, before calling it interrupted.
+	// timeout has passed, or until its process is known to be gone or done with it (asked
+	// directly), or until its marker stops beating, before calling it interrupted.
 	var prev marker
 	var prevRev uint64
 	waitUntil := time.Now()
@@ -259,7 +263,7 @@ func (h *Handle) markStarted(c *call, t tools.Tool, timeout time.Duration) (bool
 	waitUntil = waitUntil.Add(h.opts.InterruptGrace)
 	h.logFor(c).Info("tool worker: non-idempotent call started before; waiting for that attempt's result",
 		"previousWorker", prev.Worker, "until", waitUntil)
-	if h.awaitAttempt(c, key, prevRev, waitUntil) {
+	if h.awaitAttempt(c, key, prev.Instance, prevRev, waitUntil) {
 		h.ack(c)
 		return false, 0
 	}
@@ -286,15 +290,39 @@ func (h *Handle) resultExists(fresh bool, subj string) error {
 	return err
 }
 
-// awaitAttempt waits for the result of an earlier attempt whose marker is at revision rev: it
-// reports true once the result is stored, false when until passes or the marker has not moved
-// for attemptDead (the attempt's worker is gone: a live attempt beats every attemptBeat).
-func (h *Handle) awaitAttempt(c *call, key string, rev uint64, until time.Time) bool {
+// awaitAttempt waits for the result of an earlier attempt whose marker is at revision rev and
+// names the worker run instance: it reports true once the result is stored, false when until
+// passes or the attempt is known to be over without a result. Each round it first asks the
+// attempt's process (probeAttempt): "no responders" means the process is gone, "idle" that it no
+// longer handles the call, and either ends the wait after a last look for the result; an
+// unanswered probe (or a marker without an instance) falls back to the marker's beats: a live
+// attempt rewrites its marker every attemptBeat, so one that has not moved for attemptDead
+// belongs to a worker that is gone.
+func (h *Handle) awaitAttempt(c *call, key, instance string, rev uint64, until time.Time) bool {
 	if rev == 0 {
 		return h.awaitResult(c, until)
 	}
 	moved := time.Now()
 	for {
+		if instance != "" {
+			switch p := h.probeAttempt(instance, c.ev.Data.CallID); p {
+			case probeRunning:
+				moved = time.Now() // as good as a beat
+			case probeGone, probeIdle:
+				// A finished attempt stores its result before it lets go of the call, and a
+				// killed one may have stored it just before its connection closed: a short
+				// look catches a store still being replicated.
+				grace := time.Duration(0)
+				if p == probeGone {
+					grace = goneGrace
+				}
+				if h.awaitResult(c, time.Now().Add(grace)) {
+					return true
+				}
+				h.logFor(c).Info("tool worker: the earlier attempt is over without a result", "instance", instance, "probe", p.String())
+				return false
+			}
+		}
 		next := time.Now().Add(attemptBeat)
 		if until.Before(next) {
 			next = until
@@ -314,6 +342,51 @@ func (h *Handle) awaitAttempt(c *call, key string, rev uint64, until time.Time) 
 			return false
 		}
 	}
+}
+
+// goneGrace is how long a call whose earlier attempt's process is gone still looks for that
+// attempt's result before answering "interrupted": a result published just before the kill
+// may still be on its way into the stream. It is short because a redelivery comes at least
+// 2/3 AckWait after the last in-progress ack, so such a result has usually long been stored.
+const goneGrace = 250 * time.Millisecond
+
+// probe is what a probe of an earlier attempt's process found.
+type probe int
+
+const (
+	probeUnknown probe = iota // no answer in time, or a failed request: watch the marker
+	probeRunning              // the process still handles the call
+	probeIdle                 // the process is alive and no longer handles the call
+	probeGone                 // no process answers on the instance's subject
+)
+
+func (p probe) String() string {
+	return [...]string{"unknown", "running", "idle", "gone"}[p]
+}
+
+// probeAttempt asks the worker run instance whether it still handles callID
+// (events.ToolAttemptSubject). A killed process's connection closes with it, so its subject has
+// no responders at once.
+func (h *Handle) probeAttempt(instance, callID string) probe {
+	if instance == h.instance {
+		// The earlier attempt ran in this process, and claim lets one handler of a call id run
+		// here at a time: it is over (asking would find this very handler).
+		return probeIdle
+	}
+	ctx, cancel := context.WithTimeout(h.killCtx, attemptBeat)
+	defer cancel()
+	m, err := h.opts.NC.RequestWithContext(ctx, events.ToolAttemptSubject(instance), []byte(callID))
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return probeGone
+	case err != nil:
+		return probeUnknown
+	case string(m.Data) == events.ToolAttemptRunning:
+		return probeRunning
+	case string(m.Data) == events.ToolAttemptIdle:
+		return probeIdle
+	}
+	return probeUnknown
 }
 
 // awaitResult waits until a result for the call is stored or until passes.

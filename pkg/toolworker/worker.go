@@ -21,7 +21,7 @@ import (
 const (
 	DefaultConcurrency    = 32
 	DefaultTimeout        = 60 * time.Second
-	DefaultAckWait        = 2 * time.Second
+	DefaultAckWait        = time.Second
 	DefaultMaxAttempts    = 4
 	DefaultPollWait       = time.Second
 	DefaultInterruptGrace = 5 * time.Second
@@ -47,8 +47,11 @@ type Options struct {
 	// The effective value is announced as the entry's TimeoutMs.
 	DefaultTimeout time.Duration
 	Timeouts       map[string]time.Duration
-	// AckWait of the per-tool consumers (default 2s); in-progress acks go out every AckWait/3
+	// AckWait of the per-tool consumers (default 1s); in-progress acks go out every AckWait/3
 	// while a call is handled, so a call a crashed worker held comes back after at most AckWait.
+	// It bounds how soon another worker answers a call a killed worker held: a call with no
+	// result yet runs again (idempotent tools) or is answered "interrupted" (the started
+	// marker's process is gone, asked over events.ToolAttemptSubject).
 	AckWait time.Duration
 	// MaxAttempts is how often a call may be delivered before the worker gives up on it with an
 	// error result and a dead letter (default 4; the consumer's MaxDeliver is MaxAttempts+1, the
@@ -115,9 +118,14 @@ type Handle struct {
 	markers jetstream.KeyValue
 
 	// killCtx is the parent of every tool run and fetch; cancelled by Kill and at the end of Stop.
-	killCtx  context.Context
-	kill     context.CancelFunc
-	killed   atomic.Bool
+	killCtx context.Context
+	kill    context.CancelFunc
+	killed  atomic.Bool
+	// instance names this process's run on the bus (events.ToolAttemptSubject); unlike ID it
+	// is unique per Run, so a restarted worker with the same ID is never taken for its
+	// predecessor. probes is the subscription that answers on it.
+	instance string
+	probes   *nats.Subscription
 	stopping chan struct{}
 	stopOnce sync.Once
 	done     chan struct{}
@@ -178,6 +186,11 @@ func Run(ctx context.Context, opts Options) (*Handle, error) {
 	}
 	h.window = 2 * h.beat
 	h.killCtx, h.kill = context.WithCancel(context.Background())
+	h.instance = events.NewID()
+	if h.probes, err = opts.NC.Subscribe(events.ToolAttemptSubject(h.instance), h.answerProbe); err != nil {
+		h.kill()
+		return nil, fmt.Errorf("subscribe %s: %w", events.ToolAttemptSubject(h.instance), err)
+	}
 	h.progress = natsutil.NewInProgress(opts.AckWait / 3)
 
 	for _, t := range opts.Registry.List() {
@@ -403,6 +416,7 @@ func (h *Handle) Stop(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		h.killed.Store(true)
+		h.endProbes()
 		h.kill()
 		return fmt.Errorf("toolworker: stop: %w", ctx.Err())
 	}
@@ -428,18 +442,51 @@ func (h *Handle) shutdown() {
 		}
 		cancel()
 	}
+	h.endProbes()
 	h.progress.Close()
 	h.kill()
 	h.log.Info("tool worker stopped")
 	close(h.done)
 }
 
+// endProbes stops answering probes: from then on a probe of this instance gets "no responders",
+// as it would once the process is gone.
+func (h *Handle) endProbes() {
+	h.mu.Lock()
+	sub := h.probes
+	h.probes = nil
+	h.mu.Unlock()
+	if sub != nil {
+		_ = sub.Unsubscribe()
+	}
+}
+
+// answerProbe answers a probe of this instance (body: a call id): ToolAttemptRunning while a
+// handler of that call runs here, ToolAttemptIdle otherwise. A handler releases its call only
+// after its result was stored (or it gave the call back), so "idle" means: the result is there,
+// or this instance will not store one.
+func (h *Handle) answerProbe(m *nats.Msg) {
+	if m.Reply == "" || h.killed.Load() {
+		return
+	}
+	h.mu.Lock()
+	_, busy := h.inflight[string(m.Data)]
+	h.mu.Unlock()
+	answer := events.ToolAttemptIdle
+	if busy {
+		answer = events.ToolAttemptRunning
+	}
+	_ = m.Respond([]byte(answer))
+}
+
 // Kill stops the worker as a crash would: running tools are cancelled, nothing more is
-// published or acknowledged (the calls come back to another worker after AckWait) and the
-// registry entries are left to expire with the bucket TTL. It returns once the worker's
+// published or acknowledged (the calls come back to another worker after AckWait), probes of
+// its instance go unanswered ("no responders", as when a process dies) and the registry
+// entries are left to expire with the bucket TTL. It returns once the worker's
 // goroutines have ended. For tests of crash recovery.
 func (h *Handle) Kill() {
 	h.killed.Store(true)
+	h.endProbes() // a killed process's connection closes: its probes go unanswered at once
 	h.progress.Close()
 	h.kill()
 	_ = h.Stop(context.Background())

@@ -173,15 +173,15 @@ func blockingTool(name string, c *counter, started chan<- string, opts ...tools.
 
 // A non-idempotent call whose worker dies while it runs is answered "interrupted" by the next
 // worker, never run again. The next worker does not wait for the dead attempt's whole timeout
-// (here a minute, longer than waitResult waits): the attempt's marker stops beating, which
-// tells it the attempt's worker is gone.
+// (here a minute, longer than waitResult waits): the attempt's process does not answer its
+// probe, which tells it the attempt's worker is gone (TestKilledMidCallAnsweredByAnother).
 func TestNonIdempotentInterruptedIsNotRerun(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		timeout time.Duration
 	}{
 		{"short timeout", 1500 * time.Millisecond},
-		{"marker stopped beating", time.Minute},
+		{"worker gone", time.Minute},
 	} {
 		t.Run(tc.name, func(t *testing.T) { testNonIdempotentInterrupted(t, tc.timeout) })
 	}

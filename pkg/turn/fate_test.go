@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
+	"github.com/agentbus/agentbus/pkg/loop"
 	"github.com/agentbus/agentbus/pkg/tools"
 	"github.com/agentbus/agentbus/pkg/toolworker"
 )
@@ -72,4 +74,50 @@ func TestToolCallOfUnknownFateIsAwaited(t *testing.T) {
 	if strings.Contains(got[0], ErrToolTimeout.Error()) || !strings.Contains(got[0], "deadline passed") {
 		t.Fatalf("reply %q: want the second tool worker's answer (not run: deadline passed), not %q", got[0], ErrToolTimeout)
 	}
+}
+
+// A result that goes past the turn's subscription (published while the connection was
+// reconnecting to another NATS node) is found in TOOL_RESULTS within seconds, not at the
+// call's deadline: here the executor's results reach no subscription at all, the tool's
+// timeout is a minute, and the wait is bounded by 20 s.
+func TestToolResultMissedOnTheSubscriptionIsFound(t *testing.T) {
+	h := newHarness(t, nil)
+	echo := tools.MustNew("echo", "echoes", func(_ context.Context, _ tools.Call, a echoArgs) (tools.Result, error) {
+		return tools.TextResult("echo " + a.Text), nil
+	}, tools.Idempotent())
+	reg, err := tools.NewRegistry(echo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw, err := toolworker.Run(context.Background(), toolworker.Options{NC: h.ns.NC, JS: h.ns.JS, Registry: reg,
+		PollWait: 200 * time.Millisecond, DefaultTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tw.Stop(context.Background()) })
+	w, err := New(context.Background(), h.ns.NC, h.ns.JS, Options{ID: "w1", AI: h.cfg.AI, Models: h.reg, StreamFn: h.faux.Stream,
+		ToolTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	h.waitTools(w, 1)
+
+	// subscribed: the executor believes a session subscription routes its results, and none does.
+	x := &busExecutor{w: w, subscribed: true, fresh: true, scope: callScope{sk: sk, turn: "t-missed", sid: events.NewSessionID(sk, 1).String(),
+		caller: events.Caller{Platform: sk.Platform, Bot: sk.Bot, Scope: sk.Scope, SenderID: "u1"}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	res, err := x.Execute(ctx, loop.ToolCallRequest{ID: "c1", Name: "echo", Args: map[string]any{"text": "hi"}})
+	if err != nil {
+		t.Fatalf("Execute: %v (after %s)", err, time.Since(start).Round(time.Millisecond))
+	}
+	if res.IsError || len(res.Content) == 0 || res.Content[0].Text != "echo hi" {
+		t.Fatalf("result = %+v", res)
+	}
+	t.Logf("found %s after the request", time.Since(start).Round(time.Millisecond))
 }

@@ -307,8 +307,11 @@ func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (l
 // await waits for the result of a requested call. A result counts whenever it arrives: the
 // call's fate is known only from its result, so the wait does not end with the call's
 // deadline. After the deadline a tool worker no longer starts the call (it records "not run:
-// deadline passed"), so a result does come as long as a worker serves the tool; await looks
-// for it in TOOL_RESULTS (the leader's answer) every recheck, and meanwhile:
+// deadline passed"), so a result does come as long as a worker serves the tool. Results arrive
+// as core messages; one published while the subscription was away (the connection was
+// reconnecting to another NATS node) is found in TOOL_RESULTS (the leader's answer): await
+// looks there firstLook after the request and then every recheck, deadline or not, and
+// meanwhile:
 //   - when the request left TOOL_CALLS without a result (the stream's limits removed it), it
 //     asks again under the same call id, which the tool workers run at most once;
 //   - when the deadline passed, the request is still queued and no tool worker serves the tool
@@ -319,7 +322,7 @@ func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (l
 func (x *busExecutor) await(ctx context.Context, tool, subj string, results <-chan *nats.Msg, req *nats.Msg, reqSeq uint64, deadline time.Time) (loop.ToolResult, error) {
 	w := x.w
 	recheck := min(max(time.Until(deadline)/4, time.Second), 10*time.Second)
-	timer := time.NewTimer(time.Until(deadline) + time.Second)
+	timer := time.NewTimer(min(firstLook, time.Until(deadline)+time.Second))
 	defer timer.Stop()
 	asked := 1
 	for {
@@ -338,7 +341,9 @@ func (x *busExecutor) await(ctx context.Context, tool, subj string, results <-ch
 			return res, nil
 		}
 		timer.Reset(recheck)
-		queued, err := natsutil.LeaderGetMsg(ctx, w.js, events.StreamToolCalls, natsutil.MsgQuery{Seq: reqSeq})
+		lctx, cancel := context.WithTimeout(ctx, lookTimeout)
+		queued, err := natsutil.LeaderGetMsg(lctx, w.js, events.StreamToolCalls, natsutil.MsgQuery{Seq: reqSeq})
+		cancel()
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && queued.Subject != req.Subject:
 			// Gone without a result: ask again (a fresh dedupe id, the same call id).
@@ -358,7 +363,10 @@ func (x *busExecutor) await(ctx context.Context, tool, subj string, results <-ch
 		case err != nil:
 			w.log.Warn("check tool call request", "tool", tool, "subject", subj, "err", err)
 		case time.Now().After(deadline) && !w.tools.served(tool):
-			if derr := w.calls.DeleteMsg(ctx, reqSeq); derr == nil {
+			dctx, cancel := context.WithTimeout(ctx, lookTimeout)
+			derr := w.calls.DeleteMsg(dctx, reqSeq)
+			cancel()
+			if derr == nil {
 				// Withdrawn before any worker took it, unless one already holds it: a result
 				// from such a worker would have been found above or arrives on the next look.
 				if res, ok := x.existing(ctx, subj); ok {
@@ -366,13 +374,26 @@ func (x *busExecutor) await(ctx context.Context, tool, subj string, results <-ch
 				}
 				return loop.ToolResult{}, fmt.Errorf("%w: %s was not run: no tool worker serves it (the request was withdrawn after its deadline)", ErrToolTimeout, tool)
 			}
-		default:
+		case time.Now().After(deadline):
 			w.log.Info("still waiting for a tool result", "tool", tool, "subject", subj, "past_deadline", time.Since(deadline).Round(time.Second))
 		}
 	}
 }
 
+// firstLook is when await first looks for a result in TOOL_RESULTS: most calls are answered
+// well before it (and cost no look); one whose result went past a reconnecting subscription
+// waits this long, not until its deadline.
+const firstLook = 2 * time.Second
+
+// lookTimeout bounds each look and request of await. The turn's context may allow minutes, and
+// a JetStream API request that no server answers (a stream without a leader during a NATS node's
+// failover drops it) would otherwise hold the wait that long; a look that times out is made
+// again at the next recheck.
+const lookTimeout = 5 * time.Second
+
 func (x *busExecutor) existing(ctx context.Context, subj string) (loop.ToolResult, bool) {
+	ctx, cancel := context.WithTimeout(ctx, lookTimeout)
+	defer cancel()
 	raw, err := natsutil.GetMsg(ctx, x.w.js, x.w.results, natsutil.MsgQuery{LastFor: subj})
 	if err != nil {
 		return loop.ToolResult{}, false
