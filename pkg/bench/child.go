@@ -283,29 +283,20 @@ func (st *childStats) begin() (*phaseStats, error) {
 	return ps, nil
 }
 
-// sample records the heap and model-call peaks every 20 ms. It reads runtime/metrics, not
-// runtime.ReadMemStats as the in-process bench does: that stops the world, and in every child
-// at 100 Hz it cost about 5 % of a turn worker's CPU in a first profile.
+// sample records the heap and model-call peaks every 20 ms (through a heapSampler, as the
+// in-process bench does).
 func (st *childStats) sample(ctx context.Context, done chan<- struct{}) {
 	defer close(done)
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
-	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/unused:bytes"},
-		{Name: "/gc/heap/live:bytes"}}
+	hs := newHeapSampler()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		metrics.Read(s)
-		var inuse, live uint64
-		if s[0].Value.Kind() == metrics.KindUint64 && s[1].Value.Kind() == metrics.KindUint64 {
-			inuse = s[0].Value.Uint64() + s[1].Value.Uint64() // = MemStats.HeapInuse
-		}
-		if s[2].Value.Kind() == metrics.KindUint64 {
-			live = s[2].Value.Uint64()
-		}
+		inuse, live := hs.read()
 		st.mu.Lock()
 		st.peaks.model = max(st.peaks.model, st.modelInFlight.Load())
 		st.peaks.heapInuse = max(st.peaks.heapInuse, inuse)

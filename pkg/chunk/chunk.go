@@ -283,7 +283,11 @@ func mediaKind(label, url string) (kind, alt string) {
 func SplitMedia(text string) []Part {
 	var out []Part
 	last := 0
-	for _, m := range mediaLink.FindAllStringSubmatchIndex(text, -1) {
+	var links [][]int
+	if strings.Contains(text, "](") { // every link has it; most replies have none, and the regexp costs
+		links = mediaLink.FindAllStringSubmatchIndex(text, -1)
+	}
+	for _, m := range links {
 		bang, label, url := text[m[2]:m[3]] == "!", text[m[4]:m[5]], text[m[6]:m[7]]
 		kind, alt := "image", label
 		if !bang {

@@ -20,6 +20,7 @@ package compaction
 
 import (
 	"fmt"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/agentbus/agentbus/pkg/llm"
@@ -223,7 +224,9 @@ func Micro(msgs []llm.Message, o MicroOptions) []llm.Message {
 	}
 	var known []msgInfo
 	if o.Estimator != nil {
-		known = o.Estimator.infos(msgs)
+		buf := infoBufs.Get().(*[]msgInfo)
+		known = o.Estimator.infos(msgs, *buf)
+		defer func() { *buf = known[:0]; infoBufs.Put(buf) }()
 	}
 	recent := 0
 	for i := len(msgs) - 1; i >= 0; i-- {
@@ -263,6 +266,10 @@ func contentBytes(cs []llm.Content) int {
 	}
 	return n
 }
+
+// infoBufs recycles Micro's per-call view of the Estimator (one entry per message of the
+// history, before every model call).
+var infoBufs = sync.Pool{New: func() any { return new([]msgInfo) }}
 
 // capBlocks shortens text blocks longer than max, keeping the head and the tail.
 func capBlocks(cs []llm.Content, max int) ([]llm.Content, bool) {

@@ -40,16 +40,27 @@ func infoOf(m *llm.Message) msgInfo {
 	return in
 }
 
-// infos returns what is known of each message of msgs, looking at the new ones. A nil
-// Estimator looks at every message.
-func (e *Estimator) infos(msgs []llm.Message) []msgInfo {
-	out := make([]msgInfo, len(msgs))
+// infos returns what is known of each message of msgs, looking at the new ones, in buf's
+// backing array when it is large enough. A nil Estimator looks at every message.
+func (e *Estimator) infos(msgs []llm.Message, buf []msgInfo) []msgInfo {
+	out := buf[:0]
+	if cap(out) < len(msgs) {
+		out = make([]msgInfo, 0, len(msgs))
+	}
+	out = out[:len(msgs)]
 	if e == nil {
 		for i := range msgs {
 			out[i] = infoOf(&msgs[i])
 		}
 		return out
 	}
+	e.each(msgs, func(i int, in msgInfo) { out[i] = in })
+	return out
+}
+
+// each calls fn with what is known of each message of msgs, in order, looking at the new
+// ones. fn runs under e's lock and must not call e.
+func (e *Estimator) each(msgs []llm.Message, fn func(i int, in msgInfo)) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.memo == nil {
@@ -59,7 +70,7 @@ func (e *Estimator) infos(msgs []llm.Message) []msgInfo {
 	for i := range msgs {
 		m := &msgs[i]
 		if len(m.Content) == 0 {
-			out[i] = infoOf(m)
+			fn(i, infoOf(m))
 			continue
 		}
 		key := &m.Content[0]
@@ -69,7 +80,7 @@ func (e *Estimator) infos(msgs []llm.Message) []msgInfo {
 		}
 		in.gen = e.gen
 		e.memo[key] = in
-		out[i] = in
+		fn(i, in)
 	}
 	// Forget messages no call of the last few has seen (compacted away, or another session id).
 	if len(e.memo) > 2*len(msgs)+32 {
@@ -79,7 +90,6 @@ func (e *Estimator) infos(msgs []llm.Message) []msgInfo {
 			}
 		}
 	}
-	return out
 }
 
 // Estimate is Estimate(msgs) through the memo. A nil Estimator estimates without one.
@@ -88,9 +98,7 @@ func (e *Estimator) Estimate(msgs []llm.Message) int {
 		return Estimate(msgs)
 	}
 	n := 0
-	for _, in := range e.infos(msgs) {
-		n += in.tokens
-	}
+	e.each(msgs, func(_ int, in msgInfo) { n += in.tokens })
 	return n
 }
 

@@ -74,3 +74,24 @@ func TestEstimator(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkEstimator is what a turn of a long session costs in estimates: auto compaction's
+// Estimate of the whole history and L1's Micro before a model call, both through the memo of
+// a session's Estimator (allocs/op is the figure: the memo makes the walks cheap, and neither
+// call should allocate per message).
+func BenchmarkEstimator(b *testing.B) {
+	var history []llm.Message
+	for i := range 20 {
+		history = append(history, llm.UserText("bench_echo "+strings.Repeat("x", i), int64(i)),
+			llm.Message{Role: llm.RoleAssistant, Content: []llm.Content{llm.ToolCall("c", "bench_echo", map[string]any{"text": "x"})}},
+			llm.Message{Role: llm.RoleToolResult, ToolCallID: "c", ToolName: "bench_echo", Content: []llm.Content{llm.Text("x")}},
+			llm.Message{Role: llm.RoleAssistant, Content: []llm.Content{llm.Text("The bench_echo tool returned x")}})
+	}
+	var e Estimator
+	o := MicroOptions{KeepRecentTokens: 40000, MaxBlockBytes: 8000, Estimator: &e}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = e.Estimate(history)
+		_ = Micro(history, o)
+	}
+}

@@ -380,7 +380,7 @@ func TestTraceIDs(t *testing.T) {
 		}
 		seen[id] = true
 		tp := traceparent(id)
-		if TraceIDFromTraceparent(tp) != id || len(tp) != 55 || tp[:3] != "00-" || tp[52:] != "-01" || tp[36:52] == "0000000000000000" {
+		if TraceIDFromTraceparent(tp) != id || len(tp) != 55 || tp[:3] != "00-" || tp[52:] != "-00" || tp[36:52] == "0000000000000000" {
 			t.Fatalf("traceparent %q", tp)
 		}
 	}

@@ -105,9 +105,13 @@ func SetCorrelation(h nats.Header, c Correlation) {
 	hb.correlation(c.Session, c.Turn, c.Trace)
 }
 
-// traceparent returns "00-<trace>-<new span id>-01" for a valid trace id.
+// traceparent returns "00-<trace>-<new span id>-00" for a valid trace id. The sampled flag is
+// off: agentbus records no spans, so it does not claim the trace was recorded, and a sampled
+// traceparent makes nats-server build a map of every header of the message to look for account
+// message tracing (about a tenth of the allocations of a whole turn, docs/benchmarks.md). To have
+// NATS trace a message, publish it with a Nats-Trace-Dest header.
 func traceparent(trace string) string {
-	var b [len("00-") + 32 + len("-") + 16 + len("-01")]byte
+	var b [len("00-") + 32 + len("-") + 16 + len("-00")]byte
 	n := copy(b[:], "00-")
 	n += copy(b[n:], trace)
 	b[n] = '-'
@@ -115,7 +119,7 @@ func traceparent(trace string) string {
 	var span [8]byte
 	binary.BigEndian.PutUint64(span[:], newSpanID())
 	n += hex.Encode(b[n:], span[:])
-	copy(b[n:], "-01")
+	copy(b[n:], "-00")
 	return string(b[:])
 }
 

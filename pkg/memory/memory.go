@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -65,7 +66,20 @@ type Store struct {
 	limits  Limits
 	now     func() time.Time
 	mu      sync.Mutex
+
+	// The last Section, for sectionTTL: every turn's system prompt asks for it, and reading it
+	// anew is three file reads and the date arithmetic for their names. version counts the
+	// writes through this Store; a Section read across one is not kept.
+	secMu      sync.Mutex
+	secBody    string
+	secAt      time.Time
+	secVersion uint64
+	version    atomic.Uint64
 }
+
+// sectionTTL is how long Section reuses what it read: a write through the Store shows at once,
+// an edit by another process or by hand within this long.
+const sectionTTL = time.Second
 
 // New returns a store for dataDir (memory files in dataDir/memory, AGENTS.md in dataDir).
 func New(dataDir string, limits Limits) *Store {
@@ -132,7 +146,9 @@ func (s *Store) Write(name, text string, replace bool) (int, error) {
 		_ = os.Remove(tmp.Name())
 		return 0, fmt.Errorf("memory: write %s: %w", filepath.Base(path), err)
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	err = os.Rename(tmp.Name(), path)
+	s.version.Add(1) // after the rename: a Section that read the old file is not kept
+	if err != nil {
 		_ = os.Remove(tmp.Name())
 		return 0, fmt.Errorf("memory: write %s: %w", filepath.Base(path), err)
 	}
@@ -140,9 +156,29 @@ func (s *Store) Write(name, text string, replace bool) (int, error) {
 }
 
 // Section is the Memory section of the system prompt: MEMORY.md, then yesterday's and today's
-// notes, each capped, the whole capped at Limits.Total ("" when there are none).
+// notes, each capped, the whole capped at Limits.Total ("" when there are none). What it read
+// is reused for up to a second (sectionTTL); a Write through this Store is seen at once.
 func (s *Store) Section() string {
-	now := s.now().UTC()
+	now := s.now()
+	v := s.version.Load()
+	s.secMu.Lock()
+	if s.secVersion == v && !s.secAt.IsZero() && now.Sub(s.secAt) < sectionTTL && now.Sub(s.secAt) >= 0 &&
+		now.UTC().YearDay() == s.secAt.UTC().YearDay() {
+		body := s.secBody
+		s.secMu.Unlock()
+		return body
+	}
+	s.secMu.Unlock()
+	body := s.readSection(now.UTC())
+	if s.version.Load() == v { // no write went by while reading
+		s.secMu.Lock()
+		s.secBody, s.secAt, s.secVersion = body, now, v
+		s.secMu.Unlock()
+	}
+	return body
+}
+
+func (s *Store) readSection(now time.Time) string {
 	parts := []struct{ title, path string }{
 		{"Long-term memory (memory/MEMORY.md)", filepath.Join(s.Dir(), LongTerm)},
 		{"Notes of " + now.AddDate(0, 0, -1).Format("2006-01-02"), filepath.Join(s.Dir(), now.AddDate(0, 0, -1).Format("2006-01-02")+".md")},

@@ -95,3 +95,45 @@ func TestTool(t *testing.T) {
 		t.Fatalf("section: %q", s.Section())
 	}
 }
+
+// TestSectionReuse: Section reuses what it read for sectionTTL, except that a Write through
+// the Store shows at once; an edit by hand shows once the second is over, and a new day
+// reads the new day's notes.
+func TestSectionReuse(t *testing.T) {
+	s := newStore(t, Limits{})
+	now := time.Date(2026, 12, 1, 23, 59, 58, 0, time.UTC)
+	s.now = func() time.Time { return now }
+	if err := os.MkdirAll(s.Dir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	byHand := func(text string) {
+		if err := os.WriteFile(filepath.Join(s.Dir(), LongTerm), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, step := range []struct {
+		name    string
+		advance time.Duration
+		do      func()
+		want    string // in the section
+		notWant string
+	}{
+		{"empty", 0, nil, "", "Long-term"},
+		{"a write shows at once", 0, func() { _, _ = s.Write(LongTerm, "alpha", false) }, "alpha", ""},
+		{"an edit by hand waits out the second", 100 * time.Millisecond, func() { byHand("beta") }, "alpha", "beta"},
+		{"and then shows", time.Second, nil, "beta", "alpha"},
+		{"today's note", 0, func() { _, _ = s.Write(Today, "gamma", false) }, "Notes of today, 2026-12-01", ""},
+		{"a new day within the second", 950 * time.Millisecond, nil, "Notes of 2026-12-01", "Notes of today, 2026-12-01"},
+	} {
+		t.Run(step.name, func(t *testing.T) {
+			now = now.Add(step.advance)
+			if step.do != nil {
+				step.do()
+			}
+			got := s.Section()
+			if step.want != "" && !strings.Contains(got, step.want) || step.notWant != "" && strings.Contains(got, step.notWant) {
+				t.Fatalf("section %q: want %q, not %q", got, step.want, step.notWant)
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,6 +71,17 @@ func (f fastJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.P
 		return nil, err
 	}
 	return decodePubAck(resp.Data)
+}
+
+// ExpectLastSubjectSeq sets on m the header that jetstream.WithExpectLastSequencePerSubject(seq)
+// would set (the server stores m only if its subject's last message has sequence seq; 0: the
+// subject has none), so that a publish with that expectation needs no PublishOpt and takes
+// FastPublish's path. The message on the wire is the same.
+func ExpectLastSubjectSeq(m *nats.Msg, seq uint64) {
+	if m.Header == nil {
+		m.Header = nats.Header{}
+	}
+	m.Header[jetstream.ExpectedLastSubjSeqHeader] = []string{strconv.FormatUint(seq, 10)}
 }
 
 // decodePubAck reads an ack as nats.go does.

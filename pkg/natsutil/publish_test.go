@@ -94,6 +94,53 @@ func TestFastPublish(t *testing.T) {
 	}
 }
 
+// TestExpectLastSubjectSeq checks that the header set by ExpectLastSubjectSeq, published
+// through FastPublish without options, is refused and accepted exactly where nats.go's
+// WithExpectLastSequencePerSubject is, with the same server error.
+func TestExpectLastSubjectSeq(t *testing.T) {
+	srv := natstest.New(t, natstest.WithoutProvision())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := srv.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "SEQ", Subjects: []string{"a.>", "b.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	fast := natsutil.FastPublish(srv.JS, 0)
+	var lastA, lastB uint64 // each subject's last sequence so far
+	for _, tc := range []struct {
+		name   string
+		expect func(last uint64) uint64
+	}{
+		{"first, expecting none", func(uint64) uint64 { return 0 }},
+		{"expecting none again", func(uint64) uint64 { return 0 }},
+		{"expecting the last", func(last uint64) uint64 { return last }},
+		{"expecting an older one", func(last uint64) uint64 { return last - 1 }},
+		{"expecting a later one", func(last uint64) uint64 { return last + 100 }},
+		{"expecting the last again", func(last uint64) uint64 { return last }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want, werr := srv.JS.PublishMsg(ctx, &nats.Msg{Subject: "a.x", Data: []byte("x")},
+				jetstream.WithExpectLastSequencePerSubject(tc.expect(lastA)))
+			m := &nats.Msg{Subject: "b.x", Data: []byte("x")}
+			natsutil.ExpectLastSubjectSeq(m, tc.expect(lastB))
+			got, gerr := fast.PublishMsg(ctx, m)
+			if (werr == nil) != (gerr == nil) {
+				t.Fatalf("nats.go: %v; ExpectLastSubjectSeq: %v", werr, gerr)
+			}
+			if werr != nil {
+				var wa, ga *jetstream.APIError
+				if !errors.As(werr, &wa) || !errors.As(gerr, &ga) || wa.ErrorCode != ga.ErrorCode {
+					t.Fatalf("nats.go: %v; ExpectLastSubjectSeq: %v", werr, gerr)
+				}
+				return
+			}
+			lastA, lastB = want.Sequence, got.Sequence
+		})
+	}
+	if lastA == 0 || lastB == 0 {
+		t.Fatal("nothing was stored")
+	}
+}
+
 // BenchmarkPublish is the figure behind FastPublish: one synchronous publish with its ack,
 // through nats.go's PublishMsg and through FastPublish, on one embedded server (allocs/op is
 // the part that decides; ns/op is mostly the round trip).

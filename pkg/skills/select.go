@@ -102,19 +102,18 @@ func Select(message string, all []*Skill, available []tools.Tool, o SelectOption
 // matchScore: 3 per keyword found in the message, 3 when the name (or its words) appears,
 // 1 per shared description term (ASCII words of 3+ letters, CJK bigrams).
 func matchScore(msg string, msgTerms map[string]bool, name, desc string, keywords []string) int {
+	p := prepare(name, desc, keywords)
 	score := 0
-	for _, k := range keywords {
-		k = strings.ToLower(strings.TrimSpace(k))
-		if k != "" && keywordIn(msg, k) {
+	for _, k := range p.keywords {
+		if keywordIn(msg, k) {
 			score += 3
 		}
 	}
-	n := strings.ToLower(name)
-	if n != "" && (strings.Contains(msg, n) || strings.Contains(msg, strings.Map(underscoreToSpace, n))) {
+	if p.name != "" && (strings.Contains(msg, p.name) || p.spaced != "" && strings.Contains(msg, p.spaced)) {
 		score += 3
 	}
 	// Each distinct description term the message shares scores one.
-	dt := descTerms(desc)
+	dt := p.desc
 	if len(msgTerms) < len(dt) {
 		for t := range msgTerms {
 			if dt[t] {
@@ -129,6 +128,62 @@ func matchScore(msg string, msgTerms map[string]bool, name, desc string, keyword
 		}
 	}
 	return score
+}
+
+// prepared is what matchScore needs of a skill or tool besides the message, worked out once
+// per definition: every message is scored against every tool and skill, and lower-casing
+// their keywords and names (CJK ones allocate) and splitting their descriptions cost more
+// than the scoring itself. The catalog changes rarely, so the cache hits nearly always.
+type prepared struct {
+	keywords     []string        // lower-cased, trimmed, empty ones dropped
+	name, spaced string          // lower-cased name; and with '_' and '-' as spaces, "" when that is the same
+	desc         map[string]bool // termSet of the lower-cased description
+}
+
+// prepKey identifies a definition: its name and description, and its keyword slice by its
+// backing array (a catalog hands out the same slice on every turn; a rebuilt one is only a
+// miss). So a definition's keywords must not be changed in place once it has been scored.
+type prepKey struct {
+	name, desc string
+	kw         *string
+	nkw        int
+}
+
+// prepCache holds prepared definitions, bounded by maxPrepCache (past it, it starts over).
+var prepCache struct {
+	sync.RWMutex
+	m map[prepKey]*prepared
+}
+
+const maxPrepCache = 4096
+
+func prepare(name, desc string, keywords []string) *prepared {
+	key := prepKey{name: name, desc: desc, nkw: len(keywords)}
+	if len(keywords) > 0 {
+		key.kw = &keywords[0]
+	}
+	prepCache.RLock()
+	p, ok := prepCache.m[key]
+	prepCache.RUnlock()
+	if ok {
+		return p
+	}
+	p = &prepared{name: strings.ToLower(name), desc: termSet(strings.ToLower(desc))}
+	if sp := strings.Map(underscoreToSpace, p.name); sp != p.name {
+		p.spaced = sp
+	}
+	for _, k := range keywords {
+		if k = strings.ToLower(strings.TrimSpace(k)); k != "" {
+			p.keywords = append(p.keywords, k)
+		}
+	}
+	prepCache.Lock()
+	if prepCache.m == nil || len(prepCache.m) >= maxPrepCache {
+		prepCache.m = map[prepKey]*prepared{}
+	}
+	prepCache.m[key] = p
+	prepCache.Unlock()
+	return p
 }
 
 // keywordIn reports whether keyword k occurs in msg. A keyword that starts with a letter or
@@ -153,33 +208,6 @@ func keywordIn(msg, k string) bool {
 		off = at + len(k)
 	}
 	return false
-}
-
-// descCache holds the term sets of descriptions: tools and skills are scored against every
-// message, and their descriptions change only when the catalog does.
-var descCache struct {
-	sync.RWMutex
-	m map[string]map[string]bool
-}
-
-// maxDescCache bounds descCache; past it the cache starts over.
-const maxDescCache = 4096
-
-func descTerms(desc string) map[string]bool {
-	descCache.RLock()
-	t, ok := descCache.m[desc]
-	descCache.RUnlock()
-	if ok {
-		return t
-	}
-	t = termSet(strings.ToLower(desc))
-	descCache.Lock()
-	if descCache.m == nil || len(descCache.m) >= maxDescCache {
-		descCache.m = map[string]map[string]bool{}
-	}
-	descCache.m[desc] = t
-	descCache.Unlock()
-	return t
 }
 
 var stopwords = map[string]bool{"the": true, "and": true, "for": true, "with": true, "from": true, "this": true,

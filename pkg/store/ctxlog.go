@@ -731,7 +731,8 @@ func (l *ContextLog) publish(ctx context.Context, id events.SessionID, expectedL
 	if size := int64(len(msg.Data) + len(subj) + 512); size > l.maxBytes {
 		return 0, fmt.Errorf("%w: %d bytes, server max payload %d", ErrTooLarge, size, l.maxBytes)
 	}
-	ack, err := l.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(expectedLastSeq))
+	natsutil.ExpectLastSubjectSeq(msg, expectedLastSeq) // as a header, not an option: FastPublish's path
+	ack, err := l.js.PublishMsg(ctx, msg)
 	if isWrongLastSeq(err) {
 		// The server checks the expected sequence before deduplication, so a retry of a commit
 		// that did land looks stale: if the subject's last record is this very commit, it is

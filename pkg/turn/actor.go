@@ -222,6 +222,11 @@ func (a *actor) run() {
 	a.resumeAll(sess)
 	idleSince := time.Now()
 	probe := true // what came in while nobody owned the session
+	// One timer each for the loop's waits, reset on every round instead of a time.After per
+	// wait (a round runs several times per turn; since Go 1.23 a Reset timer never delivers a
+	// stale tick).
+	tick, closeT, collectT := stoppedTimer(), stoppedTimer(), stoppedTimer()
+	defer func() { tick.Stop(); closeT.Stop(); collectT.Stop() }()
 	for a.ctx.Err() == nil {
 		a.startWaiting()
 		var progressed bool
@@ -252,13 +257,13 @@ func (a *actor) run() {
 		select {
 		case <-a.ctx.Done():
 		case <-a.wake:
-		case <-a.collectDue():
+		case <-a.collectDue(collectT):
 			a.flushCollect()
-		case <-a.closeDue():
+		case <-a.closeDue(closeT):
 			if _, err := a.updateSession(a.ctx, nil); err != nil && a.ctx.Err() == nil {
 				a.log.Warn("record finished turns", "err", err)
 			}
-		case <-time.After(a.w.opts.IdleRelease / 4):
+		case <-resetTimer(tick, a.w.opts.IdleRelease/4):
 		}
 	}
 }
@@ -577,13 +582,29 @@ func (a *actor) finished(t *turnRun) {
 	a.mu.Unlock()
 }
 
-func (a *actor) closeDue() <-chan time.Time {
+// closeDue is t's channel, reset to fire when the oldest finished turn is due to be recorded,
+// or nil (t stopped) when none waits.
+func (a *actor) closeDue(t *time.Timer) <-chan time.Time {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(a.closing) == 0 {
+		t.Stop()
 		return nil
 	}
-	return time.After(time.Until(a.closing[0].since.Add(closeDelay)))
+	return resetTimer(t, time.Until(a.closing[0].since.Add(closeDelay)))
+}
+
+// stoppedTimer is a timer that has not been started, for resetTimer.
+func stoppedTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}
+
+// resetTimer restarts t to fire after d and returns its channel.
+func resetTimer(t *time.Timer, d time.Duration) <-chan time.Time {
+	t.Reset(d)
+	return t.C
 }
 
 // updateSession is every write of the actor to its session record: fn (may be nil) plus the
@@ -939,13 +960,16 @@ func (a *actor) recordSteer(t *turnRun, seq uint64) error {
 	return nil
 }
 
-func (a *actor) collectDue() <-chan time.Time {
+// collectDue is t's channel, reset to fire when the collected messages are due, or nil (t
+// stopped) when nothing is being collected.
+func (a *actor) collectDue(t *time.Timer) <-chan time.Time {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.collect == nil {
+		t.Stop()
 		return nil
 	}
-	return time.After(time.Until(a.collect.due))
+	return resetTimer(t, time.Until(a.collect.due))
 }
 
 func (a *actor) flushCollect() {

@@ -924,6 +924,13 @@ const pubAckWait = 5 * time.Second
 
 // awaitAck waits for f's ack, at most pubAckWait.
 func awaitAck(ctx context.Context, f jetstream.PubAckFuture) error {
+	select { // most acks are in by the time they are awaited: no timer for those
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
+		return err
+	default:
+	}
 	timer := time.NewTimer(pubAckWait)
 	defer timer.Stop()
 	select {

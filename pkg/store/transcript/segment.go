@@ -57,16 +57,21 @@ func (s segView) valid() bool {
 
 func (s segView) textBytes() int { return len(s.blob()) }
 
-// decode copies the segment out (writers rebuild segments; readers use segView directly).
+// decode copies the segment out (writers rebuild segments; readers use segView directly): one
+// copy of the whole value (bbolt's is valid only in its transaction), the entries slices of
+// it, capped so that nothing is ever appended into it. Every batch of the archiver decodes the
+// newest segment of each scene it writes to, so a copy per entry would cost two allocations
+// per row already archived there.
 func (s segView) decode() segment {
 	n := s.n()
+	v := segView(bytes.Clone(s))
 	seg := segment{keys: make([][]byte, n), text: make([][]byte, n)}
-	blob := s.blob()
+	blob := v.blob()
 	start := 0
 	for i := 0; i < n; i++ {
-		seg.keys[i] = append([]byte(nil), s.key(i)...)
-		e := s.end(i)
-		seg.text[i] = append([]byte(nil), blob[start:e]...)
+		seg.keys[i] = v.key(i)[:keyLen:keyLen]
+		e := v.end(i)
+		seg.text[i] = blob[start:e:e]
 		start = e + 1
 	}
 	return seg
