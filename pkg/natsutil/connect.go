@@ -39,11 +39,22 @@ func Connect(ctx context.Context, cfg config.NATS, extra ...nats.Option) (*nats.
 	return nc, nil
 }
 
+// SyncQueueLen is the queue of each synchronous subscription on agentbus's connections.
+// nats.go's default gives every SubscribeSync a 65,536-slot channel: 512 KiB allocated and
+// zeroed for each batched direct get (orbit.go's GetBatch subscribes synchronously for its
+// answers), which a cold session start makes several of; at 2,000 sessions starting together
+// that was most of a gigabyte of heap. agentbus's sync subscriptions receive at most one page
+// of a batched get (pkg/store pages by 512) and its end marker, or one tool result, so 1,024
+// slots are room enough: a subscription that overflowed would report a slow consumer, not
+// lose a message silently.
+const SyncQueueLen = 1024
+
 func clientOptions(ctx context.Context, cfg config.NATS) ([]nats.Option, error) {
 	log := slog.Default().With("component", "nats")
 	opts := []nats.Option{
 		nats.Name("agentbus"),
 		nats.MaxReconnects(-1),
+		nats.SyncQueueLen(SyncQueueLen),
 		nats.ReconnectWait(500 * time.Millisecond),
 		nats.ReconnectJitter(250*time.Millisecond, time.Second),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {

@@ -132,7 +132,7 @@ func (e *Embedded) ClientURL() string {
 // Connect opens an in-process client connection (no TCP, works with or without a listener).
 // Options are applied after the defaults (name, reconnect forever).
 func (e *Embedded) Connect(opts ...nats.Option) (*nats.Conn, error) {
-	all := []nats.Option{nats.Name("agentbus"), nats.InProcessServer(e.srv), nats.MaxReconnects(-1),
+	all := []nats.Option{nats.Name("agentbus"), nats.InProcessServer(e.srv), nats.MaxReconnects(-1), nats.SyncQueueLen(SyncQueueLen),
 		asyncErrors(slog.Default().With("component", "nats"))}
 	if e.auth != nil {
 		all = append(all, e.auth)

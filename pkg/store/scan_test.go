@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 )
 
 // TestPaging runs the readers with tiny pages, so every multi-page path is exercised.
@@ -49,5 +50,28 @@ func TestPaging(t *testing.T) {
 	}
 	if n != 10 {
 		t.Fatalf("replayed %d", n)
+	}
+}
+
+// TestFullPagesFitTheSyncQueue reads more than two whole pages through a connection with
+// agentbus's sync queue (natstest connects like the roles do): a page and its end marker
+// must fit, or the batched get would fail with a slow consumer.
+func TestFullPagesFitTheSyncQueue(t *testing.T) {
+	if scanPage+1 > natsutil.SyncQueueLen {
+		t.Fatalf("a page of %d messages and its end marker do not fit a sync queue of %d", scanPage, natsutil.SyncQueueLen)
+	}
+	ctx := context.Background()
+	js := startJS(t)
+	tl, _ := NewTurnLog(ctx, js)
+	key := testKey("full-pages")
+	want := 2*scanPage + 77
+	for i := 0; i < want; i++ {
+		if _, err := tl.Append(ctx, key, events.New(events.TurnFailed{Reason: events.FailError}, events.WithTurn("t1"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs, err := tl.ReadTurn(ctx, key, "t1", 0)
+	if err != nil || len(rs) != want {
+		t.Fatalf("read turn: %d records of %d, %v", len(rs), want, err)
 	}
 }
