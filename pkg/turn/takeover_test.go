@@ -334,7 +334,7 @@ func (h *harness) workerWith(id string, mutate func(*Options)) *Worker {
 }
 
 // A publish whose reply never comes (the request or its answer was lost while a NATS node
-// died; here: a subscriber swallows the request) ends after publishTimeout even when the
+// died; here: a subscriber swallows the request) ends after busTimeout even when the
 // caller's ctx runs for minutes, as a turn's does (ai.agent.timeout): the fault test's lost
 // turn waited on such a tool-call publish until the test gave up on it.
 func TestPublishWithoutReplyEndsAfterTimeout(t *testing.T) {

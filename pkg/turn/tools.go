@@ -341,7 +341,7 @@ func (x *busExecutor) await(ctx context.Context, tool, subj string, results <-ch
 			return res, nil
 		}
 		timer.Reset(recheck)
-		lctx, cancel := context.WithTimeout(ctx, lookTimeout)
+		lctx, cancel := context.WithTimeout(ctx, busTimeout)
 		queued, err := natsutil.LeaderGetMsg(lctx, w.js, events.StreamToolCalls, natsutil.MsgQuery{Seq: reqSeq})
 		cancel()
 		switch {
@@ -363,7 +363,7 @@ func (x *busExecutor) await(ctx context.Context, tool, subj string, results <-ch
 		case err != nil:
 			w.log.Warn("check tool call request", "tool", tool, "subject", subj, "err", err)
 		case time.Now().After(deadline) && !w.tools.served(tool):
-			dctx, cancel := context.WithTimeout(ctx, lookTimeout)
+			dctx, cancel := context.WithTimeout(ctx, busTimeout)
 			derr := w.calls.DeleteMsg(dctx, reqSeq)
 			cancel()
 			if derr == nil {
@@ -385,14 +385,8 @@ func (x *busExecutor) await(ctx context.Context, tool, subj string, results <-ch
 // waits this long, not until its deadline.
 const firstLook = 2 * time.Second
 
-// lookTimeout bounds each look and request of await. The turn's context may allow minutes, and
-// a JetStream API request that no server answers (a stream without a leader during a NATS node's
-// failover drops it) would otherwise hold the wait that long; a look that times out is made
-// again at the next recheck.
-const lookTimeout = 5 * time.Second
-
 func (x *busExecutor) existing(ctx context.Context, subj string) (loop.ToolResult, bool) {
-	ctx, cancel := context.WithTimeout(ctx, lookTimeout)
+	ctx, cancel := context.WithTimeout(ctx, busTimeout)
 	defer cancel()
 	raw, err := natsutil.GetMsg(ctx, x.w.js, x.w.results, natsutil.MsgQuery{LastFor: subj})
 	if err != nil {

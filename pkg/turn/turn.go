@@ -915,14 +915,9 @@ type pendingRecord struct {
 	f   jetstream.PubAckFuture
 }
 
-// pubAckWait bounds the wait for one asynchronous publish's ack. The async publisher has no
-// ack timeout of its own, and an ack lost while a NATS node dies (or the publish itself,
-// buffered in the connection) would otherwise leave the turn waiting forever, its reply never
-// sent: that lost turns in the fault test. A publish whose ack does not come is published
-// again under the same Nats-Msg-Id, which the stream drops if the first one was stored.
-const pubAckWait = 5 * time.Second
-
-// awaitAck waits for f's ack, at most pubAckWait.
+// awaitAck waits for f's ack, at most busTimeout: the async publisher has no ack timeout of
+// its own, and an ack lost while a NATS node dies (or the publish itself, buffered in the
+// connection) would otherwise leave the turn waiting forever, its reply never sent.
 func awaitAck(ctx context.Context, f jetstream.PubAckFuture) error {
 	select { // most acks are in by the time they are awaited: no timer for those
 	case <-f.Ok():
@@ -931,7 +926,7 @@ func awaitAck(ctx context.Context, f jetstream.PubAckFuture) error {
 		return err
 	default:
 	}
-	timer := time.NewTimer(pubAckWait)
+	timer := time.NewTimer(busTimeout)
 	defer timer.Stop()
 	select {
 	case <-f.Ok():

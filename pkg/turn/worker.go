@@ -520,15 +520,17 @@ func (w *Worker) deadLetter(subject string, seq uint64, body []byte, h nats.Head
 	w.log.Warn("dead-lettered", "subject", subject, "seq", seq, "reason", reason, "err", cause)
 }
 
-// publishTimeout bounds one JetStream publish request. The server answers a publish at once
-// or not at all: a request, or its reply, lost while a NATS node dies is never answered, and a
-// caller's ctx may run for the whole turn (ai.agent.timeout). The callers retry under the same
-// Nats-Msg-Id, so a publish that did land is not stored twice.
-const publishTimeout = 5 * time.Second
+// busTimeout bounds one bus request of a turn: a publish and the wait for its ack, a look
+// into a stream, a withdrawal. The server answers such a request at once or not at all: a
+// request, or its reply, lost while a NATS node dies (a stream without a leader drops it) is
+// never answered, and a caller's ctx may run for the whole turn (ai.agent.timeout), which lost
+// turns in the fault test. The callers try again: a publish under the same Nats-Msg-Id, so one
+// that did land is not stored twice.
+const busTimeout = 5 * time.Second
 
-// publishOnce is one publish of m, bounded by publishTimeout (or ctx, when that ends sooner).
+// publishOnce is one publish of m, bounded by busTimeout (or ctx, when that ends sooner).
 func (w *Worker) publishOnce(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
-	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	ctx, cancel := context.WithTimeout(ctx, busTimeout)
 	defer cancel()
 	return w.js.PublishMsg(ctx, m)
 }
