@@ -37,15 +37,8 @@ func TestClosingCommitTakeover(t *testing.T) {
 			h := newHarness(t, nil, faux.WithResponder(faux.Echo))
 			ctx := context.Background()
 			h.send(sk, "m1", "use the tool")
-			in, err := h.ns.JS.Stream(ctx, events.StreamSessionIn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			trigger, err := in.GetLastMsgForSubject(ctx, events.AgentInSubject(sk))
-			if err != nil {
-				t.Fatal(err)
-			}
-			turn := turnID(trigger.Sequence)
+			trigger := h.lastInboxSeq(t, sk)
+			turn := turnID(trigger)
 			sid := events.NewSessionID(sk, 1)
 			sessions, err := store.OpenSessions(ctx, h.ns.JS)
 			if err != nil {
@@ -66,7 +59,7 @@ func TestClosingCommitTakeover(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			started := events.New(events.TurnStarted{Turn: turn, Trigger: events.InboxRef{Seq: trigger.Sequence},
+			started := events.New(events.TurnStarted{Turn: turn, Trigger: events.InboxRef{Seq: trigger},
 				Model: events.ModelRef{Provider: "demo", ID: "demo-1", API: "faux"}, Input: []llm.Message{user}, Worker: "wA",
 				Steps: []events.MessageEnd{{Index: 1, Message: ask}}},
 				events.WithSession(sid.String()), events.WithTurn(turn), events.WithID(turn+"-started"))
@@ -78,14 +71,14 @@ func TestClosingCommitTakeover(t *testing.T) {
 				t.Fatal(err)
 			}
 			seq, err := cl.AppendMessages(ctx, sid, 0, []llm.Message{user, ask, result, answer},
-				store.WithMsgID(turn+":commit"), store.WithTurn(turn), store.WithInboxSeq(trigger.Sequence), store.WithClosing(1, 2))
+				store.WithMsgID(turn+":commit"), store.WithTurn(turn), store.WithInboxSeq(trigger), store.WithClosing(1, 2))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if tc.listed {
 				if _, err := sessions.Update(ctx, sk, func(s *store.Session) error {
-					s.SetOpenTurn(store.OpenTurn{ID: turn, State: "running", InboxSeq: trigger.Sequence, StartedAt: now})
-					s.InboxCursor = trigger.Sequence
+					s.SetOpenTurn(store.OpenTurn{ID: turn, State: "running", InboxSeq: trigger, StartedAt: now})
+					s.InboxCursor = trigger
 					return nil
 				}); err != nil {
 					t.Fatal(err)
@@ -139,7 +132,7 @@ func TestClosingCommitTakeover(t *testing.T) {
 			// finish it again.
 			waitFor(t, func() bool {
 				s, err := w.sessions.Get(ctx, sk)
-				return err == nil && s.InboxCursor >= trigger.Sequence && len(s.OpenTurns) == 0
+				return err == nil && s.InboxCursor >= trigger && len(s.OpenTurns) == 0
 			})
 		})
 	}

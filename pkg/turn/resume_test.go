@@ -410,15 +410,8 @@ func TestCommitWithoutRecordIsFinishedFromTheCommit(t *testing.T) {
 	h := newHarness(t, nil, faux.WithResponder(faux.Echo))
 	ctx := context.Background()
 	h.send(sk, "m1", "a question")
-	in, err := h.ns.JS.Stream(ctx, events.StreamSessionIn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	trigger, err := in.GetLastMsgForSubject(ctx, events.AgentInSubject(sk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	turn := turnID(trigger.Sequence)
+	trigger := h.lastInboxSeq(t, sk)
+	turn := turnID(trigger)
 	cl, err := store.NewContextLog(ctx, h.ns.JS, store.ContextBounds{})
 	if err != nil {
 		t.Fatal(err)
@@ -426,7 +419,7 @@ func TestCommitWithoutRecordIsFinishedFromTheCommit(t *testing.T) {
 	sid := events.NewSessionID(sk, 1)
 	answer := llm.Message{Role: llm.RoleAssistant, Content: []llm.Content{llm.Text("the committed answer")}, StopReason: llm.StopReasonStop, Timestamp: time.Now().UnixMilli()}
 	if _, err := cl.AppendMessages(ctx, sid, 0, []llm.Message{llm.UserText("a question", time.Now().UnixMilli()), answer},
-		store.WithMsgID(turn+":commit"), store.WithTurn(turn), store.WithInboxSeq(trigger.Sequence)); err != nil {
+		store.WithMsgID(turn+":commit"), store.WithTurn(turn), store.WithInboxSeq(trigger)); err != nil {
 		t.Fatal(err)
 	}
 

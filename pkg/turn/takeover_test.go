@@ -379,22 +379,15 @@ func TestTakeoverStartsAtTheLastCommit(t *testing.T) {
 	a.Kill()
 	// The sixth message's turn committed on A, which died before its turn_committed record.
 	h.send(sk, "m5", "question 5")
-	in, err := h.ns.JS.Stream(ctx, events.StreamSessionIn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	trigger, err := in.GetLastMsgForSubject(ctx, events.AgentInSubject(sk))
-	if err != nil {
-		t.Fatal(err)
-	}
-	turn := turnID(trigger.Sequence)
+	trigger := h.lastInboxSeq(t, sk)
+	turn := turnID(trigger)
 	loaded, err := a.ctxlog.LoadContext(ctx, events.NewSessionID(sk, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	answer := llm.Message{Role: llm.RoleAssistant, Content: []llm.Content{llm.Text("the committed answer")}, StopReason: llm.StopReasonStop, Timestamp: time.Now().UnixMilli()}
 	if _, err := a.ctxlog.AppendMessages(ctx, events.NewSessionID(sk, 1), loaded.LastSeq, []llm.Message{llm.UserText("question 5", time.Now().UnixMilli()), answer},
-		store.WithMsgID(turn+":commit"), store.WithTurn(turn), store.WithInboxSeq(trigger.Sequence)); err != nil {
+		store.WithMsgID(turn+":commit"), store.WithTurn(turn), store.WithInboxSeq(trigger)); err != nil {
 		t.Fatal(err)
 	}
 	calls := h.faux.Calls()

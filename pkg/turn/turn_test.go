@@ -313,3 +313,18 @@ func TestSlowTurnIsNotRedelivered(t *testing.T) {
 		t.Fatalf("%d redeliveries, %d model calls; want 0 and 1", ci.NumRedelivered, h.faux.Calls())
 	}
 }
+
+// lastInboxSeq is the sequence of the session's last inbox event (turnID of it is the turn
+// that event starts).
+func (h *harness) lastInboxSeq(t *testing.T, sk events.SessionKey) uint64 {
+	t.Helper()
+	in, err := h.ns.JS.Stream(context.Background(), events.StreamSessionIn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trigger, err := in.GetLastMsgForSubject(context.Background(), events.AgentInSubject(sk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return trigger.Sequence
+}
