@@ -156,6 +156,64 @@ func ParseWakeBody(b []byte) (SessionKey, uint64, error) {
 	return k, seq, nil
 }
 
+// WakeEntry is one delivery a doorbell ring (AgentWakeSubject) tells the owner of: the session,
+// the inbox sequence that waits, and the ack subject of the delivery the ring hands over (""
+// hands over nothing, the owner only learns that seq is in the log).
+type WakeEntry struct {
+	Session SessionKey
+	Seq     uint64
+	Ack     string
+}
+
+// AppendWake appends e to the body of a ring that hands over several deliveries at once, as one
+// line "<sk token> <seq> <ack>\n". A ringer batches the deliveries for one owner that came
+// while its previous ring to that owner was on its way; a ring of one delivery keeps the
+// WakeBody form with the ack in HeaderWakeAck. The owner's answer to a batch lists, one token
+// per line, the sessions it did not run (it claims them now); an empty answer says it ran all.
+func AppendWake(b []byte, e WakeEntry) []byte {
+	b = append(b, e.Session.Token()...)
+	b = append(b, ' ')
+	b = strconv.AppendUint(b, e.Seq, 10)
+	b = append(b, ' ')
+	b = append(b, e.Ack...)
+	return append(b, '\n')
+}
+
+// ParseWake reverses AppendWake, one entry per line; a body without a newline is the WakeBody
+// form of one entry, whose ack (HeaderWakeAck) the caller supplies.
+func ParseWake(body []byte, ack string) ([]WakeEntry, error) {
+	s := string(body)
+	if !strings.Contains(s, "\n") {
+		k, seq, err := ParseWakeBody(body)
+		if err != nil {
+			return nil, err
+		}
+		return []WakeEntry{{Session: k, Seq: seq, Ack: ack}}, nil
+	}
+	out := make([]WakeEntry, 0, strings.Count(s, "\n"))
+	for line := range strings.SplitSeq(strings.TrimSuffix(s, "\n"), "\n") {
+		rest, ack, ok := cutLast(line)
+		if !ok {
+			return nil, &InvalidError{What: "wake body", Reason: "want \"<sk> <seq> <ack>\" lines, got " + strconv.Quote(line)}
+		}
+		k, seq, err := ParseWakeBody([]byte(rest))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, WakeEntry{Session: k, Seq: seq, Ack: ack})
+	}
+	return out, nil
+}
+
+// cutLast splits line at its last space.
+func cutLast(line string) (before, after string, ok bool) {
+	i := strings.LastIndexByte(line, ' ')
+	if i < 0 {
+		return line, "", false
+	}
+	return line[:i], line[i+1:], true
+}
+
 // ToolAttemptSubject is tool.attempt.<instance> (core NATS, not stored): the probe of one
 // tool-worker process, named by the instance token its non-idempotent calls' started markers
 // carry. The request body is a call id; the process answers ToolAttemptRunning while it still

@@ -66,11 +66,71 @@ func TestDoorbellAnswerSaysNotOwner(t *testing.T) {
 	b.owners[hinted.String()] = ownerHint{owner: "wA", epoch: epoch}
 	b.mu.Unlock()
 	b.ring(hinted, "wA", epoch, []delivery{{msg: &adoptedMsg{nc: h.ns.NC, subject: events.AgentInSubject(hinted)}}})
+	waitFor(t, func() bool { // rings go out from the bell's own goroutine
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		_, still := b.owners[hinted.String()]
+		return !still
+	})
+}
+
+// A ring may hand over several deliveries at once (those that came while the ringer's previous
+// ring to the same owner was on its way). The owner holds the ones of sessions it runs and
+// claims the others, and its answer names exactly those, so the ringer forgets only their hints.
+func TestBatchedRingNamesSessionsNotOwned(t *testing.T) {
+	h := newHarness(t, nil, faux.WithResponder(func(c *llm.Context) faux.Response {
+		return faux.Response{Text: "ok"}
+	}))
+	a := h.worker("wA")
+	owned := sk
+	owned.Scene = "batch-owned"
+	h.send(owned, "m0", "warm up")
+	h.replies(owned, 1)
+	free1, free2 := sk, sk
+	free1.Scene, free2.Scene = "batch-free-1", "batch-free-2"
+
+	var body []byte
+	for _, k := range []events.SessionKey{owned, free1, owned, free2} {
+		body = events.AppendWake(body, events.WakeEntry{Session: k, Seq: 1})
+	}
+	resp, err := h.ns.NC.Request(events.AgentWakeSubject("wA"), body, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := free1.Token() + "\n" + free2.Token()
+	if string(resp.Data) != want {
+		t.Fatalf("answer %q, want %q", resp.Data, want)
+	}
+	waitFor(t, func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.actors[free1.String()] != nil && a.actors[free2.String()] != nil
+	})
+
+	// The ringer's side: hints of the sessions named are forgotten, the owner's is kept.
+	b := h.worker("wB")
+	epoch := a.workerLease().Token
 	b.mu.Lock()
-	_, still := b.owners[hinted.String()]
+	for _, k := range []events.SessionKey{owned, free1} {
+		b.owners[k.String()] = ownerHint{owner: "wA", epoch: epoch}
+	}
 	b.mu.Unlock()
-	if still {
-		t.Fatal("the ringer kept its hint after the rung replica said it does not own the session")
+	// wA runs free1 by now, so name a session it does not run instead.
+	gone := sk
+	gone.Scene = "batch-gone"
+	b.mu.Lock()
+	b.owners[gone.String()] = ownerHint{owner: "wA", epoch: epoch}
+	b.mu.Unlock()
+	b.ringBatch("wA", []ringEntry{
+		{sk: owned, epoch: epoch, d: delivery{msg: &adoptedMsg{nc: h.ns.NC, subject: events.AgentInSubject(owned)}, seq: 1}},
+		{sk: gone, epoch: epoch, d: delivery{msg: &adoptedMsg{nc: h.ns.NC, subject: events.AgentInSubject(gone)}, seq: 1}},
+	})
+	b.mu.Lock()
+	_, keptOwned := b.owners[owned.String()]
+	_, keptGone := b.owners[gone.String()]
+	b.mu.Unlock()
+	if !keptOwned || keptGone {
+		t.Fatalf("hints after the batch: owned kept %v (want true), gone kept %v (want false)", keptOwned, keptGone)
 	}
 }
 

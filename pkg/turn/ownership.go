@@ -495,42 +495,143 @@ func (w *Worker) giveBack(d delivery, delay time.Duration) {
 	_ = d.msg.NakWithDelay(delay)
 }
 
-// ring hands the deliveries of sk over to its owner: each ring is a request on the owner's
-// doorbell carrying the delivery's ack subject, and an answer means the owner holds the
-// delivery now. No responders means the owner's process is gone: the deliveries wait here
-// (with in-progress acks) until its worker lease has ended, and the session is claimed then.
-// An owner that does not answer in time gets nothing: the delivery comes back after a delay.
+// ringEntry is one delivery on its way to its owner's doorbell.
+type ringEntry struct {
+	sk    events.SessionKey
+	epoch uint64
+	d     delivery
+}
+
+// bell is this replica's doorbell traffic to one owner: at most one ring is on its way at a
+// time, and the deliveries that come meanwhile wait here and go out together in the next one.
+// Under load a ring thereby hands over many deliveries (one request and one answer on the bus
+// instead of two messages per delivery, the cost a second replica added to every other turn);
+// when idle a ring goes out at once with its one delivery.
+type bell struct {
+	queue []ringEntry
+	busy  bool // a ringLoop runs for this owner
+}
+
+// ring hands the deliveries of sk over to its owner (see ringLocked).
 func (w *Worker) ring(sk events.SessionKey, owner string, epoch uint64, ds []delivery) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ringLocked(sk, owner, epoch, ds)
+}
+
+// ringLocked queues the deliveries of sk for its owner's doorbell: each ring is a request on
+// the owner's doorbell carrying the deliveries' ack subjects, and an answer means the owner
+// holds them now. No responders means the owner's process is gone: the deliveries wait here
+// (with in-progress acks) until its worker lease has ended, and the session is claimed then.
+// An owner that does not answer in time gets nothing: the deliveries come back after a delay.
+// The deliveries are kept from redelivery (in-progress acks) until the owner has answered.
+func (w *Worker) ringLocked(sk events.SessionKey, owner string, epoch uint64, ds []delivery) {
+	if w.ctx.Err() != nil || len(ds) == 0 {
+		return // a stopping worker's deliveries are redelivered
+	}
+	b := w.bells[owner]
+	if b == nil {
+		b = &bell{}
+		w.bells[owner] = b
+	}
+	for _, d := range ds {
+		w.progress.Add(d.msg)
+		b.queue = append(b.queue, ringEntry{sk: sk, epoch: epoch, d: d})
+	}
+	if !b.busy {
+		b.busy = true
+		w.wg.Add(1)
+		go w.ringLoop(owner, b)
+	}
+}
+
+// ringLoop sends owner's queued deliveries, one ring at a time, until none is left.
+func (w *Worker) ringLoop(owner string, b *bell) {
+	defer w.wg.Done()
+	for {
+		w.mu.Lock()
+		q := b.queue
+		b.queue = nil
+		if len(q) == 0 || w.ctx.Err() != nil {
+			b.busy = false
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Unlock()
+		w.ringBatch(owner, q)
+	}
+}
+
+// ringBatch rings owner's doorbell once for rs and acts on the answer.
+func (w *Worker) ringBatch(owner string, rs []ringEntry) {
 	if owner == w.opts.ID {
 		// A claim of this replica held by a live epoch that is not ours: only a replica with
 		// the same id could do that. Leave the deliveries to JetStream.
-		for _, d := range ds {
-			w.giveBack(d, w.opts.LeaseTTL/4)
+		for _, r := range rs {
+			w.giveBack(r.d, w.opts.LeaseTTL/4)
 		}
 		return
 	}
-	for i, d := range ds {
-		m := nats.NewMsg(events.AgentWakeSubject(owner))
-		m.Data = events.WakeBody(sk, d.seq)
-		m.Header.Set(events.HeaderWakeAck, d.msg.Reply())
-		w.progress.Add(d.msg) // kept from redelivery during the ring
-		resp, err := w.nc.RequestMsg(m, ringTimeout)
-		switch {
-		case err == nil:
-			w.progress.Remove(d.msg) // the owner holds it now
-			if bytes.Equal(resp.Data, wakeNotOwner) {
-				w.forgetOwner(sk.String(), owner, epoch)
-			}
-		case errors.Is(err, nats.ErrNoResponders):
-			w.suspectPeer(owner, epoch)
-			w.awaitOwner(sk, owner, epoch, ds[i:])
+	m := nats.NewMsg(events.AgentWakeSubject(owner))
+	if len(rs) == 1 {
+		// One delivery keeps the single-ring form, which replicas of every version answer.
+		m.Data = events.WakeBody(rs[0].sk, rs[0].d.seq)
+		m.Header.Set(events.HeaderWakeAck, rs[0].d.msg.Reply())
+	} else {
+		var body []byte
+		for _, r := range rs {
+			body = events.AppendWake(body, events.WakeEntry{Session: r.sk, Seq: r.d.seq, Ack: r.d.msg.Reply()})
+		}
+		m.Data = body
+	}
+	resp, err := w.nc.RequestMsg(m, ringTimeout)
+	switch {
+	case err == nil:
+		for _, r := range rs {
+			w.progress.Remove(r.d.msg) // the owner holds it now
+		}
+		if len(resp.Data) == 0 {
 			return
-		default:
-			if w.ctx.Err() == nil {
-				w.log.Debug("ring doorbell", "owner", owner, "session", sk.String(), "err", err)
+		}
+		// The owner did not run some of the sessions: it claims them now (or passes their
+		// deliveries on to whoever owns them); look before ringing it for them again.
+		notOwner := map[string]bool{}
+		if len(rs) == 1 {
+			notOwner[rs[0].sk.Token()] = bytes.Equal(resp.Data, wakeNotOwner)
+		} else {
+			for line := range bytes.SplitSeq(resp.Data, []byte{'\n'}) {
+				notOwner[string(line)] = true
 			}
-			w.forgetOwner(sk.String(), owner, epoch) // look again when it comes back
-			w.giveBack(d, w.opts.LeaseTTL/4)
+		}
+		for _, r := range rs {
+			if notOwner[r.sk.Token()] {
+				w.forgetOwner(r.sk.String(), owner, r.epoch)
+			}
+		}
+	case errors.Is(err, nats.ErrNoResponders):
+		bySession := map[events.SessionKey][]delivery{}
+		epochs := map[events.SessionKey]uint64{}
+		var order []events.SessionKey
+		for _, r := range rs {
+			if _, ok := bySession[r.sk]; !ok {
+				order = append(order, r.sk)
+			}
+			bySession[r.sk] = append(bySession[r.sk], r.d)
+			epochs[r.sk] = r.epoch
+		}
+		for _, sk := range order {
+			w.suspectPeer(owner, epochs[sk])
+		}
+		for _, sk := range order {
+			w.awaitOwner(sk, owner, epochs[sk], bySession[sk])
+		}
+	default:
+		if w.ctx.Err() == nil {
+			w.log.Debug("ring doorbell", "owner", owner, "deliveries", len(rs), "err", err)
+		}
+		for _, r := range rs {
+			w.forgetOwner(r.sk.String(), owner, r.epoch) // look again when it comes back
+			w.giveBack(r.d, w.opts.LeaseTTL/4)
 		}
 	}
 }
@@ -597,11 +698,12 @@ func (w *Worker) awaitOwner(sk events.SessionKey, owner string, epoch uint64, ds
 	})
 }
 
-// onWake answers a ring of this replica's doorbell: another replica got a delivery for a
-// session it saw this replica own. The delivery the ring hands over (HeaderWakeAck) is held
-// here from now on; the session's actor reads the inbox up to the sequence rung. With no actor
-// (it went idle, or this replica restarted) the replica claims the session, whose actor then
-// reads the inbox from the cursor.
+// onWake answers a ring of this replica's doorbell: another replica got deliveries for
+// sessions it saw this replica own. The deliveries the ring hands over (their ack subjects) are
+// held here from now on; each session's actor reads the inbox up to the sequence rung. With no
+// actor (it went idle, or this replica restarted) the replica claims the session, whose actor
+// then reads the inbox from the cursor, and the answer names the session so that the ringer
+// looks before it rings here for it again.
 func (w *Worker) onWake(m *nats.Msg) {
 	if len(m.Data) == 0 { // a probe (probePeers): answering is all it asks
 		if m.Reply != "" && w.ctx.Err() == nil {
@@ -609,31 +711,38 @@ func (w *Worker) onWake(m *nats.Msg) {
 		}
 		return
 	}
-	sk, seq, err := events.ParseWakeBody(m.Data)
+	single := bytes.IndexByte(m.Data, '\n') < 0
+	entries, err := events.ParseWake(m.Data, m.Header.Get(events.HeaderWakeAck))
 	if err != nil {
 		w.log.Warn("ignoring a malformed doorbell ring", "err", err)
 		return
 	}
-	var d *delivery
-	if ack := m.Header.Get(events.HeaderWakeAck); ack != "" {
-		d = &delivery{msg: &adoptedMsg{nc: w.nc, reply: ack, subject: events.AgentInSubject(sk), seq: seq}, seq: seq}
-	}
-	key := sk.String()
 	var answer []byte // the owner's answer: nothing to say
 	w.mu.Lock()
 	if w.ctx.Err() != nil {
 		w.mu.Unlock()
-		return // no answer: the ringer keeps its delivery
+		return // no answer: the ringer keeps its deliveries
 	}
-	switch a := w.actors[key]; {
-	case a != nil && a.alive():
-		if d != nil {
-			a.deliver(d.msg, d.seq)
-		} else {
-			a.know(seq)
+	for _, e := range entries {
+		var d *delivery
+		if e.Ack != "" {
+			d = &delivery{msg: &adoptedMsg{nc: w.nc, reply: e.Ack, subject: events.AgentInSubject(e.Session), seq: e.Seq}, seq: e.Seq}
 		}
-	default:
-		answer = wakeNotOwner
+		key := e.Session.String()
+		if a := w.actors[key]; a != nil && a.alive() {
+			if d != nil {
+				a.deliver(d.msg, d.seq)
+			} else {
+				a.know(e.Seq)
+			}
+			continue
+		}
+		if single {
+			answer = wakeNotOwner
+		} else {
+			answer = append(answer, e.Session.Token()...)
+			answer = append(answer, '\n')
+		}
 		waiting, ok := w.claiming[key]
 		if d != nil {
 			waiting = append(waiting, *d)
@@ -642,11 +751,14 @@ func (w *Worker) onWake(m *nats.Msg) {
 		if !ok { // else the claim under way takes it, and its actor reads the inbox from the cursor
 			delete(w.owners, key)
 			w.wg.Add(1)
-			go w.claim(sk)
+			go w.claim(e.Session)
 		}
 	}
 	w.mu.Unlock()
 	if m.Reply != "" {
+		if !single && len(answer) > 0 {
+			answer = answer[:len(answer)-1]
+		}
 		_ = m.Respond(answer)
 	}
 }

@@ -171,6 +171,7 @@ type Worker struct {
 	actors    map[string]*actor       // by session key string
 	claiming  map[string][]delivery   // sessions being claimed, with their deliveries
 	owners    map[string]ownerHint    // sessions another replica was seen to own
+	bells     map[string]*bell        // by owner: deliveries waiting for a ring (ownership.go)
 	view      map[string]workerSeen   // worker leases, as the watch showed them (ownership.go)
 	viewReady bool                    // the watch has delivered its initial values
 	awaiting  map[string][]awaitClaim // by owner whose process is gone: claims waiting for its lease to end
@@ -216,7 +217,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 		return nil, errors.New("turn: Options.Models is required")
 	}
 	killCtx, killNow := context.WithCancel(context.Background())
-	w := &Worker{opts: opts, nc: nc, js: js, killCtx: killCtx, killNow: killNow, done: make(chan struct{}), actors: map[string]*actor{}, claiming: map[string][]delivery{}, owners: map[string]ownerHint{},
+	w := &Worker{opts: opts, nc: nc, js: js, killCtx: killCtx, killNow: killNow, done: make(chan struct{}), actors: map[string]*actor{}, claiming: map[string][]delivery{}, owners: map[string]ownerHint{}, bells: map[string]*bell{},
 		view: map[string]workerSeen{}, awaiting: map[string][]awaitClaim{}, suspect: map[string]suspicion{}, adopted: map[string]uint64{},
 		router: newResultRouter(), inboxHeard: make(chan *nats.Msg, inboxHeardBuffer), log: opts.Log.With("worker", opts.ID)}
 	var err error
@@ -437,11 +438,7 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 	}
 	if h, ok := w.owners[key]; ok {
 		if !w.staleLocked(h.owner, h.epoch) {
-			w.wg.Add(1)
-			go func() {
-				defer w.wg.Done()
-				w.ring(sk, h.owner, h.epoch, []delivery{d})
-			}()
+			w.ringLocked(sk, h.owner, h.epoch, []delivery{d})
 			return
 		}
 		delete(w.owners, key)
