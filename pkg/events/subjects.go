@@ -125,13 +125,14 @@ func TaskDeferredSubject(id string) string { return TaskSubject(TaskKindDeferred
 
 // AgentWakeSubject is agent.wake.<worker> (core NATS, not stored): the doorbell of one
 // turn-worker replica. A replica that got an inbox delivery for a session another replica owns
-// rings the owner's bell (WakeBody) as a request instead of making the delivery wait; the owner
-// reads the session's inbox from its cursor. A ring may hand the delivery over: its
-// HeaderWakeAck names the delivery's ack subject, and the owner that answers the request holds
-// the delivery from then on (in-progress acks, and the ack once its cursor has passed it), so
-// the ringer forgets it. A ring that no one answers ("no responders") tells the ringer that the
-// owner's process is gone. A lost ring costs only speed: the ringer keeps an unanswered
-// delivery and hands it back to JetStream.
+// rings the owner's bell (WakeBody, or AppendWake lines for several) instead of making the
+// delivery wait; the owner reads the session's inbox from its cursor. A ring may hand the
+// delivery over: its HeaderWakeAck (or the line's ack) names the delivery's ack subject, and
+// the owner holds the delivery from then on (in-progress acks, and the ack once its cursor has
+// passed it), so the ringer forgets it. A ring's reply subject, when it is the ringer's own
+// doorbell, is where the owner sends word of the sessions it did not run; a request is
+// answered. A lost ring costs only speed: the delivery was never acked and comes back to
+// JetStream. An empty request is a liveness probe: "no responders" means the process is gone.
 func AgentWakeSubject(worker string) string { return PrefixAgentWake + "." + EncodeToken(worker) }
 
 // WakeBody is the doorbell's payload: the session key token and the inbox sequence that waits.

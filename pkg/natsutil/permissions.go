@@ -126,9 +126,9 @@ func BusRoles() []BusRole {
 				"$JS.API.STREAM.PURGE.AGENT_CTX", "transcripts.search",
 			}, kv("sessions", "leases", "approvals", "profiles", "models", "tools", "tasks"), []string{"$O.media.>"}),
 			// Tool results are also awaited as core messages on the session's subject; the
-			// replicas ring each other's doorbells (agent.wake.<replica>, requests the owner
-			// answers); a session's owner hears its inbox subject (agent.in.<sk>) as core
-			// messages, to read a new event without waiting for its delivery.
+			// replicas ring and probe each other's doorbells (agent.wake.<replica>); a
+			// session's owner hears its inbox subject (agent.in.<sk>) as core messages, to
+			// read a new event without waiting for its delivery.
 			Subscribe: join(inbox, []string{"tool.result.>", "agent.wake.>", "agent.in.>"}),
 			Responses: true,
 		},

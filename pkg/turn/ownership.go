@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,17 +33,11 @@ type workerSeen struct {
 	gone  bool
 }
 
-// awaitClaim is a session whose claim waits for its owner's worker lease (of epoch) to end.
-type awaitClaim struct {
-	sk    events.SessionKey
-	epoch uint64
-}
-
 // ownerHint is which replica was seen holding a session's claim. It is trusted, without asking
 // the leases bucket again, for as long as the watch shows that replica's worker lease of that
-// epoch alive and the replica answers its rings as the session's owner: a hint that has gone
+// epoch alive and the replica does not say it no longer runs the session: a hint that has gone
 // wrong costs nothing but one hop, because a ring reaching a replica that no longer runs the
-// session makes that replica claim it (onWake) and say so in its answer (wakeNotOwner), and
+// session makes that replica claim it (onWake) and say so in a notice (notOwnerNotice), and
 // the ringer then forgets the hint. (It used to expire after LeaseTTL/2, which made every
 // non-owner claim each busy session again every second: three KV round trips that always
 // ended in the same HeldError.)
@@ -51,9 +46,10 @@ type ownerHint struct {
 	epoch uint64
 }
 
-// wakeNotOwner is the body of a doorbell answer from a replica that did not run the session
-// when rung: it took the delivery and claims the session now (or passes it on to whoever owns
-// it), and the ringer should not ring it for that session again without looking.
+// wakeNotOwner is the answer to a doorbell request from a replica that did not run the session
+// when rung (and the first word of a notOwnerNotice): it took the delivery and claims the
+// session now (or passes it on to whoever owns it), and the ringer should not ring it for that
+// session again without looking.
 var wakeNotOwner = []byte("claiming")
 
 // workerLease returns this replica's current liveness lease.
@@ -405,7 +401,6 @@ func (w *Worker) seeWorker(ev store.WorkerLeaseEvent) {
 		s = workerSeen{epoch: ev.Epoch}
 	}
 	w.view[ev.Worker] = s
-	w.releaseAwaitingLocked(ev.Worker)
 }
 
 // staleLocked reports whether the watch has shown that owner's worker lease of epoch ended
@@ -502,16 +497,6 @@ type ringEntry struct {
 	d     delivery
 }
 
-// bell is this replica's doorbell traffic to one owner: at most one ring is on its way at a
-// time, and the deliveries that come meanwhile wait here and go out together in the next one.
-// Under load a ring thereby hands over many deliveries (one request and one answer on the bus
-// instead of two messages per delivery, the cost a second replica added to every other turn);
-// when idle a ring goes out at once with its one delivery.
-type bell struct {
-	queue []ringEntry
-	busy  bool // a ringLoop runs for this owner
-}
-
 // ring hands the deliveries of sk over to its owner (see ringLocked).
 func (w *Worker) ring(sk events.SessionKey, owner string, epoch uint64, ds []delivery) {
 	w.mu.Lock()
@@ -519,50 +504,54 @@ func (w *Worker) ring(sk events.SessionKey, owner string, epoch uint64, ds []del
 	w.ringLocked(sk, owner, epoch, ds)
 }
 
-// ringLocked queues the deliveries of sk for its owner's doorbell: each ring is a request on
-// the owner's doorbell carrying the deliveries' ack subjects, and an answer means the owner
-// holds them now. No responders means the owner's process is gone: the deliveries wait here
-// (with in-progress acks) until its worker lease has ended, and the session is claimed then.
-// An owner that does not answer in time gets nothing: the deliveries come back after a delay.
-// The deliveries are kept from redelivery (in-progress acks) until the owner has answered.
+// ringLocked queues the deliveries of sk for its owner's doorbell; ringBells sends them.
+//
+// A ring is one core NATS message, not a request: the owner holds the deliveries it hands over
+// from the moment it reads it, and nothing waits for an answer. It used to be a request per
+// delivery, whose answer brought the owner's verdict: with two replicas that was two more
+// messages, a goroutine and a reply subscription for every other turn, the whole of a turn's
+// extra bus traffic. A ring that is lost (the owner's process died, or its connection is
+// reconnecting) costs no event: the owner did not take the deliveries, so they come back after
+// AckWait, and by then the probes (peers.go) have taken a dead owner's sessions over, whose
+// actors read the inbox from the cursor and hear it from then on. The owner speaks up only
+// when it did not run a session it was rung for (a notice back to the ringer's doorbell).
 func (w *Worker) ringLocked(sk events.SessionKey, owner string, epoch uint64, ds []delivery) {
 	if w.ctx.Err() != nil || len(ds) == 0 {
 		return // a stopping worker's deliveries are redelivered
 	}
-	b := w.bells[owner]
-	if b == nil {
-		b = &bell{}
-		w.bells[owner] = b
-	}
 	for _, d := range ds {
-		w.progress.Add(d.msg)
-		b.queue = append(b.queue, ringEntry{sk: sk, epoch: epoch, d: d})
+		w.bells[owner] = append(w.bells[owner], ringEntry{sk: sk, epoch: epoch, d: d})
 	}
-	if !b.busy {
-		b.busy = true
-		w.wg.Add(1)
-		go w.ringLoop(owner, b)
+	select {
+	case w.bellWake <- struct{}{}:
+	default:
 	}
 }
 
-// ringLoop sends owner's queued deliveries, one ring at a time, until none is left.
-func (w *Worker) ringLoop(owner string, b *bell) {
+// ringBells sends the queued rings until the worker stops: each time it wakes, one ring per
+// owner with every delivery queued for it meanwhile, so under load a ring carries several.
+func (w *Worker) ringBells() {
 	defer w.wg.Done()
+	spare := map[string][]ringEntry{}
 	for {
-		w.mu.Lock()
-		q := b.queue
-		b.queue = nil
-		if len(q) == 0 || w.ctx.Err() != nil {
-			b.busy = false
-			w.mu.Unlock()
+		select {
+		case <-w.ctx.Done():
 			return
+		case <-w.bellWake:
 		}
+		w.mu.Lock()
+		rings := w.bells
+		w.bells = spare
 		w.mu.Unlock()
-		w.ringBatch(owner, q)
+		for owner, rs := range rings {
+			w.ringBatch(owner, rs)
+		}
+		clear(rings)
+		spare = rings
 	}
 }
 
-// ringBatch rings owner's doorbell once for rs and acts on the answer.
+// ringBatch rings owner's doorbell once, handing rs over.
 func (w *Worker) ringBatch(owner string, rs []ringEntry) {
 	if owner == w.opts.ID {
 		// A claim of this replica held by a live epoch that is not ours: only a replica with
@@ -572,11 +561,11 @@ func (w *Worker) ringBatch(owner string, rs []ringEntry) {
 		}
 		return
 	}
-	m := nats.NewMsg(events.AgentWakeSubject(owner))
+	m := &nats.Msg{Subject: events.AgentWakeSubject(owner), Reply: w.bellSubj}
 	if len(rs) == 1 {
-		// One delivery keeps the single-ring form, which replicas of every version answer.
+		// One delivery keeps the single-ring form, which replicas of every version read.
+		m.Header = nats.Header{events.HeaderWakeAck: []string{rs[0].d.msg.Reply()}}
 		m.Data = events.WakeBody(rs[0].sk, rs[0].d.seq)
-		m.Header.Set(events.HeaderWakeAck, rs[0].d.msg.Reply())
 	} else {
 		var body []byte
 		for _, r := range rs {
@@ -584,48 +573,7 @@ func (w *Worker) ringBatch(owner string, rs []ringEntry) {
 		}
 		m.Data = body
 	}
-	resp, err := w.nc.RequestMsg(m, ringTimeout)
-	switch {
-	case err == nil:
-		for _, r := range rs {
-			w.progress.Remove(r.d.msg) // the owner holds it now
-		}
-		if len(resp.Data) == 0 {
-			return
-		}
-		// The owner did not run some of the sessions: it claims them now (or passes their
-		// deliveries on to whoever owns them); look before ringing it for them again.
-		notOwner := map[string]bool{}
-		if len(rs) == 1 {
-			notOwner[rs[0].sk.Token()] = bytes.Equal(resp.Data, wakeNotOwner)
-		} else {
-			for line := range bytes.SplitSeq(resp.Data, []byte{'\n'}) {
-				notOwner[string(line)] = true
-			}
-		}
-		for _, r := range rs {
-			if notOwner[r.sk.Token()] {
-				w.forgetOwner(r.sk.String(), owner, r.epoch)
-			}
-		}
-	case errors.Is(err, nats.ErrNoResponders):
-		bySession := map[events.SessionKey][]delivery{}
-		epochs := map[events.SessionKey]uint64{}
-		var order []events.SessionKey
-		for _, r := range rs {
-			if _, ok := bySession[r.sk]; !ok {
-				order = append(order, r.sk)
-			}
-			bySession[r.sk] = append(bySession[r.sk], r.d)
-			epochs[r.sk] = r.epoch
-		}
-		for _, sk := range order {
-			w.suspectPeer(owner, epochs[sk])
-		}
-		for _, sk := range order {
-			w.awaitOwner(sk, owner, epochs[sk], bySession[sk])
-		}
-	default:
+	if err := w.nc.PublishMsg(m); err != nil {
 		if w.ctx.Err() == nil {
 			w.log.Debug("ring doorbell", "owner", owner, "deliveries", len(rs), "err", err)
 		}
@@ -633,6 +581,49 @@ func (w *Worker) ringBatch(owner string, rs []ringEntry) {
 			w.forgetOwner(r.sk.String(), owner, r.epoch) // look again when it comes back
 			w.giveBack(r.d, w.opts.LeaseTTL/4)
 		}
+		return
+	}
+	for _, r := range rs {
+		w.progress.Remove(r.d.msg) // the owner holds it now (a no-op unless it waited for a claim)
+	}
+}
+
+// notOwnerNotice is what a rung replica sends back to the ringer's doorbell for the sessions it
+// did not run: "claiming <its id>" and then one session token per line. (A replica of an older
+// version answers a ring with a bare "claiming"; it names no session, and is ignored.)
+func notOwnerNotice(self string, tokens []string) []byte {
+	b := append(append(append([]byte(nil), wakeNotOwner...), ' '), self...)
+	for _, t := range tokens {
+		b = append(append(b, '\n'), t...)
+	}
+	return b
+}
+
+// isNotice reports whether a doorbell message is a notOwnerNotice: its first line is
+// "claiming", alone or with an id. A ring's first line starts with a session token, and no
+// session key encodes to "claiming".
+func isNotice(body []byte) bool {
+	first, _, _ := bytes.Cut(body, []byte{'\n'})
+	return bytes.Equal(first, wakeNotOwner) || bytes.HasPrefix(first, append(wakeNotOwner[:len(wakeNotOwner):len(wakeNotOwner)], ' '))
+}
+
+// onNotice forgets the hints a notOwnerNotice says are wrong.
+func (w *Worker) onNotice(body []byte) {
+	first, rest, _ := bytes.Cut(body, []byte{'\n'})
+	_, owner, ok := bytes.Cut(first, []byte{' '})
+	if !ok || len(rest) == 0 {
+		return
+	}
+	for tok := range bytes.SplitSeq(rest, []byte{'\n'}) {
+		sk, err := events.ParseSessionKeyToken(string(tok))
+		if err != nil {
+			continue
+		}
+		w.mu.Lock()
+		if h, ok := w.owners[sk.String()]; ok && h.owner == string(owner) {
+			delete(w.owners, sk.String())
+		}
+		w.mu.Unlock()
 	}
 }
 
@@ -644,58 +635,6 @@ func (w *Worker) forgetOwner(key, owner string, epoch uint64) {
 		delete(w.owners, key)
 	}
 	w.mu.Unlock()
-}
-
-// awaitOwner keeps ds (deliveries of sk, whose owner's process is gone) until the owner's
-// worker lease of epoch has ended, then claims sk. The watch of the worker leases says when;
-// should it miss that, the claim is tried again after the lease's TTL anyway.
-func (w *Worker) awaitOwner(sk events.SessionKey, owner string, epoch uint64, ds []delivery) {
-	key := sk.String()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.ctx.Err() != nil {
-		return // a stopping worker's deliveries are redelivered
-	}
-	if a := w.actors[key]; a != nil && a.alive() {
-		for _, d := range ds {
-			a.deliver(d.msg, d.seq)
-		}
-		return
-	}
-	for _, d := range ds {
-		w.progress.Add(d.msg)
-	}
-	if waiting, ok := w.claiming[key]; ok {
-		w.claiming[key] = append(waiting, ds...)
-		return
-	}
-	w.claiming[key] = ds
-	delete(w.owners, key)
-	if w.staleLocked(owner, epoch) {
-		w.wg.Add(1)
-		go w.claim(sk)
-		return
-	}
-	w.awaiting[owner] = append(w.awaiting[owner], awaitClaim{sk: sk, epoch: epoch})
-	time.AfterFunc(w.opts.LeaseTTL+w.opts.LeaseTTL/4, func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if w.ctx.Err() != nil {
-			return
-		}
-		list := w.awaiting[owner]
-		for i, c := range list {
-			if c.sk == sk && c.epoch == epoch {
-				w.awaiting[owner] = append(list[:i:i], list[i+1:]...)
-				if len(w.awaiting[owner]) == 0 {
-					delete(w.awaiting, owner)
-				}
-				w.wg.Add(1)
-				go w.claim(sk)
-				return
-			}
-		}
-	})
 }
 
 // onWake answers a ring of this replica's doorbell: another replica got deliveries for
@@ -711,17 +650,21 @@ func (w *Worker) onWake(m *nats.Msg) {
 		}
 		return
 	}
+	if isNotice(m.Data) {
+		w.onNotice(m.Data)
+		return
+	}
 	single := bytes.IndexByte(m.Data, '\n') < 0
 	entries, err := events.ParseWake(m.Data, m.Header.Get(events.HeaderWakeAck))
 	if err != nil {
 		w.log.Warn("ignoring a malformed doorbell ring", "err", err)
 		return
 	}
-	var answer []byte // the owner's answer: nothing to say
+	var notOwned []string // tokens of the sessions this replica did not run
 	w.mu.Lock()
 	if w.ctx.Err() != nil {
 		w.mu.Unlock()
-		return // no answer: the ringer keeps its deliveries
+		return // the deliveries come back after AckWait
 	}
 	for _, e := range entries {
 		var d *delivery
@@ -737,12 +680,7 @@ func (w *Worker) onWake(m *nats.Msg) {
 			}
 			continue
 		}
-		if single {
-			answer = wakeNotOwner
-		} else {
-			answer = append(answer, e.Session.Token()...)
-			answer = append(answer, '\n')
-		}
+		notOwned = append(notOwned, e.Session.Token())
 		waiting, ok := w.claiming[key]
 		if d != nil {
 			waiting = append(waiting, *d)
@@ -755,11 +693,22 @@ func (w *Worker) onWake(m *nats.Msg) {
 		}
 	}
 	w.mu.Unlock()
-	if m.Reply != "" {
-		if !single && len(answer) > 0 {
-			answer = answer[:len(answer)-1]
+	switch {
+	case m.Reply == "":
+	case strings.HasPrefix(m.Reply, events.PrefixAgentWake+"."):
+		// A ring from a replica's bell: say something only when there is something to say.
+		if len(notOwned) > 0 {
+			_ = w.nc.Publish(m.Reply, notOwnerNotice(w.opts.ID, notOwned))
+		}
+	case single:
+		// A request (an older replica, or a tool): empty if this replica ran the session.
+		var answer []byte
+		if len(notOwned) > 0 {
+			answer = wakeNotOwner
 		}
 		_ = m.Respond(answer)
+	default:
+		_ = m.Respond([]byte(strings.Join(notOwned, "\n")))
 	}
 }
 

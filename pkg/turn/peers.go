@@ -147,7 +147,6 @@ func (w *Worker) peerDead(peer string, epoch uint64, silent time.Duration) {
 	if s := w.view[peer]; s.epoch <= epoch {
 		w.view[peer] = workerSeen{epoch: epoch, gone: true}
 	}
-	w.releaseAwaitingLocked(peer)
 	w.mu.Unlock()
 	var keys []events.SessionKey
 	for attempt := 0; attempt < 5 && w.ctx.Err() == nil; attempt++ {
@@ -190,27 +189,4 @@ func (w *Worker) peerDead(peer string, epoch uint64, silent time.Duration) {
 		delete(w.view, peer) // nothing more to learn from it; a later lease of it comes by the watch
 	}
 	w.mu.Unlock()
-}
-
-// releaseAwaitingLocked claims the sessions whose deliveries wait for owner's lease to end,
-// where the view shows that lease ended.
-func (w *Worker) releaseAwaitingLocked(owner string) {
-	waiting := w.awaiting[owner]
-	if len(waiting) == 0 || w.ctx.Err() != nil {
-		return
-	}
-	keep := waiting[:0]
-	for _, c := range waiting {
-		if !w.staleLocked(owner, c.epoch) {
-			keep = append(keep, c)
-			continue
-		}
-		w.wg.Add(1)
-		go w.claim(c.sk)
-	}
-	if len(keep) == 0 {
-		delete(w.awaiting, owner)
-	} else {
-		w.awaiting[owner] = keep
-	}
 }

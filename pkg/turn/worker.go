@@ -21,15 +21,17 @@
 // delivery, read from the leader), the delivery is held and acked as always.
 //
 // Affinity without bounce. A replica that gets a delivery for a session another replica owns
-// rings the owner's doorbell (agent.wake.<owner>, a core NATS request with the session, the
-// sequence and the delivery's ack subject). The owner answers and holds the delivery from then
-// on: it sends its in-progress acks and acks it once its cursor has passed it and no open turn
-// depends on it, and its actor reads the event from the log at once. No event waits for a
-// redelivery or a NAK delay to reach the owner, however many replicas share the consumer. A
-// replica remembers which replica owns a session for as long as that replica's worker lease
-// (same epoch) lives and it answers rings as the owner, so a foreign delivery costs one ring
-// and no KV round trip. A ring for a session the replica no longer runs makes it claim the
-// session, and its answer tells the ringer to forget the hint.
+// rings the owner's doorbell (agent.wake.<owner>, one core NATS message with the session, the
+// sequence and the delivery's ack subject; the deliveries queued for one owner meanwhile go in
+// the same ring). The owner holds the delivery from then on: it sends its in-progress acks and
+// acks it once its cursor has passed it and no open turn depends on it, and its actor reads the
+// event from the log at once, if it has not already (it hears its inbox subject). Nothing waits
+// for an answer; a ring that is lost leaves the delivery unacked, so it comes back after
+// AckWait. No event waits for a redelivery or a NAK delay to reach the owner, however many
+// replicas share the consumer. A replica remembers which replica owns a session for as long as
+// that replica's worker lease (same epoch) lives, so a foreign delivery costs one ring (or a
+// share of one) and no KV round trip. A ring for a session the replica no longer runs makes it
+// claim the session and send the ringer a notice to forget the hint.
 //
 // Takeover. A killed process's connection closes at once, and with it its doorbell
 // subscription: a request on agent.wake.<id> gets "no responders" from the server long before
@@ -38,10 +40,10 @@
 // (store.Leases.RevokeWorker) and the sessions it claimed are claimed at once
 // (store.Leases.ClaimsOf), whose actors read the inbox from the cursor and resume the open
 // turns. Nothing waits for the dead replica's lease TTL or for its deliveries to come back
-// after AckWait (they come later and are acked by the new owner). A ring that gets no
-// responders starts the same verdict and keeps its delivery until then. The lease TTL and the
-// redelivery remain the fallbacks: a claim whose owner's lease has ended is stale for every
-// replica, and a delivery that comes back is claimed as any other.
+// after AckWait (they come later, with those of the rings it never read, and are acked by the
+// new owner). The lease TTL and the redelivery remain the fallbacks: a claim whose owner's
+// lease has ended is stale for every replica, and a delivery that comes back is claimed as any
+// other.
 //
 // Lapsed leases. A renewal that cannot reach the bus (a NATS node failing over) does not stop
 // the actors: they keep their sessions, and context commits wait (awaitFence) until the lease
@@ -168,17 +170,18 @@ type Worker struct {
 	fence  chan struct{} // non-nil while the lease is being recovered: commits wait (awaitFence)
 
 	mu        sync.Mutex
-	actors    map[string]*actor       // by session key string
-	claiming  map[string][]delivery   // sessions being claimed, with their deliveries
-	owners    map[string]ownerHint    // sessions another replica was seen to own
-	bells     map[string]*bell        // by owner: deliveries waiting for a ring (ownership.go)
-	view      map[string]workerSeen   // worker leases, as the watch showed them (ownership.go)
-	viewReady bool                    // the watch has delivered its initial values
-	awaiting  map[string][]awaitClaim // by owner whose process is gone: claims waiting for its lease to end
-	suspect   map[string]suspicion    // peers whose doorbell had no responders (peers.go)
-	adopted   map[string]uint64       // peers taken for dead: the epoch whose sessions were taken over
-	killed    bool                    // Kill: no lease is released
-	killCtx   context.Context         // ended by Kill only (replyContext)
+	actors    map[string]*actor      // by session key string
+	claiming  map[string][]delivery  // sessions being claimed, with their deliveries
+	owners    map[string]ownerHint   // sessions another replica was seen to own
+	view      map[string]workerSeen  // worker leases, as the watch showed them (ownership.go)
+	viewReady bool                   // the watch has delivered its initial values
+	bells     map[string][]ringEntry // by owner: deliveries queued for a doorbell ring (ownership.go)
+	bellWake  chan struct{}          // wakes ringBells
+	bellSubj  string                 // this replica's doorbell, where rung replicas send notices
+	suspect   map[string]suspicion   // peers whose doorbell had no responders (peers.go)
+	adopted   map[string]uint64      // peers taken for dead: the epoch whose sessions were taken over
+	killed    bool                   // Kill: no lease is released
+	killCtx   context.Context        // ended by Kill only (replyContext)
 	killNow   context.CancelFunc
 	wakeSub   *nats.Subscription
 	wg        sync.WaitGroup
@@ -217,8 +220,8 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 		return nil, errors.New("turn: Options.Models is required")
 	}
 	killCtx, killNow := context.WithCancel(context.Background())
-	w := &Worker{opts: opts, nc: nc, js: js, killCtx: killCtx, killNow: killNow, done: make(chan struct{}), actors: map[string]*actor{}, claiming: map[string][]delivery{}, owners: map[string]ownerHint{}, bells: map[string]*bell{},
-		view: map[string]workerSeen{}, awaiting: map[string][]awaitClaim{}, suspect: map[string]suspicion{}, adopted: map[string]uint64{},
+	w := &Worker{opts: opts, nc: nc, js: js, killCtx: killCtx, killNow: killNow, done: make(chan struct{}), actors: map[string]*actor{}, claiming: map[string][]delivery{}, owners: map[string]ownerHint{},
+		view: map[string]workerSeen{}, bells: map[string][]ringEntry{}, bellWake: make(chan struct{}, 1), suspect: map[string]suspicion{}, adopted: map[string]uint64{},
 		router: newResultRouter(), inboxHeard: make(chan *nats.Msg, inboxHeardBuffer), log: opts.Log.With("worker", opts.ID)}
 	var err error
 	if w.inbox, err = js.Stream(ctx, events.StreamSessionIn); err != nil {
@@ -296,7 +299,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.progress = natsutil.NewInProgress(w.opts.AckWait / 3)
 	// The doorbell before the lease: a peer that sees the lease probes the doorbell at once
 	// (peers.go), and no ring for a session this replica is about to own must be missed.
-	if w.wakeSub, err = w.nc.Subscribe(events.AgentWakeSubject(w.opts.ID), w.onWake); err != nil {
+	w.bellSubj = events.AgentWakeSubject(w.opts.ID)
+	if w.wakeSub, err = w.nc.Subscribe(w.bellSubj, w.onWake); err != nil {
 		return fmt.Errorf("subscribe to doorbell: %w", err)
 	}
 	if err := w.nc.FlushTimeout(5 * time.Second); err != nil {
@@ -306,7 +310,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := w.acquireWorkerLease(ctx); err != nil {
 		return err
 	}
-	w.wg.Add(3)
+	w.wg.Add(4)
+	go w.ringBells()
 	go w.followWorkers()
 	go w.renewWorkerLease()
 	go w.probePeers()
