@@ -17,11 +17,6 @@ import (
 	"github.com/agentbus/agentbus/pkg/store"
 )
 
-// ringTimeout bounds how long a ringer waits for the owner to answer a doorbell ring. An owner
-// that is alive answers at once (the answer does not wait for any bus round trip); one that
-// does not answer in time keeps nothing, the delivery goes back to JetStream.
-const ringTimeout = 2 * time.Second
-
 // errNoWorkerLease: this replica's liveness lease is not valid right now (it was lost and is
 // being acquired again); no session can be claimed until it is.
 var errNoWorkerLease = errors.New("turn: this worker holds no valid worker lease")
@@ -51,6 +46,9 @@ type ownerHint struct {
 // session now (or passes it on to whoever owns it), and the ringer should not ring it for that
 // session again without looking.
 var wakeNotOwner = []byte("claiming")
+
+// noticePrefix opens a notOwnerNotice: wakeNotOwner and a space, then the sender's id.
+var noticePrefix = []byte("claiming ")
 
 // workerLease returns this replica's current liveness lease.
 func (w *Worker) workerLease() store.Lease {
@@ -592,7 +590,7 @@ func (w *Worker) ringBatch(owner string, rs []ringEntry) {
 // did not run: "claiming <its id>" and then one session token per line. (A replica of an older
 // version answers a ring with a bare "claiming"; it names no session, and is ignored.)
 func notOwnerNotice(self string, tokens []string) []byte {
-	b := append(append(append([]byte(nil), wakeNotOwner...), ' '), self...)
+	b := append(append([]byte(nil), noticePrefix...), self...)
 	for _, t := range tokens {
 		b = append(append(b, '\n'), t...)
 	}
@@ -604,7 +602,7 @@ func notOwnerNotice(self string, tokens []string) []byte {
 // session key encodes to "claiming".
 func isNotice(body []byte) bool {
 	first, _, _ := bytes.Cut(body, []byte{'\n'})
-	return bytes.Equal(first, wakeNotOwner) || bytes.HasPrefix(first, append(wakeNotOwner[:len(wakeNotOwner):len(wakeNotOwner)], ' '))
+	return bytes.Equal(first, wakeNotOwner) || bytes.HasPrefix(first, noticePrefix)
 }
 
 // onNotice forgets the hints a notOwnerNotice says are wrong.
@@ -641,8 +639,8 @@ func (w *Worker) forgetOwner(key, owner string, epoch uint64) {
 // sessions it saw this replica own. The deliveries the ring hands over (their ack subjects) are
 // held here from now on; each session's actor reads the inbox up to the sequence rung. With no
 // actor (it went idle, or this replica restarted) the replica claims the session, whose actor
-// then reads the inbox from the cursor, and the answer names the session so that the ringer
-// looks before it rings here for it again.
+// then reads the inbox from the cursor, and tells the ringer (a notice, or the answer to a
+// request), so that it looks before it rings here for that session again.
 func (w *Worker) onWake(m *nats.Msg) {
 	if len(m.Data) == 0 { // a probe (probePeers): answering is all it asks
 		if m.Reply != "" && w.ctx.Err() == nil {
