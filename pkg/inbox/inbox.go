@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -114,6 +115,13 @@ func (p *Publisher) Publish(ctx context.Context, m *nats.Msg) (*jetstream.PubAck
 		if try == maxTries {
 			return p.unchained(ctx, m)
 		}
+		if last, ok := lastFromRefusal(err); ok {
+			// The refusal names the subject's last sequence as the checking server (the
+			// leader) had it: another writer's event, typically another ingest replica's
+			// when a load balancer alternates between them. Try again on it, no read.
+			prev = last
+			continue
+		}
 		if try > 1 {
 			// A replicated stream refuses every expectation on a subject while another write
 			// to it is in flight: give that write time to land.
@@ -130,6 +138,23 @@ func (p *Publisher) Publish(ctx context.Context, m *nats.Msg) (*jetstream.PubAck
 			return p.unchained(ctx, m)
 		}
 	}
+}
+
+// lastFromRefusal reads the subject's last sequence from a refused expectation: the server
+// answers a stale one with error 10071, "wrong last sequence: <seq>", on one server and on a
+// cluster's stream leader alike. A refusal while another write to the subject is in flight
+// (10164, replicated streams) names none.
+func lastFromRefusal(err error) (uint64, bool) {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+		return 0, false
+	}
+	v, ok := strings.CutPrefix(apiErr.Description, "wrong last sequence: ")
+	if !ok {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(v, 10, 64)
+	return seq, err == nil
 }
 
 // unchained publishes m without the chain header.

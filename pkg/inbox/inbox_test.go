@@ -250,3 +250,30 @@ func TestPrev(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusalNamesTheLast: a publish with a stale expectation is refused with the subject's
+// real last sequence, which the Publisher retries on without a read, on one server and on a
+// cluster's leader.
+func TestRefusalNamesTheLast(t *testing.T) {
+	for _, bus := range buses(t) {
+		t.Run(bus.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			subj := subject(5)
+			var last uint64
+			for i := range 3 {
+				ack, err := bus.js.PublishMsg(ctx, event(subj, fmt.Sprintf("x%d", i)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				last = ack.Sequence
+			}
+			stale := event(subj, "stale")
+			natsutil.ExpectLastSubjectSeq(stale, last-1)
+			_, err := bus.js.PublishMsg(ctx, stale)
+			if seq, ok := inbox.LastFromRefusal(err); !ok || seq != last {
+				t.Fatalf("refusal %v names %d (%v), want %d", err, seq, ok, last)
+			}
+		})
+	}
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/inbox"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
 	"github.com/agentbus/agentbus/pkg/models"
@@ -23,11 +24,12 @@ import (
 // harness is a provisioned server, a turn worker with a faux model, and helpers to feed the
 // inbox and read replies.
 type harness struct {
-	t    *testing.T
-	ns   *natstest.Server
-	cfg  *config.Config
-	reg  *llm.Registry
-	faux *faux.Provider
+	t     *testing.T
+	ns    *natstest.Server
+	cfg   *config.Config
+	reg   *llm.Registry
+	faux  *faux.Provider
+	inbox *inbox.Publisher // chained, as ingest publishes
 }
 
 func newHarness(t *testing.T, mutate func(*config.Config), fopts ...faux.Option) *harness {
@@ -50,7 +52,7 @@ ai:
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &harness{t: t, ns: ns, cfg: cfg, reg: reg, faux: faux.New(fopts...)}
+	return &harness{t: t, ns: ns, cfg: cfg, reg: reg, faux: faux.New(fopts...), inbox: inbox.NewPublisher(ns.JS)}
 }
 
 func (h *harness) worker(id string) *Worker {
@@ -84,13 +86,28 @@ func (h *harness) send(k events.SessionKey, id, text string, roles ...string) {
 	h.publish(k, ev)
 }
 
+// sendPlain is send by a third party: the event goes out without the inbox chain.
+func (h *harness) sendPlain(k events.SessionKey, id, text string) {
+	h.t.Helper()
+	m := events.IMMessage{Platform: k.Platform, Bot: k.Bot, MessageID: id, Scene: events.Scene{Type: k.Scope, ID: k.Scene},
+		Sender: events.Sender{ID: "u1", Name: "Ann", Roles: []string{"user"}}, Content: events.Segments{events.TextSeg(text)},
+		Time: time.Now().UnixMilli()}
+	msg, err := events.NewMsg(events.AgentInSubject(k), events.New(events.UserMessage{Message: m, Text: text}, events.WithSession(k.String())))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := h.ns.JS.PublishMsg(context.Background(), msg); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
 func (h *harness) publish(k events.SessionKey, ev events.Any) {
 	h.t.Helper()
 	msg, err := events.NewMsg(events.AgentInSubject(k), ev)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	if _, err := h.ns.JS.PublishMsg(context.Background(), msg); err != nil {
+	if _, err := h.inbox.Publish(context.Background(), msg); err != nil {
 		h.t.Fatal(err)
 	}
 }
@@ -231,34 +248,45 @@ func TestInvalidInboxEventIsDeadLettered(t *testing.T) {
 	}
 }
 
+// TestTwoWorkersKeepPerSessionOrder sends bursts to many sessions at once, read by two
+// workers: with every event chained (as ingest publishes, package inbox), and with every other
+// event published plain by a third party, which the actor must read the plain way.
 func TestTwoWorkersKeepPerSessionOrder(t *testing.T) {
 	if testing.Short() {
 		t.Skip("many sessions")
 	}
-	h := newHarness(t, func(c *config.Config) { c.AI.Agent.Concurrency = "queue" }, faux.WithResponder(faux.Echo))
-	h.worker("w1")
-	h.worker("w2")
-	const sessions, msgs = 20, 5
-	var wg sync.WaitGroup
-	for s := 0; s < sessions; s++ {
-		k := events.SessionKey{Platform: "webhook", Bot: "b1", Scope: "private", Scene: fmt.Sprintf("s%d", s)}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < msgs; i++ {
-				h.send(k, fmt.Sprintf("m%d", i), fmt.Sprintf("msg-%d", i))
+	for _, mixed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("mixed=%v", mixed), func(t *testing.T) {
+			h := newHarness(t, func(c *config.Config) { c.AI.Agent.Concurrency = "queue" }, faux.WithResponder(faux.Echo))
+			h.worker("w1")
+			h.worker("w2")
+			const sessions, msgs = 20, 5
+			var wg sync.WaitGroup
+			for s := 0; s < sessions; s++ {
+				k := events.SessionKey{Platform: "webhook", Bot: "b1", Scope: "private", Scene: fmt.Sprintf("s%d", s)}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < msgs; i++ {
+						if mixed && i%2 == 1 {
+							h.sendPlain(k, fmt.Sprintf("m%d", i), fmt.Sprintf("msg-%d", i))
+							continue
+						}
+						h.send(k, fmt.Sprintf("m%d", i), fmt.Sprintf("msg-%d", i))
+					}
+				}()
 			}
-		}()
-	}
-	wg.Wait()
-	for s := 0; s < sessions; s++ {
-		k := events.SessionKey{Platform: "webhook", Bot: "b1", Scope: "private", Scene: fmt.Sprintf("s%d", s)}
-		got := h.replies(k, msgs)
-		for i, r := range got {
-			if !strings.Contains(r, fmt.Sprintf("msg-%d", i)) {
-				t.Fatalf("session %d reply %d = %q: order broken: %q", s, i, r, got)
+			wg.Wait()
+			for s := 0; s < sessions; s++ {
+				k := events.SessionKey{Platform: "webhook", Bot: "b1", Scope: "private", Scene: fmt.Sprintf("s%d", s)}
+				got := h.replies(k, msgs)
+				for i, r := range got {
+					if !strings.Contains(r, fmt.Sprintf("msg-%d", i)) {
+						t.Fatalf("session %d reply %d = %q: order broken: %q", s, i, r, got)
+					}
+				}
 			}
-		}
+		})
 	}
 }
 
