@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/inbox"
 )
 
 // Publisher is the part of jetstream.JetStream ingest needs.
@@ -30,10 +31,11 @@ type BotRoles struct {
 // Ingestor normalizes, archives and dispatches inbound messages. It is safe for concurrent use;
 // every replica of the ingest role may run one.
 type Ingestor struct {
-	js   Publisher
-	disp *Dispatcher
-	ai   config.AI
-	log  *slog.Logger
+	js    Publisher
+	inbox inboxPublisher
+	disp  *Dispatcher
+	ai    config.AI
+	log   *slog.Logger
 	// roles per "platform/bot"
 	roles map[string]BotRoles
 	media MediaStore // nil: inline media stays in the event (WithMedia)
@@ -45,7 +47,25 @@ func New(js Publisher, ai config.AI, bots map[string]BotRoles, log *slog.Logger)
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Ingestor{js: js, disp: NewDispatcher(ai), ai: ai, log: log, roles: bots}
+	var ib inboxPublisher = plainInbox{js}
+	if full, ok := js.(jetstream.JetStream); ok {
+		ib = inbox.NewPublisher(full)
+	}
+	return &Ingestor{js: js, inbox: ib, disp: NewDispatcher(ai), ai: ai, log: log, roles: bots}
+}
+
+// inboxPublisher publishes a session's inbox events. A Publisher that is a whole
+// jetstream.JetStream (every real one) gets inbox.Publisher, which chains each session's events
+// so that the session's actor finds the next one without a scan (package inbox); a bare
+// Publisher (a test double) publishes them as they are, which readers handle too.
+type inboxPublisher interface {
+	Publish(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error)
+}
+
+type plainInbox struct{ js Publisher }
+
+func (p plainInbox) Publish(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
+	return p.js.PublishMsg(ctx, m)
 }
 
 // Result says what happened to one message.
@@ -113,7 +133,7 @@ func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (Result, er
 		if err != nil {
 			return res, err
 		}
-		if _, err := in.js.PublishMsg(ctx, out); err != nil {
+		if _, err := in.inbox.Publish(ctx, out); err != nil {
 			return res, fmt.Errorf("publish agent.in %s: %w", m.MsgID(), err)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/compaction"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/inbox"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/store"
@@ -471,28 +472,22 @@ func (a *actor) behind() bool {
 
 // step processes the next inbox event after the cursor, if there is one.
 //
-// The read must see every acknowledged write: a direct get may be answered by a replica that
-// lags behind, so natsutil.GetMsg confirms its "not found" with the stream leader. Only then is
-// the log really empty past the cursor. A delivery this actor holds that the log no longer has
+// The read (inbox.Next) follows the inbox's chain from the subject's last event, so its cost
+// does not grow with the other sessions' events in the stream. It must see every acknowledged
+// write: a direct get may be answered by a replica that lags behind, so a "nothing past the
+// cursor" is confirmed with the stream leader. Only then is the log really empty past it. A delivery this actor holds that the log no longer has
 // (the stream's limits removed it after it was delivered) is processed from its delivered copy,
 // in sequence order, never dropped.
 func (a *actor) step() (bool, error) {
 	a.mu.Lock()
 	from := a.cursor
 	a.mu.Unlock()
-	q := natsutil.MsgQuery{Seq: from + 1, NextFor: a.subj}
-	var raw *jetstream.RawStreamMsg
-	var err error
+	// Confirmed: an event past the cursor is known to exist (delivered or rung), so "not
+	// found" must be the leader's answer. Otherwise this is a look for anything new (the
+	// actor just started, or an event was just published, see poke): nothing is decided on a
+	// "not found", so any replica may answer.
 	confirmed := a.behind()
-	if confirmed {
-		// An event past the cursor is known to exist (delivered or rung): "not found" must
-		// be the leader's answer.
-		raw, err = natsutil.GetMsg(a.ctx, a.w.js, a.w.inbox, q)
-	} else {
-		// A look for anything new (the actor just started, or an event was just published,
-		// see poke): nothing is decided on a "not found", so any replica may answer.
-		raw, err = a.w.inbox.GetMsg(a.ctx, q.Seq, jetstream.WithGetMsgSubject(q.NextFor))
-	}
+	raw, err := inbox.Next(a.ctx, a.w.js, a.w.inbox, a.subj, from, confirmed)
 	gone := errors.Is(err, jetstream.ErrMsgNotFound)
 	if err != nil && !gone {
 		return false, fmt.Errorf("read inbox after %d: %w", from, err)

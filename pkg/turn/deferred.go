@@ -299,7 +299,7 @@ func (w *Worker) runDeferred(msg jetstream.Msg) {
 	out := events.New(res, events.WithSession(sk.String()), events.WithTrace(ev.Trace), events.WithID("task-result-"+id))
 	m, err := events.NewMsg(events.AgentInSubject(sk), out)
 	if err == nil {
-		_, err = w.js.PublishMsg(w.ctx, m)
+		_, err = w.inboxPub.Publish(w.ctx, m)
 	}
 	if err != nil {
 		log.Error("deferred task result not delivered", "err", err)

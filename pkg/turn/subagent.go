@@ -100,7 +100,7 @@ func (w *Worker) runSubagent(msg jetstream.Msg) {
 	out := events.New(res, events.WithSession(task.Parent.String()), events.WithTrace(ev.Trace), events.WithID("subagent-result-"+task.TaskID))
 	m, err := events.NewMsg(events.AgentInSubject(task.Parent), out)
 	if err == nil {
-		_, err = w.js.PublishMsg(w.ctx, m)
+		_, err = w.inboxPub.Publish(w.ctx, m)
 	}
 	if err != nil {
 		w.log.Error("subagent result not delivered", "task", task.TaskID, "err", err)

@@ -75,6 +75,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/approvals"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/inbox"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
 	"github.com/agentbus/agentbus/pkg/memory"
@@ -142,6 +143,7 @@ type Worker struct {
 	nc        *nats.Conn
 	js        jetstream.JetStream
 	inbox     jetstream.Stream
+	inboxPub  *inbox.Publisher // results of background work posted into a session's inbox
 	evts      jetstream.Stream
 	results   jetstream.Stream
 	calls     jetstream.Stream // TOOL_CALLS: to see whether a request is still queued
@@ -218,7 +220,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	killCtx, killNow := context.WithCancel(context.Background())
 	w := &Worker{opts: opts, nc: nc, js: js, killCtx: killCtx, killNow: killNow, done: make(chan struct{}), actors: map[string]*actor{}, claiming: map[string][]delivery{}, owners: map[string]ownerHint{},
 		view: map[string]workerSeen{}, awaiting: map[string][]awaitClaim{}, suspect: map[string]suspicion{}, adopted: map[string]uint64{},
-		router: newResultRouter(), inboxHeard: make(chan *nats.Msg, inboxHeardBuffer), log: opts.Log.With("worker", opts.ID)}
+		router: newResultRouter(), inboxHeard: make(chan *nats.Msg, inboxHeardBuffer), inboxPub: inbox.NewPublisher(js), log: opts.Log.With("worker", opts.ID)}
 	var err error
 	if w.inbox, err = js.Stream(ctx, events.StreamSessionIn); err != nil {
 		return nil, fmt.Errorf("open %s: %w", events.StreamSessionIn, err)

@@ -1,0 +1,4 @@
+package inbox
+
+// LastFromRefusal is lastFromRefusal, for the external tests.
+var LastFromRefusal = lastFromRefusal
