@@ -17,9 +17,11 @@ import (
 // messages of the last few calls only, so it holds about as many entries as the history has
 // messages.
 type Estimator struct {
-	mu   sync.Mutex
-	gen  uint32
-	memo map[*llm.Content]msgInfo
+	mu  sync.Mutex
+	gen uint32
+	// The entries are pointers so that a call marks one it finds as seen (gen) in place:
+	// storing every message's entry again on every call cost a map assignment per message.
+	memo map[*llm.Content]*msgInfo
 }
 
 // msgInfo is what is remembered of one message.
@@ -64,7 +66,7 @@ func (e *Estimator) each(msgs []llm.Message, fn func(i int, in msgInfo)) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.memo == nil {
-		e.memo = make(map[*llm.Content]msgInfo, len(msgs))
+		e.memo = make(map[*llm.Content]*msgInfo, len(msgs))
 	}
 	e.gen++
 	for i := range msgs {
@@ -74,13 +76,17 @@ func (e *Estimator) each(msgs []llm.Message, fn func(i int, in msgInfo)) {
 			continue
 		}
 		key := &m.Content[0]
-		in, ok := e.memo[key]
-		if !ok || in.blocks != len(m.Content) {
-			in = infoOf(m)
+		in := e.memo[key]
+		switch {
+		case in == nil:
+			in = new(msgInfo)
+			*in = infoOf(m)
+			e.memo[key] = in
+		case in.blocks != len(m.Content):
+			*in = infoOf(m)
 		}
 		in.gen = e.gen
-		e.memo[key] = in
-		fn(i, in)
+		fn(i, *in)
 	}
 	// Forget messages no call of the last few has seen (compacted away, or another session id).
 	if len(e.memo) > 2*len(msgs)+32 {

@@ -15,8 +15,16 @@ import (
 // signed POST to an httptest callback -> receipt on IM_SENT (the delivery record) -> ack. cpu-ns/op is
 // the whole process (embedded server and callback included) per delivery.
 func BenchmarkDeliver(b *testing.B) {
-	for _, conc := range []int{16, 64} {
-		b.Run(fmt.Sprintf("concurrency=%d", conc), func(b *testing.B) {
+	for _, bc := range []struct {
+		conc  int
+		fresh bool // as a turn's first publication of its reply marks its parts
+	}{{16, false}, {64, false}, {64, true}} {
+		conc := bc.conc
+		name := fmt.Sprintf("concurrency=%d", conc)
+		if bc.fresh {
+			name += "/fresh"
+		}
+		b.Run(name, func(b *testing.B) {
 			srv := natstest.New(b, natstest.WithMemoryStorage())
 			cb := newCallback(b, nil)
 			o := fastOptions(srv, testConfig(cb), b)
@@ -27,6 +35,7 @@ func BenchmarkDeliver(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				out := outbound(fmt.Sprintf("bench%d-%d", conc, i))
 				out.Scene.ID = fmt.Sprintf("g%d", i%50)
+				out.Fresh = bc.fresh
 				publish(b, srv.JS, out, "")
 			}
 			b.ReportAllocs()

@@ -578,9 +578,7 @@ func (e *egress) handle(msg *message.Message) error {
 	// A part its publisher marks fresh was never published before, so on its first delivery
 	// and first attempt nothing can have been sent: the lookup would only find nothing.
 	firstTry := out.Fresh && d.deliveries == 1 && d.attempts == 1
-	lctx, lcancel := context.WithTimeout(ctx, busTimeout)
-	prev, found, legacy, err := e.lookupUnless(lctx, subj, key, firstTry)
-	lcancel()
+	prev, found, legacy, err := e.lookupUnless(ctx, subj, key, firstTry)
 	switch {
 	case err != nil:
 		return err
@@ -653,11 +651,13 @@ func send(ctx context.Context, s Sender, ev *events.Event[events.Outbound]) (str
 // another replica. A timed-out request is an ordinary transient failure, retried.
 const busTimeout = 5 * time.Second
 
-// lookupUnless is lookup, or "not found" without asking when skip.
+// lookupUnless is lookup within busTimeout, or "not found" without asking when skip.
 func (e *egress) lookupUnless(ctx context.Context, subj, key string, skip bool) (rec record, found, legacy bool, err error) {
 	if skip {
-		return record{}, false, false, nil
+		return record{}, false, false, nil // and no timer for a lookup that is not made
 	}
+	ctx, cancel := context.WithTimeout(ctx, busTimeout)
+	defer cancel()
 	return e.lookup(ctx, subj, key)
 }
 

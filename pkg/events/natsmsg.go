@@ -50,12 +50,22 @@ func NewMsg(subject string, ev Any) (*nats.Msg, error) {
 	if typ == "" {
 		typ = ev.payloadType()
 	}
-	hb := headerBuilder{h: make(nats.Header, msgHeaders), vals: make([]string, 0, msgHeaders)}
+	// The message and its header values are one allocation: the values live as long as the
+	// message does (a published message may be held for a retry, PubAckFuture.Msg).
+	mv := &msgWithVals{}
+	hb := headerBuilder{h: make(nats.Header, msgHeaders), vals: mv.vals[:0]}
 	hb.set(HeaderType, typ)
 	hb.set(HeaderEventID, m.ID)
 	hb.set(HeaderMsgID, ev.msgID())
 	hb.correlation(m.Session, m.Turn, m.Trace)
-	return &nats.Msg{Subject: subject, Data: data, Header: hb.h}, nil
+	mv.msg = nats.Msg{Subject: subject, Data: data, Header: hb.h}
+	return &mv.msg, nil
+}
+
+// msgWithVals is what NewMsg allocates: a message and the backing array of its header values.
+type msgWithVals struct {
+	msg  nats.Msg
+	vals [msgHeaders]string
 }
 
 // headerBuilder fills a header whose values share one backing array: one allocation for all

@@ -36,7 +36,66 @@ func (k SessionKey) String() string {
 
 // Token returns the subject token (<sk> in DESIGN.md §3) for k; it is also k's key in the
 // sessions and leases KV buckets.
-func (k SessionKey) Token() string { return EncodeToken(k.String()) }
+// It is EncodeToken(k.String()) written in one pass, without the intermediate string: subjects
+// and KV keys are built from it several times per turn.
+func (k SessionKey) Token() string {
+	var b strings.Builder
+	b.Grow(k.tokenLen())
+	k.writeToken(&b)
+	return b.String()
+}
+
+// subject returns prefix + "." + k.Token() + "." + rest[0] + "." + ... in one allocation; rest
+// are tokens already.
+func (k SessionKey) subject(prefix string, rest ...string) string {
+	n := len(prefix) + 1 + k.tokenLen()
+	for _, r := range rest {
+		n += 1 + len(r)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString(prefix)
+	b.WriteByte('.')
+	k.writeToken(&b)
+	for _, r := range rest {
+		b.WriteByte('.')
+		b.WriteString(r)
+	}
+	return b.String()
+}
+
+// tokenLen is len(k.Token()).
+func (k SessionKey) tokenLen() int {
+	n := 3 * 3 // the separators, each ':' escaped as "=3A"
+	for _, f := range [4]string{k.Platform, k.Bot, k.Scope, k.Scene} {
+		n += len(f)
+		for i := 0; i < len(f); i++ {
+			if !safeByte(f[i]) {
+				n += 2
+			}
+		}
+	}
+	return n
+}
+
+// writeToken writes k.Token() to b.
+func (k SessionKey) writeToken(b *strings.Builder) {
+	for j, f := range [4]string{k.Platform, k.Bot, k.Scope, k.Scene} {
+		if j > 0 {
+			b.WriteString("=3A")
+		}
+		for i := 0; i < len(f); i++ {
+			c := f[i]
+			if safeByte(c) {
+				b.WriteByte(c)
+				continue
+			}
+			b.WriteByte(tokenEscape)
+			b.WriteByte(hexUpper[c>>4])
+			b.WriteByte(hexUpper[c&0x0f])
+		}
+	}
+}
 
 // Validate checks every field; the error wraps ErrInvalid and names the field.
 func (k SessionKey) Validate() error {

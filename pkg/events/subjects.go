@@ -70,33 +70,33 @@ func IMSentPartSubject(k SessionKey, outID string) string {
 }
 
 // AgentInSubject is agent.in.<sk>, the session's inbox.
-func AgentInSubject(k SessionKey) string { return PrefixAgentIn + "." + k.Token() }
+func AgentInSubject(k SessionKey) string { return k.subject(PrefixAgentIn) }
 
 // ScheduleSubject is schedule.<sk>.<id>: the subject that holds schedule id of session k (one
 // message per schedule, replaced on update). It lives in SESSION_IN; see SessionInStream.
 func ScheduleSubject(k SessionKey, id string) string {
-	return PrefixSchedule + "." + k.Token() + "." + EncodeToken(id)
+	return k.subject(PrefixSchedule, EncodeToken(id))
 }
 
 // AgentEvtSubject is agent.evt.<sk>.<turn>.<kind>; kind is an EvtKind* constant.
 func AgentEvtSubject(k SessionKey, turn, kind string) string {
-	return PrefixAgentEvt + "." + k.Token() + "." + EncodeToken(turn) + "." + EncodeToken(kind)
+	return k.subject(PrefixAgentEvt, EncodeToken(turn), EncodeToken(kind))
 }
 
 // AgentEvtTurnFilter matches every event of one turn: agent.evt.<sk>.<turn>.*
 func AgentEvtTurnFilter(k SessionKey, turn string) string {
-	return PrefixAgentEvt + "." + k.Token() + "." + EncodeToken(turn) + ".*"
+	return k.subject(PrefixAgentEvt, EncodeToken(turn), "*")
 }
 
 // AgentEvtSessionFilter matches every turn event of a session: agent.evt.<sk>.>
 func AgentEvtSessionFilter(k SessionKey) string {
-	return PrefixAgentEvt + "." + k.Token() + ".>"
+	return k.subject(PrefixAgentEvt, ">")
 }
 
 // AgentCtxSubject is agent.ctx.<sk>.<epoch>: the context log of one session id. Commits fence
 // on this subject's last sequence.
 func AgentCtxSubject(id SessionID) string {
-	return PrefixAgentCtx + "." + id.Key.Token() + "." + strconv.FormatUint(id.Epoch, 10)
+	return id.Key.subject(PrefixAgentCtx, strconv.FormatUint(id.Epoch, 10))
 }
 
 // ToolCallSubject is tool.call.<tool>.
@@ -104,12 +104,12 @@ func ToolCallSubject(tool string) string { return PrefixToolCall + "." + EncodeT
 
 // ToolResultSubject is tool.result.<sk>.<callId>.
 func ToolResultSubject(k SessionKey, callID string) string {
-	return PrefixToolResult + "." + k.Token() + "." + EncodeToken(callID)
+	return k.subject(PrefixToolResult, EncodeToken(callID))
 }
 
 // ToolResultSessionFilter matches every tool result of a session: tool.result.<sk>.*
 func ToolResultSessionFilter(k SessionKey) string {
-	return PrefixToolResult + "." + k.Token() + ".*"
+	return k.subject(PrefixToolResult, "*")
 }
 
 // TaskSubject is task.<kind>.<id> with kind TaskKindSubagent or TaskKindDeferred.
@@ -232,7 +232,7 @@ const (
 )
 
 // AgentLiveSubject is agent.live.<sk> (core NATS, not stored).
-func AgentLiveSubject(k SessionKey) string { return PrefixAgentLive + "." + k.Token() }
+func AgentLiveSubject(k SessionKey) string { return k.subject(PrefixAgentLive) }
 
 // DeadLetterSubject is dlq.<role>.<reason>, e.g. dlq.egress.poison. Role is the component that
 // gave up (ingest, turn-worker, tool-worker, egress, archiver); reason is a short code

@@ -37,6 +37,49 @@ func TestSessionKeyRoundTrip(t *testing.T) {
 	}
 }
 
+// Token is a one-pass EncodeToken(String()); the subjects and KV keys already stored depend on
+// it producing exactly that.
+func TestSessionKeyTokenIsEncodedString(t *testing.T) {
+	keys := append([]SessionKey{{}, {Platform: "p", Bot: "b", Scope: ScopeGroup, Scene: ""}, {Scene: "=3A:=="}}, testKeys...)
+	for _, k := range keys {
+		if got, want := k.Token(), EncodeToken(k.String()); got != want {
+			t.Errorf("%+v: Token() = %q, EncodeToken(String()) = %q", k, got, want)
+		}
+	}
+}
+
+// The session subjects, built in one allocation (SessionKey.subject), are exactly their
+// DESIGN.md §3 shapes: streams, consumers and permissions filter on them.
+func TestSessionSubjectsExact(t *testing.T) {
+	for _, k := range testKeys {
+		tok := k.Token()
+		id := NewSessionID(k, 7)
+		for got, want := range map[string]string{
+			AgentInSubject(k):                        "agent.in." + tok,
+			AgentLiveSubject(k):                      "agent.live." + tok,
+			ScheduleSubject(k, "daily standup"):      "schedule." + tok + "." + EncodeToken("daily standup"),
+			AgentEvtSubject(k, "t.1", "message_end"): "agent.evt." + tok + "." + EncodeToken("t.1") + ".message_end",
+			AgentEvtTurnFilter(k, "t.1"):             "agent.evt." + tok + "." + EncodeToken("t.1") + ".*",
+			AgentEvtSessionFilter(k):                 "agent.evt." + tok + ".>",
+			AgentCtxSubject(id):                      "agent.ctx." + tok + ".7",
+			ToolResultSubject(k, "call_1.x"):         "tool.result." + tok + "." + EncodeToken("call_1.x"),
+			ToolResultSessionFilter(k):               "tool.result." + tok + ".*",
+		} {
+			if got != want {
+				t.Errorf("%+v: got %q, want %q", k, got, want)
+			}
+		}
+	}
+}
+
+func BenchmarkSessionKeyToken(b *testing.B) {
+	k := SessionKey{Platform: "webhook", Bot: "bench", Scope: ScopePrivate, Scene: "u-000123"}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = k.Token()
+	}
+}
+
 func TestSessionKeyInvalid(t *testing.T) {
 	tests := []struct{ in, reason string }{
 		{"qq:1:group", "want platform:botId:scope:sceneId"},

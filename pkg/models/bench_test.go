@@ -70,3 +70,11 @@ func BenchmarkFallbackOverhead(b *testing.B) {
 	f := NewFallback(FallbackOptions{Registry: reg, Stream: p.Stream})
 	b.Run("fallback", func(b *testing.B) { run(b, f.Stream) })
 }
+
+func BenchmarkEnvKey(b *testing.B) {
+	s := llm.ProviderSettings{API: llm.APIFaux}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = EnvKey("demo", s)
+	}
+}

@@ -157,33 +157,43 @@ func (f *Fallback) Stream(ctx context.Context, model *llm.Model, c *llm.Context,
 		return f.opts.Stream(ctx, model, c, opts)
 	}
 	return func(yield func(llm.Event) bool) {
-		kind := KindOf(model, c)
+		// The loop body below is a closure (range over func) that escapes into the provider's
+		// stream, so every variable it shares with this function lives on the heap: they are
+		// one struct, one allocation per stream, and the list of models tried and the dead
+		// providers are only made once an attempt fails (nearly never).
+		var st struct {
+			heldBuf   [1]llm.Event // the start event, usually the only one held
+			held      []llm.Event
+			failed    *llm.Message
+			reason    string
+			committed bool
+			retry     bool // another attempt is allowed after this one
+		}
+		var kind Kind
 		cur := model
 		curOpts := opts
-		tried := []string{modelRef(model)}
-		dead := map[string]bool{} // providers found unreachable
+		var tried []string
+		var dead map[string]bool // providers found unreachable
 		var queue []llm.Model
 		queued := false
 		for attempt := 1; ; attempt++ {
-			var held []llm.Event
-			var failed *llm.Message
-			reason := ""
-			committed := false
+			st.held, st.failed, st.reason, st.committed = st.heldBuf[:0], nil, "", false
+			st.retry = attempt < f.opts.MaxAttempts
 		events:
 			for ev := range f.opts.Stream(ctx, cur, c, curOpts) {
-				if !committed {
+				if !st.committed {
 					switch ev.Type {
 					case llm.EventStart:
-						held = append(held, ev)
+						st.held = append(st.held, ev)
 						continue
 					case llm.EventError:
-						if r, ok := FallbackReason(ev.Message); ok && ctx.Err() == nil && attempt < f.opts.MaxAttempts {
-							failed, reason = ev.Message, r
+						if r, ok := FallbackReason(ev.Message); ok && ctx.Err() == nil && st.retry {
+							st.failed, st.reason = ev.Message, r
 							break events
 						}
 					}
-					committed = true
-					for _, h := range held {
+					st.committed = true
+					for _, h := range st.held {
 						if !yield(h) {
 							return
 						}
@@ -193,8 +203,12 @@ func (f *Fallback) Stream(ctx context.Context, model *llm.Model, c *llm.Context,
 					return
 				}
 			}
+			failed, reason, held := st.failed, st.reason, st.held
 			if failed == nil {
 				return
+			}
+			if tried == nil {
+				tried, dead, kind = []string{modelRef(model)}, map[string]bool{}, KindOf(model, c)
 			}
 			if reason == ReasonUnreachable {
 				dead[cur.Provider] = true

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/llm"
@@ -96,7 +97,20 @@ func EnvKey(alias string, s llm.ProviderSettings) string {
 	return ""
 }
 
+// aliasVars memoizes aliasEnvVar: EnvKey runs on every model call (GetAPIKey), and the
+// aliases are the handful in ai.providers. The variable's value is still read every time.
+var aliasVars sync.Map // alias -> variable name
+
 func aliasEnvVar(alias string) string {
+	if v, ok := aliasVars.Load(alias); ok {
+		return v.(string)
+	}
+	v := makeAliasEnvVar(alias)
+	aliasVars.Store(alias, v)
+	return v
+}
+
+func makeAliasEnvVar(alias string) string {
 	b := []byte(strings.ToUpper(alias))
 	for i, c := range b {
 		if !(c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {

@@ -23,12 +23,23 @@ func BenchmarkSelect(b *testing.B) {
 			func(context.Context, tools.Call) (tools.Result, error) { return tools.Result{}, nil }))
 	}
 	msg := "请帮我处理 kw7 的事情，然后看看 topic12 requests 和 关键词3 吧"
-	b.ReportAllocs()
-	for b.Loop() {
-		sel := Select(msg, all, avail, SelectOptions{Always: []string{"tool_0"}})
-		if len(sel.Skills) == 0 {
-			b.Fatal("nothing selected")
-		}
+	for _, bc := range []struct {
+		name   string
+		always []string
+	}{
+		{"always1", []string{"tool_0"}},
+		// A turn's shape: the resident tools (prompt.go alwaysTools) plus one recently called.
+		{"always5", []string{"tool_0", "tool_1", "tool_2", "tool_3", "tool_4"}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				sel := Select(msg, all, avail, SelectOptions{Always: bc.always})
+				if len(sel.Skills) == 0 || len(sel.Tools) < len(bc.always) {
+					b.Fatal("nothing selected")
+				}
+			}
+		})
 	}
 }
 

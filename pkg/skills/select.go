@@ -72,12 +72,15 @@ func Select(message string, all []*Skill, available []tools.Tool, o SelectOption
 		}
 	}
 
-	var always []tools.Tool
+	// The result is allocated once, at its final size: a tools.Tool is large, and growing the
+	// slice tool by tool copied every turn's resident tools three times over.
+	var alwaysBuf [8]int
+	always := alwaysBuf[:0]
 	var cands []scored
 	for i := range available {
 		t := &available[i]
 		if slices.Contains(o.Always, t.Name) {
-			always = append(always, *t)
+			always = append(always, i)
 			continue
 		}
 		score := matchScore(msg, msgTerms, t.Name, t.Description, t.Keywords)
@@ -89,7 +92,12 @@ func Select(message string, all []*Skill, available []tools.Tool, o SelectOption
 		cands = append(cands, scored{i, score})
 	}
 	sort.SliceStable(cands, func(a, b int) bool { return cands[a].score > cands[b].score })
-	sel.Tools = always
+	if n := len(always) + max(0, min(len(cands), o.MaxTools-len(always))); n > 0 {
+		sel.Tools = make([]tools.Tool, 0, n)
+	}
+	for _, i := range always {
+		sel.Tools = append(sel.Tools, available[i])
+	}
 	for _, c := range cands {
 		if len(sel.Tools) >= o.MaxTools {
 			break

@@ -332,6 +332,27 @@ func (h *Handle) heartbeatLoop() {
 // free concurrency slots, so no fetched call waits in a buffer without in-progress acks.
 func (h *Handle) fetchLoop(s *served) {
 	defer h.loops.Done()
+	// Calls run on handler goroutines that the loop starts as calls need them (never more
+	// than the tool's concurrency, since every call holds a slot) and that live as long as
+	// the loop: a goroutine per call paid on every call for starting and for growing its
+	// stack through argument validation again. Closing work ends them once their call is done.
+	work := make(chan jetstream.Msg)
+	defer close(work)
+	handlers := 0
+	dispatch := func(msg jetstream.Msg) {
+		h.calls.Add(1)
+		select {
+		case work <- msg:
+			return
+		default:
+		}
+		if handlers < cap(s.sem) {
+			handlers++
+			h.loops.Add(1)
+			go h.handler(s, work)
+		}
+		work <- msg // a handler is free, or is about to be: this call holds one of the slots
+	}
 	for {
 		// Stopping wins over a free slot: otherwise the select below may start one more poll
 		// and Stop waits for it.
@@ -375,12 +396,7 @@ func (h *Handle) fetchLoop(s *served) {
 						break recv
 					}
 					got++
-					h.calls.Add(1)
-					go func() {
-						defer h.calls.Done()
-						defer func() { <-s.sem }()
-						h.handle(s, msg)
-					}()
+					dispatch(msg)
 				case <-h.killCtx.Done():
 					break recv // a crash: whatever else arrives stays unacked
 				}
@@ -400,6 +416,17 @@ func (h *Handle) fetchLoop(s *served) {
 			case <-s.stop:
 			}
 		}
+	}
+}
+
+// handler runs the calls fetchLoop hands it until work is closed. Each call's slot is freed
+// once the call is done.
+func (h *Handle) handler(s *served, work <-chan jetstream.Msg) {
+	defer h.loops.Done()
+	for msg := range work {
+		h.handle(s, msg)
+		<-s.sem
+		h.calls.Done()
 	}
 }
 

@@ -34,7 +34,6 @@ func mediaSegment(p chunk.Part) events.Segment {
 // vanishing: "[voice message: media://ab.amr (amr, 3s)]", "[file report.pdf (12345 bytes):
 // https://…]", "[face 14 微笑]". ok is false for segments that are not such media.
 func mediaText(s events.Segment) (string, bool) {
-	ref := s.MediaRef()
 	var what string
 	switch s.Type {
 	case events.SegAudio:
@@ -56,8 +55,9 @@ func mediaText(s events.Segment) (string, bool) {
 		label := strings.TrimSpace(strings.Join(nonEmpty(s.Str("text"), s.Str("name"), s.Str("describe")), " "))
 		return strings.TrimSpace(fmt.Sprintf("[%s %s %s]", s.Type, id, label)), true
 	default:
-		return "", false
+		return "", false // text and the like, most segments: not even looked up
 	}
+	ref := s.MediaRef()
 	var details []string
 	if f := s.Str("format"); f != "" {
 		details = append(details, f)

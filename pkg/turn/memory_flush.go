@@ -40,7 +40,7 @@ func (a *actor) memoryFlush(ctx context.Context, t *turnRun, loaded store.Loaded
 		Executor: loop.InProcess, MaxIterations: memoryFlushIterations, ToolExecution: loop.Sequential,
 		TransformContext: t.microCompact(s),
 	}
-	cfg.StreamOptions.SessionID = t.sid.String()
+	cfg.StreamOptions.SessionID = t.sidStr
 	sys := system + "\n## Memory files\nYou may write memory/MEMORY.md, today's notes and AGENTS.md with memory_write; SOUL.md is read-only.\n"
 	ac := &loop.AgentContext{SystemPrompt: sys, Messages: contextMessages(loaded), Tools: []loop.AgentTool{tool}}
 	out, err := loop.Run(ctx, []llm.Message{llm.UserText(memoryFlushPrompt, 0)}, ac, cfg, nil)

@@ -230,7 +230,7 @@ type callScope struct {
 func (t *turnRun) executor() *busExecutor {
 	m := t.msg
 	return &busExecutor{w: t.a.w, resumed: t.resumed, flush: t.flush, subscribed: t.a.resultSub != nil,
-		fresh: t.fresh && !t.resumed, busID: t.busID, scope: callScope{sk: t.a.sk, turn: t.id, sid: t.sid.String(), trace: t.trace,
+		fresh: t.fresh && !t.resumed, busID: t.busID, scope: callScope{sk: t.a.sk, turn: t.id, sid: t.sidStr, trace: t.trace,
 			caller: events.Caller{Platform: m.Platform, Bot: m.Bot, Scope: t.a.sk.Scope, SenderID: m.Sender.ID, Roles: m.Sender.Roles}}}
 }
 

@@ -76,6 +76,7 @@ type turnRun struct {
 	pendingTurn
 	a         *actor
 	sid       events.SessionID
+	sidStr    string // sid.String(), which the turn's records, tool calls and model calls all carry
 	model     *llm.Model
 	cancel    context.CancelFunc
 	done      chan struct{}
@@ -254,7 +255,7 @@ func (a *actor) startTurn(pt *pendingTurn) error {
 	if model.SupportsImages() {
 		pt.input = a.w.inlineImages(a.ctx, pt.input)
 	}
-	t := &turnRun{pendingTurn: *pt, a: a, sid: sid, model: model, done: make(chan struct{})}
+	t := &turnRun{pendingTurn: *pt, a: a, sid: sid, sidStr: sid.String(), model: model, done: make(chan struct{})}
 	started := events.TurnStarted{
 		Turn: t.id, Trigger: events.InboxRef{Seq: pt.seq}, Model: events.ModelRef{Provider: model.Provider, ID: model.ID, API: model.API},
 		Input: pt.input, Worker: a.w.opts.ID, LeaseRevision: a.leaseToken(),
@@ -608,7 +609,7 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 	if lvl, err := llm.ParseThinkingLevel(agentCfg.Thinking); err == nil {
 		cfg.StreamOptions.Thinking = lvl
 	}
-	cfg.StreamOptions.SessionID = t.sid.String()
+	cfg.StreamOptions.SessionID = t.sidStr
 	cfg.StreamOptions.Secrets = w.opts.Secrets
 	emit, stopLive := t.emitter()
 	defer stopLive()
@@ -763,7 +764,7 @@ func stopOf(m *llm.Message) llm.StopReason {
 func (t *turnRun) emitter() (emit func(loop.Event), stop func()) {
 	subject := events.AgentLiveSubject(t.a.sk)
 	live := &liveBuffer{publish: func(d events.LiveDelta) {
-		ev := events.New(d, events.WithTurn(t.id), events.WithSession(t.sid.String()))
+		ev := events.New(d, events.WithTurn(t.id), events.WithSession(t.sidStr))
 		if m, err := events.NewMsg(subject, ev); err == nil {
 			_ = t.a.w.nc.PublishMsg(m)
 		}
@@ -821,7 +822,7 @@ func record[P events.Payload](t *turnRun, kind string, p P, name string) (*jetst
 // turnEventMsg is a turn event as a message on agent.evt.<sk>.<turn>.<kind>, its id (and so
 // its Nats-Msg-Id) stable per turn and name.
 func turnEventMsg[P events.Payload](t *turnRun, kind string, p P, name string) (*nats.Msg, error) {
-	ev := events.New(p, events.WithSession(t.sid.String()), events.WithTurn(t.id), events.WithTrace(t.trace),
+	ev := events.New(p, events.WithSession(t.sidStr), events.WithTurn(t.id), events.WithTrace(t.trace),
 		events.WithID(t.id+"-"+name))
 	return events.NewMsg(events.AgentEvtSubject(t.a.sk, t.id, kind), ev)
 }
@@ -1075,8 +1076,7 @@ func (w *Worker) publishReply(ctx context.Context, rec *nats.Msg, reply []*nats.
 // are stored or ctx ends. Every message must carry a Nats-Msg-Id, so a retry of one that was
 // stored after all is dropped as a duplicate.
 func (w *Worker) publishAll(ctx context.Context, msgs []*nats.Msg) error {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 50*time.Millisecond, 5*time.Second, 0
+	var b *backoff.ExponentialBackOff // made on the first failure: nearly every call has none
 	for {
 		futures := make([]jetstream.PubAckFuture, len(msgs))
 		var failed []*nats.Msg
@@ -1100,6 +1100,10 @@ func (w *Worker) publishAll(ctx context.Context, msgs []*nats.Msg) error {
 		}
 		if len(failed) == 0 {
 			return nil
+		}
+		if b == nil {
+			b = backoff.NewExponentialBackOff()
+			b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 50*time.Millisecond, 5*time.Second, 0
 		}
 		d := b.NextBackOff()
 		w.log.Warn("publish failed; retrying", "messages", len(failed), "in", d, "err", lastErr)
@@ -1359,7 +1363,7 @@ func (a *actor) resumeWith(sid events.SessionID, ot store.OpenTurn, tl *turnLog,
 	} else {
 		pt.merged = ot.Merged
 	}
-	t := &turnRun{pendingTurn: pt, a: a, sid: sid, model: model, done: make(chan struct{}), steerSeqs: ot.Steers, resumed: true,
+	t := &turnRun{pendingTurn: pt, a: a, sid: sid, sidStr: sid.String(), model: model, done: make(chan struct{}), steerSeqs: ot.Steers, resumed: true,
 		commitRecord: tl.commitSeq > 0 && !tl.closes, writeCursor: tl.committed && !inRecord}
 	if inRecord {
 		t.inRecord.Store(recordYes)
