@@ -84,16 +84,7 @@ func (k SessionKey) writeToken(b *strings.Builder) {
 		if j > 0 {
 			b.WriteString("=3A")
 		}
-		for i := 0; i < len(f); i++ {
-			c := f[i]
-			if safeByte(c) {
-				b.WriteByte(c)
-				continue
-			}
-			b.WriteByte(tokenEscape)
-			b.WriteByte(hexUpper[c>>4])
-			b.WriteByte(hexUpper[c&0x0f])
-		}
+		writeEscaped(b, f)
 	}
 }
 

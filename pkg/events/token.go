@@ -39,6 +39,12 @@ func EncodeToken(s string) string {
 	}
 	var b strings.Builder
 	b.Grow(len(s) + 2*n)
+	writeEscaped(&b, s)
+	return b.String()
+}
+
+// writeEscaped writes s to b as EncodeToken encodes it.
+func writeEscaped(b *strings.Builder, s string) {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if safeByte(c) {
@@ -49,7 +55,6 @@ func EncodeToken(s string) string {
 		b.WriteByte(hexUpper[c>>4])
 		b.WriteByte(hexUpper[c&0x0f])
 	}
-	return b.String()
 }
 
 // DecodeToken reverses EncodeToken. A token that EncodeToken could not have produced is an
