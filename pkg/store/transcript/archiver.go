@@ -23,7 +23,7 @@ type ArchiverOptions struct {
 	// processes with the same name share the work (and must then share nothing else). Default
 	// "default". 1-64 letters, digits, '-' and '_' (CheckNode).
 	Node string
-	// Batch is the most messages written in one transaction (default 1024).
+	// Batch is the most messages written in one transaction (default DefaultArchiverBatch).
 	Batch int
 	// MaxWait is how long the archiver keeps gathering messages after the first one of a batch
 	// before it writes them (default DefaultArchiverMaxWait). Every transaction costs two
@@ -39,10 +39,21 @@ type ArchiverOptions struct {
 	PruneEvery time.Duration
 }
 
-// DefaultArchiverMaxWait is ArchiverOptions.MaxWait's default: at a few hundred messages per
-// second it folds about a hundred messages into one transaction. chat_history sees a message
-// at most this much later; nobody waits on it otherwise.
-const DefaultArchiverMaxWait = 200 * time.Millisecond
+// DefaultArchiverMaxWait and DefaultArchiverBatch are ArchiverOptions' defaults. chat_history
+// sees a message at most MaxWait later; nobody waits on it otherwise.
+//
+// Why a whole second: a transaction costs little per row but a lot per scene it touches (each
+// scene's buckets rewrite their pages, and the commit writes and syncs them), and a chat sends
+// about a message a second. With 200 ms, 200 busy chats still gave each scene a transaction
+// touched about five rows, 2,000 chats gave it one, and the archive's CPU per message grew
+// with the number of chats (agentbus bench --tool --sessions 2000 --messages 20: 2.16 s of
+// CPU per 40,000 turns, against 0.9 s at 200 sessions). Gathering for a second folds several
+// messages of a chat into one touch again (1.62 s). Batch is sized so that a second of a few
+// thousand messages fits in one transaction.
+const (
+	DefaultArchiverMaxWait = time.Second
+	DefaultArchiverBatch   = 4096
+)
 
 // ArchiverInactiveThreshold is how long an archiver's consumers outlive the last archiver
 // that pulled from them.
@@ -96,7 +107,7 @@ func RunArchiver(ctx context.Context, js jetstream.JetStream, db *DB, opts Archi
 		return nil, err
 	}
 	if opts.Batch <= 0 {
-		opts.Batch = 1024
+		opts.Batch = DefaultArchiverBatch
 	}
 	if opts.MaxWait <= 0 {
 		opts.MaxWait = DefaultArchiverMaxWait
