@@ -56,10 +56,11 @@ func (w *Worker) rebalance() {
 		if _, suspected := w.suspect[id]; suspected {
 			continue // its doorbell had no responders: it may be dying
 		}
+		load := max(s.sessions, 0) // a record that says otherwise is not to be believed
 		replicas++
-		total += s.sessions
-		if s.sessions < least {
-			target, least = id, s.sessions
+		total += load
+		if load < least {
+			target, least = id, load
 		}
 	}
 	if target == "" {
