@@ -118,16 +118,20 @@ func (l *Leases) WorkerAlive(ctx context.Context, owner string, epoch uint64) (b
 
 // workerRecord decodes a worker lease record stored at revision rev: its epoch (its token, or
 // rev itself for the acquiring write, which carries no token yet) and the number of sessions
-// its holder ran when it was written.
+// its holder ran when it was written (-1 when the record does not say).
 func workerRecord(data []byte, rev uint64) (epoch uint64, sessions int, err error) {
 	var rec leaseRecord
 	if err := json.Unmarshal(data, &rec); err != nil {
 		return 0, 0, fmt.Errorf("decode worker lease: %w", err)
 	}
-	if rec.Token != 0 {
-		return rec.Token, rec.Sessions, nil
+	sessions = -1
+	if rec.Sessions != nil {
+		sessions = *rec.Sessions
 	}
-	return rev, rec.Sessions, nil
+	if rec.Token != 0 {
+		return rec.Token, sessions, nil
+	}
+	return rev, sessions, nil
 }
 
 // leaseGone reports a KV delete or purge, or the marker the server writes when a TTL expires.
@@ -147,7 +151,8 @@ type WorkerLeaseEvent struct {
 	Worker string
 	// Epoch is the lease's epoch; 0 when the lease is gone (expired, released).
 	Epoch uint64
-	// Sessions is how many sessions the worker ran at this write (see Lease.Sessions).
+	// Sessions is how many sessions the worker ran at this write (see Lease.Sessions), or -1
+	// when the record does not say (its acquiring write, or a version that did not report it).
 	Sessions int
 	// Initial is set on the nil event that ends the initial values (Worker is "" then).
 	Initial bool

@@ -56,7 +56,10 @@ func (w *Worker) rebalance() {
 		if _, suspected := w.suspect[id]; suspected {
 			continue // its doorbell had no responders: it may be dying
 		}
-		load := max(s.sessions, 0) // a record that says otherwise is not to be believed
+		load := s.sessions
+		if load < 0 {
+			continue // it has not said (just started, or a version that does not): left out
+		}
 		replicas++
 		total += load
 		if load < least {
