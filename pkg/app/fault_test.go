@@ -654,6 +654,7 @@ func TestFaultCluster(t *testing.T) {
 	t.Logf("fault test: %d sessions, %s of load, a role process killed every %s, %d kills:\n  %s",
 		*faultSessions, *faultDuration, *faultKillEvery, len(events), strings.Join(events, "\n  "))
 	noTool, failed := 0, 0
+	var failedSample []string // what the model was told, for the log
 	var firstNoTool time.Duration
 	for _, r := range got {
 		switch txt := r.Text(); {
@@ -664,12 +665,15 @@ func TestFaultCluster(t *testing.T) {
 			noTool++
 		case !strings.Contains(txt, "[recorded"):
 			failed++
+			if len(failedSample) < 5 {
+				failedSample = append(failedSample, txt)
+			}
 		}
 	}
 	t.Logf("messages %d, replies %d, lost %d, duplicate replies %d; tool executions %d, executed twice %d; model requests %d, steps asked again %d",
 		len(allSent), len(got), len(lost), len(dups), execs, len(twice), len(reqs), reasked)
 	t.Logf("parts egress sent again under the same id (dropped by the receiver's id check): %d %v", len(resent), resent)
-	t.Logf("replies: %d without the tool offered to the model (first at %s), %d reporting an error", noTool, firstNoTool.Round(time.Millisecond), failed)
+	t.Logf("replies: %d without the tool offered to the model (first at %s), %d reporting an error %q", noTool, firstNoTool.Round(time.Millisecond), failed, failedSample)
 	late := 0
 	for _, l := range lat {
 		if l > 10*time.Second {

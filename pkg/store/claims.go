@@ -100,7 +100,8 @@ func (l *Leases) WorkerEpoch(ctx context.Context, worker string) (uint64, error)
 	if err != nil {
 		return 0, fmt.Errorf("worker lease %s: %w", worker, err)
 	}
-	return epochOf(raw.Data, raw.Sequence)
+	e, _, err := workerRecord(raw.Data, raw.Sequence)
+	return e, err
 }
 
 // WorkerAlive is the AliveFunc that asks the stream leader (WorkerEpoch).
@@ -115,17 +116,22 @@ func (l *Leases) WorkerAlive(ctx context.Context, owner string, epoch uint64) (b
 	return e == epoch, nil
 }
 
-// epochOf decodes a worker lease record stored at revision rev: its token, or rev itself for
-// the acquiring write (which carries no token yet).
-func epochOf(data []byte, rev uint64) (uint64, error) {
+// workerRecord decodes a worker lease record stored at revision rev: its epoch (its token, or
+// rev itself for the acquiring write, which carries no token yet) and the number of sessions
+// its holder ran when it was written (-1 when the record does not say).
+func workerRecord(data []byte, rev uint64) (epoch uint64, sessions int, err error) {
 	var rec leaseRecord
 	if err := json.Unmarshal(data, &rec); err != nil {
-		return 0, fmt.Errorf("decode worker lease: %w", err)
+		return 0, 0, fmt.Errorf("decode worker lease: %w", err)
+	}
+	sessions = -1
+	if rec.Sessions != nil {
+		sessions = *rec.Sessions
 	}
 	if rec.Token != 0 {
-		return rec.Token, nil
+		return rec.Token, sessions, nil
 	}
-	return rev, nil
+	return rev, sessions, nil
 }
 
 // leaseGone reports a KV delete or purge, or the marker the server writes when a TTL expires.
@@ -145,6 +151,9 @@ type WorkerLeaseEvent struct {
 	Worker string
 	// Epoch is the lease's epoch; 0 when the lease is gone (expired, released).
 	Epoch uint64
+	// Sessions is how many sessions the worker ran at this write (see Lease.Sessions), or -1
+	// when the record does not say (its acquiring write, or a version that did not report it).
+	Sessions int
 	// Initial is set on the nil event that ends the initial values (Worker is "" then).
 	Initial bool
 }
@@ -184,7 +193,7 @@ func (l *Leases) WatchWorkers(ctx context.Context) (<-chan WorkerLeaseEvent, err
 				}
 				ev.Worker = worker
 				if e.Operation() == jetstream.KeyValuePut {
-					if ev.Epoch, err = epochOf(e.Value(), e.Revision()); err != nil {
+					if ev.Epoch, ev.Sessions, err = workerRecord(e.Value(), e.Revision()); err != nil {
 						continue
 					}
 				}
@@ -348,7 +357,7 @@ func (l *Leases) RevokeWorker(ctx context.Context, worker string, epoch uint64) 
 		if err != nil {
 			return fmt.Errorf("revoke worker lease %s: %w", worker, err)
 		}
-		e, err := epochOf(raw.Data, raw.Sequence)
+		e, _, err := workerRecord(raw.Data, raw.Sequence)
 		if err != nil {
 			return fmt.Errorf("revoke worker lease %s: %w", worker, err)
 		}

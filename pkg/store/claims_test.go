@@ -183,14 +183,15 @@ func TestWatchWorkers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ev := next(); ev.Worker != "w.1 x" || ev.Epoch != w.Token {
-		t.Fatalf("acquired: %+v", ev)
+	if ev := next(); ev.Worker != "w.1 x" || ev.Epoch != w.Token || ev.Sessions != -1 {
+		t.Fatalf("acquired: %+v (want no load reported yet: -1)", ev)
 	}
+	w.Sessions = 7 // the load a renewal reports
 	if _, err := l.Renew(ctx, w); err != nil {
 		t.Fatal(err)
 	}
-	if ev := next(); ev.Worker != "w.1 x" || ev.Epoch != w.Token {
-		t.Fatalf("renewed: %+v (token %d)", ev, w.Token)
+	if ev := next(); ev.Worker != "w.1 x" || ev.Epoch != w.Token || ev.Sessions != 7 {
+		t.Fatalf("renewed: %+v (token %d, want 7 sessions)", ev, w.Token)
 	}
 	start := time.Now()
 	if ev := next(); ev.Worker != "w.1 x" || ev.Epoch != 0 {

@@ -32,6 +32,11 @@ type Lease struct {
 	// Revision is the KV revision of the last acquire/renew; Renew and Release CAS on it.
 	Revision uint64
 	TTL      time.Duration
+	// Sessions is, for a worker lease, the number of sessions its holder runs: Renew and
+	// RenewAll write it into the record, so that WatchWorkers shows every worker's load as of
+	// its last renewal (the turn workers balance their sessions by it). Zero for a session
+	// lease.
+	Sessions int
 	// Acquired is when this owner acquired it (local clock).
 	Acquired time.Time
 	// ValidUntil is the local time until which the holder may act: the time the last
@@ -42,6 +47,15 @@ type Lease struct {
 
 // Valid reports whether the holder may still act at t.
 func (l Lease) Valid(t time.Time) bool { return t.Before(l.ValidUntil) }
+
+// sessions is what a renewal writes as the record's Sessions: the load of a worker lease.
+func (l Lease) sessions() *int {
+	if l.Worker == "" {
+		return nil
+	}
+	n := l.Sessions
+	return &n
+}
 
 // kvKey is the lease's key in KV leases.
 func (l Lease) kvKey() string {
@@ -67,6 +81,10 @@ type leaseRecord struct {
 	AcquiredAt int64  `json:"acquiredAt"`
 	RenewedAt  int64  `json:"renewedAt"`
 	TTLms      int64  `json:"ttlMs"`
+	// Sessions is, in a worker lease, how many sessions its holder ran at the renewal; absent
+	// in session leases, in a worker lease's acquiring write, and from versions that did not
+	// report it.
+	Sessions *int `json:"sessions,omitempty"`
 }
 
 // Leases manages session leases on KV leases. The bucket must allow per-message TTLs (KV
@@ -182,7 +200,7 @@ func (l *Leases) Renew(ctx context.Context, lease Lease) (Lease, error) {
 		return Lease{}, fmt.Errorf("%w: renew of a lease that was never acquired", ErrInvalid)
 	}
 	sent := l.now()
-	rec := leaseRecord{Owner: lease.Owner, Token: lease.Token, AcquiredAt: lease.Acquired.UnixMilli(), RenewedAt: sent.UnixMilli(), TTLms: lease.TTL.Milliseconds()}
+	rec := leaseRecord{Owner: lease.Owner, Token: lease.Token, AcquiredAt: lease.Acquired.UnixMilli(), RenewedAt: sent.UnixMilli(), TTLms: lease.TTL.Milliseconds(), Sessions: lease.sessions()}
 	rev, err := l.publish(ctx, lease.kvKey(), rec, lease.Revision, lease.TTL)
 	if isWrongLastSeq(err) {
 		return Lease{}, fmt.Errorf("renew lease %s (token %d): %w", lease.name(), lease.Token, ErrLeaseLost)
@@ -241,7 +259,7 @@ func (l *Leases) RenewAll(ctx context.Context, leases []Lease) (out []Lease, err
 			errs[i] = fmt.Errorf("%w: renew of a lease that was never acquired", ErrInvalid)
 			continue
 		}
-		rec := leaseRecord{Owner: lease.Owner, Token: lease.Token, AcquiredAt: lease.Acquired.UnixMilli(), RenewedAt: sent.UnixMilli(), TTLms: lease.TTL.Milliseconds()}
+		rec := leaseRecord{Owner: lease.Owner, Token: lease.Token, AcquiredAt: lease.Acquired.UnixMilli(), RenewedAt: sent.UnixMilli(), TTLms: lease.TTL.Milliseconds(), Sessions: lease.sessions()}
 		data, _ := json.Marshal(rec)
 		msg := &nats.Msg{Subject: l.subPre + lease.kvKey(), Data: data}
 		f, err := l.js.PublishMsgAsync(msg, jetstream.WithExpectLastSequencePerSubject(lease.Revision), jetstream.WithMsgTTL(lease.TTL))

@@ -32,6 +32,10 @@ type actor struct {
 	killed atomic.Bool
 	dead   atomic.Bool
 	lost   atomic.Bool // the session went (or is handed) to another worker
+	// shedTo names the replica this one's rebalancing moves the session to; the actor stops
+	// if it is idle when it sees it (run), and handTo keeps the target for shutdown.
+	shedTo atomic.Pointer[string]
+	handTo string
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -144,6 +148,14 @@ func (a *actor) poke() {
 	}
 }
 
+// nudge wakes the actor without a read of the inbox (rebalance.go: it looks at shedTo).
+func (a *actor) nudge() {
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
 // know notes that inbox event seq is in the log (another replica holds its delivery and rang
 // the doorbell), so the actor reads up to it without waiting for a delivery of its own.
 func (a *actor) know(seq uint64) {
@@ -244,6 +256,13 @@ func (a *actor) run() {
 			continue
 		}
 		a.ackDone()
+		if to := a.shedTo.Load(); to != nil {
+			if !progressed && a.idle() {
+				a.handTo = *to
+				return
+			}
+			a.shedTo.Store(nil) // busy again: it stays here
+		}
 		if progressed {
 			idleSince = time.Now()
 			continue
@@ -779,7 +798,12 @@ func (a *actor) shutdown() {
 			_ = m.Nak()
 		}
 	}
-	_ = a.w.leases.Unclaim(ctx, claim)
+	if err := a.w.leases.Unclaim(ctx, claim); err == nil && a.handTo != "" {
+		a.mu.Lock()
+		cursor := a.cursor
+		a.mu.Unlock()
+		a.w.handOff(a.sk, a.handTo, cursor) // rebalance.go
+	}
 }
 
 // handle applies one inbox event.

@@ -24,8 +24,9 @@ var errNoWorkerLease = errors.New("turn: this worker holds no valid worker lease
 // workerSeen is what the watch of the worker leases showed about one worker: the largest epoch
 // seen, and whether the lease of that epoch has ended since.
 type workerSeen struct {
-	epoch uint64
-	gone  bool
+	epoch    uint64
+	gone     bool
+	sessions int // how many sessions it ran at its last renewal (rebalance.go)
 }
 
 // ownerHint is which replica was seen holding a session's claim. It is trusted, without asking
@@ -109,11 +110,13 @@ func (w *Worker) renewWorkerLease() {
 			w.newEpoch()
 			continue
 		}
+		l.Sessions = w.running()
 		err := w.renewOnce(l)
 		if w.ctx.Err() != nil {
 			return
 		}
 		if err == nil {
+			w.rebalance() // rebalance.go
 			continue
 		}
 		w.suspend()
@@ -396,7 +399,7 @@ func (w *Worker) seeWorker(ev store.WorkerLeaseEvent) {
 	case ev.Epoch == 0:
 		s.gone = true
 	case ev.Epoch >= s.epoch:
-		s = workerSeen{epoch: ev.Epoch}
+		s = workerSeen{epoch: ev.Epoch, sessions: ev.Sessions}
 	}
 	w.view[ev.Worker] = s
 }

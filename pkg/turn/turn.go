@@ -1102,8 +1102,7 @@ func (w *Worker) publishAll(ctx context.Context, msgs []*nats.Msg) error {
 			return nil
 		}
 		if b == nil {
-			b = backoff.NewExponentialBackOff()
-			b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 50*time.Millisecond, 5*time.Second, 0
+			b = publishBackoff()
 		}
 		d := b.NextBackOff()
 		w.log.Warn("publish failed; retrying", "messages", len(failed), "in", d, "err", lastErr)
@@ -1114,6 +1113,14 @@ func (w *Worker) publishAll(ctx context.Context, msgs []*nats.Msg) error {
 		}
 		msgs = failed
 	}
+}
+
+// publishBackoff is publishAll's retry schedule: 50 ms first, doubling up to 5 s, forever.
+// The options, not the fields: the constructor's Reset takes the first interval from them
+// (fields set afterwards left the first retry at the default 500 ms).
+func publishBackoff() *backoff.ExponentialBackOff {
+	return backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
+		backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
 }
 
 // userInput turns an inbound message into the user message the model sees: group messages

@@ -182,6 +182,7 @@ type Worker struct {
 	bellSubj  string                 // this replica's doorbell, where rung replicas send notices
 	suspect   map[string]suspicion   // peers whose doorbell had no responders (peers.go)
 	adopted   map[string]uint64      // peers taken for dead: the epoch whose sessions were taken over
+	shedPause time.Time              // no sessions are moved to another replica before (rebalance.go)
 	killed    bool                   // Kill: no lease is released
 	killCtx   context.Context        // ended by Kill only (replyContext)
 	killNow   context.CancelFunc

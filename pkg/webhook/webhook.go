@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/agentbus/agentbus/pkg/events"
@@ -84,7 +85,8 @@ func ParseInbound(body []byte) (*Inbound, error) {
 	if err := dec.Decode(&in); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
-	if dec.More() {
+	// More reports false before a stray ']' or '}', so look for the end of the input itself.
+	if _, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("%w: trailing data after the JSON object", ErrMalformed)
 	}
 	var missing []string
