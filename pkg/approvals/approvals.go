@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/internal/jsconflict"
@@ -47,10 +49,10 @@ func (s *Store) Get(ctx context.Context, platform, bot string) (*execpolicy.Appr
 	return &a, e.Revision(), nil
 }
 
-// Update applies fn under a revision CAS, retrying on conflicts. fn reports whether it changed
-// anything; unchanged values are not written.
+// Update applies fn under a revision CAS, retrying on conflicts (retryConflicts). fn reports
+// whether it changed anything; unchanged values are not written.
 func (s *Store) Update(ctx context.Context, platform, bot string, fn func(*execpolicy.Approvals) (bool, error)) error {
-	for attempt := 0; attempt < 10; attempt++ {
+	return retryConflicts(ctx, "store approvals "+platform+"/"+bot, func() error {
 		a, rev, err := s.Get(ctx, platform, bot)
 		if err != nil {
 			return err
@@ -63,17 +65,48 @@ func (s *Store) Update(ctx context.Context, platform, bot string, fn func(*execp
 		if err != nil {
 			return err
 		}
-		if rev == 0 {
-			_, err = s.kv.Create(ctx, Key(platform, bot), b)
-		} else {
-			_, err = s.kv.Update(ctx, Key(platform, bot), b, rev)
-		}
+		return s.put(ctx, Key(platform, bot), b, rev)
+	})
+}
+
+// put writes b at key: a create when rev is 0, else an update at revision rev.
+func (s *Store) put(ctx context.Context, key string, b []byte, rev uint64) error {
+	var err error
+	if rev == 0 {
+		_, err = s.kv.Create(ctx, key, b)
+	} else {
+		_, err = s.kv.Update(ctx, key, b, rev)
+	}
+	return err
+}
+
+// retryConflicts runs attempt until it returns anything but a CAS conflict, backing off with
+// jitter between conflicts for up to conflictBudget. An immediate retry is not enough: with
+// several writers each retry mostly meets another writer's newer revision, and on a cluster the
+// read may come from a replica that has not yet seen the write that won, so a tight loop of ten
+// tries ran out under load (six concurrent /approve rules on a 3-node cluster).
+func retryConflicts(ctx context.Context, what string, attempt func() error) error {
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(5*time.Millisecond),
+		backoff.WithMaxInterval(250*time.Millisecond), backoff.WithMaxElapsedTime(conflictBudget))
+	for {
+		err := attempt()
 		if err == nil {
 			return nil
 		}
 		if !jsconflict.Is(err) {
-			return fmt.Errorf("store approvals: %w", err)
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		d := b.NextBackOff()
+		if d == backoff.Stop {
+			return fmt.Errorf("%s: too many concurrent updates: %w", what, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", what, ctx.Err())
+		case <-time.After(d):
 		}
 	}
-	return fmt.Errorf("store approvals %s/%s: too many concurrent updates", platform, bot)
 }
+
+// conflictBudget is how long retryConflicts keeps trying.
+const conflictBudget = 10 * time.Second

@@ -10,7 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentbus/agentbus/internal/jsconflict"
 	"github.com/agentbus/agentbus/pkg/tools"
 )
 
@@ -77,7 +76,7 @@ func (s *Store) LoadPending(ctx context.Context, platform, bot string) (*Pending
 // changed anything.
 func (s *Store) updatePending(ctx context.Context, platform, bot string, fn func(*Pending) bool) error {
 	key := PendingKey(platform, bot)
-	for range 10 {
+	return retryConflicts(ctx, "store pending approvals "+platform+"/"+bot, func() error {
 		p, rev, err := s.LoadPending(ctx, platform, bot)
 		if err != nil {
 			return err
@@ -89,19 +88,8 @@ func (s *Store) updatePending(ctx context.Context, platform, bot string, fn func
 		if err != nil {
 			return err
 		}
-		if rev == 0 {
-			_, err = s.kv.Create(ctx, key, b)
-		} else {
-			_, err = s.kv.Update(ctx, key, b, rev)
-		}
-		if err == nil {
-			return nil
-		}
-		if !jsconflict.Is(err) {
-			return fmt.Errorf("store pending approvals: %w", err)
-		}
-	}
-	return fmt.Errorf("store pending approvals %s/%s: too many concurrent updates", platform, bot)
+		return s.put(ctx, key, b, rev)
+	})
 }
 
 // Record notes that r needed the owner's approval (r.At is set when zero). The same command
