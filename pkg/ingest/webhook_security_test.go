@@ -168,19 +168,25 @@ func TestWebhookReplayInsideTolerance(t *testing.T) {
 	// Control: with the windows shrunk below the tolerance the start check refuses, and the
 	// same replay (once the server has forgotten the ids) is taken as a new message.
 	ctx := context.Background()
-	for _, name := range []string{events.StreamIMIn, events.StreamSessionIn} {
-		st, err := ns2.JS.Stream(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := st.CachedInfo().Config
-		sc.Duplicates = 500 * time.Millisecond
-		if _, err := ns2.JS.UpdateStream(ctx, sc); err != nil {
-			t.Fatal(err)
+	// Shrunk twice: an update of the window fires the server's purge timer at once, but the
+	// new window is set only later in the same update, and a purge that runs in between
+	// (likelier on a loaded machine) uses the old window and re-arms the timer for what is left
+	// of it, minutes. The second update's purge runs with the first one's window in force.
+	for _, window := range []time.Duration{500 * time.Millisecond, 400 * time.Millisecond} {
+		for _, name := range []string{events.StreamIMIn, events.StreamSessionIn} {
+			st, err := ns2.JS.Stream(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc := st.CachedInfo().Config
+			sc.Duplicates = window
+			if _, err := ns2.JS.UpdateStream(ctx, sc); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	if err := CheckReplayWindow(ctx, ns2.JS, config.Webhook{}); !errors.Is(err, ErrReplayWindow) {
-		t.Fatalf("CheckReplayWindow with a 500 ms window = %v, want ErrReplayWindow", err)
+		t.Fatalf("CheckReplayWindow with a 400 ms window = %v, want ErrReplayWindow", err)
 	}
 	// The server forgets message ids on a timer after the window, later on a loaded machine; a
 	// "duplicate" answer publishes nothing, so asking again until it is forgotten is harmless.
