@@ -9,8 +9,12 @@
 package jsconflict
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -31,4 +35,38 @@ func Is(err error) bool {
 	}
 	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+// ErrTooManyConflicts is Retry's error when every attempt lost its compare-and-set for the
+// whole RetryBudget.
+var ErrTooManyConflicts = errors.New("too many concurrent updates")
+
+// RetryBudget is how long Retry keeps trying after conflicts.
+const RetryBudget = 10 * time.Second
+
+// Retry runs attempt (a read, then a compare-and-set write) until it returns nil or an error
+// that is not a lost compare-and-set (returned as it is), backing off with jitter between
+// conflicts (5 ms first, at most 250 ms) for up to RetryBudget; then it fails with
+// ErrTooManyConflicts, wrapping the last conflict. An immediate retry is not enough: with
+// several writers each retry mostly meets another writer's newer revision, and on a cluster the
+// read may come from a replica that has not yet seen the write that won, so a tight loop of ten
+// tries ran out under load (six concurrent approval rules on a 3-node cluster).
+func Retry(ctx context.Context, attempt func() error) error {
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(5*time.Millisecond),
+		backoff.WithMaxInterval(250*time.Millisecond), backoff.WithMaxElapsedTime(RetryBudget))
+	for {
+		err := attempt()
+		if err == nil || !Is(err) {
+			return err
+		}
+		d := b.NextBackOff()
+		if d == backoff.Stop {
+			return fmt.Errorf("%w: %w", ErrTooManyConflicts, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d):
+		}
+	}
 }

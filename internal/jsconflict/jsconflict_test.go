@@ -87,3 +87,42 @@ func TestIsOnOneServerAndOnACluster(t *testing.T) {
 		})
 	}
 }
+
+// Retry tries again after lost compare-and-sets only: it ends at the first success, returns
+// any other error as it is, and stops when ctx ends.
+func TestRetry(t *testing.T) {
+	other := errors.New("bucket gone")
+	conflict := fmt.Errorf("update: %w", jetstream.ErrKeyRevisionMismatch)
+	cases := []struct {
+		name      string
+		results   []error // what each attempt returns; the last one repeats
+		cancel    bool
+		wantCalls int
+		want      error
+	}{
+		{"first try", []error{nil}, false, 1, nil},
+		{"after conflicts", []error{conflict, conflict, conflict, nil}, false, 4, nil},
+		{"other error", []error{conflict, other}, false, 2, other},
+		{"ctx ends", []error{conflict}, true, 1, context.Canceled},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			calls := 0
+			err := jsconflict.Retry(ctx, func() error {
+				calls++
+				if c.cancel {
+					cancel()
+				}
+				return c.results[min(calls, len(c.results))-1]
+			})
+			if !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
+				t.Fatalf("Retry = %v, want %v", err, c.want)
+			}
+			if calls != c.wantCalls {
+				t.Fatalf("%d attempts, want %d", calls, c.wantCalls)
+			}
+		})
+	}
+}

@@ -8,9 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/internal/jsconflict"
@@ -80,33 +78,10 @@ func (s *Store) put(ctx context.Context, key string, b []byte, rev uint64) error
 	return err
 }
 
-// retryConflicts runs attempt until it returns anything but a CAS conflict, backing off with
-// jitter between conflicts for up to conflictBudget. An immediate retry is not enough: with
-// several writers each retry mostly meets another writer's newer revision, and on a cluster the
-// read may come from a replica that has not yet seen the write that won, so a tight loop of ten
-// tries ran out under load (six concurrent /approve rules on a 3-node cluster).
+// retryConflicts runs attempt under jsconflict.Retry; its errors name what was written.
 func retryConflicts(ctx context.Context, what string, attempt func() error) error {
-	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(5*time.Millisecond),
-		backoff.WithMaxInterval(250*time.Millisecond), backoff.WithMaxElapsedTime(conflictBudget))
-	for {
-		err := attempt()
-		if err == nil {
-			return nil
-		}
-		if !jsconflict.Is(err) {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		d := b.NextBackOff()
-		if d == backoff.Stop {
-			return fmt.Errorf("%s: too many concurrent updates: %w", what, err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: %w", what, ctx.Err())
-		case <-time.After(d):
-		}
+	if err := jsconflict.Retry(ctx, attempt); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
+	return nil
 }
-
-// conflictBudget is how long retryConflicts keeps trying.
-const conflictBudget = 10 * time.Second
