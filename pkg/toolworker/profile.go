@@ -118,7 +118,7 @@ func (s *ProfileStore) update(ctx context.Context, platform, userID string, fn f
 		return err
 	}
 	key := ProfileKey(platform, userID)
-	for range casAttempts {
+	return jsconflict.Retry(ctx, func() error {
 		p, rev, err := s.load(ctx, key)
 		if err != nil {
 			return err
@@ -137,14 +137,11 @@ func (s *ProfileStore) update(ctx context.Context, platform, userID string, fn f
 				_, err = s.kv.Update(ctx, key, data, rev)
 			}
 		}
-		if err == nil {
-			return nil
-		}
-		if !jsconflict.Is(err) {
+		if err != nil {
 			return fmt.Errorf("write profile: %w", err)
 		}
-	}
-	return fmt.Errorf("write profile: too many concurrent updates")
+		return nil
+	})
 }
 
 // Set stores key = value in the user's profile.

@@ -14,9 +14,6 @@ import (
 	"github.com/agentbus/agentbus/pkg/tools"
 )
 
-// casAttempts bounds the read-modify-write loops on KV entries several workers update.
-const casAttempts = 16
-
 // timeoutFor is the run limit of a tool on this worker.
 func (h *Handle) timeoutFor(name string) time.Duration {
 	if d, ok := h.opts.Timeouts[name]; ok && d > 0 {
@@ -48,7 +45,7 @@ func (h *Handle) generation(ms int64) int64 { return ms / h.window.Milliseconds(
 // announcing the same tool at once all end up listed).
 func (h *Handle) announce(ctx context.Context, t tools.Tool) error {
 	key := events.EncodeToken(t.Name)
-	for range casAttempts {
+	err := jsconflict.Retry(ctx, func() error {
 		now := time.Now().UnixMilli()
 		entry := h.Entry(t)
 		entry.UpdatedAt = now
@@ -60,12 +57,8 @@ func (h *Handle) announce(ctx context.Context, t tools.Tool) error {
 			if err != nil {
 				return err
 			}
-			if _, err = h.toolsKV.Create(ctx, key, data); err == nil {
-				return nil
-			} else if !jsconflict.Is(err) {
-				return err
-			}
-			continue
+			_, err = h.toolsKV.Create(ctx, key, data)
+			return err
 		case err != nil:
 			return err
 		}
@@ -82,19 +75,19 @@ func (h *Handle) announce(ctx context.Context, t tools.Tool) error {
 		if err != nil {
 			return err
 		}
-		if _, err = h.toolsKV.Update(ctx, key, data, cur.Revision()); err == nil {
-			return nil
-		} else if !jsconflict.Is(err) {
-			return err
-		}
+		_, err = h.toolsKV.Update(ctx, key, data, cur.Revision())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("announce %s: %w", t.Name, err)
 	}
-	return fmt.Errorf("announce %s: too many concurrent updates", t.Name)
+	return nil
 }
 
 // withdraw removes this worker's id from the tool's entry, and the entry when no worker is left.
 func (h *Handle) withdraw(ctx context.Context, name string) error {
 	key := events.EncodeToken(name)
-	for range casAttempts {
+	err := jsconflict.Retry(ctx, func() error {
 		cur, err := h.toolsKV.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			return nil
@@ -112,17 +105,17 @@ func (h *Handle) withdraw(ctx context.Context, name string) error {
 		}
 		entry.Workers = slices.Delete(entry.Workers, i, i+1)
 		if len(entry.Workers) == 0 {
-			err = h.toolsKV.Delete(ctx, key, jetstream.LastRevision(cur.Revision()))
-		} else {
-			var data []byte
-			if data, err = events.MarshalToolEntry(entry); err != nil {
-				return err
-			}
-			_, err = h.toolsKV.Update(ctx, key, data, cur.Revision())
+			return h.toolsKV.Delete(ctx, key, jetstream.LastRevision(cur.Revision()))
 		}
-		if err == nil || !jsconflict.Is(err) {
+		data, err := events.MarshalToolEntry(entry)
+		if err != nil {
 			return err
 		}
+		_, err = h.toolsKV.Update(ctx, key, data, cur.Revision())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("withdraw %s: %w", name, err)
 	}
-	return fmt.Errorf("withdraw %s: too many concurrent updates", name)
+	return nil
 }
