@@ -405,10 +405,26 @@ func (w *Worker) seeWorker(ev store.WorkerLeaseEvent) {
 }
 
 // staleLocked reports whether the watch has shown that owner's worker lease of epoch ended
-// (gone, or acquired again with a larger epoch). Only the watch's certain answers count.
+// (gone, or acquired again with a larger epoch), or, once the watch has delivered every
+// worker lease, shows no lease of owner at all (a dead peer is dropped from the view after
+// its takeover). A hint it calls stale is looked up again in KV by a claim, so a false
+// "stale" costs one round trip; a false "alive" sent deliveries to a dead doorbell, every
+// AckWait, until the session's owner changed again.
 func (w *Worker) staleLocked(owner string, epoch uint64) bool {
 	s, ok := w.view[owner]
-	return ok && (epoch < s.epoch || epoch == s.epoch && s.gone)
+	if !ok {
+		return w.viewReady
+	}
+	return epoch < s.epoch || epoch == s.epoch && s.gone
+}
+
+// forgetOwnerLocked drops every hint that names owner with an epoch up to epoch.
+func (w *Worker) forgetOwnerLocked(owner string, epoch uint64) {
+	for key, h := range w.owners {
+		if h.owner == owner && h.epoch <= epoch {
+			delete(w.owners, key)
+		}
+	}
 }
 
 // alive is the store.AliveFunc of this replica's claims. The watch answers "alive" when it

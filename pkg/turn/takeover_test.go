@@ -417,3 +417,53 @@ func (c *countingHandler) Handle(_ context.Context, r slog.Record) error {
 }
 func (c *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return c }
 func (c *countingHandler) WithGroup(string) slog.Handler      { return c }
+
+// A hint that names a replica which is gone is not believed. Here B's hint for the session
+// names wGone, a replica the worker-lease watch does not show (as after another replica took
+// a dead peer's sessions over first and the peer dropped out of the view): B claims instead,
+// finds C owning the session and rings C. When B believed such a hint, it rang a doorbell
+// nobody listens on, and the delivery waited for the ack wait, again on every redelivery
+// (the fault test's replies 10-16 s late, with no turn worker killed).
+func TestHintNamingAGoneReplicaIsLookedUp(t *testing.T) {
+	h := newHarness(t, nil, faux.WithResponder(func(c *llm.Context) faux.Response {
+		return faux.Response{Text: "ok " + c.Messages[len(c.Messages)-1].TextContent()}
+	}))
+	slow := func(o *Options) { o.LeaseTTL, o.AckWait = time.Minute, 5*time.Minute }
+	c := h.workerWith("wC", slow)
+	h.send(sk, "m0", "warm up")
+	h.replies(sk, 1) // C owns the session
+	b := h.workerWith("wB", slow)
+	waitFor(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		_, seesC := b.view["wC"]
+		return b.viewReady && seesC
+	})
+	b.mu.Lock()
+	b.owners[sk.String()] = ownerHint{owner: "wGone", epoch: 1}
+	b.mu.Unlock()
+	const n = 16 // about half reach B: the chance that none does is 2^-16
+	for i := 1; i <= n; i++ {
+		h.send(sk, fmt.Sprintf("m%d", i), "again")
+		h.replies(sk, i+1)
+	}
+	ctx := context.Background()
+	cons, err := h.ns.JS.Consumer(ctx, "SESSION_IN", ConsumerName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second) // a lost ring waits for the 5-minute ack wait
+	for {
+		info, err := cons.Info(ctx)
+		if err == nil && info.NumAckPending == 0 && info.NumPending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("deliveries still unacked: %+v (%v)", info, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if c.running() != 1 || b.running() != 0 {
+		t.Errorf("actors: C %d, B %d; want the session on C", c.running(), b.running())
+	}
+}

@@ -445,7 +445,9 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 		return
 	}
 	if h, ok := w.owners[key]; ok {
-		if !w.staleLocked(h.owner, h.epoch) {
+		// A redelivery means the last ring (if it was this replica's) was not taken: the
+		// hint may name a replica that is gone, so the claim looks the owner up again.
+		if !d.redelivered && !w.staleLocked(h.owner, h.epoch) {
 			w.ringLocked(sk, h.owner, h.epoch, []delivery{d})
 			return
 		}
