@@ -398,6 +398,7 @@ func (w *Worker) seeWorker(ev store.WorkerLeaseEvent) {
 	switch {
 	case ev.Epoch == 0:
 		s.gone = true
+		w.holdRebalanceLocked(time.Now())
 	case ev.Epoch >= s.epoch:
 		s = workerSeen{epoch: ev.Epoch, sessions: ev.Sessions}
 	}

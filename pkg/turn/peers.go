@@ -147,6 +147,7 @@ func (w *Worker) peerDead(peer string, epoch uint64, silent time.Duration) {
 	if s := w.view[peer]; s.epoch <= epoch {
 		w.view[peer] = workerSeen{epoch: epoch, gone: true}
 	}
+	w.holdRebalanceLocked(time.Now())
 	w.mu.Unlock()
 	var keys []events.SessionKey
 	for attempt := 0; attempt < 5 && w.ctx.Err() == nil; attempt++ {

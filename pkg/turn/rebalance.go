@@ -92,6 +92,17 @@ func (w *Worker) rebalance() {
 		slog.Group("load", "here", own, "there", least, "fair", fair))
 }
 
+// holdRebalanceLocked keeps rebalance from moving sessions for a lease TTL: a peer has just
+// gone, its sessions are being claimed by whoever is quickest, and the loads the watch shows
+// are those of the last renewals, not yet what each replica runs now. Moving on them sent
+// sessions to a replica that had just taken over a dead peer's and back again (one cold
+// start each) in the fault test.
+func (w *Worker) holdRebalanceLocked(now time.Time) {
+	if until := now.Add(w.opts.LeaseTTL); until.After(w.shedPause) {
+		w.shedPause = until
+	}
+}
+
 // handOff rings to's doorbell for sk, with no delivery: to claims the session and reads its
 // inbox from the cursor. seq is the last inbox event this replica's actor processed.
 func (w *Worker) handOff(sk events.SessionKey, to string, seq uint64) {

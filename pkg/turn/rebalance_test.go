@@ -2,6 +2,7 @@ package turn
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
+	"github.com/agentbus/agentbus/pkg/store"
 )
 
 // Replicas that join a busy cluster take their share of the sessions already running, while
@@ -82,4 +84,39 @@ func TestJoiningReplicasTakeTheirShare(t *testing.T) {
 		t.Logf("%s runs %d sessions", w.ID(), w.running())
 	}
 	t.Logf("%d rounds", len(want[keys[0].Scene]))
+}
+
+// While a peer has just gone, the loads the watch shows are stale (its sessions are being
+// claimed): rebalance moves nothing for a lease TTL, then moves as before.
+func TestNoRebalanceRightAfterAPeerWent(t *testing.T) {
+	w := &Worker{opts: Options{ID: "wA", LeaseTTL: time.Minute}, ctx: t.Context(), log: slog.New(slog.DiscardHandler),
+		actors: map[string]*actor{}, owners: map[string]ownerHint{}, viewReady: true,
+		view: map[string]workerSeen{"wB": {epoch: 7, sessions: 0}, "wGone": {epoch: 3, sessions: 5}}}
+	for i := range 6 {
+		k := sk
+		k.Scene = fmt.Sprintf("hold-%d", i)
+		w.actors[k.String()] = newActor(w, k, store.Claim{}, 0)
+	}
+	moving := func() int {
+		n := 0
+		for _, a := range w.actors {
+			if a.shedTo.Load() != nil {
+				n++
+			}
+		}
+		return n
+	}
+	// wGone's lease ends, as the watch shows it.
+	w.seeWorker(store.WorkerLeaseEvent{Worker: "wGone"})
+	w.rebalance()
+	if n := moving(); n != 0 {
+		t.Fatalf("%d sessions moved right after a peer went", n)
+	}
+	w.mu.Lock()
+	w.shedPause = time.Time{} // a lease TTL later
+	w.mu.Unlock()
+	w.rebalance()
+	if n := moving(); n != 3 { // 6 here, 0 on wB: fair share 3
+		t.Fatalf("%d sessions moved, want 3", n)
+	}
 }
