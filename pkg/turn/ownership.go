@@ -419,14 +419,6 @@ func (w *Worker) staleLocked(owner string, epoch uint64) bool {
 	return epoch < s.epoch || epoch == s.epoch && s.gone
 }
 
-// forgetOwnerLocked drops every hint that names owner with an epoch up to epoch.
-func (w *Worker) forgetOwnerLocked(owner string, epoch uint64) {
-	for key, h := range w.owners {
-		if h.owner == owner && h.epoch <= epoch {
-			delete(w.owners, key)
-		}
-	}
-}
 
 // alive is the store.AliveFunc of this replica's claims. The watch answers "alive" when it
 // showed the owner's lease with that epoch (as of the last renewal it saw); anything else is

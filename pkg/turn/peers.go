@@ -189,7 +189,5 @@ func (w *Worker) peerDead(peer string, epoch uint64, silent time.Duration) {
 	if s := w.view[peer]; s.gone && s.epoch <= epoch {
 		delete(w.view, peer) // nothing more to learn from it; a later lease of it comes by the watch
 	}
-	// Sessions another replica took over first still have hints naming the dead peer here.
-	w.forgetOwnerLocked(peer, epoch)
 	w.mu.Unlock()
 }
