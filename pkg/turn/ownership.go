@@ -419,7 +419,6 @@ func (w *Worker) staleLocked(owner string, epoch uint64) bool {
 	return epoch < s.epoch || epoch == s.epoch && s.gone
 }
 
-
 // alive is the store.AliveFunc of this replica's claims. The watch answers "alive" when it
 // showed the owner's lease with that epoch (as of the last renewal it saw); anything else is
 // asked of the stream leader, because an ended lease may be acquired again with the same
