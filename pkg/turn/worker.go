@@ -227,23 +227,22 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 		view: map[string]workerSeen{}, bells: map[string][]ringEntry{}, bellWake: make(chan struct{}, 1), suspect: map[string]suspicion{}, adopted: map[string]uint64{},
 		router: newResultRouter(), inboxHeard: make(chan *nats.Msg, inboxHeardBuffer), inboxPub: inbox.NewPublisher(js), log: opts.Log.With("worker", opts.ID)}
 	var err error
-	if w.inbox, err = js.Stream(ctx, events.StreamSessionIn); err != nil {
-		return nil, fmt.Errorf("open %s: %w", events.StreamSessionIn, err)
-	}
-	if w.evts, err = js.Stream(ctx, events.StreamAgentEvents); err != nil {
-		return nil, fmt.Errorf("open %s: %w", events.StreamAgentEvents, err)
-	}
-	if w.results, err = js.Stream(ctx, events.StreamToolResults); err != nil {
-		return nil, fmt.Errorf("open %s: %w", events.StreamToolResults, err)
-	}
-	if w.calls, err = js.Stream(ctx, events.StreamToolCalls); err != nil {
-		return nil, fmt.Errorf("open %s: %w", events.StreamToolCalls, err)
-	}
-	if w.imOut, err = js.Stream(ctx, events.StreamIMOut); err != nil {
-		return nil, fmt.Errorf("open %s: %w", events.StreamIMOut, err)
-	}
-	if w.imSent, err = js.Stream(ctx, events.StreamIMSent); err != nil {
-		return nil, fmt.Errorf("open %s: %w", events.StreamIMSent, err)
+	// Each lookup is its own API request with its own timeout, retried: with many roles
+	// starting at once the server can leave a request unanswered, and one such request must
+	// not spend the whole start budget.
+	for _, b := range []struct {
+		name string
+		st   *jetstream.Stream
+	}{
+		{events.StreamSessionIn, &w.inbox}, {events.StreamAgentEvents, &w.evts}, {events.StreamToolResults, &w.results},
+		{events.StreamToolCalls, &w.calls}, {events.StreamIMOut, &w.imOut}, {events.StreamIMSent, &w.imSent},
+	} {
+		if err := natsutil.Retry(ctx, func(ctx context.Context) (err error) {
+			*b.st, err = js.Stream(ctx, b.name)
+			return err
+		}); err != nil {
+			return nil, fmt.Errorf("open %s: %w", b.name, err)
+		}
 	}
 	if w.sessions, err = store.OpenSessions(ctx, js); err != nil {
 		return nil, err
