@@ -292,27 +292,15 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 			return nil, fmt.Errorf("egress: jetstream: %w", err)
 		}
 	}
-	// Each lookup is its own API request with its own timeout, retried: with many roles
-	// starting at once the server can leave a request unanswered, and one such request must
-	// not spend the whole start budget (the fault test saw egress fail to start that way).
-	var kv jetstream.KeyValue
-	if err := natsutil.Retry(ctx, func(ctx context.Context) (err error) {
-		kv, err = js.KeyValue(ctx, events.BucketDelivered)
-		return err
-	}); err != nil {
+	kv, err := natsutil.KeyValue(ctx, js, events.BucketDelivered)
+	if err != nil {
 		return nil, fmt.Errorf("egress: KV %s (are the streams provisioned?): %w", events.BucketDelivered, err)
 	}
-	var sent jetstream.Stream
-	if err := natsutil.Retry(ctx, func(ctx context.Context) (err error) {
-		sent, err = js.Stream(ctx, events.StreamIMSent)
-		return err
-	}); err != nil {
+	sent, err := natsutil.Stream(ctx, js, events.StreamIMSent)
+	if err != nil {
 		return nil, fmt.Errorf("egress: stream %s (are the streams provisioned?): %w", events.StreamIMSent, err)
 	}
-	if err := natsutil.Retry(ctx, func(ctx context.Context) error {
-		_, err := js.Stream(ctx, events.StreamDeadLetters)
-		return err
-	}); err != nil {
+	if _, err := natsutil.Stream(ctx, js, events.StreamDeadLetters); err != nil {
 		return nil, fmt.Errorf("egress: stream %s (are the streams provisioned?): %w", events.StreamDeadLetters, err)
 	}
 	filter := events.PrefixIMOut + ".>"

@@ -194,6 +194,27 @@ const maxAttempts = 60
 // cluster that is forming or electing leaders one unanswered request must not fail the start.
 func Retry(ctx context.Context, op func(context.Context) error) error { return retry(ctx, op) }
 
+// Stream looks up stream name as Retry runs an op: with many roles starting at once a busy
+// server can leave a request unanswered, and one such request must not spend a role's whole
+// start budget. A stream that does not exist is waited for until ctx ends.
+func Stream(ctx context.Context, js jetstream.JetStream, name string) (st jetstream.Stream, err error) {
+	err = Retry(ctx, func(ctx context.Context) (err error) {
+		st, err = js.Stream(ctx, name)
+		return err
+	})
+	return st, err
+}
+
+// KeyValue looks up KV bucket name as Stream does a stream; a bucket that does not exist fails
+// at once (jetstream.ErrBucketNotFound).
+func KeyValue(ctx context.Context, js jetstream.JetStream, name string) (kv jetstream.KeyValue, err error) {
+	err = Retry(ctx, func(ctx context.Context) (err error) {
+		kv, err = js.KeyValue(ctx, name)
+		return err
+	})
+	return kv, err
+}
+
 // retry runs op, each time with its own RequestTimeout, until it succeeds, fails with a
 // permanent error, or ctx ends.
 func retry(ctx context.Context, op func(context.Context) error) error {

@@ -227,9 +227,6 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 		view: map[string]workerSeen{}, bells: map[string][]ringEntry{}, bellWake: make(chan struct{}, 1), suspect: map[string]suspicion{}, adopted: map[string]uint64{},
 		router: newResultRouter(), inboxHeard: make(chan *nats.Msg, inboxHeardBuffer), inboxPub: inbox.NewPublisher(js), log: opts.Log.With("worker", opts.ID)}
 	var err error
-	// Each lookup is its own API request with its own timeout, retried: with many roles
-	// starting at once the server can leave a request unanswered, and one such request must
-	// not spend the whole start budget.
 	for _, b := range []struct {
 		name string
 		st   *jetstream.Stream
@@ -237,10 +234,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 		{events.StreamSessionIn, &w.inbox}, {events.StreamAgentEvents, &w.evts}, {events.StreamToolResults, &w.results},
 		{events.StreamToolCalls, &w.calls}, {events.StreamIMOut, &w.imOut}, {events.StreamIMSent, &w.imSent},
 	} {
-		if err := natsutil.Retry(ctx, func(ctx context.Context) (err error) {
-			*b.st, err = js.Stream(ctx, b.name)
-			return err
-		}); err != nil {
+		if *b.st, err = natsutil.Stream(ctx, js, b.name); err != nil {
 			return nil, fmt.Errorf("open %s: %w", b.name, err)
 		}
 	}
