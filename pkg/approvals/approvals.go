@@ -14,6 +14,7 @@ import (
 	"github.com/agentbus/agentbus/internal/jsconflict"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/execpolicy"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 )
 
 // Store reads and updates approvals.
@@ -21,7 +22,7 @@ type Store struct{ kv jetstream.KeyValue }
 
 // Open opens the bucket.
 func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
-	kv, err := js.KeyValue(ctx, events.BucketApprovals)
+	kv, err := natsutil.KeyValue(ctx, js, events.BucketApprovals)
 	if err != nil {
 		return nil, fmt.Errorf("open KV %s: %w", events.BucketApprovals, err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentbus/agentbus/internal/jsconflict"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 )
 
 // Backfill cursors. A platform connection that moves between ingest replicas (pkg/im.Hold)
@@ -102,7 +103,7 @@ func OpenCursors(ctx context.Context, js jetstream.JetStream, platform, bot stri
 	if js == nil {
 		return nil, errors.New("im: OpenCursors needs JetStream")
 	}
-	kv, err := js.KeyValue(ctx, events.BucketLeases)
+	kv, err := natsutil.KeyValue(ctx, js, events.BucketLeases)
 	if err != nil {
 		return nil, fmt.Errorf("im: open KV %s: %w", events.BucketLeases, err)
 	}

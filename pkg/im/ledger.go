@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 )
 
 // Ledger remembers which platform messages of an outbound part were sent, so that a part
@@ -31,7 +32,7 @@ func NewLedger(ctx context.Context, js jetstream.JetStream) (*Ledger, error) {
 	if js == nil {
 		return &Ledger{}, nil
 	}
-	kv, err := js.KeyValue(ctx, events.BucketDelivered)
+	kv, err := natsutil.KeyValue(ctx, js, events.BucketDelivered)
 	if err != nil {
 		return nil, fmt.Errorf("im: open KV %s: %w", events.BucketDelivered, err)
 	}

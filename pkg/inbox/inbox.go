@@ -196,7 +196,7 @@ func (p *Publisher) inbox(ctx context.Context) (jetstream.Stream, error) {
 	if s != nil {
 		return s, nil
 	}
-	s, err := p.js.Stream(ctx, events.StreamSessionIn)
+	s, err := natsutil.Stream(ctx, p.js, events.StreamSessionIn)
 	if err != nil {
 		return nil, fmt.Errorf("open stream %s: %w", events.StreamSessionIn, err)
 	}

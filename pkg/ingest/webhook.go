@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/webhook"
 )
 
@@ -30,7 +31,7 @@ func CheckReplayWindow(ctx context.Context, js jetstream.StreamManager, cfg conf
 	cfg.ApplyDefaults()
 	need := 2 * time.Duration(cfg.ToleranceSeconds) * time.Second
 	for _, name := range []string{events.StreamIMIn, events.StreamSessionIn} {
-		st, err := js.Stream(ctx, name)
+		st, err := natsutil.Stream(ctx, js, name)
 		if err != nil {
 			return fmt.Errorf("ingest: replay window: open stream %s: %w", name, err)
 		}

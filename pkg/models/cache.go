@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 )
 
 // CacheFileName is the file cache's name inside the data directory (the seed's
@@ -127,7 +128,7 @@ func NewKVCache(kv jetstream.KeyValue) *KVCache { return &KVCache{kv: kv} }
 
 // OpenKVCache opens the provisioned KV models bucket.
 func OpenKVCache(ctx context.Context, js jetstream.JetStream) (*KVCache, error) {
-	kv, err := js.KeyValue(ctx, events.BucketModels)
+	kv, err := natsutil.KeyValue(ctx, js, events.BucketModels)
 	if err != nil {
 		return nil, fmt.Errorf("open KV %s: %w", events.BucketModels, err)
 	}

@@ -196,18 +196,27 @@ func Retry(ctx context.Context, op func(context.Context) error) error { return r
 
 // Stream looks up stream name as Retry runs an op: with many roles starting at once a busy
 // server can leave a request unanswered, and one such request must not spend a role's whole
-// start budget. A stream that does not exist is waited for until ctx ends.
-func Stream(ctx context.Context, js jetstream.JetStream, name string) (st jetstream.Stream, err error) {
+// start budget. A stream that does not exist fails at once (jetstream.ErrStreamNotFound): roles
+// look streams up after Provision or WaitProvisioned, so a missing one is a deployment error
+// to report, not a state to wait out.
+func Stream(ctx context.Context, js jetstream.StreamManager, name string) (st jetstream.Stream, err error) {
 	err = Retry(ctx, func(ctx context.Context) (err error) {
 		st, err = js.Stream(ctx, name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return permanent{err}
+		}
 		return err
 	})
+	var p permanent
+	if errors.As(err, &p) {
+		err = p.err
+	}
 	return st, err
 }
 
 // KeyValue looks up KV bucket name as Stream does a stream; a bucket that does not exist fails
 // at once (jetstream.ErrBucketNotFound).
-func KeyValue(ctx context.Context, js jetstream.JetStream, name string) (kv jetstream.KeyValue, err error) {
+func KeyValue(ctx context.Context, js jetstream.KeyValueManager, name string) (kv jetstream.KeyValue, err error) {
 	err = Retry(ctx, func(ctx context.Context) (err error) {
 		kv, err = js.KeyValue(ctx, name)
 		return err
@@ -246,11 +255,20 @@ func retry(ctx context.Context, op func(context.Context) error) error {
 	}
 }
 
+// permanent marks an error that retriable would take as transient but the op knows is final.
+type permanent struct{ err error }
+
+func (p permanent) Error() string { return p.err.Error() }
+func (p permanent) Unwrap() error { return p.err }
+
 // retriable reports errors that another attempt may not repeat: a lost create race (the
 // other process created it between our update and create, so the next update finds it) and
 // transient API trouble.
 func retriable(err error) bool {
+	var p permanent
 	switch {
+	case errors.As(err, &p):
+		return false
 	case errors.Is(err, jetstream.ErrStreamNameAlreadyInUse),
 		errors.Is(err, jetstream.ErrBucketExists),
 		errors.Is(err, jetstream.ErrStreamNotFound), // deleted between update and create

@@ -117,3 +117,77 @@ func TestProvisionUpdatesAges(t *testing.T) {
 		t.Errorf("IM_IN max age %s after update, want 1h", got)
 	}
 }
+
+// flakyLookups answers the first fail lookups with the error an unanswered request gives, then
+// passes them to the real server; calls counts every lookup.
+type flakyLookups struct {
+	jetstream.JetStream
+	fail, calls int
+}
+
+func (f *flakyLookups) next() error {
+	f.calls++
+	if f.calls <= f.fail {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+func (f *flakyLookups) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	if err := f.next(); err != nil {
+		return nil, err
+	}
+	return f.JetStream.Stream(ctx, name)
+}
+
+func (f *flakyLookups) KeyValue(ctx context.Context, name string) (jetstream.KeyValue, error) {
+	if err := f.next(); err != nil {
+		return nil, err
+	}
+	return f.JetStream.KeyValue(ctx, name)
+}
+
+func TestLookupsRetryUnansweredAndFailOnMissing(t *testing.T) {
+	srv := natstest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tests := []struct {
+		name      string
+		fail      int
+		lookup    func(context.Context, *flakyLookups) error
+		want      error // nil: found
+		wantCalls int
+	}{
+		{"stream after two unanswered", 2, func(ctx context.Context, js *flakyLookups) error {
+			_, err := natsutil.Stream(ctx, js, events.StreamSessionIn)
+			return err
+		}, nil, 3},
+		{"bucket after two unanswered", 2, func(ctx context.Context, js *flakyLookups) error {
+			_, err := natsutil.KeyValue(ctx, js, events.BucketSessions)
+			return err
+		}, nil, 3},
+		{"missing stream fails at once", 0, func(ctx context.Context, js *flakyLookups) error {
+			_, err := natsutil.Stream(ctx, js, "NOT_PROVISIONED")
+			return err
+		}, jetstream.ErrStreamNotFound, 1},
+		{"missing bucket fails at once", 0, func(ctx context.Context, js *flakyLookups) error {
+			_, err := natsutil.KeyValue(ctx, js, "not-provisioned")
+			return err
+		}, jetstream.ErrBucketNotFound, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			js := &flakyLookups{JetStream: srv.JS, fail: tt.fail}
+			err := tt.lookup(ctx, js)
+			switch {
+			case tt.want == nil && err != nil:
+				t.Fatalf("lookup: %v", err)
+			case tt.want != nil && !errors.Is(err, tt.want):
+				t.Fatalf("lookup error = %v, want %v", err, tt.want)
+			}
+			if js.calls != tt.wantCalls {
+				t.Fatalf("%d lookups, want %d", js.calls, tt.wantCalls)
+			}
+		})
+	}
+}

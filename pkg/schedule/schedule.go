@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 )
 
 // Publisher is the part of jetstream.JetStream that schedules are written with.
@@ -27,7 +28,7 @@ type Schedules struct {
 
 // Open opens SESSION_IN (provisioned beforehand).
 func Open(ctx context.Context, js jetstream.JetStream) (*Schedules, error) {
-	s, err := js.Stream(ctx, events.StreamSchedules)
+	s, err := natsutil.Stream(ctx, js, events.StreamSchedules)
 	if err != nil {
 		return nil, fmt.Errorf("schedule: open %s: %w", events.StreamSchedules, err)
 	}

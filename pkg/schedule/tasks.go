@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 )
 
 // Tasks is the KV tasks repository: background task records by session. Safe for concurrent
@@ -20,7 +21,7 @@ type Tasks struct {
 
 // OpenTasks opens KV tasks (provisioned beforehand).
 func OpenTasks(ctx context.Context, js jetstream.JetStream) (*Tasks, error) {
-	kv, err := js.KeyValue(ctx, events.BucketTasks)
+	kv, err := natsutil.KeyValue(ctx, js, events.BucketTasks)
 	if err != nil {
 		return nil, fmt.Errorf("schedule: open KV %s: %w", events.BucketTasks, err)
 	}

@@ -174,7 +174,7 @@ func WithCacheSessions(n int) ContextLogOption { return func(l *ContextLog) { l.
 
 // NewContextLog binds the provisioned AGENT_CTX stream (it must allow direct gets).
 func NewContextLog(ctx context.Context, js jetstream.JetStream, bounds ContextBounds, opts ...ContextLogOption) (*ContextLog, error) {
-	st, err := js.Stream(ctx, streamAgentCtx)
+	st, err := natsutil.Stream(ctx, js, streamAgentCtx)
 	if err != nil {
 		return nil, fmt.Errorf("open stream %s: %w", streamAgentCtx, err)
 	}

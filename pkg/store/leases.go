@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 )
 
 // Lease says that Owner is the one writer of a session until it expires.
@@ -98,7 +99,7 @@ type Leases struct {
 
 // NewLeases binds the provisioned leases bucket.
 func NewLeases(ctx context.Context, js jetstream.JetStream) (*Leases, error) {
-	kv, err := js.KeyValue(ctx, bucketLeases)
+	kv, err := natsutil.KeyValue(ctx, js, bucketLeases)
 	if err != nil {
 		return nil, fmt.Errorf("open KV %s: %w", bucketLeases, err)
 	}

@@ -192,11 +192,11 @@ func NewSessions(kv jetstream.KeyValue, opts ...SessionsOption) *Sessions {
 
 // OpenSessions binds the provisioned bucket.
 func OpenSessions(ctx context.Context, js jetstream.JetStream, opts ...SessionsOption) (*Sessions, error) {
-	kv, err := js.KeyValue(ctx, bucketSessions)
+	kv, err := natsutil.KeyValue(ctx, js, bucketSessions)
 	if err != nil {
 		return nil, fmt.Errorf("open KV %s: %w", bucketSessions, err)
 	}
-	st, err := js.Stream(ctx, "KV_"+bucketSessions)
+	st, err := natsutil.Stream(ctx, js, "KV_"+bucketSessions)
 	if err != nil {
 		return nil, fmt.Errorf("open KV %s: %w", bucketSessions, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 )
 
 // TurnLog is the turn event log on AGENT_EVENTS (agent.evt.<sk>.<turn>.<kind>): what a worker
@@ -21,7 +22,7 @@ type TurnLog struct {
 
 // NewTurnLog binds the provisioned AGENT_EVENTS stream (it must allow direct gets).
 func NewTurnLog(ctx context.Context, js jetstream.JetStream) (*TurnLog, error) {
-	st, err := js.Stream(ctx, streamAgentEvents)
+	st, err := natsutil.Stream(ctx, js, streamAgentEvents)
 	if err != nil {
 		return nil, fmt.Errorf("open stream %s: %w", streamAgentEvents, err)
 	}

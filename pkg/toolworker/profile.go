@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentbus/agentbus/internal/jsconflict"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/tools"
 )
 
@@ -39,7 +40,7 @@ func NewProfileStore(ctx context.Context, js jetstream.JetStream) (*ProfileStore
 	if js == nil {
 		return nil, fmt.Errorf("%w: profile store needs a JetStream context", ErrConfig)
 	}
-	kv, err := js.KeyValue(ctx, events.BucketProfiles)
+	kv, err := natsutil.KeyValue(ctx, js, events.BucketProfiles)
 	if err != nil {
 		return nil, fmt.Errorf("open KV %s: %w", events.BucketProfiles, err)
 	}

@@ -161,13 +161,13 @@ func Run(ctx context.Context, opts Options) (*Handle, error) {
 	h := &Handle{opts: opts, log: opts.Log.With("worker", opts.ID), stopping: make(chan struct{}), done: make(chan struct{}),
 		served: map[string]*served{}, inflight: map[string]chan struct{}{}}
 	var err error
-	if h.results, err = opts.JS.Stream(ctx, events.StreamToolResults); err != nil {
+	if h.results, err = natsutil.Stream(ctx, opts.JS, events.StreamToolResults); err != nil {
 		return nil, fmt.Errorf("open stream %s: %w", events.StreamToolResults, err)
 	}
-	if h.toolsKV, err = opts.JS.KeyValue(ctx, events.BucketTools); err != nil {
+	if h.toolsKV, err = natsutil.KeyValue(ctx, opts.JS, events.BucketTools); err != nil {
 		return nil, fmt.Errorf("open KV %s: %w", events.BucketTools, err)
 	}
-	if h.markers, err = opts.JS.KeyValue(ctx, events.BucketDelivered); err != nil {
+	if h.markers, err = natsutil.KeyValue(ctx, opts.JS, events.BucketDelivered); err != nil {
 		return nil, fmt.Errorf("open KV %s: %w", events.BucketDelivered, err)
 	}
 	h.beat = opts.HeartbeatEvery

@@ -50,7 +50,7 @@ const maxViews = 256
 
 // NewToolCatalog opens the registry bucket.
 func NewToolCatalog(ctx context.Context, js jetstream.JetStream) (*ToolCatalog, error) {
-	kv, err := js.KeyValue(ctx, events.BucketTools)
+	kv, err := natsutil.KeyValue(ctx, js, events.BucketTools)
 	if err != nil {
 		return nil, fmt.Errorf("open KV %s: %w", events.BucketTools, err)
 	}

@@ -57,6 +57,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/im"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 )
 
 // Platform is the platform name in session keys.
@@ -202,7 +203,7 @@ func openSince(ctx context.Context, js jetstream.JetStream, bot string) (*sinceS
 	if js == nil {
 		return &sinceStore{}, nil
 	}
-	kv, err := js.KeyValue(ctx, events.BucketLeases)
+	kv, err := natsutil.KeyValue(ctx, js, events.BucketLeases)
 	if err != nil {
 		return nil, fmt.Errorf("matrix: open KV %s: %w", events.BucketLeases, err)
 	}
