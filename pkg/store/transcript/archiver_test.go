@@ -243,3 +243,92 @@ func TestArchiverBadRowAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestArchiverThinBatches: a batch spread over many chats with a message or two each keeps
+// gathering for ThinWait; one of few chats, or of many chats with several messages each, is
+// written after MaxWait as before.
+func TestArchiverThinBatches(t *testing.T) {
+	cases := []struct {
+		name           string
+		scenes, perOne int
+		thin           bool
+	}{
+		{"few chats", 10, 1, false},
+		{"many chats, several messages each", ThinScenes, ThinRows, false},
+		{"many chats, one message each", ThinScenes + 44, 1, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			srv := natstest.New(t)
+			db, err := Open(filepath.Join(t.TempDir(), "transcripts.db"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			want := tc.scenes * tc.perOne
+			for i := range tc.perOne {
+				for s := range tc.scenes {
+					m := inbound(fmt.Sprintf("m%d-%d", s, i), "hello")
+					m.Scene.ID = fmt.Sprintf("g%d", s)
+					publish(t, srv.JS, events.IMInSubject(m.SessionKey()), events.New(m), "")
+				}
+			}
+			count := func() int {
+				n := 0
+				for s := range tc.scenes {
+					c, err := db.Count(ctx, Scene{Platform: "qq", BotID: "bot1", SceneID: fmt.Sprintf("g%d", s)})
+					if err != nil {
+						t.Fatal(err)
+					}
+					n += c
+				}
+				return n
+			}
+			// ThinWait an hour: a thin batch is written only by Stop, which writes what it holds.
+			a, err := RunArchiver(ctx, srv.JS, db, ArchiverOptions{Node: "n1", Logger: quiet,
+				MaxWait: 100 * time.Millisecond, ThinWait: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Stop()
+			if !tc.thin {
+				deadline := time.Now().Add(30 * time.Second)
+				for count() != want {
+					if time.Now().After(deadline) {
+						t.Fatalf("%d of %d rows archived", count(), want)
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				return
+			}
+			// Every message handed to the writer and none acked: the batch is being gathered.
+			cons, err := srv.JS.Consumer(ctx, events.StreamIMIn, "transcripts-n1-in")
+			if err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				info, err := cons.Info(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if info.NumAckPending == want && info.NumPending == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("delivered: %+v", info)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			time.Sleep(time.Second) // ten MaxWaits
+			if n := count(); n != 0 {
+				t.Fatalf("%d rows of a thin batch written before ThinWait", n)
+			}
+			a.Stop()
+			if n := count(); n != want {
+				t.Fatalf("after Stop: %d rows, want %d", n, want)
+			}
+		})
+	}
+}
