@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -63,11 +62,7 @@ func TestArchiver(t *testing.T) {
 	ctx := context.Background()
 	srv := natstest.New(t)
 	js := srv.JS
-	db, err := Open(filepath.Join(t.TempDir(), "transcripts.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openTemp(t)
 
 	in := func(m events.IMMessage) { publish(t, js, events.IMInSubject(m.SessionKey()), events.New(m), "") }
 	in(inbound("m1", "hello archive"))
@@ -174,11 +169,7 @@ func TestArchiver(t *testing.T) {
 func TestArchiverRetention(t *testing.T) {
 	ctx := context.Background()
 	srv := natstest.New(t)
-	db, err := Open(filepath.Join(t.TempDir(), "transcripts.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openTemp(t)
 	for i := 0; i < 5; i++ {
 		m := inbound(fmt.Sprint("r", i), fmt.Sprint("msg ", i))
 		m.Time = time.Now().UnixMilli() + int64(i)
@@ -207,11 +198,7 @@ func TestArchiverRetention(t *testing.T) {
 func TestArchiverBadRowAlone(t *testing.T) {
 	ctx := context.Background()
 	srv := natstest.New(t)
-	db, err := Open(filepath.Join(t.TempDir(), "transcripts.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openTemp(t)
 	in := func(m events.IMMessage) { publish(t, srv.JS, events.IMInSubject(m.SessionKey()), events.New(m), "") }
 	in(inbound("good1", "before"))
 	bad := inbound("bad", "unit separator in the scene id")
@@ -261,11 +248,7 @@ func TestArchiverThinBatches(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			srv := natstest.New(t)
-			db, err := Open(filepath.Join(t.TempDir(), "transcripts.db"), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
+			db := openTemp(t)
 			want := tc.scenes * tc.perOne
 			for i := range tc.perOne {
 				for s := range tc.scenes {
