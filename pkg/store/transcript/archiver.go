@@ -32,7 +32,7 @@ type ArchiverOptions struct {
 	// nothing, since nothing is acked before its transaction commits.
 	MaxWait time.Duration
 	// ThinWait is how long, from its first message, a thin batch keeps gathering (default
-	// DefaultArchiverThinWait; below MaxWait it is MaxWait): one that after MaxWait spans at
+	// DefaultArchiverThinWait; a negative one, or one below MaxWait, is MaxWait): one that after MaxWait spans at
 	// least ThinScenes chats with fewer than ThinRows rows per chat, so its transaction would
 	// rewrite the pages of each of many chats for a row or two. Many quiet chats then share a
 	// transaction the way a few busy ones already do, and the archive's cost per message stops
@@ -58,11 +58,11 @@ type ArchiverOptions struct {
 // messages of a chat into one touch again (1.62 s). Batch is sized so that a second of a few
 // thousand messages fits in one transaction.
 //
-// A second is not enough for thousands of chats: 2,000 chats at a message every few seconds
-// still give each scene about one row per second, and the archive cost 5.4 % of the CPU of
-// agentbus bench --tool --sessions 2000 --messages 20 against 2.4 % at 200 sessions. A thin
-// batch therefore keeps gathering up to DefaultArchiverThinWait (3.0 %), and Batch is sized
-// for five seconds of such traffic.
+// A second is not enough for thousands of chats: 2,000 chats at a message a second or two
+// give each scene about one row per transaction, and the archive took 5.2-7.0 % of the CPU of
+// agentbus bench --tool --sessions 2000 --messages 20, against about 2.5 % with 200 busy
+// chats. A thin batch therefore keeps gathering up to DefaultArchiverThinWait (2.8-3.6 %),
+// and Batch is sized for five seconds of such traffic.
 const (
 	DefaultArchiverMaxWait  = time.Second
 	DefaultArchiverThinWait = 5 * time.Second
@@ -192,7 +192,7 @@ func RunArchiver(ctx context.Context, js jetstream.JetStream, db *DB, opts Archi
 	}
 	a := &Archiver{cancel: cancel}
 	w := &archWriter{js: js, db: db, in: in, batch: opts.Batch, maxWait: opts.MaxWait, thinWait: opts.ThinWait,
-		log: opts.Logger.With("component", "archiver"), scenes: map[string]struct{}{}}
+		log: opts.Logger.With("component", "archiver"), scenes: map[events.SessionKey]struct{}{}}
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
@@ -259,7 +259,7 @@ type archWriter struct {
 	msgs   []archMsg
 	rows   []Row
 	keep   []jetstream.Msg
-	scenes map[string]struct{} // the chats of the batch being gathered
+	scenes map[events.SessionKey]struct{} // the chats of the batch being gathered
 }
 
 // run gathers batches until ctx ends: it waits for a first message, then takes what arrives
@@ -305,15 +305,19 @@ func (w *archWriter) thin() bool {
 	return len(w.scenes) >= ThinScenes && len(w.msgs) < ThinRows*len(w.scenes)
 }
 
-// add notes the chat of m for the thin-batch rule and returns m. A chat is its message's
-// subject: im.in.<platform>.<bot>.<scope>.<scene>, or the receipt's im.sent.… with the part
-// token after the scene cut off.
+// add notes the chat of m for the thin-batch rule and returns m. A subject that does not
+// parse counts as a chat of its own (its message is dead-lettered when written).
 func (w *archWriter) add(m archMsg) archMsg {
 	subj := m.m.Subject()
-	if m.src.dir == Outbound && strings.Count(subj, ".") > 5 {
-		subj = subj[:strings.LastIndexByte(subj, '.')]
+	parse := events.ParseIMInSubject
+	if m.src.dir == Outbound {
+		parse = events.ParseIMSentSubject
 	}
-	w.scenes[subj] = struct{}{}
+	k, err := parse(subj)
+	if err != nil {
+		k = events.SessionKey{Scene: subj}
+	}
+	w.scenes[k] = struct{}{}
 	return m
 }
 

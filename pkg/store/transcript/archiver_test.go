@@ -238,11 +238,14 @@ func TestArchiverThinBatches(t *testing.T) {
 	cases := []struct {
 		name           string
 		scenes, perOne int
+		receipts       bool // IM_SENT receipts, one subject per part, instead of IM_IN messages
 		thin           bool
 	}{
-		{"few chats", 10, 1, false},
-		{"many chats, several messages each", ThinScenes, ThinRows, false},
-		{"many chats, one message each", ThinScenes + 44, 1, true},
+		{"few chats", 10, 1, false, false},
+		{"few chats, many receipts", 10, 30, true, false},
+		{"many chats, several messages each", ThinScenes, ThinRows, false, false},
+		{"many chats, one message each", ThinScenes + 44, 1, false, true},
+		{"many chats, one receipt each", ThinScenes + 44, 1, true, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -252,8 +255,15 @@ func TestArchiverThinBatches(t *testing.T) {
 			want := tc.scenes * tc.perOne
 			for i := range tc.perOne {
 				for s := range tc.scenes {
-					m := inbound(fmt.Sprintf("m%d-%d", s, i), "hello")
-					m.Scene.ID = fmt.Sprintf("g%d", s)
+					id, scene := fmt.Sprintf("m%d-%d", s, i), events.Scene{Type: "group", ID: fmt.Sprintf("g%d", s)}
+					if tc.receipts {
+						r := events.Receipt{OutID: id, Turn: "t" + id, Platform: "qq", Bot: "bot1", Scene: scene, MessageID: "p-" + id,
+							Time: 1_700_000_001_000, Content: events.Segments{events.TextSeg("hi")}, Sender: events.Sender{ID: "bot1"}}
+						publish(t, srv.JS, events.IMSentPartSubject(r.SessionKey(), r.OutID), events.New(r), "")
+						continue
+					}
+					m := inbound(id, "hello")
+					m.Scene = scene
 					publish(t, srv.JS, events.IMInSubject(m.SessionKey()), events.New(m), "")
 				}
 			}
@@ -286,7 +296,11 @@ func TestArchiverThinBatches(t *testing.T) {
 				return
 			}
 			// Every message handed to the writer and none acked: the batch is being gathered.
-			cons, err := srv.JS.Consumer(ctx, events.StreamIMIn, "transcripts-n1-in")
+			stream, durable := events.StreamIMIn, "transcripts-n1-in"
+			if tc.receipts {
+				stream, durable = events.StreamIMSent, "transcripts-n1-sent"
+			}
+			cons, err := srv.JS.Consumer(ctx, stream, durable)
 			if err != nil {
 				t.Fatal(err)
 			}
