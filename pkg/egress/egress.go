@@ -314,10 +314,7 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 		MaxAckPending: o.MaxAckPending,
 		FilterSubject: filter,
 	}
-	if err := natsutil.Retry(ctx, func(ctx context.Context) error {
-		_, err := js.CreateOrUpdateConsumer(ctx, events.StreamIMOut, consCfg)
-		return err
-	}); err != nil {
+	if _, err := natsutil.Consumer(ctx, js, events.StreamIMOut, consCfg); err != nil {
 		return nil, fmt.Errorf("egress: consumer %s on %s (is the stream provisioned?): %w", o.Durable, events.StreamIMOut, err)
 	}
 
@@ -479,7 +476,7 @@ func runArchiver(ctx context.Context, h *Handle, node string) error {
 	if h.e.o.NoArchiver {
 		return nil
 	}
-	a, err := transcript.RunArchiver(context.WithoutCancel(ctx), h.e.js, h.db, transcript.ArchiverOptions{
+	a, err := transcript.RunArchiver(ctx, h.e.js, h.db, transcript.ArchiverOptions{
 		Node:   node,
 		Logger: h.e.log,
 	})

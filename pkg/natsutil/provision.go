@@ -224,6 +224,24 @@ func KeyValue(ctx context.Context, js jetstream.KeyValueManager, name string) (k
 	return kv, err
 }
 
+// Consumer creates or updates the consumer cfg on stream as Retry runs an op: roles create
+// their consumers when they start, often while the cluster elects leaders. A stream that does
+// not exist fails at once (jetstream.ErrStreamNotFound), as in Stream.
+func Consumer(ctx context.Context, js jetstream.StreamConsumerManager, stream string, cfg jetstream.ConsumerConfig) (c jetstream.Consumer, err error) {
+	err = Retry(ctx, func(ctx context.Context) (err error) {
+		c, err = js.CreateOrUpdateConsumer(ctx, stream, cfg)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return permanent{err}
+		}
+		return err
+	})
+	var p permanent
+	if errors.As(err, &p) {
+		err = p.err
+	}
+	return c, err
+}
+
 // retry runs op, each time with its own RequestTimeout, until it succeeds, fails with a
 // permanent error, or ctx ends.
 func retry(ctx context.Context, op func(context.Context) error) error {

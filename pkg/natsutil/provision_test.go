@@ -147,6 +147,13 @@ func (f *flakyLookups) KeyValue(ctx context.Context, name string) (jetstream.Key
 	return f.JetStream.KeyValue(ctx, name)
 }
 
+func (f *flakyLookups) CreateOrUpdateConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	if err := f.next(); err != nil {
+		return nil, err
+	}
+	return f.JetStream.CreateOrUpdateConsumer(ctx, stream, cfg)
+}
+
 func TestLookupsRetryUnansweredAndFailOnMissing(t *testing.T) {
 	srv := natstest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -174,6 +181,14 @@ func TestLookupsRetryUnansweredAndFailOnMissing(t *testing.T) {
 			_, err := natsutil.KeyValue(ctx, js, "not-provisioned")
 			return err
 		}, jetstream.ErrBucketNotFound, 1},
+		{"consumer after two unanswered", 2, func(ctx context.Context, js *flakyLookups) error {
+			_, err := natsutil.Consumer(ctx, js, events.StreamSessionIn, jetstream.ConsumerConfig{Durable: "lookup-test"})
+			return err
+		}, nil, 3},
+		{"consumer on a missing stream fails at once", 0, func(ctx context.Context, js *flakyLookups) error {
+			_, err := natsutil.Consumer(ctx, js, "NOT_PROVISIONED", jetstream.ConsumerConfig{Durable: "lookup-test"})
+			return err
+		}, jetstream.ErrStreamNotFound, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

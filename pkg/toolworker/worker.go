@@ -242,12 +242,7 @@ func (h *Handle) consumerConfig(name string) jetstream.ConsumerConfig {
 
 // serve starts consuming t's calls and announces it.
 func (h *Handle) serve(ctx context.Context, t tools.Tool) error {
-	var cons jetstream.Consumer
-	err := natsutil.Retry(ctx, func(ctx context.Context) error {
-		var err error
-		cons, err = h.opts.JS.CreateOrUpdateConsumer(ctx, events.StreamToolCalls, h.consumerConfig(t.Name))
-		return err
-	})
+	cons, err := natsutil.Consumer(ctx, h.opts.JS, events.StreamToolCalls, h.consumerConfig(t.Name))
 	if err != nil {
 		return fmt.Errorf("consumer for tool %s: %w", t.Name, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/schedule"
 	"github.com/agentbus/agentbus/pkg/skills"
 	"github.com/agentbus/agentbus/pkg/tools"
@@ -230,7 +231,7 @@ func RunDeferredTaskTool(js jetstream.JetStream, cat *ToolCatalog, tasks *schedu
 // mid-task leaves it to be redelivered, and the rerun finds the tool's result in TOOL_RESULTS
 // under the same call id instead of running the tool again.
 func (w *Worker) startDeferred(ctx context.Context) error {
-	cons, err := w.js.CreateOrUpdateConsumer(ctx, events.StreamTasks, jetstream.ConsumerConfig{
+	cons, err := natsutil.Consumer(ctx, w.js, events.StreamTasks, jetstream.ConsumerConfig{
 		Durable: DeferredConsumer, FilterSubject: events.PrefixTask + "." + events.TaskKindDeferred + ".>",
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: w.opts.AckWait, MaxDeliver: 20, MaxAckPending: 64,
 	})

@@ -12,6 +12,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/schedule"
 	"github.com/agentbus/agentbus/pkg/tools"
 	"github.com/agentbus/agentbus/pkg/tools/filetool"
@@ -31,7 +32,7 @@ var SubagentTools = []string{"read_file", "write_file", "edit_file", "list_dir",
 // A task is acked when its result is in the inbox; a worker that dies mid-task leaves it to be
 // redelivered and run again from the start (a subagent's own steps are not resumable).
 func (w *Worker) startSubagents(ctx context.Context) error {
-	cons, err := w.js.CreateOrUpdateConsumer(ctx, events.StreamTasks, jetstream.ConsumerConfig{
+	cons, err := natsutil.Consumer(ctx, w.js, events.StreamTasks, jetstream.ConsumerConfig{
 		Durable: SubagentConsumer, FilterSubject: events.PrefixTask + "." + events.TaskKindSubagent + ".>",
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 3, MaxAckPending: 64,
 	})

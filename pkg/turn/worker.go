@@ -275,19 +275,14 @@ func (w *Worker) ID() string { return w.opts.ID }
 // Start begins consuming SESSION_IN. Stop ends it.
 func (w *Worker) Start(ctx context.Context) error {
 	w.ctx, w.cancel = context.WithCancel(context.Background())
-	var cons jetstream.Consumer
-	err := natsutil.Retry(ctx, func(ctx context.Context) error {
-		var err error
-		cons, err = w.js.CreateOrUpdateConsumer(ctx, events.StreamSessionIn, jetstream.ConsumerConfig{
-			Durable:       ConsumerName,
-			FilterSubject: events.PrefixAgentIn + ".>",
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       w.opts.AckWait,
-			MaxAckPending: 20000,
-			MaxDeliver:    -1,
-			DeliverPolicy: jetstream.DeliverAllPolicy,
-		})
-		return err
+	cons, err := natsutil.Consumer(ctx, w.js, events.StreamSessionIn, jetstream.ConsumerConfig{
+		Durable:       ConsumerName,
+		FilterSubject: events.PrefixAgentIn + ".>",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       w.opts.AckWait,
+		MaxAckPending: 20000,
+		MaxDeliver:    -1,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
 		return fmt.Errorf("create consumer %s: %w", ConsumerName, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 )
 
 // ArchiverOptions configure RunArchiver.
@@ -120,6 +121,10 @@ type archMsg struct {
 // message that does not decode, or decodes to a row the archive rejects (no message id, say),
 // is dead-lettered (dlq.archiver.invalid, with the reason) and terminated, never silently
 // dropped. A failed write NAKs the batch for redelivery.
+//
+// ctx bounds the start: creating the two consumers, each request retried as natsutil.Retry
+// does (a role that starts during a leader election must not fail on one unanswered request).
+// The archiver then runs until Stop.
 func RunArchiver(ctx context.Context, js jetstream.JetStream, db *DB, opts ArchiverOptions) (*Archiver, error) {
 	if opts.Node == "" {
 		opts.Node = "default"
@@ -144,7 +149,8 @@ func RunArchiver(ctx context.Context, js jetstream.JetStream, db *DB, opts Archi
 		{events.StreamIMIn, "transcripts-" + opts.Node + "-in", Inbound},
 		{events.StreamIMSent, "transcripts-" + opts.Node + "-sent", Outbound},
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	startCtx := ctx
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	// The consumers' callbacks hand messages to the writer; they give up (leaving the message
 	// to redelivery) only once the archiver is stopping.
 	in := make(chan archMsg, opts.Batch)
@@ -155,7 +161,7 @@ func RunArchiver(ctx context.Context, js jetstream.JetStream, db *DB, opts Archi
 		}
 	}
 	for _, s := range sources {
-		cons, err := js.CreateOrUpdateConsumer(ctx, s.stream, jetstream.ConsumerConfig{
+		cons, err := natsutil.Consumer(startCtx, js, s.stream, jetstream.ConsumerConfig{
 			Durable:       s.durable,
 			Description:   "agentbus transcript archiver (" + string(s.dir) + ")",
 			AckPolicy:     jetstream.AckExplicitPolicy,
