@@ -200,17 +200,10 @@ func Retry(ctx context.Context, op func(context.Context) error) error { return r
 // look streams up after Provision or WaitProvisioned, so a missing one is a deployment error
 // to report, not a state to wait out.
 func Stream(ctx context.Context, js jetstream.StreamManager, name string) (st jetstream.Stream, err error) {
-	err = Retry(ctx, func(ctx context.Context) (err error) {
+	err = retryUnless(ctx, jetstream.ErrStreamNotFound, func(ctx context.Context) (err error) {
 		st, err = js.Stream(ctx, name)
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return permanent{err}
-		}
 		return err
 	})
-	var p permanent
-	if errors.As(err, &p) {
-		err = p.err
-	}
 	return st, err
 }
 
@@ -228,18 +221,28 @@ func KeyValue(ctx context.Context, js jetstream.KeyValueManager, name string) (k
 // their consumers when they start, often while the cluster elects leaders. A stream that does
 // not exist fails at once (jetstream.ErrStreamNotFound), as in Stream.
 func Consumer(ctx context.Context, js jetstream.StreamConsumerManager, stream string, cfg jetstream.ConsumerConfig) (c jetstream.Consumer, err error) {
-	err = Retry(ctx, func(ctx context.Context) (err error) {
+	err = retryUnless(ctx, jetstream.ErrStreamNotFound, func(ctx context.Context) (err error) {
 		c, err = js.CreateOrUpdateConsumer(ctx, stream, cfg)
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return err
+	})
+	return c, err
+}
+
+// retryUnless runs op as Retry does, except that an error that is final ends it at once even
+// where retriable would try again (a not-found during Provision may be a lost race).
+func retryUnless(ctx context.Context, final error, op func(context.Context) error) error {
+	err := Retry(ctx, func(ctx context.Context) error {
+		err := op(ctx)
+		if errors.Is(err, final) {
 			return permanent{err}
 		}
 		return err
 	})
 	var p permanent
 	if errors.As(err, &p) {
-		err = p.err
+		return p.err
 	}
-	return c, err
+	return err
 }
 
 // retry runs op, each time with its own RequestTimeout, until it succeeds, fails with a
