@@ -57,6 +57,9 @@ func faultChild(kind string) int {
 	if os.Getenv("AB_LOG_INFO") != "" {
 		level = slog.LevelInfo
 	}
+	if os.Getenv("AB_LOG_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
@@ -212,7 +215,8 @@ func newExecRecorder(t *testing.T) *execRecorder {
 //
 //	go test ./pkg/app -run TestFaultCluster -v -fault.duration=150s -fault.sessions=50
 //
-// -fault.logs DIR keeps the child processes' logs (at level info).
+// -fault.logs DIR keeps the child processes' logs (at level info; AB_LOG_DEBUG=1 in the
+// environment: debug).
 func TestFaultCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 11 processes")

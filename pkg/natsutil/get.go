@@ -102,7 +102,8 @@ type leaderGetResponse struct {
 // LeaderGetMsg asks the leader of stream for the message q names, never a replica: the
 // answer reflects every write the stream has acknowledged. It returns jetstream.ErrMsgNotFound
 // when there is no such message. ctx bounds the request (without a deadline, the JetStream
-// context's default timeout applies).
+// context's default timeout applies); within it, a request left unanswered for
+// leaderGetAttempt is sent again.
 func LeaderGetMsg(ctx context.Context, js jetstream.JetStream, stream string, q MsgQuery) (*jetstream.RawStreamMsg, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		timeout := js.Options().DefaultTimeout
@@ -117,7 +118,16 @@ func LeaderGetMsg(ctx context.Context, js jetstream.JetStream, stream string, q 
 	if err != nil {
 		return nil, err
 	}
-	resp, err := js.Conn().RequestWithContext(ctx, apiPrefix(js)+"STREAM.MSG.GET."+stream, req)
+	subj := apiPrefix(js) + "STREAM.MSG.GET." + stream
+	var resp *nats.Msg
+	for {
+		actx, cancel := context.WithTimeout(ctx, leaderGetAttempt)
+		resp, err = js.Conn().RequestWithContext(actx, subj, req)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+			break
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("get from %s leader: %w", stream, err)
 	}
@@ -142,6 +152,15 @@ func LeaderGetMsg(ctx context.Context, js jetstream.JetStream, stream string, q 
 	}
 	return &jetstream.RawStreamMsg{Subject: r.Msg.Subject, Sequence: r.Msg.Sequence, Header: hdr, Data: r.Msg.Data, Time: r.Msg.Time}, nil
 }
+
+// leaderGetAttempt bounds one STREAM.MSG.GET request of LeaderGetMsg. While a stream has no
+// leader (a NATS node died and its raft group elects another, 4-9 s) the request is not
+// refused but left unanswered, so one request that waited for the caller's whole deadline
+// learned of the new leader only then: turns in flight at a node's kill waited up to 9 s more
+// than the election. Asked again every leaderGetAttempt, the read is answered within that
+// long of the new leader. A leader that takes longer to answer is asked again, which costs it
+// a repeated read and no harm.
+const leaderGetAttempt = 2 * time.Second
 
 // apiPrefix is the JetStream API prefix js sends requests with.
 func apiPrefix(js jetstream.JetStream) string {

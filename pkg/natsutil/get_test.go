@@ -3,6 +3,7 @@ package natsutil_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,5 +132,51 @@ func TestConsistentGetMsgOneReplica(t *testing.T) {
 	}
 	if after := apiTotal(); after != before {
 		t.Fatalf("JetStream API requests went from %d to %d; want direct gets only", before, after)
+	}
+}
+
+// TestLeaderGetMsgAsksAgainWhenUnanswered: a stream without a leader (its raft group electing
+// one after a node died) leaves STREAM.MSG.GET unanswered. LeaderGetMsg asks again within its
+// ctx, so the read is answered soon after a leader is back instead of at the caller's deadline.
+// The "leader" here answers on a JetStream context with its own API prefix: it ignores the
+// first two requests, as a leaderless stream does, and serves the third.
+func TestLeaderGetMsgAsksAgainWhenUnanswered(t *testing.T) {
+	srv := natstest.New(t, natstest.WithoutProvision())
+	nc, _ := srv.Connect(t)
+	js, err := jetstream.NewWithAPIPrefix(nc, "fakeapi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var requests atomic.Int32
+	sub, err := srv.NC.Subscribe("fakeapi.STREAM.MSG.GET.S", func(m *nats.Msg) {
+		if requests.Add(1) < 3 {
+			return
+		}
+		_ = m.Respond([]byte(`{"type":"io.nats.jetstream.api.v1.stream_msg_get_response","message":{"subject":"s.a","seq":7,"data":"aGk=","time":"2026-12-03T10:00:00Z"}}`))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := srv.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// Three attempts fit in the deadline with a wide margin for a loaded machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := natsutil.LeaderGetMsg(ctx, js, "S", natsutil.MsgQuery{LastFor: "s.a"})
+	if err != nil {
+		t.Fatalf("get: %v (after %d requests)", err, requests.Load())
+	}
+	if m.Sequence != 7 || string(m.Data) != "hi" || requests.Load() != 3 {
+		t.Fatalf("got seq %d data %q after %d requests", m.Sequence, m.Data, requests.Load())
+	}
+
+	// Unanswered for the whole ctx: the caller's deadline ends it.
+	requests.Store(-1 << 30)
+	short, cancel2 := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel2()
+	if _, err := natsutil.LeaderGetMsg(short, js, "S", natsutil.MsgQuery{LastFor: "s.a"}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("unanswered get: %v, want the deadline", err)
 	}
 }
