@@ -336,10 +336,16 @@ func waitClosed(t *testing.T, w *Worker, k events.SessionKey) {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	waitWithin(t, 10*time.Second, cond)
+}
+
+// waitWithin is waitFor with its own deadline.
+func waitWithin(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 10s")
+			t.Fatalf("condition not met in %s", d)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -189,16 +189,17 @@ func TestLapsedLeaseKeepsOwnClaims(t *testing.T) {
 	h := newHarness(t, nil, faux.WithResponder(func(c *llm.Context) faux.Response {
 		return faux.Response{Text: "ok " + c.Messages[len(c.Messages)-1].TextContent()}
 	}))
-	// A renews every 2 s, so the gap between the lease's end and A's next renewal is wide
-	// enough for B's claim even on a starved machine.
-	a := h.workerWith("wA", func(o *Options) { o.LeaseTTL = 6 * time.Second })
+	// A renews every 5 s, so the gap between the lease's end and A's next renewal is wide
+	// enough for B's claim even on a starved machine (with a 2 s gap, CI under load once saw
+	// A renew before B had claimed); both workers' idle actors outlive the test.
+	a := h.workerWith("wA", func(o *Options) { o.LeaseTTL, o.IdleRelease = 15*time.Second, time.Minute })
 	keep, take := sk, sk
 	keep.Scene, take.Scene = "keep", "take"
 	for _, k := range []events.SessionKey{keep, take} {
 		h.send(k, "m1", "one")
 		h.replies(k, 1)
 	}
-	b := h.worker("wB")
+	b := h.workerWith("wB", func(o *Options) { o.IdleRelease = time.Minute })
 	old := a.workerLease()
 	actorOf := func(w *Worker, k events.SessionKey) *actor {
 		w.mu.Lock()
@@ -225,8 +226,9 @@ func TestLapsedLeaseKeepsOwnClaims(t *testing.T) {
 	b.mu.Unlock()
 	go b.claim(take)
 	waitFor(t, func() bool { return actorOf(b, take) != nil })
-	// A comes back with its epoch, keeps "keep" with the same actor and drops "take".
-	waitFor(t, func() bool {
+	// A comes back with its epoch at its next renewal (up to 5 s away), keeps "keep" with the
+	// same actor and drops "take".
+	waitWithin(t, 30*time.Second, func() bool {
 		l := a.workerLease()
 		return l.Valid(time.Now()) && l.Revision != old.Revision && !a.suspended() && actorOf(a, take) == nil
 	})
