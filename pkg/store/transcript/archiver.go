@@ -33,9 +33,9 @@ type ArchiverOptions struct {
 	// nothing, since nothing is acked before its transaction commits.
 	MaxWait time.Duration
 	// ThinWait is how long, from its first message, a thin batch keeps gathering (default
-	// DefaultArchiverThinWait; a negative one, or one below MaxWait, is MaxWait): one that after MaxWait spans at
-	// least ThinScenes chats with fewer than ThinRows rows per chat, so its transaction would
-	// rewrite the pages of each of many chats for a row or two. Many quiet chats then share a
+	// DefaultArchiverThinWait; a negative one, or one below MaxWait, is MaxWait): one that
+	// after MaxWait spans at least ThinScenes chats with fewer than ThinRows rows per chat, so
+	// its transaction would rewrite the pages of each of many chats for a row or two. Many quiet chats then share a
 	// transaction the way a few busy ones already do, and the archive's cost per message stops
 	// growing with the number of chats. A batch of fewer chats is written after MaxWait.
 	ThinWait time.Duration
@@ -278,7 +278,8 @@ func (w *archWriter) run(ctx context.Context) {
 		clear(w.scenes)
 		select {
 		case m := <-w.in:
-			w.msgs = append(w.msgs[:0], w.add(m))
+			w.msgs = append(w.msgs[:0], m)
+			w.note(m)
 		case <-ctx.Done():
 			return
 		}
@@ -288,7 +289,8 @@ func (w *archWriter) run(ctx context.Context) {
 		for len(w.msgs) < w.batch {
 			select {
 			case m := <-w.in:
-				w.msgs = append(w.msgs, w.add(m))
+				w.msgs = append(w.msgs, m)
+				w.note(m)
 			case <-t.C:
 				if !stretched && w.thinWait > w.maxWait && w.thin() {
 					stretched = true
@@ -311,9 +313,9 @@ func (w *archWriter) thin() bool {
 	return len(w.scenes) >= ThinScenes && len(w.msgs) < ThinRows*len(w.scenes)
 }
 
-// add notes the chat of m for the thin-batch rule and returns m. A subject that does not
-// parse counts as a chat of its own (its message is dead-lettered when written).
-func (w *archWriter) add(m archMsg) archMsg {
+// note counts the chat of m for the thin-batch rule. A subject that does not parse counts as
+// a chat of its own (its message is dead-lettered when written).
+func (w *archWriter) note(m archMsg) {
 	subj := m.m.Subject()
 	parse := events.ParseIMInSubject
 	if m.src.dir == Outbound {
@@ -324,7 +326,6 @@ func (w *archWriter) add(m archMsg) archMsg {
 		k = events.SessionKey{Scene: subj}
 	}
 	w.scenes[k] = struct{}{}
-	return m
 }
 
 // drain writes whatever was handed over but not yet written (after the consumers stopped).
