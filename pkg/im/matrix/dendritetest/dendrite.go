@@ -17,6 +17,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"debug/buildinfo"
 	"encoding/pem"
 	"fmt"
 	"net"
@@ -91,6 +92,9 @@ func Start(t testing.TB, o Options) *Server {
 			t.Fatalf("dendritetest: %v (CI must build Dendrite %s: see .ci/run)", err, Version)
 		}
 		t.Skipf(`dendritetest: %v; build Dendrite %s with: export %s="$(bash .ci/dendrite/build)/dendrite"`, err, Version, EnvBinary)
+	}
+	if err := checkDriver(bin); err != nil {
+		t.Fatalf("dendritetest: %v", err)
 	}
 	if o.Threshold == 0 {
 		o.Threshold = 10
@@ -209,6 +213,58 @@ func (s *Server) Register(t testing.TB, localpart, displayName string) *User {
 		}
 	}
 	return &User{ID: resp.UserID, Token: resp.AccessToken, Client: c}
+}
+
+// minSQLite is the first modernc.org/sqlite release without the leaked read transaction and
+// the stray interrupt that wedge Dendrite's SQLite databases when a client hangs up
+// mid-request (.ci/dendrite/go.mod; TestHangUps).
+const minSQLite = "v1.42.2"
+
+// checkDriver refuses a dendrite binary built with an older SQLite driver, which makes the
+// tests flaky in a way that looks like the adapter's fault. A binary without build
+// information (not a Go binary, or stripped of it) is let through.
+func checkDriver(bin string) error {
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		return nil
+	}
+	for _, d := range info.Deps {
+		if d.Replace != nil {
+			d = d.Replace
+		}
+		if d.Path == "modernc.org/sqlite" && olderThan(d.Version, minSQLite) {
+			return fmt.Errorf("%s was built with %s %s, which wedges when a client hangs up mid-request; "+
+				"build Dendrite with: export %s=\"$(bash .ci/dendrite/build)/dendrite\"", bin, d.Path, d.Version, EnvBinary)
+		}
+	}
+	return nil
+}
+
+// olderThan compares two vMAJOR.MINOR.PATCH versions (anything after the patch number, such as
+// a pre-release, is ignored).
+func olderThan(v, than string) bool {
+	a, b := versionParts(v), versionParts(than)
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i] < b[i]
+		}
+	}
+	return false
+}
+
+func versionParts(v string) [3]int {
+	var p [3]int
+	for i, f := range strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3) {
+		n := 0
+		for _, c := range f {
+			if c < '0' || c > '9' {
+				break
+			}
+			n = n*10 + int(c-'0')
+		}
+		p[i] = n
+	}
+	return p
 }
 
 // config is the homeserver's configuration (Dendrite fills in its defaults for the rest).

@@ -17,8 +17,9 @@ import (
 // stops, and what a flaky network does) must not wedge the homeserver. Dendrite v0.13.8 as
 // released pins an SQLite driver that, on such a hang-up, could leave a connection holding
 // its read transaction: every later write then waited out the 10 s busy timeout and the sync
-// API's consumer panicked, killing the server in the middle of a test. .ci/run builds it with
-// a fixed driver (.ci/dendrite/go.mod); this test is what shows the fix holds.
+// API's consumer panicked, killing the server in the middle of a test (this test failed 3 of 3
+// runs on it). .ci/run builds it with a fixed driver (.ci/dendrite/go.mod), Start refuses a
+// binary with the old one, and this test shows the fix holds.
 func TestHangUps(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Dendrite")
