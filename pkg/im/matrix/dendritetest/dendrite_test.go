@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -40,7 +41,7 @@ func TestHangUps(t *testing.T) {
 	sent := make(chan error, 1)
 	go func() {
 		for i := range rounds / 10 {
-			if _, err := alice.Client.SendText(ctx, room.RoomID, "while bob hangs up "+string(rune('a'+i%26))); err != nil {
+			if _, err := alice.Client.SendText(ctx, room.RoomID, "while bob hangs up "+strconv.Itoa(i)); err != nil {
 				sent <- err
 				return
 			}
