@@ -191,7 +191,9 @@ func TestDendriteAdapter(t *testing.T) {
 	if err != nil || again != first {
 		t.Fatalf("resend = %q, %v; want %q", again, err, first)
 	}
-	msgs := botMessages(t, alice.Client, dm.RoomID, botU.ID)
+	// Dendrite's /messages is served by its sync API, which learns of a sent event
+	// asynchronously: wait until all the parts (four texts and an image) are readable.
+	msgs := botMessagesUntil(t, alice.Client, dm.RoomID, botU.ID, func(ms []*event.Event) bool { return len(ms) >= 5 })
 	var texts, images int
 	for _, e := range msgs {
 		c := e.Content.AsMessage()
@@ -219,12 +221,15 @@ func TestDendriteAdapter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sender.Send(ctx, events.Outbound{OutID: "turn2-0", Platform: "matrix", Bot: "mx1",
+	answer, err := sender.Send(ctx, events.Outbound{OutID: "turn2-0", Platform: "matrix", Bot: "mx1",
 		Scene: events.Scene{Type: "group", ID: group.RoomID.String()}, ReplyTo: threaded.EventID.String(),
-		Content: events.Segments{events.TextSeg("answer in the thread")}}); err != nil {
+		Content: events.Segments{events.TextSeg("answer in the thread")}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	tm := botMessages(t, alice.Client, group.RoomID, botU.ID)
+	tm := botMessagesUntil(t, alice.Client, group.RoomID, botU.ID, func(ms []*event.Event) bool {
+		return len(ms) > 0 && ms[len(ms)-1].ID.String() == answer
+	})
 	if len(tm) != 1 || tm[0].Content.AsMessage().RelatesTo.GetThreadParent() != ment.EventID ||
 		tm[0].Content.AsMessage().RelatesTo.GetNonFallbackReplyTo() != threaded.EventID {
 		t.Fatalf("thread reply = %+v", tm)
@@ -253,6 +258,18 @@ func botMessages(t *testing.T, c *mautrix.Client, room id.RoomID, sender id.User
 		out = append(out, e)
 	}
 	return out
+}
+
+// botMessagesUntil polls botMessages until done accepts them (a minute at most, for a busy
+// machine) and returns the last answer either way, for the caller's checks to report.
+func botMessagesUntil(t *testing.T, c *mautrix.Client, room id.RoomID, sender id.UserID, done func([]*event.Event) bool) []*event.Event {
+	t.Helper()
+	var ms []*event.Event
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if ms = botMessages(t, c, room, sender); done(ms) || time.Now().After(deadline) {
+			return ms
+		}
+	}
 }
 
 func waitFor(t *testing.T, d time.Duration, cond func() bool) {
