@@ -30,6 +30,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/mod/semver"
 	"maunium.net/go/mautrix"
 	"maunium.net/go/mautrix/id"
 	"maunium.net/go/mautrix/synapseadmin"
@@ -233,8 +234,7 @@ func checkDriver(bin string) error {
 		if d.Replace != nil {
 			d = d.Replace
 		}
-		released := len(d.Version) > 1 && d.Version[0] == 'v' && d.Version[1] >= '0' && d.Version[1] <= '9'
-		if d.Path == "modernc.org/sqlite" && released && olderThan(d.Version, minSQLite) {
+		if d.Path == "modernc.org/sqlite" && semver.IsValid(d.Version) && olderThan(d.Version, minSQLite) {
 			return fmt.Errorf("%s was built with %s %s, which wedges when a client hangs up mid-request; "+
 				"build Dendrite with: export %s=\"$(bash .ci/dendrite/build)/dendrite\"", bin, d.Path, d.Version, EnvBinary)
 		}
@@ -242,32 +242,8 @@ func checkDriver(bin string) error {
 	return nil
 }
 
-// olderThan compares two vMAJOR.MINOR.PATCH versions (anything after the patch number, such as
-// a pre-release, is ignored).
-func olderThan(v, than string) bool {
-	a, b := versionParts(v), versionParts(than)
-	for i := range a {
-		if a[i] != b[i] {
-			return a[i] < b[i]
-		}
-	}
-	return false
-}
-
-func versionParts(v string) [3]int {
-	var p [3]int
-	for i, f := range strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3) {
-		n := 0
-		for _, c := range f {
-			if c < '0' || c > '9' {
-				break
-			}
-			n = n*10 + int(c-'0')
-		}
-		p[i] = n
-	}
-	return p
-}
+// olderThan reports whether semantic version v precedes than.
+func olderThan(v, than string) bool { return semver.Compare(v, than) < 0 }
 
 // config is the homeserver's configuration (Dendrite fills in its defaults for the rest).
 func (s *Server) config(key string, o Options) string {
