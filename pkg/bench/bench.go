@@ -134,7 +134,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 func (h *Harness) Warm(ctx context.Context, withTool bool) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for i := 0; ; i++ {
-		id := "warm-" + strconv.Itoa(i)
+		id := h.tag + "-warm-" + strconv.Itoa(i)
 		wt := h.expectBody(id)
 		text := "warm up"
 		if withTool {
@@ -321,7 +321,7 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 						return
 					}
 				}
-				id := "r" + strconv.FormatInt(run, 10) + "-s" + strconv.Itoa(i) + "-m" + strconv.Itoa(m)
+				id := h.tag + "-r" + strconv.FormatInt(run, 10) + "-s" + strconv.Itoa(i) + "-m" + strconv.Itoa(m)
 				text := "hello " + strconv.Itoa(m)
 				if wl.Tool {
 					text = ToolName + " " + strconv.Itoa(m)
@@ -613,7 +613,7 @@ func (h *Harness) killHalfway(ctx context.Context, k *killWatch, sessions []*ses
 	victim := h.victim.ID()
 	var owned []int
 	for i := range sessions {
-		if owner, _, err := leases.Holder(ctx, sessionKey(i)); err == nil && owner == victim {
+		if owner, _, err := leases.Holder(ctx, h.sessionKey(i)); err == nil && owner == victim {
 			owned = append(owned, i)
 		}
 	}

@@ -65,6 +65,33 @@ func TestTinyRun(t *testing.T) {
 	}
 }
 
+// TestKeptDir runs the bench twice on one directory, as `agentbus bench --dir D` twice does:
+// the second run's messages must not be refused as replays of the first run's, nor its
+// sessions continue the first run's conversations.
+func TestKeptDir(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	for run := range 2 {
+		h, err := Start(ctx, Options{Dir: dir})
+		if err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		err = h.Warm(ctx, false)
+		var r *Result
+		if err == nil {
+			r, err = h.Run(ctx, Workload{Sessions: 2, Messages: 2})
+		}
+		h.Close()
+		if err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		if r.Turns != 4 || r.Lost != 0 || r.Failed != 0 {
+			t.Fatalf("run %d: turns %d failed %d lost %d, want 4 replies", run, r.Turns, r.Failed, r.Lost)
+		}
+	}
+}
+
 func TestRunRejectsBadConfig(t *testing.T) {
 	for _, c := range []Config{{Sessions: -1}, {Messages: -2}, {Rate: -1}, {Latency: -time.Second}} {
 		if _, err := Run(context.Background(), c); err == nil {

@@ -115,6 +115,10 @@ type Harness struct {
 	tmpDir  string
 	runSeq  atomic.Int64
 	waiters sync.Map // message id -> *waiter
+	// tag is part of every scene and message id this harness sends, so that a run on a kept
+	// --dir neither meets the sessions of an earlier run nor has its messages refused as
+	// replays by the inbound dedupe window.
+	tag string
 
 	modelInFlight atomic.Int64 // model streams running now
 	modelCalls    atomic.Int64 // model streams started
@@ -153,6 +157,9 @@ func Start(ctx context.Context, o Options) (_ *Harness, err error) {
 	var key [16]byte
 	_, _ = rand.Read(key[:])
 	h.secret = hex.EncodeToString(key[:])
+	var tag [4]byte
+	_, _ = rand.Read(tag[:])
+	h.tag = hex.EncodeToString(tag[:])
 	if err := h.startCallbackServer(); err != nil {
 		return nil, err
 	}
@@ -358,9 +365,9 @@ func (h *Harness) expectBody(id string) *waiter {
 
 func (h *Harness) forget(id string) { h.waiters.Delete(id) }
 
-// send POSTs one signed text message from user u<session> in private scene s<session>.
+// send POSTs one signed text message from user u<session> in private scene h.scene(session).
 func (h *Harness) send(ctx context.Context, id string, session int, text string) error {
-	body := inboundBody(id, session, text, time.Now().UnixMilli())
+	body := inboundBody(id, h.scene(session), session, text, time.Now().UnixMilli())
 	hook := h.webhooks[int(h.nextHook.Add(1)%uint64(len(h.webhooks)))] // a load balancer's round robin
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, hook+"/webhook/"+BotID, bytes.NewReader(body))
 	if err != nil {
@@ -383,16 +390,16 @@ func (h *Harness) send(ctx context.Context, id string, session int, text string)
 var errRejected = errors.New("webhook rejected the message")
 
 // inboundBody is json.Marshal of the webhook.Inbound a platform sends for text from user
-// u<session> in private scene s<session> (TestInboundBody checks that): the load generator is
-// part of the measured process, so it appends the few ASCII fields instead of reflecting over
-// a struct with a map inside for every message.
-func inboundBody(id string, session int, text string, timeMs int64) []byte {
-	b := make([]byte, 0, 160+len(id)+len(text))
+// u<session> in private scene (TestInboundBody checks that): the load generator is part of the
+// measured process, so it appends the few fields instead of reflecting over a struct with a
+// map inside for every message.
+func inboundBody(id, scene string, session int, text string, timeMs int64) []byte {
+	b := make([]byte, 0, 160+len(id)+len(scene)+len(text))
 	b = append(b, `{"id":`...)
 	b = appendJSONString(b, id)
-	b = append(b, `,"scene":{"type":"private","id":"s`...)
-	b = strconv.AppendInt(b, int64(session), 10)
-	b = append(b, `"},"sender":{"id":"u`...)
+	b = append(b, `,"scene":{"type":"private","id":`...)
+	b = appendJSONString(b, scene)
+	b = append(b, `},"sender":{"id":"u`...)
 	b = strconv.AppendInt(b, int64(session), 10)
 	b = append(b, `","name":"Bench `...)
 	b = strconv.AppendInt(b, int64(session), 10)
@@ -417,9 +424,12 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
+// scene is the scene id of session i (the warm-up's is -1).
+func (h *Harness) scene(i int) string { return "s" + h.tag + "-" + strconv.Itoa(i) }
+
 // sessionKey is the key ingest derives for session i.
-func sessionKey(i int) events.SessionKey {
-	return events.SessionKey{Platform: ingest.PlatformWebhook, Bot: BotID, Scope: "private", Scene: "s" + strconv.Itoa(i)}
+func (h *Harness) sessionKey(i int) events.SessionKey {
+	return events.SessionKey{Platform: ingest.PlatformWebhook, Bot: BotID, Scope: "private", Scene: h.scene(i)}
 }
 
 // Close stops the process and removes the temporary directory.

@@ -80,7 +80,7 @@ func (h *Harness) observe(ms []*marks) (*observer, error) {
 	}
 	o := &observer{nc: nc, byTok: map[string]*marks{}, byScen: map[string]*marks{}, byKey: map[string]*marks{}}
 	for i, m := range ms {
-		sk := sessionKey(i)
+		sk := h.sessionKey(i)
 		o.byTok[sk.Token()] = m
 		o.byScen[events.EncodeToken(sk.Scene)] = m
 		o.byKey[sk.String()] = m
