@@ -19,9 +19,12 @@ import (
 type Estimator struct {
 	mu  sync.Mutex
 	gen uint32
-	// The entries are pointers so that a call marks one it finds as seen (gen) in place:
-	// storing every message's entry again on every call cost a map assignment per message.
-	memo map[*llm.Content]*msgInfo
+	// memo maps a message to its entry in entries. The entries live in one slice, not one
+	// allocation each, so that a long-lived session's estimator is a few objects for the
+	// collector to trace instead of one per message; a call marks the entry it finds as seen
+	// (gen) in place, without a map assignment per message.
+	memo    map[*llm.Content]int32
+	entries []msgInfo
 }
 
 // msgInfo is what is remembered of one message.
@@ -66,7 +69,8 @@ func (e *Estimator) each(msgs []llm.Message, fn func(i int, in msgInfo)) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.memo == nil {
-		e.memo = make(map[*llm.Content]*msgInfo, len(msgs))
+		e.memo = make(map[*llm.Content]int32, len(msgs))
+		e.entries = make([]msgInfo, 0, len(msgs))
 	}
 	e.gen++
 	for i := range msgs {
@@ -76,25 +80,32 @@ func (e *Estimator) each(msgs []llm.Message, fn func(i int, in msgInfo)) {
 			continue
 		}
 		key := &m.Content[0]
-		in := e.memo[key]
+		at, ok := e.memo[key]
 		switch {
-		case in == nil:
-			in = new(msgInfo)
-			*in = infoOf(m)
-			e.memo[key] = in
-		case in.blocks != len(m.Content):
-			*in = infoOf(m)
+		case !ok:
+			at = int32(len(e.entries))
+			e.entries = append(e.entries, infoOf(m))
+			e.memo[key] = at
+		case e.entries[at].blocks != len(m.Content):
+			e.entries[at] = infoOf(m)
 		}
+		in := &e.entries[at]
 		in.gen = e.gen
 		fn(i, *in)
 	}
-	// Forget messages no call of the last few has seen (compacted away, or another session id).
+	// Forget messages no call of the last few has seen (compacted away, or another session id),
+	// moving the entries kept to a new slice.
 	if len(e.memo) > 2*len(msgs)+32 {
-		for k, in := range e.memo {
-			if e.gen-in.gen > 4 {
+		kept := make([]msgInfo, 0, len(msgs)+32)
+		for k, at := range e.memo {
+			if in := e.entries[at]; e.gen-in.gen <= 4 {
+				e.memo[k] = int32(len(kept))
+				kept = append(kept, in)
+			} else {
 				delete(e.memo, k)
 			}
 		}
+		e.entries = kept
 	}
 }
 
@@ -111,6 +122,6 @@ func (e *Estimator) Estimate(msgs []llm.Message) int {
 // Reset forgets every entry, releasing the messages it refers to.
 func (e *Estimator) Reset() {
 	e.mu.Lock()
-	e.memo = nil
+	e.memo, e.entries = nil, nil
 	e.mu.Unlock()
 }

@@ -75,6 +75,34 @@ func TestEstimator(t *testing.T) {
 	}
 }
 
+// TestEstimatorForgets checks that entries no recent call has seen are dropped, and that the
+// entries kept still answer for their messages after the memo was rebuilt around them.
+func TestEstimatorForgets(t *testing.T) {
+	msgs := func(prefix string, n int) []llm.Message {
+		out := make([]llm.Message, n)
+		for i := range out {
+			out[i] = llm.UserText(prefix+strings.Repeat("y", i), int64(i))
+		}
+		return out
+	}
+	old, cur := msgs("old session ", 200), msgs("new ", 20)
+	var e Estimator
+	e.Estimate(old)
+	for i := range 10 {
+		// The current history grows by one message a call, as a session's does.
+		cur = append(cur, llm.UserText("more "+strings.Repeat("z", i), 0))
+		if got, want := e.Estimate(cur), Estimate(cur); got != want {
+			t.Fatalf("call %d: %d, want %d", i, got, want)
+		}
+	}
+	if n := len(e.memo); n > 2*len(cur)+32 || len(e.entries) != n {
+		t.Fatalf("%d memo entries, %d kept, for a history of %d: the old session's were not forgotten", n, len(e.entries), len(cur))
+	}
+	if got, want := e.Estimate(old), Estimate(old); got != want {
+		t.Fatalf("forgotten history estimated again: %d, want %d", got, want)
+	}
+}
+
 // BenchmarkEstimator is what a turn of a long session costs in estimates: auto compaction's
 // Estimate of the whole history and L1's Micro before a model call, both through the memo of
 // a session's Estimator (allocs/op is the figure: the memo makes the walks cheap, and neither
