@@ -318,11 +318,23 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	s.notifyLocked()
 	s.mu.Unlock()
 
+	// The request ends (stops counting as in flight, gets its End) just before its last chunk
+	// goes out: a client that waits for a reply to end before it asks again (the queue policy)
+	// may have read that chunk and sent its next request before this handler gets the CPU back
+	// to return.
+	var left sync.Once
+	leave := func() {
+		left.Do(func() {
+			s.mu.Lock()
+			s.inFlight--
+			req.End = time.Now()
+			s.mu.Unlock()
+		})
+	}
 	aborted := false
 	defer func() {
+		leave()
 		s.mu.Lock()
-		s.inFlight--
-		req.End = time.Now()
 		req.Aborted = aborted
 		s.notifyLocked()
 		s.mu.Unlock()
@@ -350,7 +362,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "fakeopenai only serves stream=true")
 		return
 	}
-	aborted = !writeStream(w, r, fmt.Sprintf("chatcmpl-%d", req.N), wr.Model, reply)
+	aborted = !writeStream(w, r, fmt.Sprintf("chatcmpl-%d", req.N), wr.Model, reply, leave)
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) {
@@ -397,8 +409,9 @@ type usage struct {
 	TotalTokens      int `json:"total_tokens"`
 }
 
-// writeStream sends reply as SSE chunks; it reports false when the client went away.
-func writeStream(w http.ResponseWriter, r *http.Request, id, model string, reply Reply) bool {
+// writeStream sends reply as SSE chunks; it reports false when the client went away. It calls
+// ending just before the last chunk (the one with the finish reason).
+func writeStream(w http.ResponseWriter, r *http.Request, id, model string, reply Reply, ending func()) bool {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
@@ -456,6 +469,7 @@ func writeStream(w http.ResponseWriter, r *http.Request, id, model string, reply
 	if prompt == 0 {
 		prompt = 10
 	}
+	ending()
 	if !send(chunk{Choices: []chunkChoice{{Delta: delta{}, FinishReason: &finish}},
 		Usage: &usage{PromptTokens: prompt, CompletionTokens: words, TotalTokens: prompt + words}}) {
 		return false

@@ -100,3 +100,17 @@ func closed() <-chan struct{} {
 	close(ch)
 	return ch
 }
+
+// A client that asks again as soon as a reply has ended (a queued turn) is never counted as
+// two requests at once: a request leaves the count before its last chunk goes out.
+func TestBackToBackRequestsAreNotConcurrent(t *testing.T) {
+	s := fakeopenai.New(t, func(*fakeopenai.Request) fakeopenai.Reply { return fakeopenai.Reply{Text: "done, next"} })
+	for i := range 200 {
+		if m := complete(t, s, context.Background(), &llm.Context{Messages: []llm.Message{llm.UserText("q", 1)}}); m.TextContent() != "done, next" {
+			t.Fatalf("call %d: %q %s", i, m.TextContent(), m.ErrorMessage)
+		}
+		if n := s.MaxConcurrent(); n != 1 {
+			t.Fatalf("after call %d: %d requests counted at once, want 1", i, n)
+		}
+	}
+}
