@@ -37,7 +37,7 @@ func cmdBench(ctx context.Context, args []string, w io.Writer) error {
 	fs.IntVar(&cfg.Ingests, "ingests", 1, "with --processes: ingest processes (the load is spread over their webhooks)")
 	fs.IntVar(&cfg.ToolWorkers, "tool-workers", 1, "with --processes: tool-worker processes")
 	fs.IntVar(&cfg.Egresses, "egresses", 1, "with --processes: egress processes")
-	fs.StringVar(&cfg.Dir, "dir", "", "keep the NATS store, the data directories and (with --processes) the child processes' logs here (default: a temporary directory, removed)")
+	fs.StringVar(&cfg.Dir, "dir", "", "keep the NATS store, the data directories and (with --processes) the child processes' logs here; a later run on the same directory measures new sessions on the store as left (default: a temporary directory, removed)")
 	asJSON := fs.Bool("json", false, "print the figures as JSON")
 	cpuProfile := fs.String("cpuprofile", "", "write a pprof CPU profile of the measured phase to this file (with --processes: a directory, one <process>.pprof each)")
 	memProfile := fs.String("memprofile", "", "write a pprof heap profile taken with the most turns in a model call to this file")
