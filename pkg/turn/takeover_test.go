@@ -219,7 +219,14 @@ func TestLapsedLeaseKeepsOwnClaims(t *testing.T) {
 	if err := a.leases.Release(ctx, a.workerLease()); err != nil {
 		t.Fatal(err)
 	}
-	// B claims one of A's sessions while A's lease is gone (as a delivery would make it).
+	// B claims one of A's sessions while A's lease is gone (as a delivery would make it), once
+	// its watch has shown the lease ended: until then B's claim trusts the view, finds A
+	// alive and rings A's doorbell instead (CI under load once ran the claim first).
+	waitFor(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.staleLocked("wA", old.Token)
+	})
 	b.mu.Lock()
 	b.claiming[take.String()] = nil
 	b.wg.Add(1)
