@@ -219,6 +219,7 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 		}
 	}
 	callsBefore := h.modelCalls.Load()
+	allocBefore := readAllocs()
 	cpuBefore, waitBefore := cpuTime(), runqueueWait()
 	schedBefore := schedHist()
 	start := time.Now()
@@ -385,6 +386,7 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	cpu, wait := cpuTime()-cpuBefore, runqueueWait()-waitBefore
+	allocs := readAllocs().sub(allocBefore)
 	sp50, sp99 := schedPercentiles(schedBefore, schedHist())
 	if wl.CPUProfile != nil {
 		pprof.StopCPUProfile()
@@ -462,6 +464,14 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 			res.Processes[i].CPUMsPerTurn = res.Processes[i].CPUSeconds * 1000 / float64(turns)
 		}
 		res.ModelCallsPerTurn = float64(modelCalls) / float64(turns)
+		if h.procs == nil { // the roles' allocations are this process's only when they run in it
+			res.AllocKiBPerTurn = float64(allocs.bytes) / 1024 / float64(turns)
+			res.AllocObjectsPerTurn = float64(allocs.objects) / float64(turns)
+			res.GCCycles = int(allocs.cycles)
+			if allocs.busyCPU > 0 {
+				res.GCShare = allocs.gcCPU / allocs.busyCPU
+			}
+		}
 		d := jsAfter.sub(jsBefore)
 		res.StreamMsgsPerTurn = float64(d.streamMsgs) / float64(turns)
 		res.AppendsPerTurn = map[string]float64{}
@@ -528,6 +538,41 @@ func (h *heapSampler) read() (inuse, live uint64) {
 		live = h.s[2].Value.Uint64()
 	}
 	return inuse, live
+}
+
+// allocCounters are the runtime's cumulative allocation and collection counters.
+type allocCounters struct {
+	bytes, objects, cycles uint64
+	gcCPU, busyCPU         float64 // the runtime's CPU estimates: collector, and all but idle
+}
+
+var allocMetrics = []string{"/gc/heap/allocs:bytes", "/gc/heap/allocs:objects", "/gc/heap/tiny/allocs:objects",
+	"/gc/cycles/total:gc-cycles", "/cpu/classes/gc/total:cpu-seconds", "/cpu/classes/total:cpu-seconds", "/cpu/classes/idle:cpu-seconds"}
+
+func readAllocs() allocCounters {
+	s := make([]metrics.Sample, len(allocMetrics))
+	for i, n := range allocMetrics {
+		s[i].Name = n
+	}
+	metrics.Read(s)
+	u := func(i int) uint64 {
+		if s[i].Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		return s[i].Value.Uint64()
+	}
+	f := func(i int) float64 {
+		if s[i].Value.Kind() != metrics.KindFloat64 {
+			return 0
+		}
+		return s[i].Value.Float64()
+	}
+	return allocCounters{bytes: u(0), objects: u(1) + u(2), cycles: u(3), gcCPU: f(4), busyCPU: f(5) - f(6)}
+}
+
+func (a allocCounters) sub(b allocCounters) allocCounters {
+	return allocCounters{bytes: a.bytes - b.bytes, objects: a.objects - b.objects, cycles: a.cycles - b.cycles,
+		gcCPU: a.gcCPU - b.gcCPU, busyCPU: a.busyCPU - b.busyCPU}
 }
 
 func liveHeap() uint64 {

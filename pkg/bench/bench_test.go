@@ -48,6 +48,12 @@ func TestTinyRun(t *testing.T) {
 			if r.StreamMsgsPerTurn <= 0 || r.NATSInMsgsPerTurn <= 0 {
 				t.Errorf("JetStream counters not read: %+v", r)
 			}
+			// Every turn allocates (messages, events, HTTP requests); the collector's share is a
+			// fraction of the busy CPU, zero when no cycle ran.
+			if r.AllocKiBPerTurn <= 0 || r.AllocObjectsPerTurn < 10 || r.GCShare < 0 || r.GCShare >= 1 {
+				t.Errorf("allocation figures not read: %.1f KiB, %.0f objects per turn, collector share %.3f",
+					r.AllocKiBPerTurn, r.AllocObjectsPerTurn, r.GCShare)
+			}
 			// How many turns the heap sampler catches in flight depends on timing; that
 			// messages were awaited does not.
 			if r.PeakAwaitingReply <= 0 || r.HeapIdleMiB <= 0 {

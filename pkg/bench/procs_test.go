@@ -77,6 +77,10 @@ func TestProcesses(t *testing.T) {
 			if r.Baseline == nil || r.Baseline.MsgsPerSec <= 0 {
 				t.Errorf("no baseline: %+v", r.Baseline)
 			}
+			// The roles allocate in their own processes: this one's counters would say nothing.
+			if r.AllocObjectsPerTurn != 0 || r.GCShare != 0 {
+				t.Errorf("allocation figures reported for a multi-process run: %.0f objects per turn, share %.3f", r.AllocObjectsPerTurn, r.GCShare)
+			}
 			for _, p := range r.Processes[1:] {
 				if _, err := os.Stat(cfg.ProfileDir + "/" + p.Name + ".pprof"); err != nil {
 					t.Errorf("no CPU profile of %s: %v", p.Name, err)

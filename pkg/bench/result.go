@@ -61,6 +61,16 @@ type Result struct {
 
 	ModelCallsPerTurn float64 `json:"modelCallsPerTurn"` // 1 without a tool call, 2 with one
 
+	// Allocation and collection in this process while the turns ran (in-process runs only:
+	// with Processes the roles allocate in their own processes). GCShare is the collector's
+	// part of the busy CPU by the Go runtime's own estimate (runtime/metrics /cpu/classes),
+	// which is what grows when the heap holds more: a machine-independent figure, unlike
+	// CPU time on a shared machine.
+	AllocKiBPerTurn     float64 `json:"allocKiBPerTurn,omitempty"`
+	AllocObjectsPerTurn float64 `json:"allocObjectsPerTurn,omitempty"`
+	GCCycles            int     `json:"gcCycles,omitempty"`
+	GCShare             float64 `json:"gcShare,omitempty"`
+
 	// PeakInFlight is the most turns inside a model call at once, PeakAwaitingReply the most
 	// messages accepted and not yet answered (queued ones included). The heap figures are the
 	// largest seen during the run (sampled every 10 ms); the per-turn ones divide them by
@@ -185,6 +195,10 @@ func (r *Result) WriteText(w io.Writer) {
 		fmt.Fprintln(w, " stored")
 	}
 	fmt.Fprintf(w, "  model:          %.2f calls per turn\n", r.ModelCallsPerTurn)
+	if r.AllocObjectsPerTurn > 0 {
+		fmt.Fprintf(w, "  allocation:     %.0f KiB in %.0f objects per turn, %d collections; the collector %.0f %% of the busy CPU (the runtime's estimate)\n",
+			r.AllocKiBPerTurn, r.AllocObjectsPerTurn, r.GCCycles, r.GCShare*100)
+	}
 	fmt.Fprintf(w, "  memory:         largest heap in use %.1f MiB (idle %.1f MiB), largest live heap %.1f MiB\n",
 		r.HeapAtPeakMiB, r.HeapIdleMiB, r.LiveHeapAtPeakMiB)
 	if r.PeakInFlight > 0 {
