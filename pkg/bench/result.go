@@ -64,8 +64,8 @@ type Result struct {
 	// Allocation and collection in this process while the turns ran (in-process runs only:
 	// with Processes the roles allocate in their own processes). GCShare is the collector's
 	// part of the busy CPU by the Go runtime's own estimate (runtime/metrics /cpu/classes),
-	// which is what grows when the heap holds more: a machine-independent figure, unlike
-	// CPU time on a shared machine.
+	// which is what grows when the heap holds more. Both vary far less from run to run than
+	// CPU time on a shared machine does.
 	AllocKiBPerTurn     float64 `json:"allocKiBPerTurn,omitempty"`
 	AllocObjectsPerTurn float64 `json:"allocObjectsPerTurn,omitempty"`
 	GCCycles            int     `json:"gcCycles,omitempty"`
