@@ -414,6 +414,7 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 		res.NATSServers = len(h.procs.nodes)
 		res.Processes = h.procs.figures(cpu, wait, elapsed)
 		res.Processes[0].PeakHeapMiB = float64(mem.heapInuse) / (1 << 20)
+		res.Processes[0].allocs = allocs
 		// Every process's peak, summed (an upper bound: the peaks need not coincide); this
 		// process's own (the load generator) included, as in the in-process figures.
 		mem = memPeaks{heapInuse: mem.heapInuse, live: mem.live}
@@ -461,16 +462,14 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 		res.AddedP50Ms, res.AddedP99Ms = ms(pct(all, 50)-model), ms(pct(all, 99)-model)
 		res.CPUSecondsPerTurn = cpu.Seconds() / float64(turns)
 		for i := range res.Processes {
-			res.Processes[i].CPUMsPerTurn = res.Processes[i].CPUSeconds * 1000 / float64(turns)
+			p := &res.Processes[i]
+			p.CPUMsPerTurn = p.CPUSeconds * 1000 / float64(turns)
+			p.AllocKiBPerTurn, p.AllocObjectsPerTurn, p.GCShare = p.allocs.perTurn(turns)
 		}
 		res.ModelCallsPerTurn = float64(modelCalls) / float64(turns)
 		if h.procs == nil { // the roles' allocations are this process's only when they run in it
-			res.AllocKiBPerTurn = float64(allocs.bytes) / 1024 / float64(turns)
-			res.AllocObjectsPerTurn = float64(allocs.objects) / float64(turns)
+			res.AllocKiBPerTurn, res.AllocObjectsPerTurn, res.GCShare = allocs.perTurn(turns)
 			res.GCCycles = int(allocs.cycles)
-			if allocs.busyCPU > 0 {
-				res.GCShare = allocs.gcCPU / allocs.busyCPU
-			}
 		}
 		d := jsAfter.sub(jsBefore)
 		res.StreamMsgsPerTurn = float64(d.streamMsgs) / float64(turns)
@@ -568,6 +567,17 @@ func readAllocs() allocCounters {
 		return s[i].Value.Float64()
 	}
 	return allocCounters{bytes: u(0), objects: u(1) + u(2), cycles: u(3), gcCPU: f(4), busyCPU: f(5) - f(6)}
+}
+
+// perTurn returns c's allocation per turn and the collector's share of the busy CPU.
+func (c allocCounters) perTurn(turns int) (kib, objects, gcShare float64) {
+	if turns <= 0 {
+		return 0, 0, 0
+	}
+	if c.busyCPU > 0 {
+		gcShare = c.gcCPU / c.busyCPU
+	}
+	return float64(c.bytes) / 1024 / float64(turns), float64(c.objects) / float64(turns), gcShare
 }
 
 func (a allocCounters) sub(b allocCounters) allocCounters {

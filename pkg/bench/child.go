@@ -192,6 +192,7 @@ type childStats struct {
 	wait0     time.Duration
 	calls0    int64
 	sched0    *metrics.Float64Histogram
+	alloc0    allocCounters
 	idleHeap  uint64
 	peaks     memPeaks
 	stopPeaks context.CancelFunc
@@ -211,6 +212,13 @@ type phaseStats struct {
 	PeakHeapInuse     uint64  `json:"peakHeapInuse"`
 	PeakLiveHeap      uint64  `json:"peakLiveHeap"`
 	MaxRSSKiB         int64   `json:"maxRSSKiB"`
+	// What the process allocated in the phase, and the runtime's CPU estimates for the
+	// collector and for all busy work (see Result.GCShare).
+	AllocBytes     uint64  `json:"allocBytes"`
+	AllocObjects   uint64  `json:"allocObjects"`
+	GCCycles       uint64  `json:"gcCycles"`
+	GCCPUSeconds   float64 `json:"gcCpuSeconds"`
+	BusyCPUSeconds float64 `json:"busyCpuSeconds"`
 }
 
 func (st *childStats) serve() (string, func(), error) {
@@ -276,6 +284,7 @@ func (st *childStats) begin() (*phaseStats, error) {
 	st.idleHeap = m.HeapInuse
 	st.begun = true
 	st.cpu0, st.wait0, st.calls0, st.sched0 = cpuTime(), runqueueWait(), st.modelCalls.Load(), schedHist()
+	st.alloc0 = readAllocs()
 	st.peaks = memPeaks{}
 	ctx, cancel := context.WithCancel(context.Background())
 	st.stopPeaks, st.peaksDone = cancel, make(chan struct{})
@@ -325,6 +334,8 @@ func (st *childStats) end() (*phaseStats, error) {
 		IdleHeapInuse: st.idleHeap, PeakHeapInuse: st.peaks.heapInuse, PeakLiveHeap: st.peaks.live,
 		MaxRSSKiB: maxRSSKiB(),
 	}
+	a := readAllocs().sub(st.alloc0)
+	ps.AllocBytes, ps.AllocObjects, ps.GCCycles, ps.GCCPUSeconds, ps.BusyCPUSeconds = a.bytes, a.objects, a.cycles, a.gcCPU, a.busyCPU
 	if st.profFile != nil {
 		pprof.StopCPUProfile()
 		err := st.profFile.Close()

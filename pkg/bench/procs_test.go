@@ -81,6 +81,12 @@ func TestProcesses(t *testing.T) {
 			if r.AllocObjectsPerTurn != 0 || r.GCShare != 0 {
 				t.Errorf("allocation figures reported for a multi-process run: %.0f objects per turn, share %.3f", r.AllocObjectsPerTurn, r.GCShare)
 			}
+			for _, p := range r.Processes {
+				if p.AllocKiBPerTurn <= 0 || p.AllocObjectsPerTurn <= 0 || p.GCShare < 0 || p.GCShare >= 1 {
+					t.Errorf("process %s: allocation figures not read: %.1f KiB, %.0f objects per turn, collector share %.3f",
+						p.Name, p.AllocKiBPerTurn, p.AllocObjectsPerTurn, p.GCShare)
+				}
+			}
 			for _, p := range r.Processes[1:] {
 				if _, err := os.Stat(cfg.ProfileDir + "/" + p.Name + ".pprof"); err != nil {
 					t.Errorf("no CPU profile of %s: %v", p.Name, err)

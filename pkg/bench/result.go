@@ -111,6 +111,13 @@ type ProcessFigures struct {
 	ModelCalls          int64   `json:"modelCalls,omitempty"`
 	PeakHeapMiB         float64 `json:"peakHeapMiB"` // largest HeapInuse sampled in the phase
 	MaxRSSMiB           float64 `json:"maxRSSMiB"`   // largest resident set since the process started
+	// The process's allocation per turn and its collector's share of its busy CPU, as in
+	// Result (there for in-process runs only).
+	AllocKiBPerTurn     float64 `json:"allocKiBPerTurn,omitempty"`
+	AllocObjectsPerTurn float64 `json:"allocObjectsPerTurn,omitempty"`
+	GCShare             float64 `json:"gcShare,omitempty"`
+
+	allocs allocCounters // over the phase; divided by the turns once they are counted
 }
 
 // Baseline is the raw JetStream async-publish rate on the same server.
@@ -164,8 +171,12 @@ func (r *Result) WriteText(w io.Writer) {
 			if p.Killed {
 				killed = " (killed; until the kill)"
 			}
-			fmt.Fprintf(w, "    %-16s %.3f ms per turn, %.2f cores, waited for a CPU %.2f s, goroutines p99 %s ms, heap peak %.1f MiB, max RSS %.1f MiB%s\n",
-				p.Name+":", p.CPUMsPerTurn, p.CPUCores, p.RunqueueWaitSeconds, num(p.SchedP99Ms), p.PeakHeapMiB, p.MaxRSSMiB, killed)
+			alloc := ""
+			if p.AllocObjectsPerTurn > 0 {
+				alloc = fmt.Sprintf(", %.0f KiB in %.0f objects per turn, collector %.0f %%", p.AllocKiBPerTurn, p.AllocObjectsPerTurn, p.GCShare*100)
+			}
+			fmt.Fprintf(w, "    %-16s %.3f ms per turn, %.2f cores, waited for a CPU %.2f s, goroutines p99 %s ms, heap peak %.1f MiB, max RSS %.1f MiB%s%s\n",
+				p.Name+":", p.CPUMsPerTurn, p.CPUCores, p.RunqueueWaitSeconds, num(p.SchedP99Ms), p.PeakHeapMiB, p.MaxRSSMiB, alloc, killed)
 		}
 	} else {
 		fmt.Fprintf(w, "  CPU:            %.3f ms per turn, %.2f cores busy (load generator included)\n",
