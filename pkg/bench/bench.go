@@ -469,7 +469,7 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 		res.ModelCallsPerTurn = float64(modelCalls) / float64(turns)
 		if h.procs == nil { // the roles' allocations are this process's only when they run in it
 			res.AllocKiBPerTurn, res.AllocObjectsPerTurn, res.GCShare = allocs.perTurn(turns)
-			res.GCCycles = int(allocs.cycles)
+			res.GCCycles = int(allocs.Cycles)
 		}
 		d := jsAfter.sub(jsBefore)
 		res.StreamMsgsPerTurn = float64(d.streamMsgs) / float64(turns)
@@ -539,10 +539,14 @@ func (h *heapSampler) read() (inuse, live uint64) {
 	return inuse, live
 }
 
-// allocCounters are the runtime's cumulative allocation and collection counters.
+// allocCounters are the runtime's cumulative allocation and collection counters (a child
+// reports the difference over the phase as JSON).
 type allocCounters struct {
-	bytes, objects, cycles uint64
-	gcCPU, busyCPU         float64 // the runtime's CPU estimates: collector, and all but idle
+	Bytes   uint64  `json:"bytes"`
+	Objects uint64  `json:"objects"`
+	Cycles  uint64  `json:"cycles"`
+	GCCPU   float64 `json:"gcCpuSeconds"`   // the runtime's CPU estimates: the collector's,
+	BusyCPU float64 `json:"busyCpuSeconds"` // and everything's but idle time
 }
 
 var allocMetrics = []string{"/gc/heap/allocs:bytes", "/gc/heap/allocs:objects", "/gc/heap/tiny/allocs:objects",
@@ -566,7 +570,7 @@ func readAllocs() allocCounters {
 		}
 		return s[i].Value.Float64()
 	}
-	return allocCounters{bytes: u(0), objects: u(1) + u(2), cycles: u(3), gcCPU: f(4), busyCPU: f(5) - f(6)}
+	return allocCounters{Bytes: u(0), Objects: u(1) + u(2), Cycles: u(3), GCCPU: f(4), BusyCPU: f(5) - f(6)}
 }
 
 // perTurn returns c's allocation per turn and the collector's share of the busy CPU.
@@ -574,15 +578,15 @@ func (c allocCounters) perTurn(turns int) (kib, objects, gcShare float64) {
 	if turns <= 0 {
 		return 0, 0, 0
 	}
-	if c.busyCPU > 0 {
-		gcShare = c.gcCPU / c.busyCPU
+	if c.BusyCPU > 0 {
+		gcShare = c.GCCPU / c.BusyCPU
 	}
-	return float64(c.bytes) / 1024 / float64(turns), float64(c.objects) / float64(turns), gcShare
+	return float64(c.Bytes) / 1024 / float64(turns), float64(c.Objects) / float64(turns), gcShare
 }
 
 func (a allocCounters) sub(b allocCounters) allocCounters {
-	return allocCounters{bytes: a.bytes - b.bytes, objects: a.objects - b.objects, cycles: a.cycles - b.cycles,
-		gcCPU: a.gcCPU - b.gcCPU, busyCPU: a.busyCPU - b.busyCPU}
+	return allocCounters{Bytes: a.Bytes - b.Bytes, Objects: a.Objects - b.Objects, Cycles: a.Cycles - b.Cycles,
+		GCCPU: a.GCCPU - b.GCCPU, BusyCPU: a.BusyCPU - b.BusyCPU}
 }
 
 func liveHeap() uint64 {

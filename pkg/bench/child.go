@@ -202,23 +202,17 @@ type childStats struct {
 
 // phaseStats is what a child reports for the measured phase.
 type phaseStats struct {
-	CPUNs             int64   `json:"cpuNs"`
-	RunqueueWaitNs    int64   `json:"runqueueWaitNs"` // runnable, waiting for a CPU (Linux)
-	ModelCalls        int64   `json:"modelCalls"`
-	PeakModelInFlight int64   `json:"peakModelInFlight"`
-	SchedP50Ms        float64 `json:"schedP50Ms"`
-	SchedP99Ms        float64 `json:"schedP99Ms"`
-	IdleHeapInuse     uint64  `json:"idleHeapInuse"`
-	PeakHeapInuse     uint64  `json:"peakHeapInuse"`
-	PeakLiveHeap      uint64  `json:"peakLiveHeap"`
-	MaxRSSKiB         int64   `json:"maxRSSKiB"`
-	// What the process allocated in the phase, and the runtime's CPU estimates for the
-	// collector and for all busy work (see Result.GCShare).
-	AllocBytes     uint64  `json:"allocBytes"`
-	AllocObjects   uint64  `json:"allocObjects"`
-	GCCycles       uint64  `json:"gcCycles"`
-	GCCPUSeconds   float64 `json:"gcCpuSeconds"`
-	BusyCPUSeconds float64 `json:"busyCpuSeconds"`
+	CPUNs             int64         `json:"cpuNs"`
+	RunqueueWaitNs    int64         `json:"runqueueWaitNs"` // runnable, waiting for a CPU (Linux)
+	ModelCalls        int64         `json:"modelCalls"`
+	PeakModelInFlight int64         `json:"peakModelInFlight"`
+	SchedP50Ms        float64       `json:"schedP50Ms"`
+	SchedP99Ms        float64       `json:"schedP99Ms"`
+	IdleHeapInuse     uint64        `json:"idleHeapInuse"`
+	PeakHeapInuse     uint64        `json:"peakHeapInuse"`
+	PeakLiveHeap      uint64        `json:"peakLiveHeap"`
+	MaxRSSKiB         int64         `json:"maxRSSKiB"`
+	Allocs            allocCounters `json:"allocs"` // allocated and collected in the phase
 }
 
 func (st *childStats) serve() (string, func(), error) {
@@ -334,8 +328,7 @@ func (st *childStats) end() (*phaseStats, error) {
 		IdleHeapInuse: st.idleHeap, PeakHeapInuse: st.peaks.heapInuse, PeakLiveHeap: st.peaks.live,
 		MaxRSSKiB: maxRSSKiB(),
 	}
-	a := readAllocs().sub(st.alloc0)
-	ps.AllocBytes, ps.AllocObjects, ps.GCCycles, ps.GCCPUSeconds, ps.BusyCPUSeconds = a.bytes, a.objects, a.cycles, a.gcCPU, a.busyCPU
+	ps.Allocs = readAllocs().sub(st.alloc0)
 	if st.profFile != nil {
 		pprof.StopCPUProfile()
 		err := st.profFile.Close()

@@ -351,8 +351,7 @@ func (ps *processes) figures(self, selfWait, elapsed time.Duration) []ProcessFig
 			CPUSeconds: cpu.Seconds(), CPUCores: cpu.Seconds() / elapsed.Seconds(),
 			RunqueueWaitSeconds: time.Duration(st.RunqueueWaitNs).Seconds(),
 			SchedP99Ms:          st.SchedP99Ms, ModelCalls: st.ModelCalls,
-			PeakHeapMiB: float64(st.PeakHeapInuse) / (1 << 20), MaxRSSMiB: float64(st.MaxRSSKiB) / 1024,
-			allocs: allocCounters{bytes: st.AllocBytes, objects: st.AllocObjects, cycles: st.GCCycles, gcCPU: st.GCCPUSeconds, busyCPU: st.BusyCPUSeconds}})
+			PeakHeapMiB: float64(st.PeakHeapInuse) / (1 << 20), MaxRSSMiB: float64(st.MaxRSSKiB) / 1024, allocs: st.Allocs})
 	}
 	return out
 }

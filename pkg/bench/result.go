@@ -61,8 +61,8 @@ type Result struct {
 
 	ModelCallsPerTurn float64 `json:"modelCallsPerTurn"` // 1 without a tool call, 2 with one
 
-	// Allocation and collection in this process while the turns ran (in-process runs only:
-	// with Processes the roles allocate in their own processes). GCShare is the collector's
+	// Allocation and collection in this process while the turns ran, for in-process runs
+	// (with Processes every process reports its own, ProcessFigures). GCShare is the collector's
 	// part of the busy CPU by the Go runtime's own estimate (runtime/metrics /cpu/classes),
 	// which is what grows when the heap holds more. Both vary far less from run to run than
 	// CPU time on a shared machine does.
