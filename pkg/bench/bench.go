@@ -573,11 +573,8 @@ func readAllocs() allocCounters {
 	return allocCounters{Bytes: u(0), Objects: u(1) + u(2), Cycles: u(3), GCCPU: f(4), BusyCPU: f(5) - f(6)}
 }
 
-// perTurn returns c's allocation per turn and the collector's share of the busy CPU.
+// perTurn returns c's allocation per turn (turns > 0) and the collector's share of the busy CPU.
 func (c allocCounters) perTurn(turns int) (kib, objects, gcShare float64) {
-	if turns <= 0 {
-		return 0, 0, 0
-	}
 	if c.BusyCPU > 0 {
 		gcShare = c.GCCPU / c.BusyCPU
 	}

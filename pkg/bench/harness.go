@@ -390,7 +390,7 @@ func (h *Harness) send(ctx context.Context, id string, session int, text string)
 var errRejected = errors.New("webhook rejected the message")
 
 // inboundBody is json.Marshal of the webhook.Inbound a platform sends for text from user
-// u<session> in private scene (TestInboundBody checks that): the load generator is part of the
+// u<session> in the private scene given (TestInboundBody checks that): the load generator is part of the
 // measured process, so it appends the few fields instead of reflecting over a struct with a
 // map inside for every message.
 func inboundBody(id, scene string, session int, text string, timeMs int64) []byte {
