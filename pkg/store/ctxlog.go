@@ -160,6 +160,9 @@ type ctxState struct {
 	msgs    []llm.Message
 	seqs    []uint64
 	times   []int64 // message time for the age bound: Timestamp, or the record's time
+	// dropped counts the messages cut from the front of the slices since their backing
+	// arrays were made: still reachable through the arrays, for the collector to trace.
+	dropped int
 }
 
 // ptrCacheMax bounds the entries of the cache (pointers are a few words each).
@@ -345,6 +348,9 @@ func (st *ctxState) apply(recs []ctxRec, maxMessages int) {
 }
 
 func (st *ctxState) appendMsgs(msgs []llm.Message, seq uint64, recordMs int64) {
+	if len(st.msgs)+len(msgs) > cap(st.msgs) {
+		st.dropped = 0 // the appends below move the slices to new arrays
+	}
 	for _, m := range msgs {
 		ts := m.Timestamp
 		if ts == 0 {
@@ -363,15 +369,31 @@ func (st *ctxState) setSummary(s *Summary) {
 	for k < len(st.seqs) && st.seqs[k] <= s.AnchorSeq {
 		k++
 	}
-	st.msgs, st.seqs, st.times = st.msgs[k:], st.seqs[k:], st.times[k:]
+	st.drop(k)
 }
 
 // trim keeps the newest n messages (n <= 0: all). Older ones can never be loaded again: the
 // count bound only ever selects newer messages as the log grows.
 func (st *ctxState) trim(n int) {
 	if n > 0 && len(st.msgs) > n {
-		d := len(st.msgs) - n
-		st.msgs, st.seqs, st.times = st.msgs[d:], st.seqs[d:], st.times[d:]
+		st.drop(len(st.msgs) - n)
+	}
+}
+
+// drop cuts the oldest k messages. Re-slicing alone would leave them reachable through the
+// backing arrays until an append outgrows them (a session's tail of n messages held up to n
+// more that were cut, with everything they point to); once the cut part is a quarter of what
+// is kept, the tail moves to new arrays with room to grow. The old arrays stay as they are for
+// the views handed out (result), which never see anything change.
+func (st *ctxState) drop(k int) {
+	st.msgs, st.seqs, st.times = st.msgs[k:], st.seqs[k:], st.times[k:]
+	st.dropped += k
+	if n := len(st.msgs); st.dropped > n/4+4 {
+		c := n + n/2 + 8
+		st.msgs = append(make([]llm.Message, 0, c), st.msgs...)
+		st.seqs = append(make([]uint64, 0, c), st.seqs...)
+		st.times = append(make([]int64, 0, c), st.times...)
+		st.dropped = 0
 	}
 }
 

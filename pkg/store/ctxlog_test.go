@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
@@ -625,5 +627,46 @@ func TestFindTurnCommit(t *testing.T) {
 	}
 	if mark, err := l.LastCommit(ctx, id); err != nil || mark.Closes || mark.Turn != "t4" {
 		t.Errorf("LastCommit of a plain commit = %+v, %v", mark, err)
+	}
+}
+
+// TestCachedTailReleasesCutMessages checks that a long session's cached tail does not keep
+// the messages cut from its front reachable through its backing arrays: a worker holding
+// thousands of chats would carry up to twice their tails for the collector to trace.
+func TestCachedTailReleasesCutMessages(t *testing.T) {
+	const keep = 40
+	log, _ := newCtxLog(t, ContextBounds{MaxMessages: keep})
+	ctx := context.Background()
+	id := sid("long", 1)
+	var seq uint64
+	var sent []weak.Pointer[llm.Content]
+	worst := 0
+	for i := range 6 * keep {
+		m := llm.UserText(fmt.Sprintf("message %d", i), int64(i+1))
+		sent = append(sent, weak.Make(&m.Content[0]))
+		var err error
+		if seq, err = log.AppendMessages(ctx, id, seq, []llm.Message{m}); err != nil {
+			t.Fatal(err)
+		}
+		runtime.GC()
+		cut := len(sent) - keep
+		alive := 0
+		for _, w := range sent[:max(cut, 0)] {
+			if w.Value() != nil {
+				alive++
+			}
+		}
+		worst = max(worst, alive)
+	}
+	if worst > keep/4+4 {
+		t.Fatalf("up to %d messages cut from a %d-message tail were still reachable, want at most %d", worst, keep, keep/4+4)
+	}
+	got, err := log.LoadContext(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Messages) != keep || got.Messages[0].TextContent() != fmt.Sprintf("message %d", 5*keep) ||
+		got.Messages[keep-1].TextContent() != fmt.Sprintf("message %d", 6*keep-1) {
+		t.Fatalf("tail of %d messages from %q to %q", len(got.Messages), got.Messages[0].TextContent(), got.Messages[len(got.Messages)-1].TextContent())
 	}
 }

@@ -49,6 +49,7 @@ func (st *ctxState) moveLeaf(l *Leaf) {
 	st.msgs = append([]llm.Message(nil), st.msgs[:k]...)
 	st.seqs = append([]uint64(nil), st.seqs[:k]...)
 	st.times = append([]int64(nil), st.times[:k]...)
+	st.dropped = 0
 	if l.BranchSummary != "" {
 		ms := l.Time.UnixMilli()
 		st.msgs = append(st.msgs, llm.UserText(BranchSummaryPrefix+l.BranchSummary, ms))
