@@ -25,6 +25,8 @@ type Estimator struct {
 	// (gen) in place, without a map assignment per message.
 	memo    map[*llm.Content]int32
 	entries []msgInfo
+	// forgotAt is the call (gen) that last forgot entries.
+	forgotAt uint32
 }
 
 // msgInfo is what is remembered of one message.
@@ -93,9 +95,12 @@ func (e *Estimator) each(msgs []llm.Message, fn func(i int, in msgInfo)) {
 		in.gen = e.gen
 		fn(i, *in)
 	}
-	// Forget messages no call of the last few has seen (compacted away, or another session id),
-	// moving the entries kept to a new slice.
-	if len(e.memo) > 2*len(msgs)+32 {
+	// Forget messages no call of the last few has seen (cut from the tail, compacted away, or
+	// another session id), moving the entries kept to a new slice. The memo's keys keep their
+	// messages reachable, so it forgets once it holds a quarter more than msgs; at most every
+	// fifth call, so that calls with a short slice do not make every call rebuild.
+	if len(e.memo) > len(msgs)+len(msgs)/4+16 && e.gen-e.forgotAt > 4 {
+		e.forgotAt = e.gen
 		kept := make([]msgInfo, 0, len(msgs)+32)
 		for k, at := range e.memo {
 			if in := e.entries[at]; e.gen-in.gen <= 4 {

@@ -1,9 +1,12 @@
 package compaction
 
 import (
+	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"weak"
 
 	"github.com/agentbus/agentbus/pkg/llm"
 )
@@ -95,7 +98,7 @@ func TestEstimatorForgets(t *testing.T) {
 			t.Fatalf("call %d: %d, want %d", i, got, want)
 		}
 	}
-	if n := len(e.memo); n > 2*len(cur)+32 || len(e.entries) != n {
+	if n := len(e.memo); n > len(cur)+len(cur)/4+16 || len(e.entries) != n {
 		t.Fatalf("%d memo entries, %d kept, for a history of %d: the old session's were not forgotten", n, len(e.entries), len(cur))
 	}
 	if got, want := e.Estimate(old), Estimate(old); got != want {
@@ -121,5 +124,37 @@ func BenchmarkEstimator(b *testing.B) {
 	for b.Loop() {
 		_ = e.Estimate(history)
 		_ = Micro(history, o)
+	}
+}
+
+// TestEstimatorReleasesCutMessages checks that the memo does not keep the messages cut from
+// the front of a long session's history reachable for long: its keys point into them.
+func TestEstimatorReleasesCutMessages(t *testing.T) {
+	const keep = 40
+	var e Estimator
+	var hist []llm.Message
+	var sent []weak.Pointer[llm.Content]
+	worst := 0
+	for i := range 8 * keep {
+		m := llm.UserText(fmt.Sprintf("message %d", i), int64(i+1))
+		sent = append(sent, weak.Make(&m.Content[0]))
+		// A fresh slice each call, as the context log's tail is once it has moved on.
+		hist = append(append([]llm.Message(nil), hist[max(len(hist)+1-keep, 0):]...), m)
+		if got, want := e.Estimate(hist), Estimate(hist); got != want {
+			t.Fatalf("call %d: %d, want %d", i, got, want)
+		}
+		runtime.GC()
+		alive := 0
+		for _, w := range sent[:max(len(sent)-keep, 0)] {
+			if w.Value() != nil {
+				alive++
+			}
+		}
+		worst = max(worst, alive)
+	}
+	// Forgetting waits for a quarter more entries than the history (and 16), at most every
+	// fifth call, and keeps what the last four calls saw.
+	if limit := keep/4 + 16 + 5; worst > limit {
+		t.Fatalf("up to %d messages cut from a %d-message history were still reachable, want at most %d", worst, keep, limit)
 	}
 }
