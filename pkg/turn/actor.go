@@ -593,6 +593,10 @@ func (a *actor) finished(t *turnRun) {
 	if t.inRecord.Load() != recordNo || model != a.recModel || t.writeCursor {
 		a.closing = append(a.closing, &closedTurn{pendingTurn: t.pendingTurn, model: model, since: time.Now()})
 	}
+	// Under the lock that updateSession lists running turns under: no write from now on
+	// lists the turn (it stays among the actor's turns until its goroutine ends), else one
+	// that was not listed would be left in the record as running.
+	t.closed.Store(true)
 	a.mu.Unlock()
 }
 
@@ -622,21 +626,30 @@ func resetTimer(t *time.Timer, d time.Duration) <-chan time.Time {
 }
 
 // updateSession is every write of the actor to its session record: fn (may be nil) plus the
-// removal of the finished turns that waited for a write. Running turns the record does not
-// list yet (started from their inbox events) are listed by the same write, before fn, so the
-// record's cursor never passes a turn that is neither done nor listed.
+// removal of the finished turns that waited for a write. The record's cursor never passes a
+// turn that is neither done nor listed. A write with fn moves the cursor as far as the actor
+// has read, so running turns the record does not list yet (started from their inbox events)
+// are listed by the same write, before fn. A write without fn only records finished turns: it
+// lists nothing and its cursor stops short of the oldest turn the record does not list, whose
+// own commit carries the cursor. Listing it there would cost it a write of its own when it
+// finishes, and on a busy chat that write would list the next running turn, and so on: a
+// write and a delivery held a second longer for nearly every turn.
 func (a *actor) updateSession(ctx context.Context, fn func(*store.Session)) (*store.Session, error) {
 	a.mu.Lock()
 	closing := slices.Clone(a.closing)
-	var unlisted []*turnRun
-	for _, t := range a.turns {
-		if t.inRecord.CompareAndSwap(recordNo, recordPending) {
-			unlisted = append(unlisted, t)
-		}
-	}
 	// Everything up to the actor's cursor is done, or running (listed below), or queued
 	// (listed when it was queued): the write may carry the cursor.
 	cursor := a.cursor
+	var unlisted []*turnRun
+	for _, t := range a.turns {
+		switch {
+		case t.closed.Load(): // done, or its removal is on its way (finished)
+		case fn == nil && t.inRecord.Load() != recordYes:
+			cursor = min(cursor, t.firstSeq()-1)
+		case t.inRecord.CompareAndSwap(recordNo, recordPending):
+			unlisted = append(unlisted, t)
+		}
+	}
 	a.mu.Unlock()
 	now := time.Now().UnixMilli()
 	s, err := a.w.sessions.Update(ctx, a.sk, func(s *store.Session) error {

@@ -267,8 +267,8 @@ func (a *actor) startTurn(pt *pendingTurn) error {
 	t.fresh = true // nothing of it was published (see pendingTurn.restarted)
 	last := t.lastSeq()
 	if pt.fromInbox {
-		// Listed among the actor's turns before the cursor passes it: a session-record write
-		// in between (another turn closing) lists it with the cursor (updateSession).
+		// Among the actor's turns before the cursor passes it: a session-record write in
+		// between lists it, or stops its cursor short of it (updateSession).
 		a.launch(t, nil)
 		a.passed(last)
 		return nil
@@ -279,6 +279,15 @@ func (a *actor) startTurn(pt *pendingTurn) error {
 	t.inRecord.Store(recordYes)
 	a.launch(t, nil)
 	return nil
+}
+
+// firstSeq is the first inbox sequence the turn consumes (its trigger or a merged event).
+func (p *pendingTurn) firstSeq() uint64 {
+	first := p.seq
+	for _, s := range p.merged {
+		first = min(first, s)
+	}
+	return first
 }
 
 // lastSeq is the last inbox sequence the turn consumes (its trigger or a merged event).
@@ -512,8 +521,7 @@ func (t *turnRun) close(state string) error {
 		next = t.leftover()
 	}
 	if state == "done" && next == nil {
-		t.a.finished(t)
-		t.closed.Store(true)
+		t.a.finished(t) // marks it closed
 		return nil
 	}
 	_, err := t.a.updateSession(t.a.ctx, func(s *store.Session) {

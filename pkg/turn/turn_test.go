@@ -2,6 +2,7 @@ package turn
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
 	"github.com/agentbus/agentbus/pkg/models"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
+	"github.com/agentbus/agentbus/pkg/store"
 )
 
 // harness is a provisioned server, a turn worker with a faux model, and helpers to feed the
@@ -352,4 +354,53 @@ func (h *harness) lastInboxSeq(t *testing.T, sk events.SessionKey) uint64 {
 		t.Fatal(err)
 	}
 	return trigger.Sequence
+}
+
+// A busy chat, each message sent as soon as the last one is answered and each turn longer
+// than closeDelay, writes its session record when it is created and when its first turn
+// records the model, not once per turn: a write that records finished turns lists no running
+// turn, so that turn needs no write of its own when it finishes.
+func TestBusyChatWritesItsRecordTwice(t *testing.T) {
+	h := newHarness(t, nil, faux.WithResponder(faux.Echo), faux.WithLatency(closeDelay*6/10, 0))
+	h.worker("w1")
+	ctx := context.Background()
+	kv, err := h.ns.JS.KeyValue(ctx, events.BucketSessions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch, err := kv.Watch(ctx, sk.Token(), jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Stop()
+	const turns = 6
+	for i := 1; i <= turns; i++ {
+		h.send(sk, fmt.Sprintf("m%d", i), fmt.Sprintf("message %d", i))
+		if got := h.replies(sk, i); !strings.Contains(got[i-1], fmt.Sprintf("message %d", i)) {
+			t.Fatalf("reply %d = %q", i, got[i-1])
+		}
+	}
+	// The last turn's record write, if it needed one, lands within closeDelay.
+	writes := 0
+	quiet := time.After(closeDelay + 2*time.Second)
+	var last store.Session
+	for done := false; !done; {
+		select {
+		case e := <-watch.Updates():
+			if e != nil {
+				writes++
+				if err := json.Unmarshal(e.Value(), &last); err != nil {
+					t.Fatal(err)
+				}
+			}
+		case <-quiet:
+			done = true
+		}
+	}
+	if writes > 2 {
+		t.Errorf("%d writes of the session record for %d turns, want 2 (created, model recorded)", writes, turns)
+	}
+	if len(last.OpenTurns) != 0 {
+		t.Errorf("the record lists open turns after the chat went quiet: %+v", last.OpenTurns)
+	}
 }
