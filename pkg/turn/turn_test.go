@@ -356,10 +356,11 @@ func (h *harness) lastInboxSeq(t *testing.T, sk events.SessionKey) uint64 {
 	return trigger.Sequence
 }
 
-// A busy chat, each message sent as soon as the last one is answered and each turn longer
-// than closeDelay, writes its session record when it is created and when its first turn
-// records the model, not once per turn: a write that records finished turns lists no running
-// turn, so that turn needs no write of its own when it finishes.
+// A busy chat, each message sent as soon as the last one is answered (so a turn runs nearly
+// all the time, and whenever the write that records finished turns is due), writes its
+// session record when it is created and when its first turn records the model, not once per
+// turn: that write lists no running turn, so the turn needs no write of its own when it
+// finishes.
 func TestBusyChatWritesItsRecordTwice(t *testing.T) {
 	h := newHarness(t, nil, faux.WithResponder(faux.Echo), faux.WithLatency(closeDelay*6/10, 0))
 	h.worker("w1")
@@ -396,6 +397,9 @@ func TestBusyChatWritesItsRecordTwice(t *testing.T) {
 		case <-quiet:
 			done = true
 		}
+	}
+	if writes == 0 {
+		t.Fatal("the watch saw no write of the session record")
 	}
 	if writes > 2 {
 		t.Errorf("%d writes of the session record for %d turns, want 2 (created, model recorded)", writes, turns)
