@@ -637,8 +637,8 @@ func resetTimer(t *time.Timer, d time.Duration) <-chan time.Time {
 func (a *actor) updateSession(ctx context.Context, fn func(*store.Session)) (*store.Session, error) {
 	a.mu.Lock()
 	closing := slices.Clone(a.closing)
-	// Everything up to the actor's cursor is done, or running (listed below), or queued
-	// (listed when it was queued): the write may carry the cursor.
+	// Everything up to the actor's cursor is done, or running (listed below, or the cursor
+	// stops short of it), or queued (listed when it was queued).
 	cursor := a.cursor
 	var unlisted []*turnRun
 	for _, t := range a.turns {

@@ -80,7 +80,7 @@ type turnRun struct {
 	model     *llm.Model
 	cancel    context.CancelFunc
 	done      chan struct{}
-	closed    atomic.Bool // close succeeded: the session record no longer needs this run
+	closed    atomic.Bool // done (finished) or removed from the record: no record write lists it
 	index     int         // next message_end index
 	mu        sync.Mutex
 	steerQ    []queued
