@@ -148,6 +148,13 @@ func (a *actor) poke() {
 	}
 }
 
+// pokeGrace is how long a poke waits for its event's delivery before the actor reads the log
+// for it. The delivery normally follows the core NATS copy within a millisecond, and it
+// brings the event with its stream sequence (heldNext), which saves the read, a request to
+// the server per event. A delivery that went to another replica ends the wait when its ring
+// comes (know), as before there were pokes; the grace bounds the wait when none comes.
+const pokeGrace = 10 * time.Millisecond
+
 // nudge wakes the actor without a read of the inbox (rebalance.go: it looks at shedTo).
 func (a *actor) nudge() {
 	select {
@@ -238,13 +245,22 @@ func (a *actor) run() {
 	// One timer each for the loop's waits, reset on every round instead of a time.After per
 	// wait (a round runs several times per turn; since Go 1.23 a Reset timer never delivers a
 	// stale tick).
-	tick, closeT, collectT := stoppedTimer(), stoppedTimer(), stoppedTimer()
-	defer func() { tick.Stop(); closeT.Stop(); collectT.Stop() }()
+	tick, closeT, collectT, pokeT := stoppedTimer(), stoppedTimer(), stoppedTimer(), stoppedTimer()
+	defer func() { tick.Stop(); closeT.Stop(); collectT.Stop(); pokeT.Stop() }()
+	var pokeDue <-chan time.Time // a poke waits for its event's delivery until then
+	lookNow := false             // the wait ended with no delivery: read the log
 	for a.ctx.Err() == nil {
 		a.startWaiting()
 		var progressed bool
 		var err error
-		if poked := a.poked.Swap(false); probe || poked || a.behind() {
+		poked := a.poked.Swap(false)
+		look := probe || lookNow || a.behind()
+		if poked && !look && pokeDue == nil {
+			pokeDue = resetTimer(pokeT, pokeGrace)
+		}
+		if look {
+			pokeT.Stop()
+			pokeDue, lookNow = nil, false
 			progressed, err = a.step()
 			probe = probe && err != nil // a failed look is looked again
 		}
@@ -277,6 +293,8 @@ func (a *actor) run() {
 		select {
 		case <-a.ctx.Done():
 		case <-a.wake:
+		case <-pokeDue:
+			pokeDue, lookNow = nil, true
 		case <-a.collectDue(collectT):
 			a.flushCollect()
 		case <-a.closeDue(closeT):
@@ -501,6 +519,52 @@ func (a *actor) step() (bool, error) {
 	a.mu.Lock()
 	from := a.cursor
 	a.mu.Unlock()
+	raw, ok := a.heldNext(from)
+	if !ok {
+		var err error
+		if raw, err = a.readNext(from); raw == nil || err != nil {
+			return false, err
+		}
+	}
+	ev, derr := events.Decode(raw.Data)
+	if derr != nil {
+		a.w.deadLetter(raw.Subject, raw.Sequence, raw.Data, raw.Header, "invalid_event", derr)
+		return true, a.advance(raw.Sequence, nil)
+	}
+	if err := firedScheduleOnly(raw.Header, ev); err != nil {
+		a.w.deadLetter(raw.Subject, raw.Sequence, raw.Data, raw.Header, "forged_schedule", err)
+		return true, a.advance(raw.Sequence, nil)
+	}
+	return true, a.handle(ev, raw.Sequence)
+}
+
+// heldNext returns the held delivery that is the inbox's next event after from, when its
+// chain header proves it (inbox.Prev: the server stored it only with no event of the subject
+// between its predecessor and itself). Taking it saves the read of the log that an event
+// needs otherwise; a delivery without the header (a third party's event, a schedule's), or
+// one whose predecessor is past from, leaves the question to the log.
+func (a *actor) heldNext(from uint64) (*jetstream.RawStreamMsg, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for seq, msgs := range a.held {
+		if seq <= from {
+			continue
+		}
+		for _, m := range msgs {
+			if m.Data() == nil { // a delivery handed over by a ring carries no copy
+				continue
+			}
+			if prev, ok := inbox.Prev(m.Headers()); ok && prev <= from {
+				return &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: seq, Header: m.Headers(), Data: m.Data()}, true
+			}
+		}
+	}
+	return nil, false
+}
+
+// readNext reads the inbox's next event after from from the log; nil with a nil error when
+// there is none to process now.
+func (a *actor) readNext(from uint64) (*jetstream.RawStreamMsg, error) {
 	// Confirmed: an event past the cursor is known to exist (delivered or rung), so "not
 	// found" must be the leader's answer. Otherwise this is a look for anything new (the
 	// actor just started, or an event was just published, see poke): nothing is decided on a
@@ -509,13 +573,13 @@ func (a *actor) step() (bool, error) {
 	raw, err := inbox.Next(a.ctx, a.w.js, a.w.inbox, a.subj, from, confirmed)
 	gone := errors.Is(err, jetstream.ErrMsgNotFound)
 	if err != nil && !gone {
-		return false, fmt.Errorf("read inbox after %d: %w", from, err)
+		return nil, fmt.Errorf("read inbox after %d: %w", from, err)
 	}
 	if gone && !confirmed {
 		// Not the leader's answer (or the event heard is not stored yet): a delivery that
 		// arrived meanwhile must not be taken for one the log has lost, since the log may hold
 		// an earlier event this replica was not given. The next step reads again, confirmed.
-		return false, nil
+		return nil, nil
 	}
 	limit := uint64(math.MaxUint64)
 	if !gone {
@@ -530,18 +594,9 @@ func (a *actor) step() (bool, error) {
 		a.mu.Lock()
 		clear(a.known)
 		a.mu.Unlock()
-		return false, nil
+		return nil, nil
 	}
-	ev, derr := events.Decode(raw.Data)
-	if derr != nil {
-		a.w.deadLetter(raw.Subject, raw.Sequence, raw.Data, raw.Header, "invalid_event", derr)
-		return true, a.advance(raw.Sequence, nil)
-	}
-	if err := firedScheduleOnly(raw.Header, ev); err != nil {
-		a.w.deadLetter(raw.Subject, raw.Sequence, raw.Data, raw.Header, "forged_schedule", err)
-		return true, a.advance(raw.Sequence, nil)
-	}
-	return true, a.handle(ev, raw.Sequence)
+	return raw, nil
 }
 
 // heldBetween returns the held delivery with the smallest sequence in (from, limit).

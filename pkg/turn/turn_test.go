@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -407,4 +408,48 @@ func TestBusyChatWritesItsRecordTwice(t *testing.T) {
 	if len(last.OpenTurns) != 0 {
 		t.Errorf("the record lists open turns after the chat went quiet: %+v", last.OpenTurns)
 	}
+}
+
+// An inbox event whose delivery carries the chain header is taken from the delivery: the
+// actor does not read the log for it as well. Only a look at start-up, the events of a third
+// party (no chain header) and a delivery late past pokeGrace on a busy machine make a read.
+func TestChainedDeliveryIsNotReadAgain(t *testing.T) {
+	h := newHarness(t, nil, faux.WithResponder(faux.Echo))
+	h.worker("w1")
+	h.send(sk, "m0", "warm up")
+	h.replies(sk, 1)
+
+	var reads atomic.Int64
+	for _, subj := range []string{"$JS.API.DIRECT.GET." + events.StreamSessionIn, "$JS.API.DIRECT.GET." + events.StreamSessionIn + ".>"} {
+		sub, err := h.ns.NC.Subscribe(subj, func(*nats.Msg) { reads.Add(1) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+	}
+	if err := h.ns.NC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	const turns = 10
+	for i := 1; i <= turns; i++ {
+		h.send(sk, fmt.Sprintf("m%d", i), fmt.Sprintf("message %d", i))
+		if got := h.replies(sk, i+1); !strings.Contains(got[i], fmt.Sprintf("message %d", i)) {
+			t.Fatalf("reply %d = %q", i, got[i])
+		}
+	}
+	chained := reads.Load()
+	// The old way read the log once per event: a margin of half for deliveries that were late.
+	if chained > turns/2 {
+		t.Errorf("%d reads of the inbox for %d chained events, want at most %d", chained, turns, turns/2)
+	}
+
+	reads.Store(0)
+	h.sendPlain(sk, "p1", "plain message")
+	if got := h.replies(sk, turns+2); !strings.Contains(got[turns+1], "plain message") {
+		t.Fatalf("reply to the third party's event = %q", got[turns+1])
+	}
+	if reads.Load() == 0 {
+		t.Error("an event without the chain header was taken without a read of the log")
+	}
+	t.Logf("%d reads for %d chained events", chained, turns)
 }
