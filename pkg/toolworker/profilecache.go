@@ -76,7 +76,21 @@ func (c *ProfileCache) follow(ctx context.Context) error {
 	}
 	defer func() { _ = w.Stop() }()
 	loaded, bad := map[string]string{}, map[string]bool{}
-	for e := range w.Updates() {
+	for {
+		// The watch's channel is not trusted to close when ctx ends (see turn's ToolCatalog).
+		var e jetstream.KeyValueEntry
+		select {
+		case <-ctx.Done():
+			return nil
+		case u, ok := <-w.Updates():
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("watch %s: updates closed", events.BucketProfiles)
+			}
+			e = u
+		}
 		if e == nil { // the current values are in: serve from memory from now on
 			c.mu.Lock()
 			c.summaries, c.unreadable, c.ready = loaded, bad, len(loaded) <= maxCachedProfiles
@@ -104,10 +118,6 @@ func (c *ProfileCache) follow(ctx context.Context) error {
 		}
 		c.mu.Unlock()
 	}
-	if ctx.Err() != nil {
-		return nil
-	}
-	return fmt.Errorf("watch %s: updates closed", events.BucketProfiles)
 }
 
 // Summary is ProfileStore.Summary, from memory when the cache is current.

@@ -69,13 +69,29 @@ func (c *ToolCatalog) Run(ctx context.Context) {
 			}
 			continue
 		}
-		for e := range w.Updates() {
-			if e == nil {
-				continue // initial values done
-			}
-			c.apply(e)
-		}
+		c.follow(ctx, w)
 		_ = w.Stop()
+	}
+}
+
+// follow applies w's entries until the watch ends or ctx does. The watch's channel is not
+// trusted to close when ctx ends: nats.go unsubscribes the watch when its ctx ends, but sets
+// the handler that closes the channel only after the subscribe returned, so a ctx that ends
+// right after the watch starts (a worker stopped just after it started) leaves the channel
+// open for good, and Stop waited on this loop forever.
+func (c *ToolCatalog) follow(ctx context.Context, w jetstream.KeyWatcher) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e != nil { // nil: the initial values are done
+				c.apply(e)
+			}
+		}
 	}
 }
 
