@@ -161,22 +161,18 @@ func (t *Tasks) Watch(ctx context.Context, k events.SessionKey, id string) (<-ch
 		defer close(out)
 		defer func() { _ = w.Stop() }()
 		for {
-			select {
-			case <-ctx.Done():
+			e, ok := natsutil.NextUpdate(ctx, w)
+			if !ok {
 				return
-			case e, ok := <-w.Updates():
-				if !ok {
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			if r, err := events.UnmarshalTaskRecord(e.Value()); err == nil {
+				select {
+				case out <- r:
+				case <-ctx.Done():
 					return
-				}
-				if e == nil || e.Operation() != jetstream.KeyValuePut {
-					continue
-				}
-				if r, err := events.UnmarshalTaskRecord(e.Value()); err == nil {
-					select {
-					case out <- r:
-					case <-ctx.Done():
-						return
-					}
 				}
 			}
 		}

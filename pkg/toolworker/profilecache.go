@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 )
 
 // maxCachedProfiles bounds ProfileCache: past it the cache gives up and every Summary reads
@@ -77,19 +78,12 @@ func (c *ProfileCache) follow(ctx context.Context) error {
 	defer func() { _ = w.Stop() }()
 	loaded, bad := map[string]string{}, map[string]bool{}
 	for {
-		// The watch's channel is not trusted to close when ctx ends (see turn's ToolCatalog).
-		var e jetstream.KeyValueEntry
-		select {
-		case <-ctx.Done():
-			return nil
-		case u, ok := <-w.Updates():
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return fmt.Errorf("watch %s: updates closed", events.BucketProfiles)
+		e, ok := natsutil.NextUpdate(ctx, w)
+		if !ok {
+			if ctx.Err() != nil {
+				return nil
 			}
-			e = u
+			return fmt.Errorf("watch %s: updates closed", events.BucketProfiles)
 		}
 		if e == nil { // the current values are in: serve from memory from now on
 			c.mu.Lock()

@@ -74,23 +74,16 @@ func (c *ToolCatalog) Run(ctx context.Context) {
 	}
 }
 
-// follow applies w's entries until the watch ends or ctx does. The watch's channel is not
-// trusted to close when ctx ends: nats.go unsubscribes the watch when its ctx ends, but sets
-// the handler that closes the channel only after the subscribe returned, so a ctx that ends
-// right after the watch starts (a worker stopped just after it started) leaves the channel
-// open for good, and Stop waited on this loop forever.
+// follow applies w's entries until the watch ends or ctx does (natsutil.NextUpdate: a
+// worker's Stop waits for this loop).
 func (c *ToolCatalog) follow(ctx context.Context, w jetstream.KeyWatcher) {
 	for {
-		select {
-		case <-ctx.Done():
+		e, ok := natsutil.NextUpdate(ctx, w)
+		if !ok {
 			return
-		case e, ok := <-w.Updates():
-			if !ok {
-				return
-			}
-			if e != nil { // nil: the initial values are done
-				c.apply(e)
-			}
+		}
+		if e != nil { // nil: the initial values are done
+			c.apply(e)
 		}
 	}
 }
