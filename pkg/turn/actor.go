@@ -273,7 +273,7 @@ func (a *actor) run() {
 		}
 		a.ackDone()
 		if to := a.shedTo.Load(); to != nil {
-			if !progressed && a.idle() {
+			if !progressed && pokeDue == nil && a.idle() {
 				a.handTo = *to
 				return
 			}
@@ -283,7 +283,7 @@ func (a *actor) run() {
 			idleSince = time.Now()
 			continue
 		}
-		if a.idle() {
+		if pokeDue == nil && a.idle() { // a poke waiting for its delivery is not idle
 			if time.Since(idleSince) > a.w.opts.IdleRelease {
 				return
 			}
@@ -509,7 +509,8 @@ func (a *actor) behind() bool {
 
 // step processes the next inbox event after the cursor, if there is one.
 //
-// The read (inbox.Next) follows the inbox's chain from the subject's last event, so its cost
+// A held delivery that its chain header proves to be that event is taken as it is
+// (heldNext); otherwise the event is read from the log (readNext). The read (inbox.Next) follows the inbox's chain from the subject's last event, so its cost
 // does not grow with the other sessions' events in the stream. It must see every acknowledged
 // write: a direct get may be answered by a replica that lags behind, so a "nothing past the
 // cursor" is confirmed with the stream leader. Only then is the log really empty past it. A delivery this actor holds that the log no longer has
