@@ -221,6 +221,16 @@ func TestDendriteAdapter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The bot hears of a message by sync, once the homeserver has stored it; the send's
+	// answer may come before that, and a reply to an event not yet readable goes to the
+	// main timeline (threadOf). Wait as the bot would.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := alice.Client.GetEvent(ctx, group.RoomID, threaded.EventID); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the threaded message is not readable: %v", err)
+		}
+	}
 	answer, err := sender.Send(ctx, events.Outbound{OutID: "turn2-0", Platform: "matrix", Bot: "mx1",
 		Scene: events.Scene{Type: "group", ID: group.RoomID.String()}, ReplyTo: threaded.EventID.String(),
 		Content: events.Segments{events.TextSeg("answer in the thread")}})
@@ -232,7 +242,7 @@ func TestDendriteAdapter(t *testing.T) {
 	})
 	if len(tm) != 1 || tm[0].Content.AsMessage().RelatesTo.GetThreadParent() != ment.EventID ||
 		tm[0].Content.AsMessage().RelatesTo.GetNonFallbackReplyTo() != threaded.EventID {
-		t.Fatalf("thread reply = %+v", tm)
+		t.Fatalf("thread reply relates to %+v, want thread %s and reply to %s", tm[len(tm)-1].Content.AsMessage().RelatesTo, ment.EventID, threaded.EventID)
 	}
 	fe := msgs[0]
 	if fe.ID.String() != first || fe.Content.AsMessage().RelatesTo.GetReplyTo() != hello.EventID ||
