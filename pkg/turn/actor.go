@@ -510,12 +510,13 @@ func (a *actor) behind() bool {
 // step processes the next inbox event after the cursor, if there is one.
 //
 // A held delivery that its chain header proves to be that event is taken as it is
-// (heldNext); otherwise the event is read from the log (readNext). The read (inbox.Next) follows the inbox's chain from the subject's last event, so its cost
-// does not grow with the other sessions' events in the stream. It must see every acknowledged
-// write: a direct get may be answered by a replica that lags behind, so a "nothing past the
-// cursor" is confirmed with the stream leader. Only then is the log really empty past it. A delivery this actor holds that the log no longer has
-// (the stream's limits removed it after it was delivered) is processed from its delivered copy,
-// in sequence order, never dropped.
+// (heldNext); otherwise the event is read from the log (readNext). The read (inbox.Next)
+// follows the inbox's chain from the subject's last event, so its cost does not grow with the
+// other sessions' events in the stream. It must see every acknowledged write: a direct get
+// may be answered by a replica that lags behind, so a "nothing past the cursor" is confirmed
+// with the stream leader. Only then is the log really empty past it. A delivery this actor
+// holds that the log no longer has (the stream's limits removed it after it was delivered) is
+// processed from its delivered copy, in sequence order, never dropped.
 func (a *actor) step() (bool, error) {
 	a.mu.Lock()
 	from := a.cursor
@@ -545,22 +546,21 @@ func (a *actor) step() (bool, error) {
 // needs otherwise; a delivery without the header (a third party's event, a schedule's), or
 // one whose predecessor is past from, leaves the question to the log.
 func (a *actor) heldNext(from uint64) (*jetstream.RawStreamMsg, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for seq, msgs := range a.held {
-		if seq <= from {
-			continue
-		}
-		for _, m := range msgs {
-			if m.Data() == nil { // a delivery handed over by a ring carries no copy
-				continue
-			}
-			if prev, ok := inbox.Prev(m.Headers()); ok && prev <= from {
-				return &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: seq, Header: m.Headers(), Data: m.Data()}, true
-			}
-		}
+	// Only the smallest held sequence past from can qualify: a later event's predecessor is
+	// that one or later, so past from.
+	seq, m, ok := a.heldBetween(from, math.MaxUint64)
+	if !ok {
+		return nil, false
 	}
-	return nil, false
+	if prev, chained := inbox.Prev(m.Headers()); !chained || prev > from {
+		return nil, false
+	}
+	return deliveredCopy(seq, m), true
+}
+
+// deliveredCopy is the inbox event as its delivery m (sequence seq) brought it.
+func deliveredCopy(seq uint64, m jetstream.Msg) *jetstream.RawStreamMsg {
+	return &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: seq, Header: m.Headers(), Data: m.Data()}
 }
 
 // readNext reads the inbox's next event after from from the log; nil with a nil error when
@@ -588,7 +588,7 @@ func (a *actor) readNext(from uint64) (*jetstream.RawStreamMsg, error) {
 	}
 	if seq, m, ok := a.heldBetween(from, limit); ok {
 		a.log.Warn("inbox event delivered but no longer stored; processing the delivered copy", "seq", seq)
-		raw = &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: seq, Header: m.Headers(), Data: m.Data()}
+		raw = deliveredCopy(seq, m)
 	} else if gone {
 		// Rings for events the log does not have (yet or any more): the replica that holds
 		// their deliveries brings them back.
