@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +40,8 @@ type Ingestor struct {
 	// roles per "platform/bot"
 	roles map[string]BotRoles
 	media MediaStore // nil: inline media stays in the event (WithMedia)
+	// maxPayload is the bus's largest message (0: unknown, nothing is checked before publishing).
+	maxPayload func() int64
 }
 
 // New returns an Ingestor. bots maps "platform/bot" to its role lists; ai.trigger's masters
@@ -47,11 +50,17 @@ func New(js Publisher, ai config.AI, bots map[string]BotRoles, log *slog.Logger)
 	if log == nil {
 		log = slog.Default()
 	}
-	var ib inboxPublisher = plainInbox{js}
+	in := &Ingestor{js: js, inbox: plainInbox{js}, disp: NewDispatcher(ai), ai: ai, log: log, roles: bots}
 	if full, ok := js.(jetstream.JetStream); ok {
-		ib = inbox.NewPublisher(full)
+		in.inbox = inbox.NewPublisher(full)
+		in.maxPayload = func() int64 {
+			if nc := full.Conn(); nc != nil {
+				return nc.MaxPayload()
+			}
+			return 0
+		}
 	}
-	return &Ingestor{js: js, inbox: ib, disp: NewDispatcher(ai), ai: ai, log: log, roles: bots}
+	return in
 }
 
 // inboxPublisher publishes a session's inbox events. A Publisher that is a whole
@@ -97,12 +106,15 @@ func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (Result, er
 	if err != nil {
 		return Result{}, err
 	}
+	dec := in.disp.Dispatch(m)
+	if err := in.fits(msg, m, dec, session, trace); err != nil {
+		return Result{}, err
+	}
 	ack, err := in.js.PublishMsg(ctx, msg)
 	if err != nil {
 		return Result{}, fmt.Errorf("publish im.in %s: %w", m.MsgID(), err)
 	}
-	res := Result{Duplicate: ack.Duplicate}
-	res.Decision = in.disp.Dispatch(m)
+	res := Result{Duplicate: ack.Duplicate, Decision: dec}
 	// Built only when something is logged: most messages log nothing above debug.
 	log := func() *slog.Logger { return in.log.With("session", session, "msg", m.MessageID, "trace", trace) }
 	for i, r := range res.Decision.Routes {
@@ -141,6 +153,66 @@ func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (Result, er
 		log().Debug("ingested", "routes", fmt.Sprint(res.Decision.Routes), "reason", res.Decision.Reason, "duplicate", res.Duplicate)
 	}
 	return res, nil
+}
+
+// inboxHeaderRoom is what the inbox publisher may add to an event's headers (the chain's
+// expected-sequence headers) beyond what events.NewMsg sets.
+const inboxHeaderRoom = 256
+
+// fits returns an error wrapping ErrTooLarge, naming the limit, when the message or the inbox
+// event it may cause is larger than the bus carries, so that nothing is published (a message in
+// IM_IN whose inbox event the server refuses would never reach its session) and the sender is
+// told it is permanent. The inbox event carries the message again with its text: sizes that
+// leave room for that many bytes are accepted without building it.
+func (in *Ingestor) fits(msg *nats.Msg, m *events.IMMessage, dec Decision, session, trace string) error {
+	if in.maxPayload == nil {
+		return nil
+	}
+	limit := in.maxPayload()
+	if limit <= 0 {
+		return nil
+	}
+	size := msgSize(msg)
+	if size > limit {
+		return tooLarge(size, limit)
+	}
+	if size+6*int64(len(dec.Text))+2*inboxHeaderRoom <= limit { // JSON escapes a byte into at most 6
+		return nil
+	}
+	// The largest inbox event a message causes is its user_message (listen and command events
+	// carry the message with less text).
+	ev := events.New(events.UserMessage{Message: *m, Text: dec.Text, IMSeq: math.MaxUint64},
+		events.WithSession(session), events.WithTrace(trace))
+	ev.EventMeta().ID = stableID(m, 1)
+	out, err := events.NewMsg(events.AgentInSubject(m.SessionKey()), ev)
+	if err != nil {
+		return err
+	}
+	if size := msgSize(out) + inboxHeaderRoom; size > limit {
+		return tooLarge(size, limit)
+	}
+	return nil
+}
+
+func tooLarge(size, limit int64) error {
+	return fmt.Errorf("%w: %d bytes on the bus, over its limit of %d bytes (the NATS server's max_payload); "+
+		"send large media as inline base64 or a data: URL, which ingest moves to the media store, or by URL", ErrTooLarge, size, limit)
+}
+
+// msgSize is what a publish of m counts against max_payload: its data and its headers as the
+// protocol writes them ("NATS/1.0\r\n", "Key: value\r\n" each, "\r\n").
+func msgSize(m *nats.Msg) int64 {
+	n := int64(len(m.Data))
+	if len(m.Header) == 0 {
+		return n
+	}
+	n += int64(len("NATS/1.0\r\n\r\n"))
+	for k, vs := range m.Header {
+		for _, v := range vs {
+			n += int64(len(k) + len(": ") + len(v) + len("\r\n"))
+		}
+	}
+	return n
 }
 
 // senderRoles computes m's sender roles (Roles) from ai.trigger's and the bot's lists without
@@ -205,3 +277,26 @@ func (in *Ingestor) refuse(ctx context.Context, m *events.IMMessage, sk events.S
 
 // IsInvalid reports whether err is a rejected message (as opposed to a bus failure).
 func IsInvalid(err error) bool { return errors.Is(err, events.ErrInvalid) }
+
+// maxDeadLetterBody caps the original body a dead letter keeps: the record must itself fit on
+// the bus, and the start of a message is what tells an operator what it was.
+const maxDeadLetterBody = 64 << 10
+
+// deadLetter records a message ingest refused on dlq.ingest.<reason> with (the start of) its
+// original body, so that it is not dropped silently.
+func (in *Ingestor) deadLetter(ctx context.Context, where, reason string, cause error, raw []byte) error {
+	dl := events.DeadLetter{Role: "ingest", Reason: reason, Error: cause.Error(), Subject: where}
+	if len(raw) > maxDeadLetterBody {
+		dl.Error += fmt.Sprintf(" (body cut to its first %d of %d bytes)", maxDeadLetterBody, len(raw))
+		raw = raw[:maxDeadLetterBody]
+	}
+	dl.SetBody(raw)
+	msg, err := events.NewMsg(events.DeadLetterSubject("ingest", reason), events.New(dl))
+	if err != nil {
+		return fmt.Errorf("dead letter: %w", err)
+	}
+	if _, err := in.js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("dead letter: %w", err)
+	}
+	return nil
+}

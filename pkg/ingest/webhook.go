@@ -3,6 +3,7 @@ package ingest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -49,7 +50,9 @@ func CheckReplayWindow(ctx context.Context, js jetstream.StreamManager, cfg conf
 //	400 malformed JSON or missing fields
 //	401 missing or wrong signature, or a signed timestamp outside the tolerance window
 //	404 unknown bot
-//	413 body over im.webhook.maxBodyBytes
+//	413 body over im.webhook.maxBodyBytes, or a message larger than the bus carries (the NATS
+//	    server's max_payload, stated in the answer; inline media goes to the media store and
+//	    does not count); the message is dead-lettered
 //	429 over the bot's or the sender's rate limit (Retry-After says when to retry)
 //	503 the bus did not take the message, or too many requests at once (the sender should retry)
 //
@@ -171,6 +174,14 @@ func (h *WebhookHandler) serve(w http.ResponseWriter, r *http.Request) {
 	msg := ToIMMessage(botID, in)
 	res, err := h.in.Ingest(ctx, msg)
 	switch {
+	case errors.Is(err, ErrTooLarge):
+		// Permanent: the sender is told the limit, and the operator finds it in the dead letters.
+		h.log.Warn("webhook message too large for the bus", "bot", botID, "msg", in.ID, "err", err)
+		if derr := h.in.deadLetter(ctx, PlatformWebhook+"/"+botID, events.DLQInvalid, err, body); derr != nil {
+			h.log.Error("webhook dead letter", "bot", botID, "msg", in.ID, "err", derr)
+		}
+		httpError(w, http.StatusRequestEntityTooLarge, err.Error())
+		return
 	case IsInvalid(err):
 		httpError(w, http.StatusBadRequest, err.Error())
 		return

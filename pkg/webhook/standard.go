@@ -73,6 +73,9 @@ func VerifyStandard(secret string, body []byte, h http.Header, now time.Time, to
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("%w: %s is not Unix seconds", ErrBadSignature, HeaderTimestamp)
 	}
+	if sec <= 0 || sec > maxUnixSeconds {
+		return "", time.Time{}, fmt.Errorf("%w: %s %d is not Unix seconds (milliseconds?)", ErrStale, HeaderTimestamp, sec)
+	}
 	ts := time.Unix(sec, 0)
 	if err := CheckTime(ts, now, tolerance); err != nil {
 		return "", time.Time{}, err
@@ -80,16 +83,34 @@ func VerifyStandard(secret string, body []byte, h http.Header, now time.Time, to
 	return h.Get(HeaderID), ts, nil
 }
 
-// CheckTime returns an error wrapping ErrStale unless ts is within tolerance of now.
+// CheckTime returns an error wrapping ErrStale unless ts is within tolerance of now, either
+// way. The bounds are compared as times, not as the difference now-ts: a time.Duration holds
+// only ±292 years, so the difference to a timestamp such as Unix 1e18 saturates and its
+// negation overflows, which once let any far-future timestamp through (and kept its request
+// replayable for good).
 func CheckTime(ts, now time.Time, tolerance time.Duration) error {
-	switch d := now.Sub(ts); {
-	case d > tolerance:
-		return fmt.Errorf("%w: %s old, the limit is %s", ErrStale, d.Round(time.Second), tolerance)
-	case -d > tolerance:
-		return fmt.Errorf("%w: %s in the future, the limit is %s", ErrStale, (-d).Round(time.Second), tolerance)
+	switch {
+	case ts.Before(now.Add(-tolerance)):
+		return fmt.Errorf("%w: %s old, the limit is %s", ErrStale, roundAge(now, ts), tolerance)
+	case ts.After(now.Add(tolerance)):
+		return fmt.Errorf("%w: %s in the future, the limit is %s", ErrStale, roundAge(ts, now), tolerance)
 	}
 	return nil
 }
+
+// roundAge is later-earlier for a message, "more than 100 years" where the difference would
+// not fit a time.Duration.
+func roundAge(later, earlier time.Time) string {
+	if later.After(earlier.AddDate(100, 0, 0)) {
+		return "more than 100 years"
+	}
+	return later.Sub(earlier).Round(time.Second).String()
+}
+
+// maxUnixSeconds bounds a signed timestamp in seconds: larger values (a timestamp in
+// milliseconds or microseconds by mistake, or made up to overflow) are refused as what they
+// are before any arithmetic. 1e11 seconds is the year 5138.
+const maxUnixSeconds = 1e11
 
 // SignStandard returns the Standard Webhooks headers for body under secret (for clients and
 // tests).

@@ -32,6 +32,13 @@ func TestVerifyStandard(t *testing.T) {
 		{"missing signature", "k", "k", now, 0, func(h http.Header) { h.Del(HeaderSignature) }, ErrBadSignature},
 		{"timestamp not a number", "k", "k", now, 0, func(h http.Header) { h.Set(HeaderTimestamp, "soon") }, ErrBadSignature},
 		{"bad whsec", "k", "whsec_***", now, 0, nil, ErrBadSignature},
+		// A timestamp in milliseconds, or one made up to overflow time.Duration, is no
+		// timestamp: it once passed the window and stayed replayable for good (issue 36).
+		{"timestamp in milliseconds", "k", "k", time.Unix(now.UnixMilli(), 0), 0, nil, ErrStale},
+		{"timestamp 1e18", "k", "k", time.Unix(1e18, 0), 0, nil, ErrStale},
+		{"timestamp near int64 max", "k", "k", time.Unix(1<<62, 0), 0, nil, ErrStale},
+		{"timestamp zero", "k", "k", time.Unix(0, 0), 0, nil, ErrStale},
+		{"timestamp negative", "k", "k", time.Unix(-1e18, 0), 0, nil, ErrStale},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -48,6 +55,41 @@ func TestVerifyStandard(t *testing.T) {
 			}
 			if err == nil && id != "msg_1" {
 				t.Errorf("id = %q", id)
+			}
+		})
+	}
+}
+
+// TestCheckTimeBounds: the window holds for times far outside time.Duration's range, either way.
+func TestCheckTimeBounds(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	tol := 5 * time.Minute
+	tests := []struct {
+		name string
+		ts   time.Time
+		ok   bool
+	}{
+		{"now", now, true},
+		{"edge, past", now.Add(-tol), true},
+		{"edge, future", now.Add(tol), true},
+		{"past", now.Add(-tol - time.Millisecond), false},
+		{"future", now.Add(tol + time.Millisecond), false},
+		{"body time 1e18 ms", time.UnixMilli(1e18), false},
+		{"body time max int64 ms", time.UnixMilli(1<<63 - 1), false},
+		{"body time min int64 ms", time.UnixMilli(-1 << 63), false},
+		{"seconds 1e18", time.Unix(1e18, 0), false},
+		{"seconds -1e18", time.Unix(-1e18, 0), false},
+		{"300 years ahead", now.AddDate(300, 0, 0), false},
+		{"300 years ago", now.AddDate(-300, 0, 0), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := CheckTime(tt.ts, now, tol)
+			if tt.ok != (err == nil) {
+				t.Fatalf("CheckTime(%v) = %v, want ok=%v", tt.ts, err, tt.ok)
+			}
+			if err != nil && !errors.Is(err, ErrStale) {
+				t.Fatalf("err = %v, want ErrStale", err)
 			}
 		})
 	}
