@@ -1002,6 +1002,15 @@ func (c *Config) Validate() error {
 		if (mode == "ws" || mode == "http") && b.APIBase == "" {
 			bad("%s.apiBase is required in mode %s (ws://host:port or http://host:port of the implementation)", key, mode)
 		}
+		// Events arrive on agentbus's own listener in these modes: without a credential anyone
+		// who reaches it (a sandboxed command on the same host, too) could speak as any QQ user,
+		// masters included. The listener is TCP only, so there is no Unix-socket exception.
+		switch {
+		case mode == "ws-reverse" && b.AccessToken == "":
+			bad("%s.accessToken is required in mode ws-reverse: the implementation connects to agentbus's listener with it (Authorization: Bearer)", key)
+		case mode == "http" && b.AccessToken == "" && b.Secret == "":
+			bad("%s.secret (X-Signature) or accessToken is required in mode http: events are POSTed to agentbus's listener, which refuses unauthenticated listeners", key)
+		}
 	}
 	for i, b := range c.IM.Telegram.Bots {
 		key := fmt.Sprintf("im.telegram.bots[%d]", i)
@@ -1016,6 +1025,9 @@ func (c *Config) Validate() error {
 			bad("%s.token is required (from @BotFather; use ${ENV})", key)
 		}
 		oneOf(key+".mode", b.Mode, "", "polling", "webhook")
+		if b.Mode == "webhook" && b.WebhookSecret == "" {
+			bad("%s.webhookSecret is required in mode webhook (Telegram sends it as X-Telegram-Bot-Api-Secret-Token; agentbus refuses unauthenticated listeners)", key)
+		}
 		oneOf(key+".preview", b.Preview, "", "off", "partial", "block")
 	}
 	for i, b := range c.IM.Discord.Bots {

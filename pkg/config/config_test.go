@@ -68,7 +68,14 @@ func TestValidate(t *testing.T) {
 		{"bot without secret", "im: {webhook: {bots: [{id: b1}]}}", "im.webhook.bots[0].secret is required"},
 		{"onebot without apiBase", "im: {onebot: {bots: [{id: q1}]}}", "im.onebot.bots[0].apiBase is required in mode ws"},
 		{"onebot bad mode", "im: {onebot: {bots: [{id: q1, mode: grpc}]}}", `im.onebot.bots[0].mode "grpc"`},
-		{"onebot id twice", "im: {onebot: {bots: [{id: q1, mode: ws-reverse}, {id: q1, mode: ws-reverse}]}}", `im.onebot.bots[1].id "q1" is used twice`},
+		{"onebot id twice", "im: {onebot: {bots: [{id: q1, mode: ws-reverse, accessToken: t}, {id: q1, mode: ws-reverse, accessToken: t}]}}", `im.onebot.bots[1].id "q1" is used twice`},
+		// Listeners without the platform's verification (issue 36: a sandboxed curl POSTed a
+		// master's /approve to an open OneBot http listener).
+		{"onebot ws-reverse without token", "im: {onebot: {bots: [{id: q1, mode: ws-reverse}]}}", "im.onebot.bots[0].accessToken is required in mode ws-reverse"},
+		{"onebot ws-reverse with only a secret", "im: {onebot: {bots: [{id: q1, mode: ws-reverse, secret: s}]}}", "im.onebot.bots[0].accessToken is required in mode ws-reverse"},
+		{"onebot http without token or secret", "im: {onebot: {bots: [{id: q1, mode: http, apiBase: \"http://127.0.0.1:3000\"}]}}", "im.onebot.bots[0].secret (X-Signature) or accessToken is required in mode http"},
+		{"onebot http with an empty env token", "im: {onebot: {bots: [{id: q1, mode: http, apiBase: \"http://127.0.0.1:3000\", accessToken: '${NO_SUCH_TOKEN_VAR}'}]}}", "accessToken is required in mode http"},
+		{"telegram webhook without secret", "im: {telegram: {bots: [{id: t1, token: x, mode: webhook}]}}", "im.telegram.bots[0].webhookSecret is required in mode webhook"},
 		{"telegram without token", "im: {telegram: {bots: [{id: t1, token: '${NO_SUCH_TOKEN_VAR}'}]}}", "im.telegram.bots[0].token is required"},
 		{"telegram bad preview", "im: {telegram: {bots: [{id: t1, token: x, preview: full}]}}", `im.telegram.bots[0].preview "full"`},
 		{"discord without token", "im: {discord: {bots: [{id: d1}]}}", "im.discord.bots[0].token is required"},
@@ -87,6 +94,25 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("err = %v, want %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestListenersAuthenticated: every adapter mode that accepts requests on agentbus's listener
+// validates with its platform's verification set.
+func TestListenersAuthenticated(t *testing.T) {
+	for _, y := range []string{
+		"im: {onebot: {bots: [{id: q1, mode: ws-reverse, accessToken: t}]}}",
+		"im: {onebot: {bots: [{id: q1, mode: http, apiBase: \"http://127.0.0.1:3000\", secret: s}]}}",
+		"im: {onebot: {bots: [{id: q1, mode: http, apiBase: \"http://127.0.0.1:3000\", accessToken: t}]}}",
+		"im: {onebot: {bots: [{id: q1, apiBase: \"ws://127.0.0.1:3001\"}]}}", // ws: agentbus dials out
+		"im: {telegram: {bots: [{id: t1, token: x, mode: webhook, webhookSecret: s}]}}",
+		"im: {telegram: {bots: [{id: t1, token: x}]}}", // polling: no listener
+		"im: {slack: {bots: [{id: s1, botToken: x, mode: events, signingSecret: s}]}}",
+		"im: {webhook: {bots: [{id: b1, secret: s}]}}",
+	} {
+		if _, err := Parse([]byte(y)); err != nil {
+			t.Errorf("%s: %v", y, err)
+		}
 	}
 }
 
