@@ -3,6 +3,7 @@ package app_test
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -86,18 +87,45 @@ func TestExecApprovalRoundTrips(t *testing.T) {
 		}
 	}
 	expect(say(master, "/approve always"), "no pending bash approval")
-	expect(say(master, "/approve"), "no bash command is waiting")
+	expect(say(master, "/approve"), "No bash command of this chat is waiting")
 
 	// The owner asks, is asked, answers yes: it runs once.
 	expect(say(master, "please run the command to make the file"), "May I run touch approved.txt?")
 	expect(say(master, "yes"), "made-it", "exit code 0")
 
-	// A user asks; their own yes is not enough; the owner approves once in private.
+	// A user asks; their own yes is not enough. The owner's /approve in their private chat
+	// approves nothing of another chat (issue 36: it approved the newest request of the whole
+	// endpoint); it lists the waiting request with its id, and /approve <id> names the command
+	// and the chat it runs in.
 	expect(say("u1", "please run the command to make the file"), "May I run touch approved.txt?")
 	expect(say("u1", "yes"), "May I run touch approved.txt?")
-	expect(say(master, "/approve"), "Approved once", "touch approved.txt", "webhook:b1:private:u1")
+	listed := say(master, "/approve")
+	expect(listed, "No bash command of this chat is waiting", "touch approved.txt", "webhook:b1:private:u1", "asked by u1")
+	expect(say("u1", "yes"), "May I run touch approved.txt?") // still not approved
+	m := regexp.MustCompile(`- ([0-9a-f]{8}): `).FindStringSubmatch(listed)
+	if m == nil {
+		t.Fatalf("no request id in %q", listed)
+	}
+	expect(say(master, "/approve "+m[1]), "Approved once ["+m[1]+"]", "touch approved.txt", "private u1 (webhook:b1:private:u1)", "asked by u1")
 	expect(say("u1", "yes"), "made-it")
 	expect(say("u1", "yes again"), "May I run touch approved.txt?") // used up
+
+	// In a group, the owner's /approve typed there approves that chat's request.
+	gsay := func(sender, text string) string {
+		t.Helper()
+		n++
+		id := fmt.Sprintf("a%d", n)
+		pl.post(group(id, "g1", sender, text, true))
+		got, err := pl.cb.waitFor(1, 15*time.Second, func(r reply) bool { return r.ReplyTo == id })
+		if err != nil {
+			t.Fatalf("%s %q: %v; replies: %s", sender, text, err, fmtReplies(pl.cb.all()))
+		}
+		return got[0].Text()
+	}
+	expect(gsay("u2", "please run the command to make the file"), "May I run touch approved.txt?")
+	expect(gsay(master, "/approve always"), "private chat")
+	expect(gsay(master, "/approve"), "Approved once", "touch approved.txt", "in this chat", "asked by u2")
+	expect(gsay("u2", "yes"), "made-it")
 
 	// Now something is pending: /approve always finds the window, and the command runs for anyone.
 	expect(say(master, "/approve always"), "now skipped")

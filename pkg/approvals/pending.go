@@ -2,10 +2,13 @@ package approvals
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,6 +26,8 @@ const maxPending = 16
 
 // Request is one bash command line that needed the owner's approval (execpolicy Ask).
 type Request struct {
+	// ID names the request for "/approve <id>" (8 hex digits, stable for the request).
+	ID string `json:"id,omitempty"`
 	// Commands are the normalized commands that need approval (execpolicy.Verdict.Pending).
 	Commands []string `json:"commands"`
 	Line     string   `json:"line"`              // the command line as the model wrote it
@@ -43,7 +48,7 @@ type Pending struct {
 // PendingKey is the KV key of an endpoint's pending confirmations (next to Key's approvals).
 func PendingKey(platform, bot string) string { return Key(platform, bot) + ".pending" }
 
-// live drops what the window has passed.
+// live drops what the window has passed and names requests recorded without an id.
 func (p *Pending) live(now time.Time) {
 	ms := now.UnixMilli()
 	p.Requests = slices.DeleteFunc(p.Requests, func(r Request) bool {
@@ -52,6 +57,35 @@ func (p *Pending) live(now time.Time) {
 		}
 		return ms-r.At > PendingWindow.Milliseconds()
 	})
+	for i := range p.Requests {
+		if p.Requests[i].ID == "" {
+			p.Requests[i].ID = requestID(p.Requests[i])
+		}
+	}
+}
+
+// requestID derives a request's id from where, when and what it asked: stable across reads,
+// distinct between requests (the same commands asked again in the same session replace the
+// older request, Record).
+func requestID(r Request) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%d\x00%s\x00%s", r.Session, r.At, r.Turn, r.Line)
+	for _, c := range r.Commands {
+		h.Write([]byte{0})
+		h.Write([]byte(c))
+	}
+	return hex.EncodeToString(h.Sum(nil)[:4])
+}
+
+// Waiting returns the requests still waiting for the owner (not yet approved once), oldest first.
+func (p *Pending) Waiting() []Request {
+	var out []Request
+	for _, r := range p.Requests {
+		if !r.Once {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // LoadPending returns the endpoint's live pending confirmations and the KV revision.
@@ -93,15 +127,23 @@ func (s *Store) updatePending(ctx context.Context, platform, bot string, fn func
 }
 
 // Record notes that r needed the owner's approval (r.At is set when zero). The same command
-// line asked again in the same session replaces the older request.
+// line asked again in the same session replaces the older request and keeps its id.
 func (s *Store) Record(ctx context.Context, platform, bot string, r Request) error {
 	if r.At == 0 {
 		r.At = time.Now().UnixMilli()
 	}
 	return s.updatePending(ctx, platform, bot, func(p *Pending) bool {
+		r := r
 		p.Requests = slices.DeleteFunc(p.Requests, func(o Request) bool {
-			return !o.Once && o.Session == r.Session && slices.Equal(o.Commands, r.Commands)
+			same := !o.Once && o.Session == r.Session && slices.Equal(o.Commands, r.Commands)
+			if same && r.ID == "" {
+				r.ID = o.ID // asked again: the id the owner may have been shown stays valid
+			}
+			return same
 		})
+		if r.ID == "" {
+			r.ID = requestID(r)
+		}
 		p.Requests = append(p.Requests, r)
 		if len(p.Requests) > maxPending {
 			p.Requests = p.Requests[len(p.Requests)-maxPending:]
@@ -120,27 +162,60 @@ func (s *Store) HasPending(ctx context.Context, platform, bot string) (bool, err
 	return slices.ContainsFunc(p.Requests, func(r Request) bool { return !r.Once }), nil
 }
 
-// ErrNothingPending: "/approve" found no confirmation asked within PendingWindow.
-var ErrNothingPending = errors.New("approvals: no bash command is waiting for approval (requests lapse after 10 minutes)")
+// ErrNothingPending: "/approve" found no confirmation of its chat asked within PendingWindow.
+var ErrNothingPending = errors.New("approvals: no bash command of this chat is waiting for approval (requests lapse after 10 minutes)")
 
-// ApproveOnce is the owner's "/approve": the newest pending request becomes a one-time
-// approval, used by the next run of the same commands in its session within PendingWindow.
-func (s *Store) ApproveOnce(ctx context.Context, platform, bot, by string) (Request, error) {
+// ErrUnknownRequest: "/approve <id>" named no request waiting within PendingWindow.
+var ErrUnknownRequest = errors.New("approvals: no bash command with that id is waiting for approval (requests lapse after 10 minutes)")
+
+// ApproveOnce is the owner's "/approve": a waiting request becomes a one-time approval, used by
+// the next run of the same commands in its session within PendingWindow. Without an id it is
+// the newest request of session (the chat the owner typed "/approve" in), never one of another
+// chat: approving a request of another chat takes its id (a unique prefix of at least 4 digits
+// will do), so the owner sees which command of which chat they let run. Errors:
+// ErrNothingPending, ErrUnknownRequest.
+func (s *Store) ApproveOnce(ctx context.Context, platform, bot, by, session, id string) (Request, error) {
+	id = strings.ToLower(strings.TrimSpace(id))
 	var got Request
+	var ambiguous bool
 	err := s.updatePending(ctx, platform, bot, func(p *Pending) bool {
-		for i := len(p.Requests) - 1; i >= 0; i-- {
-			if r := &p.Requests[i]; !r.Once {
-				r.Once, r.By, r.Expires = true, by, time.Now().Add(PendingWindow).UnixMilli()
-				got = *r
-				return true
+		i := -1
+		for j := len(p.Requests) - 1; j >= 0; j-- {
+			r := p.Requests[j]
+			switch {
+			case r.Once:
+			case id == "":
+				if r.Session == session {
+					i = j
+					j = -1 // the newest of the chat
+				}
+			case len(id) >= 4 && strings.HasPrefix(r.ID, id):
+				if i >= 0 {
+					ambiguous = true
+					return false
+				}
+				i = j
 			}
 		}
-		return false
+		if i < 0 {
+			return false
+		}
+		r := &p.Requests[i]
+		r.Once, r.By, r.Expires = true, by, time.Now().Add(PendingWindow).UnixMilli()
+		got = *r
+		return true
 	})
-	if err == nil && got.Line == "" && len(got.Commands) == 0 {
-		err = ErrNothingPending
+	switch {
+	case err != nil:
+		return Request{}, err
+	case ambiguous:
+		return Request{}, fmt.Errorf("%w: %q names more than one request; give more of its id", ErrUnknownRequest, id)
+	case got.Line == "" && len(got.Commands) == 0 && id != "":
+		return Request{}, fmt.Errorf("%w: %q", ErrUnknownRequest, id)
+	case got.Line == "" && len(got.Commands) == 0:
+		return Request{}, ErrNothingPending
 	}
-	return got, err
+	return got, nil
 }
 
 // Consume decides whether a command that needs approval may run now without asking, and uses

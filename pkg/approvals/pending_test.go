@@ -23,7 +23,7 @@ func TestPendingConfirmations(t *testing.T) {
 	if ok, err := s.HasPending(ctx, p, b); err != nil || ok {
 		t.Fatalf("fresh endpoint has pending: %v %v", ok, err)
 	}
-	if _, err := s.ApproveOnce(ctx, p, b, "boss"); !errors.Is(err, ErrNothingPending) {
+	if _, err := s.ApproveOnce(ctx, p, b, "boss", "chat-a", ""); !errors.Is(err, ErrNothingPending) {
 		t.Fatalf("/approve with nothing pending: %v", err)
 	}
 	record := func(session, turn string) {
@@ -62,7 +62,7 @@ func TestPendingConfirmations(t *testing.T) {
 	}
 	// A user's request approved by the owner with /approve runs once in that chat.
 	record("chat-c", "t5")
-	r, err := s.ApproveOnce(ctx, p, b, "boss")
+	r, err := s.ApproveOnce(ctx, p, b, "boss", "chat-c", "")
 	if err != nil || r.Session != "chat-c" || r.Line != "touch x" || !r.Once {
 		t.Fatalf("ApproveOnce = %+v, %v", r, err)
 	}
@@ -77,5 +77,69 @@ func TestPendingConfirmations(t *testing.T) {
 	}
 	if consume("chat-c", "t7", false) {
 		t.Error("a one-time approval was used twice")
+	}
+}
+
+// TestApproveOnceBoundToChat: "/approve" without an id approves only a request of the chat it
+// is typed in, never the newest of the endpoint (issue 36: the owner's /approve in private
+// approved a group member's command of another chat, which the member then ran); another chat's
+// request is approved by its id, which names exactly one request.
+func TestApproveOnceBoundToChat(t *testing.T) {
+	ctx := context.Background()
+	ns := natstest.New(t, natstest.WithMemoryStorage())
+	s, err := Open(ctx, ns.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const p, b = "webhook", "b1"
+	record := func(session, line string) Request {
+		t.Helper()
+		if err := s.Record(ctx, p, b, Request{Commands: []string{line}, Line: line, Session: session, Turn: "t-" + line}); err != nil {
+			t.Fatal(err)
+		}
+		pend, _, err := s.LoadPending(ctx, p, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := pend.Requests[len(pend.Requests)-1]
+		if len(r.ID) != 8 {
+			t.Fatalf("request id %q, want 8 hex digits", r.ID)
+		}
+		return r
+	}
+	own := record("private-boss", "touch own")
+	group := record("group-g1", "rm -rf victim") // the newest of the endpoint
+
+	// In the owner's private chat, /approve approves the owner's own request, not the newer
+	// group one.
+	r, err := s.ApproveOnce(ctx, p, b, "boss", "private-boss", "")
+	if err != nil || r.ID != own.ID || r.Session != "private-boss" {
+		t.Fatalf("/approve in private = %+v, %v; want the private request", r, err)
+	}
+	// Nothing more of this chat waits: the group request is not taken instead.
+	if _, err := s.ApproveOnce(ctx, p, b, "boss", "private-boss", ""); !errors.Is(err, ErrNothingPending) {
+		t.Fatalf("second /approve in private = %v, want ErrNothingPending", err)
+	}
+	if ok, _ := s.Consume(ctx, p, b, Request{Commands: []string{"rm -rf victim"}, Session: "group-g1", Turn: "t9"}, false); ok {
+		t.Fatal("the group member's command runs without the owner naming it")
+	}
+	// Ids: unknown, too short, then the request's own id (or a unique prefix of 4+ digits).
+	for _, id := range []string{"ffffffff", "abc", ""} {
+		if _, err := s.ApproveOnce(ctx, p, b, "boss", "private-boss", id+"z"); !errors.Is(err, ErrUnknownRequest) {
+			t.Errorf("/approve %sz = %v, want ErrUnknownRequest", id, err)
+		}
+	}
+	r, err = s.ApproveOnce(ctx, p, b, "boss", "private-boss", group.ID[:5])
+	if err != nil || r.ID != group.ID || r.Session != "group-g1" || r.Line != "rm -rf victim" {
+		t.Fatalf("/approve %s = %+v, %v", group.ID[:5], r, err)
+	}
+	if ok, _ := s.Consume(ctx, p, b, Request{Commands: []string{"rm -rf victim"}, Session: "group-g1", Turn: "t9"}, false); !ok {
+		t.Fatal("the request approved by id does not run in its chat")
+	}
+	// In the group itself, /approve without an id takes that chat's request.
+	g2 := record("group-g1", "touch g")
+	record("group-g2", "touch other")
+	if r, err := s.ApproveOnce(ctx, p, b, "boss", "group-g1", ""); err != nil || r.ID != g2.ID {
+		t.Fatalf("/approve in group-g1 = %+v, %v; want %s", r, err, g2.ID)
 	}
 }

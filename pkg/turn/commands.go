@@ -1,6 +1,7 @@
 package turn
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -87,22 +88,25 @@ const helpText = `Commands:
 /mcp, /bindings: MCP servers, ai.agents bindings (masters, trusted)
 /models, /health: providers and models, worker health
 /steer <text>, /followup <text>: add to the running turn (masters)
-/approve [once|always|rule …|list|revoke …]: approve bash commands (masters, private chat)
+/approve [id]: let a waiting bash command of this chat (or the one with that id) run once (masters)
+/approve always|rule …|list|revoke …: approve bash commands for good (masters, private chat)
 /tasks, /tasks cancel <id>: reminders, scheduled jobs and background tasks of this chat`
 
-// approve applies an owner /approve command (private chat, master only) to KV approvals.
+// approve applies an owner /approve command (master only) to KV approvals. "/approve",
+// "/approve once" and "/approve [once] <id>" answer one pending request and work in any chat;
+// the rest change the endpoint's approvals for good and work in a private chat only.
 func (a *actor) approve(c events.Command, from events.Sender) string {
 	if !from.HasRole(events.RoleMaster) {
 		return "/approve is for the bot's masters only."
 	}
-	if a.sk.Scope != events.ScopePrivate {
-		return "/approve works in a private chat with the bot only."
-	}
 	if a.w.approvals == nil {
 		return "Approvals are not available on this worker."
 	}
-	if arg := strings.TrimSpace(c.Raw); arg == "" || arg == "once" {
-		return a.approveOnce(from)
+	if id, ok := approveOnceArg(c.Raw); ok {
+		return a.approveOnce(from, id)
+	}
+	if a.sk.Scope != events.ScopePrivate {
+		return "/approve " + strings.TrimSpace(c.Raw) + " works in a private chat with the bot only (here: /approve or /approve <id>)."
 	}
 	cmd, err := execpolicy.ParseApproveCommand(strings.TrimSpace("/approve " + c.Raw))
 	if err != nil {
@@ -123,22 +127,108 @@ func (a *actor) approve(c events.Command, from events.Sender) string {
 	if err != nil {
 		return scrubForUser(err.Error())
 	}
+	if cmd.Kind == execpolicy.ApproveList {
+		if w := a.waitingText(""); w != "" {
+			reply += "\n" + w
+		}
+	}
 	return reply
 }
 
-// approveOnce is "/approve" (or "/approve once"): the newest command waiting for the owner on
-// this endpoint may run once, in the chat that asked for it.
-func (a *actor) approveOnce(from events.Sender) string {
-	r, err := a.w.approvals.ApproveOnce(a.ctx, a.sk.Platform, a.sk.Bot, from.ID)
-	if err != nil {
-		return err.Error()
+// approveOnceArg recognises "/approve", "/approve once", "/approve <id>" and
+// "/approve once <id>" (an id is hex digits, as approvals.Request.ID), returning the id.
+func approveOnceArg(raw string) (string, bool) {
+	f := strings.Fields(raw)
+	if len(f) > 0 && f[0] == "once" {
+		f = f[1:]
+	}
+	switch {
+	case len(f) == 0:
+		return "", true
+	case len(f) == 1 && isRequestID(f[0]):
+		return f[0], true
+	}
+	return "", false
+}
+
+// isRequestID: 4 to 8 hex digits (a request id or a prefix of one). No /approve keyword is one.
+func isRequestID(s string) bool {
+	if len(s) < 4 || len(s) > 8 {
+		return false
+	}
+	for _, r := range strings.ToLower(s) {
+		if !strings.ContainsRune("0123456789abcdef", r) {
+			return false
+		}
+	}
+	return true
+}
+
+// approveOnce is "/approve [once] [id]": without an id the newest command waiting in this chat
+// may run once; another chat's command only by its id, and the answer names the command and
+// the chat, so the owner never lets a command of a chat they did not look at run by accident.
+func (a *actor) approveOnce(from events.Sender, id string) string {
+	here := a.sk.String()
+	r, err := a.w.approvals.ApproveOnce(a.ctx, a.sk.Platform, a.sk.Bot, from.ID, here, id)
+	switch {
+	case errors.Is(err, approvals.ErrNothingPending):
+		msg := "No bash command of this chat is waiting for approval (requests lapse after " + approvals.PendingWindow.String() + ")."
+		if w := a.waitingText(here); w != "" {
+			msg += "\n" + w
+		}
+		return msg
+	case errors.Is(err, approvals.ErrUnknownRequest):
+		msg := scrubForUser(err.Error())
+		if w := a.waitingText(""); w != "" {
+			msg += "\n" + w
+		}
+		return msg
+	case err != nil:
+		return scrubForUser(err.Error())
 	}
 	where := "this chat"
-	if r.Session != a.sk.String() {
-		where = r.Session
+	if r.Session != here {
+		where = chatName(r.Session)
 	}
-	return fmt.Sprintf("Approved once: `%s` (%s). It runs when the conversation in %s continues (e.g. answer \"yes\" there) within %s. "+
-		"For good: /approve rule <regex> or /approve always.", r.Line, strings.Join(r.Commands, "; "), where, approvals.PendingWindow)
+	by := ""
+	if r.Sender != "" {
+		by = ", asked by " + r.Sender
+	}
+	return fmt.Sprintf("Approved once [%s]: `%s` (%s) in %s%s. It runs when the conversation there continues (e.g. answer \"yes\" there) within %s. "+
+		"For good: /approve rule <regex> or /approve always.", r.ID, r.Line, strings.Join(r.Commands, "; "), where, by, approvals.PendingWindow)
+}
+
+// waitingText lists the endpoint's requests waiting for the owner outside chat except (all
+// when except is ""), with what approves each: "" when there are none.
+func (a *actor) waitingText(except string) string {
+	p, _, err := a.w.approvals.LoadPending(a.ctx, a.sk.Platform, a.sk.Bot)
+	if err != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, r := range p.Waiting() {
+		if r.Session == except {
+			continue
+		}
+		if b.Len() == 0 {
+			b.WriteString("Waiting for approval (/approve <id> lets one run once in its chat):")
+		}
+		fmt.Fprintf(&b, "\n- %s: `%s` in %s", r.ID, r.Line, chatName(r.Session))
+		if r.Sender != "" {
+			fmt.Fprintf(&b, ", asked by %s", r.Sender)
+		}
+		fmt.Fprintf(&b, ", %s ago", time.Since(time.UnixMilli(r.At)).Round(time.Second))
+	}
+	return b.String()
+}
+
+// chatName describes a session key for the owner: "group g1 (webhook:b1:group:g1)".
+func chatName(session string) string {
+	sk, err := events.ParseSessionKey(session)
+	if err != nil {
+		return session
+	}
+	return fmt.Sprintf("%s %s (%s)", sk.Scope, sk.Scene, session)
 }
 
 func (w *Worker) modelsReport() string {
