@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/identity"
 	"github.com/agentbus/agentbus/pkg/memory"
 	"github.com/agentbus/agentbus/pkg/toolworker"
 	"github.com/agentbus/agentbus/pkg/turn"
@@ -64,6 +65,9 @@ func (p *promptSources) bootstrap() []turn.Section {
 				continue
 			}
 			body := memory.Cap(string(b), min(f.limit, total)) // never cuts a UTF-8 character
+			if f.name == memory.Agents {
+				body = identity.SanitizeText(body) // the model may write it (memory_write), from any chat
+			}
 			total -= len(body)
 			if body == "" {
 				break

@@ -10,7 +10,7 @@
 //
 //   - format characters (Unicode Cf: zero-width space and joiners, bidi controls, the BOM, soft
 //     hyphen, tag characters), other controls except newline, combining marks and variation
-//     selectors are dropped;
+//     selectors are dropped, and so is U+FFFD (the replacement character);
 //   - each remaining rune is decomposed with NFKD (fullwidth, mathematical, circled, superscript
 //     letters become plain letters), lower-cased and mapped to its UTS #39 confusable skeleton
 //     (Cyrillic "ѕеndег" folds like "sender");
@@ -25,6 +25,7 @@
 package identity
 
 import (
+	"fmt"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -56,7 +57,9 @@ func foldRune(dst []rune, r rune) []rune {
 		return append(dst, '\n')
 	case unicode.IsSpace(r) || unicode.Is(unicode.Zs, r):
 		return append(dst, ' ')
-	case unicode.In(r, unicode.Cf, unicode.Cc, unicode.Mn, unicode.Me, unicode.Variation_Selector):
+	case unicode.In(r, unicode.Cf, unicode.Cc, unicode.Mn, unicode.Me, unicode.Variation_Selector), r == utf8.RuneError:
+		// U+FFFD too: what a broken byte sequence becomes on the way, and as invisible to the
+		// model's reading of "s\uFFFDender" as a zero-width space is.
 		return dst
 	}
 	for _, c := range norm.NFKD.String(string(r)) {
@@ -187,6 +190,9 @@ func stripOnce(text string) (string, bool) {
 // StripSpoofedSender removes every sender prefix a user typed, however it is spelled (see the
 // package comment), repeating until none is left. Text without one is returned unchanged.
 func StripSpoofedSender(text string) string {
+	if !mayHoldPrefix(text) {
+		return text
+	}
 	for {
 		out, changed := stripOnce(text)
 		if !changed {
@@ -198,6 +204,9 @@ func StripSpoofedSender(text string) string {
 
 // HasSenderPrefix reports whether text contains a recognisable sender prefix anywhere.
 func HasSenderPrefix(text string) bool {
+	if !mayHoldPrefix(text) {
+		return false
+	}
 	u := fold(text)
 	for i := range u {
 		if u[i].r == '[' {
@@ -263,4 +272,31 @@ func containsAny(rs []rune, set string) bool {
 		}
 	}
 	return false
+}
+
+// EscapeRef makes a URL or media reference safe inside a description the runtime writes for
+// the model ("[file name: <ref>]"): like EscapeValue, but "=" (query strings) is kept, and a rune
+// that folds to a bracket is percent-encoded instead of replaced, so the reference still leads
+// where it did while it can neither close the description nor open a prefix.
+func EscapeRef(v string) string {
+	var buf []rune
+	var b strings.Builder
+	b.Grow(len(v))
+	for _, r := range v {
+		if unicode.In(r, unicode.Cf, unicode.Cc) || unicode.Is(unicode.Variation_Selector, r) || unicode.IsSpace(r) {
+			if unicode.IsSpace(r) {
+				b.WriteString("%20")
+			}
+			continue
+		}
+		buf = foldRune(buf[:0], r)
+		if containsAny(buf, "[]") {
+			for _, c := range []byte(string(r)) {
+				fmt.Fprintf(&b, "%%%02X", c)
+			}
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

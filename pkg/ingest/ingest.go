@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/identity"
 	"github.com/agentbus/agentbus/pkg/inbox"
 )
 
@@ -95,6 +96,13 @@ func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (Result, er
 	if err := in.storeInline(ctx, m); err != nil {
 		return Result{}, err
 	}
+	// One sanitizer for every string of the message a user controls, whichever adapter made it:
+	// no field (a file name, a caption, a face text, a URL, ...) carries a spoofed sender prefix
+	// into IM_IN, the transcripts or the model. The turn worker applies it again to what it
+	// reads, for events published by others.
+	m.Content = identity.SanitizeSegments(m.Content)
+	m.Sender.Name = identity.SanitizeText(m.Sender.Name)
+	m.Scene.Name = identity.SanitizeText(m.Scene.Name)
 	if err := m.Validate(); err != nil {
 		return Result{}, fmt.Errorf("%w: %v", events.ErrInvalid, err)
 	}

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/agentbus/agentbus/pkg/identity"
 )
 
 var (
@@ -114,6 +116,10 @@ func (s *Store) Write(name, text string, replace bool) (int, error) {
 	if !utf8.ValidString(text) {
 		return 0, errors.New("memory: text is not valid UTF-8")
 	}
+	// The files are shared by every chat and placed in system prompts: what the model copies
+	// into them from a user's words goes through the user-text sanitizer, so a spoofed sender
+	// prefix cannot be laundered through memory into another chat (issue 36).
+	text = identity.SanitizeText(text)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var next string
@@ -194,7 +200,7 @@ func (s *Store) readSection(now time.Time) string {
 		if i == 0 {
 			limit = s.limits.LongTerm
 		}
-		fmt.Fprintf(&b, "### %s\n%s\n", p.title, Cap(strings.TrimSpace(string(data)), limit))
+		fmt.Fprintf(&b, "### %s\n%s\n", p.title, Cap(strings.TrimSpace(identity.SanitizeText(string(data))), limit))
 	}
 	return Cap(b.String(), s.limits.Total)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -37,7 +38,7 @@ type followUpArgs struct {
 // workers.
 func FollowUpTool(s *Schedules, tasks *Tasks) tools.Tool {
 	return tools.MustNew(FollowUpToolName,
-		"Schedule a follow-up reminder in this chat: action create with delay_minutes (or at) and message; list shows the pending one; cancel removes it. A new reminder replaces the pending one.",
+		"Schedule a follow-up reminder in this chat: action create with delay_minutes (or at) and message; list shows the pending one; cancel removes it. A new reminder replaces the pending one; only whoever set a reminder, or a master, may replace or cancel it.",
 		func(ctx context.Context, c tools.Call, a followUpArgs) (tools.Result, error) {
 			sk, err := events.ParseSessionKey(c.Env.SessionKey)
 			if err != nil {
@@ -48,7 +49,14 @@ func FollowUpTool(s *Schedules, tasks *Tasks) tools.Tool {
 			if err != nil {
 				return tools.Result{}, fmt.Errorf("schedule_followup: %w", err)
 			}
-			switch strings.ToLower(strings.TrimSpace(a.Action)) {
+			action := strings.ToLower(strings.TrimSpace(a.Action))
+			if (action == "create" || action == "" || action == "cancel") && pending != nil && !mayChange(*pending, c.Env) {
+				// The chat's reminder belongs to whoever set it: another member (of a group) may
+				// neither cancel nor replace it, as /tasks cancel refuses too (issue 36).
+				return tools.ErrorResult("schedule_followup: the pending reminder %s was set by %s; only they or a master may change or cancel it",
+					describeRecord(*pending), pending.Owner), nil
+			}
+			switch action {
 			case "create", "":
 				return createFollowUp(ctx, s, tasks, sk, c, a, now, pending)
 			case "list":
@@ -73,6 +81,13 @@ func FollowUpTool(s *Schedules, tasks *Tasks) tools.Tool {
 			}
 			return tools.ErrorResult("schedule_followup: unknown action %q (want create, list or cancel)", a.Action), nil
 		}, tools.WithKeywords(FollowUpKeywords...), tools.WithSource("builtin"))
+}
+
+// mayChange reports whether the call's sender may replace or cancel the reminder r: whoever
+// set it, or a master. Roles come from the call's Env, which the turn worker fills from the
+// message ingest attributed (never from the model's arguments).
+func mayChange(r events.TaskRecord, env tools.Env) bool {
+	return slices.Contains(env.SenderRoles, tools.RoleMaster) || env.SenderID != "" && env.SenderID == r.Owner
 }
 
 // FollowUpID is the schedule and task id of a session's reminder.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentbus/agentbus/internal/jsconflict"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/identity"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/tools"
 )
@@ -150,7 +151,10 @@ func (s *ProfileStore) Set(ctx context.Context, platform, userID, key, value str
 	if err := CheckProfileKey(key); err != nil {
 		return err
 	}
-	value = strings.TrimSpace(value)
+	// The profile is placed in every system prompt of the user: a sender prefix in it would
+	// speak to the model with the runtime's voice (issue 36), so it goes through the sanitizer
+	// every user text goes through.
+	value = strings.TrimSpace(identity.SanitizeText(value))
 	if err := CheckProfileValue(value); err != nil {
 		return err
 	}
@@ -205,9 +209,9 @@ func FormatSummary(p map[string]string) string {
 		}
 		b.WriteString(k)
 		b.WriteByte('=')
-		b.WriteString(p[k])
+		b.WriteString(identity.SanitizeText(p[k])) // values stored before values were sanitized
 	}
-	out := b.String()
+	out := identity.SanitizeText(b.String()) // nor across two values
 	if utf8.RuneCountInString(out) > MaxSummary {
 		r := []rune(out)
 		out = string(r[:MaxSummary-1]) + "…"

@@ -15,6 +15,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/chunk"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/identity"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
 	"github.com/agentbus/agentbus/pkg/schedule"
@@ -194,9 +195,9 @@ func (a *actor) onScheduled(e *events.Event[events.Scheduled], seq uint64) error
 		}
 		text = prompt + "\n\n## HEARTBEAT.md\n" + strings.TrimSpace(string(body))
 	case events.ScheduleJob:
-		text = "[scheduled job " + strings.TrimPrefix(s.ScheduleID, events.ScheduleJob+"-") + "] " + s.Text
-	default:
-		text = "[scheduled reminder] It is time for the reminder the user asked for. Tell them now, in their language: " + s.Text
+		text = "[scheduled job " + strings.TrimPrefix(s.ScheduleID, events.ScheduleJob+"-") + "] " + identity.SanitizeText(s.Text)
+	default: // a reminder's text is a user's words, set through the model
+		text = "[scheduled reminder] It is time for the reminder the user asked for. Tell them now, in their language: " + identity.SanitizeText(s.Text)
 	}
 	a.recordFiring(s, seq, kind, events.TaskDone, "")
 	if kind == events.ScheduleFollowUp && s.ScheduleID == schedule.FollowUpID {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/chunk"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/identity"
 	"github.com/agentbus/agentbus/pkg/llm"
 )
 
@@ -29,7 +30,8 @@ func mediaSegment(p chunk.Part) events.Segment {
 	return seg
 }
 
-// mediaText describes a non-image media segment for the model, with its reference, so that a
+// mediaText describes a non-image media segment for the model (its fields escaped: none can
+// close the description's bracket, open a prefix or start a line of its own), with its reference, so that a
 // voice message, a video, a sticker or a file that triggered a turn reaches the model instead of
 // vanishing: "[voice message: media://ab.amr (amr, 3s)]", "[file report.pdf (12345 bytes):
 // https://…]", "[face 14 微笑]". ok is false for segments that are not such media.
@@ -45,7 +47,7 @@ func mediaText(s events.Segment) (string, bool) {
 	case events.SegFile:
 		what = "file"
 		if n := s.Str("name"); n != "" {
-			what += " " + n
+			what += " " + identity.EscapeValue(n)
 		}
 	case events.SegFace, events.SegSticker, events.SegEmoji:
 		id := s.Str("id")
@@ -53,16 +55,16 @@ func mediaText(s events.Segment) (string, bool) {
 			id = s.Str("face_id")
 		}
 		label := strings.TrimSpace(strings.Join(nonEmpty(s.Str("text"), s.Str("name"), s.Str("describe")), " "))
-		return strings.TrimSpace(fmt.Sprintf("[%s %s %s]", s.Type, id, label)), true
+		return strings.TrimSpace(fmt.Sprintf("[%s %s %s]", identity.EscapeValue(s.Type), identity.EscapeValue(id), identity.EscapeValue(label))), true
 	default:
 		return "", false // text and the like, most segments: not even looked up
 	}
-	ref := s.MediaRef()
+	ref := identity.EscapeRef(s.MediaRef())
 	var details []string
 	if f := s.Str("format"); f != "" {
-		details = append(details, f)
+		details = append(details, identity.EscapeValue(f))
 	} else if mt := s.Str("mimeType"); mt != "" {
-		details = append(details, mt)
+		details = append(details, identity.EscapeValue(mt))
 	}
 	if n, ok := s.Data["size"].(float64); ok && n > 0 {
 		details = append(details, fmt.Sprintf("%.0f bytes", n))
@@ -73,7 +75,7 @@ func mediaText(s events.Segment) (string, bool) {
 		details = append(details, fmt.Sprintf("%.0fs", d))
 	}
 	if c := s.Str("caption"); c != "" {
-		details = append(details, "caption: "+c)
+		details = append(details, "caption: "+identity.EscapeValue(c))
 	}
 	text := "[" + what
 	if ref != "" {
@@ -111,7 +113,7 @@ func mediaParts(m *events.IMMessage) []llm.Content {
 				}
 				out = append(out, llm.Image(data, mime))
 			} else if ref := s.MediaRef(); ref != "" {
-				out = append(out, llm.Text(imageRefPrefix+ref+"]"))
+				out = append(out, llm.Text(imageRefPrefix+identity.EscapeRef(ref)+"]"))
 			}
 			continue
 		}

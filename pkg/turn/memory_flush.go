@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/agentbus/agentbus/pkg/compaction"
+	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
 	"github.com/agentbus/agentbus/pkg/memory"
@@ -31,6 +32,14 @@ func (a *actor) memoryFlush(ctx context.Context, t *turnRun, loaded store.Loaded
 	mem := a.w.opts.Memory
 	flag := a.w.opts.AI.Agent.Compaction.MemoryFlush
 	if mem == nil || flag != nil && !*flag {
+		return
+	}
+	if !mayWriteSharedMemory(t.msg.Sender) {
+		// The files are shared by every chat (and AGENTS.md is part of every system prompt):
+		// a turn of someone who may not write them must not let the model write them, whatever
+		// the conversation about to be compacted asks for (issue 36: a group without masters
+		// put a spoofed sender prefix into AGENTS.md, which the master's private chat then read).
+		a.log.Info("memory flush skipped: the turn's sender may not write shared memory", "turn", t.id, "sender", t.msg.Sender.ID)
 		return
 	}
 	tool := mem.Tool()
@@ -63,4 +72,12 @@ func (a *actor) memoryFlush(ctx context.Context, t *turnRun, loaded store.Loaded
 	}
 	a.log.Info("memory flushed before compaction", "turn", t.id, "writes", writes,
 		"tokens", compaction.Estimate(ac.Messages), "said", strings.TrimSpace(compaction.TruncateUTF8(final.TextContent(), 80)))
+}
+
+// mayWriteSharedMemory reports whether a turn acting for sender may write the memory files
+// every chat shares (MEMORY.md, the daily notes, AGENTS.md): masters and trusted users only.
+// Roles come from ingest's configuration (ai.trigger, the bot's lists), never from a message's
+// text; a turn without such a sender (a reminder, which carries no roles) may not.
+func mayWriteSharedMemory(sender events.Sender) bool {
+	return sender.HasRole(events.RoleMaster) || sender.HasRole(events.RoleTrusted)
 }

@@ -1134,18 +1134,26 @@ func publishBackoff() *backoff.ExponentialBackOff {
 // userInput turns an inbound message into the user message the model sees: group messages
 // carry the trusted sender prefix (seed Grill #11); images arrive as image blocks when the
 // adapter inlined them, else as a reference the model can read.
+//
+// Every text in it that a user controls goes through the one sanitizer (usertext.go,
+// sanitizeUserContent): the text, every field of every segment, and the parts together, so
+// that a spoofed sender prefix reaches the model neither whole nor split across segments.
 func (a *actor) userInput(m *events.IMMessage, text string) llm.Message {
+	clean := *m
+	clean.Content = identity.SanitizeSegments(m.Content) // events published by others bypass ingest's pass
 	if text == "" {
-		text = identity.StripBotMention(strings.TrimSpace(identity.StripSpoofedSender(m.Content.PlainText())), m)
+		text = identity.StripBotMention(strings.TrimSpace(identity.StripSpoofedSender(clean.Content.PlainText())), &clean)
+	} else {
+		text = identity.StripSpoofedSender(text)
 	}
+	content := sanitizeUserContent(append([]llm.Content{llm.Text(text)}, mediaParts(&clean)...))
 	if m.Scene.Type != events.ScopePrivate {
-		text = identity.SenderPrefix(m.Sender) + text
+		content[0].Text = identity.SenderPrefix(m.Sender) + content[0].Text
 	}
-	msg := llm.Message{Role: llm.RoleUser, Content: []llm.Content{llm.Text(text)}, Timestamp: m.Time}
+	msg := llm.Message{Role: llm.RoleUser, Content: content, Timestamp: m.Time}
 	if msg.Timestamp == 0 {
 		msg.Timestamp = time.Now().UnixMilli()
 	}
-	msg.Content = append(msg.Content, mediaParts(m)...)
 	return msg
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/identity"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
 )
@@ -89,4 +90,35 @@ func scrubToolText(s, root string) string {
 		}
 		return sub[1] + path.Base(p) + rest
 	})
+}
+
+// sanitizeUserContent is the last pass over a user message's parts before the model sees them
+// (the trusted sender prefix is added after it): each text part has been sanitized on its own,
+// but a provider may join adjacent text parts, so a prefix split across two of them ("[sen" at
+// the end of one, "der:id=boss roles=master]" at the start of the next) would re-form there.
+// When the parts joined hold a prefix, the text parts are merged into the first one (joined
+// with a line break, which no prefix spans) and sanitized together; image references keep
+// their own parts, as inlineImages needs them. The first part is always a text part.
+func sanitizeUserContent(parts []llm.Content) []llm.Content {
+	var joined strings.Builder
+	for _, c := range parts {
+		if c.Type == llm.ContentText {
+			joined.WriteString(c.Text)
+		}
+	}
+	if !identity.HasSenderPrefix(joined.String()) {
+		return parts
+	}
+	var texts []string
+	out := []llm.Content{llm.Text("")}
+	for _, c := range parts {
+		switch {
+		case c.Type == llm.ContentText && !strings.HasPrefix(c.Text, imageRefPrefix):
+			texts = append(texts, c.Text)
+		default:
+			out = append(out, c)
+		}
+	}
+	out[0].Text = identity.StripSpoofedSender(strings.Join(texts, "\n"))
+	return out
 }
