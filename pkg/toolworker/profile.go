@@ -195,7 +195,8 @@ func (s *ProfileStore) Summary(ctx context.Context, platform, userID string) (st
 	return FormatSummary(p), nil
 }
 
-// FormatSummary renders a profile the way Summary does.
+// FormatSummary renders a profile the way Summary does. Values go through the user-text
+// sanitizer and lose brackets, "=" and line breaks (identity.EscapeValue).
 func FormatSummary(p map[string]string) string {
 	if len(p) == 0 {
 		return ""
@@ -209,7 +210,9 @@ func FormatSummary(p map[string]string) string {
 		}
 		b.WriteString(k)
 		b.WriteByte('=')
-		b.WriteString(identity.SanitizeText(p[k])) // values stored before values were sanitized
+		// Sanitized (values stored before Set sanitized them) and escaped: no bracket or "="
+		// of one value can join the next into a prefix or fake an entry.
+		b.WriteString(identity.EscapeValue(identity.SanitizeText(p[k])))
 	}
 	out := identity.SanitizeText(b.String()) // nor across two values
 	if utf8.RuneCountInString(out) > MaxSummary {
