@@ -197,10 +197,13 @@ func Routes(mux *http.ServeMux, bots map[string]*Inbound) {
 	})
 }
 
+// authorized checks the access token of a request to agentbus's listener. Without a token it
+// refuses, fail closed, what config validation already refuses to start (ws-reverse without
+// accessToken); an http bot with only a secret is authorized by its X-Signature (servePost).
 func (in *Inbound) authorized(r *http.Request) bool {
 	tok := in.o.Bot.AccessToken
 	if tok == "" {
-		return true
+		return mode(in.o.Bot) == ModeHTTP && in.o.Bot.Secret != ""
 	}
 	got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if got == "" {

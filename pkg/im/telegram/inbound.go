@@ -144,12 +144,13 @@ func Routes(mux *http.ServeMux, bots map[string]*Inbound) {
 const maxUpdate = 1 << 20
 
 func (in *Inbound) serveWebhook(w http.ResponseWriter, r *http.Request) {
-	if s := in.o.Bot.WebhookSecret; s != "" {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("X-Telegram-Bot-Api-Secret-Token")), []byte(s)) != 1 {
-			in.log.Warn("telegram: webhook with a wrong secret token", "remote", r.RemoteAddr)
-			http.Error(w, "wrong secret token", http.StatusUnauthorized)
-			return
-		}
+	// Fail closed: without a configured secret (which config validation requires) nothing is
+	// taken, since anyone who reaches the listener could otherwise post any user's message.
+	s := in.o.Bot.WebhookSecret
+	if s == "" || subtle.ConstantTimeCompare([]byte(r.Header.Get("X-Telegram-Bot-Api-Secret-Token")), []byte(s)) != 1 {
+		in.log.Warn("telegram: webhook with a wrong secret token", "remote", r.RemoteAddr)
+		http.Error(w, "wrong secret token", http.StatusUnauthorized)
+		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxUpdate+1))
 	if err != nil || len(body) > maxUpdate {
