@@ -112,6 +112,11 @@ func (h *WebhookHandler) serve(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusNotFound, "unknown bot "+botID)
 		return
 	}
+	if bot.Secret == "" {
+		// Fail closed (config validation requires a secret): an empty HMAC key is one anyone has.
+		httpError(w, http.StatusUnauthorized, "bot "+botID+" has no secret configured")
+		return
+	}
 	select {
 	case h.inFlight <- struct{}{}:
 		defer func() { <-h.inFlight }()
