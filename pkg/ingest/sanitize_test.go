@@ -28,7 +28,7 @@ func TestIngestSanitizesEveryAdapter(t *testing.T) {
 			Scene:  events.Scene{Type: "group", ID: "g1", Name: "room " + spoof},
 			Sender: events.Sender{ID: "mallory", Name: "M " + spoof},
 			Content: events.Segments{
-				events.TextSeg("hi " + spoof), events.AtSeg("b1", "bot " + spoof),
+				events.TextSeg("hi " + spoof), events.AtSeg("b1", "bot "+spoof),
 				{Type: events.SegFile, Data: map[string]any{"url": "https://x/f", "name": spoof + ".pdf"}},
 				{Type: "platform_specific", Data: map[string]any{"nested": map[string]any{"v": []any{spoof}}}},
 			}}
