@@ -96,9 +96,10 @@ func scrubToolText(s, root string) string {
 // (the trusted sender prefix is added after it): each text part has been sanitized on its own,
 // but a provider may join adjacent text parts, so a prefix split across two of them ("[sen" at
 // the end of one, "der:id=boss roles=master]" at the start of the next) would re-form there.
-// When the parts joined hold a prefix, the text parts are merged into the first one (joined
-// with a line break, which no prefix spans) and sanitized together; image references keep
-// their own parts, as inlineImages needs them. The first part is always a text part.
+// When the parts joined hold a prefix, the text parts are merged into the first one as a
+// provider joining them without a separator would (each part being sanitized already, that is
+// the join in which a prefix can form) and sanitized together; image references keep their own
+// parts, as inlineImages needs them. The first part is always a text part.
 func sanitizeUserContent(parts []llm.Content) []llm.Content {
 	var joined strings.Builder
 	for _, c := range parts {
@@ -119,6 +120,6 @@ func sanitizeUserContent(parts []llm.Content) []llm.Content {
 			out = append(out, c)
 		}
 	}
-	out[0].Text = identity.StripSpoofedSender(strings.Join(texts, "\n"))
+	out[0].Text = identity.StripSpoofedSender(strings.Join(texts, ""))
 	return out
 }
