@@ -15,6 +15,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/inbox"
+	"github.com/agentbus/agentbus/pkg/metrics"
 )
 
 // Publisher is the part of jetstream.JetStream ingest needs.
@@ -39,7 +40,13 @@ type Ingestor struct {
 	// roles per "platform/bot"
 	roles map[string]BotRoles
 	media MediaStore // nil: inline media stays in the event (WithMedia)
+	// metrics counts each message's outcome (nil: not counted; WithMetrics).
+	metrics *metrics.Ingest
 }
+
+// WithMetrics makes in count every message it ingests (agentbus_ingest_messages_total) and
+// the webhook handlers built on it their requests. Call it before serving.
+func (in *Ingestor) WithMetrics(m *metrics.Ingest) { in.metrics = m }
 
 // New returns an Ingestor. bots maps "platform/bot" to its role lists; ai.trigger's masters
 // and trusted apply to every bot.
@@ -80,7 +87,8 @@ type Result struct {
 // It is safe to call again with the same message after a failure: every publish carries a
 // Nats-Msg-Id derived from the platform message id, so JetStream drops the repeats and a
 // message that reached IM_IN but not SESSION_IN is completed by the retry.
-func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (Result, error) {
+func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (res Result, err error) {
+	defer func() { in.count(m, res, err) }()
 	m.MentionsBot = m.MentionsBot || m.Content.Mentions(m.Bot)
 	m.Sender.Roles = in.senderRoles(m)
 	if err := in.storeInline(ctx, m); err != nil {
@@ -101,10 +109,10 @@ func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (Result, er
 	if err != nil {
 		return Result{}, fmt.Errorf("publish im.in %s: %w", m.MsgID(), err)
 	}
-	res := Result{Duplicate: ack.Duplicate}
+	res = Result{Duplicate: ack.Duplicate}
 	res.Decision = in.disp.Dispatch(m)
 	// Built only when something is logged: most messages log nothing above debug.
-	log := func() *slog.Logger { return in.log.With("session", session, "msg", m.MessageID, "trace", trace) }
+	log := func() *slog.Logger { return in.log.With("session", session, "message_id", m.MessageID, "trace", trace) }
 	for i, r := range res.Decision.Routes {
 		var ev events.Any
 		switch r {
@@ -141,6 +149,24 @@ func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (Result, er
 		log().Debug("ingested", "routes", fmt.Sprint(res.Decision.Routes), "reason", res.Decision.Reason, "duplicate", res.Duplicate)
 	}
 	return res, nil
+}
+
+// count records one message's outcome: rejected (invalid), error (the bus did not take it),
+// duplicate (IM_IN had it already) or accepted.
+func (in *Ingestor) count(m *events.IMMessage, res Result, err error) {
+	if in.metrics == nil {
+		return
+	}
+	outcome := metrics.IngestAccepted
+	switch {
+	case IsInvalid(err):
+		outcome = metrics.IngestRejected
+	case err != nil:
+		outcome = metrics.IngestError
+	case res.Duplicate:
+		outcome = metrics.IngestDuplicate
+	}
+	in.metrics.Message(m.Platform, m.Bot, outcome)
 }
 
 // senderRoles computes m's sender roles (Roles) from ai.trigger's and the bot's lists without
