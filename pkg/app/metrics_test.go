@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"gopkg.in/yaml.v3"
 
 	"github.com/agentbus/agentbus/internal/childproc"
 	"github.com/agentbus/agentbus/internal/fakeopenai"
@@ -410,4 +411,55 @@ func jetstreamPublish(nc *nats.Conn, subj string, body []byte) (*nats.Msg, error
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return nc.RequestWithContext(ctx, subj, body)
+}
+
+// deploy/prometheus.yml scrapes every role service of docker-compose.yml on the port the
+// compose file makes them serve /metrics on, and the compose file mounts it.
+func TestPrometheusScrapeConfig(t *testing.T) {
+	c := readCompose(t)
+	raw, err := os.ReadFile(filepath.Join("..", "..", "deploy", "prometheus.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prom struct {
+		ScrapeConfigs []struct {
+			JobName      string `yaml:"job_name"`
+			DNSSDConfigs []struct {
+				Names []string `yaml:"names"`
+				Type  string   `yaml:"type"`
+				Port  int      `yaml:"port"`
+			} `yaml:"dns_sd_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	if err := yaml.Unmarshal(raw, &prom); err != nil {
+		t.Fatalf("deploy/prometheus.yml: %v", err)
+	}
+	scraped := map[string]int{}
+	for _, sc := range prom.ScrapeConfigs {
+		for _, d := range sc.DNSSDConfigs {
+			for _, n := range d.Names {
+				scraped[n] = d.Port
+			}
+		}
+	}
+	for _, svc := range []string{"ingest", "turn-worker", "tool-worker", "egress"} {
+		listen := c.Services[svc].Environment["AGENTBUS_METRICS_LISTEN"]
+		if listen == "" {
+			t.Errorf("%s: no AGENTBUS_METRICS_LISTEN: the role serves no /metrics", svc)
+			continue
+		}
+		if !strings.HasPrefix(listen, "0.0.0.0:") {
+			t.Errorf("%s: AGENTBUS_METRICS_LISTEN %s is not reachable from the Prometheus container", svc, listen)
+		}
+		if port := fmt.Sprint(scraped[svc]); !strings.HasSuffix(listen, ":"+port) {
+			t.Errorf("%s: serves metrics on %s, deploy/prometheus.yml scrapes port %s", svc, listen, port)
+		}
+	}
+	mounted := false
+	for _, v := range c.Services["prometheus"].Volumes {
+		mounted = mounted || strings.HasPrefix(v, "./deploy/prometheus.yml:")
+	}
+	if !mounted {
+		t.Error("the compose prometheus service does not mount deploy/prometheus.yml")
+	}
 }
