@@ -542,7 +542,8 @@ func (p *Process) serveHTTP(name string, h http.Handler, ln net.Listener, limit 
 }
 
 func (p *Process) banner(out io.Writer, r Roles) {
-	fmt.Fprintf(out, "agentbus %s is running.\n", buildinfo.Get())
+	fmt.Fprintln(out, "agentbus is running.")
+	fmt.Fprintf(out, "  Version:          %s\n", buildinfo.Get())
 	if p.Embedded != nil {
 		fmt.Fprintf(out, "  NATS (embedded):  %s   data: %s\n", p.Embedded.ClientURL(), filepath.Clean(p.Config.NATS.StoreDir))
 		if p.movedFrom != "" {
