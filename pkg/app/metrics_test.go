@@ -2,15 +2,18 @@ package app_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +27,7 @@ import (
 	"github.com/agentbus/agentbus/internal/fakeopenai"
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/logging"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 	"github.com/agentbus/agentbus/pkg/webhook"
 )
@@ -461,5 +465,72 @@ func TestPrometheusScrapeConfig(t *testing.T) {
 	}
 	if !mounted {
 		t.Error("the compose prometheus service does not mount deploy/prometheus.yml")
+	}
+}
+
+// syncBuf is a bytes.Buffer safe for the logger's concurrent writes.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A model request that fails once is retried by the provider (pkg/llm, which knows nothing of
+// sessions); its warning still names the session, the turn, the provider and the model, which
+// the turn worker and the model-call wrapper put on the request's context.
+func TestModelRetryWarningNamesTheTurn(t *testing.T) {
+	var buf syncBuf
+	l, err := logging.New(&buf, "json", "warn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := slog.Default()
+	slog.SetDefault(l)
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	pl := newPipeline(t, func(r *fakeopenai.Request) fakeopenai.Reply {
+		if r.N == 1 {
+			return fakeopenai.Reply{Status: http.StatusServiceUnavailable}
+		}
+		return fakeopenai.Echo(r)
+	}, pipelineOpts{})
+	pl.post(private("r1", "u1", "hello after a retry"))
+	if got := pl.replies(1)[0].Text(); !strings.Contains(got, "hello after a retry") {
+		t.Fatalf("reply %q", got)
+	}
+	var warn map[string]any
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if strings.Contains(line, "llm request failed, retrying") {
+			if dup := duplicateKey([]byte(line)); dup != "" {
+				t.Errorf("key %q twice: %s", dup, line)
+			}
+			if err := json.Unmarshal([]byte(line), &warn); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if warn == nil {
+		t.Fatalf("no retry warning logged:\n%s", buf.String())
+	}
+	for k, v := range map[string]string{"provider": "fake", "model": "m1"} {
+		if warn[k] != v {
+			t.Errorf("%s = %v, want %s: %v", k, warn[k], v, warn)
+		}
+	}
+	if s, _ := warn["session"].(string); !strings.HasPrefix(s, "webhook:"+botID+":private:u1") {
+		t.Errorf("session = %v: %v", warn["session"], warn)
+	}
+	if tr, _ := warn["turn"].(string); !strings.HasPrefix(tr, "t") {
+		t.Errorf("turn = %v: %v", warn["turn"], warn)
 	}
 }
