@@ -18,8 +18,10 @@ import (
 	"github.com/agentbus/agentbus/internal/rolemain"
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/bench"
+	"github.com/agentbus/agentbus/pkg/buildinfo"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/execpolicy"
+	"github.com/agentbus/agentbus/pkg/logging"
 )
 
 const usage = `agentbus — AI agents that live in chat, on NATS JetStream
@@ -96,7 +98,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "exec-policy":
 		return execpolicy.CLI(args[1:], stdout, stderr)
 	case "version":
-		fmt.Fprintln(stdout, "agentbus", version)
+		fmt.Fprintln(stdout, "agentbus", buildinfo.Get())
 	case "health":
 		return cmdHealth(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
@@ -115,8 +117,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-var version = "dev"
-
 // loadConfig reads --config, or ./agentbus.yml when it exists, or the defaults.
 func loadConfig(path string) (*config.Config, error) {
 	if path == "" {
@@ -130,27 +130,16 @@ func loadConfig(path string) (*config.Config, error) {
 	return config.Load(path)
 }
 
-func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
-	level := slog.LevelInfo
-	switch cfg.Log.Level {
-	case "debug":
-		level = slog.LevelDebug
-	case "warn":
-		level = slog.LevelWarn
-	case "error":
-		level = slog.LevelError
-	}
-	opts := &slog.HandlerOptions{Level: level}
-	if cfg.Log.Format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
+// newLogger is log.format (text by default) and log.level, with unique keys (pkg/logging).
+func newLogger(cfg *config.Config, w io.Writer) (*slog.Logger, error) {
+	return logging.New(w, cfg.Log.Format, cfg.Log.Level)
 }
 
 func cmdUp(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
 	path := fs.String("config", "", "config file (default ./agentbus.yml when present, else the built-in defaults)")
 	healthAddr := fs.String("health", os.Getenv("AGENTBUS_HEALTH_LISTEN"), "serve GET /healthz on this address, e.g. 127.0.0.1:8081 (overrides health.listen)")
+	metricsAddr := fs.String("metrics-listen", os.Getenv("AGENTBUS_METRICS_LISTEN"), "serve GET /metrics (Prometheus) on this address, e.g. 127.0.0.1:9091 (overrides metrics.listen)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `agentbus up — run agentbus on this machine: an embedded NATS JetStream server (store under
 dataDir, default ./data) and all four roles in one process, until Ctrl-C / SIGTERM. Without a
@@ -164,7 +153,7 @@ Usage:
 Flags:
 `)
 		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), "\nEnvironment:\n  AGENTBUS_HEALTH_LISTEN  default of --health\n"+providerEnvHelp)
+		fmt.Fprint(fs.Output(), "\nEnvironment:\n  AGENTBUS_HEALTH_LISTEN  default of --health\n  AGENTBUS_METRICS_LISTEN default of --metrics-listen\n"+providerEnvHelp)
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -176,7 +165,13 @@ Flags:
 	if *healthAddr != "" {
 		cfg.Health.Listen = *healthAddr
 	}
-	log := newLogger(cfg, os.Stderr)
+	if *metricsAddr != "" {
+		cfg.Metrics.Listen = *metricsAddr
+	}
+	log, err := newLogger(cfg, os.Stderr)
+	if err != nil {
+		return err
+	}
 	slog.SetDefault(log)
 	if len(cfg.MissingEnv) > 0 {
 		log.Warn("config refers to unset environment variables (expanded to empty)", "vars", cfg.MissingEnv)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentbus/agentbus/internal/rolemain"
 	"github.com/agentbus/agentbus/pkg/app"
+	"github.com/agentbus/agentbus/pkg/buildinfo"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 )
 
@@ -144,6 +145,10 @@ func TestStartupFailuresOneLineExit1(t *testing.T) {
 		{"unreachable nats.url", "agentbus", map[string]string{"agentbus.yml": "log: {level: error}\nnats: {url: " + deadNATS + "}\n"}, []string{"up"},
 			[]string{"agentbus: connect to " + deadNATS, "is the NATS server running"}},
 		{"missing config file", "agentbus", nil, []string{"up", "--config", "nope.yml"}, []string{"read config", "nope.yml"}},
+		{"apiKey variable unset", "agentbus", map[string]string{"agentbus.yml": quiet + "ai:\n  providers:\n    openai: {api: openai-completions, apiKey: \"${AB_TEST_UNSET_KEY}\"}\n"}, []string{"up"},
+			[]string{"turn-worker:", "ai.providers.openai.apiKey refers to ${AB_TEST_UNSET_KEY}, which is not set"}},
+		{"bad log format", "agentbus", map[string]string{"agentbus.yml": "log: {level: error, format: xml}\nnats:\n  listen: 127.0.0.1:0\n"}, []string{"up"},
+			[]string{`log.format "xml": want text or json`}},
 	}
 	for _, role := range []string{"ingest", "turn-worker", "tool-worker", "egress"} {
 		tests = append(tests,
@@ -194,6 +199,24 @@ func TestStartupFailuresOneLineExit1(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// `agentbus version` and every role's --version print the build's version and revision.
+func TestVersion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs child processes")
+	}
+	want := buildinfo.Get().String()
+	for _, tt := range []struct {
+		binary string
+		args   []string
+	}{{"agentbus", []string{"version"}}, {"ingest", []string{"--version"}}, {"turn-worker", []string{"--version"}},
+		{"tool-worker", []string{"--version"}}, {"egress", []string{"--version"}}} {
+		code, stdout, stderr := child(t, t.TempDir(), tt.binary, tt.args...)
+		if code != 0 || strings.TrimSpace(stdout) != tt.binary+" "+want {
+			t.Errorf("%s %v: exit %d, stdout %q (want %q), stderr %q", tt.binary, tt.args, code, stdout, tt.binary+" "+want, stderr)
+		}
 	}
 }
 

@@ -3,7 +3,8 @@
 //
 // Every start-up failure (a config that does not load, a NATS server that does not answer, a
 // port in use, a bad *.tool.md, ...) ends the process with exit code 1 and ONE line on stderr,
-// "<role>: <what is wrong and what to fix>"; once running, logs are JSON lines on stderr.
+// "<role>: <what is wrong and what to fix>"; once running, logs go to stderr, JSON lines
+// unless log.format says text (pkg/logging: unique keys, log.level).
 package rolemain
 
 import (
@@ -20,13 +21,16 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/app"
+	"github.com/agentbus/agentbus/pkg/buildinfo"
 	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/logging"
 )
 
 // EnvHelp lists the environment variables agentbus's binaries read, for --help.
 const EnvHelp = `Environment:
   AGENTBUS_NATS_URL       NATS URL(s), comma-separated (overrides nats.url; --nats overrides it)
   AGENTBUS_HEALTH_LISTEN  serve GET /healthz on this address (overrides health.listen; --health overrides it)
+  AGENTBUS_METRICS_LISTEN serve GET /metrics on this address (overrides metrics.listen; --metrics-listen overrides it)
   <ALIAS>_API_KEY         API key of provider ai.providers.<alias> (e.g. OPENAI_MAIN_API_KEY) when apiKey is unset
   OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, GOOGLE_API_KEY
                           vendor keys, used for that vendor's own endpoint; with no provider configured
@@ -55,6 +59,8 @@ func Run(name string, roles app.Roles, args []string, stdout, stderr io.Writer) 
 	path := fs.String("config", "agentbus.yml", "config file (when the default is absent, the built-in defaults)")
 	url := fs.String("nats", os.Getenv("AGENTBUS_NATS_URL"), "NATS URL(s) (overrides nats.url)")
 	healthAddr := fs.String("health", os.Getenv("AGENTBUS_HEALTH_LISTEN"), "serve GET /healthz on this address, e.g. 127.0.0.1:8081 (overrides health.listen)")
+	metricsAddr := fs.String("metrics-listen", os.Getenv("AGENTBUS_METRICS_LISTEN"), "serve GET /metrics (Prometheus) on this address, e.g. 127.0.0.1:9091 (overrides metrics.listen)")
+	showVersion := fs.Bool("version", false, "print the build's version and revision, then exit")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "%s — agentbus's %s role: %s.\nRuns until SIGINT/SIGTERM against a NATS server; run any number of replicas (docs/cluster.md).\n\nUsage:\n  %s [flags]\n\nFlags:\n", name, name, Description[name], name)
 		fs.PrintDefaults()
@@ -65,6 +71,10 @@ func Run(name string, roles app.Roles, args []string, stdout, stderr io.Writer) 
 			return 0
 		}
 		return 64
+	}
+	if *showVersion {
+		fmt.Fprintf(stdout, "%s %s\n", name, buildinfo.Get())
+		return 0
 	}
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "%s: %s\n", name, OneLine(err))
@@ -80,10 +90,21 @@ func Run(name string, roles app.Roles, args []string, stdout, stderr io.Writer) 
 	if *healthAddr != "" {
 		cfg.Health.Listen = *healthAddr
 	}
+	if *metricsAddr != "" {
+		cfg.Metrics.Listen = *metricsAddr
+	}
 	if cfg.NATS.Embedded {
 		return fail(errors.New("a single role needs a NATS server: set nats.url, --nats or AGENTBUS_NATS_URL (agentbus up runs everything on an embedded server)"))
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, nil)).With("role", name)
+	format := cfg.Log.Format
+	if format == "" {
+		format = "json" // a role runs under a supervisor that collects lines
+	}
+	log, err := logging.New(stderr, format, cfg.Log.Level)
+	if err != nil {
+		return fail(err)
+	}
+	log = log.With("role", name)
 	slog.SetDefault(log)
 	if len(cfg.MissingEnv) > 0 {
 		log.Warn("config refers to unset environment variables (expanded to empty)", "vars", cfg.MissingEnv)
@@ -97,7 +118,7 @@ func Run(name string, roles app.Roles, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return fail(err)
 	}
-	log.Info("running", "health", p.HealthURL, "webhook", p.WebhookURL)
+	log.Info("running", "version", buildinfo.Get().String(), "health", p.HealthURL, "metrics", p.MetricsURL, "webhook", p.WebhookURL)
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	defer cancel()

@@ -19,12 +19,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/pkg/buildinfo"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/costs"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/ingest"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/memory"
+	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/models"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/netguard"
@@ -81,6 +83,10 @@ type Process struct {
 	Models     *llm.Registry
 	Demo       bool           // the built-in demo model is in use
 	Costs      *costs.Tracker // model usage and cost, when the turn worker runs here
+	// Metrics holds the process's Prometheus families; every role registers its own. Served
+	// on metrics.listen (MetricsURL) when set.
+	Metrics    *metrics.Registry
+	MetricsURL string // http://host:port/metrics, when metrics.listen is set
 	turnOpts   turn.Options
 	movedFrom  string // the default NATS address that was taken, when the server moved off it
 	health     health
@@ -220,7 +226,7 @@ func Start(ctx context.Context, cfg *config.Config, opts Options) (*Process, err
 	if log == nil {
 		log = slog.Default()
 	}
-	p := &Process{Config: cfg}
+	p := &Process{Config: cfg, Metrics: metrics.New()}
 	if err := p.start(ctx, cfg, opts, log); err != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 		defer cancel()
@@ -266,7 +272,10 @@ func (p *Process) start(ctx context.Context, cfg *config.Config, opts Options, l
 		}
 		p.health.add("ingest")
 	}
-	return p.startHealth(cfg, log)
+	if err := p.startHealth(cfg, log); err != nil {
+		return err
+	}
+	return p.startMetrics(cfg, log)
 }
 
 // drain drains nc and waits until the client reports it closed (or ctx ends, then it closes
@@ -395,6 +404,9 @@ func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Log
 const DefaultNATSListen = "127.0.0.1:4222"
 
 func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger) error {
+	if err := cfg.MissingAPIKeyError(); err != nil {
+		return err
+	}
 	demo, err := ApplyDefaultModel(ctx, cfg, !opts.NoProbe, log)
 	if err != nil {
 		return err
@@ -410,7 +422,7 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 	p.Models = reg
 	mgr := p.startDiscovery(ctx, cfg, reg, log)
 	p.Costs = costs.New()
-	fb := models.NewFallback(models.FallbackOptions{Registry: reg, Stream: models.StreamFunc(p.Costs.Wrap(llm.Stream)), Log: log.With("role", "turn-worker")})
+	fb := models.NewFallback(models.FallbackOptions{Registry: reg, Stream: models.StreamFunc(p.Costs.Wrap(costs.StreamFunc(metrics.NewLLM(p.Metrics).Wrap(modelLogContext(llm.Stream))))), Log: log.With("role", "turn-worker")})
 	guard, err := netguard.New(netguard.Config{AllowPrivate: cfg.AI.Agent.WebFetch.AllowPrivate, AllowHosts: cfg.AI.Agent.WebFetch.AllowHosts})
 	if err != nil {
 		return err
@@ -422,6 +434,7 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 	p.spawn("profile cache", profiles.Run)
 	mem := memory.New(cfg.DataDir, memory.Limits{})
 	p.turnOpts = turn.Options{AI: cfg.AI, Models: reg, Log: log.With("role", "turn-worker"),
+		Metrics: metrics.NewTurn(p.Metrics), DeadLetters: metrics.NewDeadLetters(p.Metrics),
 		StreamFn: fb.Stream, Health: p.Costs, Secrets: cfg.Secrets(),
 		ModelsReport: func() string { return models.Report(cfg.AI, reg, nil, mgr.Status()) },
 		Prompt:       &promptSources{profiles: profiles, dataDir: cfg.DataDir, memory: mem}, Skills: p.skillStore(cfg, log), Memory: mem,
@@ -440,6 +453,7 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 		return err
 	}
 	p.Turn = w
+	p.watchConsumers(log, events.StreamSessionIn)
 	return nil
 }
 
@@ -471,6 +485,7 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 	}
 	imBotRoles(cfg, bots)
 	in := ingest.New(p.JS, cfg.AI, bots, log.With("role", "ingest"))
+	in.WithMetrics(metrics.NewIngest(p.Metrics))
 	if media, err := p.JS.ObjectStore(ctx, events.ObjectMedia); err == nil {
 		in.WithMedia(media) // inline uploads go to the media store, events carry references
 	}
@@ -492,11 +507,8 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 	}
 	ingest.NewWebhookHandler(in, cfg.IM.Webhook, log.With("role", "ingest")).Routes(mux)
 	mux.HandleFunc("GET /healthz", p.serveHealthz)
-	if p.Costs != nil {
-		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-			p.Costs.WriteMetrics(w)
-		})
+	if sameAddr(cfg.Metrics.Listen, cfg.IM.Webhook.Listen) {
+		mux.Handle("GET /metrics", p.Metrics.Handler())
 	}
 	ln, err := net.Listen("tcp", cfg.IM.Webhook.Listen)
 	if err != nil {
@@ -531,6 +543,7 @@ func (p *Process) serveHTTP(name string, h http.Handler, ln net.Listener, limit 
 
 func (p *Process) banner(out io.Writer, r Roles) {
 	fmt.Fprintln(out, "agentbus is running.")
+	fmt.Fprintf(out, "  Version:          %s\n", buildinfo.Get())
 	if p.Embedded != nil {
 		fmt.Fprintf(out, "  NATS (embedded):  %s   data: %s\n", p.Embedded.ClientURL(), filepath.Clean(p.Config.NATS.StoreDir))
 		if p.movedFrom != "" {
@@ -546,6 +559,9 @@ func (p *Process) banner(out io.Writer, r Roles) {
 			pc, _ := p.Models.Settings(a)
 			fmt.Fprintf(out, "  Provider:         %s (%s)\n", a, pc.API)
 		}
+	}
+	if p.MetricsURL != "" {
+		fmt.Fprintf(out, "  Metrics:          GET %s\n", p.MetricsURL)
 	}
 	if r.Ingest {
 		url := ""

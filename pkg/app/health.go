@@ -124,6 +124,9 @@ func (p *Process) startHealth(cfg *config.Config, log *slog.Logger) error {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", p.serveHealthz)
+	if sameAddr(cfg.Metrics.Listen, addr) {
+		mux.Handle("GET /metrics", p.Metrics.Handler()) // one listener for both (observe.go)
+	}
 	p.serveHTTP("health server", mux, ln, 2*time.Second, log)
 	p.HealthURL = "http://" + ln.Addr().String() + "/healthz"
 	return nil

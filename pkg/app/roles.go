@@ -24,6 +24,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/imagegen"
 	"github.com/agentbus/agentbus/pkg/ingest"
 	"github.com/agentbus/agentbus/pkg/mcpclient"
+	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/netguard"
 	"github.com/agentbus/agentbus/pkg/schedule"
 	"github.com/agentbus/agentbus/pkg/tools"
@@ -124,12 +125,14 @@ func (p *Process) startToolWorker(ctx context.Context, cfg *config.Config, opts 
 		}
 	}
 	h, err := toolworker.Run(ctx, toolworker.Options{NC: p.NC, JS: p.JS, Registry: reg, Log: log.With("role", "tool-worker"),
+		Metrics: metrics.NewTools(p.Metrics), DeadLetters: metrics.NewDeadLetters(p.Metrics),
 		DefaultTimeout: time.Duration(cfg.AI.Agent.ToolTimeoutMs) * time.Millisecond})
 	if err != nil {
 		return err
 	}
 	p.onStop("tool worker", h.Stop)
 	p.health.check("tool-worker", doneCheck(h.Done()))
+	p.watchConsumers(log, events.StreamToolCalls)
 	return nil
 }
 
@@ -139,12 +142,14 @@ func (p *Process) startEgress(ctx context.Context, cfg *config.Config, opts Opti
 		return err
 	}
 	h, err := egress.Run(ctx, egress.Options{NC: p.NC, JS: p.JS, Config: cfg, DataDir: cfg.DataDir,
-		Log: log, HTTPClient: opts.HTTPClient, Senders: senders}) // egress names its role itself
+		Log: log, HTTPClient: opts.HTTPClient, Senders: senders, // egress names its role itself
+		Metrics: metrics.NewEgress(p.Metrics), DeadLetters: metrics.NewDeadLetters(p.Metrics)})
 	if err != nil {
 		return err
 	}
 	p.onStop("egress", h.Stop)
 	p.health.check("egress", doneCheck(h.Done()))
+	p.watchConsumers(log, events.StreamIMOut)
 	return nil
 }
 

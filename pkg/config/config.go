@@ -20,13 +20,14 @@ import (
 
 // Config is the whole file.
 type Config struct {
-	DataDir string `yaml:"dataDir"`
-	NATS    NATS   `yaml:"nats"`
-	IM      IM     `yaml:"im"`
-	Roles   Roles  `yaml:"roles"`
-	AI      AI     `yaml:"ai"`
-	Log     Log    `yaml:"log"`
-	Health  Health `yaml:"health"`
+	DataDir string  `yaml:"dataDir"`
+	NATS    NATS    `yaml:"nats"`
+	IM      IM      `yaml:"im"`
+	Roles   Roles   `yaml:"roles"`
+	AI      AI      `yaml:"ai"`
+	Log     Log     `yaml:"log"`
+	Health  Health  `yaml:"health"`
+	Metrics Metrics `yaml:"metrics"`
 
 	// Dispatcher is the seed guide's top-level dispatcher: block (MessageDispatcher); Parse
 	// moves it into AI.Dispatcher, where the rest of agentbus reads it. Setting both is an error.
@@ -43,6 +44,18 @@ type Config struct {
 	// MissingEnv lists ${VAR} references that were unset and had no default (they expanded to
 	// ""). Callers warn about them; a missing API key is not an error until it is used.
 	MissingEnv []string `yaml:"-"`
+
+	// MissingKeyEnv maps a provider alias to the variable its apiKey refers to when that
+	// variable is unset (and the reference has no default): the turn worker refuses to start
+	// with such a provider rather than fail its first message (see MissingAPIKeyError).
+	MissingKeyEnv map[string]string `yaml:"-"`
+}
+
+// Metrics configures the Prometheus endpoint every role process can serve.
+type Metrics struct {
+	// Listen, when set (e.g. "127.0.0.1:9090"), serves GET /metrics there. The same address as
+	// health.listen (or im.webhook.listen) shares that listener. --metrics-listen overrides it.
+	Listen string `yaml:"listen"`
 }
 
 // Health configures the /healthz endpoint every role process can serve.
@@ -650,8 +663,9 @@ func Parse(raw []byte) (*Config, error) {
 		return nil, fmt.Errorf("parse yaml: %w", err)
 	}
 	var missing []string
+	keyEnv := apiKeyRefs(&root)
 	expandNode(&root, &missing)
-	c := &Config{MissingEnv: missing}
+	c := &Config{MissingEnv: missing, MissingKeyEnv: keyEnv}
 	if len(root.Content) > 0 {
 		var unknown, reserved []string
 		checkKeys(&root, reflect.TypeFor[Config](), "", &unknown, &reserved)
@@ -680,6 +694,64 @@ func Parse(raw []byte) (*Config, error) {
 }
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}`)
+
+// apiKeyRefs finds, before expansion, each ai.providers.<alias>.apiKey that refers to an
+// unset environment variable without a default, and returns alias -> variable.
+func apiKeyRefs(root *yaml.Node) map[string]string {
+	get := func(m *yaml.Node, key string) *yaml.Node {
+		if m == nil || m.Kind != yaml.MappingNode {
+			return nil
+		}
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			if m.Content[i].Value == key {
+				return m.Content[i+1]
+			}
+		}
+		return nil
+	}
+	if root == nil || len(root.Content) == 0 {
+		return nil
+	}
+	providers := get(get(root.Content[0], "ai"), "providers")
+	if providers == nil || providers.Kind != yaml.MappingNode {
+		return nil
+	}
+	var out map[string]string
+	for i := 0; i+1 < len(providers.Content); i += 2 {
+		key := get(providers.Content[i+1], "apiKey")
+		if key == nil || key.Kind != yaml.ScalarNode {
+			continue
+		}
+		for _, m := range envRef.FindAllStringSubmatch(key.Value, -1) {
+			if v, ok := os.LookupEnv(m[1]); (ok && v != "") || strings.Contains(m[0], ":-") {
+				continue
+			}
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[providers.Content[i].Value] = m[1]
+			break
+		}
+	}
+	return out
+}
+
+// MissingAPIKeyError reports the first provider (by alias) among used whose apiKey refers to
+// an unset environment variable, in one line naming the variable; nil when there is none.
+func (c *Config) MissingAPIKeyError() error {
+	var aliases []string
+	for a := range c.MissingKeyEnv {
+		if _, ok := c.AI.Providers[a]; ok {
+			aliases = append(aliases, a)
+		}
+	}
+	if len(aliases) == 0 {
+		return nil
+	}
+	sort.Strings(aliases)
+	a := aliases[0]
+	return fmt.Errorf("%w: ai.providers.%s.apiKey refers to ${%s}, which is not set: export %s (or remove the provider)", ErrInvalid, a, c.MissingKeyEnv[a], c.MissingKeyEnv[a])
+}
 
 func expandNode(n *yaml.Node, missing *[]string) {
 	if n.Kind == yaml.ScalarNode && strings.Contains(n.Value, "${") {

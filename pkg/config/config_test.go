@@ -143,3 +143,38 @@ func TestReplayWindow(t *testing.T) {
 		})
 	}
 }
+
+// A provider whose apiKey refers to an unset variable is named, with the variable, in one line;
+// a set variable, a default, or a provider without such a key is fine.
+func TestMissingAPIKeyError(t *testing.T) {
+	t.Setenv("AB_TEST_SET_KEY", "k")
+	tests := []struct {
+		name, apiKey string
+		want         string // substring of the error; "" = no error
+	}{
+		{"unset", "${AB_TEST_UNSET_KEY}", "ai.providers.p.apiKey refers to ${AB_TEST_UNSET_KEY}, which is not set"},
+		{"set", "${AB_TEST_SET_KEY}", ""},
+		{"default", "${AB_TEST_UNSET_KEY:-fallback}", ""},
+		{"literal", "sk-literal", ""},
+		{"none", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := ""
+			if tt.apiKey != "" {
+				key = ", apiKey: \"" + tt.apiKey + "\""
+			}
+			c, err := Parse([]byte("ai:\n  providers:\n    p: {api: openai-completions" + key + "}\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = c.MissingAPIKeyError()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("MissingAPIKeyError() = %v, want nil", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "\n")):
+				t.Fatalf("MissingAPIKeyError() = %v, want one line with %q", err, tt.want)
+			}
+		})
+	}
+}

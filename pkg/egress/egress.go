@@ -18,6 +18,7 @@ import (
 	"github.com/agentbus/agentbus/internal/jsconflict"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/store/transcript"
 	"github.com/nats-io/nats.go"
@@ -58,6 +59,10 @@ type Options struct {
 	DataDir string
 	// Log is the logger (default slog.Default()).
 	Log *slog.Logger
+	// Metrics counts sends by platform and outcome, DeadLetters the parts given up on. nil:
+	// not counted.
+	Metrics     *metrics.Egress
+	DeadLetters *metrics.DeadLetters
 	// HTTPClient is used by the webhook sender (default DefaultHTTPClient(Concurrency)).
 	HTTPClient *http.Client
 	// Senders overrides or adds senders by platform name; a nil value removes a built-in one.
@@ -563,6 +568,7 @@ func (e *egress) handle(msg *message.Message) error {
 		return permanent(ReasonInvalid, err)
 	}
 	out := ev.Data
+	d.platform = out.Platform
 	key := events.EncodeToken(out.OutID)
 	subj := events.IMSentPartSubject(out.SessionKey(), out.OutID)
 	release, err := e.inflight.acquire(ctx, key)
@@ -582,6 +588,7 @@ func (e *egress) handle(msg *message.Message) error {
 	case found:
 		// Sent before (a redelivery, or the same out id published again): never twice.
 		e.skipped.Add(1)
+		e.o.Metrics.Send(out.Platform, metrics.SendDuplicate)
 		if e.log.Enabled(ctx, slog.LevelDebug) {
 			d.logger().Debug("egress: already delivered, skipping", "out", out.OutID, "platformMsg", prev.MessageID)
 		}
@@ -607,6 +614,7 @@ func (e *egress) handle(msg *message.Message) error {
 	cancel()
 	if err != nil {
 		e.failures.Add(1)
+		e.o.Metrics.Send(out.Platform, metrics.SendRetry)
 		if ra := retryAfterOf(err); ra > 0 {
 			e.limiter.Pause(out.Platform, ra)
 		}
@@ -625,6 +633,7 @@ func (e *egress) handle(msg *message.Message) error {
 		return err
 	}
 	e.delivered.Add(1)
+	e.o.Metrics.Send(out.Platform, metrics.SendSent)
 	if e.log.Enabled(ctx, slog.LevelDebug) {
 		d.logger().Debug("egress: delivered", "out", out.OutID, "platform", out.Platform, "platformMsg", pmid)
 	}

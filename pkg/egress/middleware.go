@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -27,7 +29,8 @@ type delivery struct {
 	stream     string
 	seq        uint64
 	deliveries uint64
-	attempts   int // handler runs for this delivery (the retry middleware re-runs it)
+	attempts   int    // handler runs for this delivery (the retry middleware re-runs it)
+	platform   string // the part's platform, once decoded
 	corr       events.Correlation
 	base       *slog.Logger // the egress logger; log adds this delivery's attributes
 	log        *slog.Logger // built on first use: most deliveries log nothing
@@ -41,7 +44,7 @@ func (d *delivery) logger() *slog.Logger {
 		return d.log
 	}
 	attrs := make([]any, 0, 10)
-	attrs = append(attrs, "seq", d.seq)
+	attrs = append(attrs, "seq", d.seq, "platform", d.platformOf())
 	if d.corr.Trace != "" {
 		attrs = append(attrs, "trace", d.corr.Trace)
 	}
@@ -56,6 +59,20 @@ func (d *delivery) logger() *slog.Logger {
 	}
 	d.log = d.base.With(attrs...)
 	return d.log
+}
+
+// platformOf is the part's platform: decoded, or else the subject's (im.out.<platform>...).
+func (d *delivery) platformOf() string {
+	if d.platform != "" {
+		return d.platform
+	}
+	if rest, ok := strings.CutPrefix(d.subject, events.PrefixIMOut+"."); ok {
+		// A label value: only a plain platform name (a forged subject must not grow the series).
+		if p, _, _ := strings.Cut(rest, "."); len(p) > 0 && len(p) <= 32 && strings.Trim(p, "abcdefghijklmnopqrstuvwxyz0123456789_-") == "" {
+			return p
+		}
+	}
+	return "unknown"
 }
 
 type ctxKey int
@@ -148,6 +165,8 @@ func (e *egress) deadLetter(h message.HandlerFunc) message.HandlerFunc {
 			return nil, errors.Join(err, dlErr)
 		}
 		e.deadLettered.Add(1)
+		e.o.Metrics.Send(d.platformOf(), metrics.SendFailed)
+		e.o.DeadLetters.Add(events.RoleEgress, reason)
 		d.logger().Warn("egress: dead-lettered", "reason", reason, "err", err)
 		return nil, nil
 	}

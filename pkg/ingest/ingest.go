@@ -17,6 +17,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/identity"
 	"github.com/agentbus/agentbus/pkg/inbox"
+	"github.com/agentbus/agentbus/pkg/metrics"
 )
 
 // Publisher is the part of jetstream.JetStream ingest needs.
@@ -43,7 +44,13 @@ type Ingestor struct {
 	media MediaStore // nil: inline media stays in the event (WithMedia)
 	// maxPayload is the bus's largest message (0: unknown, nothing is checked before publishing).
 	maxPayload func() int64
+	// metrics counts each message's outcome (nil: not counted; WithMetrics).
+	metrics *metrics.Ingest
 }
+
+// WithMetrics makes in count every message it ingests (agentbus_ingest_messages_total) and
+// the webhook handlers built on it their requests. Call it before serving.
+func (in *Ingestor) WithMetrics(m *metrics.Ingest) { in.metrics = m }
 
 // New returns an Ingestor. bots maps "platform/bot" to its role lists; ai.trigger's masters
 // and trusted apply to every bot.
@@ -90,7 +97,8 @@ type Result struct {
 // It is safe to call again with the same message after a failure: every publish carries a
 // Nats-Msg-Id derived from the platform message id, so JetStream drops the repeats and a
 // message that reached IM_IN but not SESSION_IN is completed by the retry.
-func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (Result, error) {
+func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (res Result, err error) {
+	defer func() { in.count(m, res, err) }()
 	m.MentionsBot = m.MentionsBot || m.Content.Mentions(m.Bot)
 	m.Sender.Roles = in.senderRoles(m)
 	if err := in.storeInline(ctx, m); err != nil {
@@ -122,9 +130,9 @@ func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (Result, er
 	if err != nil {
 		return Result{}, fmt.Errorf("publish im.in %s: %w", m.MsgID(), err)
 	}
-	res := Result{Duplicate: ack.Duplicate, Decision: dec}
+	res = Result{Duplicate: ack.Duplicate, Decision: dec}
 	// Built only when something is logged: most messages log nothing above debug.
-	log := func() *slog.Logger { return in.log.With("session", session, "msg", m.MessageID, "trace", trace) }
+	log := func() *slog.Logger { return in.log.With("session", session, "message_id", m.MessageID, "trace", trace) }
 	for i, r := range res.Decision.Routes {
 		var ev events.Any
 		switch r {
@@ -221,6 +229,24 @@ func msgSize(m *nats.Msg) int64 {
 		}
 	}
 	return n
+}
+
+// count records one message's outcome: rejected (invalid), error (the bus did not take it),
+// duplicate (IM_IN had it already) or accepted.
+func (in *Ingestor) count(m *events.IMMessage, res Result, err error) {
+	if in.metrics == nil {
+		return
+	}
+	outcome := metrics.IngestAccepted
+	switch {
+	case IsInvalid(err):
+		outcome = metrics.IngestRejected
+	case err != nil:
+		outcome = metrics.IngestError
+	case res.Duplicate:
+		outcome = metrics.IngestDuplicate
+	}
+	in.metrics.Message(m.Platform, m.Bot, outcome)
 }
 
 // senderRoles computes m's sender roles (Roles) from ai.trigger's and the bot's lists without

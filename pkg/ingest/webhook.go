@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/webhook"
 )
@@ -105,8 +106,24 @@ func (h *WebhookHandler) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /webhook/{bot}", h.serve)
 }
 
-func (h *WebhookHandler) serve(w http.ResponseWriter, r *http.Request) {
+func (h *WebhookHandler) serve(rw http.ResponseWriter, r *http.Request) {
+	w := &statusWriter{ResponseWriter: rw}
 	botID := r.PathValue("bot")
+	// Counted once answered: the request by its status class, and a request refused before
+	// Ingest (which counts its own outcomes) as rejected or rate_limited for its bot.
+	defer func() {
+		m := h.in.metrics
+		m.WebhookRequest(w.code)
+		if _, known := h.bots[botID]; !known || w.ingested {
+			return
+		}
+		switch {
+		case w.code == http.StatusTooManyRequests || w.code == http.StatusServiceUnavailable:
+			m.Message(PlatformWebhook, botID, metrics.IngestRateLimited)
+		case w.code >= 400:
+			m.Message(PlatformWebhook, botID, metrics.IngestRejected)
+		}
+	}()
 	bot, ok := h.bots[botID]
 	if !ok {
 		httpError(w, http.StatusNotFound, "unknown bot "+botID)
@@ -122,6 +139,8 @@ func (h *WebhookHandler) serve(w http.ResponseWriter, r *http.Request) {
 		defer func() { <-h.inFlight }()
 	default:
 		w.Header().Set("Retry-After", "1")
+		h.log.Warn("webhook refused: too many requests at once", "bot", botID, "platform", PlatformWebhook,
+			"status", http.StatusServiceUnavailable, "in_flight", cap(h.inFlight), "remote", r.RemoteAddr)
 		httpError(w, http.StatusServiceUnavailable, "too many requests at once, retry later")
 		return
 	}
@@ -166,11 +185,15 @@ func (h *WebhookHandler) serve(w http.ResponseWriter, r *http.Request) {
 	// A request refused by one limit costs nothing of the other.
 	refund, d, ok := h.perSender.take(botID+"\x00"+in.Sender.ID, now)
 	if !ok {
+		h.log.Warn("webhook refused: sender over its rate limit", "bot", botID, "platform", PlatformWebhook,
+			"status", http.StatusTooManyRequests, "sender", in.Sender.ID, "retry_after", d.Round(time.Millisecond))
 		tooMany(w, d, "sender "+in.Sender.ID+" is over its rate limit")
 		return
 	}
 	if d, ok := h.perBot.allow(botID, now); !ok {
 		refund()
+		h.log.Warn("webhook refused: bot over its rate limit", "bot", botID, "platform", PlatformWebhook,
+			"status", http.StatusTooManyRequests, "retry_after", d.Round(time.Millisecond))
 		tooMany(w, d, "bot "+botID+" is over its rate limit")
 		return
 	}
@@ -178,6 +201,7 @@ func (h *WebhookHandler) serve(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	msg := ToIMMessage(botID, in)
 	res, err := h.in.Ingest(ctx, msg)
+	w.ingested = true
 	switch {
 	case errors.Is(err, ErrTooLarge):
 		// Permanent: the sender is told the limit, and the operator finds it in the dead letters.
@@ -191,11 +215,32 @@ func (h *WebhookHandler) serve(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, err.Error())
 		return
 	case err != nil:
-		h.log.Error("webhook ingest failed", "bot", botID, "msg", in.ID, "err", err)
+		h.log.Error("webhook ingest failed", "bot", botID, "platform", PlatformWebhook, "message_id", in.ID, "err", err)
 		httpError(w, http.StatusServiceUnavailable, "not accepted, retry later")
 		return
 	}
 	writeAccepted(w, res)
+}
+
+// statusWriter remembers the status a handler answered with.
+type statusWriter struct {
+	http.ResponseWriter
+	code     int
+	ingested bool // Ingest ran and counted the message's outcome itself
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
 }
 
 func tooMany(w http.ResponseWriter, d time.Duration, msg string) {

@@ -236,7 +236,8 @@ func (f *Fallback) Stream(ctx context.Context, model *llm.Model, c *llm.Context,
 				yield(llm.Event{Type: llm.EventError, Reason: final.StopReason, Message: &final})
 				return
 			}
-			f.log.Warn(fmt.Sprintf("fallback: %s→%s", modelRef(cur), modelRef(next)),
+			// With ctx: the turn worker put the session and turn on it (pkg/logging).
+			f.log.WarnContext(ctx, fmt.Sprintf("fallback: %s→%s", modelRef(cur), modelRef(next)),
 				"from", modelRef(cur), "to", modelRef(next), "reason", reason, "kind", string(kind),
 				"attempt", attempt+1, "error", failed.ErrorMessage)
 			tried = append(tried, modelRef(next))

@@ -17,6 +17,7 @@ import (
 	"github.com/agentbus/agentbus/internal/jsconflict"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/tools"
 )
@@ -121,10 +122,16 @@ func (h *Handle) handle(s *served, msg jetstream.Msg) {
 		stop := h.beatAttempt(c, rev)
 		defer stop()
 	}
+	start := time.Now()
 	res := h.run(t, tools.Call{ID: tc.CallID, Args: args, Env: env}, tc.Deadline, timeout)
 	if h.killed.Load() {
 		return
 	}
+	outcome := metrics.OutcomeOK
+	if res.IsError {
+		outcome = metrics.OutcomeError
+	}
+	h.opts.Metrics.Call(t.Name, outcome, time.Since(start))
 	h.finish(c, res)
 }
 
@@ -601,7 +608,9 @@ func (h *Handle) deadLetter(c *call, reason string, cause error) {
 	}
 	if err != nil && !h.killed.Load() {
 		h.log.Error("tool worker: dead letter", "subject", c.msg.Subject(), "err", err)
+		return
 	}
+	h.opts.DeadLetters.Add(events.RoleToolWorker, reason)
 }
 
 // envOf is the tools.Env of a call: who it acts for, taken from the call's Caller and session.

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/tools"
 )
@@ -37,6 +38,10 @@ type Options struct {
 	// ID names this worker in the registry, results and logs (default: "tool-worker-" + a NUID).
 	ID  string
 	Log *slog.Logger
+	// Metrics counts executed calls by tool and outcome, DeadLetters the calls given up on.
+	// nil: not counted.
+	Metrics     *metrics.Tools
+	DeadLetters *metrics.DeadLetters
 	// Concurrency is how many calls of one tool this worker runs at once (default 32). Each
 	// tool has its own budget, so a slow tool cannot starve the others.
 	Concurrency int

@@ -884,7 +884,7 @@ func (a *actor) handle(ev events.Any, seq uint64) error {
 	switch e := ev.(type) {
 	case *events.Event[events.UserMessage]:
 		in := a.userInput(&e.Data.Message, e.Data.Text)
-		pt := &pendingTurn{seq: seq, input: []llm.Message{in}, msg: e.Data.Message, trace: e.Trace}
+		pt := &pendingTurn{seq: seq, input: []llm.Message{in}, msg: e.Data.Message, trace: e.Trace, accepted: e.Time}
 		return a.schedule(pt, policy)
 	case *events.Event[events.Listen]:
 		m := a.userInput(&e.Data.Message, "")

@@ -295,7 +295,7 @@ func (t *turnRun) autoCompact(ctx context.Context, loaded store.Loaded, system s
 	case errors.Is(err, compaction.ErrNothingToCompact):
 		return a.w.boundHistory(loaded)
 	default:
-		a.log.Warn("auto compaction failed; the turn goes on uncompacted", "turn", t.id, "err", err)
+		a.log.Warn("auto compaction failed; the turn goes on uncompacted", "turn", t.id, "provider", t.model.Provider, "model", t.model.ID, "err", err)
 		return a.w.boundHistory(loaded)
 	}
 	l, err := a.loadContext(ctx, t.sid)
@@ -323,10 +323,10 @@ func (t *turnRun) runCompacting(ctx context.Context, ac *loop.AgentContext, cfg 
 		markOverflow(final)
 		return out, nil
 	}
-	t.a.log.Warn("context overflow; compacting and retrying once", "turn", t.id, "err", final.ErrorMessage)
+	t.a.log.Warn("context overflow; compacting and retrying once", "turn", t.id, "provider", t.model.Provider, "model", t.model.ID, "err", final.ErrorMessage)
 	_, cerr := t.a.compactContext(ctx, t.sid, t.model, s, "", "overflow", nil)
 	if cerr != nil && !errors.Is(cerr, compaction.ErrNothingToCompact) {
-		t.a.log.Warn("overflow compaction failed", "turn", t.id, "err", cerr)
+		t.a.log.Warn("overflow compaction failed", "turn", t.id, "provider", t.model.Provider, "model", t.model.ID, "err", cerr)
 	}
 	loaded, lerr := t.a.loadContext(ctx, t.sid)
 	if lerr != nil {

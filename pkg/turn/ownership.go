@@ -473,10 +473,12 @@ func (w *Worker) claim(sk events.SessionKey) {
 	delete(w.owners, key)
 	if c.TookOver != "" && c.TookOver != w.opts.ID {
 		w.log.Info("took over session", "session", key, "from", c.TookOver)
+		w.opts.Metrics.TakeOver()
 	}
 	a := newActor(w, sk, c, gen)
 	a.killed.Store(w.killed)
 	w.actors[key] = a
+	w.opts.Metrics.Owned(1)
 	for _, d := range waiting {
 		a.deliver(d.msg, d.seq)
 	}
@@ -490,6 +492,7 @@ func (w *Worker) claim(sk events.SessionKey) {
 			delete(w.actors, key)
 		}
 		w.mu.Unlock()
+		w.opts.Metrics.Owned(-1)
 	}()
 }
 

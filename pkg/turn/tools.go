@@ -364,13 +364,13 @@ func (x *busExecutor) await(ctx context.Context, tool, subj string, results <-ch
 			again.Header.Set(nats.MsgIdHdr, fmt.Sprintf("%s.r%d", req.Header.Get(nats.MsgIdHdr), asked))
 			ack, perr := w.publishOnce(ctx, again)
 			if perr != nil {
-				w.log.Warn("re-request tool call", "tool", tool, "subject", subj, "err", perr)
+				w.log.WarnContext(ctx, "re-request tool call", "tool", tool, "subject", subj, "err", perr)
 				continue
 			}
 			reqSeq = ack.Sequence
-			w.log.Warn("tool call left the queue without a result; asked again", "tool", tool, "subject", subj, "attempt", asked)
+			w.log.WarnContext(ctx, "tool call left the queue without a result; asked again", "tool", tool, "subject", subj, "attempt", asked)
 		case err != nil:
-			w.log.Warn("check tool call request", "tool", tool, "subject", subj, "err", err)
+			w.log.WarnContext(ctx, "check tool call request", "tool", tool, "subject", subj, "err", err)
 		case time.Now().After(deadline) && !w.tools.served(tool):
 			dctx, cancel := context.WithTimeout(ctx, busTimeout)
 			derr := w.calls.DeleteMsg(dctx, reqSeq)
@@ -384,7 +384,7 @@ func (x *busExecutor) await(ctx context.Context, tool, subj string, results <-ch
 				return loop.ToolResult{}, fmt.Errorf("%w: %s was not run: no tool worker serves it (the request was withdrawn after its deadline)", ErrToolTimeout, tool)
 			}
 		case time.Now().After(deadline):
-			w.log.Info("still waiting for a tool result", "tool", tool, "subject", subj, "past_deadline", time.Since(deadline).Round(time.Second))
+			w.log.InfoContext(ctx, "still waiting for a tool result", "tool", tool, "subject", subj, "past_deadline", time.Since(deadline).Round(time.Second))
 		}
 	}
 }

@@ -21,7 +21,9 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/identity"
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/logging"
 	"github.com/agentbus/agentbus/pkg/loop"
+	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/store"
 )
@@ -36,7 +38,8 @@ type pendingTurn struct {
 	trace     string
 	due       time.Time
 	cancelled bool
-	heartbeat bool // a heartbeat turn: an answer of just HEARTBEAT_OK is not posted
+	accepted  int64 // Unix ms the inbound message was accepted by ingest (0: not from a chat message)
+	heartbeat bool  // a heartbeat turn: an answer of just HEARTBEAT_OK is not posted
 	// restarted: started again for a turn an earlier owner may have begun but left no record
 	// of (its turn_started is written with its first record). Before its first record a turn
 	// publishes nothing but its pre-executed tool calls (model tool calls wait for their
@@ -116,6 +119,11 @@ type turnRun struct {
 	// once its reply is stored, the record's cursor is moved past it (actor.finished), so the
 	// next owner does not finish it again.
 	writeCursor bool
+	// launched, timedOut, outcome and msgs feed the turn's summary (summary.go).
+	launched time.Time
+	timedOut bool
+	outcome  string
+	msgs     []llm.Message
 }
 
 const (
@@ -352,11 +360,15 @@ func (a *actor) launch(t *turnRun, resumed *turnLog) {
 	}
 	a.mu.Unlock()
 	a.turnsWG.Add(1)
+	t.launched = time.Now()
 	go func() {
 		defer a.turnsWG.Done()
 		defer close(t.done)
 		defer cancel()
-		err := t.execute(ctx, resumed)
+		err := t.execute(logging.With(ctx, "session", t.sidStr, "turn", t.id), resumed)
+		if t.outcome != "" || err != nil && a.ctx.Err() == nil {
+			t.finish(err)
+		}
 		if err != nil && a.ctx.Err() == nil {
 			a.log.Error("turn failed", "turn", t.id, "err", err)
 			if !t.closed.Load() && !errors.Is(err, store.ErrInvalid) && !errors.Is(err, store.ErrTooLarge) {
@@ -395,7 +407,10 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		if interrupted || err != nil && !errors.Is(err, loop.ErrMaxIterations) {
 			t.spillTail(true) // no commit to carry them
 		}
+		t.msgs = newMsgs
+		loopErr := err
 		if interrupted {
+			t.outcome = metrics.TurnCancelled
 			// The merged turn carries this turn's input; nothing of this one is committed.
 			_, _ = record(t, events.EvtKindTurnFailed, events.TurnFailed{Reason: events.FailAborted, Error: "interrupted by a newer message"}, "failed")
 			return t.close("interrupted")
@@ -403,6 +418,7 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		if err != nil && !errors.Is(err, loop.ErrMaxIterations) {
 			// Not a model failure (those end in an error message) but the loop's or the bus's:
 			// tell the user and close the turn rather than leave it open forever.
+			t.outcome = metrics.TurnFailed
 			_, _ = record(t, events.EvtKindTurnFailed, events.TurnFailed{Reason: events.FailError, Error: llm.Redact(err.Error(), a.w.opts.Secrets...)}, "failed")
 			a.replyText(&t.pendingTurn, t.id, failureText(t.msg.Sender, "This turn failed", err.Error()))
 			if cerr := t.close("failed"); cerr != nil {
@@ -476,6 +492,7 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		// owner finishes the turn from its commit (takeOver), publishing the reply again under
 		// the same ids.
 		t.replied.Store(true) // committed: nothing of it is left to cancel (/cancel)
+		t.outcome = t.outcomeOf(final, loopErr)
 		pctx, cancel := a.w.replyContext()
 		defer cancel()
 		if err := a.w.publishReply(pctx, committed, reply); err != nil {
@@ -498,6 +515,7 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 			}
 		}
 		t.replied.Store(true)
+		t.msgs, t.outcome = persisted, t.outcomeOf(lastAssistant(persisted), nil)
 		pctx, cancel := a.w.replyContext()
 		defer cancel()
 		if err := a.w.publishReply(pctx, rec, msgs); err != nil {
@@ -560,6 +578,7 @@ func (t *turnRun) runLoopWithin(ctx context.Context, persisted []llm.Message) (*
 		if t.reason == "" {
 			t.reason = fmt.Sprintf("stopped: the turn ran longer than ai.agent.timeout (%s)", limit)
 		}
+		t.timedOut = true
 		t.mu.Unlock()
 		if err != nil && errors.Is(err, context.DeadlineExceeded) {
 			err = nil // an aborted final message carries the outcome; the turn commits what it has

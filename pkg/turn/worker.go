@@ -81,6 +81,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
 	"github.com/agentbus/agentbus/pkg/memory"
+	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/skills"
 	"github.com/agentbus/agentbus/pkg/store"
@@ -136,7 +137,11 @@ type Options struct {
 	// Memory holds the memory files the housekeeping turn before a compaction may write; nil
 	// skips that turn.
 	Memory *memory.Store
-	Log    *slog.Logger
+	// Metrics counts turns, sessions owned and lease takeovers; DeadLetters the dead letters
+	// this worker publishes. nil: not counted.
+	Metrics     *metrics.Turn
+	DeadLetters *metrics.DeadLetters
+	Log         *slog.Logger
 }
 
 // Worker runs session actors for every session whose lease it holds.
@@ -512,6 +517,7 @@ func (w *Worker) deadLetter(subject string, seq uint64, body []byte, h nats.Head
 		w.log.Error("dead letter not recorded", "subject", subject, "seq", seq, "reason", reason, "err", err)
 		return
 	}
+	w.opts.DeadLetters.Add(events.RoleTurnWorker, reason)
 	w.log.Warn("dead-lettered", "subject", subject, "seq", seq, "reason", reason, "err", cause)
 }
 
