@@ -25,6 +25,7 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -81,15 +82,72 @@ type Spec struct {
 	// when they lie under a bound directory (the data directory, the
 	// config file); they are masked with an empty file or directory.
 	Hide []string
-	// NoNetwork runs the command in a network namespace of its own
-	// (loopback only); ignored without isolation.
-	NoNetwork bool
+	// Network is what the command may reach (isolated runs only; a run
+	// without isolation shares the host's network whatever this says):
+	// NetworkNone (the zero value) gives it a network namespace of its
+	// own with only a loopback interface, NetworkOutbound adds a
+	// user-mode stack (slirp4netns) through which public addresses are
+	// reachable and the host's loopback, its own addresses, link-local
+	// and private ranges are not (see [BlockedNetworks]), NetworkHost
+	// shares the host's network (operator-written tool handlers).
+	Network Network
+	// AllowNets are prefixes reachable in NetworkOutbound despite
+	// [BlockedNetworks] (an internal package mirror, say). The host's
+	// own addresses and its loopback stay unreachable.
+	AllowNets []netip.Prefix
+	// Limits bound what the command may use; zero fields take
+	// [DefaultLimits]' values. Isolated runs get all of them; a run
+	// without isolation gets all but Processes (see [Limits]).
+	Limits Limits
+	// RunAs, when set, runs the command (and bwrap, and the network
+	// helpers) as this user and group instead of the caller's. A tool
+	// worker running as root needs it: the kernel does not apply the
+	// process limit to uid 0, and without isolation a command of another
+	// user cannot read the worker's files. Dir must be writable by it.
+	RunAs *Credential
 	// RequireIsolation makes Run fail with ErrNoIsolation instead of
 	// running the command unconfined when bwrap is unavailable.
 	RequireIsolation bool
 	// NoIsolation runs the command as a plain child process even when
 	// bwrap is available (tests of the unconfined path only).
 	NoIsolation bool
+}
+
+// Network says what a sandboxed command may reach; see Spec.Network.
+type Network string
+
+// Network modes.
+const (
+	NetworkNone     Network = ""
+	NetworkOutbound Network = "outbound"
+	NetworkHost     Network = "host"
+)
+
+// ParseNetwork maps the configuration words (none, outbound, host) to a
+// Network.
+func ParseNetwork(s string) (Network, error) {
+	switch s {
+	case "none", "":
+		return NetworkNone, nil
+	case "outbound":
+		return NetworkOutbound, nil
+	case "host":
+		return NetworkHost, nil
+	}
+	return "", fmt.Errorf("sandbox: network %q: want none, outbound or host", s)
+}
+
+// String is the configuration word.
+func (n Network) String() string {
+	if n == NetworkNone {
+		return "none"
+	}
+	return string(n)
+}
+
+// Credential is a numeric user and group (Spec.RunAs).
+type Credential struct {
+	UID, GID uint32
 }
 
 // Result is what a finished command produced.
