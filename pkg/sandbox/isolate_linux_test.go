@@ -36,6 +36,10 @@ func TestMain(m *testing.M) {
 		fmt.Println("CONNECTED")
 		os.Exit(0)
 	}
+	if f := os.Getenv("SANDBOX_TEST_SECCOMP"); f != "" {
+		seccompHelper(f, os.Getenv("SANDBOX_TEST_WS"))
+		return
+	}
 	if n := os.Getenv("SANDBOX_TEST_SPAWN"); n != "" {
 		spawn(n)
 		return

@@ -122,9 +122,10 @@ func resolvConf() (string, error) {
 
 // outbound is the running user-mode stack of one sandbox.
 type outbound struct {
-	slirp *exec.Cmd
-	exit  *os.File // closing it ends slirp4netns (--exit-fd)
-	done  chan error
+	slirp    *exec.Cmd
+	exit     *os.File // closing it ends slirp4netns (--exit-fd)
+	done     chan error
+	stopOnce sync.Once
 }
 
 // nsGetUserns is NS_GET_USERNS (linux/nsfs.h): the user namespace that
@@ -176,9 +177,17 @@ func startOutbound(ctx context.Context, iso Isolation, spec Spec, info, block *o
 		return nil, err
 	}
 	var slirpErr bytes.Buffer
-	slirp := exec.Command(iso.slirp, "--configure", "--mtu=65520", "--disable-host-loopback",
-		"--enable-sandbox", "--enable-seccomp", "--ready-fd=5", "--exit-fd=6",
-		"--userns-path=/proc/self/fd/3", "--netns-type=path", "/proc/self/fd/4", "tap0")
+	// slirp4netns parses the sandbox's packets outside the sandbox, so it
+	// confines itself: --enable-seccomp always; --enable-sandbox (its own
+	// mount namespace with nothing in it, no capabilities) only as root,
+	// because it becomes root in the joined user namespace, where bwrap
+	// maps no root for an unprivileged worker.
+	args := []string{"--configure", "--mtu=65520", "--disable-host-loopback", "--enable-seccomp"}
+	if os.Geteuid() == 0 {
+		args = append(args, "--enable-sandbox")
+	}
+	args = append(args, "--ready-fd=5", "--exit-fd=6", "--userns-path=/proc/self/fd/3", "--netns-type=path", "/proc/self/fd/4", "tap0")
+	slirp := exec.Command(iso.slirp, args...)
 	slirp.Env = []string{"PATH=" + DefaultPath}
 	slirp.ExtraFiles = []*os.File{userns, netns, readyW, exitR}
 	slirp.Stdout, slirp.Stderr = &slirpErr, &slirpErr
@@ -240,15 +249,18 @@ func ipv6Enabled() bool {
 }
 
 // stop ends slirp4netns: closing the exit fd asks it to, SIGKILL makes it.
+// Safe to call more than once and on nil.
 func (o *outbound) stop() {
 	if o == nil {
 		return
 	}
-	o.exit.Close()
-	select {
-	case <-o.done:
-	case <-time.After(2 * time.Second):
-		_ = o.slirp.Process.Kill()
-		<-o.done
-	}
+	o.stopOnce.Do(func() {
+		o.exit.Close()
+		select {
+		case <-o.done:
+		case <-time.After(2 * time.Second):
+			_ = o.slirp.Process.Kill()
+			<-o.done
+		}
+	})
 }
