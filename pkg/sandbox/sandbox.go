@@ -7,16 +7,20 @@
 // reach the command.
 //
 // Where bubblewrap (bwrap) can create user namespaces ([Probe]), every
-// command runs inside it: new user, PID, mount, IPC and UTS namespaces,
-// the system directories read-only, the working directory the only
-// writable place (besides a private /tmp, which is also HOME), a fresh
-// /proc in which the calling process does not exist, no capabilities, and
+// command runs inside it: new user, PID, mount, IPC, UTS and network
+// namespaces, the system directories read-only, the working directory the
+// only writable place (besides a private, size-limited /tmp, which is also
+// HOME), a fresh /proc in which the calling process does not exist, no
+// capabilities, no nested user namespaces, resource limits ([Limits]) and
 // bwrap itself started with the command's cleared environment. Secrets of
 // the calling process (its environment, memory, /proc/$PPID/environ, its
-// configuration file and data directory) are therefore out of reach, and
-// nothing outside the working directory can be written. Without bwrap the
-// command runs as a plain child process; [Probe] says so, and callers
-// refuse execSecurity full (see pkg/tools/builtin).
+// configuration file and data directory) are therefore out of reach,
+// nothing outside the working directory can be written, and no service of
+// the host is reachable over the network: [NetworkOutbound] adds a
+// user-mode stack (slirp4netns) to public addresses only. Without bwrap
+// the command runs as a plain child process if the caller allows it
+// (Spec.RequireIsolation); the bash tool refuses unless the operator opted
+// out (see pkg/tools/builtin).
 //
 // The sandbox does not decide whether a command may run: that is
 // pkg/execpolicy's job, and callers must check the policy first.

@@ -172,3 +172,35 @@ func TestBashNetworkByPreset(t *testing.T) {
 		}
 	}
 }
+
+// TestSandboxDocConfig loads the ai.agent.sandbox block of docs/security.md.
+func TestSandboxDocConfig(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "security.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	i := strings.Index(doc, "### Limits")
+	if i < 0 {
+		t.Fatal("docs/security.md has no Limits section")
+	}
+	doc = doc[i:]
+	start := strings.Index(doc, "```yaml\n")
+	end := strings.Index(doc[start+8:], "```")
+	if start < 0 || end < 0 {
+		t.Fatal("no yaml block in the Limits section")
+	}
+	c, err := config.Parse([]byte(doc[start+8 : start+8+end]))
+	if err != nil {
+		t.Fatalf("docs/security.md sandbox block: %v", err)
+	}
+	sc, err := SandboxFromConfig(c.AI.Agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := sandbox.DefaultLimits
+	if sc.Network != sandbox.NetworkOutbound || sc.RunAs == nil || len(sc.AllowNets) != 1 || sc.AllowUnisolated ||
+		sc.Limits != d {
+		t.Fatalf("the documented block gives %+v; the documented defaults are %+v", sc, d)
+	}
+}
