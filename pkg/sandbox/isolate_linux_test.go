@@ -229,14 +229,14 @@ func TestIsolationNetwork(t *testing.T) {
 	}
 }
 
-// TestOutboundNetwork: in NetworkOutbound the sandbox gets an interface
+// TestIsolationOutbound: in NetworkOutbound the sandbox gets an interface
 // and a default route from slirp4netns and reaches a server at a public
 // (documentation) address in a network namespace the test creates and
 // links to the host with a veth pair; the same server at a private address
 // is unreachable until AllowNets names its prefix; the host's end of the
 // link (one of the host's own addresses) stays unreachable even then.
 // Creating the namespace needs root; no packet leaves the machine.
-func TestOutboundNetwork(t *testing.T) {
+func TestIsolationOutbound(t *testing.T) {
 	i := needOutbound(t)
 	ws := workdir(t)
 	res, err := Run(context.Background(), Spec{Command: "ip -4 addr show; ip route; ip rule; cat /etc/resolv.conf", Dir: ws, Network: NetworkOutbound, RequireIsolation: true, Timeout: 20 * time.Second})
@@ -339,10 +339,10 @@ func TestOutboundNetwork(t *testing.T) {
 	}
 }
 
-// TestLimits: the resource limits hold inside the sandbox. The process
+// TestIsolationLimits: the resource limits hold inside the sandbox. The process
 // limit counts per user and the kernel exempts uid 0, so as root the test
 // runs the sandbox as nobody (Spec.RunAs), as a root tool worker must.
-func TestLimits(t *testing.T) {
+func TestIsolationLimits(t *testing.T) {
 	needIsolation(t)
 	ws := workdir(t)
 	var runAs *Credential
@@ -490,9 +490,9 @@ func TestLimits(t *testing.T) {
 	})
 }
 
-// TestHostile: more of what a hostile command tries, beyond TestIsolation's
+// TestIsolationHostile: more of what a hostile command tries, beyond TestIsolation's
 // named cases.
-func TestHostile(t *testing.T) {
+func TestIsolationHostile(t *testing.T) {
 	needIsolation(t)
 	const secret = "sk-hostile-secret-0123456789"
 	t.Setenv("OPENAI_API_KEY", secret)
@@ -539,11 +539,11 @@ func TestHostile(t *testing.T) {
 	}
 }
 
-// TestUnisolatedProtection: the opt-out mode (no bwrap) does what it can.
+// TestIsolationOptOut: the opt-out mode (no bwrap) does what it can.
 // A worker that protects itself (ProtectProcess) and runs commands as
 // another user keeps its environment and its 0600 files from them; the
 // limits but the process count still apply.
-func TestUnisolatedProtection(t *testing.T) {
+func TestIsolationOptOut(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("running a command as another user needs root")
 	}
