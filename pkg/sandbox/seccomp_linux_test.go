@@ -315,7 +315,8 @@ func compileSeccomp(t *testing.T, p seccompProfile, nrs map[string]uint32) []soc
 }
 
 // seccompHelper runs in the re-executed test binary: become the tool
-// worker's unprivileged user (when started as root), install the filter,
+// worker's unprivileged user (when started as root), make itself
+// non-dumpable as the worker does, install the filter,
 // then probe and run a sandboxed command with outbound network.
 func seccompHelper(filterPath, ws string) {
 	raw, err := os.ReadFile(filterPath)
@@ -339,6 +340,11 @@ func seccompHelper(filterPath, ws string) {
 			fmt.Println("HELPER: drop root:", err)
 			os.Exit(2)
 		}
+	}
+	// As the tool worker does once bash is configured.
+	if err := ProtectProcess(); err != nil {
+		fmt.Println("HELPER: protect:", err)
+		os.Exit(2)
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		fmt.Println("HELPER: no_new_privs:", err)
