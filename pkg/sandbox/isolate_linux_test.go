@@ -40,6 +40,10 @@ func TestMain(m *testing.M) {
 		seccompHelper(f, os.Getenv("SANDBOX_TEST_WS"))
 		return
 	}
+	if mode := os.Getenv("SANDBOX_TEST_OPTOUT"); mode != "" {
+		optOutHelper(mode == "protected", os.Getenv("SANDBOX_TEST_WS"))
+		return
+	}
 	if n := os.Getenv("SANDBOX_TEST_SPAWN"); n != "" {
 		spawn(n)
 		return
@@ -193,6 +197,7 @@ func TestIsolationNetwork(t *testing.T) {
 		{"host loopback listener", dialCmd("127.0.0.1", loop.Port), nil},
 		{"nats port", dialCmd("127.0.0.1", natsPort), nil},
 		{"slirp host alias", dialCmd("10.0.2.2", loop.Port), nil},
+		{"slirp resolver, other port", dialCmd("10.0.2.3", loop.Port), nil},
 		{"abstract unix socket", "./dialer", []string{"SANDBOX_TEST_DIAL=unix," + abstract}},
 	}
 	if h := hostAddr(); h != "" {
@@ -217,7 +222,7 @@ func TestIsolationNetwork(t *testing.T) {
 				out := res.Stdout + res.Stderr
 				reached := strings.Contains(out, "REACHED:") || strings.Contains(out, "CONNECTED")
 				switch {
-				case mode == NetworkHost && tt.name == "slirp host alias":
+				case mode == NetworkHost && strings.HasPrefix(tt.name, "slirp "):
 					// no slirp4netns with the host's network: nothing to show
 				case mode == NetworkHost && !reached:
 					t.Fatalf("control: with the host's network %q did not reach the listener, so the test proves nothing:\n%s", tt.cmd, out)
@@ -591,5 +596,79 @@ func TestIsolationOptOut(t *testing.T) {
 	}
 	if len(lines) < 2 || lines[0] != "7" || lines[1] == "" {
 		t.Fatalf("limits without isolation: %q", res.Stdout)
+	}
+}
+
+// optOutHelper plays a tool worker in the opt-out mode as Docker runs it:
+// an unprivileged user (nobody, when started as root) with its secret in
+// its environment, running a command unisolated as that same user.
+func optOutHelper(protect bool, ws string) {
+	if os.Geteuid() == 0 {
+		if err := dropToNobody(); err != nil {
+			fmt.Println("HELPER: drop root:", err)
+			os.Exit(2)
+		}
+	}
+	if protect {
+		if err := ProtectProcess(); err != nil {
+			fmt.Println("HELPER: protect:", err)
+			os.Exit(2)
+		}
+	} else if err := unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0); err != nil {
+		// setuid made the process non-dumpable; a worker started as its
+		// user (as in Docker) is dumpable until it protects itself.
+		fmt.Println("HELPER: dumpable:", err)
+		os.Exit(2)
+	}
+	res, err := Run(context.Background(), Spec{Command: "id -u; tr '\\0' '\\n' < /proc/$PPID/environ; head -c 64 /proc/$PPID/mem", Dir: ws, NoIsolation: true})
+	fmt.Printf("RUN err=%v\n%s%s\n", err, res.Stdout, res.Stderr)
+	os.Exit(0)
+}
+
+func dropToNobody() error {
+	if err := syscall.Setgroups(nil); err != nil {
+		return err
+	}
+	if err := syscall.Setgid(65534); err != nil {
+		return err
+	}
+	return syscall.Setuid(65534)
+}
+
+// TestIsolationOptOutSameUser: in the opt-out mode a command runs as the
+// worker's own user (as in Docker, where the worker cannot switch users);
+// the non-dumpable worker keeps its environment and memory from it, and
+// the same helper without ProtectProcess is the control.
+func TestIsolationOptOutSameUser(t *testing.T) {
+	const secret = "sk-same-user-secret-0123456789"
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := workdir(t)
+	for _, d := range []string{filepath.Dir(ws), ws} {
+		if err := os.Chmod(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(mode string) string {
+		t.Helper()
+		cmd := exec.Command(self, "-test.run=^$")
+		cmd.Env = append(os.Environ(), "SANDBOX_TEST_OPTOUT="+mode, "SANDBOX_TEST_WS="+ws, "OPENAI_API_KEY="+secret, "TMPDIR="+ws)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("helper: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	if out := run("unprotected"); !strings.Contains(out, secret) {
+		t.Fatalf("control: without ProtectProcess the command did not read the worker's environment, so the test proves nothing:\n%s", out)
+	}
+	out := run("protected")
+	if strings.Contains(out, secret) || !strings.Contains(out, "Permission denied") {
+		t.Fatalf("a command of the worker's own user read the non-dumpable worker's environment:\n%s", out)
+	}
+	if os.Geteuid() == 0 && !strings.Contains(out, "65534") {
+		t.Fatalf("the helper did not run as nobody:\n%s", out)
 	}
 }
