@@ -346,13 +346,16 @@ func TestIsolationOutbound(t *testing.T) {
 
 // TestIsolationLimits: the resource limits hold inside the sandbox. The process
 // limit counts per user and the kernel exempts uid 0, so as root the test
-// runs the sandbox as nobody (Spec.RunAs), as a root tool worker must.
+// runs the sandbox as an unprivileged uid (Spec.RunAs), as a root tool
+// worker must.
 func TestIsolationLimits(t *testing.T) {
 	needIsolation(t)
 	ws := workdir(t)
 	var runAs *Credential
 	if os.Geteuid() == 0 {
-		runAs = &Credential{UID: 65534, GID: 65534}
+		// A uid of its own, so that counting its processes from the host sees
+		// nothing else (other tests on the machine may run as nobody).
+		runAs = &Credential{UID: 61234, GID: 61234}
 		for _, d := range []string{filepath.Dir(ws), ws} {
 			if err := os.Chmod(d, 0o777); err != nil {
 				t.Fatal(err)
