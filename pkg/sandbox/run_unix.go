@@ -125,6 +125,10 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
+		if infoR != nil {
+			infoR.Close()
+			blockW.Close()
+		}
 		if errors.Is(err, exec.ErrNotFound) {
 			return Result{}, fmt.Errorf("%w: %s: %v", ErrNoShell, shell, err)
 		}
