@@ -2,7 +2,11 @@
 # Two images from one build: every binary is in both.
 #   --target agentbus     (default, distroless, no shell): agentbus, ingest, turn-worker, egress
 #   --target tool-worker  (Debian slim): the tool worker runs the bash tool and stdio MCP servers,
-#                         which need a shell, coreutils and (for sandboxing) bubblewrap.
+#                         which need a shell, coreutils and, for the bash sandbox, bubblewrap,
+#                         util-linux (prlimit, nsenter), slirp4netns and iproute2 (the network
+#                         preset's outbound stack). Under Docker's default seccomp profile
+#                         bubblewrap cannot create namespaces and bash refuses to run: start this
+#                         image with deploy/seccomp-toolworker.json (see docker-compose.yml).
 # Both run as the same unprivileged user (uid/gid 65532, "nonroot") in /home/nonroot, whose
 # data/ directory belongs to that user, so a volume mounted there (egress's transcript archive,
 # the tool worker's workspace) starts out writable. Every role serves GET /healthz on
@@ -21,6 +25,7 @@ RUN CGO_ENABLED=0 go build -trimpath -o /out/bin/ ./cmd/... \
 FROM debian:bookworm-slim AS tool-worker
 RUN apt-get update \
  && apt-get install -y --no-install-recommends bash coreutils bubblewrap ca-certificates findutils grep sed \
+      util-linux slirp4netns iproute2 \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --gid 65532 nonroot \
  && useradd --uid 65532 --gid 65532 --home-dir /home/nonroot --create-home --shell /bin/bash nonroot

@@ -9,10 +9,12 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"reflect"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -543,6 +545,66 @@ type Agent struct {
 	ToolSearch bool `yaml:"toolSearch"`
 	// TaskTimeoutMs bounds one background task (deferred tool run, subagent); default 10 minutes.
 	TaskTimeoutMs int64 `yaml:"taskTimeoutMs"`
+	// Sandbox is how the bash tool's commands are isolated (docs/security.md "Bash sandbox").
+	Sandbox Sandbox `yaml:"sandbox"`
+}
+
+// Sandbox is ai.agent.sandbox. Zero values pick pkg/sandbox's defaults.
+type Sandbox struct {
+	// AllowUnisolated lets bash run where bubblewrap cannot isolate commands (no bwrap, or a
+	// seccomp profile that forbids namespaces). Without it such a tool worker refuses every bash
+	// call. Logged loudly at start.
+	AllowUnisolated bool `yaml:"allowUnisolated"`
+	// Network: auto (default: outbound for execPreset network, none otherwise), none or outbound.
+	Network string `yaml:"network"`
+	// AllowNetworks are CIDR prefixes reachable in outbound mode although private or
+	// link-local (e.g. an internal package mirror, "10.20.0.0/16").
+	AllowNetworks []string `yaml:"allowNetworks"`
+	// RunAs is "uid:gid", the user commands run as when the tool worker runs as root.
+	RunAs  string        `yaml:"runAs"`
+	Limits SandboxLimits `yaml:"limits"`
+}
+
+// SandboxLimits bound one bash command; 0 picks the default, -1 means no limit.
+type SandboxLimits struct {
+	Processes  int `yaml:"processes"`
+	MemoryMiB  int `yaml:"memoryMiB"`
+	CPUSeconds int `yaml:"cpuSeconds"`
+	OpenFiles  int `yaml:"openFiles"`
+	TmpMiB     int `yaml:"tmpMiB"`
+	FileMiB    int `yaml:"fileMiB"`
+}
+
+// validate reports bad ai.agent.sandbox values through bad.
+func (s Sandbox) validate(bad func(string, ...any)) {
+	switch s.Network {
+	case "", "auto", "none", "outbound":
+	default:
+		bad("ai.agent.sandbox.network %q: want one of auto, none, outbound", s.Network)
+	}
+	for _, n := range s.AllowNetworks {
+		if _, err := netip.ParsePrefix(n); err != nil {
+			bad("ai.agent.sandbox.allowNetworks: %q is not a CIDR prefix", n)
+		}
+	}
+	if s.RunAs != "" {
+		u, g, ok := strings.Cut(s.RunAs, ":")
+		if _, err := strconv.ParseUint(u, 10, 32); !ok || err != nil {
+			bad("ai.agent.sandbox.runAs %q: want numeric uid:gid", s.RunAs)
+		} else if _, err := strconv.ParseUint(g, 10, 32); err != nil {
+			bad("ai.agent.sandbox.runAs %q: want numeric uid:gid", s.RunAs)
+		}
+	}
+	l := s.Limits
+	for _, f := range []struct {
+		k string
+		v int
+	}{{"processes", l.Processes}, {"memoryMiB", l.MemoryMiB}, {"cpuSeconds", l.CPUSeconds},
+		{"openFiles", l.OpenFiles}, {"tmpMiB", l.TmpMiB}, {"fileMiB", l.FileMiB}} {
+		if f.v < -1 {
+			bad("ai.agent.sandbox.limits.%s %d: want -1 (no limit), 0 (default) or a positive number", f.k, f.v)
+		}
+	}
 }
 
 // WebFetch configures the web_fetch tool's SSRF guard.
@@ -1032,6 +1094,7 @@ func (c *Config) Validate() error {
 	oneOf("ai.agent.steeringMode", a.SteeringMode, "one-at-a-time", "all")
 	oneOf("ai.agent.followUpMode", a.FollowUpMode, "one-at-a-time", "all")
 	oneOf("ai.agent.toolExecution", a.ToolExecution, "parallel", "sequential")
+	a.Sandbox.validate(bad)
 	oneOf("ai.dispatcher.mode", c.AI.Dispatcher.Mode, "exclusive", "dual")
 	oneOf("ai.dispatcher.order", c.AI.Dispatcher.Order, "command-first", "ai-first")
 	oneOf("nats.storage", c.NATS.Storage, "file", "memory")

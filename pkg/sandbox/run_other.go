@@ -9,3 +9,6 @@ import "context"
 func Run(ctx context.Context, spec Spec) (Result, error) {
 	return Result{}, ErrUnsupported
 }
+
+// ProtectProcess is a no-op on this platform.
+func ProtectProcess() error { return nil }

@@ -44,12 +44,16 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	if _, err := exec.LookPath(shell); err != nil {
 		return Result{}, fmt.Errorf("%w: %s: %v", ErrNoShell, shell, err)
 	}
-	iso := Isolation{Reason: "disabled for this run"}
-	if !spec.NoIsolation {
-		iso = Probe()
+	iso := Probe()
+	if spec.NoIsolation {
+		iso.Available, iso.Reason = false, "disabled for this run"
 	}
 	if !iso.Available && spec.RequireIsolation {
 		return Result{}, fmt.Errorf("%w: %s", ErrNoIsolation, iso.Reason)
+	}
+	outboundNet := iso.Available && spec.Network == NetworkOutbound
+	if outboundNet && !iso.Outbound {
+		return Result{}, fmt.Errorf("%w: outbound network: %s", ErrNoIsolation, iso.OutboundReason)
 	}
 	runCtx, cancel := context.WithTimeout(ctx, spec.Timeout)
 	defer cancel()
@@ -57,18 +61,54 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	stdout := newCapBuffer(spec.OutputLimit)
 	stderr := newCapBuffer(spec.OutputLimit)
 	var cmd *exec.Cmd
+	// With NetworkOutbound, bwrap reports its namespaces on fd 3 and waits
+	// on fd 4 until the user-mode stack and its rules are in place.
+	var infoR, blockW *os.File
 	if iso.Available {
+		resolv := ""
+		if outboundNet {
+			var err error
+			if resolv, err = resolvConf(); err != nil {
+				return Result{}, fmt.Errorf("sandbox: resolv.conf: %w", err)
+			}
+		}
 		// HOME is the sandbox's private /tmp; bwrap gets exactly the
 		// command's environment and passes it on.
-		cmd = exec.Command(iso.Tool, bwrapArgs(spec, shell)...)
+		cmd = exec.Command(iso.Tool, bwrapArgs(spec, shell, iso.Prlimit, resolv)...)
 		cmd.Env = buildEnv(spec.Dir, "/tmp", spec.Env)
+		if outboundNet {
+			var infoW, blockR *os.File
+			var err error
+			if infoR, infoW, err = os.Pipe(); err != nil {
+				return Result{}, fmt.Errorf("sandbox: %w", err)
+			}
+			if blockR, blockW, err = os.Pipe(); err != nil {
+				infoR.Close()
+				infoW.Close()
+				return Result{}, fmt.Errorf("sandbox: %w", err)
+			}
+			cmd.ExtraFiles = []*os.File{infoW, blockR}
+			defer infoW.Close()
+			defer blockR.Close()
+		}
 	} else {
 		home, err := os.MkdirTemp("", "agentbus-home-")
 		if err != nil {
 			return Result{}, fmt.Errorf("sandbox: home directory: %w", err)
 		}
 		defer os.RemoveAll(home)
-		cmd = exec.Command(shell, "-c", spec.Command)
+		if spec.RunAs != nil {
+			if err := os.Chown(home, int(spec.RunAs.UID), int(spec.RunAs.GID)); err != nil {
+				return Result{}, fmt.Errorf("sandbox: home directory: %w", err)
+			}
+		}
+		if iso.Prlimit != "" {
+			// No process limit here: outside a user namespace of its own,
+			// RLIMIT_NPROC counts every process of the user on the host.
+			cmd = exec.Command(iso.Prlimit, append(spec.Limits.prlimitArgs(false), "--", shell, "-c", spec.Command)...)
+		} else {
+			cmd = exec.Command(shell, "-c", spec.Command)
+		}
 		cmd.Env = buildEnv(spec.Dir, home, spec.Env)
 	}
 	cmd.Dir = spec.Dir
@@ -78,10 +118,17 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 		cmd.Stdin = bytes.NewReader(spec.Stdin)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if spec.RunAs != nil {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: spec.RunAs.UID, Gid: spec.RunAs.GID}
+	}
 	cmd.WaitDelay = waitDelay
 
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
+		if infoR != nil {
+			infoR.Close()
+			blockW.Close()
+		}
 		if errors.Is(err, exec.ErrNotFound) {
 			return Result{}, fmt.Errorf("%w: %s: %v", ErrNoShell, shell, err)
 		}
@@ -90,6 +137,18 @@ func Run(ctx context.Context, spec Spec) (Result, error) {
 	pgid := cmd.Process.Pid
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
+	if outboundNet {
+		for _, f := range cmd.ExtraFiles {
+			f.Close() // bwrap holds them now
+		}
+		net, err := startOutbound(runCtx, iso, spec, infoR, blockW)
+		defer net.stop()
+		if err != nil {
+			killGroup(pgid)
+			<-done
+			return Result{}, fmt.Errorf("%w: outbound network: %v", ErrNoIsolation, err)
+		}
+	}
 
 	var res Result
 	var werr error

@@ -7,16 +7,20 @@
 // reach the command.
 //
 // Where bubblewrap (bwrap) can create user namespaces ([Probe]), every
-// command runs inside it: new user, PID, mount, IPC and UTS namespaces,
-// the system directories read-only, the working directory the only
-// writable place (besides a private /tmp, which is also HOME), a fresh
-// /proc in which the calling process does not exist, no capabilities, and
+// command runs inside it: new user, PID, mount, IPC, UTS and network
+// namespaces, the system directories read-only, the working directory the
+// only writable place (besides a private, size-limited /tmp, which is also
+// HOME), a fresh /proc in which the calling process does not exist, no
+// capabilities, no nested user namespaces, resource limits ([Limits]) and
 // bwrap itself started with the command's cleared environment. Secrets of
 // the calling process (its environment, memory, /proc/$PPID/environ, its
-// configuration file and data directory) are therefore out of reach, and
-// nothing outside the working directory can be written. Without bwrap the
-// command runs as a plain child process; [Probe] says so, and callers
-// refuse execSecurity full (see pkg/tools/builtin).
+// configuration file and data directory) are therefore out of reach,
+// nothing outside the working directory can be written, and no service of
+// the host is reachable over the network: [NetworkOutbound] adds a
+// user-mode stack (slirp4netns) to public addresses only. Without bwrap
+// the command runs as a plain child process if the caller allows it
+// (Spec.RequireIsolation); the bash tool refuses unless the operator opted
+// out (see pkg/tools/builtin).
 //
 // The sandbox does not decide whether a command may run: that is
 // pkg/execpolicy's job, and callers must check the policy first.
@@ -25,6 +29,7 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -81,15 +86,72 @@ type Spec struct {
 	// when they lie under a bound directory (the data directory, the
 	// config file); they are masked with an empty file or directory.
 	Hide []string
-	// NoNetwork runs the command in a network namespace of its own
-	// (loopback only); ignored without isolation.
-	NoNetwork bool
+	// Network is what the command may reach (isolated runs only; a run
+	// without isolation shares the host's network whatever this says):
+	// NetworkNone (the zero value) gives it a network namespace of its
+	// own with only a loopback interface, NetworkOutbound adds a
+	// user-mode stack (slirp4netns) through which public addresses are
+	// reachable and the host's loopback, its own addresses, link-local
+	// and private ranges are not (see [BlockedNetworks]), NetworkHost
+	// shares the host's network (operator-written tool handlers).
+	Network Network
+	// AllowNets are prefixes reachable in NetworkOutbound despite
+	// [BlockedNetworks] (an internal package mirror, say). The host's
+	// own addresses and its loopback stay unreachable.
+	AllowNets []netip.Prefix
+	// Limits bound what the command may use; zero fields take
+	// [DefaultLimits]' values. Isolated runs get all of them; a run
+	// without isolation gets all but Processes (see [Limits]).
+	Limits Limits
+	// RunAs, when set, runs the command (and bwrap, and the network
+	// helpers) as this user and group instead of the caller's. A tool
+	// worker running as root needs it: the kernel does not apply the
+	// process limit to uid 0, and without isolation a command of another
+	// user cannot read the worker's files. Dir must be writable by it.
+	RunAs *Credential
 	// RequireIsolation makes Run fail with ErrNoIsolation instead of
 	// running the command unconfined when bwrap is unavailable.
 	RequireIsolation bool
 	// NoIsolation runs the command as a plain child process even when
 	// bwrap is available (tests of the unconfined path only).
 	NoIsolation bool
+}
+
+// Network says what a sandboxed command may reach; see Spec.Network.
+type Network string
+
+// Network modes.
+const (
+	NetworkNone     Network = ""
+	NetworkOutbound Network = "outbound"
+	NetworkHost     Network = "host"
+)
+
+// ParseNetwork maps the configuration words (none, outbound, host) to a
+// Network.
+func ParseNetwork(s string) (Network, error) {
+	switch s {
+	case "none", "":
+		return NetworkNone, nil
+	case "outbound":
+		return NetworkOutbound, nil
+	case "host":
+		return NetworkHost, nil
+	}
+	return "", fmt.Errorf("sandbox: network %q: want none, outbound or host", s)
+}
+
+// String is the configuration word.
+func (n Network) String() string {
+	if n == NetworkNone {
+		return "none"
+	}
+	return string(n)
+}
+
+// Credential is a numeric user and group (Spec.RunAs).
+type Credential struct {
+	UID, GID uint32
 }
 
 // Result is what a finished command produced.

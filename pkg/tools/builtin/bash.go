@@ -40,10 +40,16 @@ type bashTool struct {
 	maxOut    int
 	log       *slog.Logger
 	run       func(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error)
-	// full: execSecurity full, which runs only inside the kernel sandbox.
-	full bool
 	// hide are the file policy's private paths, masked inside the sandbox.
 	hide []string
+	// sandbox is the network, limits and user of every command.
+	sandbox SandboxConfig
+	// refuse, when set, is the answer to every call: this worker cannot isolate commands
+	// and the operator did not opt out (see newBashTool).
+	refuse string
+	// unisolated: the operator's opt-out; commands run as plain child processes. Otherwise
+	// every command requires isolation.
+	unisolated bool
 }
 
 type bashArgs struct {
@@ -68,6 +74,12 @@ func needsOwnerText(cmd string, v execpolicy.Verdict) string {
 func (bt bashTool) tool() tools.Tool {
 	return tools.MustNew("bash", "Run a shell command line in the workspace (bash). The operator's exec policy decides what may run; refused commands say why. Output is capped; long commands time out.",
 		func(ctx context.Context, c tools.Call, a bashArgs) (tools.Result, error) {
+			if bt.refuse != "" {
+				bt.log.Error("bash call refused: no sandbox", "session", c.Env.SessionKey)
+				r := tools.ErrorResult("%s", bt.refuse)
+				r.Details = details(map[string]any{"decision": "unavailable"})
+				return r, nil
+			}
 			cmd := strings.TrimSpace(a.Command)
 			if cmd == "" {
 				return tools.ErrorResult("command is required"), nil
@@ -125,7 +137,8 @@ func (bt bashTool) tool() tools.Tool {
 				timeout = time.Duration(a.TimeoutSeconds) * time.Second
 			}
 			res, err := bt.run(ctx, sandbox.Spec{Command: cmd, Dir: dir, Timeout: timeout, OutputLimit: bt.maxOut,
-				Hide: bt.hide, RequireIsolation: bt.full})
+				Hide: bt.hide, RequireIsolation: !bt.unisolated, NoIsolation: bt.unisolated,
+				Network: bt.sandbox.Network, AllowNets: bt.sandbox.AllowNets, Limits: bt.sandbox.Limits, RunAs: bt.sandbox.RunAs})
 			if err != nil {
 				return tools.ErrorResult("bash could not start: %v", err), nil
 			}

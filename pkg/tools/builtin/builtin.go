@@ -19,6 +19,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
+	"os"
 	"slices"
 	"time"
 
@@ -65,7 +67,21 @@ type Config struct {
 	// Disabled names tools to leave out (ai.tools.disabled); Enabled, when non-empty, is the
 	// only ones to keep (ai.tools.enabled).
 	Enabled, Disabled []string
-	Log               *slog.Logger
+	// Sandbox configures how bash commands are isolated (ai.agent.sandbox).
+	Sandbox SandboxConfig
+	Log     *slog.Logger
+}
+
+// SandboxConfig is the bash tool's share of pkg/sandbox's Spec, from ai.agent.sandbox.
+type SandboxConfig struct {
+	// AllowUnisolated runs bash without kernel isolation where bubblewrap cannot isolate
+	// (an explicit operator opt-out, logged loudly); without it bash refuses every call there.
+	AllowUnisolated bool
+	// Network, AllowNets, Limits and RunAs go to every command's sandbox.Spec.
+	Network   sandbox.Network
+	AllowNets []netip.Prefix
+	Limits    sandbox.Limits
+	RunAs     *sandbox.Credential
 }
 
 // ErrNoIsolation: execSecurity full was configured where the bash sandbox
@@ -76,6 +92,58 @@ var ErrNoIsolation = errors.New("builtin: bash sandbox unavailable")
 // probeIsolation is sandbox.Probe; a test replaces it to play a host
 // without user namespaces.
 var probeIsolation = sandbox.Probe
+
+// protectProcess is sandbox.ProtectProcess (a test may count calls).
+var protectProcess = sandbox.ProtectProcess
+
+// newBashTool decides, once at start-up, how bash commands run here: isolated (bubblewrap
+// works), refused (it does not, and the operator did not opt out: every call gets the reason),
+// or unisolated (the operator's explicit, loudly logged opt-out). execSecurity full never runs
+// unisolated. The worker also makes itself non-dumpable, so that no process of its user
+// (an unisolated command, a stdio MCP server) reads its environment through /proc.
+func newBashTool(cfg Config) (bashTool, error) {
+	iso := probeIsolation()
+	full, off := false, false
+	if m, ok := cfg.Exec.(interface{ Mode() execpolicy.Mode }); ok {
+		full, off = m.Mode() == execpolicy.ModeFull, m.Mode() == execpolicy.ModeDeny
+	}
+	sc := cfg.Sandbox
+	bt := bashTool{exec: cfg.Exec, approvals: cfg.Approvals, confirm: cfg.Confirmations, files: cfg.Files, timeout: cfg.BashTimeout,
+		maxOut: cfg.BashOutputLimit, log: cfg.Log, run: sandbox.Run, hide: cfg.Files.PrivatePaths(), sandbox: sc}
+	if off {
+		cfg.Log.Info(iso.String())
+		return bt, nil
+	}
+	if err := protectProcess(); err != nil {
+		cfg.Log.Warn("bash sandbox: could not make the worker non-dumpable", "err", err)
+	}
+	if os.Geteuid() == 0 && sc.RunAs == nil {
+		cfg.Log.Warn("bash sandbox: the tool worker runs as root and ai.agent.sandbox.runAs is not set: the process limit " +
+			"does not hold for uid 0, and without isolation commands could read everything root can")
+	}
+	switch {
+	case iso.Available && sc.Network == sandbox.NetworkOutbound && !iso.Outbound:
+		bt.refuse = fmt.Sprintf("bash is disabled on this tool worker: the configured outbound network (ai.agent.sandbox.network, "+
+			"execPreset network) needs slirp4netns, nsenter and ip, and %s. The operator must install them or set network: none.", iso.OutboundReason)
+		cfg.Log.Error("BASH DISABLED: "+bt.refuse, "sandbox", iso.String())
+	case iso.Available:
+		cfg.Log.Info(iso.String(), "network", sc.Network.String(), "limits", sc.Limits.String())
+	case full:
+		return bt, fmt.Errorf("%w: execSecurity full needs the bash sandbox, and %s", ErrNoIsolation, iso.Reason)
+	case sc.AllowUnisolated:
+		bt.unisolated = true
+		cfg.Log.Warn("BASH SANDBOX OPT-OUT: ai.agent.sandbox.allowUnisolated is set and "+iso.String()+": bash commands run WITHOUT "+
+			"kernel isolation: they share the host's network and file system (whatever the worker's user may read: its config file, "+
+			"its data directory) and only the exec policy, a cleared environment, the rlimits and a non-dumpable worker stand in their way",
+			"limits", sc.Limits.String())
+	default:
+		bt.refuse = fmt.Sprintf("bash is disabled on this tool worker: it cannot isolate commands (%s), and running them unisolated "+
+			"would expose the worker's secrets. The operator must install bubblewrap and allow it user namespaces (deploy/seccomp-toolworker.json "+
+			"in Docker) or, knowingly, set ai.agent.sandbox.allowUnisolated: true. Do not retry.", iso.Reason)
+		cfg.Log.Error("BASH DISABLED: " + bt.refuse)
+	}
+	return bt, nil
+}
 
 // Names lists every built-in tool name.
 var Names = []string{"read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "bash",
@@ -111,21 +179,11 @@ func All(cfg Config) ([]tools.Tool, error) {
 		f := fileTools{fp: cfg.Files}
 		out = append(out, f.readFile(), f.writeFile(), f.editFile(), f.listDir(), f.glob(), f.grep())
 		if cfg.Exec != nil {
-			iso := probeIsolation()
-			full, off := false, false
-			if m, ok := cfg.Exec.(interface{ Mode() execpolicy.Mode }); ok {
-				full, off = m.Mode() == execpolicy.ModeFull, m.Mode() == execpolicy.ModeDeny
+			bt, err := newBashTool(cfg)
+			if err != nil {
+				return nil, err
 			}
-			if iso.Available || off {
-				cfg.Log.Info(iso.String())
-			} else {
-				cfg.Log.Warn(iso.String())
-				if full {
-					return nil, fmt.Errorf("%w: execSecurity full needs the bash sandbox, and %s", ErrNoIsolation, iso.Reason)
-				}
-			}
-			out = append(out, bashTool{exec: cfg.Exec, approvals: cfg.Approvals, confirm: cfg.Confirmations, files: cfg.Files, timeout: cfg.BashTimeout,
-				maxOut: cfg.BashOutputLimit, log: cfg.Log, run: sandbox.Run, full: full, hide: cfg.Files.PrivatePaths()}.tool())
+			out = append(out, bt.tool())
 		}
 	} else if cfg.Exec != nil {
 		return nil, errors.New("builtin: bash needs Files (the workspace policy)")

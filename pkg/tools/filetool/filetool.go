@@ -209,6 +209,9 @@ func handlerExec(name, handler, dir string, timeout time.Duration, limit int, de
 			// Inside the bubblewrap sandbox only the workspace exists besides the system
 			// directories: the handler's own directory (the operator's) is bound read-only.
 			ReadOnly: []string{filepath.Dir(handler)},
+			// The operator's handler keeps the host's network, as before the bash tool lost it:
+			// handlers call the services they were written for.
+			Network: sandbox.NetworkHost,
 			// sandbox drops AGENTBUS_* and secret-looking names, hence the TOOL_ prefix.
 			Env: []string{"TOOL_NAME=" + name, "TOOL_CALL_ID=" + call.ID, "TOOL_PLATFORM=" + call.Env.Platform,
 				"TOOL_SCOPE=" + call.Env.Scope, "TOOL_SCENE=" + call.Env.SceneID, "TOOL_SENDER=" + call.Env.SenderID,
