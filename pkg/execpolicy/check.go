@@ -681,7 +681,13 @@ func dangerousVar(name string) bool {
 	case "PATH", "ENV", "SHELLOPTS", "BASHOPTS", "IFS", "PS0", "PS1", "PS2", "PS3", "PS4",
 		"PROMPT_COMMAND", "CDPATH", "HOME", "OLDPWD", "PWD", "GLOBIGNORE", "EDITOR", "VISUAL",
 		"PAGER", "MANPAGER", "BROWSER", "SSH_ASKPASS", "SUDO_ASKPASS", "SHELL", "GCONV_PATH",
-		"LOCPATH", "NLSPATH", "TERMINFO", "HOSTALIASES", "TMOUT", "HISTFILE", "INPUTRC", "EXECIGNORE":
+		"LOCPATH", "NLSPATH", "TERMINFO", "HOSTALIASES", "TMOUT", "HISTFILE", "INPUTRC", "EXECIGNORE",
+		// Settings files and variables that name programs (wgetrc's
+		// use_askpass, tar's options, rsync's remote shell, OpenSSL
+		// modules, git and gh configuration, man's options).
+		"WGETRC", "SYSTEM_WGETRC", "CURL_HOME", "TAR_OPTIONS", "RSYNC_RSH", "RSYNC_CONNECT_PROG", "OPENSSL_CONF",
+		"OPENSSL_ENGINES", "OPENSSL_MODULES", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "GH_PAGER", "GH_EDITOR",
+		"GH_BROWSER", "GH_CONFIG_DIR", "MANOPT", "SYSTEMD_PAGER", "SYSTEMD_EDITOR", "GPG_AGENT_INFO":
 		return true
 	}
 	for _, pre := range []string{"LD_", "DYLD_", "BASH_", "GIT_", "NPM_CONFIG_", "PYTHON", "PERL", "RUBY", "NODE_", "JAVA_", "_JAVA_", "LESS", "ZDOTDIR", "KSH_", "FPATH"} {
@@ -1027,6 +1033,9 @@ func (j *judge) final(written, base string, qualified bool, args []token) {
 			return
 		}
 	}
+	if !j.programOptions(base, args) {
+		return
+	}
 	code := unjudgedCode(base, args)
 	dir := path.Dir(written)
 	trusted := !qualified || systemDirs[dir]
@@ -1052,10 +1061,16 @@ func (j *judge) final(written, base string, qualified bool, args []token) {
 				return
 			}
 		}
+		if why := unknownSubcommandSyntax(args); why != "" {
+			j.need(canon, "sensitive table of "+base+": "+why+" (unknown syntax counts as sensitive)")
+			return
+		}
 		for _, r := range re {
-			if r.MatchString(canon) {
-				j.need(canon, "sensitive subcommand: "+canon)
-				return
+			for _, form := range sensitiveForms(base, canon, args) {
+				if r.MatchString(form) {
+					j.need(canon, "sensitive subcommand: "+canon)
+					return
+				}
 			}
 		}
 		j.allow("non-sensitive " + base + " subcommand")
@@ -1104,6 +1119,52 @@ func (j *judge) final(written, base string, qualified bool, args []token) {
 		return
 	}
 	j.need(canon, base+" is not in the allowlist")
+}
+
+// subcommandWord is how the sensitive table expects a subcommand word.
+var subcommandWord = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
+
+// unknownSubcommandSyntax says why the arguments of a program with a
+// sensitive-subcommand table are not the plain "prog sub sub ARGS…" the
+// table's rules read, or "". The program may accept global options,
+// other cases or other orders (icqq -v group kick, icqq Group KICK) that
+// a rule written for "icqq group kick" would miss, so such a command
+// counts as sensitive.
+func unknownSubcommandSyntax(args []token) string {
+	for _, t := range args {
+		if strings.HasPrefix(t.val, "-") || strings.HasPrefix(t.val, "+") {
+			return "option " + quoteArg(t.val)
+		}
+	}
+	if len(args) == 0 {
+		return ""
+	}
+	for _, t := range args {
+		if isNumber(t.val) {
+			break // the first id ends the subcommand
+		}
+		if !subcommandWord.MatchString(t.val) {
+			return "subcommand word " + quoteArg(t.val) + " is not lower-case ASCII"
+		}
+	}
+	if !subcommandWord.MatchString(args[0].val) {
+		return "no subcommand before " + quoteArg(args[0].val)
+	}
+	return ""
+}
+
+// sensitiveForms are the spellings the sensitive rules are matched
+// against: the command, in lower case, and with only its word arguments
+// (numbers and other values dropped, so "icqq group 1 kick" reads as
+// "icqq group kick").
+func sensitiveForms(base, canon string, args []token) []string {
+	words := []string{base}
+	for _, t := range args {
+		if subcommandWord.MatchString(strings.ToLower(t.val)) {
+			words = append(words, strings.ToLower(t.val))
+		}
+	}
+	return []string{canon, strings.ToLower(canon), strings.Join(words, " ")}
 }
 
 // writes judges the written paths of a command that writes files.
