@@ -31,6 +31,9 @@ const (
 	// MaxFields bounds the words one static argument may expand to by
 	// brace expansion ({a,b}{c,d} is 4), computed before expanding.
 	MaxFields = 1024
+	// MaxBraceWords bounds the words brace expansion makes in the whole
+	// check.
+	MaxBraceWords = 4096
 	// MaxWork bounds the syntax nodes, words and expanded fields one
 	// check visits, nested shell strings included.
 	MaxWork = 200_000
@@ -128,8 +131,9 @@ type judge struct {
 	cmds       []string
 	allowWhy   []string
 	// Budget of this check (see MaxWork, CheckBudget).
-	work     int
-	deadline time.Time
+	work       int
+	braceWords int
+	deadline   time.Time
 	// Names used as variables in arithmetic (subscripts, $((…)), ((…)),
 	// [[ -eq ]]), in source order, and what the line assigns to names:
 	// bash evaluates a variable's value as an arithmetic expression where
@@ -341,6 +345,15 @@ func (j *judge) word(w *syntax.Word, sc scope) {
 	if n := braceFields(w); n > MaxFields {
 		j.deny("brace expansion makes more than %d words of one argument", MaxFields)
 		return
+	} else if n > 1 {
+		// mvdan.cc/sh copies the word's parts for every word it makes
+		// (about 2 KiB each for ten brace groups): the whole line may
+		// make MaxBraceWords of them.
+		j.braceWords += n
+		if j.braceWords > MaxBraceWords {
+			j.deny("brace expansion makes more than %d words in the whole command line", MaxBraceWords)
+			return
+		}
 	}
 	syntax.Walk(w, func(n syntax.Node) bool {
 		if !j.spend(1) {
@@ -585,6 +598,9 @@ func (j *judge) decl(d *syntax.DeclClause, sc scope) {
 	for _, a := range d.Args {
 		if a.Naked && a.Name == nil {
 			// An option or a name given as a word.
+			if j.word(a.Value, sc); j.denied != "" {
+				return
+			}
 			v, ok := staticWord(a.Value)
 			if !ok || len(v) != 1 {
 				j.deny("%s with a dynamic argument", d.Variant.Value)
@@ -605,6 +621,9 @@ func (j *judge) decl(d *syntax.DeclClause, sc scope) {
 			j.assigned(s, nil, false)
 			continue
 		}
+		if j.assign(a, sc); j.denied != "" {
+			return
+		}
 		if a.Array != nil || mayBeCompound(a.Value) {
 			// declare -a x='($(cmd))' (also without -a when x is already
 			// an array, and local, typeset, readonly, export -a, declare
@@ -613,7 +632,6 @@ func (j *judge) decl(d *syntax.DeclClause, sc scope) {
 			j.deny("%s with a compound value (NAME=(…), or a value that may begin with \"(\") is not allowed: bash parses it again and runs what is in it", d.Variant.Value)
 			return
 		}
-		j.assign(a, sc)
 	}
 }
 
@@ -855,6 +873,9 @@ func (j *judge) call(c *syntax.CallExpr, redirs []*syntax.Redirect, sc scope) {
 	var toks []token
 	for _, w := range c.Args {
 		j.word(w, sc)
+		if j.denied != "" {
+			return
+		}
 		if f, ok := staticWord(w); ok {
 			for _, s := range f {
 				toks = append(toks, token{val: s})
