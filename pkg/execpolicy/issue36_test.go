@@ -289,4 +289,3 @@ func TestIssue36NestingBounded(t *testing.T) {
 		}
 	}
 }
-
