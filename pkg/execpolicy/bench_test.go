@@ -5,8 +5,8 @@ import (
 	"testing"
 )
 
-// benchLines are ordinary command lines of the kind the model writes.
-var benchLines = []string{
+// ordinaryLines are ordinary command lines of the kind the model writes.
+var ordinaryLines = []string{
 	"ls -la",
 	"cat README.md | grep -n 'func ' | head -20",
 	"find . -name '*.go' -not -path './vendor/*' | wc -l",
@@ -21,11 +21,11 @@ var benchLines = []string{
 	"timeout 10 python3 --version; node --version",
 }
 
-// BenchmarkCheck is the cost of one Check on an ordinary line, with the
+// BenchmarkCheckOrdinary is the cost of one Check on an ordinary line, with the
 // file policy off (the path checks are pkg/filepolicy's cost).
 //
 //	go test -run '^$' -bench BenchmarkCheck -benchmem ./pkg/execpolicy
-func BenchmarkCheck(b *testing.B) {
+func BenchmarkCheckOrdinary(b *testing.B) {
 	p, err := New(Options{Mode: ModeAllowlist, Preset: "development", Approval: ApprovalAsk})
 	if err != nil {
 		b.Fatal(err)
@@ -33,7 +33,7 @@ func BenchmarkCheck(b *testing.B) {
 	b.Run("ordinary", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; b.Loop(); i++ {
-			p.Check(benchLines[i%len(benchLines)], nil)
+			p.Check(ordinaryLines[i%len(ordinaryLines)], nil)
 		}
 	})
 	long := strings.Repeat("echo hello world | grep -c o; ", 70) // ~2 KiB

@@ -282,8 +282,14 @@ func (j *judge) stmt(s *syntax.Stmt, sc scope) {
 			if l.Name != nil {
 				numbers := len(l.Items) > 0
 				for _, w := range l.Items {
-					if !isNumber(w.Lit()) {
+					f, ok := staticWord(w) // {1..3} expands to numbers
+					if !ok || len(f) == 0 {
 						numbers = false
+					}
+					for _, x := range f {
+						if !isNumber(x) {
+							numbers = false
+						}
 					}
 				}
 				if numbers {
@@ -553,10 +559,15 @@ func (j *judge) arithNamesClean() {
 
 // shellSetVar: variables bash or the environment set to text the policy
 // does not see (REPLY, MAPFILE, OPTARG, BASH_REMATCH, PWD, HOME, ...):
-// every name without a lower-case letter.
+// every name without a lower-case letter, except bash's own variables
+// that always hold numbers (unless the line assigns them, which marks
+// them as text).
 func shellSetVar(n string) bool {
-	return strings.ToUpper(n) == n
+	return strings.ToUpper(n) == n && !numericShellVars[n]
 }
+
+var numericShellVars = map[string]bool{"RANDOM": true, "SRANDOM": true, "SECONDS": true, "LINENO": true, "EPOCHSECONDS": true,
+	"BASHPID": true, "PPID": true, "UID": true, "EUID": true, "HISTCMD": true, "OPTIND": true}
 
 func (j *judge) test(x syntax.TestExpr, sc scope) {
 	switch t := x.(type) {

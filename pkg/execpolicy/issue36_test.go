@@ -289,3 +289,32 @@ func TestIssue36NestingBounded(t *testing.T) {
 		}
 	}
 }
+
+// Run-time arguments where an option could stand, to a tool with options
+// that name programs, need the owner's word in allowlist mode: $OPTS could
+// be --use-askpass=/bin/sh or --compress-program=sh.
+func TestIssue36RuntimeOptionsNeedTheOwner(t *testing.T) {
+	lines := []string{
+		`OPT=--use-askpass=/bin/sh; wget $OPT http://x`, `wget "$URL"`, `X=--compress-program=sh; sort $X f`,
+		`git $X log`, `git ${X} -c core.pager=sh log`, `git log $X`, `tar $OPTS -xf a.tar`, `rsync $O a b`,
+	}
+	for _, preset := range []string{"readonly", "network", "development"} {
+		for _, am := range []ApprovalMode{ApprovalDeny, ApprovalAsk, ApprovalAllow} {
+			p, err := New(Options{Mode: ModeAllowlist, Preset: preset, Approval: am})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, line := range lines {
+				if v := p.Check(line, nil); v.Decision == Allow {
+					t.Errorf("preset=%s approval=%s %q = allow (%s), want deny or ask", preset, am, line, v.Reason)
+				}
+			}
+		}
+	}
+	p, _ := New(Options{Mode: ModeAllowlist, Preset: "network"})
+	for _, ok := range []string{`wget "https://$HOST/x"`, `wget -O "$OUT" https://x`, `echo $((RANDOM % 6 + 1))`, `for i in {1..3}; do echo ${a[i]}; done`} {
+		if v := p.Check(ok, nil); v.Decision != Allow {
+			t.Errorf("%q = %s (%s), want allow", ok, v.Decision, v.Reason)
+		}
+	}
+}

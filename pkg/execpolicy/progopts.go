@@ -69,17 +69,20 @@ func (j *judge) programOptions(base string, args []token) bool {
 	switch base {
 	case "git":
 		return j.gitOptions(args)
-	case "find":
-		return true // see find
+	case "sort":
+		// --compress-program: programOption, with sort's full table.
+		j.runtimeOption(base, args, "")
+		return j.denied == ""
 	}
 	spec, ok := progSpecs[base]
 	if !ok {
 		return true
 	}
+	j.runtimeOption(base, args, spec.valShort+spec.short+spec.shortCfg)
 	for i := 0; i < len(args); i++ {
 		t := args[i]
 		if t.dyn {
-			continue // a run-time option is judged by the tool's own rules
+			continue // see runtimeOption
 		}
 		a := t.val
 		if a == "--" {
@@ -164,6 +167,29 @@ func (j *judge) programOptions(base string, args []token) bool {
 		}
 	}
 	return j.denied == ""
+}
+
+// runtimeOption: an argument only known at run time in a place where it
+// may be an option ($OPTS, "$x"; not ./$f, nor the value of a short
+// option that takes one) may be one that names a program, so the tool
+// needs the owner's approval outside execSecurity full.
+func (j *judge) runtimeOption(base string, args []token, valShort string) {
+	for i := 0; i < len(args); i++ {
+		t := args[i]
+		if t.dyn {
+			if !t.safe {
+				j.strict(canonical(base, args), base+" with an argument only known at run time (it could be an option that names a program)")
+				return
+			}
+			continue
+		}
+		if t.val == "--" {
+			return
+		}
+		if a := t.val; len(a) > 1 && a[0] == '-' && a[1] != '-' && strings.IndexByte(valShort, a[len(a)-1]) >= 0 {
+			i++ // the next argument is this option's value
+		}
+	}
 }
 
 // strict records a command that needs the owner's approval outside
@@ -273,7 +299,9 @@ func (j *judge) gitOptions(args []token) bool {
 	for ; i < len(args); i++ {
 		t := args[i]
 		if t.dyn {
-			return true // judged by the git rules: not a safe subcommand
+			// It could be -c core.pager=… at run time.
+			j.strict(canonical("git", args), "git with an argument only known at run time before its subcommand")
+			continue
 		}
 		a := t.val
 		switch {
@@ -339,6 +367,9 @@ sub:
 	}
 	for _, t := range rest {
 		if t.dyn {
+			if !t.safe {
+				j.strict(canonical("git", args), "git "+sub+" with an argument only known at run time (it could be an option that runs a program)")
+			}
 			continue
 		}
 		a := t.val
