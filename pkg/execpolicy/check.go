@@ -56,7 +56,7 @@ func (p *Policy) Check(cmdline string, ap *Approvals) Verdict {
 	if len(cmdline) > MaxCommandLine {
 		return Verdict{Decision: Deny, Reason: fmt.Sprintf("command line longer than %d bytes", MaxCommandLine)}
 	}
-	j := &judge{p: p, deadline: time.Now().Add(CheckBudget), dirty: map[string]string{}, clean: map[string]bool{}}
+	j := &judge{p: p, deadline: time.Now().Add(CheckBudget)}
 	j.source(cmdline, syntax.LangBash, 0)
 	j.arithNamesClean()
 	v := Verdict{Commands: j.cmds}
@@ -293,7 +293,7 @@ func (j *judge) stmt(s *syntax.Stmt, sc scope) {
 					}
 				}
 				if numbers {
-					j.clean[l.Name.Value] = true
+					j.markClean(l.Name.Value)
 				} else {
 					j.taint(l.Name.Value, "a loop variable over words that are not all literal numbers")
 				}
@@ -515,9 +515,20 @@ func (j *judge) useName(name string) {
 
 // taint records that name may hold any text at run time.
 func (j *judge) taint(name, why string) {
+	if j.dirty == nil {
+		j.dirty = map[string]string{}
+	}
 	if _, ok := j.dirty[name]; !ok {
 		j.dirty[name] = why
 	}
+}
+
+// markClean records an assignment of a literal number to name.
+func (j *judge) markClean(name string) {
+	if j.clean == nil {
+		j.clean = map[string]bool{}
+	}
+	j.clean[name] = true
 }
 
 // assigned records an assignment of value (nil: dynamic) to name.
@@ -526,9 +537,9 @@ func (j *judge) assigned(name string, value *syntax.Word, array bool) {
 	case array:
 		j.taint(name, "assigned an array")
 	case value == nil:
-		j.clean[name] = true // declare x: empty, evaluates to 0
+		j.markClean(name) // declare x: empty, evaluates to 0
 	case isNumber(value.Lit()):
-		j.clean[name] = true
+		j.markClean(name)
 	default:
 		j.taint(name, "assigned a value that is not a literal number")
 	}
@@ -1287,7 +1298,7 @@ func (j *judge) declArgs(base string, args []token) bool {
 		if hasVal && !isNumber(val) {
 			j.taint(name, "assigned a value that is not a literal number")
 		} else {
-			j.clean[name] = true
+			j.markClean(name)
 		}
 	}
 	return true
