@@ -284,7 +284,14 @@ func TestIssue36NestingBounded(t *testing.T) {
 		if took > 3*time.Second {
 			t.Errorf("%s: check took %v", name, took)
 		}
-		if alloc > 64<<20 {
+		// A refused bomb allocates next to nothing; a long line that is
+		// judged allocates a few MiB (much more under -race, which drops
+		// what sync.Pool would keep for the parser).
+		limit := uint64(32 << 20)
+		if v.Decision == Allow {
+			limit = 256 << 20
+		}
+		if alloc > limit {
 			t.Errorf("%s: check allocated %d MiB", name, alloc>>20)
 		}
 	}
