@@ -274,6 +274,9 @@ func (j *judge) stmt(s *syntax.Stmt, sc scope) {
 		j.stmts(c.Cond, sc)
 		j.stmts(c.Do, sc)
 	case *syntax.ForClause:
+		if c.Select {
+			j.taint("REPLY", "set at run time by select")
+		}
 		switch l := c.Loop.(type) {
 		case *syntax.WordIter:
 			if l.Name != nil && dangerousVar(l.Name.Value) {
@@ -537,7 +540,9 @@ func (j *judge) assigned(name string, value *syntax.Word, array bool) {
 	case array:
 		j.taint(name, "assigned an array")
 	case value == nil:
-		j.markClean(name) // declare x: empty, evaluates to 0
+		// x= assigns the empty string (0); declare x (naked, see decl)
+		// assigns nothing and is not recorded.
+		j.markClean(name)
 	case isNumber(value.Lit()):
 		j.markClean(name)
 	default:
@@ -640,8 +645,7 @@ func (j *judge) decl(d *syntax.DeclClause, sc scope) {
 				j.deny("%s %s is not allowed", d.Variant.Value, s)
 				return
 			}
-			j.assigned(s, nil, false)
-			continue
+			continue // declare x keeps x's value: no assignment
 		}
 		if j.assign(a, sc); j.denied != "" {
 			return
@@ -1295,9 +1299,10 @@ func (j *judge) declArgs(base string, args []token) bool {
 			j.deny("%s with a compound value (NAME=(…)) is not allowed: bash parses it again and runs what is in it", base)
 			return false
 		}
-		if hasVal && !isNumber(val) {
+		switch {
+		case hasVal && !isNumber(val):
 			j.taint(name, "assigned a value that is not a literal number")
-		} else {
+		case hasVal:
 			j.markClean(name)
 		}
 	}
@@ -1319,6 +1324,15 @@ func (j *judge) builtinVars(base string, args []token) bool {
 		}
 		j.taint(t.val, "set at run time by "+base)
 		return true
+	}
+	// The variables these builtins fill when given no name.
+	switch base {
+	case "read":
+		j.taint("REPLY", "set at run time by read")
+	case "mapfile", "readarray":
+		j.taint("MAPFILE", "set at run time by "+base)
+	case "getopts":
+		j.taint("OPTARG", "set at run time by getopts")
 	}
 	switch base {
 	case "mapfile", "readarray":

@@ -260,6 +260,7 @@ var rtStatements = []string{
 // rtWhole are hostile lines that are not built from a payload.
 var rtWhole = []string{
 	`read i < f; echo ${a[i]}`, `read -r i < f; (( i ))`, `read < f; echo $((REPLY))`, `mapfile -t m < f; echo $((m))`,
+	`read < f; export REPLY; echo $((REPLY))`, `REPLY=1; read < f; echo $((REPLY))`, `read -r x < f; declare x; echo $((x))`,
 	`wget --use-askpass=zzmark http://127.0.0.1:9/`, `wget --use-ask=zzmark http://127.0.0.1:9/`,
 	`wget -e use_askpass=zzmark http://127.0.0.1:9/`, `wget -qeuse_askpass=zzmark http://127.0.0.1:9/`,
 	`wget --execute=use_askpass=zzmark http://127.0.0.1:9/`, `wget -e USE-ASKPASS=zzmark http://127.0.0.1:9/`,
