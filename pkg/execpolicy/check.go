@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"strconv"
 	"strings"
+	"time"
 
 	"mvdan.cc/sh/v3/expand"
 	"mvdan.cc/sh/v3/syntax"
@@ -19,6 +21,25 @@ const (
 	// MaxDepth bounds nested shell strings (bash -c "sh -c '…'") and
 	// here-documents fed to shells.
 	MaxDepth = 6
+	// MaxNesting bounds how deeply brackets ({ ( [ and their $ forms)
+	// nest in one command line, counted before the line reaches the shell
+	// parser (whose recursion, and mvdan.cc/sh's brace expansion, grow
+	// with the depth: 32,000 nested braces made a check allocate until
+	// the process died). Quotes are not looked at, so the count can only
+	// be higher than the shell's.
+	MaxNesting = 64
+	// MaxFields bounds the words one static argument may expand to by
+	// brace expansion ({a,b}{c,d} is 4), computed before expanding.
+	MaxFields = 1024
+	// MaxBraceWords bounds the words brace expansion makes in the whole
+	// check.
+	MaxBraceWords = 4096
+	// MaxWork bounds the syntax nodes, words and expanded fields one
+	// check visits, nested shell strings included.
+	MaxWork = 200_000
+	// CheckBudget is the wall-clock time one check may take; a check
+	// that runs out is a Deny.
+	CheckBudget = 2 * time.Second
 )
 
 // Check judges cmdline under the policy and the endpoint's approvals (nil
@@ -35,8 +56,9 @@ func (p *Policy) Check(cmdline string, ap *Approvals) Verdict {
 	if len(cmdline) > MaxCommandLine {
 		return Verdict{Decision: Deny, Reason: fmt.Sprintf("command line longer than %d bytes", MaxCommandLine)}
 	}
-	j := &judge{p: p}
+	j := &judge{p: p, deadline: time.Now().Add(CheckBudget)}
 	j.source(cmdline, syntax.LangBash, 0)
+	j.arithNamesClean()
 	v := Verdict{Commands: j.cmds}
 	if j.denied != "" {
 		v.Decision, v.Reason = Deny, j.denied
@@ -108,6 +130,37 @@ type judge struct {
 	pending    []pending
 	cmds       []string
 	allowWhy   []string
+	// Budget of this check (see MaxWork, CheckBudget).
+	work       int
+	braceWords int
+	deadline   time.Time
+	// Names used as variables in arithmetic (subscripts, $((…)), ((…)),
+	// [[ -eq ]]), in source order, and what the line assigns to names:
+	// bash evaluates a variable's value as an arithmetic expression where
+	// the name is used, and a value such as b[$(cmd)] runs cmd, so a name
+	// is allowed there only when its value is known to be a number
+	// (see arithNamesClean).
+	arithNames []string
+	dirty      map[string]string // name -> why its value may be any text
+	clean      map[string]bool   // name assigned a literal number somewhere
+}
+
+// spend counts n units of work and denies once the check is over its
+// budget of work or time; it reports whether the check may go on.
+func (j *judge) spend(n int) bool {
+	if j.denied != "" {
+		return false
+	}
+	j.work += n
+	if j.work > MaxWork {
+		j.deny("command line too complex to judge (more than %d syntax nodes and expanded words)", MaxWork)
+		return false
+	}
+	if j.work&0xff == 0 && time.Now().After(j.deadline) {
+		j.deny("command line too complex to judge within %v", CheckBudget)
+		return false
+	}
+	return true
 }
 
 func (j *judge) deny(format string, args ...any) {
@@ -142,6 +195,13 @@ func (j *judge) source(src string, lang syntax.LangVariant, depth int) {
 		j.deny("NUL byte in command")
 		return
 	}
+	if d := nesting(src); d > MaxNesting {
+		j.deny("brackets nested %d deep (more than %d) are not judged", d, MaxNesting)
+		return
+	}
+	if !j.spend(len(src) / 16) {
+		return
+	}
 	f, err := syntax.NewParser(syntax.Variant(lang)).Parse(strings.NewReader(src), "")
 	if err != nil {
 		j.deny("cannot parse command: %v", err)
@@ -149,6 +209,27 @@ func (j *judge) source(src string, lang syntax.LangVariant, depth int) {
 	}
 	sc := scope{depth: depth}
 	j.stmts(f.Stmts, sc)
+}
+
+// nesting is the deepest nesting of { ( [ in src, quotes ignored (so it
+// is never below the shell's own nesting), counted in one pass before
+// anything recursive sees the text.
+func nesting(src string) int {
+	depth, max := 0, 0
+	for i := 0; i < len(src); i++ {
+		switch src[i] {
+		case '{', '(', '[':
+			depth++
+			if depth > max {
+				max = depth
+			}
+		case '}', ')', ']':
+			if depth > 0 {
+				depth--
+			}
+		}
+	}
+	return max
 }
 
 // scope carries context down the tree.
@@ -166,6 +247,9 @@ func (j *judge) stmts(list []*syntax.Stmt, sc scope) {
 }
 
 func (j *judge) stmt(s *syntax.Stmt, sc scope) {
+	if !j.spend(1) {
+		return
+	}
 	for _, r := range s.Redirs {
 		j.redirect(r, sc)
 	}
@@ -190,10 +274,32 @@ func (j *judge) stmt(s *syntax.Stmt, sc scope) {
 		j.stmts(c.Cond, sc)
 		j.stmts(c.Do, sc)
 	case *syntax.ForClause:
+		if c.Select {
+			j.taint("REPLY", "set at run time by select")
+		}
 		switch l := c.Loop.(type) {
 		case *syntax.WordIter:
 			if l.Name != nil && dangerousVar(l.Name.Value) {
 				j.deny("loop variable %s changes how commands run", l.Name.Value)
+			}
+			if l.Name != nil {
+				numbers := len(l.Items) > 0
+				for _, w := range l.Items {
+					f, ok := staticWord(w) // {1..3} expands to numbers
+					if !ok || len(f) == 0 {
+						numbers = false
+					}
+					for _, x := range f {
+						if !isNumber(x) {
+							numbers = false
+						}
+					}
+				}
+				if numbers {
+					j.markClean(l.Name.Value)
+				} else {
+					j.taint(l.Name.Value, "a loop variable over words that are not all literal numbers")
+				}
 			}
 			for _, w := range l.Items {
 				j.word(w, sc)
@@ -245,8 +351,21 @@ func (j *judge) word(w *syntax.Word, sc scope) {
 	if w == nil {
 		return
 	}
+	if n := braceFields(w); n > MaxFields {
+		j.deny("brace expansion makes more than %d words of one argument", MaxFields)
+		return
+	} else if n > 1 {
+		// mvdan.cc/sh copies the word's parts for every word it makes
+		// (about 2 KiB each for ten brace groups): the whole line may
+		// make MaxBraceWords of them.
+		j.braceWords += n
+		if j.braceWords > MaxBraceWords {
+			j.deny("brace expansion makes more than %d words in the whole command line", MaxBraceWords)
+			return
+		}
+	}
 	syntax.Walk(w, func(n syntax.Node) bool {
-		if j.denied != "" {
+		if !j.spend(1) {
 			return false
 		}
 		switch x := n.(type) {
@@ -286,10 +405,10 @@ func (j *judge) param(x *syntax.ParamExp, sc scope) {
 		j.deny("indirect expansion ${!name} is not allowed (the name it reads can evaluate code)")
 		return
 	}
-	if x.Index != nil {
-		if !literalSubscript(x.Index) {
-			j.deny("array subscript evaluated as arithmetic: only literal subscripts are allowed")
-		}
+	if x.Index != nil && !allSubscript(x.Index) {
+		// Bash evaluates the subscript of an indexed array as arithmetic,
+		// quoted or not: ${a['$(cmd)']} runs cmd.
+		j.subscript(x.Index)
 	}
 	if x.Slice != nil {
 		for _, a := range []syntax.ArithmExpr{x.Slice.Offset, x.Slice.Length} {
@@ -307,6 +426,9 @@ func (j *judge) param(x *syntax.ParamExp, sc scope) {
 			if x.Param != nil && dangerousVar(x.Param.Value) {
 				j.deny("assignment to %s changes how commands run", x.Param.Value)
 			}
+			if x.Param != nil {
+				j.taint(x.Param.Value, "assigned by ${name:=word}")
+			}
 		}
 	}
 	if x.Flags != nil || x.NestedParam != nil {
@@ -314,62 +436,154 @@ func (j *judge) param(x *syntax.ParamExp, sc scope) {
 	}
 }
 
-// allSubscript: ${!a[@]} and ${!a[*]} list an array's keys.
+// allSubscript: ${a[@]}, ${a[*]}, ${!a[@]}, ${#a[@]} evaluate nothing.
 func allSubscript(x syntax.ArithmExpr) bool {
 	w, ok := x.(*syntax.Word)
-	return ok && (w.Lit() == "@" || w.Lit() == "*")
+	return ok && len(w.Parts) == 1 && (w.Lit() == "@" || w.Lit() == "*")
 }
 
-// literalSubscript: a[0], a[12], a["key"], a['key'] evaluate nothing.
-func literalSubscript(x syntax.ArithmExpr) bool {
-	w, ok := x.(*syntax.Word)
-	if !ok {
-		return false
-	}
-	if isNumber(w.Lit()) {
-		return true
-	}
-	if len(w.Parts) == 1 {
-		switch q := w.Parts[0].(type) {
-		case *syntax.SglQuoted:
-			return !q.Dollar
-		case *syntax.DblQuoted:
-			for _, p := range q.Parts {
-				if _, ok := p.(*syntax.Lit); !ok {
-					return false
-				}
-			}
-			return true
-		}
-	}
-	return false
+// subscript judges an array subscript: bash evaluates it as arithmetic
+// (for indexed arrays; an associative array's key is plain text, but the
+// parser cannot tell which kind a name is), so it is held to the
+// arithmetic rule: literal numbers, variable names whose values are
+// numbers, operators.
+func (j *judge) subscript(x syntax.ArithmExpr) {
+	j.arithWhy(x, "array subscripts are evaluated as arithmetic: only literal numbers and plain variable names are allowed (a quoted or expanded subscript runs any $(…) in it)")
 }
 
 var numberRe = regexp.MustCompile(`^([0-9]+|0[xX][0-9a-fA-F]+|[0-9]{1,2}#[0-9a-zA-Z@_]+)$`)
 
 func isNumber(s string) bool { return s != "" && numberRe.MatchString(s) }
 
-// arith allows arithmetic over literal numbers only: bash evaluates a
-// variable's value as an expression, and a[$(cmd)] inside such a value
-// runs cmd, so any name or expansion in arithmetic is unjudgeable.
+// arith allows arithmetic over literal numbers, plain variable names and
+// array elements with such subscripts, joined by operators. An expansion
+// ($x, $(…), quotes) puts text in the expression that bash evaluates as
+// code (a[$(cmd)] runs cmd), so it is denied; a plain name is evaluated
+// too, so its value must be a number: see arithNamesClean.
 func (j *judge) arith(x syntax.ArithmExpr) {
-	syntax.Walk(x, func(n syntax.Node) bool {
-		if j.denied != "" {
-			return false
-		}
-		switch v := n.(type) {
-		case *syntax.Word:
-			if !isNumber(v.Lit()) {
-				j.deny("arithmetic over variables or expansions is not allowed (bash evaluates their values as code)")
-			}
-			return false
-		case *syntax.ParamExp, *syntax.CmdSubst:
-			j.deny("arithmetic over variables or expansions is not allowed (bash evaluates their values as code)")
-			return false
-		}
-		return true
-	})
+	j.arithWhy(x, "arithmetic over expansions or quoted text is not allowed (bash evaluates them as code): only literal numbers and plain variable names")
 }
+
+func (j *judge) arithWhy(x syntax.ArithmExpr, why string) {
+	if !j.spend(1) {
+		return
+	}
+	switch v := x.(type) {
+	case *syntax.BinaryArithm:
+		j.arithWhy(v.X, why)
+		j.arithWhy(v.Y, why)
+	case *syntax.UnaryArithm:
+		j.arithWhy(v.X, why)
+	case *syntax.ParenArithm:
+		j.arithWhy(v.X, why)
+	case *syntax.Word:
+		if len(v.Parts) != 1 {
+			j.deny("%s", why)
+			return
+		}
+		switch p := v.Parts[0].(type) {
+		case *syntax.Lit:
+			switch {
+			case isNumber(p.Value):
+			case varNameRe.MatchString(p.Value):
+				j.useName(p.Value)
+			default:
+				j.deny("%s", why)
+			}
+		case *syntax.ParamExp:
+			// a[i] inside arithmetic: the parser gives it as a short
+			// parameter expansion without a dollar sign.
+			if p.Dollar.IsValid() || !p.Short || p.Param == nil || !varNameRe.MatchString(p.Param.Value) ||
+				p.Excl || p.Length || p.Width || p.IsSet || p.Slice != nil || p.Repl != nil || p.Exp != nil ||
+				p.Names != 0 || p.Flags != nil || p.NestedParam != nil || len(p.Modifiers) > 0 {
+				j.deny("%s", why)
+				return
+			}
+			j.useName(p.Param.Value)
+			if p.Index != nil {
+				j.arithWhy(p.Index, why)
+			}
+		default:
+			j.deny("%s", why)
+		}
+	default:
+		j.deny("%s", why)
+	}
+}
+
+// useName records a variable evaluated as arithmetic.
+func (j *judge) useName(name string) {
+	j.arithNames = append(j.arithNames, name)
+}
+
+// taint records that name may hold any text at run time.
+func (j *judge) taint(name, why string) {
+	if j.dirty == nil {
+		j.dirty = map[string]string{}
+	}
+	if _, ok := j.dirty[name]; !ok {
+		j.dirty[name] = why
+	}
+}
+
+// markClean records an assignment of a literal number to name.
+func (j *judge) markClean(name string) {
+	if j.clean == nil {
+		j.clean = map[string]bool{}
+	}
+	j.clean[name] = true
+}
+
+// assigned records an assignment of value (nil: dynamic) to name.
+func (j *judge) assigned(name string, value *syntax.Word, array bool) {
+	switch {
+	case array:
+		j.taint(name, "assigned an array")
+	case value == nil:
+		// x= assigns the empty string (0); declare x (naked, see decl)
+		// assigns nothing and is not recorded.
+		j.markClean(name)
+	case isNumber(value.Lit()):
+		j.markClean(name)
+	default:
+		j.taint(name, "assigned a value that is not a literal number")
+	}
+}
+
+// arithNamesClean denies when a name used in arithmetic may hold code
+// (flow-insensitively: any assignment in the whole line, nested shell
+// strings included, counts). A name the line never assigns holds what
+// the sandbox's fixed environment gives it, or nothing; bash's own
+// variables that take run-time text (REPLY, BASH_REMATCH, PWD, ...) and
+// other all-capitals names are accepted only when the line assigns them
+// literal numbers.
+func (j *judge) arithNamesClean() {
+	if j.denied != "" {
+		return
+	}
+	for _, n := range j.arithNames {
+		if why, ok := j.dirty[n]; ok {
+			j.deny("variable %s is evaluated as arithmetic but is %s (bash would run any $(…) in its value)", n, why)
+			return
+		}
+		if shellSetVar(n) && !j.clean[n] {
+			j.deny("variable %s is evaluated as arithmetic but holds text set at run time (bash would run any $(…) in its value)", n)
+			return
+		}
+	}
+}
+
+// shellSetVar: variables bash or the environment set to text the policy
+// does not see (REPLY, MAPFILE, OPTARG, BASH_REMATCH, PWD, HOME, ...):
+// every name without a lower-case letter, except bash's own variables
+// that always hold numbers (unless the line assigns them, which marks
+// them as text).
+func shellSetVar(n string) bool {
+	return strings.ToUpper(n) == n && !numericShellVars[n]
+}
+
+var numericShellVars = map[string]bool{"RANDOM": true, "SRANDOM": true, "SECONDS": true, "LINENO": true, "EPOCHSECONDS": true,
+	"BASHPID": true, "PPID": true, "UID": true, "EUID": true, "HISTCMD": true, "OPTIND": true}
 
 func (j *judge) test(x syntax.TestExpr, sc scope) {
 	switch t := x.(type) {
@@ -390,10 +604,11 @@ func (j *judge) test(x syntax.TestExpr, sc scope) {
 		case syntax.TsEql, syntax.TsNeq, syntax.TsLeq, syntax.TsGeq, syntax.TsLss, syntax.TsGtr:
 			for _, side := range []syntax.TestExpr{t.X, t.Y} {
 				w, ok := side.(*syntax.Word)
-				if !ok || !isNumber(w.Lit()) {
-					j.deny("[[ … -eq … ]] evaluates operands as arithmetic: only literal numbers are allowed")
+				if !ok {
+					j.deny("[[ … -eq … ]] evaluates operands as arithmetic: only literal numbers and plain variable names are allowed")
 					return
 				}
+				j.arithWhy(w, "[[ … -eq … ]] evaluates operands as arithmetic: only literal numbers and plain variable names are allowed")
 			}
 		}
 		j.test(t.X, sc)
@@ -410,6 +625,9 @@ func (j *judge) decl(d *syntax.DeclClause, sc scope) {
 	for _, a := range d.Args {
 		if a.Naked && a.Name == nil {
 			// An option or a name given as a word.
+			if j.word(a.Value, sc); j.denied != "" {
+				return
+			}
 			v, ok := staticWord(a.Value)
 			if !ok || len(v) != 1 {
 				j.deny("%s with a dynamic argument", d.Variant.Value)
@@ -427,10 +645,54 @@ func (j *judge) decl(d *syntax.DeclClause, sc scope) {
 				j.deny("%s %s is not allowed", d.Variant.Value, s)
 				return
 			}
-			continue
+			continue // declare x keeps x's value: no assignment
 		}
-		j.assign(a, sc)
+		if j.assign(a, sc); j.denied != "" {
+			return
+		}
+		if a.Array != nil || mayBeCompound(a.Value) {
+			// declare -a x='($(cmd))' (also without -a when x is already
+			// an array, and local, typeset, readonly, export -a, declare
+			// -A, x=\(…\), $'(…)') parses the value again as a compound
+			// assignment, running what is in it.
+			j.deny("%s with a compound value (NAME=(…), or a value that may begin with \"(\") is not allowed: bash parses it again and runs what is in it", d.Variant.Value)
+			return
+		}
 	}
+}
+
+// mayBeCompound: the value of an assignment given to declare & co. may
+// begin with "(" once expanded (bash then parses it as a compound array
+// value).
+func mayBeCompound(w *syntax.Word) bool {
+	if w == nil {
+		return false
+	}
+	if f, ok := staticWord(w); ok {
+		for _, s := range f {
+			if strings.HasPrefix(s, "(") {
+				return true
+			}
+		}
+		return false
+	}
+	first := ""
+	switch x := w.Parts[0].(type) {
+	case *syntax.Lit:
+		first = strings.TrimPrefix(x.Value, "\\")
+	case *syntax.SglQuoted:
+		if x.Dollar {
+			return true
+		}
+		first = x.Value
+	case *syntax.DblQuoted:
+		if len(x.Parts) > 0 {
+			if lit, ok := x.Parts[0].(*syntax.Lit); ok {
+				first = lit.Value
+			}
+		}
+	}
+	return first == "" || first[0] == '('
 }
 
 func (j *judge) assign(a *syntax.Assign, sc scope) {
@@ -438,19 +700,20 @@ func (j *judge) assign(a *syntax.Assign, sc scope) {
 		j.deny("assignment to %s changes how commands run", a.Name.Value)
 		return
 	}
-	if a.Index != nil && !literalSubscript(a.Index) {
-		j.deny("array subscript evaluated as arithmetic: only literal subscripts are allowed")
-		return
+	if a.Index != nil {
+		j.subscript(a.Index)
 	}
 	j.word(a.Value, sc)
 	if a.Array != nil {
 		for _, e := range a.Array.Elems {
-			if e.Index != nil && !literalSubscript(e.Index) {
-				j.deny("array subscript evaluated as arithmetic: only literal subscripts are allowed")
-				return
+			if e.Index != nil {
+				j.subscript(e.Index)
 			}
 			j.word(e.Value, sc)
 		}
+	}
+	if a.Name != nil {
+		j.assigned(a.Name.Value, a.Value, a.Array != nil)
 	}
 }
 
@@ -462,7 +725,13 @@ func dangerousVar(name string) bool {
 	case "PATH", "ENV", "SHELLOPTS", "BASHOPTS", "IFS", "PS0", "PS1", "PS2", "PS3", "PS4",
 		"PROMPT_COMMAND", "CDPATH", "HOME", "OLDPWD", "PWD", "GLOBIGNORE", "EDITOR", "VISUAL",
 		"PAGER", "MANPAGER", "BROWSER", "SSH_ASKPASS", "SUDO_ASKPASS", "SHELL", "GCONV_PATH",
-		"LOCPATH", "NLSPATH", "TERMINFO", "HOSTALIASES", "TMOUT", "HISTFILE", "INPUTRC", "EXECIGNORE":
+		"LOCPATH", "NLSPATH", "TERMINFO", "HOSTALIASES", "TMOUT", "HISTFILE", "INPUTRC", "EXECIGNORE",
+		// Settings files and variables that name programs (wgetrc's
+		// use_askpass, tar's options, rsync's remote shell, OpenSSL
+		// modules, git and gh configuration, man's options).
+		"WGETRC", "SYSTEM_WGETRC", "CURL_HOME", "TAR_OPTIONS", "RSYNC_RSH", "RSYNC_CONNECT_PROG", "OPENSSL_CONF",
+		"OPENSSL_ENGINES", "OPENSSL_MODULES", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "GH_PAGER", "GH_EDITOR",
+		"GH_BROWSER", "GH_CONFIG_DIR", "MANOPT", "SYSTEMD_PAGER", "SYSTEMD_EDITOR", "GPG_AGENT_INFO":
 		return true
 	}
 	for _, pre := range []string{"LD_", "DYLD_", "BASH_", "GIT_", "NPM_CONFIG_", "PYTHON", "PERL", "RUBY", "NODE_", "JAVA_", "_JAVA_", "LESS", "ZDOTDIR", "KSH_", "FPATH"} {
@@ -497,6 +766,9 @@ func staticWord(w *syntax.Word) ([]string, bool) {
 			return nil, false
 		}
 	}
+	if braceFields(w) > MaxFields {
+		return nil, false
+	}
 	// A fresh Config per call: expand.Fields(nil, …) mutates a shared
 	// package-level default, which races under concurrent Checks.
 	fields, err := expand.Fields(&expand.Config{}, w)
@@ -504,6 +776,82 @@ func staticWord(w *syntax.Word) ([]string, bool) {
 		return nil, false
 	}
 	return fields, true
+}
+
+// braceFields is how many words brace expansion makes of w, computed
+// from the brace structure without expanding (saturated above MaxFields):
+// mvdan.cc/sh expands up to 16Ki words and copies the word's parts for
+// each, which nested braces turn into gigabytes.
+func braceFields(w *syntax.Word) int {
+	cp := *w
+	if !syntax.SplitBraces(&cp) {
+		return 1
+	}
+	return partsFields(cp.Parts)
+}
+
+func partsFields(parts []syntax.WordPart) int {
+	n := 1
+	for _, p := range parts {
+		if b, ok := p.(*syntax.BraceExp); ok {
+			n = satMul(n, braceExpFields(b))
+		}
+	}
+	return n
+}
+
+func braceExpFields(b *syntax.BraceExp) int {
+	if b.Sequence {
+		if len(b.Elems) < 2 {
+			return 1
+		}
+		from, to := b.Elems[0].Lit(), b.Elems[1].Lit()
+		var lo, hi int64
+		if x, err := strconv.ParseInt(from, 10, 64); err == nil {
+			y, err := strconv.ParseInt(to, 10, 64)
+			if err != nil {
+				return MaxFields + 1
+			}
+			lo, hi = x, y
+		} else if len(from) == 1 && len(to) == 1 {
+			lo, hi = int64(from[0]), int64(to[0])
+		} else {
+			return 1 // not a sequence bash expands
+		}
+		span := hi - lo
+		if span < 0 {
+			span = -span
+		}
+		step := int64(1)
+		if len(b.Elems) > 2 {
+			if s, err := strconv.ParseInt(b.Elems[2].Lit(), 10, 64); err == nil && s != 0 {
+				if s < 0 {
+					s = -s
+				}
+				step = s
+			}
+		}
+		n := span/step + 1
+		if n > MaxFields || n < 0 {
+			return MaxFields + 1
+		}
+		return int(n)
+	}
+	n := 0
+	for _, e := range b.Elems {
+		n += partsFields(e.Parts)
+		if n > MaxFields {
+			return MaxFields + 1
+		}
+	}
+	return n
+}
+
+func satMul(a, b int) int {
+	if a > MaxFields || b > MaxFields || a*b > MaxFields {
+		return MaxFields + 1
+	}
+	return a * b
 }
 
 // hasGlob reports unescaped glob metacharacters in an unquoted literal.
@@ -551,6 +899,9 @@ func (j *judge) call(c *syntax.CallExpr, redirs []*syntax.Redirect, sc scope) {
 	var toks []token
 	for _, w := range c.Args {
 		j.word(w, sc)
+		if j.denied != "" {
+			return
+		}
 		if f, ok := staticWord(w); ok {
 			for _, s := range f {
 				toks = append(toks, token{val: s})
@@ -729,6 +1080,9 @@ func (j *judge) final(written, base string, qualified bool, args []token) {
 			return
 		}
 	}
+	if !j.programOptions(base, args) {
+		return
+	}
 	code := unjudgedCode(base, args)
 	dir := path.Dir(written)
 	trusted := !qualified || systemDirs[dir]
@@ -754,10 +1108,16 @@ func (j *judge) final(written, base string, qualified bool, args []token) {
 				return
 			}
 		}
+		if why := unknownSubcommandSyntax(args); why != "" {
+			j.need(canon, "sensitive table of "+base+": "+why+" (unknown syntax counts as sensitive)")
+			return
+		}
 		for _, r := range re {
-			if r.MatchString(canon) {
-				j.need(canon, "sensitive subcommand: "+canon)
-				return
+			for _, form := range sensitiveForms(base, canon, args) {
+				if r.MatchString(form) {
+					j.need(canon, "sensitive subcommand: "+canon)
+					return
+				}
 			}
 		}
 		j.allow("non-sensitive " + base + " subcommand")
@@ -806,6 +1166,52 @@ func (j *judge) final(written, base string, qualified bool, args []token) {
 		return
 	}
 	j.need(canon, base+" is not in the allowlist")
+}
+
+// subcommandWord is how the sensitive table expects a subcommand word.
+var subcommandWord = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
+
+// unknownSubcommandSyntax says why the arguments of a program with a
+// sensitive-subcommand table are not the plain "prog sub sub ARGS…" the
+// table's rules read, or "". The program may accept global options,
+// other cases or other orders (icqq -v group kick, icqq Group KICK) that
+// a rule written for "icqq group kick" would miss, so such a command
+// counts as sensitive.
+func unknownSubcommandSyntax(args []token) string {
+	for _, t := range args {
+		if strings.HasPrefix(t.val, "-") || strings.HasPrefix(t.val, "+") {
+			return "option " + quoteArg(t.val)
+		}
+	}
+	if len(args) == 0 {
+		return ""
+	}
+	for _, t := range args {
+		if isNumber(t.val) {
+			break // the first id ends the subcommand
+		}
+		if !subcommandWord.MatchString(t.val) {
+			return "subcommand word " + quoteArg(t.val) + " is not lower-case ASCII"
+		}
+	}
+	if !subcommandWord.MatchString(args[0].val) {
+		return "no subcommand before " + quoteArg(args[0].val)
+	}
+	return ""
+}
+
+// sensitiveForms are the spellings the sensitive rules are matched
+// against: the command, in lower case, and with only its word arguments
+// (numbers and other values dropped, so "icqq group 1 kick" reads as
+// "icqq group kick").
+func sensitiveForms(base, canon string, args []token) []string {
+	words := []string{base}
+	for _, t := range args {
+		if subcommandWord.MatchString(strings.ToLower(t.val)) {
+			words = append(words, strings.ToLower(t.val))
+		}
+	}
+	return []string{canon, strings.ToLower(canon), strings.Join(words, " ")}
 }
 
 // writes judges the written paths of a command that writes files.
@@ -883,11 +1289,21 @@ func (j *judge) declArgs(base string, args []token) bool {
 			}
 			continue
 		}
-		name, _, _ := strings.Cut(s, "=")
+		name, val, hasVal := strings.Cut(s, "=")
 		name = strings.TrimSuffix(name, "+")
 		if !varNameRe.MatchString(name) || dangerousVar(name) {
 			j.deny("%s %s is not allowed", base, s)
 			return false
+		}
+		if strings.HasPrefix(val, "(") {
+			j.deny("%s with a compound value (NAME=(…)) is not allowed: bash parses it again and runs what is in it", base)
+			return false
+		}
+		switch {
+		case hasVal && !isNumber(val):
+			j.taint(name, "assigned a value that is not a literal number")
+		case hasVal:
+			j.markClean(name)
 		}
 	}
 	return true
@@ -906,7 +1322,17 @@ func (j *judge) builtinVars(base string, args []token) bool {
 			j.deny("%s %q: variable names with subscripts or expansions, or that change how commands run, are not allowed", base, t.val)
 			return false
 		}
+		j.taint(t.val, "set at run time by "+base)
 		return true
+	}
+	// The variables these builtins fill when given no name.
+	switch base {
+	case "read":
+		j.taint("REPLY", "set at run time by read")
+	case "mapfile", "readarray":
+		j.taint("MAPFILE", "set at run time by "+base)
+	case "getopts":
+		j.taint("OPTARG", "set at run time by getopts")
 	}
 	switch base {
 	case "mapfile", "readarray":

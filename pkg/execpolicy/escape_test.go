@@ -62,6 +62,14 @@ var spellings = []string{
 	"chrt 1 %s", "prlimit --nofile=10 %s", "valgrind %s", "fakeroot %s", "setarch x86_64 %s", "xvfb-run %s",
 	"ssh-agent %s", "man -P '%s' ls", "dc -e '!%s'", "zsh5.9 -c '%s'", "busybox msh -c '%s'", "./bash -c '%s'",
 	"env -C / %s", "ionice -c 3 -- %s", "timeout -k 1 5 %s", "nice -n -5 %s", "stdbuf -oL %s", "/usr/bin/timeout 5 %s",
+	// Issue 36: subscripts and arithmetic that evaluate code, compound
+	// values given to assignment builtins, options that name programs.
+	"echo ${a['$(%s)']}", "echo \"${a['$(%s)']}\"", "a['$(%s)']=1", ": ${x['`%s`']:-y}", "echo ${PIPESTATUS['$(%s)']}",
+	"[[ -n ${a['$(%s)']} ]]", "case ${a['$(%s)']} in *) ;; esac", "cat <<EOF\n${a['$(%s)']}\nEOF\n",
+	"x='b[$(%s)]'; echo ${a[x]}", "x='b[$(%s)]'; (( x ))", "declare -a x='($(%s))'", "typeset -a x='($(%s))'",
+	"export -a x='($(%s))'", "declare -A x='([k]=$(%s))'", "x=(); declare x='($(%s))'", "declare -a x=$'($(%s))'",
+	"wget --use-askpass='%s' http://x", "wget -e use_askpass='%s' http://x", "wget --use-ask='%s' http://x",
+	"find -files0-from l -exec %s \\;", "tar -I '%s' -xf a.tar", "git -c core.pager='%s' -p log",
 }
 
 func corpusLines() []string {

@@ -12,12 +12,18 @@
 // escapes removed the way the shell removes them, /usr/bin/x -> x) and
 // argv. What cannot be judged statically — a command name that comes from
 // a variable or a substitution, a non-ASCII name, a glob in command
-// position, function definitions, arithmetic over variables, ${!X},
-// coproc, a shell that reads its script from a pipe, shell options that
-// change parsing (set -k, -o keyword, login shells), shells whose language
-// is not bash's, a parse error — is denied; outside full mode so are
-// command and process substitution and redirections to /dev/tcp or to a
-// target only known at run time.
+// position, function definitions, arithmetic or array subscripts over
+// anything but numbers and variables that hold numbers (bash evaluates
+// ${a['$(cmd)']} and the value of x in $((x)) as code), compound values
+// given to declare & co. (parsed again), ${!X}, coproc, a shell that
+// reads its script from a pipe, shell options that change parsing (set
+// -k, -o keyword, login shells), shells whose language is not bash's, a
+// parse error, a line nested or expanding past the check's budget — is
+// denied; outside full mode so are command and process substitution and
+// redirections to /dev/tcp or to a target only known at run time.
+// Options that name a program (wget --use-askpass, tar --to-command,
+// git -c core.pager, ...) have that program judged as a command, in every
+// mode and whether or not the tool is allowlisted.
 //
 // Options are read as getopt reads them (long options by unique prefix),
 // a read-only tool is read-only only with its complete option table
@@ -37,7 +43,8 @@
 //     strictest of the parts (deny > ask > allow);
 //  5. read-only commands (pkg/filepolicy's shared classification) allowed
 //     in allowlist mode; with a file policy their paths must pass it;
-//     5+. sensitive subcommands ([DefaultSensitive], the icqq table);
+//     5+. sensitive subcommands ([DefaultSensitive], the icqq table;
+//     options, other cases or orders count as sensitive);
 //  6. owner approval: commands outside the allowlist give [Ask] when the
 //     approval mode is "ask" (the agent asks the owner through ask_user),
 //     unless the owner already approved them ([Approvals]).

@@ -526,6 +526,30 @@ func (j *judge) find(written string, args []token, sc scope) {
 		payloads = append(payloads, p)
 	}
 	j.final(written, "find", strings.Contains(written, "/"), own)
+	if j.denied != "" {
+		return
+	}
+	from0, write := false, len(payloads) > 0
+	for _, t := range own {
+		switch {
+		case t.dyn:
+		case t.val == "-files0-from":
+			from0 = true
+		case t.val == "-delete" || t.val == "-fprint" || t.val == "-fprint0" || t.val == "-fprintf" || t.val == "-fls":
+			write = true
+		}
+	}
+	if from0 && write {
+		// The starting points come from a file, so neither the file
+		// policy nor the rm rules see the paths deleted or handed to the
+		// -exec payload (nor whether one begins with "-").
+		why := "find -files0-from with -delete, -fprint or -exec acts on paths read from a file at run time"
+		if j.p.mode != ModeFull {
+			j.needStrict(canonical("find", own), why)
+		} else if j.p.files != nil {
+			j.need(canonical("find", own), why)
+		}
+	}
 	for _, p := range payloads {
 		j.command(p, nil, sc)
 	}
