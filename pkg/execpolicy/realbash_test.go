@@ -123,8 +123,10 @@ echo done $i`, int(perLine.Seconds()+0.5))
 		Timeout:          time.Duration(len(lines)/8+10) * perLine,
 		Env:              []string{"PATH=" + b.stub + ":" + sandbox.DefaultPath},
 		ReadOnly:         []string{b.stub},
-		NoNetwork:        true,
-		RequireIsolation: true,
+		RequireIsolation: true, // the zero Network: a namespace of its own, loopback only
+		// Room for eight lines at a time and what each starts: a refused fork must not hide
+		// an escape the line would otherwise show.
+		Limits: sandbox.Limits{Processes: 512},
 	})
 	if err != nil {
 		t.Fatalf("sandbox: %v", err)
