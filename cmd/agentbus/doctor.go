@@ -239,8 +239,8 @@ func (d *doctor) checkProviders(ctx context.Context, cfg *config.Config, timeout
 		}
 		if key == "" && p.API != llm.APIOllamaChat {
 			level, fix := checkFail, fmt.Sprintf("set ai.providers.%s.apiKey (e.g. ${%s}) or export %s", alias, envName(alias), envName(alias))
-			if isLoopback(p.BaseURL) {
-				level = checkWarn // a local OpenAI-compatible server often takes no key
+			if isLoopback(p.BaseURL) && (p.API == llm.APIOpenAICompletions || p.API == llm.APIOpenAIResponses) {
+				level = checkWarn // a local OpenAI-compatible server (vLLM, LM Studio) often takes no key
 			}
 			d.add(level, name+" key", "no API key", fix)
 		} else if p.API != llm.APIOllamaChat {
@@ -375,8 +375,8 @@ func (d *doctor) checkSandbox(cfg *config.Config) {
 		"install bubblewrap (apt install bubblewrap) and allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1)")
 }
 
-// checkDataDir: the data directory (and the embedded server's store) must be writable, and not
-// readable by others (it holds the bus credentials and transcripts).
+// checkDataDir: the data directory (and the embedded server's store) must be writable, and the
+// bus credentials kept there readable by their owner only.
 func (d *doctor) checkDataDir(cfg *config.Config) {
 	dirs := []struct{ name, path string }{{"data dir", cfg.DataDir}}
 	if cfg.NATS.Embedded && cfg.NATS.StoreDir != "" {
@@ -388,7 +388,7 @@ func (d *doctor) checkDataDir(cfg *config.Config) {
 		if errors.Is(err, fs.ErrNotExist) {
 			target = existingParent(dd.path) // agentbus up creates it there
 		} else if err != nil {
-			d.add(checkFail, dd.name, err.Error(), "")
+			d.add(checkFail, dd.name, dd.path+" is not usable: "+unwrapPath(err).Error(), "point dataDir at a directory the agentbus user can write")
 			continue
 		} else if !st.IsDir() {
 			d.add(checkFail, dd.name, dd.path+" is not a directory", "point dataDir elsewhere")
@@ -406,9 +406,10 @@ func (d *doctor) checkDataDir(cfg *config.Config) {
 			d.add(checkOK, dd.name, dd.path+" does not exist yet; "+target+" is writable, agentbus up creates it", "")
 			continue
 		}
-		if st.Mode().Perm()&0o007 != 0 {
-			d.add(checkWarn, dd.name, fmt.Sprintf("%s is writable, but others may read it (%s): it holds bus credentials and transcripts", dd.path, st.Mode().Perm()),
-				"chmod o-rwx "+dd.path)
+		creds := filepath.Join(dd.path, natsutil.CredentialsFile)
+		if ci, err := os.Stat(creds); err == nil && ci.Mode().Perm()&0o077 != 0 {
+			d.add(checkWarn, dd.name, fmt.Sprintf("%s is writable, but its bus credentials %s may be read by others (%s)", dd.path, creds, ci.Mode().Perm()),
+				"chmod 600 "+creds)
 			continue
 		}
 		d.add(checkOK, dd.name, dd.path+" writable", "")
