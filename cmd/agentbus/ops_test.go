@@ -430,3 +430,104 @@ func quietLog() *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
+
+// Every command of docs/operations.md's ops block runs, in order, against a running pipeline
+// whose webhook callback refuses every reply (so there are dead letters to list, show, retry,
+// discard and purge), and exits 0.
+func TestOperationsDocCommands(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := string(doc)
+	start, end := strings.Index(block, "<!-- ops-commands -->"), strings.Index(block, "<!-- /ops-commands -->")
+	if start < 0 || end < start {
+		t.Fatal("docs/operations.md has no <!-- ops-commands --> block")
+	}
+	var commands [][]string
+	for _, line := range strings.Split(block[start:end], "\n") {
+		if strings.HasPrefix(line, "agentbus ") {
+			commands = append(commands, strings.Fields(line)[1:])
+		}
+	}
+	if len(commands) < 10 {
+		t.Fatalf("only %d commands in the ops block", len(commands))
+	}
+
+	dir := t.TempDir()
+	model := fakeopenai.New(t, fakeopenai.Echo)
+	cb := newOpsCallback(t)
+	cfgPath := filepath.Join(dir, "agentbus.yml")
+	if err := os.WriteFile(cfgPath, []byte(opsConfig(dir, model.BaseURL(), cb.srv.URL, "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	p, err := app.Start(ctx, cfg, app.Options{Roles: app.AllRoles, Out: io.Discard, NoProbe: true, Log: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop(context.Background()) })
+	store, err := dlq.Open(ctx, p.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	postWebhook(t, p.WebhookURL, webhook.Inbound{ID: "m1", Scene: webhook.Scene{Type: "private", ID: "u1"},
+		Sender: webhook.Sender{ID: "u1", Name: "U"}, Content: []webhook.Segment{events.TextSeg("hello docs")}, Time: time.Now().UnixMilli()})
+
+	used := map[string]bool{} // retried or discarded
+	freshID := func() string {
+		var id string
+		waitFor(t, "a dead letter", func() bool {
+			ls, _ := store.List(ctx, dlq.Filter{})
+			for i := len(ls) - 1; i >= 0; i-- {
+				if !used[ls[i].ID] {
+					id = ls[i].ID
+					return true
+				}
+			}
+			return false
+		})
+		return id
+	}
+	health := strings.TrimSuffix(p.HealthURL, "/healthz")
+	for _, c := range commands {
+		args := append([]string(nil), c...)
+		id := ""
+		for i, a := range args {
+			switch {
+			case a == "ID":
+				id = freshID()
+				args[i] = id
+			case strings.HasPrefix(a, "http://127.0.0.1:8081"):
+				args[i] = health + strings.TrimPrefix(a, "http://127.0.0.1:8081")
+			}
+		}
+		// The connection flags go right after the command words (before any argument).
+		at := 1
+		if args[0] == "dlq" {
+			at = 2
+		}
+		var extra []string
+		switch args[0] {
+		case "health":
+		case "doctor":
+			extra = []string{"--config", cfgPath, "--data", dir}
+		default:
+			extra = []string{"--data", dir}
+		}
+		args = append(append(append([]string(nil), args[:at]...), extra...), args[at:]...)
+		var stdout, stderr bytes.Buffer
+		if code := run(args, &stdout, &stderr); code != 0 {
+			t.Fatalf("agentbus %s: exit %d\n%s%s", strings.Join(args, " "), code, stdout.String(), stderr.String())
+		}
+		if len(args) > 1 && args[0] == "dlq" && (args[1] == "retry" || args[1] == "discard") {
+			used[id] = true
+		}
+		t.Logf("agentbus %s\n%s", strings.Join(c, " "), stdout.String())
+	}
+}

@@ -315,6 +315,15 @@ func happened(rec store.TurnRecord) time.Time {
 	if e, ok := rec.Event.(*events.Event[events.MessageEnd]); ok && e.Data.Message.Timestamp > 0 {
 		return time.UnixMilli(e.Data.Message.Timestamp)
 	}
+	// A turn_started is written with the turn's first record, after its first model call: the
+	// turn's header carries the time of the message that started it.
+	if e, ok := rec.Event.(*events.Event[events.TurnStarted]); ok {
+		for _, m := range e.Data.Input {
+			if m.Timestamp > 0 {
+				return time.UnixMilli(m.Timestamp)
+			}
+		}
+	}
 	if rec.Event != nil {
 		if m := rec.Event.EventMeta(); m.Time > 0 && rec.Kind != events.EvtKindTurnCommitted {
 			return time.UnixMilli(m.Time)

@@ -162,7 +162,8 @@ func printStatus(w io.Writer, st *Status, window time.Duration) {
 		if r.Revision != "" {
 			version += " (" + r.Revision + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Role, r.ID, r.Host, r.PID, version, r.Uptime().Round(time.Second), sessions)
+		// Uptime as of now (the record may be a refresh interval old); the writer's clock.
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Role, r.ID, r.Host, r.PID, version, time.Since(r.Started).Round(time.Second), sessions)
 	}
 	tw.Flush()
 	if len(st.Replicas) == 0 {
@@ -182,13 +183,22 @@ func printStatus(w io.Writer, st *Status, window time.Duration) {
 		fmt.Fprintln(w, "\nAdapters:")
 		fmt.Fprintln(w, strings.Join(adapters, "\n"))
 	}
-	fmt.Fprintln(w, "\nConsumers:")
+	fmt.Fprintln(w, "\nConsumers (backlog per stream; --json lists every consumer):")
 	tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  STREAM\tCONSUMER\tPENDING\tACK PENDING\tREDELIVERED")
+	idle := 0
 	for _, c := range st.Consumers {
+		// The role's main consumers always; the per-tool ones only with a backlog (one per tool).
+		if c.Stream == "TOOL_CALLS" && c.Pending == 0 && c.AckPending == 0 {
+			idle++
+			continue
+		}
 		fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%d\n", c.Stream, c.Consumer, c.Pending, c.AckPending, c.Redelivered)
 	}
 	tw.Flush()
+	if idle > 0 {
+		fmt.Fprintf(w, "  (%d tool consumers on TOOL_CALLS with nothing pending)\n", idle)
+	}
 	total := 0
 	for _, d := range st.DeadLetters {
 		total += d.Count
