@@ -203,7 +203,7 @@ func TestOpsCommandsAgainstAPipeline(t *testing.T) {
 	}
 	host, _ := os.Hostname()
 	mustContain(t, "status", out, "ROLE", "turn-worker", "tool-worker", "egress", "ingest", host, fmt.Sprint(os.Getpid()), p.Turn.ID(),
-		"telegram/tg1 on "+host, "disconnected", "Consumers:", "SESSION_IN", "Dead letters in the last 1h: 1", "egress/rejected: 1",
+		"telegram/tg1 on "+host, "disconnected", "Consumers (", "SESSION_IN", "Dead letters in the last 1h: 1", "egress/rejected: 1",
 		"PROBLEM: adapter telegram/tg1")
 	var st Status
 	jsonOut, _ := runCmd(t, cmdStatus, "--data", dir, "--json")
