@@ -71,8 +71,14 @@ func cmdSessions(ctx context.Context, args []string, w io.Writer) error {
 			rows = append(rows, s)
 		}
 	}
+	streams := map[string]jetstream.Stream{}
+	for _, name := range []string{events.StreamSessionIn, events.StreamAgentEvents, events.StreamAgentCtx} {
+		if st, err := js.Stream(ctx, name); err == nil {
+			streams[name] = st
+		}
+	}
 	for i := range rows {
-		rows[i].LastActivity = lastActivity(ctx, js, rows[i])
+		rows[i].LastActivity = lastActivity(ctx, streams, rows[i])
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].LastActivity > rows[j].LastActivity })
 	for _, s := range rows {
@@ -94,7 +100,7 @@ func cmdSessions(ctx context.Context, args []string, w io.Writer) error {
 // record's LastActivity (which the turn worker sets when a turn starts), the last inbox event
 // (SESSION_IN), the last turn event (AGENT_EVENTS) and the last commit of the current epoch
 // (AGENT_CTX). Unix ms.
-func lastActivity(ctx context.Context, js jetstream.JetStream, s store.Session) int64 {
+func lastActivity(ctx context.Context, streams map[string]jetstream.Stream, s store.Session) int64 {
 	last := s.LastActivity
 	sk, err := events.ParseSessionKey(s.SessionKey)
 	if err != nil {
@@ -105,8 +111,8 @@ func lastActivity(ctx context.Context, js jetstream.JetStream, s store.Session) 
 		{events.StreamAgentEvents, events.AgentEvtSessionFilter(sk)},
 		{events.StreamAgentCtx, events.AgentCtxSubject(events.SessionID{Key: sk, Epoch: max(s.Epoch, 1)})},
 	} {
-		st, err := js.Stream(ctx, q.stream)
-		if err != nil {
+		st := streams[q.stream]
+		if st == nil {
 			continue
 		}
 		m, err := st.GetLastMsgForSubject(ctx, q.subject)
