@@ -272,6 +272,7 @@ func (p *Process) start(ctx context.Context, cfg *config.Config, opts Options, l
 		}
 		p.health.add("ingest")
 	}
+	p.announceRoles(ctx, r, log)
 	if err := p.startHealth(cfg, log); err != nil {
 		return err
 	}
@@ -475,6 +476,7 @@ func (p *Process) AddTurnWorker(ctx context.Context, id string) (*turn.Worker, e
 		return nil, err
 	}
 	p.onStop("turn worker "+w.ID(), w.Stop)
+	p.announce(ctx, events.RoleTurnWorker, w.ID(), o.Log)
 	return w, nil
 }
 
@@ -507,6 +509,7 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 	}
 	ingest.NewWebhookHandler(in, cfg.IM.Webhook, log.With("role", "ingest")).Routes(mux)
 	mux.HandleFunc("GET /healthz", p.serveHealthz)
+	mux.HandleFunc("GET /readyz", p.serveReadyz)
 	if sameAddr(cfg.Metrics.Listen, cfg.IM.Webhook.Listen) {
 		mux.Handle("GET /metrics", p.Metrics.Handler())
 	}

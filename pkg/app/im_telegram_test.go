@@ -82,6 +82,11 @@ ai:
 	t.Run("private message, HTML that cannot break", func(t *testing.T) {
 		fake.AddMessage(fake.Message(1, 41, "private", 41, "some markup please"))
 		c := sent(1, "41")[0]
+		// It answered, so both bots are connected: /readyz says so.
+		report, err := p.Readyz(context.Background(), false)
+		if err != nil || !strings.Contains(report, "adapter telegram/tg1: connected") || !strings.Contains(report, "adapter telegram/tgp: connected") {
+			t.Fatalf("readyz: %v\n%s", err, report)
+		}
 		want := "if a &lt; b &amp;&amp; c &gt; d then <b>bold</b> and <code>x&lt;y&gt;</code> &lt;b&gt;not a tag"
 		if c.Params.Get("parse_mode") != "HTML" || c.Params.Get("text") != want {
 			t.Fatalf("sent %q (parse_mode %q)\nwant %q", c.Params.Get("text"), c.Params.Get("parse_mode"), want)

@@ -98,9 +98,14 @@ func (in *Inbound) me(ctx context.Context) (*tgbotapi.User, error) {
 // updates that were ingested (or dead-lettered), and getUpdates confirms an offset only on
 // the next call, so a batch this replica did not finish is fetched again by whoever polls next.
 func (in *Inbound) poll(ctx context.Context) error {
-	if _, err := in.me(ctx); err != nil {
-		return err
+	// getMe on every connection, not the cached answer: it is what tells that the server
+	// answers and takes the token before a long poll that may stay silent for a while.
+	u, err := in.c.api(ctx).GetMe()
+	if err != nil {
+		return classify("getMe", err)
 	}
+	in.self.Store(&u)
+	im.Connected(ctx, in.log)
 	offset := 0
 	for ctx.Err() == nil {
 		cfg := tgbotapi.UpdateConfig{Offset: offset, Timeout: pollTimeout, AllowedUpdates: []string{"message", "channel_post"}}
