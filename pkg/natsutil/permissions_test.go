@@ -71,12 +71,16 @@ func startAuthServer(t *testing.T) (string, map[string]string) {
 func roleConn(t *testing.T, url, role, password string) (*nats.Conn, chan error) {
 	t.Helper()
 	errs := make(chan error, 64)
-	nc, err := nats.Connect(url, nats.UserInfo(role, password), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+	opts := []nats.Option{nats.UserInfo(role, password)}
+	if natsutil.IsBusRole(role) {
+		opts = append(opts, nats.CustomInboxPrefix(natsutil.InboxPrefix(role)))
+	}
+	nc, err := nats.Connect(url, append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		select {
 		case errs <- err:
 		default:
 		}
-	}))
+	}))...)
 	if err != nil {
 		t.Fatalf("connect as %s: %v", role, err)
 	}
@@ -141,7 +145,10 @@ func TestRolePermissions(t *testing.T) {
 			{false, "tool.result.x.c1", true},
 			{false, "$KV.tools.bash", true},
 			{false, "task.deferred.t1", true},                        // run_deferred_task, spawn_task
-			{false, "schedule.webhook_b1_private_u1.followup", true}, // schedule_followup
+			{false, "schedule.webhook_b1_private_u1.followup", false}, // the turn worker writes reminders
+			{false, "$KV.approvals.webhook_b1.pending", true},          // its bash confirmations
+			{true, "_INBOX.>", false},                                 // nobody else's replies
+			{true, "_INBOX_turn-worker.>", false},
 			{false, "$KV.tasks.x.t1", true},
 			{false, "tool.attempt.i1", true}, // probing another worker's running call
 			{true, "tool.attempt.>", true},
