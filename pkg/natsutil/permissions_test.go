@@ -144,9 +144,9 @@ func TestRolePermissions(t *testing.T) {
 		natsutil.RoleToolWorker: {
 			{false, "tool.result.x.c1", true},
 			{false, "$KV.tools.bash", true},
-			{false, "task.deferred.t1", true},                        // run_deferred_task, spawn_task
+			{false, "task.deferred.t1", true},                         // run_deferred_task, spawn_task
 			{false, "schedule.webhook_b1_private_u1.followup", false}, // the turn worker writes reminders
-			{false, "$KV.approvals.webhook_b1.pending", true},          // its bash confirmations
+			{false, "$KV.approvals.webhook_b1.pending", true},         // its bash confirmations
 			{true, "_INBOX.>", false},                                 // nobody else's replies
 			{true, "_INBOX_turn-worker.>", false},
 			{false, "$KV.tasks.x.t1", true},
