@@ -152,10 +152,6 @@ func (p *Process) startEgress(ctx context.Context, cfg *config.Config, opts Opti
 // tool_search reads the worker catalogue (KV tools) through a catalogue of its own, followed
 // until the process stops.
 func (p *Process) backgroundTools(ctx context.Context, cfg *config.Config) ([]tools.Tool, error) {
-	scheds, err := schedule.Open(ctx, p.JS)
-	if err != nil {
-		return nil, err
-	}
 	tasks, err := schedule.OpenTasks(ctx, p.JS)
 	if err != nil {
 		return nil, err
@@ -167,7 +163,7 @@ func (p *Process) backgroundTools(ctx context.Context, cfg *config.Config) ([]to
 	p.spawn("tool_search catalogue", cat.Run)
 	timeout := time.Duration(cfg.AI.Agent.TaskTimeoutMs) * time.Millisecond
 	return []tools.Tool{
-		schedule.FollowUpTool(scheds, tasks),
+		schedule.FollowUpTool(tasks), // the turn worker writes the schedule (schedule.ApplyFollowUp)
 		turn.ToolSearchTool(cat, turn.NewToolSearchCache(100, time.Minute)),
 		turn.RunDeferredTaskTool(p.JS, cat, tasks, timeout),
 	}, nil
