@@ -112,6 +112,8 @@ func TestDeployRolesAsOwnUsers(t *testing.T) {
 	model := fakeopenai.New(t, func(r *fakeopenai.Request) fakeopenai.Reply {
 		last := r.Messages[len(r.Messages)-1]
 		switch {
+		case last.Role == "user" && strings.Contains(last.Content, "[scheduled reminder]"):
+			return fakeopenai.Echo(r)
 		case last.Role == "tool" && strings.Contains(last.Content, "ZHIN_NEEDS_OWNER"):
 			return fakeopenai.Reply{ToolCalls: []fakeopenai.ToolCall{{ID: fmt.Sprintf("ask%d", r.N), Name: "ask_user",
 				Arguments: `{"question":"May I run touch approved.txt?"}`}}}
@@ -189,6 +191,7 @@ func TestDeployRolesAsOwnUsers(t *testing.T) {
 	// refuses the publish, so nothing reaches SESSION_IN for the turn worker to honour.
 	refused := make(chan error, 4)
 	tw, err := nats.Connect(url, nats.UserInfo(natsutil.RoleToolWorker, os.Getenv(natsutil.PasswordEnv(natsutil.RoleToolWorker))),
+		nats.CustomInboxPrefix(natsutil.InboxPrefix(natsutil.RoleToolWorker)),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			select {
 			case refused <- err:
@@ -277,7 +280,7 @@ func TestDeployRolesAsOwnUsers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	actx, acancel := context.WithTimeout(context.Background(), time.Minute)
+	actx, acancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer acancel()
 	results, err := ajs.Stream(actx, events.StreamToolResults)
 	if err != nil {

@@ -18,7 +18,8 @@ import (
 // What each role publishes follows what its code does:
 //
 //   - ingest: the inbound streams (im.in, agent.in: user messages, commands), refusals on im.out,
-//     its replay-protection KV, dead letters; it answers console.in requests.
+//     profiles, its adapters' leases, the chunks a relayed OneBot send went out as (KV
+//     delivered chunk.>), dead letters; it answers console.in requests.
 //   - turn-worker: the session's events and context (agent.evt, agent.ctx), tool calls, replies
 //     (im.out), live deltas, the replicas' doorbells (agent.wake), tasks, schedules (it writes
 //     the reminders schedule_followup asks for, see turn's applyFollowUp), subagent results into
@@ -176,8 +177,10 @@ func BusRoles() []BusRole {
 	return []BusRole{
 		{
 			Name: RoleIngest,
-			// leases: the single connection of an IM adapter (pkg/im.Hold).
-			Publish: join(jsRead, []string{"im.in.>", "agent.in.>", "im.out.>", "dlq.>"},
+			// leases: the single connection of an IM adapter (pkg/im.Hold). delivered.chunk:
+			// the holder of a OneBot connection records the chunks it sent for egress
+			// (pkg/im.Ledger), never egress's own out-id markers.
+			Publish: join(jsRead, []string{"im.in.>", "agent.in.>", "im.out.>", "dlq.>", "$KV." + events.BucketDelivered + ".chunk.>"},
 				kv("profiles", "leases"), []string{"$O.media.>"}),
 			// im.rpc: egress relays sends to the replica holding a OneBot WebSocket.
 			Subscribe: join(inbox(RoleIngest), []string{"console.in", "im.rpc.>"}),
