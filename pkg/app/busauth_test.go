@@ -363,7 +363,6 @@ func TestDeployRolesAsOwnUsers(t *testing.T) {
 	}
 }
 
-
 // `agentbus up` runs each in-process role as its own user of the embedded server, with the
 // deployment's permissions: the server sees the four role users (and the admin the process
 // provisions with), and a turn through the tool worker works with those permissions.
