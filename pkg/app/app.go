@@ -92,6 +92,7 @@ type Process struct {
 	health     health
 	stops      []stopStep
 	skills     *skills.Store
+	buses      map[string]roleBus // each role's own connection (bus)
 
 	stopOnce sync.Once
 	initOnce sync.Once
@@ -170,9 +171,9 @@ func (p *Process) spawn(name string, f func(ctx context.Context)) {
 
 // startDiscovery fills the model registry from the providers' model lists (cached in KV
 // models), in the background; providers with an explicit models: list are not asked.
-func (p *Process) startDiscovery(ctx context.Context, cfg *config.Config, reg *llm.Registry, log *slog.Logger) *models.Manager {
+func (p *Process) startDiscovery(ctx context.Context, js jetstream.JetStream, cfg *config.Config, reg *llm.Registry, log *slog.Logger) *models.Manager {
 	opts := models.ManagerOptions{Log: log.With("role", "models"), Interval: time.Hour, FreshFor: 10 * time.Minute}
-	if kvc, err := models.OpenKVCache(ctx, p.JS); err == nil {
+	if kvc, err := models.OpenKVCache(ctx, js); err == nil {
 		opts.Cache = kvc
 	}
 	mgr := models.NewManager(reg, cfg.AI.Providers, opts)
@@ -331,6 +332,9 @@ func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Log
 		eo := natsutil.EmbeddedOptions{StoreDir: cfg.NATS.StoreDir, Listen: listen,
 			Token: cfg.NATS.Token, User: cfg.NATS.User, Password: cfg.NATS.Password}
 		var creds *natsutil.Credentials
+		// Each role runs as its own user with its deployment permissions (BusRoles); the
+		// configured or generated user is the admin (provisioning, agentbus chat/sessions).
+		eo.RoleUsers = eo.Token == ""
 		if eo.Token == "" && eo.User == "" {
 			// No client connects unauthenticated: without configured credentials, generated
 			// ones are kept in the data directory (0600) for `agentbus chat/sessions/replay`.
@@ -400,12 +404,55 @@ func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Log
 	return nil
 }
 
+// roleBus is one role's connection to the bus.
+type roleBus struct {
+	NC *nats.Conn
+	JS jetstream.JetStream
+}
+
+// bus returns role's connection. On an embedded server with role users (`agentbus up`) it is
+// the role's own user, connected on first use and drained when the process stops (after the
+// role, which registers its stop later); otherwise it is the process's connection, whose
+// configured user every role of the process shares (a deployment runs one role per process,
+// each with its own user).
+func (p *Process) bus(role string) (roleBus, error) {
+	if p.Embedded == nil || !p.Embedded.HasRoleUsers() {
+		return roleBus{p.NC, p.JS}, nil
+	}
+	if b, ok := p.buses[role]; ok {
+		return b, nil
+	}
+	nc, err := p.Embedded.ConnectRole(role)
+	if err != nil {
+		return roleBus{}, err
+	}
+	p.onStop("bus connection of "+role, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return drain(ctx, nc)
+	})
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return roleBus{}, err
+	}
+	b := roleBus{nc, natsutil.FastPublish(js, 0)}
+	if p.buses == nil {
+		p.buses = map[string]roleBus{}
+	}
+	p.buses[role] = b
+	return b, nil
+}
+
 // DefaultNATSListen is where the embedded server listens unless nats.listen says otherwise;
 // when it is taken the server picks a free port and records it in the data directory.
 const DefaultNATSListen = "127.0.0.1:4222"
 
 func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger) error {
 	if err := cfg.MissingAPIKeyError(); err != nil {
+		return err
+	}
+	b, err := p.bus(natsutil.RoleTurnWorker)
+	if err != nil {
 		return err
 	}
 	demo, err := ApplyDefaultModel(ctx, cfg, !opts.NoProbe, log)
@@ -421,14 +468,14 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 		return err
 	}
 	p.Models = reg
-	mgr := p.startDiscovery(ctx, cfg, reg, log)
+	mgr := p.startDiscovery(ctx, b.JS, cfg, reg, log)
 	p.Costs = costs.New()
 	fb := models.NewFallback(models.FallbackOptions{Registry: reg, Stream: models.StreamFunc(p.Costs.Wrap(costs.StreamFunc(metrics.NewLLM(p.Metrics).Wrap(modelLogContext(llm.Stream))))), Log: log.With("role", "turn-worker")})
 	guard, err := netguard.New(netguard.Config{AllowPrivate: cfg.AI.Agent.WebFetch.AllowPrivate, AllowHosts: cfg.AI.Agent.WebFetch.AllowHosts})
 	if err != nil {
 		return err
 	}
-	profiles, err := toolworker.NewProfileCache(ctx, p.JS, log.With("role", "turn-worker"))
+	profiles, err := toolworker.NewProfileCache(ctx, b.JS, log.With("role", "turn-worker"))
 	if err != nil {
 		return err
 	}
@@ -466,9 +513,13 @@ func (p *Process) AddTurnWorker(ctx context.Context, id string) (*turn.Worker, e
 	if p.turnOpts.Models == nil {
 		return nil, errors.New("app: AddTurnWorker: this process does not run the turn-worker role")
 	}
+	b, err := p.bus(natsutil.RoleTurnWorker)
+	if err != nil {
+		return nil, err
+	}
 	o := p.turnOpts
 	o.ID = id
-	w, err := turn.New(ctx, p.NC, p.JS, o)
+	w, err := turn.New(ctx, b.NC, b.JS, o)
 	if err != nil {
 		return nil, err
 	}
@@ -481,30 +532,34 @@ func (p *Process) AddTurnWorker(ctx context.Context, id string) (*turn.Worker, e
 }
 
 func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	b, err := p.bus(natsutil.RoleIngest)
+	if err != nil {
+		return err
+	}
 	bots := map[string]ingest.BotRoles{}
 	for _, b := range cfg.IM.Webhook.Bots {
 		bots[ingest.PlatformWebhook+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
 	}
 	imBotRoles(cfg, bots)
-	in := ingest.New(p.JS, cfg.AI, bots, log.With("role", "ingest"))
+	in := ingest.New(b.JS, cfg.AI, bots, log.With("role", "ingest"))
 	in.WithMetrics(metrics.NewIngest(p.Metrics))
-	if media, err := p.JS.ObjectStore(ctx, events.ObjectMedia); err == nil {
+	if media, err := b.JS.ObjectStore(ctx, events.ObjectMedia); err == nil {
 		in.WithMedia(media) // inline uploads go to the media store, events carry references
 	}
-	console, err := ingest.ServeConsole(p.NC, in, log.With("role", "ingest"))
+	console, err := ingest.ServeConsole(b.NC, in, log.With("role", "ingest"))
 	if err != nil {
 		return err
 	}
 	p.onStop("console", func(context.Context) error { return console.Unsubscribe() })
 	mux := http.NewServeMux()
-	imRoutes, err := p.startIMInbound(ctx, cfg, in, mux, log.With("role", "ingest"))
+	imRoutes, err := p.startIMInbound(ctx, b, cfg, in, mux, log.With("role", "ingest"))
 	if err != nil {
 		return err
 	}
 	if len(cfg.IM.Webhook.Bots) == 0 && !imRoutes {
 		return nil
 	}
-	if err := ingest.CheckReplayWindow(ctx, p.JS, cfg.IM.Webhook); err != nil {
+	if err := ingest.CheckReplayWindow(ctx, b.JS, cfg.IM.Webhook); err != nil {
 		return fmt.Errorf("webhook: %w", err)
 	}
 	ingest.NewWebhookHandler(in, cfg.IM.Webhook, log.With("role", "ingest")).Routes(mux)

@@ -36,7 +36,13 @@ func (p *Process) announce(ctx context.Context, role, id string, log *slog.Logge
 	if role == events.RoleIngest {
 		o.Adapters = p.health.adapters
 	}
-	h, err := presence.Announce(ctx, p.JS, presence.NewRecord(role, id), o)
+	// Each role announces itself as its own bus user, like the rest of its work.
+	b, err := p.bus(role)
+	if err != nil {
+		log.Warn("presence: not announced; agentbus status will not list this replica", "role", role, "id", id, "err", err)
+		return
+	}
+	h, err := presence.Announce(ctx, b.JS, presence.NewRecord(role, id), o)
 	if err != nil {
 		log.Warn("presence: not announced; agentbus status will not list this replica", "role", role, "id", id, "err", err)
 		return

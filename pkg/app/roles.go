@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
 	"github.com/agentbus/agentbus/pkg/approvals"
@@ -25,6 +26,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/ingest"
 	"github.com/agentbus/agentbus/pkg/mcpclient"
 	"github.com/agentbus/agentbus/pkg/metrics"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/netguard"
 	"github.com/agentbus/agentbus/pkg/schedule"
 	"github.com/agentbus/agentbus/pkg/tools"
@@ -37,6 +39,10 @@ import (
 // ToolSet builds every tool a tool worker serves: the built-ins the config allows, user_profile
 // and chat_history, *.tool.md files and MCP servers' tools.
 func (p *Process) ToolSet(ctx context.Context, cfg *config.Config, log *slog.Logger) (*tools.Registry, error) {
+	b, err := p.bus(natsutil.RoleToolWorker)
+	if err != nil {
+		return nil, err
+	}
 	a := cfg.AI.Agent
 	files, err := filepolicy.New(filepolicy.Options{Workspace: a.Workspace, PrivateDirs: privatePaths(cfg)})
 	if err != nil {
@@ -51,7 +57,7 @@ func (p *Process) ToolSet(ctx context.Context, cfg *config.Config, log *slog.Log
 	if err != nil {
 		return nil, err
 	}
-	aps, err := approvals.Open(ctx, p.JS)
+	aps, err := approvals.Open(ctx, b.JS)
 	if err != nil {
 		return nil, err
 	}
@@ -69,18 +75,18 @@ func (p *Process) ToolSet(ctx context.Context, cfg *config.Config, log *slog.Log
 	if err != nil {
 		return nil, err
 	}
-	profiles, err := toolworker.NewProfileStore(ctx, p.JS)
+	profiles, err := toolworker.NewProfileStore(ctx, b.JS)
 	if err != nil {
 		return nil, err
 	}
-	all = append(all, toolworker.UserProfileTool(profiles), toolworker.ChatHistoryTool(toolworker.NATSHistory{NC: p.NC}),
-		turn.SpawnTaskTool(p.JS, presets))
-	bg, err := p.backgroundTools(ctx, cfg)
+	all = append(all, toolworker.UserProfileTool(profiles), toolworker.ChatHistoryTool(toolworker.NATSHistory{NC: b.NC}),
+		turn.SpawnTaskTool(b.JS, presets))
+	bg, err := p.backgroundTools(ctx, b.JS, cfg)
 	if err != nil {
 		return nil, err
 	}
 	all = append(all, bg...)
-	media, err := p.JS.ObjectStore(ctx, events.ObjectMedia)
+	media, err := b.JS.ObjectStore(ctx, events.ObjectMedia)
 	if err != nil {
 		return nil, fmt.Errorf("open media store: %w", err)
 	}
@@ -124,7 +130,11 @@ func (p *Process) startToolWorker(ctx context.Context, cfg *config.Config, opts 
 			return fmt.Errorf("extra tool: %w", err)
 		}
 	}
-	h, err := toolworker.Run(ctx, toolworker.Options{NC: p.NC, JS: p.JS, Registry: reg, Log: log.With("role", "tool-worker"),
+	b, err := p.bus(natsutil.RoleToolWorker)
+	if err != nil {
+		return err
+	}
+	h, err := toolworker.Run(ctx, toolworker.Options{NC: b.NC, JS: b.JS, Registry: reg, Log: log.With("role", "tool-worker"),
 		Metrics: metrics.NewTools(p.Metrics), DeadLetters: metrics.NewDeadLetters(p.Metrics),
 		DefaultTimeout: time.Duration(cfg.AI.Agent.ToolTimeoutMs) * time.Millisecond})
 	if err != nil {
@@ -138,11 +148,15 @@ func (p *Process) startToolWorker(ctx context.Context, cfg *config.Config, opts 
 }
 
 func (p *Process) startEgress(ctx context.Context, cfg *config.Config, opts Options, log *slog.Logger) error {
-	senders, err := p.imSenders(ctx, cfg, log)
+	b, err := p.bus(natsutil.RoleEgress)
 	if err != nil {
 		return err
 	}
-	h, err := egress.Run(ctx, egress.Options{NC: p.NC, JS: p.JS, Config: cfg, DataDir: cfg.DataDir,
+	senders, err := p.imSenders(ctx, b, cfg, log)
+	if err != nil {
+		return err
+	}
+	h, err := egress.Run(ctx, egress.Options{NC: b.NC, JS: b.JS, Config: cfg, DataDir: cfg.DataDir,
 		Log: log, HTTPClient: opts.HTTPClient, Senders: senders, // egress names its role itself
 		Metrics: metrics.NewEgress(p.Metrics), DeadLetters: metrics.NewDeadLetters(p.Metrics)})
 	if err != nil {
@@ -157,33 +171,29 @@ func (p *Process) startEgress(ctx context.Context, cfg *config.Config, opts Opti
 // backgroundTools are schedule_followup, tool_search and run_deferred_task (docs/tasks.md).
 // tool_search reads the worker catalogue (KV tools) through a catalogue of its own, followed
 // until the process stops.
-func (p *Process) backgroundTools(ctx context.Context, cfg *config.Config) ([]tools.Tool, error) {
-	scheds, err := schedule.Open(ctx, p.JS)
+func (p *Process) backgroundTools(ctx context.Context, js jetstream.JetStream, cfg *config.Config) ([]tools.Tool, error) {
+	tasks, err := schedule.OpenTasks(ctx, js)
 	if err != nil {
 		return nil, err
 	}
-	tasks, err := schedule.OpenTasks(ctx, p.JS)
-	if err != nil {
-		return nil, err
-	}
-	cat, err := turn.NewToolCatalog(ctx, p.JS)
+	cat, err := turn.NewToolCatalog(ctx, js)
 	if err != nil {
 		return nil, err
 	}
 	p.spawn("tool_search catalogue", cat.Run)
 	timeout := time.Duration(cfg.AI.Agent.TaskTimeoutMs) * time.Millisecond
 	return []tools.Tool{
-		schedule.FollowUpTool(scheds, tasks),
+		schedule.FollowUpTool(tasks), // the turn worker writes the schedule (schedule.ApplyFollowUp)
 		turn.ToolSearchTool(cat, turn.NewToolSearchCache(100, time.Minute)),
-		turn.RunDeferredTaskTool(p.JS, cat, tasks, timeout),
+		turn.RunDeferredTaskTool(js, cat, tasks, timeout),
 	}, nil
 }
 
 // imMedia is the media helper of the native adapters: the media object store, and the web
 // fetch SSRF policy widened by the platform endpoints (so a OneBot implementation on loopback
 // serves its images, while every other URL is still checked).
-func (p *Process) imMedia(ctx context.Context, cfg *config.Config, endpoints ...string) (*im.Media, error) {
-	store, err := p.JS.ObjectStore(ctx, events.ObjectMedia)
+func (p *Process) imMedia(ctx context.Context, js jetstream.JetStream, cfg *config.Config, endpoints ...string) (*im.Media, error) {
+	store, err := js.ObjectStore(ctx, events.ObjectMedia)
 	if err != nil {
 		return nil, fmt.Errorf("open media store: %w", err)
 	}
@@ -192,17 +202,17 @@ func (p *Process) imMedia(ctx context.Context, cfg *config.Config, endpoints ...
 }
 
 // imSenders are the egress senders of the native IM adapters configured under im.<platform>.
-func (p *Process) imSenders(ctx context.Context, cfg *config.Config, log *slog.Logger) (map[string]egress.Sender, error) {
+func (p *Process) imSenders(ctx context.Context, bus roleBus, cfg *config.Config, log *slog.Logger) (map[string]egress.Sender, error) {
 	out := map[string]egress.Sender{}
 	ims := cfg.IM
 	if len(ims.OneBot.Bots)+len(ims.Telegram.Bots)+len(ims.Discord.Bots)+len(ims.Slack.Bots)+len(ims.Matrix.Bots) == 0 {
 		return out, nil
 	}
-	media, err := p.imMedia(ctx, cfg)
+	media, err := p.imMedia(ctx, bus.JS, cfg)
 	if err != nil {
 		return nil, err
 	}
-	ledger, err := im.NewLedger(ctx, p.JS)
+	ledger, err := im.NewLedger(ctx, bus.JS)
 	if err != nil {
 		return nil, err
 	}
@@ -214,46 +224,46 @@ func (p *Process) imSenders(ctx context.Context, cfg *config.Config, log *slog.L
 		return err
 	}
 	if bots := ims.OneBot.Bots; len(bots) > 0 {
-		s, err := onebot.NewSender(bots, p.NC, nil, media, ledger)
+		s, err := onebot.NewSender(bots, bus.NC, nil, media, ledger)
 		if err := add(onebot.Platform, s, err); err != nil {
 			return nil, err
 		}
 	}
 	// Streaming previews and typing: one egress replica per bot runs each platform's previewer.
 	if bots := ims.Telegram.Bots; len(bots) > 0 {
-		s, err := telegram.NewSender(bots, nil, media, ledger, p.NC)
+		s, err := telegram.NewSender(bots, nil, media, ledger, bus.NC)
 		if err := add(telegram.Platform, s, err); err != nil {
 			return nil, err
 		}
 		spawnPreviewers(p, bots, func(ctx context.Context, b config.TelegramBot, owner string) error {
-			return telegram.RunPreviewer(ctx, telegram.PreviewerOptions{Bot: b, NC: p.NC, JS: p.JS, Owner: owner, Log: elog})
+			return telegram.RunPreviewer(ctx, telegram.PreviewerOptions{Bot: b, NC: bus.NC, JS: bus.JS, Owner: owner, Log: elog})
 		})
 	}
 	if bots := ims.Discord.Bots; len(bots) > 0 {
-		s, err := discord.NewSender(bots, nil, media, ledger, p.NC)
+		s, err := discord.NewSender(bots, nil, media, ledger, bus.NC)
 		if err := add(discord.Platform, s, err); err != nil {
 			return nil, err
 		}
 		spawnPreviewers(p, bots, func(ctx context.Context, b config.DiscordBot, owner string) error {
-			return discord.RunPreviewer(ctx, discord.PreviewerOptions{Bot: b, NC: p.NC, JS: p.JS, Owner: owner, Log: elog})
+			return discord.RunPreviewer(ctx, discord.PreviewerOptions{Bot: b, NC: bus.NC, JS: bus.JS, Owner: owner, Log: elog})
 		})
 	}
 	if bots := ims.Slack.Bots; len(bots) > 0 {
-		s, err := imslack.NewSender(bots, nil, media, ledger, p.NC)
+		s, err := imslack.NewSender(bots, nil, media, ledger, bus.NC)
 		if err := add(imslack.Platform, s, err); err != nil {
 			return nil, err
 		}
 		spawnPreviewers(p, bots, func(ctx context.Context, b config.SlackBot, owner string) error {
-			return imslack.RunPreviewer(ctx, imslack.PreviewerOptions{Bot: b, NC: p.NC, JS: p.JS, Owner: owner, Log: elog})
+			return imslack.RunPreviewer(ctx, imslack.PreviewerOptions{Bot: b, NC: bus.NC, JS: bus.JS, Owner: owner, Log: elog})
 		})
 	}
 	if bots := ims.Matrix.Bots; len(bots) > 0 {
-		s, err := matrix.NewSender(bots, nil, media, ledger, p.NC)
+		s, err := matrix.NewSender(bots, nil, media, ledger, bus.NC)
 		if err := add(matrix.Platform, s, err); err != nil {
 			return nil, err
 		}
 		spawnPreviewers(p, bots, func(ctx context.Context, b config.MatrixBot, owner string) error {
-			return matrix.RunPreviewer(ctx, matrix.PreviewerOptions{Bot: b, NC: p.NC, JS: p.JS, Owner: owner, Log: elog})
+			return matrix.RunPreviewer(ctx, matrix.PreviewerOptions{Bot: b, NC: bus.NC, JS: bus.JS, Owner: owner, Log: elog})
 		})
 	}
 	return out, nil
@@ -271,7 +281,7 @@ func spawnPreviewers[B any](p *Process, bots []B, run func(ctx context.Context, 
 // startIMInbound starts the inbound halves of the native IM adapters: connections that must be
 // single run under a KV lease (pkg/im.Hold); HTTP-reached bots get their routes on mux. It
 // reports whether mux got any routes.
-func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *ingest.Ingestor, mux *http.ServeMux, log *slog.Logger) (bool, error) {
+func (p *Process) startIMInbound(ctx context.Context, bus roleBus, cfg *config.Config, in *ingest.Ingestor, mux *http.ServeMux, log *slog.Logger) (bool, error) {
 	sink := im.SinkFunc(func(ctx context.Context, m *events.IMMessage) error {
 		_, err := in.Ingest(ctx, m)
 		return err
@@ -290,17 +300,17 @@ func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *in
 	}
 	routes := false
 	if bots := cfg.IM.OneBot.Bots; len(bots) > 0 {
-		ledger, err := im.NewLedger(ctx, p.JS)
+		ledger, err := im.NewLedger(ctx, bus.JS)
 		if err != nil {
 			return false, err
 		}
 		byID := map[string]*onebot.Inbound{}
 		for _, b := range bots {
-			media, err := p.imMedia(ctx, cfg, b.APIBase)
+			media, err := p.imMedia(ctx, bus.JS, cfg, b.APIBase)
 			if err != nil {
 				return false, err
 			}
-			ib, err := onebot.NewInbound(onebot.InboundOptions{Bot: b, Sink: sink, Media: media, NC: p.NC, JS: p.JS,
+			ib, err := onebot.NewInbound(onebot.InboundOptions{Bot: b, Sink: sink, Media: media, NC: bus.NC, JS: bus.JS,
 				Owner: owner, Log: log, Ledger: ledger})
 			if err != nil {
 				return false, err
@@ -316,7 +326,7 @@ func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *in
 		}
 	}
 	if bots := cfg.IM.Telegram.Bots; len(bots) > 0 {
-		media, err := p.imMedia(ctx, cfg)
+		media, err := p.imMedia(ctx, bus.JS, cfg)
 		if err != nil {
 			return false, err
 		}
@@ -326,11 +336,11 @@ func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *in
 			if b.APIBase != "" {
 				// The file API lives on the configured Bot API server; allow it like a
 				// OneBot endpoint (a self-hosted server may be on the same host).
-				if media, err = p.imMedia(ctx, cfg, b.APIBase); err != nil {
+				if media, err = p.imMedia(ctx, bus.JS, cfg, b.APIBase); err != nil {
 					return false, err
 				}
 			}
-			ib, err := telegram.NewInbound(telegram.InboundOptions{Bot: b, Sink: sink, Media: media, JS: p.JS, Owner: owner, Log: log})
+			ib, err := telegram.NewInbound(telegram.InboundOptions{Bot: b, Sink: sink, Media: media, JS: bus.JS, Owner: owner, Log: log})
 			if err != nil {
 				return false, err
 			}
@@ -346,11 +356,11 @@ func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *in
 	for _, b := range cfg.IM.Discord.Bots {
 		// Attachments are fetched from their CDN URL; a configured apiBase (a proxy, a
 		// test fake) may serve them too, so its host is allowed like a OneBot endpoint.
-		media, err := p.imMedia(ctx, cfg, b.APIBase)
+		media, err := p.imMedia(ctx, bus.JS, cfg, b.APIBase)
 		if err != nil {
 			return false, err
 		}
-		ib, err := discord.NewInbound(discord.InboundOptions{Bot: b, Sink: sink, Media: media, JS: p.JS, Owner: owner, Log: log})
+		ib, err := discord.NewInbound(discord.InboundOptions{Bot: b, Sink: sink, Media: media, JS: bus.JS, Owner: owner, Log: log})
 		if err != nil {
 			return false, err
 		}
@@ -362,11 +372,11 @@ func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *in
 		for _, b := range bots {
 			// url_private files live on Slack's file host; a configured apiBase (a test fake,
 			// a proxy) may serve them, so its host is allowed like a OneBot endpoint.
-			media, err := p.imMedia(ctx, cfg, b.APIBase)
+			media, err := p.imMedia(ctx, bus.JS, cfg, b.APIBase)
 			if err != nil {
 				return false, err
 			}
-			ib, err := imslack.NewInbound(imslack.InboundOptions{Bot: b, Sink: sink, Media: media, JS: p.JS, Owner: owner, Log: log})
+			ib, err := imslack.NewInbound(imslack.InboundOptions{Bot: b, Sink: sink, Media: media, JS: bus.JS, Owner: owner, Log: log})
 			if err != nil {
 				return false, err
 			}
@@ -383,11 +393,11 @@ func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *in
 		// mxc:// media is downloaded from the configured homeserver, which may be on the same
 		// host: the adapter reaches exactly that scheme and host:port directly and everything
 		// else through this helper's SSRF guard, which therefore allows no extra host.
-		media, err := p.imMedia(ctx, cfg)
+		media, err := p.imMedia(ctx, bus.JS, cfg)
 		if err != nil {
 			return false, err
 		}
-		ib, err := matrix.NewInbound(matrix.InboundOptions{Bot: b, Sink: sink, Media: media, JS: p.JS, Owner: owner, Log: log})
+		ib, err := matrix.NewInbound(matrix.InboundOptions{Bot: b, Sink: sink, Media: media, JS: bus.JS, Owner: owner, Log: log})
 		if err != nil {
 			return false, err
 		}

@@ -164,6 +164,11 @@ func (s Spec) stream(name, desc string, subjects []string, maxAge time.Duration)
 		Replicas:          s.Replicas,
 		Duplicates:        dup(s.Duplicates, maxAge),
 		AllowDirect:       true,
+		// Nothing agentbus runs deletes or purges messages of a stream unless the stream's
+		// spec says so below: a role that may publish on a stream cannot take its history
+		// with it (the server also refuses to turn these two off again).
+		DenyDelete: true,
+		DenyPurge:  true,
 	}
 }
 
@@ -186,7 +191,12 @@ func (s Spec) SessionInStream() jetstream.StreamConfig {
 	c.Duplicates = dup(s.InboundDuplicates, s.SessionInMaxAge)
 	c.AllowMsgSchedules = true
 	c.AllowMsgTTL = true
+	// Message schedules need roll-ups (the server turns them on for a schedule stream), and a
+	// roll-up needs the purge permission. Any publisher on the stream could therefore ask for
+	// Nats-Rollup: all, so only the roles that own the inbox publish here: ingest (agent.in)
+	// and the turn worker (agent.in, schedule.>); the tool worker may not (BusRoles).
 	c.AllowRollup = true
+	c.DenyPurge = false
 	return c
 }
 
@@ -204,6 +214,7 @@ func (s Spec) AgentCtxStream() jetstream.StreamConfig {
 	s = s.WithDefaults()
 	c := s.stream(StreamAgentCtx, "agentbus: committed context log", []string{all(PrefixAgentCtx)}, 0)
 	c.AllowAtomicPublish = true
+	c.DenyPurge = false // /reset purges the session's context subject (the turn worker, the only publisher here)
 	return c
 }
 
@@ -213,6 +224,7 @@ func (s Spec) ToolCallsStream() jetstream.StreamConfig {
 	s = s.WithDefaults()
 	c := s.stream(StreamToolCalls, "agentbus: tool call requests", []string{all(PrefixToolCall)}, s.ToolCallsMaxAge)
 	c.Retention = jetstream.WorkQueuePolicy
+	c.DenyDelete = false // the turn worker withdraws a request no tool worker serves (a message delete)
 	return c
 }
 
@@ -303,12 +315,14 @@ func (s Spec) ProfilesKV() jetstream.KeyValueConfig {
 	return s.kv(BucketProfiles, "agentbus: user profiles")
 }
 
-// ApprovalsKV is KV approvals: owner approvals; pending requests may carry a per-key TTL.
+// ApprovalsKV is KV approvals: owner approvals (<endpoint>) and pending bash confirmations
+// (<endpoint>.pending).
 func (s Spec) ApprovalsKV() jetstream.KeyValueConfig {
 	s = s.WithDefaults()
-	c := s.kv(BucketApprovals, "agentbus: owner approvals")
-	c.LimitMarkerTTL = s.MarkerTTL
-	return c
+	// No marker TTL: nothing here expires by TTL, and a bucket with delete markers must allow
+	// roll-ups (KVRollup), which the tool worker, that writes its pending confirmations here,
+	// could use to empty every approval.
+	return s.kv(BucketApprovals, "agentbus: owner approvals")
 }
 
 // ModelsKV is KV models: the model discovery cache.
@@ -344,6 +358,16 @@ func (s Spec) PresenceKV() jetstream.KeyValueConfig {
 	c.TTL = s.PresenceTTL
 	return c
 }
+
+// KVRollup reports whether the stream of KV bucket cfg must allow roll-ups. A KV purge
+// (jetstream.KeyValue.Purge) is a subject roll-up, and a bucket with delete markers for
+// TTL-expired keys (LimitMarkerTTL) must allow roll-ups; any publisher on the bucket may then
+// also ask for Nats-Rollup: all and empty it. So only those buckets allow them: leases (its
+// holders release with a purge that keeps a marker; turn worker, ingest and egress hold
+// leases) and tools (tool workers' registry, whose expired entries must be seen to vanish).
+// Every other bucket is created with roll-ups off, purges denied and deletes (of messages
+// through the API; a KV Delete is a marker, not one) denied; see natsutil.Provision.
+func KVRollup(cfg jetstream.KeyValueConfig) bool { return cfg.LimitMarkerTTL > 0 }
 
 // KeyValues returns every KV bucket config.
 func (s Spec) KeyValues() []jetstream.KeyValueConfig {

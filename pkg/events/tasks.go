@@ -60,8 +60,13 @@ type DeferredTask struct {
 	NotBefore int64 `json:"notBefore,omitempty"`
 	// Parent is the session the result goes to (kind "tool").
 	Parent *SessionKey `json:"parent,omitempty"`
-	// Caller is who asked; the work runs with their permissions.
+	// Caller is who asked; the work runs with their permissions. For kind "tool" the turn
+	// worker does not take it from the task: it derives the caller from Turn's records.
 	Caller *Caller `json:"caller,omitempty"`
+	// Turn and ToolCallID (the bus id) are the call that queued the task (kind "tool"): the
+	// turn worker runs the task only if that turn of Parent made that call.
+	Turn       string `json:"turn,omitempty"`
+	ToolCallID string `json:"toolCallId,omitempty"`
 	// Label is a short name shown in /tasks and with the result.
 	Label string `json:"label,omitempty"`
 	// Deadline (Unix ms) is the time limit; past it the task fails with a clear message.

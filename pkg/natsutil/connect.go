@@ -90,6 +90,10 @@ func clientOptions(ctx context.Context, cfg config.NATS) ([]nats.Option, error) 
 	}
 	if cfg.User != "" {
 		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password))
+		if IsBusRole(cfg.User) {
+			// A role's user may hear replies only below its own prefix (BusRoles).
+			opts = append(opts, nats.CustomInboxPrefix(InboxPrefix(cfg.User)))
+		}
 	}
 	if cfg.Token != "" {
 		opts = append(opts, nats.Token(cfg.Token))

@@ -38,11 +38,11 @@ func LoadOrCreateCredentials(dir string) (Credentials, error) {
 	if !errors.Is(err, fs.ErrNotExist) {
 		return Credentials{}, err
 	}
-	buf := make([]byte, 32)
-	if _, err := rand.Read(buf); err != nil {
-		return Credentials{}, fmt.Errorf("natsutil: generate password: %w", err)
+	pw, err := randomPassword()
+	if err != nil {
+		return Credentials{}, err
 	}
-	c = Credentials{User: EmbeddedUser, Password: base64.RawURLEncoding.EncodeToString(buf)}
+	c = Credentials{User: EmbeddedUser, Password: pw}
 	if err := WriteCredentials(path, c); err != nil {
 		return Credentials{}, err
 	}
@@ -99,4 +99,13 @@ func WriteCredentials(path string, c Credentials) error {
 		return fmt.Errorf("natsutil: write credentials: %w", err)
 	}
 	return nil
+}
+
+// randomPassword is 32 random bytes, base64url.
+func randomPassword() (string, error) {
+	buf := make([]byte, 32)
+	if _, err := rand.Read(buf); err != nil {
+		return "", fmt.Errorf("natsutil: generate password: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(buf), nil
 }

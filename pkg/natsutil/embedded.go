@@ -31,6 +31,11 @@ type EmbeddedOptions struct {
 	Token    string
 	User     string
 	Password string
+	// RoleUsers, with User and Password, gives the server one more user per bus role
+	// (BusRoles, with the role's permissions and a fresh random password kept in memory only):
+	// `agentbus up` runs each role in-process as its own user (ConnectRole), as a deployment
+	// does with deploy/nats-auth.conf. User stays the unrestricted (admin) user.
+	RoleUsers bool
 	// MaxPayload raises the largest message the server accepts (0 = the server default, 1 MB).
 	MaxPayload int32
 	// Logger receives the server's logs (nil = no server logs). Debug enables its debug logs.
@@ -43,7 +48,8 @@ type EmbeddedOptions struct {
 // Embedded is a running in-process nats-server with JetStream.
 type Embedded struct {
 	srv       *server.Server
-	auth      nats.Option // credentials for in-process clients, nil without auth
+	auth      nats.Option       // credentials for in-process clients, nil without auth
+	roles     map[string]string // role -> password (RoleUsers)
 	closeOnce sync.Once
 }
 
@@ -74,6 +80,29 @@ func StartEmbedded(opts EmbeddedOptions) (*Embedded, error) {
 	}
 	if opts.Token != "" && opts.User != "" {
 		return nil, fmt.Errorf("%w: embedded server: use a token or user/password, not both", ErrConfig)
+	}
+	var roles map[string]string
+	if opts.RoleUsers {
+		if opts.User == "" || opts.Password == "" {
+			return nil, fmt.Errorf("%w: embedded server: role users need an admin user and password", ErrConfig)
+		}
+		if IsBusRole(opts.User) || opts.User == RoleAdmin {
+			return nil, fmt.Errorf("%w: embedded server: the admin user may not be named %q (a role's name)", ErrConfig, opts.User)
+		}
+		users := []*server.User{{Username: opts.User, Password: opts.Password}}
+		roles = map[string]string{}
+		for _, r := range BusRoles() {
+			if !IsBusRole(r.Name) {
+				continue
+			}
+			pw, err := randomPassword()
+			if err != nil {
+				return nil, err
+			}
+			roles[r.Name] = pw
+			users = append(users, &server.User{Username: r.Name, Password: pw, Permissions: r.Permissions()})
+		}
+		so.Users, so.Username, so.Password = users, "", ""
 	}
 	if opts.Listen == "" {
 		so.DontListen = true
@@ -108,7 +137,7 @@ func StartEmbedded(opts EmbeddedOptions) (*Embedded, error) {
 		srv.WaitForShutdown()
 		return nil, fmt.Errorf("%w: embedded server not ready after %s", ErrNotReady, wait)
 	}
-	e := &Embedded{srv: srv}
+	e := &Embedded{srv: srv, roles: roles}
 	switch {
 	case opts.Token != "":
 		e.auth = nats.Token(opts.Token)
@@ -143,6 +172,21 @@ func (e *Embedded) Connect(opts ...nats.Option) (*nats.Conn, error) {
 		return nil, fmt.Errorf("connect in-process: %w", err)
 	}
 	return nc, nil
+}
+
+// HasRoleUsers reports whether the server has a user per bus role (EmbeddedOptions.RoleUsers).
+func (e *Embedded) HasRoleUsers() bool { return e.roles != nil }
+
+// ConnectRole opens an in-process connection as role's user (EmbeddedOptions.RoleUsers), with
+// the role's inbox prefix (InboxPrefix), as Connect does otherwise.
+func (e *Embedded) ConnectRole(role string, opts ...nats.Option) (*nats.Conn, error) {
+	pw, ok := e.roles[role]
+	if !ok {
+		return nil, fmt.Errorf("%w: embedded server has no user for role %q", ErrConfig, role)
+	}
+	all := append([]nats.Option{nats.Name("agentbus " + role), nats.UserInfo(role, pw),
+		nats.CustomInboxPrefix(InboxPrefix(role))}, opts...)
+	return e.Connect(all...)
 }
 
 // Close shuts the server down and waits until it has stopped. Safe to call more than once.

@@ -12,35 +12,49 @@ import (
 
 // BusRole is one NATS identity of a production deployment and what it may publish and
 // subscribe to. The table (BusRoles) is the one definition: deploy/nats-auth.conf is rendered
-// from it (RenderAuthConf, checked by a test) and the permission tests run a real server with it.
+// from it (RenderAuthConf, checked by a test), `agentbus up` gives its embedded server the same
+// users (EmbeddedUsers), and the permission tests run a real server with it.
 //
 // What each role publishes follows what its code does:
 //
 //   - ingest: the inbound streams (im.in, agent.in: user messages, commands), refusals on im.out,
-//     its replay-protection KV, dead letters; it answers console.in requests.
+//     profiles, its adapters' leases, the chunks a relayed OneBot send went out as (KV
+//     delivered chunk.>), dead letters; it answers console.in requests.
 //   - turn-worker: the session's events and context (agent.evt, agent.ctx), tool calls, replies
-//     (im.out), live deltas, the replicas' doorbells (agent.wake), tasks, schedules, subagent
-//     results into agent.in, session/lease/approval/profile/model KVs, and purging a session's
-//     context subject on /reset.
-//   - tool-worker: tool results, the tool registry KV, profiles and delivered markers, the
-//     transcript search request, dead letters, the probes of each other's running calls
-//     (tool.attempt); background work its tools queue (task.> for
-//     spawn_task and run_deferred_task, schedule.> for schedule_followup, KV tasks). Not
-//     agent.in, im.in or im.out: a tool (the bash sandbox included) cannot put words in a
-//     master's mouth nor speak to a chat directly. A schedule fires into agent.in, so the turn
-//     worker trusts no roles from a fired schedule (see turn.onScheduled).
+//     (im.out), live deltas, the replicas' doorbells (agent.wake), tasks, schedules (it writes
+//     the reminders schedule_followup asks for, see turn's applyFollowUp), subagent results into
+//     agent.in, session/lease/approval/profile/model KVs, purging a session's context subject on
+//     /reset and withdrawing a tool call nobody serves (a message delete on TOOL_CALLS).
+//   - tool-worker: tool results, the tool registry KV, profiles and delivered markers, its
+//     pending bash confirmations (the <endpoint>.pending keys of KV approvals, not the
+//     approvals themselves), the transcript search request, dead letters, the probes of each
+//     other's running calls (tool.attempt); background work its tools queue (task.> for
+//     spawn_task and run_deferred_task, KV tasks). Not agent.in, im.in, im.out nor schedule.>:
+//     a tool (the bash sandbox included) cannot put words in a master's mouth, speak to a chat
+//     directly, nor make the bot speak later. A task it queues claims nothing the turn worker
+//     believes: the turn worker derives the caller from the turn that asked (turn's
+//     taskOrigin).
 //   - egress: receipts (im.sent), delivered markers, console.out, dead letters; it serves the
 //     transcript search (a NATS micro service).
 //   - every role: its own entry in KV presence (pkg/presence), which status and the console read.
 //   - admin: everything (provisioning streams and buckets, operators' CLI).
 //
 // Every role may read stream info, message gets, direct gets, consumers (create, fetch, ack,
-// flow control) and its request inboxes, except the streams it has no business with (NoRead):
-// the tool worker, which runs commands a stranger asked for, cannot read any conversation
-// (SESSION_IN, AGENT_EVENTS, AGENT_CTX, IM_IN, IM_OUT, IM_SENT) nor the session and lease
-// records; egress and ingest cannot read the turn's own log. No role but admin may create,
-// update or delete a stream or consumer-less data ($JS.API.STREAM.CREATE/UPDATE/DELETE,
-// MSG.DELETE).
+// flow control), except the streams it has no business with (NoRead): the tool worker, which
+// runs commands a stranger asked for, cannot read any conversation (SESSION_IN, AGENT_EVENTS,
+// AGENT_CTX, IM_IN, IM_OUT, IM_SENT) nor the session and lease records; egress and ingest
+// cannot read the turn's own log. No role may touch another role's durable consumers (Durables:
+// create, update, delete, pause, fetch from, ack for) nor consume a work queue it does not
+// work (NoConsume). No role but admin may create, update, delete or purge a stream or delete
+// a message ($JS.API.STREAM.CREATE/UPDATE/DELETE/PURGE, MSG.DELETE), except the turn worker's
+// two above. Each role hears replies only on its own inbox prefix (InboxPrefix), so no role
+// reads the answers another role's requests get (a direct get of a conversation, say), and no
+// role publishes into another's inbox: replies go out only as responses (allow_responses).
+//
+// What publish permissions cannot stop, the streams' flags do (events.Spec): a publisher may
+// ask for a roll-up (Nats-Rollup: all empties the whole stream) wherever the stream allows
+// roll-ups, so roll-ups are allowed only where they are needed and only the owning roles may
+// publish there. See docs/security.md for what remains.
 type BusRole struct {
 	Name      string
 	Publish   []string
@@ -48,8 +62,26 @@ type BusRole struct {
 	// NoRead lists streams the role may neither consume nor get messages from (KV buckets as
 	// their streams, KV_<bucket>).
 	NoRead []string
+	// NoConsume lists streams the role may get messages from but not consume (work queues
+	// another role works).
+	NoConsume []string
 	// Responses lets the role answer requests it received (reply subjects of core requests).
 	Responses bool
+}
+
+// Durable is a durable consumer the code creates and which role owns it. Consumers whose
+// names are made at run time (tool_<tool> on TOOL_CALLS, transcripts-<node>-* on IM_IN and
+// IM_SENT) are covered by NoConsume/NoRead of the other roles instead.
+type Durable struct {
+	Stream, Name, Owner string
+}
+
+// Durables are the named durable consumers of agentbus.
+var Durables = []Durable{
+	{events.StreamSessionIn, "turn-workers", RoleTurnWorker},
+	{events.StreamTasks, "deferred", RoleTurnWorker},
+	{events.StreamTasks, "subagents", RoleTurnWorker},
+	{events.StreamIMOut, "egress", RoleEgress},
 }
 
 // jsRead is the JetStream API every role uses to read and consume.
@@ -61,15 +93,50 @@ var jsRead = []string{
 	"$JS.ACK.>", "$JS.FC.>",
 }
 
-// readAPI is every JetStream API subject that reads stream: consumers of it (create, info,
-// next, ...), message gets and direct gets.
-func readAPI(stream string) []string {
+// consumeAPI is every JetStream API subject that consumes stream: creating, updating,
+// deleting, pausing and reading consumers of it, fetching from them and acking for them.
+func consumeAPI(stream string) []string {
 	return []string{
 		"$JS.API.CONSUMER.*." + stream, "$JS.API.CONSUMER.*." + stream + ".>",
 		"$JS.API.CONSUMER.DURABLE.CREATE." + stream + ".>",
-		"$JS.API.STREAM.MSG.GET." + stream,
-		"$JS.API.DIRECT.GET." + stream, "$JS.API.DIRECT.GET." + stream + ".>",
+		"$JS.API.CONSUMER.MSG.NEXT." + stream + ".>",
+		"$JS.API.CONSUMER.LEADER.STEPDOWN." + stream + ".>",
+		"$JS.ACK." + stream + ".>",
 	}
+}
+
+// readAPI is every JetStream API subject that reads stream: consumers of it (consumeAPI),
+// message gets and direct gets.
+func readAPI(stream string) []string {
+	return append(consumeAPI(stream),
+		"$JS.API.STREAM.MSG.GET."+stream,
+		"$JS.API.DIRECT.GET."+stream, "$JS.API.DIRECT.GET."+stream+".>",
+	)
+}
+
+// durableAPI is every JetStream API subject that acts on durable consumer d of stream.
+func durableAPI(stream, d string) []string {
+	return []string{
+		"$JS.API.CONSUMER.*." + stream + "." + d, "$JS.API.CONSUMER.*." + stream + "." + d + ".>",
+		"$JS.API.CONSUMER.DURABLE.CREATE." + stream + "." + d,
+		"$JS.API.CONSUMER.MSG.NEXT." + stream + "." + d,
+		"$JS.API.CONSUMER.LEADER.STEPDOWN." + stream + "." + d,
+		"$JS.ACK." + stream + "." + d + ".>",
+	}
+}
+
+// InboxPrefix is the reply-subject prefix of role's connections (nats.CustomInboxPrefix): the
+// role's user may subscribe only below it.
+func InboxPrefix(role string) string { return "_INBOX_" + role }
+
+// IsBusRole reports whether name is a role of BusRoles other than admin (a user whose
+// connections must use InboxPrefix).
+func IsBusRole(name string) bool {
+	switch name {
+	case RoleIngest, RoleTurnWorker, RoleToolWorker, RoleEgress:
+		return true
+	}
+	return false
 }
 
 // conversation are the streams that hold what people said and what the bot answered.
@@ -107,42 +174,50 @@ const (
 
 // BusRoles is the permission table (admin last: no restriction).
 func BusRoles() []BusRole {
-	inbox := []string{"_INBOX.>"}
+	inbox := func(role string) []string { return []string{InboxPrefix(role) + ".>"} }
 	return []BusRole{
 		{
 			Name: RoleIngest,
-			// leases: the single connection of an IM adapter (pkg/im.Hold).
-			Publish: join(jsRead, []string{"im.in.>", "agent.in.>", "im.out.>", "dlq.>"},
+			// leases: the single connection of an IM adapter (pkg/im.Hold). delivered.chunk:
+			// the holder of a OneBot connection records the chunks it sent for egress
+			// (pkg/im.Ledger), never egress's own out-id markers.
+			Publish: join(jsRead, []string{"im.in.>", "agent.in.>", "im.out.>", "dlq.>", "$KV." + events.BucketDelivered + ".chunk.>"},
 				kv("profiles", "leases", events.BucketPresence), []string{"$O.media.>"}),
 			// im.rpc: egress relays sends to the replica holding a OneBot WebSocket.
-			Subscribe: join(inbox, []string{"console.in", "im.rpc.>"}),
+			Subscribe: join(inbox(RoleIngest), []string{"console.in", "im.rpc.>"}),
 			Responses: true,
 			NoRead:    []string{events.StreamAgentEvents, events.StreamAgentCtx, events.StreamToolCalls, events.StreamToolResults},
+			NoConsume: []string{events.StreamTasks},
 		},
 		{
 			Name: RoleTurnWorker,
 			Publish: join(jsRead, []string{
 				"agent.in.>", "agent.evt.>", "agent.ctx.>", "agent.live.>", "agent.wake.>",
 				"tool.call.>", "tool.result.>", "im.out.>", "task.>", "schedule.>", "dlq.>",
-				"$JS.API.STREAM.PURGE.AGENT_CTX", "transcripts.search",
+				"$JS.API.STREAM.PURGE.AGENT_CTX", "$JS.API.STREAM.MSG.DELETE.TOOL_CALLS", "transcripts.search",
 			}, kv("sessions", "leases", "approvals", "profiles", "models", "tools", "tasks", events.BucketPresence), []string{"$O.media.>"}),
 			// Tool results are also awaited as core messages on the session's subject; the
 			// replicas ring and probe each other's doorbells (agent.wake.<replica>); a
 			// session's owner hears its inbox subject (agent.in.<sk>) as core messages, to
 			// read a new event without waiting for its delivery.
-			Subscribe: join(inbox, []string{"tool.result.>", "agent.wake.>", "agent.in.>"}),
+			Subscribe: join(inbox(RoleTurnWorker), []string{"tool.result.>", "agent.wake.>", "agent.in.>"}),
 			Responses: true,
+			NoConsume: []string{events.StreamToolCalls},
 		},
 		{
 			Name: RoleToolWorker,
 			// tool.attempt: a redelivered non-idempotent call asks the process that started it
-			// whether it still runs (a request to tool.attempt.<instance>, answered by that process).
-			Publish: join(jsRead, []string{"tool.result.>", "tool.attempt.>", "dlq.>", "transcripts.search", "task.>", "schedule.>"},
+			// whether it still runs (a request to tool.attempt.<instance>, answered by that
+			// process). $KV.approvals.*.pending: the bash confirmations it records and
+			// consumes (approvals.PendingKey); the approvals themselves are the turn worker's.
+			Publish: join(jsRead, []string{"tool.result.>", "tool.attempt.>", "dlq.>", "transcripts.search", "task.>",
+				"$KV." + events.BucketApprovals + ".*.pending"},
 				kv("tools", "profiles", "delivered", "tasks", events.BucketPresence), []string{"$O.media.>"}),
-			Subscribe: join(inbox, []string{"tool.attempt.>"}),
+			Subscribe: join(inbox(RoleToolWorker), []string{"tool.attempt.>"}),
 			Responses: true,
 			NoRead: append(slices.Clone(conversation), kvStream(events.BucketSessions), kvStream(events.BucketLeases),
 				kvStream(events.BucketWebhookSeen)),
+			NoConsume: []string{events.StreamTasks},
 		},
 		{
 			Name: RoleEgress,
@@ -150,10 +225,11 @@ func BusRoles() []BusRole {
 			// holding a bot's connection or preview.
 			Publish: join(jsRead, []string{"im.sent.>", "console.out.>", "dlq.>", "im.rpc.>", "im.preview.>"},
 				kv("delivered", "leases", events.BucketPresence), []string{"$O.media.>"}),
-			Subscribe: join(inbox, []string{"transcripts.search", "$SRV.>", "agent.live.>", "im.preview.>"}),
+			Subscribe: join(inbox(RoleEgress), []string{"transcripts.search", "$SRV.>", "agent.live.>", "im.preview.>"}),
 			Responses: true,
 			NoRead: []string{events.StreamSessionIn, events.StreamAgentEvents, events.StreamAgentCtx,
 				events.StreamToolCalls, events.StreamToolResults, kvStream(events.BucketSessions), kvStream(events.BucketApprovals)},
+			NoConsume: []string{events.StreamTasks},
 		},
 		{Name: RoleAdmin},
 	}
@@ -170,6 +246,14 @@ func (r BusRole) Permissions() *server.Permissions {
 	}
 	for _, st := range r.NoRead {
 		p.Publish.Deny = append(p.Publish.Deny, readAPI(st)...)
+	}
+	for _, st := range r.NoConsume {
+		p.Publish.Deny = append(p.Publish.Deny, consumeAPI(st)...)
+	}
+	for _, d := range Durables {
+		if d.Owner != r.Name && !slices.Contains(r.NoRead, d.Stream) && !slices.Contains(r.NoConsume, d.Stream) {
+			p.Publish.Deny = append(p.Publish.Deny, durableAPI(d.Stream, d.Name)...)
+		}
 	}
 	if r.Responses {
 		p.Response = &server.ResponsePermission{MaxMsgs: 1}

@@ -38,6 +38,11 @@ func Provision(ctx context.Context, js jetstream.JetStream, spec events.Spec) er
 				if upToDate(ctx, js, cfg.Name, func(have jetstream.StreamConfig) bool { return sameStream(have, cfg) }) {
 					return nil
 				}
+				if st, err := js.Stream(ctx, cfg.Name); err == nil {
+					if err := cannotUndeny(st.CachedInfo().Config, cfg); err != nil {
+						return permanent{err}
+					}
+				}
 				_, err := js.CreateOrUpdateStream(ctx, cfg)
 				return err
 			}); err != nil {
@@ -52,8 +57,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, spec events.Spec) er
 				if upToDate(ctx, js, "KV_"+cfg.Bucket, func(have jetstream.StreamConfig) bool { return sameKV(have, cfg) }) {
 					return nil
 				}
-				_, err := js.CreateOrUpdateKeyValue(ctx, cfg)
-				return err
+				return provisionKV(ctx, js, cfg)
 			}); err != nil {
 				return fmt.Errorf("%w: kv %s: %w", ErrProvision, cfg.Bucket, err)
 			}
@@ -125,14 +129,75 @@ func sameStream(have, want jetstream.StreamConfig) bool {
 		have.AllowMsgSchedules == want.AllowMsgSchedules && have.AllowRollup == want.AllowRollup &&
 		have.AllowAtomicPublish == want.AllowAtomicPublish && have.MaxMsgsPerSubject == want.MaxMsgsPerSubject &&
 		have.Discard == want.Discard && have.MaxMsgs == want.MaxMsgs && have.MaxBytes == want.MaxBytes &&
-		have.MaxMsgSize == want.MaxMsgSize && have.MaxConsumers == want.MaxConsumers
+		have.MaxMsgSize == want.MaxMsgSize && have.MaxConsumers == want.MaxConsumers &&
+		have.DenyDelete == want.DenyDelete && have.DenyPurge == want.DenyPurge
 }
 
-// sameKV compares the KV bucket's stream with the fields of cfg events.Spec sets.
+// sameKV compares the KV bucket's stream with the fields of cfg events.Spec sets and the
+// roll-up, purge and delete flags it implies (kvStreamConfig).
 func sameKV(have jetstream.StreamConfig, cfg jetstream.KeyValueConfig) bool {
+	rollup := events.KVRollup(cfg)
 	return have.Description == cfg.Description && have.MaxMsgsPerSubject == int64(orOne(int(cfg.History))) &&
 		have.MaxAge == cfg.TTL && have.Storage == cfg.Storage && have.Replicas == orOne(cfg.Replicas) &&
-		have.AllowMsgTTL == (cfg.LimitMarkerTTL > 0) && have.SubjectDeleteMarkerTTL == cfg.LimitMarkerTTL
+		(have.AllowMsgTTL || cfg.LimitMarkerTTL == 0) && have.SubjectDeleteMarkerTTL == cfg.LimitMarkerTTL &&
+		have.AllowRollup == rollup && have.DenyPurge == !rollup && have.DenyDelete
+}
+
+// provisionKV creates KV bucket cfg when it does not exist, then sets its stream to what cfg
+// asks plus the flags events.KVRollup implies. nats.go's CreateOrUpdateKeyValue cannot be
+// used for the update: it always asks for roll-ups on and purges allowed, and the server
+// refuses to allow purges again once denied.
+func provisionKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) error {
+	name := "KV_" + cfg.Bucket
+	st, err := js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err := js.CreateKeyValue(ctx, cfg); err != nil {
+			return err // ErrBucketExists: lost a race; the retry updates
+		}
+		st, err = js.Stream(ctx, name)
+	}
+	if err != nil {
+		return err
+	}
+	have := st.CachedInfo().Config
+	want := kvStreamConfig(have, cfg)
+	if have.DenyPurge && !want.DenyPurge {
+		return permanent{fmt.Errorf("stream %s denies purges, which this bucket needs (roll-ups for its purges and delete markers), and the server cannot undo that: copy the bucket and recreate it", name)}
+	}
+	_, err = js.UpdateStream(ctx, want)
+	return err
+}
+
+// kvStreamConfig is have (the stream of KV bucket cfg) with the fields events.Spec sets from
+// cfg and the flags events.KVRollup implies. Message TTLs, once allowed, stay allowed (the
+// server cannot turn them off).
+func kvStreamConfig(have jetstream.StreamConfig, cfg jetstream.KeyValueConfig) jetstream.StreamConfig {
+	c := have
+	c.Description = cfg.Description
+	c.MaxMsgsPerSubject = int64(orOne(int(cfg.History)))
+	c.MaxAge = cfg.TTL
+	c.Replicas = orOne(cfg.Replicas)
+	c.SubjectDeleteMarkerTTL = cfg.LimitMarkerTTL
+	c.AllowMsgTTL = have.AllowMsgTTL || cfg.LimitMarkerTTL > 0
+	rollup := events.KVRollup(cfg)
+	c.AllowRollup, c.DenyPurge, c.DenyDelete = rollup, !rollup, true
+	if cfg.TTL > 0 && cfg.TTL < c.Duplicates {
+		c.Duplicates = cfg.TTL
+	}
+	return c
+}
+
+// cannotUndeny reports the flag an update of stream have to want would have to turn off: the
+// server refuses to allow deletes or purges again once denied, so such a stream (denied by an
+// operator, or by a newer agentbus) has to be recreated for this version.
+func cannotUndeny(have, want jetstream.StreamConfig) error {
+	switch {
+	case have.DenyPurge && !want.DenyPurge:
+		return fmt.Errorf("stream %s denies purges, which agentbus needs there, and the server cannot undo that: recreate the stream", want.Name)
+	case have.DenyDelete && !want.DenyDelete:
+		return fmt.Errorf("stream %s denies message deletes, which agentbus needs there, and the server cannot undo that: recreate the stream", want.Name)
+	}
+	return nil
 }
 
 // sameObjectStore compares the object store's stream with the fields of cfg events.Spec sets.

@@ -206,3 +206,79 @@ func TestLookupsRetryUnansweredAndFailOnMissing(t *testing.T) {
 		})
 	}
 }
+
+// Streams and buckets made by a version before the stream flags (deletes and purges allowed,
+// KV roll-ups on, approvals with delete markers) get them from the next Provision, with their
+// messages; a stream that denies what agentbus needs is reported by name, since the server
+// cannot allow it again.
+func TestProvisionHardensOldStreams(t *testing.T) {
+	srv := natstest.New(t, natstest.WithoutProvision())
+	_, js := srv.Connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	spec := events.DefaultSpec()
+	for _, c := range spec.Streams() {
+		c.DenyDelete, c.DenyPurge = false, false
+		if _, err := js.CreateStream(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range spec.KeyValues() {
+		if c.Bucket == events.BucketApprovals {
+			c.LimitMarkerTTL = time.Minute // as the old spec had it
+		}
+		if _, err := js.CreateKeyValue(ctx, c); err != nil { // nats.go's defaults: roll-ups on, purges allowed
+			t.Fatal(err)
+		}
+	}
+	kv, err := js.KeyValue(ctx, events.BucketApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "webhook_b1", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if err := natsutil.Provision(ctx, js, spec); err != nil {
+		t.Fatal(err)
+	}
+	check := func(name string, rollup, denyPurge, denyDelete bool) {
+		t.Helper()
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := st.CachedInfo().Config
+		if c.AllowRollup != rollup || c.DenyPurge != denyPurge || c.DenyDelete != denyDelete {
+			t.Errorf("%s: roll-ups %v, purges denied %v, deletes denied %v; want %v %v %v", name,
+				c.AllowRollup, c.DenyPurge, c.DenyDelete, rollup, denyPurge, denyDelete)
+		}
+	}
+	check(events.StreamIMIn, false, true, true)
+	check(events.StreamSessionIn, true, false, true)
+	check(events.StreamAgentCtx, false, false, true)
+	check(events.StreamToolCalls, false, true, false)
+	check("KV_"+events.BucketApprovals, false, true, true)
+	check("KV_"+events.BucketTasks, false, true, true)
+	check("KV_"+events.BucketLeases, true, false, true)
+	if e, err := kv.Get(ctx, "webhook_b1"); err != nil || string(e.Value()) != "{}" {
+		t.Errorf("approval after provisioning: %v, %v", e, err)
+	}
+	// Provisioning again changes nothing and succeeds.
+	if err := natsutil.Provision(ctx, js, spec); err != nil {
+		t.Fatal(err)
+	}
+	// AGENT_CTX purges denied by someone: /reset could not work, and the server cannot undo it.
+	st, err := js.Stream(ctx, events.StreamAgentCtx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := st.CachedInfo().Config
+	c.DenyPurge = true
+	if _, err := js.UpdateStream(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	err = natsutil.Provision(ctx, js, spec)
+	if !errors.Is(err, natsutil.ErrProvision) || !strings.Contains(err.Error(), events.StreamAgentCtx) || !strings.Contains(err.Error(), "recreate") {
+		t.Errorf("provisioning over a stream that denies what agentbus needs: %v", err)
+	}
+}

@@ -21,9 +21,11 @@
 //
 // # Trust
 //
-// A fired schedule is an inbox event that anyone allowed to publish on schedule.> could have
-// written (the tool workers may, for schedule_followup). The turn worker therefore trusts no
-// sender roles from it: CreatedBy.Roles is ignored when it fires.
+// Only the turn worker writes schedules (and ingest none): schedule_followup runs on a tool
+// worker, which validates the request and records it in KV tasks, but the schedule itself is
+// written by the turn worker that made the call, for its own session and caller
+// (ApplyFollowUp), so a tool worker cannot make the bot speak in a chat that did not ask. A
+// fired schedule still vouches for nobody: the turn worker trusts no sender roles from it.
 //
 // # Task records
 //

@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -33,10 +34,12 @@ type followUpArgs struct {
 // FollowUpTool is schedule_followup: it keeps one pending reminder per session as a JetStream
 // message schedule (id "followup") that fires an inbox.scheduled into the session, and a
 // record of it in KV tasks (id "followup", state pending, DueAt). Creating a reminder replaces
-// the pending one. Tool workers may publish schedules and use KV tasks but not read the inbox
-// stream, so the tool answers list and "it replaces ..." from the record. Served by tool
-// workers.
-func FollowUpTool(s *Schedules, tasks *Tasks) tools.Tool {
+// the pending one. Served by tool workers, which may use KV tasks but neither read the inbox
+// stream nor write schedules: the tool answers list and "it replaces ..." from the record, and
+// asks for the schedule in its result (FollowUpRequest in Details), which the turn worker that
+// made the call writes for its own session and caller (ApplyFollowUp). So a tool worker can
+// make the bot speak later only in a chat whose turn asked it to.
+func FollowUpTool(tasks *Tasks) tools.Tool {
 	return tools.MustNew(FollowUpToolName,
 		"Schedule a follow-up reminder in this chat: action create with delay_minutes (or at) and message; list shows the pending one; cancel removes it. A new reminder replaces the pending one; only whoever set a reminder, or a master, may replace or cancel it.",
 		func(ctx context.Context, c tools.Call, a followUpArgs) (tools.Result, error) {
@@ -58,7 +61,7 @@ func FollowUpTool(s *Schedules, tasks *Tasks) tools.Tool {
 			}
 			switch action {
 			case "create", "":
-				return createFollowUp(ctx, s, tasks, sk, c, a, now, pending)
+				return createFollowUp(ctx, tasks, sk, c, a, now, pending)
 			case "list":
 				if pending == nil {
 					return tools.TextResult("No pending reminder in this chat."), nil
@@ -68,16 +71,13 @@ func FollowUpTool(s *Schedules, tasks *Tasks) tools.Tool {
 				if pending == nil {
 					return tools.TextResult("There was no pending reminder to cancel."), nil
 				}
-				if err := s.Clear(ctx, sk, FollowUpID); err != nil {
-					return tools.Result{}, err
-				}
 				if _, err := tasks.Update(ctx, sk, FollowUpID, func(r *events.TaskRecord) bool {
 					r.State, r.Error = events.TaskCancelled, "cancelled by "+c.Env.SenderID
 					return true
 				}); err != nil {
 					return tools.Result{}, err
 				}
-				return tools.TextResult("Cancelled the reminder " + describeRecord(*pending) + "."), nil
+				return withRequest(tools.TextResult("Cancelled the reminder "+describeRecord(*pending)+"."), FollowUpRequest{Action: "cancel"}), nil
 			}
 			return tools.ErrorResult("schedule_followup: unknown action %q (want create, list or cancel)", a.Action), nil
 		}, tools.WithKeywords(FollowUpKeywords...), tools.WithSource("builtin"))
@@ -112,7 +112,56 @@ func describeRecord(r events.TaskRecord) string {
 	return fmt.Sprintf("%s at %s: %q", r.ID, time.UnixMilli(r.DueAt).UTC().Format(time.RFC3339), r.Label)
 }
 
-func createFollowUp(ctx context.Context, s *Schedules, tasks *Tasks, sk events.SessionKey, c tools.Call, a followUpArgs, now time.Time, old *events.TaskRecord) (tools.Result, error) {
+// FollowUpRequest is what schedule_followup asks of the turn worker that called it, in its
+// result's Details: "create" (At, Message) or "cancel" the session's reminder.
+type FollowUpRequest struct {
+	Action  string `json:"followup"`
+	At      int64  `json:"at,omitempty"` // Unix ms
+	Message string `json:"message,omitempty"`
+}
+
+// MaxFollowUpText bounds a reminder's text.
+const MaxFollowUpText = 4000
+
+func withRequest(r tools.Result, req FollowUpRequest) tools.Result {
+	r.Details, _ = json.Marshal(req)
+	return r
+}
+
+// ApplyFollowUp writes the reminder schedule_followup's result asks for (details, a
+// FollowUpRequest) into session k, as set by `by`: the caller of the turn that made the call,
+// known to the turn worker, never a claim of the tool's. It reports whether details asked for
+// anything. A create whose time has passed (a resumed turn applying an old result) is
+// ErrBadSchedule.
+func ApplyFollowUp(ctx context.Context, s *Schedules, k events.SessionKey, details json.RawMessage, by events.Sender) (bool, error) {
+	var req FollowUpRequest
+	if len(details) == 0 || json.Unmarshal(details, &req) != nil || req.Action == "" {
+		return false, nil
+	}
+	switch req.Action {
+	case "cancel":
+		return true, s.Clear(ctx, k, FollowUpID)
+	case "create":
+		at := time.UnixMilli(req.At)
+		switch {
+		case strings.TrimSpace(req.Message) == "":
+			return true, fmt.Errorf("%w: a reminder needs a message", ErrBadSchedule)
+		case len(req.Message) > MaxFollowUpText:
+			return true, fmt.Errorf("%w: a reminder's message is over %d bytes", ErrBadSchedule, MaxFollowUpText)
+		case at.Sub(time.Now()) > MaxFollowUpAhead+time.Minute:
+			return true, fmt.Errorf("%w: more than a year ahead", ErrBadSchedule)
+		}
+		if by.ID == "" {
+			by.ID = "unknown"
+		}
+		// Roles are not kept: a fired schedule vouches for nobody (see onScheduled).
+		ev := events.Scheduled{Text: req.Message, Kind: events.ScheduleFollowUp, CreatedBy: events.Sender{ID: by.ID, Name: by.Name}}
+		return true, s.Set(ctx, k, FollowUpID, At(at), "", ev)
+	}
+	return true, fmt.Errorf("%w: unknown follow-up action %q", ErrBadSchedule, req.Action)
+}
+
+func createFollowUp(ctx context.Context, tasks *Tasks, sk events.SessionKey, c tools.Call, a followUpArgs, now time.Time, old *events.TaskRecord) (tools.Result, error) {
 	if strings.TrimSpace(a.Message) == "" {
 		return tools.ErrorResult("schedule_followup: message is required to create a reminder"), nil
 	}
@@ -139,27 +188,25 @@ func createFollowUp(ctx context.Context, s *Schedules, tasks *Tasks, sk events.S
 	case at.Sub(now) > MaxFollowUpAhead:
 		return tools.ErrorResult("schedule_followup: %s is more than a year ahead", at.UTC().Format(time.RFC3339)), nil
 	}
-	ev := events.Scheduled{Text: a.Message, Kind: events.ScheduleFollowUp,
-		CreatedBy: events.Sender{ID: c.Env.SenderID, Roles: c.Env.SenderRoles}}
-	if ev.CreatedBy.ID == "" {
-		ev.CreatedBy.ID = "unknown"
+	if len(a.Message) > MaxFollowUpText {
+		return tools.ErrorResult("schedule_followup: the message is over %d bytes", MaxFollowUpText), nil
 	}
-	err := s.Set(ctx, sk, FollowUpID, At(at), "", ev)
-	if errors.Is(err, ErrBadSchedule) {
+	if err := CheckPattern(At(at), now); err != nil {
 		return tools.ErrorResult("schedule_followup: %v", err), nil
 	}
-	if err != nil {
-		return tools.Result{}, fmt.Errorf("schedule_followup: %w", err)
+	owner := c.Env.SenderID
+	if owner == "" {
+		owner = "unknown"
 	}
 	if err := tasks.Put(ctx, events.TaskRecord{ID: FollowUpID, Kind: events.ScheduleFollowUp, Session: sk, Label: a.Message,
-		State: events.TaskPending, Owner: ev.CreatedBy.ID, DueAt: at.UnixMilli()}); err != nil {
+		State: events.TaskPending, Owner: owner, DueAt: at.UnixMilli()}); err != nil {
 		return tools.Result{}, fmt.Errorf("schedule_followup: %w", err)
 	}
 	text := fmt.Sprintf("Reminder set for %s (in %s): %q.", at.UTC().Format(time.RFC3339), at.Sub(now).Round(time.Second), a.Message)
 	if old != nil {
 		text += " It replaces the pending reminder " + describeRecord(*old) + "."
 	}
-	return tools.TextResult(text), nil
+	return withRequest(tools.TextResult(text), FollowUpRequest{Action: "create", At: at.UnixMilli(), Message: a.Message}), nil
 }
 
 // Describe is a one-line description of a pending schedule for the chat.

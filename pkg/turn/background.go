@@ -213,8 +213,9 @@ func (a *actor) onScheduled(e *events.Event[events.Scheduled], seq uint64) error
 		}
 	}
 	m := llm.UserText(text, time.Now().UnixMilli())
-	// No roles from a schedule: tool workers may write schedules too, so a fired one cannot
-	// vouch for a master. The turn runs with user-level tools as the one who set it.
+	// No roles from a schedule: a schedule keeps none (schedule.ApplyFollowUp), and one that
+	// claims some was not written by agentbus. The turn runs with user-level tools as the one
+	// who set it.
 	sender := events.Sender{ID: s.CreatedBy.ID, Name: s.CreatedBy.Name}
 	pt := &pendingTurn{seq: seq, input: []llm.Message{m}, msg: a.syntheticTarget(sender, s.ReplyTo), trace: e.Trace,
 		heartbeat: kind == events.ScheduleHeartbeat}

@@ -211,7 +211,8 @@ func RunDeferredTaskTool(js jetstream.JetStream, cat *ToolCatalog, tasks *schedu
 			}
 			caller := events.Caller{Platform: c.Env.Platform, Bot: c.Env.BotID, Scope: c.Env.Scope, SenderID: c.Env.SenderID, Roles: c.Env.SenderRoles}
 			task := events.DeferredTask{TaskID: id, Kind: events.DeferredKindTool, Session: sk.String(), Payload: payload,
-				Parent: &sk, Caller: &caller, Label: label, Deadline: time.Now().Add(timeout).UnixMilli()}
+				Parent: &sk, Caller: &caller, Label: label, Deadline: time.Now().Add(timeout).UnixMilli(),
+				Turn: c.Env.Turn, ToolCallID: c.ID}
 			if _, err := tasks.Create(ctx, events.TaskRecord{ID: id, Kind: events.TaskKindDeferred, Session: sk, Label: label, Owner: c.Env.SenderID}); err != nil {
 				return tools.Result{}, fmt.Errorf("run_deferred_task: %w", err)
 			}
@@ -275,12 +276,36 @@ func (w *Worker) runDeferred(msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
+	if task.Parent == nil {
+		w.deadLetter(msg.Subject(), seq, msg.Data(), msg.Headers(), "invalid_task", errors.New("a tool task names no parent session"))
+		_ = msg.Term()
+		return
+	}
 	sk, id := *task.Parent, task.TaskID
 	log := w.log.With("task", id, "session", sk.String())
-	owner := ""
-	if task.Caller != nil {
-		owner = task.Caller.SenderID
+	// Who the task runs as and where its result goes come from the turn that queued it, not
+	// from the task (taskOrigin).
+	var call events.DeferredToolCall
+	_ = json.Unmarshal(task.Payload, &call)
+	caller, err := w.taskOrigin(w.ctx, sk, task.Turn, task.ToolCallID, RunDeferredTaskName, checkDeferredArgs(call))
+	if err == nil && id != events.EncodeToken(task.ToolCallID) {
+		err = fmt.Errorf("%w: task id %s is not its call's", errUnasked, id)
 	}
+	if errors.Is(err, errUnasked) {
+		log.Warn("deferred task refused: its turn did not ask for it", "err", err)
+		w.deadLetter(msg.Subject(), seq, msg.Data(), msg.Headers(), "unverified_task", err)
+		_ = msg.Term()
+		return
+	}
+	if err != nil {
+		if w.ctx.Err() == nil {
+			log.Warn("deferred task: its turn cannot be read yet", "err", err)
+			_ = msg.NakWithDelay(5 * time.Second)
+		}
+		return
+	}
+	task.Caller = &caller
+	owner := caller.SenderID
 	if !w.taskStarting(sk, id, events.TaskKindDeferred, labelOr(task.Label, id), owner) {
 		_ = msg.Ack() // its result was delivered (or it was cancelled) before: never twice
 		return

@@ -71,6 +71,31 @@ func (w *Worker) runSubagent(msg jetstream.Msg) {
 		return
 	}
 	task := ev.Data
+	// Who the subagent runs as and where its result goes come from the turn that queued it,
+	// not from the task (taskOrigin).
+	caller, err := w.taskOrigin(w.ctx, task.Parent, task.ParentTurn, task.ToolCallID, "spawn_task", checkSpawnArgs(task.Prompt))
+	if err == nil && task.TaskID != events.EncodeToken(task.ToolCallID) {
+		err = fmt.Errorf("%w: task id %s is not its call's", errUnasked, task.TaskID)
+	}
+	if errors.Is(err, errUnasked) {
+		meta, _ := msg.Metadata()
+		var seq uint64
+		if meta != nil {
+			seq = meta.Sequence.Stream
+		}
+		w.log.Warn("subagent task refused: its turn did not ask for it", "task", task.TaskID, "err", err)
+		w.deadLetter(msg.Subject(), seq, msg.Data(), msg.Headers(), "unverified_task", err)
+		_ = msg.Term()
+		return
+	}
+	if err != nil {
+		if w.ctx.Err() == nil {
+			w.log.Warn("subagent task: its turn cannot be read yet", "task", task.TaskID, "err", err)
+			_ = msg.NakWithDelay(5 * time.Second)
+		}
+		return
+	}
+	task.Caller = caller
 	if !w.taskStarting(task.Parent, task.TaskID, events.TaskKindSubagent, task.Prompt, task.Caller.SenderID) {
 		_ = msg.Ack() // its result was delivered (or it was cancelled) before: never twice
 		return
@@ -191,7 +216,7 @@ func SpawnTaskTool(js jetstream.JetStream, presets []filetool.AgentPreset) tools
 			if a.Task == "" {
 				return tools.ErrorResult("spawn_task: task is empty"), nil
 			}
-			task := events.SubagentTask{TaskID: events.EncodeToken(c.ID), Parent: sk, ToolCallID: c.ID, Prompt: a.Task,
+			task := events.SubagentTask{TaskID: events.EncodeToken(c.ID), Parent: sk, ParentTurn: c.Env.Turn, ToolCallID: c.ID, Prompt: a.Task,
 				Caller: events.Caller{Platform: c.Env.Platform, Bot: c.Env.BotID, Scope: c.Env.Scope, SenderID: c.Env.SenderID, Roles: c.Env.SenderRoles}}
 			if a.Agent != "" {
 				i := slices.IndexFunc(presets, func(p filetool.AgentPreset) bool { return p.Name == a.Agent })

@@ -17,6 +17,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
 	"github.com/agentbus/agentbus/pkg/natsutil"
+	"github.com/agentbus/agentbus/pkg/schedule"
 	"github.com/agentbus/agentbus/pkg/tools"
 )
 
@@ -274,7 +275,7 @@ func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (l
 	}
 	if x.resumed {
 		if res, ok := x.existing(ctx, subj); ok {
-			return res, nil
+			return x.after(ctx, call, res), nil
 		}
 	}
 	timeout := w.opts.ToolTimeout
@@ -310,7 +311,33 @@ func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (l
 	}); err != nil {
 		return loop.ToolResult{}, fmt.Errorf("request tool %s: %w", call.Name, err)
 	}
-	return x.await(ctx, call.Name, subj, results, m, ack.Sequence, time.UnixMilli(tc.Deadline))
+	res, err := x.await(ctx, call.Name, subj, results, m, ack.Sequence, time.UnixMilli(tc.Deadline))
+	if err != nil {
+		return res, err
+	}
+	return x.after(ctx, call, res), nil
+}
+
+// after does what a tool's result asks of the turn worker itself, for the session and caller
+// of this executor (never ones the result names): schedule_followup's reminder, which tool
+// workers may not write (schedule.ApplyFollowUp). A reminder that cannot be written turns the
+// result into an error the model sees.
+func (x *busExecutor) after(ctx context.Context, call loop.ToolCallRequest, res loop.ToolResult) loop.ToolResult {
+	if call.Name != schedule.FollowUpToolName || res.IsError || x.w.bg == nil {
+		return res
+	}
+	sc := x.scope
+	asked, err := schedule.ApplyFollowUp(ctx, x.w.bg.scheds, sc.sk, res.Details, events.Sender{ID: sc.caller.SenderID})
+	switch {
+	case !asked:
+		return res
+	case errors.Is(err, schedule.ErrBadSchedule) && x.resumed:
+		return res // a resumed turn's old reminder that has fired meanwhile
+	case err != nil:
+		x.w.log.Warn("reminder not scheduled", "session", sc.sk.String(), "turn", sc.turn, "err", err)
+		return loop.ToolResult{Content: []llm.Content{llm.Text("schedule_followup: the reminder could not be scheduled: " + err.Error())}, IsError: true}
+	}
+	return res
 }
 
 // await waits for the result of a requested call. A result counts whenever it arrives: the
