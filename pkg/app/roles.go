@@ -123,8 +123,12 @@ func (p *Process) startToolWorker(ctx context.Context, cfg *config.Config, opts 
 			return fmt.Errorf("extra tool: %w", err)
 		}
 	}
+	tp, err := p.tracer(ctx, "tool-worker")
+	if err != nil {
+		return err
+	}
 	h, err := toolworker.Run(ctx, toolworker.Options{NC: p.NC, JS: p.JS, Registry: reg, Log: log.With("role", "tool-worker"),
-		DefaultTimeout: time.Duration(cfg.AI.Agent.ToolTimeoutMs) * time.Millisecond})
+		DefaultTimeout: time.Duration(cfg.AI.Agent.ToolTimeoutMs) * time.Millisecond, Tracer: tp})
 	if err != nil {
 		return err
 	}
@@ -138,8 +142,12 @@ func (p *Process) startEgress(ctx context.Context, cfg *config.Config, opts Opti
 	if err != nil {
 		return err
 	}
+	tp, err := p.tracer(ctx, "egress")
+	if err != nil {
+		return err
+	}
 	h, err := egress.Run(ctx, egress.Options{NC: p.NC, JS: p.JS, Config: cfg, DataDir: cfg.DataDir,
-		Log: log, HTTPClient: opts.HTTPClient, Senders: senders}) // egress names its role itself
+		Log: log, HTTPClient: opts.HTTPClient, Senders: senders, Tracer: tp}) // egress names its role itself
 	if err != nil {
 		return err
 	}

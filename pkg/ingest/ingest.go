@@ -11,10 +11,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/inbox"
+	"github.com/agentbus/agentbus/pkg/tracing"
 )
 
 // Publisher is the part of jetstream.JetStream ingest needs.
@@ -39,7 +42,13 @@ type Ingestor struct {
 	// roles per "platform/bot"
 	roles map[string]BotRoles
 	media MediaStore // nil: inline media stays in the event (WithMedia)
+	// tracer records ingest's spans (nil: off, SetTracer).
+	tracer trace.TracerProvider
 }
+
+// SetTracer makes ingest record a span per message (and the webhook adapter one per request)
+// with tp; without it, or with a no-op tp, nothing is recorded. Call it before serving.
+func (in *Ingestor) SetTracer(tp trace.TracerProvider) { in.tracer = tp }
 
 // New returns an Ingestor. bots maps "platform/bot" to its role lists; ai.trigger's masters
 // and trusted apply to every bot.
@@ -80,7 +89,19 @@ type Result struct {
 // It is safe to call again with the same message after a failure: every publish carries a
 // Nats-Msg-Id derived from the platform message id, so JetStream drops the repeats and a
 // message that reached IM_IN but not SESSION_IN is completed by the retry.
+//
+// With tracing on, the message gets a span "ingest <platform>" (a child of the webhook request's
+// span, whose inbound traceparent it continues) and every event it publishes carries that span
+// in events.HeaderSpanContext; the trace id is the event's envelope trace.
 func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (Result, error) {
+	ctx, span := tracing.Start(ctx, in.tracer, "ingest "+m.Platform, "", "", trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.String("agentbus.platform", m.Platform), attribute.String("agentbus.bot", m.Bot)))
+	res, err := in.ingest(ctx, m)
+	tracing.End(span, err)
+	return res, err
+}
+
+func (in *Ingestor) ingest(ctx context.Context, m *events.IMMessage) (Result, error) {
 	m.MentionsBot = m.MentionsBot || m.Content.Mentions(m.Bot)
 	m.Sender.Roles = in.senderRoles(m)
 	if err := in.storeInline(ctx, m); err != nil {
@@ -91,12 +112,16 @@ func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (Result, er
 	}
 	sk := m.SessionKey()
 	session := sk.String()
-	trace := events.NewTraceID()
+	trace := tracing.TraceID(ctx) // the span's, or an inbound traceparent's: one trace id, not two
+	if trace == "" {
+		trace = events.NewTraceID()
+	}
 	imEv := events.New(*m, events.WithSession(session), events.WithTrace(trace))
 	msg, err := events.NewMsg(events.IMInSubject(sk), imEv)
 	if err != nil {
 		return Result{}, err
 	}
+	tracing.InjectNATS(ctx, msg.Header)
 	ack, err := in.js.PublishMsg(ctx, msg)
 	if err != nil {
 		return Result{}, fmt.Errorf("publish im.in %s: %w", m.MsgID(), err)
@@ -133,6 +158,7 @@ func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (Result, er
 		if err != nil {
 			return res, err
 		}
+		tracing.InjectNATS(ctx, out.Header)
 		if _, err := in.inbox.Publish(ctx, out); err != nil {
 			return res, fmt.Errorf("publish agent.in %s: %w", m.MsgID(), err)
 		}
@@ -197,6 +223,7 @@ func (in *Ingestor) refuse(ctx context.Context, m *events.IMMessage, sk events.S
 	if err != nil {
 		return err
 	}
+	tracing.InjectNATS(ctx, msg.Header)
 	if _, err := in.js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("publish refusal: %w", err)
 	}

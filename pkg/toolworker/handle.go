@@ -13,12 +13,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentbus/agentbus/internal/jsconflict"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/tools"
+	"github.com/agentbus/agentbus/pkg/tracing"
 )
 
 // call is one request being handled.
@@ -28,6 +30,10 @@ type call struct {
 	ev    events.Event[events.ToolCall]
 	start time.Time
 	nm    nats.Msg // msg as a core message, for events.UnmarshalMsg
+	// span is the call's execute_tool span (a no-op one with tracing off); failed says its
+	// result was an error.
+	span   trace.Span
+	failed bool
 }
 
 func (c *call) subject() string {
@@ -54,6 +60,9 @@ func (h *Handle) handle(s *served, msg jetstream.Msg) {
 		return
 	}
 	tc := c.ev.Data
+	_, c.span = tracing.StartNATS(context.Background(), h.opts.Tracer, "execute_tool "+tc.Tool, c.nm.Header, c.ev.Trace,
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(tracing.ToolAttributes(tc.Tool, tc.CallID)...))
+	defer func() { tracing.EndTool(c.span, c.failed) }()
 
 	// One handling per call id on this worker: a duplicate waits for the first to finish and
 	// then finds its result.
@@ -457,6 +466,10 @@ func (h *Handle) finish(c *call, res tools.Result) {
 	tc := c.ev.Data
 	m, err := resultMsg(c.ev.Meta, tc.SessionKey, tc.CallID, tc.Tool, res, h.opts.ID, time.Since(c.start), h.opts.NC.MaxPayload())
 	if err == nil {
+		c.failed = res.IsError
+		if c.span != nil {
+			tracing.InjectSpanContext(c.span.SpanContext(), m.Header)
+		}
 		err = h.publish(m)
 	}
 	if err != nil {

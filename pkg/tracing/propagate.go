@@ -154,6 +154,14 @@ func End(span trace.Span, err error) {
 	span.End()
 }
 
+// Fail sets the status of ctx's span to Error with msg (a delivery that was dead-lettered ends
+// without an error of its own). Nothing happens when the span does not record.
+func Fail(ctx context.Context, msg string) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetStatus(codes.Error, msg)
+	}
+}
+
 // TraceID returns the trace id of ctx's span context, or "" when it has none.
 func TraceID(ctx context.Context) string {
 	if sc := trace.SpanContextFromContext(ctx); sc.HasTraceID() {

@@ -16,6 +16,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentbus/agentbus/pkg/chunk"
 	"github.com/agentbus/agentbus/pkg/events"
@@ -24,6 +25,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/loop"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/store"
+	"github.com/agentbus/agentbus/pkg/tracing"
 )
 
 // pendingTurn is a turn decided on but not started yet (queue, collect, interrupt).
@@ -46,6 +48,11 @@ type pendingTurn struct {
 	// not listed in the session record). Such a turn writes nothing to the session record: its
 	// commit carries the inbox cursor (see startTurn).
 	fromInbox bool
+	// parent is the span context its trigger carried (tracing.ParentOf), spanCtx the turn's
+	// own span once it runs (set before it starts): its records, tool calls and reply parts
+	// carry spanCtx.
+	parent  string
+	spanCtx trace.SpanContext
 }
 
 func (p *pendingTurn) needs(seq uint64) bool {
@@ -155,7 +162,7 @@ func (t *turnRun) leftover() *pendingTurn {
 		return nil
 	}
 	slices.SortFunc(rest, func(a, b queued) int { return cmp.Compare(a.seq, b.seq) })
-	pt := &pendingTurn{seq: rest[0].seq, msg: t.msg, trace: t.trace}
+	pt := &pendingTurn{seq: rest[0].seq, msg: t.msg, trace: t.trace, parent: t.parent}
 	for _, q := range rest {
 		pt.input = append(pt.input, q.msg)
 		if q.seq != pt.seq && !slices.Contains(pt.merged, q.seq) {
@@ -184,7 +191,7 @@ func (t *turnRun) interruptWith(pt *pendingTurn) (*pendingTurn, bool) {
 	}
 	if t.next == nil {
 		merged := &pendingTurn{seq: pt.seq, input: append(append([]llm.Message(nil), t.input...), pt.input...),
-			msg: pt.msg, trace: pt.trace, merged: append([]uint64{t.seq}, t.merged...)}
+			msg: pt.msg, trace: pt.trace, parent: pt.parent, merged: append([]uint64{t.seq}, t.merged...)}
 		t.next = merged
 	} else {
 		t.next.merge(pt)
@@ -352,11 +359,17 @@ func (a *actor) launch(t *turnRun, resumed *turnLog) {
 	}
 	a.mu.Unlock()
 	a.turnsWG.Add(1)
+	// The turn's span; set before the goroutine starts, so that its readers (the turn's records
+	// and reply parts carry it) need no lock.
+	ctx, span := tracing.Start(ctx, a.w.opts.Tracer, "turn", t.parent, t.trace, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(tracing.AgentbusSession.String(t.sidStr), tracing.AgentbusTurn.String(t.id)))
+	t.spanCtx = span.SpanContext()
 	go func() {
 		defer a.turnsWG.Done()
 		defer close(t.done)
 		defer cancel()
 		err := t.execute(ctx, resumed)
+		tracing.End(span, err)
 		if err != nil && a.ctx.Err() == nil {
 			a.log.Error("turn failed", "turn", t.id, "err", err)
 			if !t.closed.Load() && !errors.Is(err, store.ErrInvalid) && !errors.Is(err, store.ErrTooLarge) {
@@ -600,7 +613,7 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 		StreamFn:      w.opts.StreamFn,
 		GetAPIKey:     w.opts.Models.APIKey,
 		ToolExecution: loop.ToolExecutionMode(agentCfg.ToolExecution),
-		Executor:      t.executor(),
+		Executor:      tracing.WrapExecutor(t.executor()),
 		MaxIterations: w.maxIterations(t.model, tools),
 		GetSteeringMessages: func() []llm.Message {
 			return t.drain(&t.steerQ, agentCfg.SteeringMode)
@@ -832,7 +845,11 @@ func record[P events.Payload](t *turnRun, kind string, p P, name string) (*jetst
 func turnEventMsg[P events.Payload](t *turnRun, kind string, p P, name string) (*nats.Msg, error) {
 	ev := events.New(p, events.WithSession(t.sidStr), events.WithTurn(t.id), events.WithTrace(t.trace),
 		events.WithID(t.id+"-"+name))
-	return events.NewMsg(events.AgentEvtSubject(t.a.sk, t.id, kind), ev)
+	m, err := events.NewMsg(events.AgentEvtSubject(t.a.sk, t.id, kind), ev)
+	if err == nil {
+		tracing.InjectSpanContext(t.spanCtx, m.Header)
+	}
+	return m, err
 }
 
 // recordMessages appends finished messages without waiting for the ack; flush waits for all
@@ -1052,6 +1069,7 @@ func (a *actor) replyMsgs(pt *pendingTurn, turn, text string, fresh bool) []*nat
 			a.log.Error("reply part not publishable", "turn", turn, "part", i, "err", err)
 			continue
 		}
+		tracing.InjectSpanContext(pt.spanCtx, m.Header)
 		msgs = append(msgs, m)
 	}
 	return msgs
