@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/attribute"
@@ -87,26 +88,60 @@ func sampled(tp string) bool {
 	return err == nil && f&1 == 1
 }
 
-// parse reads a W3C traceparent value; false when it is malformed.
+// parse reads a W3C traceparent value of version 00 ("00-<32 hex>-<16 hex>-<2 hex>", lower
+// case, ids not all zero) into a remote span context; false when it is anything else. It is
+// propagation.TraceContext's parser without the carrier and the context it needs: it runs for
+// every consumed message.
 func parse(tp string) (trace.SpanContext, bool) {
-	if tp == "" {
+	if len(tp) != 55 || tp[0] != '0' || tp[1] != '0' || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' {
 		return trace.SpanContext{}, false
 	}
-	sc := trace.SpanContextFromContext(w3c.Extract(context.Background(), oneHeader(tp)))
+	var tid trace.TraceID
+	var sid trace.SpanID
+	var flags [1]byte
+	if !unhex(tid[:], tp[3:35]) || !unhex(sid[:], tp[36:52]) || !unhex(flags[:], tp[53:55]) {
+		return trace.SpanContext{}, false
+	}
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid,
+		TraceFlags: trace.TraceFlags(flags[0]) & trace.FlagsSampled, Remote: true})
 	return sc, sc.IsValid()
 }
 
-// oneHeader is a TextMapCarrier holding only a traceparent.
-type oneHeader string
-
-func (o oneHeader) Get(key string) string {
-	if key == "traceparent" {
-		return string(o)
+// unhex decodes lower-case hex s into dst (len(s) == 2*len(dst)).
+func unhex(dst []byte, s string) bool {
+	for i := range dst {
+		hi, ok1 := nibble(s[2*i])
+		lo, ok2 := nibble(s[2*i+1])
+		if !ok1 || !ok2 {
+			return false
+		}
+		dst[i] = hi<<4 | lo
 	}
-	return ""
+	return true
 }
-func (oneHeader) Set(string, string) {}
-func (oneHeader) Keys() []string     { return []string{"traceparent"} }
+
+func nibble(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
+}
+
+// tracers caches each provider's agentbus tracer: TracerProvider.Tracer builds a config and
+// takes a lock on every call, and a span is started several times per message.
+var tracers sync.Map // trace.TracerProvider -> trace.Tracer
+
+func tracerOf(tp trace.TracerProvider) trace.Tracer {
+	if t, ok := tracers.Load(tp); ok {
+		return t.(trace.Tracer)
+	}
+	t := tp.Tracer(ScopeName)
+	tracers.Store(tp, t)
+	return t
+}
 
 // Start starts a span that continues a trace carried across the bus: the child of parent (a W3C
 // traceparent value, ParentOf) when it is valid, otherwise a root span whose trace id is
@@ -123,7 +158,10 @@ func Start(ctx context.Context, tp trace.TracerProvider, name, parent, traceID s
 		ctx = context.WithValue(ctx, traceIDKey{}, tid)
 	}
 	opts = append([]trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}, opts...)
-	return tp.Tracer(ScopeName).Start(ctx, name, opts...)
+	if p, ok := tp.(*Provider); ok {
+		tp = p.sdk // the key Child finds too (a span's TracerProvider is the SDK's)
+	}
+	return tracerOf(tp).Start(ctx, name, opts...)
 }
 
 // StartNATS is Start with the parent read from a bus message's headers (ParentOf).
@@ -143,7 +181,7 @@ func Child(ctx context.Context, name string, opts ...trace.SpanStartOption) (con
 	if !parent.IsRecording() {
 		return ctx, noop.Span{}
 	}
-	return parent.TracerProvider().Tracer(ScopeName).Start(ctx, name, opts...)
+	return tracerOf(parent.TracerProvider()).Start(ctx, name, opts...)
 }
 
 // End ends span, setting its status to Error with err's text when err is not nil.
@@ -185,6 +223,9 @@ func Handler(tp trace.TracerProvider, name string, h http.Handler) http.Handler 
 		})
 	}
 	tr := tp.Tracer(ScopeName)
+	if p, ok := tp.(*Provider); ok {
+		tr = tracerOf(p.sdk)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := w3c.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 		ctx, span := tr.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer),
