@@ -613,7 +613,7 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 		StreamFn:      w.opts.StreamFn,
 		GetAPIKey:     w.opts.Models.APIKey,
 		ToolExecution: loop.ToolExecutionMode(agentCfg.ToolExecution),
-		Executor:      tracing.WrapExecutor(t.executor()),
+		Executor:      t.tracedExecutor(),
 		MaxIterations: w.maxIterations(t.model, tools),
 		GetSteeringMessages: func() []llm.Message {
 			return t.drain(&t.steerQ, agentCfg.SteeringMode)
@@ -641,6 +641,15 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 		return t.resumeLoop(ctx, ac, cfg, persisted, emit)
 	})
 	return lastAssistant(out), out, err
+}
+
+// tracedExecutor is the turn's tool executor, with an execute_tool span per call when
+// tracing is on (off, not even the wrapper is allocated).
+func (t *turnRun) tracedExecutor() loop.ToolExecutor {
+	if tracing.Enabled(t.a.w.opts.Tracer) {
+		return tracing.WrapExecutor(t.executor())
+	}
+	return t.executor()
 }
 
 // preExecute runs the permitted preExecutable tools in parallel before the loop (seed:
