@@ -120,7 +120,7 @@ func (e *egress) sendSpan(ctx context.Context, d *delivery) (context.Context, tr
 		platform = p[2]
 	}
 	return tracing.StartNATS(ctx, e.o.Tracer, "send "+platform, d.header, d.corr.Trace,
-		trace.WithAttributes(attribute.String("agentbus.platform", platform), attribute.Int64("agentbus.deliveries", int64(d.deliveries))))
+		trace.WithAttributes(attribute.String("agentbus.platform", platform)))
 }
 
 // inProgress tells JetStream the part is still being worked on while it is handled, so a slow

@@ -94,8 +94,11 @@ type Result struct {
 // span, whose inbound traceparent it continues) and every event it publishes carries that span
 // in events.HeaderSpanContext; the trace id is the event's envelope trace.
 func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (Result, error) {
+	if !tracing.Enabled(in.tracer) {
+		return in.ingest(ctx, m) // off: not even the span's options are built
+	}
 	ctx, span := tracing.Start(ctx, in.tracer, "ingest "+m.Platform, "", "", trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(attribute.String("agentbus.platform", m.Platform), attribute.String("agentbus.bot", m.Bot)))
+		trace.WithAttributes(attribute.String("agentbus.platform", m.Platform)))
 	res, err := in.ingest(ctx, m)
 	tracing.End(span, err)
 	return res, err

@@ -60,9 +60,11 @@ func (h *Handle) handle(s *served, msg jetstream.Msg) {
 		return
 	}
 	tc := c.ev.Data
-	_, c.span = tracing.StartNATS(context.Background(), h.opts.Tracer, "execute_tool "+tc.Tool, c.nm.Header, c.ev.Trace,
-		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(tracing.ToolAttributes(tc.Tool, tc.CallID)...))
-	defer func() { tracing.EndTool(c.span, c.failed) }()
+	if tracing.Enabled(h.opts.Tracer) { // off, not even the span's name and options are built
+		_, c.span = tracing.StartNATS(context.Background(), h.opts.Tracer, "execute_tool "+tc.Tool, c.nm.Header, c.ev.Trace,
+			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(tracing.ToolAttributes(tc.Tool, tc.CallID)...))
+		defer func() { tracing.EndTool(c.span, c.failed) }()
+	}
 
 	// One handling per call id on this worker: a duplicate waits for the first to finish and
 	// then finds its result.

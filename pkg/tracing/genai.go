@@ -24,15 +24,14 @@ const (
 	GenAIFinishReasons     = attribute.Key("gen_ai.response.finish_reasons")
 	GenAIUsageInputTokens  = attribute.Key("gen_ai.usage.input_tokens")
 	GenAIUsageOutputTokens = attribute.Key("gen_ai.usage.output_tokens")
-	GenAIConversationID    = attribute.Key("gen_ai.conversation.id")
 	GenAIToolName          = attribute.Key("gen_ai.tool.name")
 	GenAIToolCallID        = attribute.Key("gen_ai.tool.call.id")
-	GenAIToolType          = attribute.Key("gen_ai.tool.type")
 	ErrorType              = attribute.Key("error.type")
 
-	// agentbus's own: the ai.providers alias and API of a model call, the session and turn.
+	// agentbus's own: the ai.providers alias of a model call, the session and turn. Every
+	// attribute costs allocations per span in the SDK and the exporter, so spans carry the
+	// conventions' required ones and these few.
 	AgentbusProvider = attribute.Key("agentbus.provider")
-	AgentbusAPI      = attribute.Key("agentbus.api")
 	AgentbusSession  = attribute.Key("agentbus.session")
 	AgentbusTurn     = attribute.Key("agentbus.turn")
 )
@@ -77,11 +76,7 @@ func WrapStream(next StreamFunc) StreamFunc {
 					GenAIProviderName.String(providerName(model.API)),
 					GenAIRequestModel.String(model.ID),
 					AgentbusProvider.String(model.Provider),
-					AgentbusAPI.String(model.API),
 				))
-			if opts != nil && opts.SessionID != "" {
-				span.SetAttributes(GenAIConversationID.String(opts.SessionID))
-			}
 			var final *llm.Message
 			defer func() { endChat(span, final, opts) }()
 			for ev := range next(ctx, model, c, opts) {
@@ -157,7 +152,6 @@ func ToolAttributes(tool, callID string) []attribute.KeyValue {
 		GenAIOperationName.String("execute_tool"),
 		GenAIToolName.String(tool),
 		GenAIToolCallID.String(callID),
-		GenAIToolType.String("function"),
 	}
 }
 

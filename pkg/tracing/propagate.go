@@ -229,7 +229,7 @@ func Handler(tp trace.TracerProvider, name string, h http.Handler) http.Handler 
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := w3c.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 		ctx, span := tr.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer),
-			trace.WithAttributes(attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path)))
+			trace.WithAttributes(attribute.String("http.request.method", r.Method)))
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
 		defer func() {
 			span.SetAttributes(attribute.Int("http.response.status_code", sw.code))

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/agentbus/agentbus/pkg/chunk"
 	"github.com/agentbus/agentbus/pkg/events"
@@ -360,10 +361,13 @@ func (a *actor) launch(t *turnRun, resumed *turnLog) {
 	a.mu.Unlock()
 	a.turnsWG.Add(1)
 	// The turn's span; set before the goroutine starts, so that its readers (the turn's records
-	// and reply parts carry it) need no lock.
-	ctx, span := tracing.Start(ctx, a.w.opts.Tracer, "turn", t.parent, t.trace, trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(tracing.AgentbusSession.String(t.sidStr), tracing.AgentbusTurn.String(t.id)))
-	t.spanCtx = span.SpanContext()
+	// and reply parts carry it) need no lock. Off, not even its options are built.
+	var span trace.Span = noop.Span{}
+	if tracing.Enabled(a.w.opts.Tracer) {
+		ctx, span = tracing.Start(ctx, a.w.opts.Tracer, "turn", t.parent, t.trace, trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(tracing.AgentbusSession.String(t.sidStr), tracing.AgentbusTurn.String(t.id)))
+		t.spanCtx = span.SpanContext()
+	}
 	go func() {
 		defer a.turnsWG.Done()
 		defer close(t.done)
