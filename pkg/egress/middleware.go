@@ -119,7 +119,7 @@ func (e *egress) sendSpan(ctx context.Context, d *delivery) (context.Context, tr
 	if p := strings.SplitN(d.subject, ".", 4); len(p) > 2 {
 		platform = p[2]
 	}
-	return tracing.StartNATS(ctx, e.o.Tracer, "send "+platform, d.header, d.corr.Trace,
+	return tracing.StartNATS(ctx, e.o.Tracer, "send "+platform, d.header, d.corr.Trace, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attribute.String("agentbus.platform", platform)))
 }
 

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/attribute"
@@ -35,13 +36,28 @@ func InjectSpanContext(sc trace.SpanContext, h nats.Header) {
 	if !sc.IsValid() || h == nil {
 		return
 	}
-	h[events.HeaderSpanContext] = []string{format(sc)}
+	// The header's value slice and its text are one allocation (it runs for every publish).
+	v := new(headerValue)
+	v.vals[0] = unsafe.String(&v.text[0], len(appendFormat(v.text[:0], sc)))
+	h[events.HeaderSpanContext] = v.vals[:]
 }
 
-// format renders sc as a W3C traceparent value, "00-<trace>-<span>-<flags>", in one allocation.
+// headerValue holds one header value and its bytes: never changed after InjectSpanContext.
+type headerValue struct {
+	vals [1]string
+	text [55]byte
+}
+
+// format renders sc as a W3C traceparent value, "00-<trace>-<span>-<flags>".
 func format(sc trace.SpanContext) string {
-	const hexd = "0123456789abcdef"
 	var b [55]byte
+	return string(appendFormat(b[:0], sc))
+}
+
+// appendFormat writes sc's traceparent value into b[:55] (b's capacity must be at least 55).
+func appendFormat(b []byte, sc trace.SpanContext) []byte {
+	const hexd = "0123456789abcdef"
+	b = b[:55]
 	b[0], b[1], b[2] = '0', '0', '-'
 	tid, sid := sc.TraceID(), sc.SpanID()
 	n := 3
@@ -58,7 +74,7 @@ func format(sc trace.SpanContext) string {
 	b[n] = '-'
 	f := sc.TraceFlags()
 	b[n+1], b[n+2] = hexd[f>>4], hexd[f&0xf]
-	return string(b[:])
+	return b
 }
 
 // ParentOf returns the span context a bus message carries, as its W3C value: the
@@ -146,7 +162,8 @@ func tracerOf(tp trace.TracerProvider) trace.Tracer {
 // Start starts a span that continues a trace carried across the bus: the child of parent (a W3C
 // traceparent value, ParentOf) when it is valid, otherwise a root span whose trace id is
 // traceID (the event's envelope trace id, events.Meta.Trace), so that the span joins the
-// trace every log line of the message names. Kind defaults to consumer. With tp off (nil or
+// trace every log line of the message names. Pass the span kind in opts (consumer for a bus
+// delivery, producer for a publish). With tp off (nil or
 // no-op) it returns ctx unchanged and a no-op span, reading nothing.
 func Start(ctx context.Context, tp trace.TracerProvider, name, parent, traceID string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	if !enabled(tp) {
@@ -157,7 +174,6 @@ func Start(ctx context.Context, tp trace.TracerProvider, name, parent, traceID s
 	} else if tid, err := trace.TraceIDFromHex(traceID); err == nil {
 		ctx = context.WithValue(ctx, traceIDKey{}, tid)
 	}
-	opts = append([]trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}, opts...)
 	if p, ok := tp.(*Provider); ok {
 		tp = p.sdk // the key Child finds too (a span's TracerProvider is the SDK's)
 	}

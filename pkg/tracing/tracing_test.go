@@ -126,7 +126,7 @@ func TestAcrossTheBus(t *testing.T) {
 		t.Fatalf("traceparent %q is sampled: nats-server would build a header map for every message", tp)
 	}
 
-	_, turn := StartNATS(ctx, tw, "turn", m.Header, ev.Trace)
+	_, turn := StartNATS(ctx, tw, "turn", m.Header, ev.Trace, trace.WithSpanKind(trace.SpanKindConsumer))
 	turn.End()
 	p, c := ingSpans.GetSpans()[0], twSpans.GetSpans()[0]
 	if c.SpanContext.TraceID() != p.SpanContext.TraceID() || c.Parent.SpanID() != p.SpanContext.SpanID() || !c.Parent.IsRemote() {
