@@ -612,6 +612,9 @@ func (h *Handle) deadLetter(c *call, reason string, cause error) {
 	ev := events.New(dl, events.WithID(id))
 	m, err := events.NewMsg(events.DeadLetterSubject(events.RoleToolWorker, reason), ev)
 	if err == nil {
+		if c.span != nil {
+			tracing.InjectSpanContext(c.span.SpanContext(), m.Header)
+		}
 		err = h.publish(m)
 	}
 	if err != nil && !h.killed.Load() {

@@ -6,6 +6,8 @@ import (
 	"iter"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -353,4 +355,42 @@ func TestOffCostsNothing(t *testing.T) {
 	if calls != 1 {
 		t.Fatal("off: the stream was not called straight through")
 	}
+}
+
+// TestDocsConfigBlock: the environment docs/observability.md tells operators to set switches
+// tracing on, with no error.
+func TestDocsConfigBlock(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "observability.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, traces, ok := strings.Cut(string(doc), "## Traces")
+	if !ok {
+		t.Fatal("docs/observability.md has no Traces section")
+	}
+	_, block, ok := strings.Cut(traces, "```sh\n")
+	if !ok {
+		t.Fatal("the Traces section has no sh block")
+	}
+	block, _, _ = strings.Cut(block, "```")
+	env := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(block), "\n") {
+		k, v, ok := strings.Cut(line, "=")
+		if !ok || !strings.HasPrefix(k, "OTEL_") {
+			t.Fatalf("line %q is not an OTEL_ variable", line)
+		}
+		env[k] = v
+	}
+	s, err := settingsFrom(func(k string) string { return env[k] })
+	if err != nil || !s.Enabled {
+		t.Fatalf("the documented environment %v: enabled %v, err %v", env, s.Enabled, err)
+	}
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	p, err := New(context.Background(), s, "ingest")
+	if err != nil || !p.Enabled() {
+		t.Fatalf("New with the documented environment: %v", err)
+	}
+	_ = p.Shutdown(context.Background())
 }
