@@ -33,6 +33,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/skills"
 	"github.com/agentbus/agentbus/pkg/tools"
 	"github.com/agentbus/agentbus/pkg/toolworker"
+	"github.com/agentbus/agentbus/pkg/tracing"
 	"github.com/agentbus/agentbus/pkg/turn"
 )
 
@@ -470,7 +471,8 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 	p.Models = reg
 	mgr := p.startDiscovery(ctx, b.JS, cfg, reg, log)
 	p.Costs = costs.New()
-	fb := models.NewFallback(models.FallbackOptions{Registry: reg, Stream: models.StreamFunc(p.Costs.Wrap(costs.StreamFunc(metrics.NewLLM(p.Metrics).Wrap(modelLogContext(llm.Stream))))), Log: log.With("role", "turn-worker")})
+	// Every model call (each attempt of a fallback chain) is a "chat <model>" span of the turn.
+	fb := models.NewFallback(models.FallbackOptions{Registry: reg, Stream: models.StreamFunc(tracing.WrapStream(tracing.StreamFunc(p.Costs.Wrap(costs.StreamFunc(metrics.NewLLM(p.Metrics).Wrap(modelLogContext(llm.Stream))))))), Log: log.With("role", "turn-worker")})
 	guard, err := netguard.New(netguard.Config{AllowPrivate: cfg.AI.Agent.WebFetch.AllowPrivate, AllowHosts: cfg.AI.Agent.WebFetch.AllowHosts})
 	if err != nil {
 		return err
@@ -496,6 +498,9 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 			}
 			return res.Body, res.ContentType, nil
 		}}
+	if p.turnOpts.Tracer, err = p.tracer(ctx, "turn-worker"); err != nil {
+		return err
+	}
 	w, err := p.AddTurnWorker(ctx, "")
 	if err != nil {
 		return err
@@ -543,6 +548,11 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 	imBotRoles(cfg, bots)
 	in := ingest.New(b.JS, cfg.AI, bots, log.With("role", "ingest"))
 	in.WithMetrics(metrics.NewIngest(p.Metrics))
+	tp, err := p.tracer(ctx, "ingest")
+	if err != nil {
+		return err
+	}
+	in.SetTracer(tp)
 	if media, err := b.JS.ObjectStore(ctx, events.ObjectMedia); err == nil {
 		in.WithMedia(media) // inline uploads go to the media store, events carry references
 	}

@@ -134,9 +134,13 @@ func (p *Process) startToolWorker(ctx context.Context, cfg *config.Config, opts 
 	if err != nil {
 		return err
 	}
+	tp, err := p.tracer(ctx, "tool-worker")
+	if err != nil {
+		return err
+	}
 	h, err := toolworker.Run(ctx, toolworker.Options{NC: b.NC, JS: b.JS, Registry: reg, Log: log.With("role", "tool-worker"),
 		Metrics: metrics.NewTools(p.Metrics), DeadLetters: metrics.NewDeadLetters(p.Metrics),
-		DefaultTimeout: time.Duration(cfg.AI.Agent.ToolTimeoutMs) * time.Millisecond})
+		DefaultTimeout: time.Duration(cfg.AI.Agent.ToolTimeoutMs) * time.Millisecond, Tracer: tp})
 	if err != nil {
 		return err
 	}
@@ -152,13 +156,17 @@ func (p *Process) startEgress(ctx context.Context, cfg *config.Config, opts Opti
 	if err != nil {
 		return err
 	}
+	tp, err := p.tracer(ctx, "egress")
+	if err != nil {
+		return err
+	}
 	senders, err := p.imSenders(ctx, b, cfg, log)
 	if err != nil {
 		return err
 	}
 	h, err := egress.Run(ctx, egress.Options{NC: b.NC, JS: b.JS, Config: cfg, DataDir: cfg.DataDir,
 		Log: log, HTTPClient: opts.HTTPClient, Senders: senders, // egress names its role itself
-		Metrics: metrics.NewEgress(p.Metrics), DeadLetters: metrics.NewDeadLetters(p.Metrics)})
+		Metrics: metrics.NewEgress(p.Metrics), DeadLetters: metrics.NewDeadLetters(p.Metrics), Tracer: tp})
 	if err != nil {
 		return err
 	}

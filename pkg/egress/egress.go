@@ -21,9 +21,11 @@ import (
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/store/transcript"
+	"github.com/agentbus/agentbus/pkg/tracing"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of Options.
@@ -115,6 +117,9 @@ type Options struct {
 	RateLimits map[string]RateLimit
 	// MaxRetryAfter caps how long a platform's Retry-After pauses it (default 2 min).
 	MaxRetryAfter time.Duration
+	// Tracer records a "send <platform>" span per delivery, continuing the turn's span the part
+	// carries; senders that speak HTTP add a client span and pass traceparent on (nil: off).
+	Tracer trace.TracerProvider
 
 	// afterRecord is a test hook run after a part was sent, recorded and its receipt published,
 	// before the handler returns (and so before the ack).
@@ -718,6 +723,7 @@ func (e *egress) recordReceipt(ctx context.Context, ev *events.Event[events.Outb
 	if err != nil {
 		return permanent(ReasonInvalid, fmt.Errorf("receipt: %w", err))
 	}
+	tracing.InjectNATS(ctx, m.Header)
 	natsutil.ExpectLastSubjectSeq(m, 0) // the first receipt for this out id; a header, so FastPublish's path
 	wait := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {

@@ -15,8 +15,12 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/metrics"
+	"github.com/agentbus/agentbus/pkg/tracing"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // delivery is what the middleware knows about the message being handled. One goroutine at a
@@ -112,9 +116,27 @@ func (e *egress) correlation(h message.HandlerFunc) message.HandlerFunc {
 		d.base = e.log
 		ctx, cancel := context.WithTimeout(context.WithValue(msg.Context(), deliveryKey, d), e.o.HandlerTimeout)
 		defer cancel()
+		// With tracing on, the delivery is a "send <platform>" span continuing the turn's; the
+		// callback POST, the receipt and a dead letter are its children.
+		ctx, span := e.sendSpan(ctx, d)
 		msg.SetContext(ctx)
-		return h(msg)
+		out, err := h(msg)
+		tracing.End(span, err)
+		return out, err
 	}
+}
+
+// sendSpan starts a delivery's span (a no-op one with tracing off, reading nothing).
+func (e *egress) sendSpan(ctx context.Context, d *delivery) (context.Context, trace.Span) {
+	if !tracing.Enabled(e.o.Tracer) {
+		return ctx, noop.Span{}
+	}
+	platform := "im.out"
+	if p := strings.SplitN(d.subject, ".", 4); len(p) > 2 {
+		platform = p[2]
+	}
+	return tracing.StartNATS(ctx, e.o.Tracer, "send "+platform, d.header, d.corr.Trace, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("agentbus.platform", platform)))
 }
 
 // inProgress tells JetStream the part is still being worked on while it is handled, so a slow
@@ -207,6 +229,8 @@ func (e *egress) publishDeadLetter(ctx context.Context, d *delivery, body []byte
 	if err != nil {
 		return err
 	}
+	tracing.Fail(ctx, "dead-lettered: "+reason)
+	tracing.InjectNATS(ctx, m.Header)
 	_, err = e.js.PublishMsg(ctx, m)
 	return err
 }

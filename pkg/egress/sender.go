@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/tracing"
 	"github.com/agentbus/agentbus/pkg/webhook"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -136,7 +137,10 @@ func (s *WebhookSender) Send(ctx context.Context, out events.Outbound) (string, 
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(webhook.SignatureHeader, webhook.Sign(bot.Secret, body))
 	req.Header.Set("Idempotency-Key", out.OutID)
+	// A client span under the delivery's, whose traceparent the receiver gets.
+	req, span := tracing.StartHTTPClient(req, http.MethodPost)
 	resp, err := s.client.Do(req)
+	tracing.EndHTTP(span, resp, err)
 	if err != nil {
 		return "", fmt.Errorf("webhook bot %q: post callback: %w", out.Bot, err)
 	}

@@ -22,6 +22,12 @@ const (
 	HeaderWakeAck = "Agentbus-Wake-Ack"
 	// HeaderTraceparent is the W3C trace context header (set when Trace is a valid trace id).
 	HeaderTraceparent = "traceparent"
+	// HeaderSpanContext carries the span context of the span that published the event, as a
+	// W3C traceparent value ("00-<trace>-<span>-<flags>"), when the publisher records spans
+	// (pkg/tracing). It is not named traceparent because nats-server builds a map of every
+	// header of each message whose traceparent is sampled (its own message tracing,
+	// docs/benchmarks.md); under this name the server passes it through untouched.
+	HeaderSpanContext = "Agentbus-Traceparent"
 	// HeaderMsgID is JetStream's dedupe header.
 	HeaderMsgID = nats.MsgIdHdr
 )

@@ -12,12 +12,15 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/identity"
 	"github.com/agentbus/agentbus/pkg/inbox"
 	"github.com/agentbus/agentbus/pkg/metrics"
+	"github.com/agentbus/agentbus/pkg/tracing"
 )
 
 // Publisher is the part of jetstream.JetStream ingest needs.
@@ -46,11 +49,17 @@ type Ingestor struct {
 	maxPayload func() int64
 	// metrics counts each message's outcome (nil: not counted; WithMetrics).
 	metrics *metrics.Ingest
+	// tracer records ingest's spans (nil: off, SetTracer).
+	tracer trace.TracerProvider
 }
 
 // WithMetrics makes in count every message it ingests (agentbus_ingest_messages_total) and
 // the webhook handlers built on it their requests. Call it before serving.
 func (in *Ingestor) WithMetrics(m *metrics.Ingest) { in.metrics = m }
+
+// SetTracer makes ingest record a span per message (and the webhook adapter one per request)
+// with tp; without it, or with a no-op tp, nothing is recorded. Call it before serving.
+func (in *Ingestor) SetTracer(tp trace.TracerProvider) { in.tracer = tp }
 
 // New returns an Ingestor. bots maps "platform/bot" to its role lists; ai.trigger's masters
 // and trusted apply to every bot.
@@ -97,8 +106,23 @@ type Result struct {
 // It is safe to call again with the same message after a failure: every publish carries a
 // Nats-Msg-Id derived from the platform message id, so JetStream drops the repeats and a
 // message that reached IM_IN but not SESSION_IN is completed by the retry.
+//
+// With tracing on, the message gets a span "ingest <platform>" (a child of the webhook request's
+// span, whose inbound traceparent it continues) and every event it publishes carries that span
+// in events.HeaderSpanContext; the trace id is the event's envelope trace.
 func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (res Result, err error) {
 	defer func() { in.count(m, res, err) }()
+	if !tracing.Enabled(in.tracer) {
+		return in.ingest(ctx, m) // off: not even the span's options are built
+	}
+	ctx, span := tracing.Start(ctx, in.tracer, "ingest "+m.Platform, "", "", trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.String("agentbus.platform", m.Platform)))
+	res, err = in.ingest(ctx, m)
+	tracing.End(span, err)
+	return res, err
+}
+
+func (in *Ingestor) ingest(ctx context.Context, m *events.IMMessage) (res Result, err error) {
 	m.MentionsBot = m.MentionsBot || m.Content.Mentions(m.Bot)
 	m.Sender.Roles = in.senderRoles(m)
 	if err := in.storeInline(ctx, m); err != nil {
@@ -116,12 +140,16 @@ func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (res Result
 	}
 	sk := m.SessionKey()
 	session := sk.String()
-	trace := events.NewTraceID()
+	trace := tracing.TraceID(ctx) // the span's, or an inbound traceparent's: one trace id, not two
+	if trace == "" {
+		trace = events.NewTraceID()
+	}
 	imEv := events.New(*m, events.WithSession(session), events.WithTrace(trace))
 	msg, err := events.NewMsg(events.IMInSubject(sk), imEv)
 	if err != nil {
 		return Result{}, err
 	}
+	tracing.InjectNATS(ctx, msg.Header)
 	dec := in.disp.Dispatch(m)
 	if err := in.fits(msg, m, dec, session, trace); err != nil {
 		return Result{}, err
@@ -161,6 +189,7 @@ func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (res Result
 		if err != nil {
 			return res, err
 		}
+		tracing.InjectNATS(ctx, out.Header)
 		if _, err := in.inbox.Publish(ctx, out); err != nil {
 			return res, fmt.Errorf("publish agent.in %s: %w", m.MsgID(), err)
 		}
@@ -303,6 +332,7 @@ func (in *Ingestor) refuse(ctx context.Context, m *events.IMMessage, sk events.S
 	if err != nil {
 		return err
 	}
+	tracing.InjectNATS(ctx, msg.Header)
 	if _, err := in.js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("publish refusal: %w", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/natsutil"
+	"github.com/agentbus/agentbus/pkg/tracing"
 	"github.com/agentbus/agentbus/pkg/webhook"
 )
 
@@ -103,7 +104,10 @@ func NewWebhookHandler(in *Ingestor, cfg config.Webhook, log *slog.Logger) *Webh
 
 // Routes registers the handler on mux.
 func (h *WebhookHandler) Routes(mux *http.ServeMux) {
-	mux.HandleFunc("POST /webhook/{bot}", h.serve)
+	// With tracing on, each request is a server span; an inbound W3C traceparent continues the
+	// caller's trace (and lends its trace id to the message even with tracing off).
+	const route = "POST /webhook/{bot}"
+	mux.Handle(route, tracing.Handler(h.in.tracer, route, http.HandlerFunc(h.serve)))
 }
 
 func (h *WebhookHandler) serve(rw http.ResponseWriter, r *http.Request) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentbus/agentbus/internal/jsconflict"
 	"github.com/agentbus/agentbus/pkg/events"
@@ -20,6 +21,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/tools"
+	"github.com/agentbus/agentbus/pkg/tracing"
 )
 
 // call is one request being handled.
@@ -29,6 +31,10 @@ type call struct {
 	ev    events.Event[events.ToolCall]
 	start time.Time
 	nm    nats.Msg // msg as a core message, for events.UnmarshalMsg
+	// span is the call's execute_tool span (a no-op one with tracing off); failed says its
+	// result was an error.
+	span   trace.Span
+	failed bool
 }
 
 func (c *call) subject() string {
@@ -55,6 +61,11 @@ func (h *Handle) handle(s *served, msg jetstream.Msg) {
 		return
 	}
 	tc := c.ev.Data
+	if tracing.Enabled(h.opts.Tracer) { // off, not even the span's name and options are built
+		_, c.span = tracing.StartNATS(context.Background(), h.opts.Tracer, "execute_tool "+tc.Tool, c.nm.Header, c.ev.Trace,
+			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(tracing.ToolAttributes(tc.Tool, tc.CallID)...))
+		defer func() { tracing.EndTool(c.span, c.failed) }()
+	}
 
 	// One handling per call id on this worker: a duplicate waits for the first to finish and
 	// then finds its result.
@@ -464,6 +475,10 @@ func (h *Handle) finish(c *call, res tools.Result) {
 	tc := c.ev.Data
 	m, err := resultMsg(c.ev.Meta, tc.SessionKey, tc.CallID, tc.Tool, res, h.opts.ID, time.Since(c.start), h.opts.NC.MaxPayload())
 	if err == nil {
+		c.failed = res.IsError
+		if c.span != nil {
+			tracing.InjectSpanContext(c.span.SpanContext(), m.Header)
+		}
 		err = h.publish(m)
 	}
 	if err != nil {
@@ -604,6 +619,9 @@ func (h *Handle) deadLetter(c *call, reason string, cause error) {
 	ev := events.New(dl, events.WithID(id))
 	m, err := events.NewMsg(events.DeadLetterSubject(events.RoleToolWorker, reason), ev)
 	if err == nil {
+		if c.span != nil {
+			tracing.InjectSpanContext(c.span.SpanContext(), m.Header)
+		}
 		err = h.publish(m)
 	}
 	if err != nil && !h.killed.Load() {

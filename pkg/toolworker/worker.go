@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/metrics"
@@ -70,6 +71,9 @@ type Options struct {
 	InterruptGrace time.Duration
 	// Workspace is copied into every call's tools.Env (tools that touch files need one).
 	Workspace string
+	// Tracer records an "execute_tool <tool>" span per handled call, continuing the caller's
+	// span the call carries (nil: off).
+	Tracer trace.TracerProvider
 }
 
 func (o *Options) defaults() error {

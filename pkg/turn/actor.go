@@ -21,6 +21,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/store"
+	"github.com/agentbus/agentbus/pkg/tracing"
 )
 
 // actor is the single writer of one session while its worker's claim on it is in force.
@@ -84,6 +85,9 @@ type actor struct {
 	// est remembers token estimates of the session's cached context messages, which every turn
 	// sizes again (auto compaction, L1 before each model call).
 	est compaction.Estimator
+	// parent is the span context the inbox event being handled carried (tracing.ParentOf;
+	// only with tracing on). Only the actor's goroutine (step, handle) uses it.
+	parent string
 }
 
 func newActor(w *Worker, sk events.SessionKey, claim store.Claim, gen uint64) *actor {
@@ -537,6 +541,10 @@ func (a *actor) step() (bool, error) {
 		a.w.deadLetter(raw.Subject, raw.Sequence, raw.Data, raw.Header, "forged_schedule", err)
 		return true, a.advance(raw.Sequence, nil)
 	}
+	a.parent = ""
+	if tracing.Enabled(a.w.opts.Tracer) {
+		a.parent = tracing.ParentOf(raw.Header)
+	}
 	return true, a.handle(ev, raw.Sequence)
 }
 
@@ -884,7 +892,7 @@ func (a *actor) handle(ev events.Any, seq uint64) error {
 	switch e := ev.(type) {
 	case *events.Event[events.UserMessage]:
 		in := a.userInput(&e.Data.Message, e.Data.Text)
-		pt := &pendingTurn{seq: seq, input: []llm.Message{in}, msg: e.Data.Message, trace: e.Trace, accepted: e.Time}
+		pt := &pendingTurn{seq: seq, input: []llm.Message{in}, msg: e.Data.Message, trace: e.Trace, accepted: e.Time, parent: a.parent}
 		return a.schedule(pt, policy)
 	case *events.Event[events.Listen]:
 		m := a.userInput(&e.Data.Message, "")

@@ -19,6 +19,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/schedule"
 	"github.com/agentbus/agentbus/pkg/tools"
+	"github.com/agentbus/agentbus/pkg/tracing"
 )
 
 // ToolCatalog mirrors KV tools: the tools some tool worker serves right now. Entries vanish
@@ -301,6 +302,7 @@ func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (l
 	if err != nil {
 		return loop.ToolResult{}, err
 	}
+	tracing.InjectNATS(ctx, m.Header) // the tool worker's span continues the call's
 	// Retried under the same Nats-Msg-Id (the call id): a publish that timed out may have been
 	// stored, and the stream drops the repeat.
 	var ack *jetstream.PubAck

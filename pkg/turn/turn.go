@@ -16,6 +16,8 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/agentbus/agentbus/pkg/chunk"
 	"github.com/agentbus/agentbus/pkg/events"
@@ -26,6 +28,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/store"
+	"github.com/agentbus/agentbus/pkg/tracing"
 )
 
 // pendingTurn is a turn decided on but not started yet (queue, collect, interrupt).
@@ -49,6 +52,11 @@ type pendingTurn struct {
 	// not listed in the session record). Such a turn writes nothing to the session record: its
 	// commit carries the inbox cursor (see startTurn).
 	fromInbox bool
+	// parent is the span context its trigger carried (tracing.ParentOf), spanCtx the turn's
+	// own span once it runs (set before it starts): its records, tool calls and reply parts
+	// carry spanCtx.
+	parent  string
+	spanCtx trace.SpanContext
 }
 
 func (p *pendingTurn) needs(seq uint64) bool {
@@ -163,7 +171,7 @@ func (t *turnRun) leftover() *pendingTurn {
 		return nil
 	}
 	slices.SortFunc(rest, func(a, b queued) int { return cmp.Compare(a.seq, b.seq) })
-	pt := &pendingTurn{seq: rest[0].seq, msg: t.msg, trace: t.trace}
+	pt := &pendingTurn{seq: rest[0].seq, msg: t.msg, trace: t.trace, parent: t.parent}
 	for _, q := range rest {
 		pt.input = append(pt.input, q.msg)
 		if q.seq != pt.seq && !slices.Contains(pt.merged, q.seq) {
@@ -192,7 +200,7 @@ func (t *turnRun) interruptWith(pt *pendingTurn) (*pendingTurn, bool) {
 	}
 	if t.next == nil {
 		merged := &pendingTurn{seq: pt.seq, input: append(append([]llm.Message(nil), t.input...), pt.input...),
-			msg: pt.msg, trace: pt.trace, merged: append([]uint64{t.seq}, t.merged...)}
+			msg: pt.msg, trace: pt.trace, parent: pt.parent, merged: append([]uint64{t.seq}, t.merged...)}
 		t.next = merged
 	} else {
 		t.next.merge(pt)
@@ -361,11 +369,20 @@ func (a *actor) launch(t *turnRun, resumed *turnLog) {
 	a.mu.Unlock()
 	a.turnsWG.Add(1)
 	t.launched = time.Now()
+	// The turn's span; set before the goroutine starts, so that its readers (the turn's records
+	// and reply parts carry it) need no lock. Off, not even its options are built.
+	var span trace.Span = noop.Span{}
+	if tracing.Enabled(a.w.opts.Tracer) {
+		ctx, span = tracing.Start(ctx, a.w.opts.Tracer, "turn", t.parent, t.trace, trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(tracing.AgentbusSession.String(t.sidStr), tracing.AgentbusTurn.String(t.id)))
+		t.spanCtx = span.SpanContext()
+	}
 	go func() {
 		defer a.turnsWG.Done()
 		defer close(t.done)
 		defer cancel()
 		err := t.execute(logging.With(ctx, "session", t.sidStr, "turn", t.id), resumed)
+		tracing.End(span, err)
 		if t.outcome != "" || err != nil && a.ctx.Err() == nil {
 			t.finish(err)
 		}
@@ -619,7 +636,7 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 		StreamFn:      w.opts.StreamFn,
 		GetAPIKey:     w.opts.Models.APIKey,
 		ToolExecution: loop.ToolExecutionMode(agentCfg.ToolExecution),
-		Executor:      t.executor(),
+		Executor:      t.tracedExecutor(),
 		MaxIterations: w.maxIterations(t.model, tools),
 		GetSteeringMessages: func() []llm.Message {
 			return t.drain(&t.steerQ, agentCfg.SteeringMode)
@@ -647,6 +664,15 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 		return t.resumeLoop(ctx, ac, cfg, persisted, emit)
 	})
 	return lastAssistant(out), out, err
+}
+
+// tracedExecutor is the turn's tool executor, with an execute_tool span per call when
+// tracing is on (off, not even the wrapper is allocated).
+func (t *turnRun) tracedExecutor() loop.ToolExecutor {
+	if tracing.Enabled(t.a.w.opts.Tracer) {
+		return tracing.WrapExecutor(t.executor())
+	}
+	return t.executor()
 }
 
 // preExecute runs the permitted preExecutable tools in parallel before the loop (seed:
@@ -851,7 +877,11 @@ func record[P events.Payload](t *turnRun, kind string, p P, name string) (*jetst
 func turnEventMsg[P events.Payload](t *turnRun, kind string, p P, name string) (*nats.Msg, error) {
 	ev := events.New(p, events.WithSession(t.sidStr), events.WithTurn(t.id), events.WithTrace(t.trace),
 		events.WithID(t.id+"-"+name))
-	return events.NewMsg(events.AgentEvtSubject(t.a.sk, t.id, kind), ev)
+	m, err := events.NewMsg(events.AgentEvtSubject(t.a.sk, t.id, kind), ev)
+	if err == nil {
+		tracing.InjectSpanContext(t.spanCtx, m.Header)
+	}
+	return m, err
 }
 
 // recordMessages appends finished messages without waiting for the ack; flush waits for all
@@ -1071,6 +1101,7 @@ func (a *actor) replyMsgs(pt *pendingTurn, turn, text string, fresh bool) []*nat
 			a.log.Error("reply part not publishable", "turn", turn, "part", i, "err", err)
 			continue
 		}
+		tracing.InjectSpanContext(pt.spanCtx, m.Header)
 		msgs = append(msgs, m)
 	}
 	return msgs

@@ -73,6 +73,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentbus/agentbus/pkg/approvals"
 	"github.com/agentbus/agentbus/pkg/config"
@@ -119,6 +120,9 @@ type Options struct {
 	ToolTimeout time.Duration
 	// StreamFn replaces llm.Stream (tests, benchmarks).
 	StreamFn loop.StreamFunc
+	// Tracer records a span per turn and per tool call (nil: off). Model-call spans come from
+	// the StreamFn, wrapped with tracing.WrapStream by the composition root.
+	Tracer trace.TracerProvider
 	// Secrets are removed from model errors before they are stored or shown
 	// (llm.StreamOptions.Secrets): every configured provider key, token and password.
 	Secrets []string
