@@ -541,6 +541,7 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 	if err != nil {
 		return err
 	}
+	b.JS = deadLetterCounter{b.JS, metrics.NewDeadLetters(p.Metrics)}
 	bots := map[string]ingest.BotRoles{}
 	for _, b := range cfg.IM.Webhook.Bots {
 		bots[ingest.PlatformWebhook+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}

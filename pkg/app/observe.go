@@ -7,9 +7,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/logging"
 	"github.com/agentbus/agentbus/pkg/metrics"
@@ -82,4 +87,24 @@ func modelLogContext(next metrics.StreamFunc) metrics.StreamFunc {
 		}
 		return next(ctx, model, c, opts)
 	}
+}
+
+// deadLetterCounter counts in agentbus_dead_letters_total every dead letter published through
+// it (dlq.<role>.<reason>). Ingest and its IM adapters publish theirs through many paths (the
+// webhook, each adapter's inbound, pkg/im.DeadLetter); counting where they all meet the bus
+// keeps a new path from being missed. Roles that count their own (turn worker, tool worker,
+// egress) do not get it, so nothing is counted twice.
+type deadLetterCounter struct {
+	jetstream.JetStream
+	dl *metrics.DeadLetters
+}
+
+func (c deadLetterCounter) PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	ack, err := c.JetStream.PublishMsg(ctx, msg, opts...)
+	if err == nil && strings.HasPrefix(msg.Subject, events.PrefixDeadLetter+".") {
+		if role, reason, perr := events.ParseDeadLetterSubject(msg.Subject); perr == nil {
+			c.dl.Add(role, reason)
+		}
+	}
+	return ack, err
 }
