@@ -1,0 +1,554 @@
+package webconsole
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/store"
+)
+
+// Conversation is one session as the session page shows it: every epoch's marks and turns in
+// the order they happened, each turn with its causal chain.
+type Conversation struct {
+	Key     events.SessionKey
+	Session *store.Session // nil when the session has events but no record (yet)
+	Items   []Item
+	Turns   []*Turn // the turns of Items, in order
+	Totals  Totals
+	// Fork is set when the session is a fork (platform events.PlatformFork).
+	Fork *ForkOf
+}
+
+// Totals sums a session's or a turn's model calls.
+type Totals struct {
+	Turns, Failed  int
+	Input, Output  int
+	Cost           float64
+	ModelCalls     int
+	ToolCalls      int
+	LatencyMs      int64
+	LastActivityMs int64
+}
+
+// Item is one entry of the conversation: a turn, or a mark (a new epoch, a compaction, a move
+// of the session tree's active leaf).
+type Item struct {
+	Time time.Time
+	Kind string // "turn", "epoch", "compaction", "leaf"
+	Text string // a mark's description
+	Turn *Turn
+}
+
+// Turn is one turn's causal chain: what came in, every model call and tool call in order, and
+// the reply parts with their delivery state.
+type Turn struct {
+	ID      string
+	Epoch   uint64
+	Start   time.Time
+	End     time.Time
+	Model   string
+	Worker  string
+	Trigger events.InboxRef
+	Inputs  []string
+	Steps   []*Step
+	Replies []*Reply
+	Status  string // "committed", "failed", "open"
+	Failure string // reason: error
+	Usage   Totals
+	// ContextSeq is the AGENT_CTX snapshot the turn ran on (where a fork from its input starts).
+	ContextSeq uint64
+	calls      map[string]*ToolStep
+	lastTS     int64
+}
+
+// Step is one link of the chain: a model call or a tool call.
+type Step struct {
+	Model *ModelStep
+	Tool  *ToolStep
+}
+
+// ModelStep is one model call: the assistant message it produced.
+type ModelStep struct {
+	Model      string
+	Input      int
+	Output     int
+	Cost       float64
+	LatencyMs  int64
+	StopReason string
+	Text       string
+	Thinking   string
+	Error      string
+	ts         int64
+}
+
+// ToolStep is one tool call and its outcome.
+type ToolStep struct {
+	ID         string
+	Name       string
+	Args       string
+	Result     string
+	IsError    bool
+	Done       bool
+	DurationMs int64
+	Worker     string
+}
+
+// Reply is one outbound part and its delivery state.
+type Reply struct {
+	OutID     string
+	Part      int
+	Text      string
+	State     string // "sent", "pending", "dead-lettered", "local" (a fork: never sent)
+	Reason    string // why it was dead-lettered
+	MessageID string // the platform's id once sent
+	DLQSeq    uint64
+	Retried   bool
+}
+
+// ForkOf describes a fork: the session it was forked from.
+type ForkOf struct {
+	ID     string
+	Origin events.SessionKey
+}
+
+// Reader reads everything the console shows from the bus: KV gets, batched direct gets of
+// streams (scan). It keeps no state between calls, so any number of consoles can run.
+type Reader struct {
+	js       jetstream.JetStream
+	turns    *store.TurnLog
+	ctxlog   *store.ContextLog
+	sessions *store.Sessions
+	kv       jetstream.KeyValue
+}
+
+// NewReader binds the provisioned streams and buckets.
+func NewReader(ctx context.Context, js jetstream.JetStream) (*Reader, error) {
+	tl, err := store.NewTurnLog(ctx, js)
+	if err != nil {
+		return nil, fmt.Errorf("webconsole: %w", err)
+	}
+	cl, err := store.NewContextLog(ctx, js, store.ContextBounds{}, store.WithCacheSessions(0))
+	if err != nil {
+		return nil, fmt.Errorf("webconsole: %w", err)
+	}
+	kv, err := js.KeyValue(ctx, events.BucketSessions)
+	if err != nil {
+		return nil, fmt.Errorf("webconsole: open bucket %s: %w", events.BucketSessions, err)
+	}
+	return &Reader{js: js, turns: tl, ctxlog: cl, sessions: store.NewSessions(kv), kv: kv}, nil
+}
+
+// Conversation reads the whole of session sk.
+func (r *Reader) Conversation(ctx context.Context, sk events.SessionKey) (*Conversation, error) {
+	c := &Conversation{Key: sk, Fork: forkOf(sk)}
+	sess, err := r.sessions.Get(ctx, sk)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return nil, err
+	default:
+		c.Session = sess
+	}
+	byID := map[string]*Turn{}
+	turnOf := func(id string, at time.Time) *Turn {
+		t := byID[id]
+		if t == nil {
+			t = &Turn{ID: id, Start: at, Status: "open", calls: map[string]*ToolStep{}}
+			byID[id] = t
+			c.Items = append(c.Items, Item{Time: at, Kind: "turn", Turn: t})
+		}
+		if at.After(t.End) {
+			t.End = at
+		}
+		return t
+	}
+	apply := func(rec store.TurnRecord) {
+		t := turnOf(rec.Turn, rec.Time)
+		switch e := rec.Event.(type) {
+		case *events.Event[events.TurnStarted]:
+			d := &e.Data
+			t.Model = strings.TrimPrefix(d.Model.Provider+"/"+d.Model.ID, "/")
+			t.Worker, t.Trigger, t.ContextSeq = d.Worker, d.Trigger, d.ContextSeq
+			if sid, err := events.ParseSessionID(e.Session); err == nil {
+				t.Epoch = sid.Epoch
+			}
+			for i := range d.Input {
+				t.Inputs = append(t.Inputs, d.Input[i].TextContent())
+				t.lastTS = max(t.lastTS, d.Input[i].Timestamp)
+			}
+			if len(d.Input) == 0 && e.Time > 0 {
+				t.lastTS = e.Time
+			}
+		case *events.Event[events.MessageEnd]:
+			t.addMessage(&e.Data.Message, rec.Time)
+		case *events.Event[events.ToolCallRequested]:
+			s := t.tool(e.Data.CallID, e.Data.Tool)
+			if s.Args == "" {
+				s.Args = jsonText(e.Data.Args)
+			}
+		case *events.Event[events.ToolResultRecorded]:
+			t.addResult(&e.Data.Result)
+		case *events.Event[events.OutboundPublished]:
+			t.reply(e.Data.OutID, e.Data.Part)
+		case *events.Event[events.TurnCommitted]:
+			t.Status = "committed"
+		case *events.Event[events.TurnFailed]:
+			t.Status, t.Failure = "failed", strings.TrimSpace(e.Data.Reason+": "+e.Data.Error)
+		}
+	}
+	var recs []store.TurnRecord
+	for rec, err := range r.turns.Replay(ctx, sk, store.ReplayFrom{}) {
+		if err != nil {
+			return nil, err
+		}
+		recs = append(recs, rec)
+	}
+	// The context log of every epoch: the marks, and the closing commits that stand for the
+	// tail and the commit of turns that wrote none to AGENT_EVENTS.
+	epochs := uint64(1)
+	if c.Session != nil {
+		epochs = max(c.Session.Epoch, 1)
+	}
+	for epoch := uint64(1); epoch <= epochs; epoch++ {
+		sid := events.SessionID{Key: sk, Epoch: epoch}
+		first := true
+		for cr, err := range r.ctxlog.History(ctx, sid) {
+			if err != nil {
+				return nil, err
+			}
+			if first && epoch > 1 {
+				c.Items = append(c.Items, Item{Time: cr.Time, Kind: "epoch", Text: fmt.Sprintf("epoch %d", epoch)})
+			}
+			first = false
+			recs = append(recs, store.ClosingRecords(sk, sid, cr)...)
+			switch {
+			case cr.Leaf != nil:
+				l := cr.Leaf
+				text := fmt.Sprintf("active leaf → context seq %d", l.LeafSeq)
+				if l.BranchTo > 0 {
+					text += fmt.Sprintf("; branch %d..%d left", l.BranchFrom, l.BranchTo)
+				}
+				if l.BranchSummary != "" {
+					text += ": " + clip(l.BranchSummary, 300)
+				}
+				c.Items = append(c.Items, Item{Time: cr.Time, Kind: "leaf", Text: text})
+			case cr.Summary != nil:
+				s := cr.Summary
+				c.Items = append(c.Items, Item{Time: cr.Time, Kind: "compaction",
+					Text: fmt.Sprintf("compaction %d: %d messages summarized by %s: %s", s.Count, s.Covered, s.Model, clip(s.Text, 300))})
+			case cr.Turn != "" && cr.Messages > 0:
+				// A commit: the turn's whole message list, which covers what AGENT_EVENTS
+				// does not hold of turns that committed without a turn_started record.
+				if t := byID[cr.Turn]; t != nil && t.Status == "open" {
+					t.Status = "committed"
+				}
+			}
+		}
+	}
+	sort.SliceStable(recs, func(i, j int) bool { return recs[i].Time.Before(recs[j].Time) })
+	for _, rec := range recs {
+		apply(rec)
+	}
+	// Tool workers and durations (TOOL_RESULTS), reply parts (IM_OUT), receipts (IM_SENT),
+	// dead letters of this session's parts.
+	if err := r.toolResults(ctx, sk, byID); err != nil {
+		return nil, err
+	}
+	if err := r.deliveries(ctx, sk, byID, c); err != nil {
+		return nil, err
+	}
+	sort.SliceStable(c.Items, func(i, j int) bool { return c.Items[i].Time.Before(c.Items[j].Time) })
+	for _, it := range c.Items {
+		if it.Turn == nil {
+			continue
+		}
+		t := it.Turn
+		t.finish()
+		c.Turns = append(c.Turns, t)
+		c.Totals.Turns++
+		if t.Status == "failed" {
+			c.Totals.Failed++
+		}
+		c.Totals.add(&t.Usage)
+		c.Totals.LastActivityMs = max(c.Totals.LastActivityMs, t.End.UnixMilli())
+	}
+	return c, nil
+}
+
+func (s *Totals) add(o *Totals) {
+	s.Input += o.Input
+	s.Output += o.Output
+	s.Cost += o.Cost
+	s.ModelCalls += o.ModelCalls
+	s.ToolCalls += o.ToolCalls
+	s.LatencyMs += o.LatencyMs
+}
+
+func (t *Turn) tool(id, name string) *ToolStep {
+	s := t.calls[id]
+	if s == nil {
+		s = &ToolStep{ID: id, Name: name}
+		t.calls[id] = s
+		t.Steps = append(t.Steps, &Step{Tool: s})
+	}
+	if s.Name == "" {
+		s.Name = name
+	}
+	return s
+}
+
+func (t *Turn) addResult(r *events.ToolResult) {
+	s := t.tool(r.CallID, r.Tool)
+	s.Done, s.IsError = true, r.IsError
+	s.Result = clip(llm.TextContentOf(r.Content), 4000)
+	if r.Worker != "" {
+		s.Worker, s.DurationMs = r.Worker, r.DurationMs
+	}
+}
+
+func (t *Turn) addMessage(m *llm.Message, at time.Time) {
+	switch m.Role {
+	case llm.RoleAssistant:
+		// The same assistant message may come from a message_end record and a closing commit:
+		// keep one model step per message (its timestamp is the call's start).
+		for _, s := range t.Steps {
+			if s.Model != nil && s.Model.ts == m.Timestamp && m.Timestamp != 0 {
+				return
+			}
+		}
+		ms := &ModelStep{Model: strings.TrimPrefix(m.Provider+"/"+m.Model, "/"), StopReason: string(m.StopReason), Error: m.ErrorMessage, ts: m.Timestamp}
+		if m.Usage != nil {
+			ms.Input, ms.Output, ms.Cost = m.Usage.Input, m.Usage.Output, m.Usage.Cost.Total
+		}
+		var text, thinking []string
+		for _, c := range m.Content {
+			switch c.Type {
+			case llm.ContentText:
+				text = append(text, c.Text)
+			case llm.ContentThinking:
+				thinking = append(thinking, c.Thinking)
+			}
+		}
+		ms.Text, ms.Thinking = strings.Join(text, "\n"), clip(strings.Join(thinking, "\n"), 2000)
+		t.Steps = append(t.Steps, &Step{Model: ms})
+		for _, c := range m.Content {
+			if c.Type == llm.ContentToolCall {
+				s := t.tool(c.ID, c.Name)
+				s.Args = jsonText(c.Arguments)
+			}
+		}
+		if t.Model == "" {
+			t.Model = ms.Model
+		}
+	case llm.RoleToolResult:
+		s := t.tool(m.ToolCallID, m.ToolName)
+		if !s.Done {
+			s.Done, s.IsError = true, m.IsError
+			s.Result = clip(m.TextContent(), 4000)
+		}
+	case llm.RoleUser:
+		// A steer / follow-up injected into the running turn.
+		if txt := m.TextContent(); txt != "" && !contains(t.Inputs, txt) {
+			t.Inputs = append(t.Inputs, txt)
+		}
+	}
+	if at.After(t.End) {
+		t.End = at
+	}
+}
+
+// finish computes the turn's sums and each model call's latency: from the call's start (the
+// assistant message's timestamp) to the next thing the turn recorded (the first tool result,
+// less the tool's duration, or the turn's last record).
+func (t *Turn) finish() {
+	var models []*ModelStep
+	for i, s := range t.Steps {
+		if s.Model == nil {
+			t.Usage.ToolCalls++
+			continue
+		}
+		m := s.Model
+		models = append(models, m)
+		t.Usage.ModelCalls++
+		t.Usage.Input += m.Input
+		t.Usage.Output += m.Output
+		t.Usage.Cost += m.Cost
+		end := t.End.UnixMilli()
+		for _, n := range t.Steps[i+1:] {
+			if n.Model != nil && n.Model.ts > 0 {
+				end = n.Model.ts
+				break
+			}
+		}
+		if m.ts > 0 && end >= m.ts {
+			// Everything between this call and the next call's start that was tool time.
+			var tools int64
+			for _, n := range t.Steps[i+1:] {
+				if n.Model != nil {
+					break
+				}
+				tools = max(tools, n.Tool.DurationMs)
+			}
+			m.LatencyMs = max(end-m.ts-tools, 0)
+			t.Usage.LatencyMs += m.LatencyMs
+		}
+	}
+	if t.Model == "" && len(models) > 0 {
+		t.Model = models[0].Model
+	}
+	if len(t.Replies) == 0 && len(models) > 0 && t.Status == "committed" {
+		// No part was recorded (a fork, or parts not yet read): show the answer itself.
+		if txt := models[len(models)-1].Text; txt != "" {
+			t.Replies = append(t.Replies, &Reply{Text: txt, State: "local"})
+		}
+	}
+	sort.SliceStable(t.Replies, func(i, j int) bool { return t.Replies[i].Part < t.Replies[j].Part })
+	t.Usage.Turns = 1
+}
+
+func (t *Turn) reply(outID string, part int) *Reply {
+	for _, r := range t.Replies {
+		if r.OutID == outID {
+			return r
+		}
+	}
+	r := &Reply{OutID: outID, Part: part, State: "pending"}
+	t.Replies = append(t.Replies, r)
+	return r
+}
+
+// toolResults reads TOOL_RESULTS for the session: which worker ran each call and how long.
+func (r *Reader) toolResults(ctx context.Context, sk events.SessionKey, turns map[string]*Turn) error {
+	calls := map[string]*ToolStep{}
+	for _, t := range turns {
+		for id, s := range t.calls {
+			calls[id] = s
+		}
+	}
+	if len(calls) == 0 {
+		return nil
+	}
+	return scan(ctx, r.js, events.StreamToolResults, events.ToolResultSessionFilter(sk), 1, time.Time{}, func(m *jetstream.RawStreamMsg) bool {
+		var ev events.Event[events.ToolResult]
+		if events.UnmarshalMsg(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}, &ev) != nil {
+			return true
+		}
+		if s := calls[ev.Data.CallID]; s != nil {
+			s.Worker, s.DurationMs = ev.Data.Worker, ev.Data.DurationMs
+			if !s.Done {
+				s.Done, s.IsError, s.Result = true, ev.Data.IsError, clip(llm.TextContentOf(ev.Data.Content), 4000)
+			}
+		}
+		return true
+	})
+}
+
+// deliveries reads the session's reply parts (IM_OUT), their receipts (IM_SENT) and the dead
+// letters egress wrote for them (DEAD_LETTERS dlq.egress.>).
+func (r *Reader) deliveries(ctx context.Context, sk events.SessionKey, turns map[string]*Turn, c *Conversation) error {
+	if sk.Platform == events.PlatformFork {
+		return nil // a fork's parts are never sent (egress skips the platform)
+	}
+	parts := map[string]*Reply{}
+	err := scan(ctx, r.js, events.StreamIMOut, events.IMOutSubject(sk), 1, time.Time{}, func(m *jetstream.RawStreamMsg) bool {
+		var ev events.Event[events.Outbound]
+		if events.UnmarshalMsg(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}, &ev) != nil {
+			return true
+		}
+		t := turns[ev.Data.Turn]
+		if t == nil {
+			return true
+		}
+		rp := t.reply(ev.Data.OutID, ev.Data.Part)
+		rp.Part, rp.Text = ev.Data.Part, ev.Data.Content.PlainText()
+		parts[ev.Data.OutID] = rp
+		return true
+	})
+	if err != nil || len(parts) == 0 {
+		return err
+	}
+	err = scan(ctx, r.js, events.StreamIMSent, events.IMSentSubject(sk)+".*", 1, time.Time{}, func(m *jetstream.RawStreamMsg) bool {
+		var ev events.Event[events.Receipt]
+		if events.UnmarshalMsg(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}, &ev) != nil {
+			return true
+		}
+		if rp := parts[ev.Data.OutID]; rp != nil {
+			rp.State, rp.MessageID, rp.Reason = "sent", ev.Data.MessageID, ""
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	return scan(ctx, r.js, events.StreamDeadLetters, events.PrefixDeadLetter+"."+events.RoleEgress+".>", 1, time.Time{}, func(m *jetstream.RawStreamMsg) bool {
+		dl, ok := decodeDeadLetter(m)
+		if !ok || dl.Subject != events.IMOutSubject(sk) {
+			return true
+		}
+		var out struct {
+			Data struct {
+				OutID string `json:"outId"`
+			} `json:"data"`
+		}
+		if json.Unmarshal(dl.Body(), &out) != nil {
+			return true
+		}
+		if rp := parts[out.Data.OutID]; rp != nil && rp.State != "sent" {
+			rp.State, rp.Reason, rp.DLQSeq = "dead-lettered", dl.Reason+": "+dl.Error, m.Sequence
+		}
+		if rp := parts[out.Data.OutID]; rp != nil && rp.State == "sent" {
+			rp.Retried = true
+		}
+		return true
+	})
+}
+
+func decodeDeadLetter(m *jetstream.RawStreamMsg) (events.DeadLetter, bool) {
+	var ev events.Event[events.DeadLetter]
+	if err := events.UnmarshalMsg(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}, &ev); err != nil {
+		// An older or foreign record: take what decodes.
+		var d events.DeadLetter
+		if json.Unmarshal(m.Data, &d) != nil {
+			return d, false
+		}
+		return d, d.Role != ""
+	}
+	return ev.Data, true
+}
+
+func jsonText(v any) string {
+	if v == nil {
+		return "{}"
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return clip(string(b), 4000)
+}
+
+func clip(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
+	}
+	return s
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
