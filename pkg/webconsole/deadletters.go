@@ -136,8 +136,11 @@ func (s streamDeadLetters) Discard(ctx context.Context, seq uint64) error {
 	if err != nil {
 		return err
 	}
+	if _, err := st.GetMsg(ctx, seq); errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("%w: %d", ErrNoDeadLetter, seq)
+	}
 	if err := st.DeleteMsg(ctx, seq); err != nil {
-		if errors.Is(err, jetstream.ErrMsgNotFound) || strings.Contains(err.Error(), "no message found") {
+		if errors.Is(err, jetstream.ErrMsgNotFound) || strings.Contains(err.Error(), "not found") {
 			return fmt.Errorf("%w: %d", ErrNoDeadLetter, seq)
 		}
 		return fmt.Errorf("webconsole: discard dead letter %d: %w", seq, err)
