@@ -428,14 +428,13 @@ func (t *Turn) reply(outID string, part int) *Reply {
 }
 
 // toolResults reads TOOL_RESULTS for the session: which worker ran each call and how long.
+// A call's bus id is "<turn>-<call id>" (with "~n" when a model reused an id in the turn).
 func (r *Reader) toolResults(ctx context.Context, sk events.SessionKey, turns map[string]*Turn) error {
-	calls := map[string]*ToolStep{}
+	any := false
 	for _, t := range turns {
-		for id, s := range t.calls {
-			calls[id] = s
-		}
+		any = any || len(t.calls) > 0
 	}
-	if len(calls) == 0 {
+	if !any {
 		return nil
 	}
 	return scan(ctx, r.js, events.StreamToolResults, events.ToolResultSessionFilter(sk), 1, time.Time{}, func(m *jetstream.RawStreamMsg) bool {
@@ -443,7 +442,15 @@ func (r *Reader) toolResults(ctx context.Context, sk events.SessionKey, turns ma
 		if events.UnmarshalMsg(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}, &ev) != nil {
 			return true
 		}
-		if s := calls[ev.Data.CallID]; s != nil {
+		t := turns[ev.Turn]
+		if t == nil {
+			return true
+		}
+		id := strings.TrimPrefix(ev.Data.CallID, ev.Turn+"-")
+		if i := strings.LastIndexByte(id, '~'); i > 0 {
+			id = id[:i]
+		}
+		if s := t.calls[id]; s != nil {
 			s.Worker, s.DurationMs = ev.Data.Worker, ev.Data.DurationMs
 			if !s.Done {
 				s.Done, s.IsError, s.Result = true, ev.Data.IsError, clip(llm.TextContentOf(ev.Data.Content), 4000)
