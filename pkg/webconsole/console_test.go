@@ -339,11 +339,14 @@ func TestSessionForkAndDeadLetter(t *testing.T) {
 
 type apiConversation struct {
 	Turns []struct {
-		ID      string
-		Status  string
-		Model   string
-		Inputs  []string
-		Steps   []struct{ Model *struct{ Model, StopReason, Text string }; Tool *apiTool }
+		ID     string
+		Status string
+		Model  string
+		Inputs []string
+		Steps  []struct {
+			Model *struct{ Model, StopReason, Text string }
+			Tool  *apiTool
+		}
 		Replies []struct{ State, Text, Reason string }
 	}
 	Compare *struct {
