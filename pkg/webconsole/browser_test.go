@@ -177,8 +177,8 @@ func TestBrowser(t *testing.T) {
 
 	// Fork from the first turn against the second model.
 	if err := chromedp.Do(ctx,
-		chromedp.SetValue(chromedp.CSS(`article.turn form.forkform select`), "fake2/m2"),
-		chromedp.Click(chromedp.CSS(`article.turn form.forkform button`)),
+		chromedp.SetValue(chromedp.CSS(`form#fork select`), "fake2/m2"),
+		chromedp.Click(chromedp.CSS(`article.turn .forkrow button`)),
 	); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
@@ -68,7 +69,9 @@ type Turn struct {
 	// ContextSeq is the AGENT_CTX snapshot the turn ran on (where a fork from its input starts).
 	ContextSeq uint64
 	calls      map[string]*ToolStep
-	lastTS     int64
+	// When and Cost are Start and Usage.Cost formatted once here rather than by template
+	// functions: a 1,000-turn page calls them thousands of times.
+	When, Cost string `json:"-"`
 }
 
 // Step is one link of the chain: a model call or a tool call.
@@ -89,6 +92,8 @@ type ModelStep struct {
 	Thinking   string
 	Error      string
 	ts         int64
+	// CostText and LatencyText are Cost and LatencyMs formatted (see Turn.When).
+	CostText, LatencyText string `json:"-"`
 }
 
 // ToolStep is one tool call and its outcome.
@@ -101,6 +106,8 @@ type ToolStep struct {
 	Done       bool
 	DurationMs int64
 	Worker     string
+	// DurationText is DurationMs formatted (see Turn.When).
+	DurationText string `json:"-"`
 }
 
 // Reply is one outbound part and its delivery state.
@@ -148,17 +155,132 @@ func NewReader(ctx context.Context, js jetstream.JetStream) (*Reader, error) {
 	return &Reader{js: js, turns: tl, ctxlog: cl, sessions: store.NewSessions(kv), kv: kv}, nil
 }
 
-// Conversation reads the whole of session sk.
-func (r *Reader) Conversation(ctx context.Context, sk events.SessionKey) (*Conversation, error) {
-	c := &Conversation{Key: sk, Fork: forkOf(sk)}
+// sources are everything Conversation reads, fetched concurrently (each its own batched
+// direct gets; nothing depends on another read).
+type sources struct {
+	sess    *store.Session
+	recs    []store.TurnRecord // AGENT_EVENTS
+	ctx     [][]store.CtxRecord
+	results []*events.Event[events.ToolResult]
+	outs    []*events.Event[events.Outbound]
+	sent    map[string]bool // out ids with a receipt
+	dead    []deadPart
+}
+
+type deadPart struct {
+	outID, reason string
+	seq           uint64
+}
+
+func (r *Reader) fetch(ctx context.Context, sk events.SessionKey) (*sources, error) {
+	src := &sources{}
 	sess, err := r.sessions.Get(ctx, sk)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 	case err != nil:
 		return nil, err
 	default:
-		c.Session = sess
+		src.sess = sess
 	}
+	epochs := uint64(1)
+	if sess != nil {
+		epochs = max(sess.Epoch, 1)
+	}
+	src.ctx = make([][]store.CtxRecord, epochs)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		for rec, err := range r.turns.Replay(gctx, sk, store.ReplayFrom{}) {
+			if err != nil {
+				return err
+			}
+			src.recs = append(src.recs, rec)
+		}
+		return nil
+	})
+	for e := range epochs {
+		g.Go(func() error {
+			for cr, err := range r.ctxlog.History(gctx, events.SessionID{Key: sk, Epoch: e + 1}) {
+				if err != nil {
+					return err
+				}
+				src.ctx[e] = append(src.ctx[e], cr)
+			}
+			return nil
+		})
+	}
+	g.Go(func() error {
+		return scan(gctx, r.js, events.StreamToolResults, events.ToolResultSessionFilter(sk), 1, time.Time{}, func(m *jetstream.RawStreamMsg) bool {
+			ev := new(events.Event[events.ToolResult])
+			if events.UnmarshalMsg(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}, ev) == nil {
+				src.results = append(src.results, ev)
+			}
+			return true
+		})
+	})
+	if sk.Platform != events.PlatformFork { // a fork's parts are never sent (egress skips them)
+		g.Go(func() error {
+			return scan(gctx, r.js, events.StreamIMOut, events.IMOutSubject(sk), 1, time.Time{}, func(m *jetstream.RawStreamMsg) bool {
+				ev := new(events.Event[events.Outbound])
+				if events.UnmarshalMsg(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}, ev) == nil {
+					src.outs = append(src.outs, ev)
+				}
+				return true
+			})
+		})
+		g.Go(func() error {
+			// A receipt's subject ends with its out id: the subjects alone say what was sent.
+			st, err := r.js.Stream(gctx, events.StreamIMSent)
+			if err != nil {
+				return err
+			}
+			prefix := events.IMSentSubject(sk) + "."
+			info, err := st.Info(gctx, jetstream.WithSubjectFilter(prefix+"*"))
+			if err != nil {
+				return err
+			}
+			src.sent = make(map[string]bool, len(info.State.Subjects))
+			for subj := range info.State.Subjects {
+				if id, err := events.DecodeToken(strings.TrimPrefix(subj, prefix)); err == nil {
+					src.sent[id] = true
+				}
+			}
+			return nil
+		})
+		g.Go(func() error {
+			st, err := r.js.Stream(gctx, events.StreamDeadLetters)
+			if err != nil || st.CachedInfo().State.Msgs == 0 {
+				return nil
+			}
+			return scan(gctx, r.js, events.StreamDeadLetters, events.PrefixDeadLetter+"."+events.RoleEgress+".>", 1, time.Time{}, func(m *jetstream.RawStreamMsg) bool {
+				dl, ok := decodeDeadLetter(m)
+				if !ok || dl.Subject != events.IMOutSubject(sk) {
+					return true
+				}
+				var out struct {
+					Data struct {
+						OutID string `json:"outId"`
+					} `json:"data"`
+				}
+				if json.Unmarshal(dl.Body(), &out) == nil && out.Data.OutID != "" {
+					src.dead = append(src.dead, deadPart{outID: out.Data.OutID, reason: dl.Reason + ": " + dl.Error, seq: m.Sequence})
+				}
+				return true
+			})
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return src, nil
+}
+
+// Conversation reads the whole of session sk.
+func (r *Reader) Conversation(ctx context.Context, sk events.SessionKey) (*Conversation, error) {
+	src, err := r.fetch(ctx, sk)
+	if err != nil {
+		return nil, err
+	}
+	c := &Conversation{Key: sk, Fork: forkOf(sk), Session: src.sess}
 	byID := map[string]*Turn{}
 	turnOf := func(id string, at time.Time) *Turn {
 		t := byID[id]
@@ -184,10 +306,6 @@ func (r *Reader) Conversation(ctx context.Context, sk events.SessionKey) (*Conve
 			}
 			for i := range d.Input {
 				t.Inputs = append(t.Inputs, d.Input[i].TextContent())
-				t.lastTS = max(t.lastTS, d.Input[i].Timestamp)
-			}
-			if len(d.Input) == 0 && e.Time > 0 {
-				t.lastTS = e.Time
 			}
 		case *events.Event[events.MessageEnd]:
 			t.addMessage(&e.Data.Message, rec.Time)
@@ -206,30 +324,16 @@ func (r *Reader) Conversation(ctx context.Context, sk events.SessionKey) (*Conve
 			t.Status, t.Failure = "failed", strings.TrimSpace(e.Data.Reason+": "+e.Data.Error)
 		}
 	}
-	var recs []store.TurnRecord
-	for rec, err := range r.turns.Replay(ctx, sk, store.ReplayFrom{}) {
-		if err != nil {
-			return nil, err
-		}
-		recs = append(recs, rec)
-	}
+	recs := src.recs
 	// The context log of every epoch: the marks, and the closing commits that stand for the
 	// tail and the commit of turns that wrote none to AGENT_EVENTS.
-	epochs := uint64(1)
-	if c.Session != nil {
-		epochs = max(c.Session.Epoch, 1)
-	}
-	for epoch := uint64(1); epoch <= epochs; epoch++ {
+	for e, crs := range src.ctx {
+		epoch := uint64(e + 1)
 		sid := events.SessionID{Key: sk, Epoch: epoch}
-		first := true
-		for cr, err := range r.ctxlog.History(ctx, sid) {
-			if err != nil {
-				return nil, err
-			}
-			if first && epoch > 1 {
+		for i, cr := range crs {
+			if i == 0 && epoch > 1 {
 				c.Items = append(c.Items, Item{Time: cr.Time, Kind: "epoch", Text: fmt.Sprintf("epoch %d", epoch)})
 			}
-			first = false
 			recs = append(recs, store.ClosingRecords(sk, sid, cr)...)
 			switch {
 			case cr.Leaf != nil:
@@ -246,12 +350,6 @@ func (r *Reader) Conversation(ctx context.Context, sk events.SessionKey) (*Conve
 				s := cr.Summary
 				c.Items = append(c.Items, Item{Time: cr.Time, Kind: "compaction",
 					Text: fmt.Sprintf("compaction %d: %d messages summarized by %s: %s", s.Count, s.Covered, s.Model, clip(s.Text, 300))})
-			case cr.Turn != "" && cr.Messages > 0:
-				// A commit: the turn's whole message list, which covers what AGENT_EVENTS
-				// does not hold of turns that committed without a turn_started record.
-				if t := byID[cr.Turn]; t != nil && t.Status == "open" {
-					t.Status = "committed"
-				}
 			}
 		}
 	}
@@ -259,13 +357,57 @@ func (r *Reader) Conversation(ctx context.Context, sk events.SessionKey) (*Conve
 	for _, rec := range recs {
 		apply(rec)
 	}
-	// Tool workers and durations (TOOL_RESULTS), reply parts (IM_OUT), receipts (IM_SENT),
-	// dead letters of this session's parts.
-	if err := r.toolResults(ctx, sk, byID); err != nil {
-		return nil, err
+	// A commit closes its turn even when no record of AGENT_EVENTS says so.
+	for _, crs := range src.ctx {
+		for _, cr := range crs {
+			if t := byID[cr.Turn]; t != nil && cr.Turn != "" && cr.Messages > 0 && t.Status == "open" {
+				t.Status = "committed"
+			}
+		}
 	}
-	if err := r.deliveries(ctx, sk, byID, c); err != nil {
-		return nil, err
+	// Tool workers and durations (TOOL_RESULTS). A call's bus id is "<turn>-<call id>" (with
+	// "~n" when a model reused an id in the turn).
+	for _, ev := range src.results {
+		t := byID[ev.Turn]
+		if t == nil {
+			continue
+		}
+		id := strings.TrimPrefix(ev.Data.CallID, ev.Turn+"-")
+		if i := strings.LastIndexByte(id, '~'); i > 0 {
+			id = id[:i]
+		}
+		if s := t.calls[id]; s != nil {
+			s.Worker, s.DurationMs = ev.Data.Worker, ev.Data.DurationMs
+			if !s.Done {
+				s.Done, s.IsError, s.Result = true, ev.Data.IsError, clip(llm.TextContentOf(ev.Data.Content), 4000)
+			}
+		}
+	}
+	// Reply parts (IM_OUT), receipts (IM_SENT), dead letters of parts (DEAD_LETTERS).
+	parts := map[string]*Reply{}
+	for _, ev := range src.outs {
+		t := byID[ev.Data.Turn]
+		if t == nil {
+			continue
+		}
+		rp := t.reply(ev.Data.OutID, ev.Data.Part)
+		rp.Part, rp.Text = ev.Data.Part, ev.Data.Content.PlainText()
+		parts[ev.Data.OutID] = rp
+	}
+	for id, rp := range parts {
+		if src.sent[id] {
+			rp.State = "sent"
+		}
+	}
+	for _, d := range src.dead {
+		rp := parts[d.outID]
+		switch {
+		case rp == nil:
+		case rp.State == "sent":
+			rp.Retried = true
+		default:
+			rp.State, rp.Reason, rp.DLQSeq = "dead-lettered", d.reason, d.seq
+		}
 	}
 	sort.SliceStable(c.Items, func(i, j int) bool { return c.Items[i].Time.Before(c.Items[j].Time) })
 	for _, it := range c.Items {
@@ -414,6 +556,14 @@ func (t *Turn) finish() {
 	}
 	sort.SliceStable(t.Replies, func(i, j int) bool { return t.Replies[i].Part < t.Replies[j].Part })
 	t.Usage.Turns = 1
+	t.When, t.Cost = fmtWhen(t.Start), fmtUSD(t.Usage.Cost)
+	for _, s := range t.Steps {
+		if m := s.Model; m != nil {
+			m.CostText, m.LatencyText = fmtUSD(m.Cost), fmtMs(m.LatencyMs)
+		} else {
+			s.Tool.DurationText = fmtMs(s.Tool.DurationMs)
+		}
+	}
 }
 
 func (t *Turn) reply(outID string, part int) *Reply {
@@ -425,99 +575,6 @@ func (t *Turn) reply(outID string, part int) *Reply {
 	r := &Reply{OutID: outID, Part: part, State: "pending"}
 	t.Replies = append(t.Replies, r)
 	return r
-}
-
-// toolResults reads TOOL_RESULTS for the session: which worker ran each call and how long.
-// A call's bus id is "<turn>-<call id>" (with "~n" when a model reused an id in the turn).
-func (r *Reader) toolResults(ctx context.Context, sk events.SessionKey, turns map[string]*Turn) error {
-	any := false
-	for _, t := range turns {
-		any = any || len(t.calls) > 0
-	}
-	if !any {
-		return nil
-	}
-	return scan(ctx, r.js, events.StreamToolResults, events.ToolResultSessionFilter(sk), 1, time.Time{}, func(m *jetstream.RawStreamMsg) bool {
-		var ev events.Event[events.ToolResult]
-		if events.UnmarshalMsg(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}, &ev) != nil {
-			return true
-		}
-		t := turns[ev.Turn]
-		if t == nil {
-			return true
-		}
-		id := strings.TrimPrefix(ev.Data.CallID, ev.Turn+"-")
-		if i := strings.LastIndexByte(id, '~'); i > 0 {
-			id = id[:i]
-		}
-		if s := t.calls[id]; s != nil {
-			s.Worker, s.DurationMs = ev.Data.Worker, ev.Data.DurationMs
-			if !s.Done {
-				s.Done, s.IsError, s.Result = true, ev.Data.IsError, clip(llm.TextContentOf(ev.Data.Content), 4000)
-			}
-		}
-		return true
-	})
-}
-
-// deliveries reads the session's reply parts (IM_OUT), their receipts (IM_SENT) and the dead
-// letters egress wrote for them (DEAD_LETTERS dlq.egress.>).
-func (r *Reader) deliveries(ctx context.Context, sk events.SessionKey, turns map[string]*Turn, c *Conversation) error {
-	if sk.Platform == events.PlatformFork {
-		return nil // a fork's parts are never sent (egress skips the platform)
-	}
-	parts := map[string]*Reply{}
-	err := scan(ctx, r.js, events.StreamIMOut, events.IMOutSubject(sk), 1, time.Time{}, func(m *jetstream.RawStreamMsg) bool {
-		var ev events.Event[events.Outbound]
-		if events.UnmarshalMsg(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}, &ev) != nil {
-			return true
-		}
-		t := turns[ev.Data.Turn]
-		if t == nil {
-			return true
-		}
-		rp := t.reply(ev.Data.OutID, ev.Data.Part)
-		rp.Part, rp.Text = ev.Data.Part, ev.Data.Content.PlainText()
-		parts[ev.Data.OutID] = rp
-		return true
-	})
-	if err != nil || len(parts) == 0 {
-		return err
-	}
-	err = scan(ctx, r.js, events.StreamIMSent, events.IMSentSubject(sk)+".*", 1, time.Time{}, func(m *jetstream.RawStreamMsg) bool {
-		var ev events.Event[events.Receipt]
-		if events.UnmarshalMsg(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}, &ev) != nil {
-			return true
-		}
-		if rp := parts[ev.Data.OutID]; rp != nil {
-			rp.State, rp.MessageID, rp.Reason = "sent", ev.Data.MessageID, ""
-		}
-		return true
-	})
-	if err != nil {
-		return err
-	}
-	return scan(ctx, r.js, events.StreamDeadLetters, events.PrefixDeadLetter+"."+events.RoleEgress+".>", 1, time.Time{}, func(m *jetstream.RawStreamMsg) bool {
-		dl, ok := decodeDeadLetter(m)
-		if !ok || dl.Subject != events.IMOutSubject(sk) {
-			return true
-		}
-		var out struct {
-			Data struct {
-				OutID string `json:"outId"`
-			} `json:"data"`
-		}
-		if json.Unmarshal(dl.Body(), &out) != nil {
-			return true
-		}
-		if rp := parts[out.Data.OutID]; rp != nil && rp.State != "sent" {
-			rp.State, rp.Reason, rp.DLQSeq = "dead-lettered", dl.Reason+": "+dl.Error, m.Sequence
-		}
-		if rp := parts[out.Data.OutID]; rp != nil && rp.State == "sent" {
-			rp.Retried = true
-		}
-		return true
-	})
 }
 
 func decodeDeadLetter(m *jetstream.RawStreamMsg) (events.DeadLetter, bool) {
@@ -545,6 +602,9 @@ func jsonText(v any) string {
 }
 
 func clip(s string, n int) string {
+	if len(s) <= n {
+		return s // no more bytes than runes allowed
+	}
 	if r := []rune(s); len(r) > n {
 		return string(r[:n]) + "…"
 	}

@@ -74,8 +74,8 @@ im:
         masters: [boss]
 ai:
   providers:
-    fake: {api: openai-completions, baseUrl: "%[5]s", apiKey: "%[7]s", models: [m1]}
-    fake2: {api: openai-completions, baseUrl: "%[6]s", apiKey: "%[8]s", models: [m2]}
+    fake: {api: openai-completions, baseUrl: "%[5]s", apiKey: "%[7]s", models: [{id: m1, cost: {input: 3, output: 15}}]}
+    fake2: {api: openai-completions, baseUrl: "%[6]s", apiKey: "%[8]s", models: [{id: m2, cost: {input: 0.5, output: 1.5}}]}
   agents:
     zhin: {provider: fake, model: m1}
   agent:

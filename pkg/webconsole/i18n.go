@@ -29,6 +29,7 @@ var messages = map[string]map[string]string{
 		"loginHint": "Open the URL the console printed at start, or paste its token.", "signIn": "Sign in", "committed": "committed",
 		"failed": "failed", "open": "open", "forks": "Forks", "body": "Message", "deliveries": "deliveries", "subject": "Subject",
 		"thinking": "thinking", "lang": "中文", "confirmDiscard": "Discard this dead letter?", "turn": "Turn", "marks": "marks",
+		"forkHint": "then “Fork from here” on a turn: its message and every later one run again in a fork that never posts to the platform.",
 	},
 	"zh": {
 		"title": "agentbus 控制台", "overview": "概览", "sessions": "会话", "deadletters": "死信", "config": "配置",
@@ -49,6 +50,7 @@ var messages = map[string]map[string]string{
 		"loginHint": "打开控制台启动时打印的网址，或粘贴其中的令牌。", "signIn": "登录", "committed": "已提交",
 		"failed": "失败", "open": "进行中", "forks": "分叉", "body": "消息", "deliveries": "投递次数", "subject": "主题",
 		"thinking": "思考", "lang": "English", "confirmDiscard": "丢弃这条死信？", "turn": "轮次", "marks": "标记",
+		"forkHint": "然后在某一轮点“从这里分叉”：该消息及其后的消息会在分叉中重新运行，分叉不会发到平台。",
 	},
 }
 

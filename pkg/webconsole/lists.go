@@ -277,8 +277,10 @@ func (r *Reader) Overview(ctx context.Context, now time.Time) (*Overview, error)
 			return o.DeadLastHour < overviewMax
 		})
 	}
-	if st, err := r.kv.Status(ctx); err == nil {
-		o.Sessions = int(st.Values())
+	if keys, err := r.kv.ListKeys(ctx); err == nil {
+		for range keys.Keys() {
+			o.Sessions++
+		}
 	}
 	return o, nil
 }

@@ -103,21 +103,27 @@ func New(ctx context.Context, o Options) (*Server, error) {
 // Reader returns the server's bus reader.
 func (s *Server) Reader() *Reader { return s.r }
 
+func fmtWhen(t time.Time) string {
+	if t.IsZero() {
+		return "–"
+	}
+	return t.Local().Format("2006-01-02 15:04:05")
+}
+
+func fmtUSD(f float64) string { return "$" + strconv.FormatFloat(f, 'f', 6, 64) }
+
+func fmtMs(ms int64) string {
+	if ms >= 10000 {
+		return strconv.FormatFloat(float64(ms)/1000, 'f', 1, 64) + " s"
+	}
+	return strconv.FormatInt(ms, 10) + " ms"
+}
+
 var funcs = template.FuncMap{
-	"when": func(t time.Time) string {
-		if t.IsZero() {
-			return "–"
-		}
-		return t.Local().Format("2006-01-02 15:04:05")
-	},
-	"clock": func(t time.Time) string { return t.Local().Format("15:04:05") },
-	"usd":   func(f float64) string { return fmt.Sprintf("$%.6f", f) },
-	"ms": func(ms int64) string {
-		if ms >= 10000 {
-			return fmt.Sprintf("%.1f s", float64(ms)/1000)
-		}
-		return fmt.Sprintf("%d ms", ms)
-	},
+	"when":   fmtWhen,
+	"clock":  func(t time.Time) string { return t.Local().Format("15:04:05") },
+	"usd":    fmtUSD,
+	"ms":     fmtMs,
 	"path":   url.PathEscape,
 	"query":  url.QueryEscape,
 	"uptime": func(t time.Time) string { return time.Since(t).Round(time.Second).String() },
