@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/internal/fakeopenai"
+	"github.com/agentbus/agentbus/pkg/webconsole"
+)
+
+// consoleURL waits until out holds the console's login URL.
+func consoleURL(t *testing.T, out *syncBuffer) string {
+	t.Helper()
+	re := regexp.MustCompile(`Console: +(http://\S+/\?token=[0-9a-f]{64})`)
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := re.FindStringSubmatch(out.String()); m != nil {
+			return m[1]
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("no console URL in:\n%s", out.String())
+	return ""
+}
+
+// `agentbus console` against a running agentbus: it finds the bus and its credentials through
+// the data directory, generates a token into it (mode 0600), prints the login URL, and the URL
+// logs in; without the token the console answers 401.
+func TestConsoleCommand(t *testing.T) {
+	p := startWithModel(t, fakeopenai.Echo)
+	dir := p.Config.DataDir
+	ctx, cancel := context.WithCancel(context.Background())
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- cmdConsole(ctx, []string{"--data", dir, "--listen", "127.0.0.1:0"}, &out) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agentbus console: %v", err)
+		}
+	})
+	login := consoleURL(t, &out)
+	st, err := os.Stat(filepath.Join(dir, webconsole.TokenFile))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("token file: %v, %v (want mode 0600)", st, err)
+	}
+	base := login[:strings.Index(login, "/?token=")]
+	resp, err := http.Get(base + "/sessions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("GET /sessions without token: %d, want 401", resp.StatusCode)
+	}
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar}
+	resp, err = c.Get(login)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "Overview") {
+		t.Fatalf("login URL: %d %.300s", resp.StatusCode, body)
+	}
+	if strings.Contains(out.String(), "WARNING") {
+		t.Errorf("a loopback console printed a warning:\n%s", out.String())
+	}
+}
+
+// A console bound to a non-loopback address says so.
+func TestConsoleWarnsOffLoopback(t *testing.T) {
+	if webconsole.IsLoopback("0.0.0.0:8089") || !webconsole.IsLoopback("127.0.0.1:8089") || !webconsole.IsLoopback("[::1]:1") || !webconsole.IsLoopback("localhost:1") {
+		t.Fatal("IsLoopback")
+	}
+	p := startWithModel(t, fakeopenai.Echo)
+	ctx, cancel := context.WithCancel(context.Background())
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- cmdConsole(ctx, []string{"--data", p.Config.DataDir, "--listen", "0.0.0.0:0"}, &out) }()
+	consoleURL(t, &out)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "WARNING: the console listens on ") {
+		t.Errorf("no warning:\n%s", out.String())
+	}
+}
+
+func TestConsoleHelp(t *testing.T) {
+	var out, errOut strings.Builder
+	if code := run([]string{"console", "--help"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+}
