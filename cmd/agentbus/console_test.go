@@ -103,3 +103,31 @@ func TestConsoleHelp(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 }
+
+// `agentbus up` serves the console on console.listen and prints its login URL.
+func TestUpServesConsole(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs child processes")
+	}
+	dir := t.TempDir()
+	yml := "log: {level: error}\nnats:\n  listen: 127.0.0.1:0\nconsole:\n  listen: 127.0.0.1:0\n"
+	if err := os.WriteFile(filepath.Join(dir, "agentbus.yml"), []byte(yml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, stdout, _ := startChild(t, dir, "agentbus", "up")
+	line := waitLine(t, stdout, "Console:")
+	m := regexp.MustCompile(`http://\S+/\?token=[0-9a-f]{64}`).FindString(line)
+	if m == "" {
+		t.Fatalf("console line %q", line)
+	}
+	jar, _ := cookiejar.New(nil)
+	resp, err := (&http.Client{Jar: jar}).Get(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("login URL: %d", resp.StatusCode)
+	}
+	stopChild(t, p)
+}
