@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/agentbus/agentbus/pkg/config"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -130,4 +131,39 @@ func TestUpServesConsole(t *testing.T) {
 		t.Errorf("login URL: %d", resp.StatusCode)
 	}
 	stopChild(t, p)
+}
+
+// docs/console.md: its configuration block loads, and its `agentbus console` command lines use
+// flags the command has.
+func TestConsoleDocs(t *testing.T) {
+	b, err := os.ReadFile("../../docs/console.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(doc, -1)
+	if len(blocks) == 0 {
+		t.Fatal("no yaml block in docs/console.md")
+	}
+	t.Setenv("AGENTBUS_CONSOLE_TOKEN", "a-token-of-at-least-16-chars")
+	for _, blk := range blocks {
+		cfg, err := config.Parse([]byte(blk[1]))
+		if err != nil {
+			t.Fatalf("docs/console.md block does not load: %v\n%s", err, blk[1])
+		}
+		if cfg.Console.Listen != config.DefaultConsoleListen || cfg.Console.Token != "a-token-of-at-least-16-chars" {
+			t.Errorf("console block: %+v", cfg.Console)
+		}
+	}
+	cmds := regexp.MustCompile(`(?m)^agentbus console( .*)?$`).FindAllString(doc, -1)
+	if len(cmds) == 0 {
+		t.Fatal("no agentbus console command line in docs/console.md")
+	}
+	for _, line := range cmds {
+		args := append(strings.Fields(line)[1:], "--help")
+		var out, errOut strings.Builder
+		if code := run(args, &out, &errOut); code != 0 {
+			t.Errorf("%s: exit %d: %s", line, code, errOut.String())
+		}
+	}
 }
