@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"github.com/agentbus/agentbus/pkg/config"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/internal/fakeopenai"
+	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/webconsole"
 )
 
