@@ -36,6 +36,10 @@ Usage:
                                           agentbus up serves it too, on console.listen (127.0.0.1:8089)
   agentbus bench [flags]                  measure the whole pipeline (webhook in, callback out)
   agentbus provision [--config FILE]      create or update every stream and bucket on nats.url, then exit
+  agentbus status                         what runs on the bus: replicas, sessions, adapters, backlogs, dead letters
+  agentbus doctor [--config FILE]         check config, bus, providers, adapters, sandbox, data dir, disk
+  agentbus dlq list|show ID|retry ID|discard ID|purge
+                                          the dead letters of every role; retry puts one back where it came from
   agentbus exec-policy check [flags] -- 'COMMAND LINE'
                                           what the bash tool's exec policy decides for a command
   agentbus health URL                     exit 0 when URL (a /healthz) answers 200, else 1 (container checks)
@@ -45,8 +49,8 @@ Usage:
 turn-worker, tool-worker, egress) run one role each against a NATS cluster; see their --help.
 
 Environment:
-  AGENTBUS_NATS_URL       chat, sessions, replay: NATS URL (--nats overrides it)
-  AGENTBUS_DATA_DIR       chat, sessions, replay: data directory of the local agentbus up (default ./data)
+  AGENTBUS_NATS_URL       chat, sessions, replay, status, dlq, doctor: NATS URL (--nats overrides it)
+  AGENTBUS_DATA_DIR       chat, sessions, replay, status, dlq, doctor: data directory of the local agentbus up (default ./data)
 ` + providerEnvHelp
 
 // providerEnvHelp lists what agentbus up (and the turn-worker) read for models.
@@ -97,6 +101,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdBench(ctx, args[1:], stdout)
 	case "provision":
 		err = cmdProvision(ctx, args[1:], stdout)
+	case "status":
+		err = cmdStatus(ctx, args[1:], stdout)
+	case "doctor":
+		err = cmdDoctor(ctx, args[1:], stdout)
+	case "dlq":
+		err = cmdDLQ(ctx, args[1:], stdout)
 	case "exec-policy":
 		return execpolicy.CLI(args[1:], stdout, stderr)
 	case "version":
@@ -112,6 +122,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
+		}
+		if err == errSilent { // the command printed why
+			return 1
 		}
 		fmt.Fprintln(stderr, "agentbus:", rolemain.OneLine(err))
 		return 1

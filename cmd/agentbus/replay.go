@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/pkg/dlq"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/store"
@@ -70,6 +71,9 @@ func cmdSessions(ctx context.Context, args []string, w io.Writer) error {
 			rows = append(rows, s)
 		}
 	}
+	for i := range rows {
+		rows[i].LastActivity = lastActivity(ctx, js, rows[i])
+	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].LastActivity > rows[j].LastActivity })
 	for _, s := range rows {
 		if *asJSON {
@@ -84,6 +88,34 @@ func cmdSessions(ctx context.Context, args []string, w io.Writer) error {
 		fmt.Fprintln(w, "no sessions yet")
 	}
 	return nil
+}
+
+// lastActivity is when anything last happened in s, as the streams say: the latest of the
+// record's LastActivity (which the turn worker sets when a turn starts), the last inbox event
+// (SESSION_IN), the last turn event (AGENT_EVENTS) and the last commit of the current epoch
+// (AGENT_CTX). Unix ms.
+func lastActivity(ctx context.Context, js jetstream.JetStream, s store.Session) int64 {
+	last := s.LastActivity
+	sk, err := events.ParseSessionKey(s.SessionKey)
+	if err != nil {
+		return last
+	}
+	for _, q := range []struct{ stream, subject string }{
+		{events.StreamSessionIn, events.AgentInSubject(sk)},
+		{events.StreamAgentEvents, events.AgentEvtSessionFilter(sk)},
+		{events.StreamAgentCtx, events.AgentCtxSubject(events.SessionID{Key: sk, Epoch: max(s.Epoch, 1)})},
+	} {
+		st, err := js.Stream(ctx, q.stream)
+		if err != nil {
+			continue
+		}
+		m, err := st.GetLastMsgForSubject(ctx, q.subject)
+		if err != nil {
+			continue
+		}
+		last = max(last, m.Time.UnixMilli())
+	}
+	return last
 }
 
 // cmdReplay prints a session's turns from AGENT_EVENTS: inputs, every message, tool calls and
@@ -127,6 +159,12 @@ func cmdReplay(ctx context.Context, args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	dead, byTurn, err := deadLetterMarks(ctx, js, sk, from.Time)
+	if err != nil {
+		return err
+	}
+	marks = append(marks, dead...)
+	sort.SliceStable(marks, func(i, j int) bool { return marks[i].at.Before(marks[j].at) })
 	n := 0
 	print := func(rec store.TurnRecord) {
 		n++
@@ -135,7 +173,7 @@ func cmdReplay(ctx context.Context, args []string, w io.Writer) error {
 			fmt.Fprintln(w, string(b))
 			return
 		}
-		printRecord(w, rec)
+		printRecord(w, rec, byTurn)
 	}
 	printMark := func(m contextMark) {
 		switch {
@@ -206,7 +244,7 @@ func contextMarks(ctx context.Context, js jetstream.JetStream, sk events.Session
 				return nil, err
 			}
 			if first && epoch > 1 && !r.Time.Before(since) {
-				out = append(out, contextMark{at: r.Time, text: fmt.Sprintf("\n%s  ══ epoch %d (context seq %d)", r.Time.Format("15:04:05.000"), epoch, r.Seq)})
+				out = append(out, contextMark{at: r.Time, text: fmt.Sprintf("\n%s  ══ epoch %d (context seq %d)", stamp(r.Time), epoch, r.Seq)})
 			}
 			first = false
 			if r.Time.Before(since) {
@@ -216,7 +254,7 @@ func contextMarks(ctx context.Context, js jetstream.JetStream, sk events.Session
 				out = append(out, contextMark{at: rec.Time, rec: &rec})
 			}
 			if l := r.Leaf; l != nil {
-				text := fmt.Sprintf("%s  ↶ active leaf moved to context seq %d (context seq %d)", r.Time.Format("15:04:05.000"), l.LeafSeq, r.Seq)
+				text := fmt.Sprintf("%s  ↶ active leaf moved to context seq %d (context seq %d)", stamp(r.Time), l.LeafSeq, r.Seq)
 				if l.BranchTo > 0 {
 					text += fmt.Sprintf("; branch seq %d..%d left", l.BranchFrom, l.BranchTo)
 				}
@@ -231,20 +269,80 @@ func contextMarks(ctx context.Context, js jetstream.JetStream, sk events.Session
 			}
 			s := r.Summary
 			out = append(out, contextMark{at: r.Time, text: fmt.Sprintf("%s  ⇣ compaction %d (context seq %d): %d messages up to seq %d summarized by %s: %s",
-				r.Time.Format("15:04:05.000"), s.Count, r.Seq, s.Covered, s.AnchorSeq, s.Model, oneLine(s.Text))})
+				stamp(r.Time), s.Count, r.Seq, s.Covered, s.AnchorSeq, s.Model, oneLine(s.Text))})
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].at.Before(out[j].at) })
 	return out, nil
 }
 
-func printRecord(w io.Writer, rec store.TurnRecord) {
-	ts := rec.Time.Format("15:04:05.000")
+// deadLetterMarks are the session's dead letters (every role's, DEAD_LETTERS) as replay lines at
+// the time each role gave up, and the ids of the letters of each turn (a turn whose reply was
+// dead-lettered is committed, but its reply never reached the chat).
+func deadLetterMarks(ctx context.Context, js jetstream.JetStream, sk events.SessionKey, since time.Time) ([]contextMark, map[string][]string, error) {
+	store, err := dlq.Open(ctx, js)
+	if err != nil {
+		return nil, nil, err
+	}
+	ls, err := store.List(ctx, dlq.Filter{Session: sk.String(), Since: since})
+	if err != nil {
+		return nil, nil, err
+	}
+	var out []contextMark
+	byTurn := map[string][]string{}
+	for _, l := range ls {
+		what := "dead-lettered"
+		if l.Role == events.RoleEgress {
+			what = "reply dead-lettered, NOT delivered"
+		}
+		text := fmt.Sprintf("%s  ✗ %s by %s (%s): %s [agentbus dlq show %s]", stamp(l.Time), what, l.Role, l.Reason, oneLine(l.Error), l.ID)
+		if l.Turn != "" {
+			byTurn[l.Turn] = append(byTurn[l.Turn], l.ID)
+			text += " (turn " + l.Turn + ")"
+		}
+		out = append(out, contextMark{at: l.Time, text: text})
+	}
+	return out, byTurn, nil
+}
+
+// stamp is the time of a replay line.
+func stamp(t time.Time) string { return t.Local().Format("15:04:05.000") }
+
+// happened is when a record's event happened: the message's own timestamp for a message (a
+// turn's tail is stored with its commit, later than it was said), else the event's time, else
+// when the server stored it.
+func happened(rec store.TurnRecord) time.Time {
+	if e, ok := rec.Event.(*events.Event[events.MessageEnd]); ok && e.Data.Message.Timestamp > 0 {
+		return time.UnixMilli(e.Data.Message.Timestamp)
+	}
+	// A turn_started is written with the turn's first record, after its first model call: the
+	// turn's header carries the time of the message that started it.
+	if e, ok := rec.Event.(*events.Event[events.TurnStarted]); ok {
+		for _, m := range e.Data.Input {
+			if m.Timestamp > 0 {
+				return time.UnixMilli(m.Timestamp)
+			}
+		}
+	}
+	if rec.Event != nil {
+		if m := rec.Event.EventMeta(); m.Time > 0 && rec.Kind != events.EvtKindTurnCommitted {
+			return time.UnixMilli(m.Time)
+		}
+	}
+	return rec.Time
+}
+
+func printRecord(w io.Writer, rec store.TurnRecord, deadByTurn map[string][]string) {
+	ts := stamp(happened(rec))
 	switch e := rec.Event.(type) {
 	case *events.Event[events.TurnStarted]:
 		fmt.Fprintf(w, "\n%s  ── turn %s (model %s/%s, worker %s)\n", ts, e.Data.Turn, e.Data.Model.Provider, e.Data.Model.ID, e.Data.Worker)
 		for i := range e.Data.Input { // the prompts are recorded here, not as message_end
-			printMessage(w, ts, &e.Data.Input[i])
+			its := ts
+			if t := e.Data.Input[i].Timestamp; t > 0 {
+				its = stamp(time.UnixMilli(t))
+			}
+			printMessage(w, its, &e.Data.Input[i])
 		}
 	case *events.Event[events.MessageEnd]:
 		printMessage(w, ts, &e.Data.Message)
@@ -252,6 +350,10 @@ func printRecord(w io.Writer, rec store.TurnRecord) {
 		cost := ""
 		if e.Data.Usage != nil {
 			cost = fmt.Sprintf(", %d in / %d out tokens, $%.6f", e.Data.Usage.Input, e.Data.Usage.Output, e.Data.Usage.Cost.Total)
+		}
+		if ids := deadByTurn[rec.Turn]; len(ids) > 0 {
+			fmt.Fprintf(w, "%s  ✓ committed %d messages (context seq %d%s) — reply NOT delivered: dead letter %s\n", ts, e.Data.Messages, e.Data.LastSeq, cost, strings.Join(ids, ", "))
+			break
 		}
 		fmt.Fprintf(w, "%s  ✓ committed %d messages (context seq %d%s)\n", ts, e.Data.Messages, e.Data.LastSeq, cost)
 	case *events.Event[events.TurnFailed]:

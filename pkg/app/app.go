@@ -266,6 +266,7 @@ func (p *Process) start(ctx context.Context, cfg *config.Config, opts Options, l
 		}
 		p.health.add("ingest")
 	}
+	p.announceRoles(ctx, r, log)
 	return p.startHealth(cfg, log)
 }
 
@@ -461,6 +462,7 @@ func (p *Process) AddTurnWorker(ctx context.Context, id string) (*turn.Worker, e
 		return nil, err
 	}
 	p.onStop("turn worker "+w.ID(), w.Stop)
+	p.announce(ctx, events.RoleTurnWorker, w.ID(), o.Log)
 	return w, nil
 }
 
@@ -492,6 +494,7 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 	}
 	ingest.NewWebhookHandler(in, cfg.IM.Webhook, log.With("role", "ingest")).Routes(mux)
 	mux.HandleFunc("GET /healthz", p.serveHealthz)
+	mux.HandleFunc("GET /readyz", p.serveReadyz)
 	if p.Costs != nil {
 		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; version=0.0.4")

@@ -18,6 +18,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/natsutil"
+	"github.com/agentbus/agentbus/pkg/presence"
 )
 
 // busPasswords sets every role's NATS password in the environment, as the compose file does
@@ -162,6 +163,32 @@ func TestDeployRolesAsOwnUsers(t *testing.T) {
 	got := pl.repliesIn("ann", 2)
 	if last := got[len(got)-1].Text(); !strings.Contains(last, "saved. the tool said") {
 		t.Fatalf("tool turn reply %q", last)
+	}
+
+	// Each role announced itself under its own user (KV presence), so agentbus status lists it.
+	admin, err := nats.Connect(url, nats.UserInfo(natsutil.RoleAdmin, os.Getenv(natsutil.PasswordEnv(natsutil.RoleAdmin))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ajs, err := jetstream.New(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, lcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer lcancel()
+	recs, err := presence.List(lctx, ajs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	announced := map[string]bool{}
+	for _, r := range recs {
+		announced[r.Role] = true
+	}
+	for _, role := range []string{events.RoleIngest, events.RoleTurnWorker, events.RoleToolWorker, events.RoleEgress} {
+		if !announced[role] {
+			t.Errorf("role %s is not in KV presence under its own user: %+v", role, recs)
+		}
 	}
 
 	// The tool worker's user cannot put a master's command into a session inbox: the server

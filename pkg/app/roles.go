@@ -129,6 +129,7 @@ func (p *Process) startToolWorker(ctx context.Context, cfg *config.Config, opts 
 		return err
 	}
 	p.onStop("tool worker", h.Stop)
+	p.health.setID(events.RoleToolWorker, h.ID())
 	p.health.check("tool-worker", doneCheck(h.Done()))
 	return nil
 }
@@ -271,6 +272,17 @@ func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *in
 		return err
 	})
 	owner := "ingest-" + nuid.Next()
+	p.health.setID(events.RoleIngest, owner)
+	conns := p.health.connStates()
+	// track reports an adapter's inbound connection for /readyz and presence; webhook-reached
+	// bots have no connection to hold.
+	track := func(ctx context.Context, platform, bot string, webhook bool) context.Context {
+		t := conns.Track(platform, bot, "inbound")
+		if webhook {
+			t.Set(im.ConnWebhook, nil)
+		}
+		return im.WithConnTracker(ctx, t)
+	}
 	routes := false
 	if bots := cfg.IM.OneBot.Bots; len(bots) > 0 {
 		ledger, err := im.NewLedger(ctx, p.JS)
@@ -292,7 +304,7 @@ func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *in
 			if onebot.NeedsHTTP(b) {
 				routes = true
 			}
-			p.spawn("im adapter", func(ctx context.Context) { _ = ib.Run(ctx) })
+			p.spawn("im adapter", func(ctx context.Context) { _ = ib.Run(track(ctx, onebot.Platform, b.ID, onebot.NeedsHTTP(b))) })
 		}
 		if routes {
 			onebot.Routes(mux, byID)
@@ -319,7 +331,7 @@ func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *in
 			}
 			byID[b.ID] = ib
 			hooks = hooks || telegram.IsWebhook(b)
-			p.spawn("im adapter", func(ctx context.Context) { _ = ib.Run(ctx) })
+			p.spawn("im adapter", func(ctx context.Context) { _ = ib.Run(track(ctx, telegram.Platform, b.ID, telegram.IsWebhook(b))) })
 		}
 		if hooks {
 			telegram.Routes(mux, byID)
@@ -337,7 +349,7 @@ func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *in
 		if err != nil {
 			return false, err
 		}
-		p.spawn("im adapter", func(ctx context.Context) { _ = ib.Run(ctx) })
+		p.spawn("im adapter", func(ctx context.Context) { _ = ib.Run(track(ctx, discord.Platform, b.ID, false)) })
 	}
 	if bots := cfg.IM.Slack.Bots; len(bots) > 0 {
 		byID := map[string]*imslack.Inbound{}
@@ -355,7 +367,7 @@ func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *in
 			}
 			byID[b.ID] = ib
 			hooks = hooks || imslack.IsEvents(b)
-			p.spawn("im adapter", func(ctx context.Context) { _ = ib.Run(ctx) })
+			p.spawn("im adapter", func(ctx context.Context) { _ = ib.Run(track(ctx, imslack.Platform, b.ID, imslack.IsEvents(b))) })
 		}
 		if hooks {
 			imslack.Routes(mux, byID)
@@ -374,7 +386,7 @@ func (p *Process) startIMInbound(ctx context.Context, cfg *config.Config, in *in
 		if err != nil {
 			return false, err
 		}
-		p.spawn("im adapter", func(ctx context.Context) { _ = ib.Run(ctx) })
+		p.spawn("im adapter", func(ctx context.Context) { _ = ib.Run(track(ctx, matrix.Platform, b.ID, false)) })
 	}
 	return routes, nil
 }

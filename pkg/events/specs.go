@@ -36,6 +36,9 @@ const (
 	BucketApprovals = "approvals"
 	BucketModels    = "models"
 	BucketDelivered = "delivered"
+	// BucketPresence holds one entry per running role process (pkg/presence): who it is, where
+	// it runs, which build, its adapters' connection state. Entries expire unless refreshed.
+	BucketPresence = "presence"
 	// BucketWebhookSeen was the replay guard of the webhook adapter (ids of accepted requests).
 	// Nothing writes it any more: IM_IN's and SESSION_IN's dedupe window (Spec.InboundDuplicates,
 	// at least twice the webhook's signature tolerance) refuses a replay instead. Provision no
@@ -75,6 +78,7 @@ type Spec struct {
 	DeliveredTTL    time.Duration // KV delivered egress idempotency (default 7 days)
 	MarkerTTL       time.Duration // how long KV keeps the marker of a TTL-expired key (default 1 minute)
 	MediaMaxAge     time.Duration // object store media (default 30 days)
+	PresenceTTL     time.Duration // KV presence entry lifetime; processes refresh every third of it (default 30 seconds)
 }
 
 // Defaults.
@@ -95,6 +99,7 @@ const (
 	DefaultDeliveredTTL      = 7 * 24 * time.Hour
 	DefaultMarkerTTL         = time.Minute
 	DefaultMediaMaxAge       = 30 * 24 * time.Hour
+	DefaultPresenceTTL       = 30 * time.Second
 )
 
 // DefaultSpec is the single-server default: 1 replica, file storage, default ages.
@@ -123,6 +128,7 @@ func (s Spec) WithDefaults() Spec {
 	def(&s.DeliveredTTL, DefaultDeliveredTTL)
 	def(&s.MarkerTTL, DefaultMarkerTTL)
 	def(&s.MediaMaxAge, DefaultMediaMaxAge)
+	def(&s.PresenceTTL, DefaultPresenceTTL)
 	if s.SessionInMaxAge < 0 {
 		s.SessionInMaxAge = 0
 	}
@@ -330,11 +336,20 @@ func (s Spec) TasksKV() jetstream.KeyValueConfig {
 	return c
 }
 
+// PresenceKV is KV presence: one entry per running role process (pkg/presence), refreshed every
+// third of PresenceTTL; a process that died without deleting its entry vanishes PresenceTTL later.
+func (s Spec) PresenceKV() jetstream.KeyValueConfig {
+	s = s.WithDefaults()
+	c := s.kv(BucketPresence, "agentbus: running role processes")
+	c.TTL = s.PresenceTTL
+	return c
+}
+
 // KeyValues returns every KV bucket config.
 func (s Spec) KeyValues() []jetstream.KeyValueConfig {
 	return []jetstream.KeyValueConfig{
 		s.SessionsKV(), s.LeasesKV(), s.ToolsKV(), s.ProfilesKV(), s.ApprovalsKV(), s.ModelsKV(), s.DeliveredKV(),
-		s.TasksKV(),
+		s.TasksKV(), s.PresenceKV(),
 	}
 }
 

@@ -99,19 +99,28 @@ func Hold(ctx context.Context, o HoldOptions, run func(ctx context.Context) erro
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if !errors.Is(err, errHeld) {
+			if errors.Is(err, errHeld) {
+				setState(ctx, ConnStandby, nil)
+			} else {
 				log.Warn("im: acquire connection lease", "err", err)
+				setState(ctx, ConnDisconnected, fmt.Errorf("connection lease: %w", err))
 			}
 			if !Sleep(ctx, o.TTL/3) {
 				return ctx.Err()
 			}
 			continue
 		}
-		log.Info("im: holding connection")
+		// Not yet "connected": that is the adapter's to say (Connected), once the platform
+		// answered; a connection that keeps failing must not log success every round.
+		log.Debug("im: connection lease taken; connecting")
+		rctx, tr := connRun(ctx)
+		if tr != nil && tr.Status().State != ConnDisconnected {
+			tr.Set(ConnConnecting, nil)
+		}
 		if o.OnState != nil {
 			o.OnState(true)
 		}
-		err = h.runHeld(ctx, rev, run)
+		err = h.runHeld(rctx, rev, run)
 		if o.OnState != nil {
 			o.OnState(false)
 		}
@@ -119,6 +128,10 @@ func Hold(ctx context.Context, o HoldOptions, run func(ctx context.Context) erro
 			return ctx.Err()
 		}
 		log.Warn("im: connection ended, lease released", "err", err)
+		if err == nil {
+			err = errors.New("connection ended")
+		}
+		setState(ctx, ConnDisconnected, err)
 		if !Sleep(ctx, o.TTL/3) {
 			return ctx.Err()
 		}

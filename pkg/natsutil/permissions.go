@@ -31,6 +31,7 @@ import (
 //     worker trusts no roles from a fired schedule (see turn.onScheduled).
 //   - egress: receipts (im.sent), delivered markers, console.out, dead letters; it serves the
 //     transcript search (a NATS micro service).
+//   - every role: its own entry in KV presence (pkg/presence), which status and the console read.
 //   - admin: everything (provisioning streams and buckets, operators' CLI).
 //
 // Every role may read stream info, message gets, direct gets, consumers (create, fetch, ack,
@@ -112,7 +113,7 @@ func BusRoles() []BusRole {
 			Name: RoleIngest,
 			// leases: the single connection of an IM adapter (pkg/im.Hold).
 			Publish: join(jsRead, []string{"im.in.>", "agent.in.>", "im.out.>", "dlq.>"},
-				kv("profiles", "leases"), []string{"$O.media.>"}),
+				kv("profiles", "leases", events.BucketPresence), []string{"$O.media.>"}),
 			// im.rpc: egress relays sends to the replica holding a OneBot WebSocket.
 			Subscribe: join(inbox, []string{"console.in", "im.rpc.>"}),
 			Responses: true,
@@ -124,7 +125,7 @@ func BusRoles() []BusRole {
 				"agent.in.>", "agent.evt.>", "agent.ctx.>", "agent.live.>", "agent.wake.>",
 				"tool.call.>", "tool.result.>", "im.out.>", "task.>", "schedule.>", "dlq.>",
 				"$JS.API.STREAM.PURGE.AGENT_CTX", "transcripts.search",
-			}, kv("sessions", "leases", "approvals", "profiles", "models", "tools", "tasks"), []string{"$O.media.>"}),
+			}, kv("sessions", "leases", "approvals", "profiles", "models", "tools", "tasks", events.BucketPresence), []string{"$O.media.>"}),
 			// Tool results are also awaited as core messages on the session's subject; the
 			// replicas ring and probe each other's doorbells (agent.wake.<replica>); a
 			// session's owner hears its inbox subject (agent.in.<sk>) as core messages, to
@@ -137,7 +138,7 @@ func BusRoles() []BusRole {
 			// tool.attempt: a redelivered non-idempotent call asks the process that started it
 			// whether it still runs (a request to tool.attempt.<instance>, answered by that process).
 			Publish: join(jsRead, []string{"tool.result.>", "tool.attempt.>", "dlq.>", "transcripts.search", "task.>", "schedule.>"},
-				kv("tools", "profiles", "delivered", "tasks"), []string{"$O.media.>"}),
+				kv("tools", "profiles", "delivered", "tasks", events.BucketPresence), []string{"$O.media.>"}),
 			Subscribe: join(inbox, []string{"tool.attempt.>"}),
 			Responses: true,
 			NoRead: append(slices.Clone(conversation), kvStream(events.BucketSessions), kvStream(events.BucketLeases),
@@ -148,7 +149,7 @@ func BusRoles() []BusRole {
 			// leases: one replica per bot shows previews; im.rpc and im.preview reach the replica
 			// holding a bot's connection or preview.
 			Publish: join(jsRead, []string{"im.sent.>", "console.out.>", "dlq.>", "im.rpc.>", "im.preview.>"},
-				kv("delivered", "leases"), []string{"$O.media.>"}),
+				kv("delivered", "leases", events.BucketPresence), []string{"$O.media.>"}),
 			Subscribe: join(inbox, []string{"transcripts.search", "$SRV.>", "agent.live.>", "im.preview.>"}),
 			Responses: true,
 			NoRead: []string{events.StreamSessionIn, events.StreamAgentEvents, events.StreamAgentCtx,

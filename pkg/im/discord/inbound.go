@@ -94,6 +94,7 @@ func (in *Inbound) gateway(ctx context.Context) error {
 		if r.User != nil {
 			in.self.Store(r.User)
 			in.log.Info("discord: gateway ready", "user", r.User.ID, "guilds", len(r.Guilds))
+			im.Connected(ctx, in.log)
 		}
 		// The backfill runs beside the gateway (READY is handled inside Open, before the
 		// library starts heartbeating), and MESSAGE_CREATEs wait for it.

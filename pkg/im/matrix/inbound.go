@@ -224,6 +224,7 @@ func (in *Inbound) sync(ctx context.Context) error {
 		if first {
 			first, filterID = false, live.FilterID
 			in.log.Info("matrix: first sync done; answering from now on")
+			im.Connected(ctx, in.log)
 		}
 	}
 	return ctx.Err()

@@ -167,6 +167,7 @@ func (in *Inbound) runForward(ctx context.Context) error {
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	in.log.Info("onebot: connected", "apiBase", redact(in.o.Bot.APIBase))
+	im.Connected(ctx, in.log)
 	err = in.serveEvents(ctx, w, "ws")
 	if ctx.Err() != nil {
 		_ = c.Close(websocket.StatusNormalClosure, "bye")

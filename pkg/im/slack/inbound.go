@@ -116,6 +116,7 @@ func (in *Inbound) socket(ctx context.Context) error {
 			switch ev.Type {
 			case socketmode.EventTypeConnected:
 				in.log.Info("slack: socket mode connected")
+				im.Connected(ctx, in.log)
 			case socketmode.EventTypeInvalidAuth:
 				in.log.Error("slack: socket mode: invalid app token")
 			case socketmode.EventTypeEventsAPI:

@@ -119,6 +119,7 @@ func (in *Inbound) poll(ctx context.Context) error {
 			}
 			return err
 		}
+		im.Connected(ctx, in.log) // the first answer of this connection: logs and reports once
 		for _, u := range updates {
 			if err := in.update(ctx, &u, nil); err != nil && !errors.Is(err, events.ErrInvalid) {
 				return err // not ingested: the next poll (here or elsewhere) gets it again
