@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -120,9 +118,4 @@ func upConsole(ctx context.Context, p *app.Process, out io.Writer, log *slog.Log
 			log.Error("console", "err", err)
 		}
 	}()
-}
-
-func fileExists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil || !errors.Is(err, os.ErrNotExist)
 }
