@@ -133,6 +133,7 @@ func TestBrowser(t *testing.T) {
 		t.Fatalf("after login the address is %s", loc)
 	}
 	poll(t, ctx, "the overview", `document.querySelector("h1") && document.querySelector("h1").innerText == "Overview" && document.getElementById("turns-today").innerText != "0"`)
+	poll(t, ctx, "the role replicas", `document.querySelectorAll("#replicas tr").length >= 5 && document.getElementById("replicas").innerText.includes("turn-worker")`)
 	screenshot(t, ctx, dir, "overview")
 
 	if err := chromedp.Do(ctx, chromedp.Navigate(pl.url+"/sessions")); err != nil {

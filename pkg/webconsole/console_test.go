@@ -320,8 +320,32 @@ func TestSessionForkAndDeadLetter(t *testing.T) {
 	if _, b := pl.get(t, c, "/api/deadletters"); strings.TrimSpace(b) != "null" && strings.TrimSpace(b) != "[]" {
 		t.Errorf("dead letters after retry: %s", b)
 	}
+	// The overview lists the role replicas from KV presence, and today's turns.
+	var ov struct {
+		TurnsToday int
+		Replicas   []webconsole.Replica
+	}
+	_, b := pl.get(t, c, "/api/overview")
+	if err := json.Unmarshal([]byte(b), &ov); err != nil {
+		t.Fatal(err)
+	}
+	roles := map[string]bool{}
+	for _, r := range ov.Replicas {
+		if r.Host == "" || r.PID == 0 || r.Version == "" || r.Started.IsZero() {
+			t.Errorf("replica %+v lacks host, pid, version or start", r)
+		}
+		roles[r.Role] = true
+	}
+	for _, role := range []string{"ingest", "turn-worker", "tool-worker", "egress"} {
+		if !roles[role] {
+			t.Errorf("overview lists no %s replica: %+v", role, ov.Replicas)
+		}
+	}
+	if ov.TurnsToday < 5 {
+		t.Errorf("overview: %d turns today, want at least 5", ov.TurnsToday)
+	}
 	// The sessions list has both, with turns and tokens; text search finds the session.
-	_, b := pl.get(t, c, "/api/sessions?q=Paris&text=1")
+	_, b = pl.get(t, c, "/api/sessions?q=Paris&text=1")
 	var sp webconsole.SessionPage
 	if err := json.Unmarshal([]byte(b), &sp); err != nil {
 		t.Fatal(err)

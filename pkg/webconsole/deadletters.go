@@ -2,20 +2,16 @@ package webconsole
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"sort"
-	"strings"
+	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/agentbus/agentbus/pkg/dlq"
 	"github.com/agentbus/agentbus/pkg/events"
 )
 
 // DeadLetter is one record of DEAD_LETTERS as /deadletters lists it.
 type DeadLetter struct {
+	ID         string
 	Seq        uint64
 	Time       time.Time
 	Role       string
@@ -23,127 +19,53 @@ type DeadLetter struct {
 	Error      string
 	Subject    string // where the original message was
 	Stream     string
-	Session    string // the session it belongs to, when the record names one
+	Session    string // the session key it belongs to, when the record names one
+	Turn       string
 	Deliveries uint64
 	Body       string // the original body (clipped)
+	// Retryable says whether Retry can put it back; Why says why not.
+	Retryable bool
+	Why       string
 }
 
 // DeadLetters is the part of a dead-letter store the console uses: list, retry (put the
-// original message back where it came from) and discard. Implementations are safe for
-// concurrent use; every method reads or writes the bus, never local state.
+// original message back where it came from) and discard, by the letter's id. Implementations
+// are safe for concurrent use and read and write the bus only. Errors matching dlq.ErrNotFound,
+// dlq.ErrNotRetryable and dlq.ErrBadID are shown to the operator as such.
 type DeadLetters interface {
 	List(ctx context.Context, limit int) ([]DeadLetter, error)
-	Retry(ctx context.Context, seq uint64) error
-	Discard(ctx context.Context, seq uint64) error
+	Retry(ctx context.Context, id string) error
+	Discard(ctx context.Context, id string) error
 }
 
-// ErrNoDeadLetter: no dead letter has that sequence (already retried or discarded).
-var ErrNoDeadLetter = errors.New("webconsole: no such dead letter")
+// storeDeadLetters is DeadLetters on pkg/dlq: the same operations as `agentbus dlq`.
+type storeDeadLetters struct{ s *dlq.Store }
 
-// streamDeadLetters reads DEAD_LETTERS directly.
-type streamDeadLetters struct{ js jetstream.JetStream }
-
-// List returns the newest limit dead letters, newest first.
-func (s streamDeadLetters) List(ctx context.Context, limit int) ([]DeadLetter, error) {
-	st, err := s.js.Stream(ctx, events.StreamDeadLetters)
+// List returns the newest limit letters, newest first.
+func (d storeDeadLetters) List(ctx context.Context, limit int) ([]DeadLetter, error) {
+	ls, err := d.s.List(ctx, dlq.Filter{Limit: limit})
 	if err != nil {
-		return nil, fmt.Errorf("webconsole: open %s: %w", events.StreamDeadLetters, err)
+		return nil, err
 	}
-	state := st.CachedInfo().State
-	from := state.FirstSeq
-	if state.LastSeq >= uint64(limit) && state.LastSeq-uint64(limit)+1 > from {
-		from = state.LastSeq - uint64(limit) + 1
-	}
-	var out []DeadLetter
-	err = scan(ctx, s.js, events.StreamDeadLetters, events.PrefixDeadLetter+".>", max(from, 1), time.Time{}, func(m *jetstream.RawStreamMsg) bool {
-		out = append(out, toDeadLetter(m))
-		return true
-	})
-	sort.Slice(out, func(i, j int) bool { return out[i].Seq > out[j].Seq })
-	return out, err
-}
-
-func toDeadLetter(m *jetstream.RawStreamMsg) DeadLetter {
-	d := DeadLetter{Seq: m.Sequence, Time: m.Time}
-	dl, ok := decodeDeadLetter(m)
-	if !ok {
-		d.Error, d.Body = "undecodable dead letter", clip(string(m.Data), 2000)
-		if role, reason, err := events.ParseDeadLetterSubject(m.Subject); err == nil {
-			d.Role, d.Reason = role, reason
+	out := make([]DeadLetter, 0, len(ls))
+	for i := len(ls) - 1; i >= 0; i-- {
+		l := &ls[i]
+		seq, _ := strconv.ParseUint(l.ID, 10, 64)
+		ok, why := l.Retryable()
+		dl := DeadLetter{ID: l.ID, Seq: seq, Time: l.Time, Role: l.Role, Reason: l.Reason, Error: l.Error, Subject: l.Subject,
+			Stream: l.Stream, Session: l.Session, Turn: l.Turn, Deliveries: l.Deliveries, Body: clip(string(l.Body), 2000),
+			Retryable: ok, Why: why}
+		if sid, err := events.ParseSessionID(dl.Session); err == nil {
+			dl.Session = sid.Key.String()
 		}
-		return d
+		out = append(out, dl)
 	}
-	d.Role, d.Reason, d.Error, d.Subject, d.Stream, d.Deliveries = dl.Role, dl.Reason, dl.Error, dl.Subject, dl.Stream, dl.Deliveries
-	d.Body = clip(string(dl.Body()), 2000)
-	if v := dl.Headers[events.HeaderSession]; len(v) > 0 {
-		d.Session = v[0]
-	}
-	if d.Session == "" {
-		d.Session = m.Header.Get(events.HeaderSession)
-	}
-	if sid, err := events.ParseSessionID(d.Session); err == nil {
-		d.Session = sid.Key.String()
-	}
-	return d
+	return out, nil
 }
 
-func (s streamDeadLetters) get(ctx context.Context, seq uint64) (events.DeadLetter, error) {
-	st, err := s.js.Stream(ctx, events.StreamDeadLetters)
-	if err != nil {
-		return events.DeadLetter{}, err
-	}
-	m, err := st.GetMsg(ctx, seq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return events.DeadLetter{}, fmt.Errorf("%w: %d", ErrNoDeadLetter, seq)
-	}
-	if err != nil {
-		return events.DeadLetter{}, err
-	}
-	dl, ok := decodeDeadLetter(m)
-	if !ok {
-		return dl, fmt.Errorf("webconsole: dead letter %d does not decode", seq)
-	}
-	return dl, nil
+func (d storeDeadLetters) Retry(ctx context.Context, id string) error {
+	_, err := d.s.Retry(ctx, id)
+	return err
 }
 
-// Retry publishes the original body and headers back to the original subject (without its
-// Nats-Msg-Id, which the stream's duplicate window would drop; consumers keep their own
-// at-most-once records, e.g. egress's receipts), then removes the dead letter.
-func (s streamDeadLetters) Retry(ctx context.Context, seq uint64) error {
-	dl, err := s.get(ctx, seq)
-	if err != nil {
-		return err
-	}
-	if dl.Subject == "" || strings.HasPrefix(dl.Subject, events.PrefixDeadLetter+".") {
-		return fmt.Errorf("webconsole: dead letter %d names no subject to retry on", seq)
-	}
-	msg := &nats.Msg{Subject: dl.Subject, Data: dl.Body(), Header: nats.Header{}}
-	for k, v := range dl.Headers {
-		if k == nats.MsgIdHdr || strings.HasPrefix(k, "Nats-Expected") {
-			continue
-		}
-		msg.Header[k] = v
-	}
-	if _, err := s.js.PublishMsg(ctx, msg); err != nil {
-		return fmt.Errorf("webconsole: retry dead letter %d on %s: %w", seq, dl.Subject, err)
-	}
-	return s.Discard(ctx, seq)
-}
-
-// Discard removes the dead letter.
-func (s streamDeadLetters) Discard(ctx context.Context, seq uint64) error {
-	st, err := s.js.Stream(ctx, events.StreamDeadLetters)
-	if err != nil {
-		return err
-	}
-	if _, err := st.GetMsg(ctx, seq); errors.Is(err, jetstream.ErrMsgNotFound) {
-		return fmt.Errorf("%w: %d", ErrNoDeadLetter, seq)
-	}
-	if err := st.DeleteMsg(ctx, seq); err != nil {
-		if errors.Is(err, jetstream.ErrMsgNotFound) || strings.Contains(err.Error(), "not found") {
-			return fmt.Errorf("%w: %d", ErrNoDeadLetter, seq)
-		}
-		return fmt.Errorf("webconsole: discard dead letter %d: %w", seq, err)
-	}
-	return nil
-}
+func (d storeDeadLetters) Discard(ctx context.Context, id string) error { return d.s.Discard(ctx, id) }

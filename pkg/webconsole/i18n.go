@@ -13,7 +13,7 @@ var messages = map[string]map[string]string{
 	"en": {
 		"title": "agentbus console", "overview": "Overview", "sessions": "Sessions", "deadletters": "Dead letters", "config": "Config",
 		"replicas": "Role replicas alive", "role": "Role", "host": "Host", "pid": "PID", "version": "Version", "uptime": "Uptime", "adapters": "Adapters",
-		"noReplicas": "No replica registry on this bus (roles of an older version, or none running).",
+		"noReplicas": "No role replica has announced itself (KV presence is empty: none running, or roles of an older version).",
 		"turnsToday": "Turns today", "turnsPerMin": "Turns/min (10 min)", "failuresToday": "Failures today", "tokensToday": "Tokens today (in/out)",
 		"costToday": "Cost today", "deadLetters": "Dead letters", "lastHour": "last hour", "sessionsCount": "Sessions", "byModel": "By model",
 		"model": "Model", "calls": "Calls", "platform": "Platform", "scene": "Scene", "lastActivity": "Last activity", "turns": "Turns",
@@ -28,13 +28,13 @@ var messages = map[string]map[string]string{
 		"noConfig": "This console was started without a configuration file.", "loginTitle": "Sign in", "token": "Token",
 		"loginHint": "Open the URL the console printed at start, or paste its token.", "signIn": "Sign in", "committed": "committed",
 		"failed": "failed", "open": "open", "forks": "Forks", "body": "Message", "deliveries": "deliveries", "subject": "Subject",
-		"thinking": "thinking", "lang": "中文", "confirmDiscard": "Discard this dead letter?", "turn": "Turn", "marks": "marks",
+		"thinking": "thinking", "lang": "中文", "confirmDiscard": "Discard this dead letter?", "turn": "Turn", "marks": "marks", "sessionsOwned": "Sessions owned",
 		"forkHint": "then “Fork from here” on a turn: its message and every later one run again in a fork that never posts to the platform.",
 	},
 	"zh": {
 		"title": "agentbus 控制台", "overview": "概览", "sessions": "会话", "deadletters": "死信", "config": "配置",
 		"replicas": "在线角色副本", "role": "角色", "host": "主机", "pid": "进程", "version": "版本", "uptime": "运行时间", "adapters": "适配器",
-		"noReplicas": "总线上没有副本注册表（角色版本较旧，或没有在运行）。",
+		"noReplicas": "没有角色副本登记（KV presence 为空：没有在运行，或角色版本较旧）。",
 		"turnsToday": "今日轮次", "turnsPerMin": "每分钟轮次（10 分钟）", "failuresToday": "今日失败", "tokensToday": "今日 token（输入/输出）",
 		"costToday": "今日费用", "deadLetters": "死信", "lastHour": "最近一小时", "sessionsCount": "会话数", "byModel": "按模型",
 		"model": "模型", "calls": "调用", "platform": "平台", "scene": "场景", "lastActivity": "最近活动", "turns": "轮次",
@@ -49,7 +49,7 @@ var messages = map[string]map[string]string{
 		"noConfig": "此控制台启动时没有配置文件。", "loginTitle": "登录", "token": "令牌",
 		"loginHint": "打开控制台启动时打印的网址，或粘贴其中的令牌。", "signIn": "登录", "committed": "已提交",
 		"failed": "失败", "open": "进行中", "forks": "分叉", "body": "消息", "deliveries": "投递次数", "subject": "主题",
-		"thinking": "思考", "lang": "English", "confirmDiscard": "丢弃这条死信？", "turn": "轮次", "marks": "标记",
+		"thinking": "思考", "lang": "English", "confirmDiscard": "丢弃这条死信？", "turn": "轮次", "marks": "标记", "sessionsOwned": "持有会话",
 		"forkHint": "然后在某一轮点“从这里分叉”：该消息及其后的消息会在分叉中重新运行，分叉不会发到平台。",
 	},
 }

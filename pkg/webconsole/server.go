@@ -19,7 +19,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/dlq"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/presence"
 )
 
 //go:embed templates/*.html
@@ -36,6 +38,8 @@ type Replica struct {
 	PID      int
 	Version  string
 	Started  time.Time
+	Updated  time.Time // when it last announced itself
+	Sessions int       // sessions a turn worker owns (-1: unknown)
 	Adapters []AdapterState
 }
 
@@ -44,6 +48,30 @@ type AdapterState struct {
 	Name  string
 	State string
 	Error string
+}
+
+// presenceReplicas reads KV presence, where every role process announces itself.
+func presenceReplicas(ctx context.Context, js jetstream.JetStream) ([]Replica, error) {
+	recs, err := presence.List(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Replica, 0, len(recs))
+	for _, r := range recs {
+		rp := Replica{Role: r.Role, ID: r.ID, Host: r.Host, PID: r.PID, Version: r.Version, Started: r.Started, Updated: r.Updated, Sessions: r.Sessions}
+		if r.Revision != "" && !strings.Contains(rp.Version, r.Revision) {
+			rp.Version += " (" + r.Revision + ")"
+		}
+		for _, a := range r.Adapters {
+			name := a.Platform + "/" + a.Bot
+			if a.Part != "" {
+				name += " " + a.Part
+			}
+			rp.Adapters = append(rp.Adapters, AdapterState{Name: name, State: a.State, Error: a.Error})
+		}
+		out = append(out, rp)
+	}
+	return out, nil
 }
 
 // Options configure a console Handler.
@@ -55,9 +83,10 @@ type Options struct {
 	// Config is the effective configuration /config shows (redacted) and where the fork form
 	// takes its model choices from; nil shows none.
 	Config *config.Config
-	// DeadLetters lists, retries and discards dead letters; nil reads DEAD_LETTERS directly.
+	// DeadLetters lists, retries and discards dead letters; nil uses pkg/dlq on JS.
 	DeadLetters DeadLetters
-	// Replicas lists the live role replicas for the overview; nil shows none.
+	// Replicas lists the live role replicas for the overview; nil reads KV presence
+	// (pkg/presence).
 	Replicas func(ctx context.Context) ([]Replica, error)
 	// Log receives request errors (default slog.Default()).
 	Log *slog.Logger
@@ -90,7 +119,14 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	if o.DeadLetters == nil {
-		o.DeadLetters = streamDeadLetters{js: o.JS}
+		st, err := dlq.Open(ctx, o.JS)
+		if err != nil {
+			return nil, fmt.Errorf("webconsole: %w", err)
+		}
+		o.DeadLetters = storeDeadLetters{s: st}
+	}
+	if o.Replicas == nil {
+		o.Replicas = func(ctx context.Context) ([]Replica, error) { return presenceReplicas(ctx, o.JS) }
 	}
 	s := &Server{o: o, r: r, auth: auth{token: []byte(o.Token)}, mux: http.NewServeMux(), cop: http.NewCrossOriginProtection()}
 	if err := s.parse(); err != nil {
@@ -160,7 +196,7 @@ func (s *Server) routes() {
 	page("GET /sessions/{key}/events", s.sessionEvents)
 	page("POST /sessions/{key}/fork", s.fork)
 	page("GET /deadletters", s.deadLetters)
-	page("POST /deadletters/{seq}/{op}", s.deadLetterOp)
+	page("POST /deadletters/{id}/{op}", s.deadLetterOp)
 	page("GET /config", s.config)
 	page("GET /api/overview", s.apiOverview)
 	page("GET /api/sessions", s.apiSessions)
@@ -267,8 +303,10 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, events.ErrInvalid), errors.Is(err, ErrFork):
 		code = http.StatusBadRequest
-	case errors.Is(err, ErrNoDeadLetter):
+	case errors.Is(err, dlq.ErrNotFound):
 		code = http.StatusNotFound
+	case errors.Is(err, dlq.ErrNotRetryable), errors.Is(err, dlq.ErrBadID):
+		code = http.StatusBadRequest
 	case errors.Is(err, context.Canceled):
 		return
 	}
@@ -291,7 +329,6 @@ type overviewBody struct {
 	*Overview
 	Replicas    []Replica
 	ReplicasErr string
-	NoRegistry  bool
 }
 
 func (s *Server) overviewData(ctx context.Context) (*overviewBody, error) {
@@ -299,20 +336,19 @@ func (s *Server) overviewData(ctx context.Context) (*overviewBody, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &overviewBody{Overview: o, NoRegistry: s.o.Replicas == nil}
-	if s.o.Replicas != nil {
-		rs, err := s.o.Replicas(ctx)
-		if err != nil {
-			b.ReplicasErr = err.Error()
-		}
-		sort.Slice(rs, func(i, j int) bool {
-			if rs[i].Role != rs[j].Role {
-				return rs[i].Role < rs[j].Role
-			}
-			return rs[i].ID < rs[j].ID
-		})
-		b.Replicas = rs
+	b := &overviewBody{Overview: o}
+	rs, err := s.o.Replicas(ctx)
+	if err != nil {
+		// The rest of the overview is still worth showing; the page says what failed.
+		b.ReplicasErr = err.Error()
 	}
+	sort.Slice(rs, func(i, j int) bool {
+		if rs[i].Role != rs[j].Role {
+			return rs[i].Role < rs[j].Role
+		}
+		return rs[i].ID < rs[j].ID
+	})
+	b.Replicas = rs
 	return b, nil
 }
 
@@ -483,16 +519,13 @@ func (s *Server) apiDeadLetters(w http.ResponseWriter, r *http.Request, d *pageD
 }
 
 func (s *Server) deadLetterOp(w http.ResponseWriter, r *http.Request, d *pageData) {
-	seq, err := strconv.ParseUint(r.PathValue("seq"), 10, 64)
-	if err != nil {
-		http.Error(w, "bad dead letter id", http.StatusBadRequest)
-		return
-	}
+	id := r.PathValue("id")
+	var err error
 	switch r.PathValue("op") {
 	case "retry":
-		err = s.o.DeadLetters.Retry(r.Context(), seq)
+		err = s.o.DeadLetters.Retry(r.Context(), id)
 	case "discard":
-		err = s.o.DeadLetters.Discard(r.Context(), seq)
+		err = s.o.DeadLetters.Discard(r.Context(), id)
 	default:
 		http.NotFound(w, r)
 		return
