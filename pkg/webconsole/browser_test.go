@@ -91,7 +91,7 @@ func poll(t *testing.T, ctx context.Context, what, expr string) {
 		lastErr = err
 		time.Sleep(100 * time.Millisecond)
 	}
-	text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+	text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`location.href + "\n" + (document.body ? document.body.innerText : "")`))
 	t.Fatalf("waiting for %s (last error %v); page text:\n%.3000s", what, lastErr, text)
 }
 

@@ -28,6 +28,10 @@ type Conversation struct {
 	Totals  Totals
 	// Fork is set when the session is a fork (platform events.PlatformFork).
 	Fork *ForkOf
+	// LastEvtSeq and LastCtxSeq are the last AGENT_EVENTS and AGENT_CTX sequences of the
+	// session this read saw: the live stream starts after them, so nothing stored between the
+	// read and the stream's start is missed.
+	LastEvtSeq, LastCtxSeq uint64
 }
 
 // Totals sums a session's or a turn's model calls.
@@ -325,6 +329,14 @@ func (r *Reader) Conversation(ctx context.Context, sk events.SessionKey) (*Conve
 		}
 	}
 	recs := src.recs
+	for _, r := range recs {
+		c.LastEvtSeq = max(c.LastEvtSeq, r.Seq)
+	}
+	for _, crs := range src.ctx {
+		for _, cr := range crs {
+			c.LastCtxSeq = max(c.LastCtxSeq, cr.Seq)
+		}
+	}
 	// The context log of every epoch: the marks, and the closing commits that stand for the
 	// tail and the commit of turns that wrote none to AGENT_EVENTS.
 	for e, crs := range src.ctx {

@@ -3,6 +3,7 @@ package webconsole
 import (
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -12,7 +13,8 @@ import (
 )
 
 // sessionEvents streams Server-Sent Events while the session changes: one "change" event per
-// turn record (AGENT_EVENTS) or context commit (AGENT_CTX) stored from now on. It reads with
+// turn record (AGENT_EVENTS) or context commit (AGENT_CTX) stored after the sequences ?evt=
+// and ?ctx= (the last ones the page was rendered from; without them, from now on). It reads with
 // ordered consumers of its own (ephemeral, in memory, deleted when the page goes away), never
 // through a turn worker. The page answers each event by fetching the turn list again.
 func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request, d *pageData) {
@@ -29,12 +31,15 @@ func (s *Server) sessionEvents(w http.ResponseWriter, r *http.Request, d *pageDa
 	ctx := r.Context()
 	ctxFilter := strings.TrimSuffix(events.AgentCtxSubject(events.SessionID{Key: sk, Epoch: 1}), ".1") + ".*"
 	changes := make(chan string, 64)
-	for _, src := range []struct{ stream, filter string }{
-		{events.StreamAgentEvents, events.AgentEvtSessionFilter(sk)},
-		{events.StreamAgentCtx, ctxFilter},
+	for _, src := range []struct{ stream, filter, after string }{
+		{events.StreamAgentEvents, events.AgentEvtSessionFilter(sk), r.URL.Query().Get("evt")},
+		{events.StreamAgentCtx, ctxFilter, r.URL.Query().Get("ctx")},
 	} {
-		cons, err := s.o.JS.OrderedConsumer(ctx, src.stream, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{src.filter}, DeliverPolicy: jetstream.DeliverNewPolicy, HeadersOnly: true})
+		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{src.filter}, DeliverPolicy: jetstream.DeliverNewPolicy, HeadersOnly: true}
+		if after, err := strconv.ParseUint(src.after, 10, 64); err == nil {
+			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
+		}
+		cons, err := s.o.JS.OrderedConsumer(ctx, src.stream, cfg)
 		if err != nil {
 			s.fail(w, r, fmt.Errorf("watch %s: %w", src.stream, err))
 			return
