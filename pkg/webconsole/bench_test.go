@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +61,18 @@ func BenchmarkSessionPage(b *testing.B) {
 	})
 	b.Run(fmt.Sprintf("turns=%d", turns), func(b *testing.B) {
 		var size int
+		if f := os.Getenv("AGENTBUS_BENCH_CPUPROFILE"); f != "" {
+			// A profile of the page reads alone (go test -cpuprofile also covers building the session).
+			out, err := os.Create(f)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer out.Close()
+			if err := pprof.StartCPUProfile(out); err != nil {
+				b.Fatal(err)
+			}
+			defer pprof.StopCPUProfile()
+		}
 		cpu := cputime.Process()
 		for b.Loop() {
 			r := get()
