@@ -317,6 +317,9 @@ func TestSessionForkAndDeadLetter(t *testing.T) {
 		conv = pl.conversation(t, c, sk)
 		return conv.Turns[2].Replies[0].State == "sent"
 	})
+	if !conv.Turns[2].Replies[0].Retried || len(conv.Turns[2].Replies) != 1 {
+		t.Errorf("the retried reply: %+v, want one part, sent, marked retried", conv.Turns[2].Replies)
+	}
 	if _, b := pl.get(t, c, "/api/deadletters"); strings.TrimSpace(b) != "null" && strings.TrimSpace(b) != "[]" {
 		t.Errorf("dead letters after retry: %s", b)
 	}
@@ -371,7 +374,10 @@ type apiConversation struct {
 			Model *struct{ Model, StopReason, Text string }
 			Tool  *apiTool
 		}
-		Replies []struct{ State, Text, Reason string }
+		Replies []struct {
+			State, Text, Reason string
+			Retried             bool
+		}
 	}
 	Compare *struct {
 		Rows []struct {

@@ -123,7 +123,8 @@ type Reply struct {
 	Reason    string // why it was dead-lettered
 	MessageID string // the platform's id once sent
 	DLQSeq    uint64
-	Retried   bool
+	// Retried: the part was put back on IM_OUT after it was dead-lettered (a retry).
+	Retried bool
 }
 
 // ForkOf describes a fork: the session it was forked from.
@@ -400,6 +401,11 @@ func (r *Reader) Conversation(ctx context.Context, sk events.SessionKey) (*Conve
 	for _, ev := range src.outs {
 		t := byID[ev.Data.Turn]
 		if t == nil {
+			continue
+		}
+		if rp := parts[ev.Data.OutID]; rp != nil {
+			// The same part published again: a dead letter's retry put it back.
+			rp.Retried = true
 			continue
 		}
 		rp := t.reply(ev.Data.OutID, ev.Data.Part)
