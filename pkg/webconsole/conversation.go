@@ -43,6 +43,9 @@ type Totals struct {
 	ToolCalls      int
 	LatencyMs      int64
 	LastActivityMs int64
+	// Model is the model of the last model call (the session list's fallback when the
+	// session record names none).
+	Model string `json:",omitempty"`
 }
 
 // Item is one entry of the conversation: a turn, or a mark (a new epoch, a compaction, a move

@@ -103,6 +103,9 @@ func (r *Reader) Sessions(ctx context.Context, q string, text bool, page, size i
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			sp.Rows[i].Totals = r.contextTotals(ctx, sid)
+			if sp.Rows[i].Model == "" {
+				sp.Rows[i].Model = sp.Rows[i].Totals.Model
+			}
 		}(i, events.SessionID{Key: sk, Epoch: max(s.Epoch, 1)})
 	}
 	wg.Wait()
@@ -133,6 +136,7 @@ func addUsage(t *Totals, m *llm.Message) {
 		return
 	}
 	t.ModelCalls++
+	t.Model = strings.TrimPrefix(m.Provider+"/"+m.Model, "/")
 	if m.Usage != nil {
 		t.Input += m.Usage.Input
 		t.Output += m.Usage.Output
