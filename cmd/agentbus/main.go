@@ -34,6 +34,8 @@ Usage:
                                           --data DIR for another directory, --nats URL for another server)
   agentbus sessions                       list sessions, most recent first
   agentbus replay SESSION                 print a session's turns from the event log
+  agentbus console [--listen ADDR]        the web console (sessions, turn chains, forks, dead letters);
+                                          agentbus up serves it too, on console.listen (127.0.0.1:8089)
   agentbus bench [flags]                  measure the whole pipeline (webhook in, callback out)
   agentbus provision [--config FILE]      create or update every stream and bucket on nats.url, then exit
   agentbus status                         what runs on the bus: replicas, sessions, adapters, backlogs, dead letters
@@ -95,6 +97,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdSessions(ctx, args[1:], stdout)
 	case "replay":
 		err = cmdReplay(ctx, args[1:], stdout)
+	case "console":
+		err = cmdConsole(ctx, args[1:], stdout)
 	case "bench":
 		err = cmdBench(ctx, args[1:], stdout)
 	case "provision":
@@ -192,7 +196,8 @@ Flags:
 	if len(cfg.Reserved) > 0 {
 		log.Warn(config.ReservedWarning(cfg.Reserved))
 	}
-	return app.Run(ctx, cfg, app.Options{Roles: app.AllRoles.FromConfig(cfg.Roles), Out: stdout, Log: log})
+	return app.Run(ctx, cfg, app.Options{Roles: app.AllRoles.FromConfig(cfg.Roles), Out: stdout, Log: log,
+		Ready: func(p *app.Process) { upConsole(ctx, p, stdout, log) }})
 }
 
 // cmdHealth GETs a /healthz URL: exit 0 on 200, 1 otherwise (printing the report). Images

@@ -30,6 +30,7 @@ type Config struct {
 	Log     Log     `yaml:"log"`
 	Health  Health  `yaml:"health"`
 	Metrics Metrics `yaml:"metrics"`
+	Console Console `yaml:"console"`
 
 	// Dispatcher is the seed guide's top-level dispatcher: block (MessageDispatcher); Parse
 	// moves it into AI.Dispatcher, where the rest of agentbus reads it. Setting both is an error.
@@ -67,6 +68,21 @@ type Health struct {
 	// The ingest webhook server serves the same /healthz.
 	Listen string `yaml:"listen"`
 }
+
+// Console configures the web console (pkg/webconsole): `agentbus console`, and `agentbus up`
+// when Listen is set (up defaults it to DefaultConsoleListen; "off" turns it off).
+type Console struct {
+	// Listen is the console's HTTP address, e.g. "127.0.0.1:8089". Loopback is the safe
+	// default; any other address is served with a warning (chat content is sensitive).
+	Listen string `yaml:"listen"`
+	// Token is the login token. Empty = a random token generated once into
+	// <dataDir>/console.token (mode 0600) and reused.
+	Token string `yaml:"token"`
+}
+
+// DefaultConsoleListen is where `agentbus up` serves the console unless console.listen says
+// otherwise.
+const DefaultConsoleListen = "127.0.0.1:8089"
 
 // Log configures slog output.
 type Log struct {

@@ -27,6 +27,7 @@ func (c *Config) Secrets() []string {
 	}
 	add(c.NATS.Password)
 	add(c.NATS.Token)
+	add(c.Console.Token)
 	for _, kv := range os.Environ() {
 		name, value, _ := strings.Cut(kv, "=")
 		name = strings.ToUpper(name)

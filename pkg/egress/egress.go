@@ -605,6 +605,10 @@ func (e *egress) handle(msg *message.Message) error {
 		return nil
 	}
 
+	if out.Platform == events.PlatformFork {
+		// A console fork's reply: there is no platform to post it to, and it is no error.
+		return nil
+	}
 	sender, ok := e.senders[out.Platform]
 	if !ok {
 		return permanent(ReasonNoSender, fmt.Errorf("%w %q", ErrNoSender, out.Platform))
