@@ -255,10 +255,16 @@ func (s Spec) TasksStream() jetstream.StreamConfig {
 	return c
 }
 
-// DeadLettersStream is DEAD_LETTERS: dlq.<role>.<reason>.
+// DeadLettersStream is DEAD_LETTERS: dlq.<role>.<reason>. Operators work this stream down
+// (`agentbus dlq retry|discard|purge`, the console's buttons: pkg/dlq), which deletes and
+// purges messages, so it allows both; no role user may call the delete or purge API on it and
+// roll-ups stay off, so a role that publishes dead letters still cannot erase them.
 func (s Spec) DeadLettersStream() jetstream.StreamConfig {
 	s = s.WithDefaults()
-	return s.stream(StreamDeadLetters, "agentbus: dead letters with the reason", []string{all(PrefixDeadLetter)}, s.DeadLetterMaxAge)
+	c := s.stream(StreamDeadLetters, "agentbus: dead letters with the reason", []string{all(PrefixDeadLetter)}, s.DeadLetterMaxAge)
+	c.DenyDelete = false
+	c.DenyPurge = false
+	return c
 }
 
 // Streams returns every stream config, in provisioning order.
