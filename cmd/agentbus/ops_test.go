@@ -205,16 +205,21 @@ func TestOpsCommandsAgainstAPipeline(t *testing.T) {
 	mustContain(t, "status", out, "ROLE", "turn-worker", "tool-worker", "egress", "ingest", host, fmt.Sprint(os.Getpid()), p.Turn.ID(),
 		"telegram/tg1 on "+host, "disconnected", "Consumers (", "SESSION_IN", "Dead letters in the last 1h: 1", "egress/rejected: 1",
 		"PROBLEM: adapter telegram/tg1")
-	var st Status
-	jsonOut, _ := runCmd(t, cmdStatus, "--data", dir, "--json")
-	if err := json.Unmarshal([]byte(jsonOut), &st); err != nil {
-		t.Fatalf("status --json: %v\n%s", err, jsonOut)
-	}
-	for _, r := range st.Replicas {
-		if r.Role == events.RoleTurnWorker && (r.ID != p.Turn.ID() || r.Sessions != 1) {
-			t.Fatalf("turn worker in status: %+v, want %s owning 1 session", r, p.Turn.ID())
+	// The sessions a turn worker owns are as of its last worker-lease renewal (a third of the
+	// lease's TTL): wait for one after the turn.
+	waitFor(t, "status --json to show the turn worker owning 1 session", func() bool {
+		var st Status
+		jsonOut, _ := runCmd(t, cmdStatus, "--data", dir, "--json")
+		if err := json.Unmarshal([]byte(jsonOut), &st); err != nil {
+			t.Fatalf("status --json: %v\n%s", err, jsonOut)
 		}
-	}
+		for _, r := range st.Replicas {
+			if r.Role == events.RoleTurnWorker {
+				return r.ID == p.Turn.ID() && r.Sessions == 1
+			}
+		}
+		return false
+	})
 
 	// dlq list and show: the letter with its reason, session and what to do.
 	out, err = runCmd(t, cmdDLQ, "list", "--data", dir)
