@@ -108,6 +108,10 @@ func TestChainOfInterleavedSessions(t *testing.T) {
 		t.Run(bus.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
+			// SESSION_IN denies message deletes (no role may erase an inbox, and the server never
+			// allows them again); this test stands in for a stream limit with one, so it uses a
+			// SESSION_IN that allows them.
+			allowDeletes(t, ctx, bus.js)
 			a, b := inbox.NewPublisher(bus.js), inbox.NewPublisher(bus.js)
 			subjects := []string{subject(1), subject(2), subject(3)}
 			var removed uint64
@@ -275,5 +279,22 @@ func TestRefusalNamesTheLast(t *testing.T) {
 				t.Fatalf("refusal %v names %d (%v), want %d", err, seq, ok, last)
 			}
 		})
+	}
+}
+
+// allowDeletes recreates SESSION_IN, empty, as its spec says but allowing message deletes.
+func allowDeletes(t *testing.T, ctx context.Context, js jetstream.JetStream) {
+	t.Helper()
+	s, err := js.Stream(ctx, events.StreamSessionIn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.DenyDelete = false
+	if err := js.DeleteStream(ctx, events.StreamSessionIn); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
 	}
 }
