@@ -66,7 +66,7 @@ nats:
 im:
   webhook:
     listen: "127.0.0.1:0"
-    rateLimit: {perSender: {perSecond: 1000, burst: 2000}}
+    rateLimit: {perBot: {perSecond: 1000, burst: 2000}, perSender: {perSecond: 1000, burst: 2000}}
     bots:
       - id: %[2]s
         secret: %[3]s
