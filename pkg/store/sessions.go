@@ -56,6 +56,10 @@ type Session struct {
 	// ModelOverride is the model chosen in chat with /model: an ai.agents binding name or
 	// provider/model. Empty = the usual routing. Kept across epochs (a chat setting).
 	ModelOverride string `json:"modelOverride,omitempty"`
+	// SystemPrompt, when set, replaces the opening of the system prompt (who the assistant is;
+	// the chat, tool and memory sections follow as usual). The console sets it on a fork run
+	// against another system prompt. Kept across epochs.
+	SystemPrompt string `json:"systemPrompt,omitempty"`
 	// Concurrency is the chat's /queue policy (parallel|queue|steer|interrupt|collect). Empty =
 	// ai.agent.concurrency. Kept across epochs.
 	Concurrency string `json:"concurrency,omitempty"`
@@ -290,6 +294,7 @@ func (r *Sessions) newEpoch(sk events.SessionKey, epoch uint64, prev *Session) *
 		s.InboxCursor = prev.InboxCursor
 		s.Model = prev.Model
 		s.ModelOverride, s.Concurrency = prev.ModelOverride, prev.Concurrency
+		s.SystemPrompt = prev.SystemPrompt
 	}
 	return s
 }

@@ -89,6 +89,7 @@ type turnRun struct {
 	sid       events.SessionID
 	sidStr    string // sid.String(), which the turn's records, tool calls and model calls all carry
 	model     *llm.Model
+	persona   string // the session's SystemPrompt: replaces the prompt's opening when set
 	cancel    context.CancelFunc
 	done      chan struct{}
 	closed    atomic.Bool // done (finished) or removed from the record: no record write lists it
@@ -271,7 +272,7 @@ func (a *actor) startTurn(pt *pendingTurn) error {
 	if model.SupportsImages() {
 		pt.input = a.w.inlineImages(a.ctx, pt.input)
 	}
-	t := &turnRun{pendingTurn: *pt, a: a, sid: sid, sidStr: sid.String(), model: model, done: make(chan struct{})}
+	t := &turnRun{pendingTurn: *pt, a: a, sid: sid, sidStr: sid.String(), model: model, persona: sess.SystemPrompt, done: make(chan struct{})}
 	started := events.TurnStarted{
 		Turn: t.id, Trigger: events.InboxRef{Seq: pt.seq}, Model: events.ModelRef{Provider: model.Provider, ID: model.ID, API: model.API},
 		Input: pt.input, Worker: a.w.opts.ID, LeaseRevision: a.leaseToken(),
@@ -353,7 +354,7 @@ func (a *actor) takeOver(sess *store.Session, pt *pendingTurn) (bool, error) {
 		}
 	}
 	a.passed(pt.lastSeq())
-	a.resumeWith(sid, ot, tl, false)
+	a.resumeWith(sid, sess.SystemPrompt, ot, tl, false)
 	return true, nil
 }
 
@@ -628,6 +629,9 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 		skillText += "\n## Pre-executed tool results\n" + pre
 	}
 	system := w.systemPrompt(ctx, t.msg, t.model, tools, skillText)
+	if t.persona != "" {
+		system = withPersona(system, t.persona)
+	}
 	loaded = t.autoCompact(ctx, loaded, system) // L2 when the context nears the window (compact.go)
 	ac := &loop.AgentContext{SystemPrompt: system, Messages: contextMessages(loaded), Tools: agentTools}
 	agentCfg := w.opts.AI.Agent
@@ -1404,12 +1408,12 @@ func (a *actor) resume(sess *store.Session, ot store.OpenTurn) {
 		a.mu.Unlock()
 		return
 	}
-	a.resumeWith(sid, ot, tl, true)
+	a.resumeWith(sid, sess.SystemPrompt, ot, tl, true)
 }
 
 // resumeWith launches a turn again from what its log holds; inRecord says whether the session
 // record lists it.
-func (a *actor) resumeWith(sid events.SessionID, ot store.OpenTurn, tl *turnLog, inRecord bool) {
+func (a *actor) resumeWith(sid events.SessionID, persona string, ot store.OpenTurn, tl *turnLog, inRecord bool) {
 	var model *llm.Model
 	var err error
 	if tl.started != nil {
@@ -1436,7 +1440,7 @@ func (a *actor) resumeWith(sid events.SessionID, ot store.OpenTurn, tl *turnLog,
 	} else {
 		pt.merged = ot.Merged
 	}
-	t := &turnRun{pendingTurn: pt, a: a, sid: sid, sidStr: sid.String(), model: model, done: make(chan struct{}), steerSeqs: ot.Steers, resumed: true,
+	t := &turnRun{pendingTurn: pt, a: a, sid: sid, sidStr: sid.String(), model: model, persona: persona, done: make(chan struct{}), steerSeqs: ot.Steers, resumed: true,
 		commitRecord: tl.commitSeq > 0 && !tl.closes, writeCursor: tl.committed && !inRecord}
 	if inRecord {
 		t.inRecord.Store(recordYes)

@@ -281,6 +281,34 @@ func TestSessionForkAndDeadLetter(t *testing.T) {
 		t.Errorf("the fork posted to the platform: %q", got)
 	}
 
+	// Fork again with another system prompt: the fork's model calls open with it, and the chat
+	// and tool sections of the usual prompt follow.
+	const persona = "You are Captain Lin, a terse ship's navigator."
+	resp, err = noRedirect.PostForm(pl.url+"/sessions/"+sk+"/fork", url.Values{"csrf": {csrf}, "turn": {first.ID},
+		"model": {"fake2/m2"}, "systemPrompt": {persona}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if loc2 := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || loc2 == loc {
+		t.Fatalf("second fork: %d %q", resp.StatusCode, loc2)
+	}
+	reqs, err := pl.m2.WaitRequests(context.Background(), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range reqs[2:] {
+		if len(r.Messages) == 0 || r.Messages[0].Role != "system" || !strings.HasPrefix(r.Messages[0].Content, persona+"\n") ||
+			!strings.Contains(r.Messages[0].Content, "## ") {
+			t.Errorf("the persona fork's request %d does not open with the persona and keep the sections: %.300q", r.N, r.Messages)
+		}
+	}
+	for _, r := range reqs[:2] {
+		if len(r.Messages) > 0 && strings.Contains(r.Messages[0].Content, persona) {
+			t.Errorf("the first fork's request %d has the second fork's persona", r.N)
+		}
+	}
+
 	// A reply the platform rejects is dead-lettered; retry delivers it once the platform takes it.
 	pl.cb.reject.Store(true)
 	pl.post(t, "m3", "u1", "third message")

@@ -47,18 +47,28 @@ func forkOf(sk events.SessionKey) *ForkOf {
 type ForkRequest struct {
 	From  events.SessionKey
 	Turn  string // the turn whose input the fork starts with
-	Model string // an ai.agents binding name or provider/model (what /model accepts)
+	Model string // an ai.agents binding name or provider/model (what /model accepts); "": the original's
+	// SystemPrompt, when set, replaces the opening of the system prompt in the fork (who the
+	// assistant is); the chat, tool and memory sections stay.
+	SystemPrompt string
 }
 
 // Fork creates the fork session and publishes its inputs; it returns the fork's key. The turns
 // run asynchronously on the turn workers; the fork's page shows them as they commit.
 func (r *Reader) Fork(ctx context.Context, req ForkRequest) (events.SessionKey, error) {
-	if strings.TrimSpace(req.Model) == "" {
-		return events.SessionKey{}, fmt.Errorf("%w: choose a model", ErrFork)
+	req.Model, req.SystemPrompt = strings.TrimSpace(req.Model), strings.TrimSpace(req.SystemPrompt)
+	if req.Model == "" && req.SystemPrompt == "" {
+		return events.SessionKey{}, fmt.Errorf("%w: choose another model or another system prompt", ErrFork)
 	}
 	conv, err := r.Conversation(ctx, req.From)
 	if err != nil {
 		return events.SessionKey{}, err
+	}
+	if req.Model == "" && conv.Session != nil { // the same model, another system prompt
+		req.Model = conv.Session.ModelOverride
+		if req.Model == "" {
+			req.Model = conv.Session.Model
+		}
 	}
 	start := -1
 	for i, t := range conv.Turns {
@@ -107,7 +117,7 @@ func (r *Reader) Fork(ctx context.Context, req ForkRequest) (events.SessionKey, 
 		return events.SessionKey{}, err
 	}
 	if _, err := r.sessions.Update(ctx, fk, func(s *store.Session) error {
-		s.ModelOverride, s.Concurrency = strings.TrimSpace(req.Model), "queue"
+		s.ModelOverride, s.SystemPrompt, s.Concurrency = req.Model, req.SystemPrompt, "queue"
 		return nil
 	}); err != nil {
 		return events.SessionKey{}, err

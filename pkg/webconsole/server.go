@@ -490,7 +490,8 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request, d *pageData) {
 		s.fail(w, r, err)
 		return
 	}
-	fk, err := s.r.Fork(r.Context(), ForkRequest{From: sk, Turn: r.PostFormValue("turn"), Model: r.PostFormValue("model")})
+	fk, err := s.r.Fork(r.Context(), ForkRequest{From: sk, Turn: r.PostFormValue("turn"),
+		Model: r.PostFormValue("model"), SystemPrompt: r.PostFormValue("systemPrompt")})
 	if err != nil {
 		s.fail(w, r, err)
 		return
