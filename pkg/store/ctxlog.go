@@ -671,7 +671,7 @@ func (l *ContextLog) readOne(m *jetstream.RawStreamMsg) ([]ctxRec, error) {
 func (l *ContextLog) readRange(ctx context.Context, subj string, seq uint64, from time.Time, upTo uint64) ([]ctxRec, error) {
 	var out []ctxRec
 	var derr error
-	err := scan(ctx, l.js, streamAgentCtx, subj, seq, from, func(m *jetstream.RawStreamMsg) bool {
+	err := Scan(ctx, l.js, streamAgentCtx, subj, seq, from, func(m *jetstream.RawStreamMsg) bool {
 		if m.Sequence > upTo {
 			return false
 		}

@@ -72,7 +72,7 @@ func (l *ContextLog) History(ctx context.Context, id events.SessionID) iter.Seq2
 		}
 		var derr error
 		stopped := false
-		err := scan(ctx, l.js, streamAgentCtx, events.AgentCtxSubject(id), 1, time.Time{}, func(m *jetstream.RawStreamMsg) bool {
+		err := Scan(ctx, l.js, streamAgentCtx, events.AgentCtxSubject(id), 1, time.Time{}, func(m *jetstream.RawStreamMsg) bool {
 			r, err := decodeRec(m)
 			if err != nil {
 				derr = err

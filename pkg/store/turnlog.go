@@ -148,7 +148,7 @@ func (t *TurnLog) ReadTurn(ctx context.Context, sk events.SessionKey, turn strin
 	}
 	var out []TurnRecord
 	var derr error
-	err := scan(ctx, t.js, streamAgentEvents, events.AgentEvtTurnFilter(sk, turn), max(fromSeq, 1), time.Time{}, func(m *jetstream.RawStreamMsg) bool {
+	err := Scan(ctx, t.js, streamAgentEvents, events.AgentEvtTurnFilter(sk, turn), max(fromSeq, 1), time.Time{}, func(m *jetstream.RawStreamMsg) bool {
 		rs, err := decodeTurnRecords(m)
 		if err != nil {
 			derr = err
@@ -187,7 +187,7 @@ func (t *TurnLog) Replay(ctx context.Context, sk events.SessionKey, from ReplayF
 			seq = 1
 		}
 		stopped := false
-		err := scan(ctx, t.js, streamAgentEvents, events.AgentEvtSessionFilter(sk), seq, from.Time, func(m *jetstream.RawStreamMsg) bool {
+		err := Scan(ctx, t.js, streamAgentEvents, events.AgentEvtSessionFilter(sk), seq, from.Time, func(m *jetstream.RawStreamMsg) bool {
 			rs, err := decodeTurnRecords(m)
 			if err != nil {
 				yield(TurnRecord{}, err)

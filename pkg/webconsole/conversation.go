@@ -217,7 +217,7 @@ func (r *Reader) fetch(ctx context.Context, sk events.SessionKey) (*sources, err
 		})
 	}
 	g.Go(func() error {
-		return scan(gctx, r.js, events.StreamToolResults, events.ToolResultSessionFilter(sk), 1, time.Time{}, func(m *jetstream.RawStreamMsg) bool {
+		return store.Scan(gctx, r.js, events.StreamToolResults, events.ToolResultSessionFilter(sk), 1, time.Time{}, func(m *jetstream.RawStreamMsg) bool {
 			ev := new(events.Event[events.ToolResult])
 			if events.UnmarshalMsg(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}, ev) == nil {
 				src.results = append(src.results, ev)
@@ -227,7 +227,7 @@ func (r *Reader) fetch(ctx context.Context, sk events.SessionKey) (*sources, err
 	})
 	if sk.Platform != events.PlatformFork { // a fork's parts are never sent (egress skips them)
 		g.Go(func() error {
-			return scan(gctx, r.js, events.StreamIMOut, events.IMOutSubject(sk), 1, time.Time{}, func(m *jetstream.RawStreamMsg) bool {
+			return store.Scan(gctx, r.js, events.StreamIMOut, events.IMOutSubject(sk), 1, time.Time{}, func(m *jetstream.RawStreamMsg) bool {
 				ev := new(events.Event[events.Outbound])
 				if events.UnmarshalMsg(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}, ev) == nil {
 					src.outs = append(src.outs, ev)
@@ -259,7 +259,7 @@ func (r *Reader) fetch(ctx context.Context, sk events.SessionKey) (*sources, err
 			if err != nil || st.CachedInfo().State.Msgs == 0 {
 				return nil
 			}
-			return scan(gctx, r.js, events.StreamDeadLetters, events.PrefixDeadLetter+"."+events.RoleEgress+".>", 1, time.Time{}, func(m *jetstream.RawStreamMsg) bool {
+			return store.Scan(gctx, r.js, events.StreamDeadLetters, events.PrefixDeadLetter+"."+events.RoleEgress+".>", 1, time.Time{}, func(m *jetstream.RawStreamMsg) bool {
 				dl, ok := decodeDeadLetter(m)
 				if !ok || dl.Subject != events.IMOutSubject(sk) {
 					return true

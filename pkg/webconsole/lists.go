@@ -156,7 +156,7 @@ func (r *Reader) searchText(ctx context.Context, q string) (map[string]bool, err
 	lq := strings.ToLower(q)
 	hits := map[string]bool{}
 	n := 0
-	err := scan(ctx, r.js, events.StreamAgentCtx, events.PrefixAgentCtx+".>", 0, time.Now().Add(-30*24*time.Hour), func(m *jetstream.RawStreamMsg) bool {
+	err := store.Scan(ctx, r.js, events.StreamAgentCtx, events.PrefixAgentCtx+".>", 0, time.Now().Add(-30*24*time.Hour), func(m *jetstream.RawStreamMsg) bool {
 		n++
 		if !strings.Contains(strings.ToLower(string(m.Data)), lq) {
 			return n < searchMax
@@ -214,7 +214,7 @@ func (r *Reader) Overview(ctx context.Context, now time.Time) (*Overview, error)
 	recent := now.Add(-10 * time.Minute)
 	byModel := map[string]*ModelUse{}
 	var recentTurns, n int
-	err := scan(ctx, r.js, events.StreamAgentCtx, events.PrefixAgentCtx+".>", 0, o.Since, func(m *jetstream.RawStreamMsg) bool {
+	err := store.Scan(ctx, r.js, events.StreamAgentCtx, events.PrefixAgentCtx+".>", 0, o.Since, func(m *jetstream.RawStreamMsg) bool {
 		n++
 		if n > overviewMax {
 			o.Capped = true
@@ -265,7 +265,7 @@ func (r *Reader) Overview(ctx context.Context, now time.Time) (*Overview, error)
 	}
 	sort.Slice(o.ByModel, func(i, j int) bool { return o.ByModel[i].Calls > o.ByModel[j].Calls })
 	n = 0
-	err = scan(ctx, r.js, events.StreamAgentEvents, events.PrefixAgentEvt+".*.*."+events.EvtKindTurnFailed, 0, o.Since, func(m *jetstream.RawStreamMsg) bool {
+	err = store.Scan(ctx, r.js, events.StreamAgentEvents, events.PrefixAgentEvt+".*.*."+events.EvtKindTurnFailed, 0, o.Since, func(m *jetstream.RawStreamMsg) bool {
 		n++
 		o.FailedToday++
 		return n < overviewMax
@@ -276,7 +276,7 @@ func (r *Reader) Overview(ctx context.Context, now time.Time) (*Overview, error)
 	if st, err := r.js.Stream(ctx, events.StreamDeadLetters); err == nil {
 		o.DeadLetters = int(st.CachedInfo().State.Msgs)
 		hour := now.Add(-time.Hour)
-		_ = scan(ctx, r.js, events.StreamDeadLetters, events.PrefixDeadLetter+".>", 0, hour, func(*jetstream.RawStreamMsg) bool {
+		_ = store.Scan(ctx, r.js, events.StreamDeadLetters, events.PrefixDeadLetter+".>", 0, hour, func(*jetstream.RawStreamMsg) bool {
 			o.DeadLastHour++
 			return o.DeadLastHour < overviewMax
 		})
