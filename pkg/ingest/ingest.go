@@ -18,6 +18,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/identity"
+	"github.com/agentbus/agentbus/pkg/im"
 	"github.com/agentbus/agentbus/pkg/inbox"
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/tracing"
@@ -342,25 +343,8 @@ func (in *Ingestor) refuse(ctx context.Context, m *events.IMMessage, sk events.S
 // IsInvalid reports whether err is a rejected message (as opposed to a bus failure).
 func IsInvalid(err error) bool { return errors.Is(err, events.ErrInvalid) }
 
-// maxDeadLetterBody caps the original body a dead letter keeps: the record must itself fit on
-// the bus, and the start of a message is what tells an operator what it was.
-const maxDeadLetterBody = 64 << 10
-
 // deadLetter records a message ingest refused on dlq.ingest.<reason> with (the start of) its
-// original body, so that it is not dropped silently.
+// original body, as the IM adapters do (im.DeadLetter), so that it is not dropped silently.
 func (in *Ingestor) deadLetter(ctx context.Context, where, reason string, cause error, raw []byte) error {
-	dl := events.DeadLetter{Role: "ingest", Reason: reason, Error: cause.Error(), Subject: where}
-	if len(raw) > maxDeadLetterBody {
-		dl.Error += fmt.Sprintf(" (body cut to its first %d of %d bytes)", maxDeadLetterBody, len(raw))
-		raw = raw[:maxDeadLetterBody]
-	}
-	dl.SetBody(raw)
-	msg, err := events.NewMsg(events.DeadLetterSubject("ingest", reason), events.New(dl))
-	if err != nil {
-		return fmt.Errorf("dead letter: %w", err)
-	}
-	if _, err := in.js.PublishMsg(ctx, msg); err != nil {
-		return fmt.Errorf("dead letter: %w", err)
-	}
-	return nil
+	return im.DeadLetter(ctx, in.js, where, reason, cause, raw)
 }
