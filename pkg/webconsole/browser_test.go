@@ -121,6 +121,16 @@ func TestBrowser(t *testing.T) {
 	pl.cb.wait(t, 3)
 	sk := key("alice").String()
 
+	// Without the token every page the browser opens is the login form, and none shows a
+	// session's content (the server answers 401; TestEveryPageAndAPIAnswers401WithoutToken
+	// checks the codes of every route).
+	for _, page := range []string{"/", "/sessions", "/sessions/" + url.PathEscape(sk), "/deadletters", "/config"} {
+		if err := chromedp.Do(ctx, chromedp.Navigate(pl.url+page)); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, ctx, "the login form at "+page, `document.querySelector("section.login input[name=token]") !== null && !document.body.innerText.includes("Paris") && !document.body.innerText.includes("alice")`)
+	}
+
 	// Log in: the token URL sets the cookie and drops the token from the address.
 	if err := chromedp.Do(ctx, chromedp.Navigate(pl.url+"/?token="+testToken)); err != nil {
 		t.Fatal(err)
