@@ -44,8 +44,11 @@
 // receipt (platform message id and time; Nats-Msg-Id "sent/<outId>") expecting the subject to
 // be empty, so a part has at most one record, and only then lets the message be acked. Within
 // one process, two copies of an out id are handled one after the other, never side by side. A
-// started send is not cancelled by Stop, so its outcome is recorded. A part published with
-// Fresh skips the lookup on its first delivery.
+// started send is not cancelled by Stop, so its outcome is recorded. Every part this process
+// has not sent itself is looked up, whatever its delivery count or Fresh flag: a recreated
+// consumer, a new durable or a promoted standby copy of IM_OUT delivers every stored part "for
+// the first time" again, and sends none of them twice. Only the parts this process sent (the
+// last 16384) are skipped without a lookup.
 //
 // The one remaining window: a crash after the platform accepted the part but before the
 // receipt was stored. The part is redelivered and sent again with the same id; the webhook

@@ -280,6 +280,7 @@ type egress struct {
 	senders  map[string]Sender
 	limiter  *limiter
 	inflight inflight
+	sentHere sentCache // out ids this process sent (and recorded): skipped without a lookup
 	progress *natsutil.InProgress
 	workers  *workers
 
@@ -583,13 +584,18 @@ func (e *egress) handle(msg *message.Message) error {
 	defer release()
 
 	d.attempts++
-	// A part its publisher marks fresh was never published before, so on its first delivery
-	// and first attempt nothing can have been sent: the lookup would only find nothing.
-	firstTry := out.Fresh && d.deliveries == 1 && d.attempts == 1
-	prev, found, legacy, err := e.lookupUnless(ctx, subj, key, firstTry)
-	switch {
-	case err != nil:
+	// Every part this process has not sent itself is looked up, whatever its delivery count:
+	// a first delivery proves nothing (a recreated consumer, a new durable or a promoted
+	// standby stream delivers every stored part for the first time again), and Fresh only
+	// says the part was never published twice, not that it was never sent.
+	var prev record
+	found, legacy := false, false
+	if r, ok := e.sentHere.get(out.OutID); ok {
+		prev, found = r, true
+	} else if prev, found, legacy, err = e.lookupWithin(ctx, subj, key); err != nil {
 		return err
+	}
+	switch {
 	case found:
 		// Sent before (a redelivery, or the same out id published again): never twice.
 		e.skipped.Add(1)
@@ -641,6 +647,7 @@ func (e *egress) handle(msg *message.Message) error {
 		d.logger().Error("egress: delivered but not recorded; a redelivery may send it again", "out", out.OutID, "err", err)
 		return err
 	}
+	e.sentHere.add(out.OutID, rec)
 	e.delivered.Add(1)
 	e.o.Metrics.Send(out.Platform, metrics.SendSent)
 	if e.log.Enabled(ctx, slog.LevelDebug) {
@@ -666,11 +673,8 @@ func send(ctx context.Context, s Sender, ev *events.Event[events.Outbound]) (str
 // another replica. A timed-out request is an ordinary transient failure, retried.
 const busTimeout = 5 * time.Second
 
-// lookupUnless is lookup within busTimeout, or "not found" without asking when skip.
-func (e *egress) lookupUnless(ctx context.Context, subj, key string, skip bool) (rec record, found, legacy bool, err error) {
-	if skip {
-		return record{}, false, false, nil // and no timer for a lookup that is not made
-	}
+// lookupWithin is lookup bounded by busTimeout.
+func (e *egress) lookupWithin(ctx context.Context, subj, key string) (rec record, found, legacy bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, busTimeout)
 	defer cancel()
 	return e.lookup(ctx, subj, key)
@@ -788,6 +792,45 @@ func (f *inflight) acquire(ctx context.Context, key string) (func(), error) {
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// sentCacheSize bounds sentCache: enough for the redeliveries of the parts in flight many
+// times over (MaxAckPending is 1024 by default).
+const sentCacheSize = 1 << 14
+
+// sentCache remembers the last sentCacheSize out ids this process sent and recorded, so their
+// redelivery here is skipped without a bus lookup. It only ever saves a lookup: a miss is looked
+// up on IM_SENT.
+type sentCache struct {
+	mu   sync.Mutex
+	m    map[string]record
+	ring []string
+	next int
+}
+
+func (c *sentCache) add(outID string, r record) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = make(map[string]record)
+		c.ring = make([]string, sentCacheSize)
+	}
+	if _, ok := c.m[outID]; ok {
+		return
+	}
+	if old := c.ring[c.next]; old != "" {
+		delete(c.m, old)
+	}
+	c.ring[c.next] = outID
+	c.next = (c.next + 1) % len(c.ring)
+	c.m[outID] = r
+}
+
+func (c *sentCache) get(outID string) (record, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.m[outID]
+	return r, ok
 }
 
 // redeliveryDelay is the NAK delay: base doubling per delivery, capped at max.

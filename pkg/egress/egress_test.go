@@ -875,3 +875,48 @@ type selfPermanentErr bool
 
 func (e selfPermanentErr) Error() string   { return "platform said no" }
 func (e selfPermanentErr) Permanent() bool { return bool(e) }
+
+// TestRecreatedConsumerSendsNothingTwice: parts delivered through one consumer are delivered
+// "for the first time" again by a recreated consumer (same durable, deleted and made anew) and
+// by a new durable; both find every receipt and send nothing twice, Fresh or not.
+func TestRecreatedConsumerSendsNothingTwice(t *testing.T) {
+	const n = 20
+	for _, tc := range []struct {
+		name    string
+		durable string // of the second egress; "" = the same, with its consumer deleted first
+	}{
+		{"recreated consumer", ""},
+		{"new durable", "egress-standby"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := natstest.New(t)
+			cb := newCallback(t, nil)
+			o := fastOptions(srv, testConfig(cb), t)
+			h := start(t, o)
+			for i := range n {
+				out := outbound(fmt.Sprintf("turnR%d-0", i))
+				out.Fresh = true
+				publish(t, srv.JS, out, "")
+			}
+			waitFor(t, "first delivery", func() bool { return h.Stats().Delivered == n })
+			if err := h.Stop(context.Background()); err != nil {
+				t.Fatalf("stop: %v", err)
+			}
+			if tc.durable == "" {
+				if err := srv.JS.DeleteConsumer(context.Background(), events.StreamIMOut, DefaultDurable); err != nil {
+					t.Fatalf("delete consumer: %v", err)
+				}
+			}
+			o2 := fastOptions(srv, testConfig(cb), t)
+			o2.Durable = tc.durable
+			h2 := start(t, o2)
+			waitFor(t, "second delivery", func() bool { return h2.Stats().Skipped == n })
+			if s := h2.Stats(); s.Delivered != 0 || s.DeadLettered != 0 {
+				t.Fatalf("second egress stats = %+v, want %d skipped and nothing sent", s, n)
+			}
+			if got := cb.count(); got != n {
+				t.Fatalf("callback got %d posts, want %d (each part once)", got, n)
+			}
+		})
+	}
+}

@@ -320,9 +320,10 @@ type Outbound struct {
 	// Final marks the turn's last part.
 	Final bool `json:"final,omitempty"`
 	// Fresh is the publisher's promise that this out id was never published before (a turn
-	// that was not taken over from a crashed owner). Egress then skips its delivered-record
-	// lookup on the first delivery. Leave it false when unsure: the lookup keeps sends at most
-	// once either way.
+	// that was not taken over from a crashed owner). Egress no longer acts on it: it looks up
+	// the receipt of every part it did not send itself, whatever the delivery count, because a
+	// recreated consumer delivers every stored part "for the first time" again. Kept on the
+	// wire for compatibility.
 	Fresh bool `json:"fresh,omitempty"`
 }
 
