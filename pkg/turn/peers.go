@@ -3,6 +3,7 @@ package turn
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -20,7 +21,8 @@ import (
 // every replica sees its claims stale, and the sessions it claimed are claimed here at once
 // (store.Leases.ClaimsOf): their actors read the inbox from the cursor and resume the open
 // turns, without waiting for the dead replica's deliveries to come back after AckWait or for
-// its lease's TTL.
+// its lease's TTL. Each replica probes only its probeSuccessors successors in the ring of live
+// replicas (probeTargetsLocked), so the probes grow with the replicas, not their square.
 //
 // "No responders" is not proof: a peer that is reconnecting (its NATS node died) has no
 // subscription for a moment too. deadAfter covers a quick reconnect; a peer revoked while it
@@ -31,6 +33,10 @@ const (
 	probeEvery   = 200 * time.Millisecond
 	deadAfter    = 400 * time.Millisecond
 	probeTimeout = time.Second
+	// probeSuccessors is how many live peers each replica probes (its successors in the ring
+	// of worker ids): so many replicas must die at once before a death waits for the next
+	// ring position (or the lease TTL) to be noticed.
+	probeSuccessors = 2
 )
 
 // suspicion is a peer whose doorbell had no responders, since when, at which epoch.
@@ -39,7 +45,8 @@ type suspicion struct {
 	epoch uint64
 }
 
-// probePeers probes every peer's doorbell every probeEvery (see the comment above).
+// probePeers probes its peers' doorbells every probeEvery (see the comment above and
+// probeTargetsLocked).
 func (w *Worker) probePeers() {
 	defer w.wg.Done()
 	t := time.NewTicker(probeEvery)
@@ -58,12 +65,7 @@ func (w *Worker) probePeers() {
 			continue
 		}
 		w.mu.Lock()
-		peers := make(map[string]uint64, len(w.view))
-		for id, s := range w.view {
-			if id != w.opts.ID && s.epoch > w.adopted[id] {
-				peers[id] = s.epoch
-			}
-		}
+		peers := w.probeTargetsLocked()
 		w.mu.Unlock()
 		done := make(chan struct{}, len(peers))
 		for id, epoch := range peers {
@@ -76,6 +78,43 @@ func (w *Worker) probePeers() {
 			<-done
 		}
 	}
+}
+
+// probeTargetsLocked picks the peers to probe now, with their epochs: the probeSuccessors
+// replicas that follow this one in the ring of live worker leases (sorted by id), and every
+// peer whose lease the watch showed ended but whose sessions this replica has not yet taken
+// over. Each live replica is so watched by probeSuccessors others: N replicas send
+// probeSuccessors × N probes per round, not N × (N-1). A dead peer is found by its
+// predecessors in the ring; their revocation shows it gone to everyone, who then probe it too
+// and help take its sessions over, as when all probed all. When its watchers die with it, the
+// ring closes over them once they are taken for dead (adopted), and the next replica probes it.
+func (w *Worker) probeTargetsLocked() map[string]uint64 {
+	peers := make(map[string]uint64, 2*probeSuccessors)
+	live := make([]string, 0, len(w.view))
+	for id, s := range w.view {
+		if id == w.opts.ID || s.epoch <= w.adopted[id] {
+			continue
+		}
+		if s.gone {
+			peers[id] = s.epoch
+			continue
+		}
+		live = append(live, id)
+	}
+	if len(live) <= probeSuccessors {
+		for _, id := range live {
+			peers[id] = w.view[id].epoch
+		}
+		return peers
+	}
+	slices.Sort(live)
+	// The first live peer after this replica's id, wrapping around.
+	i, _ := slices.BinarySearch(live, w.opts.ID)
+	for k := range probeSuccessors {
+		id := live[(i+k)%len(live)]
+		peers[id] = w.view[id].epoch
+	}
+	return peers
 }
 
 // probe asks peer's doorbell once: an answer clears a suspicion, no responders adds to it, a
