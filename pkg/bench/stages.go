@@ -132,11 +132,11 @@ func (o *observer) onMsg(msg *nats.Msg) {
 			m.mark(stageToolResult, now)
 		}
 	case events.PrefixAgentEvt:
-		if len(tok) < 5 {
+		if len(tok) < 4 {
 			return
 		}
 		if m := o.byTok[tok[2]]; m != nil {
-			if tok[4] == events.EvtKindTurnStarted {
+			if tok[len(tok)-1] == events.EvtKindTurnStarted {
 				m.mark(stageTurnStarted, now)
 			}
 		}

@@ -10,7 +10,7 @@ func FuzzParseSubjects(f *testing.F) {
 	k := SessionKey{Platform: "qq", Bot: "1", Scope: ScopeGroup, Scene: "a.b"}
 	for _, s := range []string{
 		IMInSubject(k), IMOutSubject(k), IMSentSubject(k), AgentInSubject(k), AgentLiveSubject(k),
-		AgentEvtSubject(k, "T", "message_end"), AgentCtxSubject(NewSessionID(k, 3)), ToolCallSubject("x.y"),
+		AgentEvtSubject(k, "message_end"), AgentEvtTurnSubject(k, "T", "message_end"), AgentCtxSubject(NewSessionID(k, 3)), ToolCallSubject("x.y"),
 		ToolResultSubject(k, "c"), TaskSubagentSubject("t"), ScheduleSubject(k, "s"), DeadLetterSubject("a", "b"),
 		"im.in....", "agent.ctx.x.01", "agent.in.=", "",
 		"a:b:group:c", "a:b:group:c#1", "a:b:group:c#01", "a:b:guild:c#1", ":b:group:c", "a::group:c", "a:b:group:", "a:b:group:#2", "a:b:group",
@@ -27,8 +27,14 @@ func FuzzParseSubjects(f *testing.F) {
 		if k, err := ParseAgentInSubject(s); err == nil && AgentInSubject(k) != s {
 			t.Fatalf("agent.in %q -> %q", s, AgentInSubject(k))
 		}
-		if k, turn, kind, err := ParseAgentEvtSubject(s); err == nil && AgentEvtSubject(k, turn, kind) != s {
-			t.Fatalf("agent.evt %q", s)
+		if k, turn, kind, err := ParseAgentEvtSubject(s); err == nil {
+			back := AgentEvtSubject(k, kind)
+			if turn != "" {
+				back = AgentEvtTurnSubject(k, turn, kind)
+			}
+			if back != s {
+				t.Fatalf("agent.evt %q -> %q", s, back)
+			}
 		}
 		if id, err := ParseAgentCtxSubject(s); err == nil && AgentCtxSubject(id) != s {
 			t.Fatalf("agent.ctx %q -> %q", s, AgentCtxSubject(id))

@@ -72,6 +72,18 @@ type Spec struct {
 	// role's start check it). The server keeps the ids of the window in memory.
 	InboundDuplicates time.Duration
 
+	// SessionInMaxPerSubject bounds SESSION_IN per subject: the last so many events of each
+	// session's inbox are kept (default 100,000; older ones go first). It must stay far above
+	// any session's backlog of unhandled events: events past the cursor are needed.
+	SessionInMaxPerSubject int64
+	// CtxMaxPerSubject bounds AGENT_CTX per subject (one session epoch's context log): its
+	// last so many records are kept (default 100,000). Trimming keeps the last record, so
+	// fenced commits are unaffected; a session that long is compacted well before.
+	CtxMaxPerSubject int64
+	// TasksMaxAge bounds TASKS, the background-work queue (default DefaultTasksTTL, 7 days,
+	// as long as the task records are kept).
+	TasksMaxAge time.Duration
+
 	SessionsHistory uint8         // KV sessions history (default 5)
 	ToolsTTL        time.Duration // KV tools entry lifetime; workers refresh well before (default 2 minutes)
 	ModelsTTL       time.Duration // KV models discovery cache (default 1 hour)
@@ -100,6 +112,9 @@ const (
 	DefaultMarkerTTL         = time.Minute
 	DefaultMediaMaxAge       = 30 * 24 * time.Hour
 	DefaultPresenceTTL       = 30 * time.Second
+	// DefaultSessionInMaxPerSubject and DefaultCtxMaxPerSubject: see Spec.
+	DefaultSessionInMaxPerSubject = 100_000
+	DefaultCtxMaxPerSubject       = 100_000
 )
 
 // DefaultSpec is the single-server default: 1 replica, file storage, default ages.
@@ -132,6 +147,13 @@ func (s Spec) WithDefaults() Spec {
 	if s.SessionInMaxAge < 0 {
 		s.SessionInMaxAge = 0
 	}
+	if s.SessionInMaxPerSubject <= 0 {
+		s.SessionInMaxPerSubject = DefaultSessionInMaxPerSubject
+	}
+	if s.CtxMaxPerSubject <= 0 {
+		s.CtxMaxPerSubject = DefaultCtxMaxPerSubject
+	}
+	def(&s.TasksMaxAge, DefaultTasksTTL)
 	if s.SessionsHistory == 0 {
 		s.SessionsHistory = DefaultSessionsHistory
 	}
@@ -189,6 +211,9 @@ func (s Spec) SessionInStream() jetstream.StreamConfig {
 	c := s.stream(StreamSessionIn, "agentbus: per-session inbox and schedules",
 		[]string{all(PrefixAgentIn), all(PrefixSchedule)}, s.SessionInMaxAge)
 	c.Duplicates = dup(s.InboundDuplicates, s.SessionInMaxAge)
+	// Without a max age the inbox is bounded per session (issue 41): the last
+	// SessionInMaxPerSubject events of each agent.in.<sk> (a schedule holder has one).
+	c.MaxMsgsPerSubject = s.SessionInMaxPerSubject
 	c.AllowMsgSchedules = true
 	c.AllowMsgTTL = true
 	// Message schedules need roll-ups (the server turns them on for a schedule stream), and a
@@ -214,6 +239,9 @@ func (s Spec) AgentCtxStream() jetstream.StreamConfig {
 	s = s.WithDefaults()
 	c := s.stream(StreamAgentCtx, "agentbus: committed context log", []string{all(PrefixAgentCtx)}, 0)
 	c.AllowAtomicPublish = true
+	// Bounded per session epoch (issue 41): the oldest records of a log longer than
+	// CtxMaxPerSubject go; the last one stays, so the commit fence holds.
+	c.MaxMsgsPerSubject = s.CtxMaxPerSubject
 	c.DenyPurge = false // /reset purges the session's context subject (the turn worker, the only publisher here)
 	return c
 }
@@ -250,7 +278,7 @@ func (s Spec) IMSentStream() jetstream.StreamConfig {
 // TasksStream is TASKS: a work queue of durable background work.
 func (s Spec) TasksStream() jetstream.StreamConfig {
 	s = s.WithDefaults()
-	c := s.stream(StreamTasks, "agentbus: background tasks", []string{all(PrefixTask)}, 0)
+	c := s.stream(StreamTasks, "agentbus: background tasks", []string{all(PrefixTask)}, s.TasksMaxAge)
 	c.Retention = jetstream.WorkQueuePolicy
 	return c
 }

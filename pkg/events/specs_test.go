@@ -1,6 +1,9 @@
 package events
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestSpecStreamsCoverEverySubject(t *testing.T) {
 	s := DefaultSpec()
@@ -9,7 +12,8 @@ func TestSpecStreamsCoverEverySubject(t *testing.T) {
 		IMInSubject(k):                      StreamIMIn,
 		AgentInSubject(k):                   StreamSessionIn,
 		ScheduleSubject(k, "x"):             StreamSessionIn,
-		AgentEvtSubject(k, "t", "x"):        StreamAgentEvents,
+		AgentEvtSubject(k, "x"):             StreamAgentEvents,
+		AgentEvtTurnSubject(k, "t", "x"):    StreamAgentEvents,
 		AgentCtxSubject(NewSessionID(k, 1)): StreamAgentCtx,
 		ToolCallSubject("x"):                StreamToolCalls,
 		ToolResultSubject(k, "c"):           StreamToolResults,
@@ -62,4 +66,31 @@ func splitDots(s string) []string {
 		}
 	}
 	return append(out, s[start:])
+}
+
+// TestEveryStreamIsBounded: every stream, KV bucket and object store has a size or age bound
+// (issue 41): a max age, a byte or message limit, or a per-subject limit (a KV bucket's history
+// is one: it grows with keys, not with writes).
+func TestEveryStreamIsBounded(t *testing.T) {
+	bounded := func(maxAge time.Duration, maxBytes, maxMsgs, perSubject int64) bool {
+		return maxAge > 0 || maxBytes > 0 || maxMsgs > 0 || perSubject > 0
+	}
+	s := DefaultSpec()
+	for _, c := range s.Streams() {
+		if !bounded(c.MaxAge, c.MaxBytes, c.MaxMsgs, c.MaxMsgsPerSubject) {
+			t.Errorf("stream %s has no bound: MaxAge %v MaxBytes %d MaxMsgs %d MaxMsgsPerSubject %d",
+				c.Name, c.MaxAge, c.MaxBytes, c.MaxMsgs, c.MaxMsgsPerSubject)
+		}
+	}
+	for _, c := range s.KeyValues() {
+		// A KV bucket's stream keeps History messages per key (MaxMsgsPerSubject), TTL max age.
+		if !bounded(c.TTL, c.MaxBytes, 0, int64(c.History)) {
+			t.Errorf("KV %s has no bound: TTL %v MaxBytes %d History %d", c.Bucket, c.TTL, c.MaxBytes, c.History)
+		}
+	}
+	for _, c := range s.ObjectStores() {
+		if !bounded(c.TTL, c.MaxBytes, 0, 0) {
+			t.Errorf("object store %s has no bound", c.Bucket)
+		}
+	}
 }

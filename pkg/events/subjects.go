@@ -78,14 +78,38 @@ func ScheduleSubject(k SessionKey, id string) string {
 	return k.subject(PrefixSchedule, EncodeToken(id))
 }
 
-// AgentEvtSubject is agent.evt.<sk>.<turn>.<kind>; kind is an EvtKind* constant.
-func AgentEvtSubject(k SessionKey, turn, kind string) string {
+// AgentEvtSubject is agent.evt.<sk>.<kind>; kind is an EvtKind* constant. The turn id is in
+// the event (Meta.Turn) and its HeaderTurn, not in the subject: a session has one subject per
+// kind, whatever the number of its turns, so the server's subject index grows with sessions,
+// not with turns (issue 41). Readers of one turn scan the session's events from the turn's
+// first sequence and keep those of the turn (store.TurnLog.ReadTurn).
+func AgentEvtSubject(k SessionKey, kind string) string {
+	return k.subject(PrefixAgentEvt, EncodeToken(kind))
+}
+
+// AgentEvtKindFilter matches the events of one kind of every session: agent.evt.*.<kind>.
+// Events stored by versions before issue 41 match AgentEvtLegacyKindFilter instead.
+func AgentEvtKindFilter(kind string) string {
+	return PrefixAgentEvt + ".*." + EncodeToken(kind)
+}
+
+// AgentEvtTurnSubject is agent.evt.<sk>.<turn>.<kind>: the subject turn events had before
+// issue 41 (one subject per turn and kind). Nothing publishes on it any more; AGENT_EVENTS
+// keeps such events until they age out (EventsMaxAge), and every reader reads both layouts.
+func AgentEvtTurnSubject(k SessionKey, turn, kind string) string {
 	return k.subject(PrefixAgentEvt, EncodeToken(turn), EncodeToken(kind))
 }
 
-// AgentEvtTurnFilter matches every event of one turn: agent.evt.<sk>.<turn>.*
+// AgentEvtTurnFilter matches every event of one turn in the layout before issue 41:
+// agent.evt.<sk>.<turn>.*
 func AgentEvtTurnFilter(k SessionKey, turn string) string {
 	return k.subject(PrefixAgentEvt, EncodeToken(turn), "*")
+}
+
+// AgentEvtLegacyKindFilter matches the events of one kind stored in the layout before issue
+// 41: agent.evt.*.*.<kind>.
+func AgentEvtLegacyKindFilter(kind string) string {
+	return PrefixAgentEvt + ".*.*." + EncodeToken(kind)
 }
 
 // AgentEvtSessionFilter matches every turn event of a session: agent.evt.<sk>.>
@@ -346,9 +370,13 @@ func ParseScheduleSubject(subj string) (k SessionKey, id string, err error) {
 	return k, v[0], nil
 }
 
-// ParseAgentEvtSubject reverses AgentEvtSubject.
+// ParseAgentEvtSubject reverses AgentEvtSubject (turn "") and AgentEvtTurnSubject (the
+// layout before issue 41, turn set).
 func ParseAgentEvtSubject(subj string) (k SessionKey, turn, kind string, err error) {
-	toks, err := splitSubject(subj, PrefixAgentEvt, 3)
+	toks, err := splitSubject(subj, PrefixAgentEvt, 2)
+	if err != nil {
+		toks, err = splitSubject(subj, PrefixAgentEvt, 3)
+	}
 	if err != nil {
 		return SessionKey{}, "", "", err
 	}
@@ -358,6 +386,9 @@ func ParseAgentEvtSubject(subj string) (k SessionKey, turn, kind string, err err
 	v, err := decodeTokens(subj, toks[1:])
 	if err != nil {
 		return SessionKey{}, "", "", err
+	}
+	if len(v) == 1 {
+		return k, "", v[0], nil
 	}
 	return k, v[0], v[1], nil
 }

@@ -55,15 +55,16 @@ func TestSessionSubjectsExact(t *testing.T) {
 		tok := k.Token()
 		id := NewSessionID(k, 7)
 		for got, want := range map[string]string{
-			AgentInSubject(k):                        "agent.in." + tok,
-			AgentLiveSubject(k):                      "agent.live." + tok,
-			ScheduleSubject(k, "daily standup"):      "schedule." + tok + "." + EncodeToken("daily standup"),
-			AgentEvtSubject(k, "t.1", "message_end"): "agent.evt." + tok + "." + EncodeToken("t.1") + ".message_end",
-			AgentEvtTurnFilter(k, "t.1"):             "agent.evt." + tok + "." + EncodeToken("t.1") + ".*",
-			AgentEvtSessionFilter(k):                 "agent.evt." + tok + ".>",
-			AgentCtxSubject(id):                      "agent.ctx." + tok + ".7",
-			ToolResultSubject(k, "call_1.x"):         "tool.result." + tok + "." + EncodeToken("call_1.x"),
-			ToolResultSessionFilter(k):               "tool.result." + tok + ".*",
+			AgentInSubject(k):                            "agent.in." + tok,
+			AgentLiveSubject(k):                          "agent.live." + tok,
+			ScheduleSubject(k, "daily standup"):          "schedule." + tok + "." + EncodeToken("daily standup"),
+			AgentEvtSubject(k, "message_end"):            "agent.evt." + tok + ".message_end",
+			AgentEvtTurnSubject(k, "t.1", "message_end"): "agent.evt." + tok + "." + EncodeToken("t.1") + ".message_end",
+			AgentEvtTurnFilter(k, "t.1"):                 "agent.evt." + tok + "." + EncodeToken("t.1") + ".*",
+			AgentEvtSessionFilter(k):                     "agent.evt." + tok + ".>",
+			AgentCtxSubject(id):                          "agent.ctx." + tok + ".7",
+			ToolResultSubject(k, "call_1.x"):             "tool.result." + tok + "." + EncodeToken("call_1.x"),
+			ToolResultSessionFilter(k):                   "tool.result." + tok + ".*",
 		} {
 			if got != want {
 				t.Errorf("%+v: got %q, want %q", k, got, want)
@@ -130,7 +131,7 @@ func TestSubjectsRoundTrip(t *testing.T) {
 			t.Errorf("agent.in subject %q", subj)
 		}
 
-		subj := AgentEvtSubject(k, "turn.1", EvtKindMessageEnd)
+		subj := AgentEvtTurnSubject(k, "turn.1", EvtKindMessageEnd)
 		checkSubject(t, subj)
 		gk, turn, kind, err := ParseAgentEvtSubject(subj)
 		if err != nil || gk != k || turn != "turn.1" || kind != EvtKindMessageEnd {
@@ -177,22 +178,23 @@ func TestSubjectsRoundTrip(t *testing.T) {
 func TestExactSubjects(t *testing.T) {
 	k := SessionKey{Platform: "qq", Bot: "10001", Scope: ScopeGroup, Scene: "123"}
 	tests := map[string]string{
-		IMInSubject(k):                           "im.in.qq.10001.group.123",
-		IMOutSubject(k):                          "im.out.qq.10001.group.123",
-		IMSentSubject(k):                         "im.sent.qq.10001.group.123",
-		IMSentPartSubject(k, "T1-0"):             "im.sent.qq.10001.group.123.T1-0",
-		IMSentPartSubject(k, "task-a.b-1"):       "im.sent.qq.10001.group.123.task-a=2Eb-1",
-		AgentInSubject(k):                        "agent.in.qq=3A10001=3Agroup=3A123",
-		AgentEvtSubject(k, "T1", "turn_started"): "agent.evt.qq=3A10001=3Agroup=3A123.T1.turn_started",
-		AgentEvtTurnFilter(k, "T1"):              "agent.evt.qq=3A10001=3Agroup=3A123.T1.*",
-		AgentEvtSessionFilter(k):                 "agent.evt.qq=3A10001=3Agroup=3A123.>",
-		AgentCtxSubject(NewSessionID(k, 3)):      "agent.ctx.qq=3A10001=3Agroup=3A123.3",
-		ToolCallSubject("bash"):                  "tool.call.bash",
-		ToolResultSubject(k, "c1"):               "tool.result.qq=3A10001=3Agroup=3A123.c1",
-		ToolResultSessionFilter(k):               "tool.result.qq=3A10001=3Agroup=3A123.*",
-		ScheduleSubject(k, "s1"):                 "schedule.qq=3A10001=3Agroup=3A123.s1",
-		AgentLiveSubject(k):                      "agent.live.qq=3A10001=3Agroup=3A123",
-		DeadLetterSubject("egress", "poison"):    "dlq.egress.poison",
+		IMInSubject(k):                               "im.in.qq.10001.group.123",
+		IMOutSubject(k):                              "im.out.qq.10001.group.123",
+		IMSentSubject(k):                             "im.sent.qq.10001.group.123",
+		IMSentPartSubject(k, "T1-0"):                 "im.sent.qq.10001.group.123.T1-0",
+		IMSentPartSubject(k, "task-a.b-1"):           "im.sent.qq.10001.group.123.task-a=2Eb-1",
+		AgentInSubject(k):                            "agent.in.qq=3A10001=3Agroup=3A123",
+		AgentEvtSubject(k, "turn_started"):           "agent.evt.qq=3A10001=3Agroup=3A123.turn_started",
+		AgentEvtTurnSubject(k, "T1", "turn_started"): "agent.evt.qq=3A10001=3Agroup=3A123.T1.turn_started",
+		AgentEvtTurnFilter(k, "T1"):                  "agent.evt.qq=3A10001=3Agroup=3A123.T1.*",
+		AgentEvtSessionFilter(k):                     "agent.evt.qq=3A10001=3Agroup=3A123.>",
+		AgentCtxSubject(NewSessionID(k, 3)):          "agent.ctx.qq=3A10001=3Agroup=3A123.3",
+		ToolCallSubject("bash"):                      "tool.call.bash",
+		ToolResultSubject(k, "c1"):                   "tool.result.qq=3A10001=3Agroup=3A123.c1",
+		ToolResultSessionFilter(k):                   "tool.result.qq=3A10001=3Agroup=3A123.*",
+		ScheduleSubject(k, "s1"):                     "schedule.qq=3A10001=3Agroup=3A123.s1",
+		AgentLiveSubject(k):                          "agent.live.qq=3A10001=3Agroup=3A123",
+		DeadLetterSubject("egress", "poison"):        "dlq.egress.poison",
 	}
 	for got, want := range tests {
 		if got != want {

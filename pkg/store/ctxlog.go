@@ -883,10 +883,11 @@ func (l *ContextLog) Purge(ctx context.Context, id events.SessionID) error {
 // CommitMark is what the last record of a session id's context says about the inbox: a turn's
 // commit carries the last SESSION_IN sequence it consumed (WithInboxSeq).
 type CommitMark struct {
-	Seq      uint64 // AGENT_CTX sequence of the record (0: the log is empty)
-	InboxSeq uint64 // its HeaderCtxInboxSeq (0: not a turn's commit)
-	Turn     string // the turn that wrote it
-	MsgID    string // its Nats-Msg-Id
+	Seq      uint64    // AGENT_CTX sequence of the record (0: the log is empty)
+	InboxSeq uint64    // its HeaderCtxInboxSeq (0: not a turn's commit)
+	Turn     string    // the turn that wrote it
+	MsgID    string    // its Nats-Msg-Id
+	Time     time.Time // when the server stored it
 	Messages []llm.Message
 	// Closes says the commit is its turn's closing record (HeaderCtxReplyParts); ReplyParts
 	// is then the number of the turn's reply parts.
@@ -896,7 +897,7 @@ type CommitMark struct {
 
 // markOf reads a record's commit mark; the messages are decoded only for a turn's commit.
 func markOf(m *jetstream.RawStreamMsg) CommitMark {
-	mark := CommitMark{Seq: m.Sequence, InboxSeq: hdrUint(m.Header, HeaderCtxInboxSeq), Turn: m.Header.Get(events.HeaderTurn), MsgID: m.Header.Get(nats.MsgIdHdr)}
+	mark := CommitMark{Seq: m.Sequence, InboxSeq: hdrUint(m.Header, HeaderCtxInboxSeq), Turn: m.Header.Get(events.HeaderTurn), MsgID: m.Header.Get(nats.MsgIdHdr), Time: m.Time}
 	if v := m.Header.Get(HeaderCtxReplyParts); v != "" {
 		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
 			mark.Closes, mark.ReplyParts = true, n

@@ -57,7 +57,7 @@ func ClosingRecords(k events.SessionKey, sid events.SessionID, r CtxRecord) []Tu
 	out := stepRecords(fake, k, r.Turn, meta, tail)
 	ce := &events.Event[events.TurnCommitted]{Meta: meta, Data: tc}
 	ce.Type, ce.ID = events.TypeTurnCommitted, r.Turn+"-committed"
-	return append(out, TurnRecord{Seq: r.Seq, Time: r.Time, Subject: events.AgentEvtSubject(k, r.Turn, events.EvtKindTurnCommitted),
+	return append(out, TurnRecord{Seq: r.Seq, Time: r.Time, Subject: events.AgentEvtSubject(k, events.EvtKindTurnCommitted),
 		Key: k, Turn: r.Turn, Kind: events.EvtKindTurnCommitted, Event: ce})
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 func turnEvents(sk events.SessionKey, turn string, inboxSeq uint64) []events.Any {
@@ -194,7 +195,7 @@ func TestTurnLogExpandsCommitTail(t *testing.T) {
 		if r.Seq != commitSeq || e.ID != fmt.Sprintf("t9-m%d", 2+i) || e.Session != stored[2].EventMeta().Session || e.Trace != "tr" {
 			t.Errorf("record %d: seq %d id %q session %q trace %q", 2+i, r.Seq, e.ID, e.Session, e.Trace)
 		}
-		if r.Subject != events.AgentEvtSubject(sk, "t9", events.EvtKindMessageEnd) {
+		if r.Subject != events.AgentEvtSubject(sk, events.EvtKindMessageEnd) {
 			t.Errorf("record %d subject %s", 2+i, r.Subject)
 		}
 	}
@@ -280,7 +281,7 @@ func TestTurnLogExpandsCarriedRecords(t *testing.T) {
 						t.Errorf("message_end id %q trace %q", e.ID, e.Trace)
 					}
 				case *events.Event[events.TurnStarted]:
-					if e.Data.Turn != tt.turn || len(e.Data.Input) != 1 || r.Subject != events.AgentEvtSubject(sk, tt.turn, events.EvtKindTurnStarted) {
+					if e.Data.Turn != tt.turn || len(e.Data.Input) != 1 || r.Subject != events.AgentEvtSubject(sk, events.EvtKindTurnStarted) {
 						t.Errorf("turn_started %+v on %s", e.Data, r.Subject)
 					}
 				}
@@ -289,5 +290,80 @@ func TestTurnLogExpandsCarriedRecords(t *testing.T) {
 				t.Errorf("message_end indexes %v, want %v", idx, tt.indexes)
 			}
 		})
+	}
+}
+
+// TestTurnLogBothLayouts: turn events are stored on one subject per session and kind, however
+// many turns a session has; events an older version stored on agent.evt.<sk>.<turn>.<kind> are
+// still read by ReadTurn, ReadTurnSince, Replay and Committed next to the new ones.
+func TestTurnLogBothLayouts(t *testing.T) {
+	ctx := context.Background()
+	js := startJS(t)
+	tl, err := NewTurnLog(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sk := testKey("layouts")
+	// An old version's turn "old": published on its legacy subjects.
+	for _, ev := range turnEvents(sk, "old", 1) {
+		m, err := events.NewMsg(events.AgentEvtTurnSubject(sk, "old", events.EvtKind(ev.EventPayload().EventType())), ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	since := time.Now().Add(-time.Minute)
+	for i := range 10 {
+		for _, ev := range turnEvents(sk, fmt.Sprintf("n%d", i), uint64(i+2)) {
+			if _, err := tl.Append(ctx, sk, ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	st, err := js.Stream(ctx, events.StreamAgentEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(events.PrefixAgentEvt+".>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 4 kinds of the legacy turn + 4 kinds shared by the ten new turns.
+	if n := len(info.State.Subjects); n != 8 {
+		t.Fatalf("%d subjects after 11 turns, want 8: %v", n, info.State.Subjects)
+	}
+	want := "[%s/turn_started %s/message_end %s/tool_call_requested %s/message_end %s/turn_committed]"
+	for _, turn := range []string{"old", "n0", "n9"} {
+		got, err := tl.ReadTurn(ctx, sk, turn, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := strings.ReplaceAll(want, "%s", turn); fmt.Sprint(kinds(got)) != w {
+			t.Fatalf("ReadTurn(%s) = %v, want %s", turn, kinds(got), w)
+		}
+		if got, err := tl.ReadTurnSince(ctx, sk, turn, since); err != nil || len(got) != 5 {
+			t.Fatalf("ReadTurnSince(%s) = %v, %v", turn, kinds(got), err)
+		}
+		if ok, err := tl.Committed(ctx, sk, turn, time.Time{}); err != nil || !ok {
+			t.Fatalf("Committed(%s) = %v, %v", turn, ok, err)
+		}
+	}
+	if ok, err := tl.Committed(ctx, sk, "nope", since); err != nil || ok {
+		t.Fatalf("Committed(nope) = %v, %v", ok, err)
+	}
+	n := 0
+	for r, err := range tl.Replay(ctx, sk, ReplayFrom{}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Turn == "" {
+			t.Fatalf("record %d without its turn", r.Seq)
+		}
+		n++
+	}
+	if n != 55 {
+		t.Fatalf("replay: %d records, want 55", n)
 	}
 }

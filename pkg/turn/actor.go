@@ -382,14 +382,20 @@ func (a *actor) startCursor(sess *store.Session, in inboxLast) (uint64, error) {
 		}
 		return before, nil // takeOver finishes the turn from its commit
 	}
-	_, err = natsutil.GetMsg(a.ctx, a.w.js, a.w.evts, natsutil.MsgQuery{LastFor: events.AgentEvtSubject(a.sk, mark.Turn, events.EvtKindTurnCommitted)})
-	switch {
-	case err == nil:
-		return mark.InboxSeq, nil
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return before, nil // takeOver finishes that turn from its commit
+	// The turn_committed record follows the context commit; a minute covers the clocks of
+	// two stream leaders. A record not seen (a lagging replica) only costs takeOver's work.
+	var since time.Time
+	if !mark.Time.IsZero() {
+		since = mark.Time.Add(-time.Minute)
 	}
-	return 0, fmt.Errorf("turn %s committed: %w", mark.Turn, err)
+	committed, err := a.w.turnlog.Committed(a.ctx, a.sk, mark.Turn, since)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("turn %s committed: %w", mark.Turn, err)
+	case committed:
+		return mark.InboxSeq, nil
+	}
+	return before, nil // takeOver finishes that turn from its commit
 }
 
 // inboxLast is the answer to the read of the session's last inbox event (ConsistentGetMsg:

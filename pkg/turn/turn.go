@@ -876,12 +876,12 @@ func record[P events.Payload](t *turnRun, kind string, p P, name string) (*jetst
 	return ack, nil
 }
 
-// turnEventMsg is a turn event as a message on agent.evt.<sk>.<turn>.<kind>, its id (and so
-// its Nats-Msg-Id) stable per turn and name.
+// turnEventMsg is a turn event as a message on agent.evt.<sk>.<kind> (the turn id in its
+// Agentbus-Turn header), its id (and so its Nats-Msg-Id) stable per turn and name.
 func turnEventMsg[P events.Payload](t *turnRun, kind string, p P, name string) (*nats.Msg, error) {
 	ev := events.New(p, events.WithSession(t.sidStr), events.WithTurn(t.id), events.WithTrace(t.trace),
 		events.WithID(t.id+"-"+name))
-	m, err := events.NewMsg(events.AgentEvtSubject(t.a.sk, t.id, kind), ev)
+	m, err := events.NewMsg(events.AgentEvtSubject(t.a.sk, kind), ev)
 	if err == nil {
 		tracing.InjectSpanContext(t.spanCtx, m.Header)
 	}
@@ -1257,7 +1257,13 @@ type turnLog struct {
 // for in AGENT_CTX after the context the turn started from, and when found the turn counts as
 // committed with the commit's messages.
 func (w *Worker) readTurn(ctx context.Context, sk events.SessionKey, turn string) (*turnLog, error) {
-	recs, err := w.turnlog.ReadTurn(ctx, sk, turn, 0)
+	return w.readTurnSince(ctx, sk, turn, time.Time{})
+}
+
+// readTurnSince is readTurn reading the session's events stored at or after since only (zero:
+// all of them); see store.TurnLog.ReadTurnSince.
+func (w *Worker) readTurnSince(ctx context.Context, sk events.SessionKey, turn string, since time.Time) (*turnLog, error) {
+	recs, err := w.turnlog.ReadTurnSince(ctx, sk, turn, since)
 	if err != nil {
 		return nil, err
 	}
@@ -1358,7 +1364,7 @@ func (a *actor) resume(sess *store.Session, ot store.OpenTurn) {
 	var tl *turnLog
 	err = retryTransient(a.ctx, func() error {
 		var err error
-		tl, err = a.w.readTurn(a.ctx, a.sk, ot.ID)
+		tl, err = a.w.readTurnSince(a.ctx, a.sk, ot.ID, openTurnSince(ot))
 		return err
 	})
 	if err != nil {
@@ -1489,4 +1495,14 @@ func retryTransient(ctx context.Context, op func() error) error {
 		}
 		wait = min(2*wait, 2*time.Second)
 	}
+}
+
+// openTurnSince is where to read an open turn's events from: its start less ten minutes for
+// the difference between the starting worker's clock and the server's (zero when unknown:
+// the session's whole log is read).
+func openTurnSince(ot store.OpenTurn) time.Time {
+	if ot.StartedAt <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ot.StartedAt).Add(-10 * time.Minute)
 }

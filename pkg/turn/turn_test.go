@@ -296,7 +296,7 @@ func TestPublishAllRetriesUntilStoredOrCancelled(t *testing.T) {
 	h := newHarness(t, nil)
 	w := h.worker("w1")
 	good := func(id string) *nats.Msg {
-		m := nats.NewMsg(events.AgentEvtSubject(sk, "t1", "turn_failed"))
+		m := nats.NewMsg(events.AgentEvtSubject(sk, "turn_failed"))
 		m.Header.Set(nats.MsgIdHdr, id)
 		m.Data = []byte("{}")
 		return m

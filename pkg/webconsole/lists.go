@@ -265,13 +265,17 @@ func (r *Reader) Overview(ctx context.Context, now time.Time) (*Overview, error)
 	}
 	sort.Slice(o.ByModel, func(i, j int) bool { return o.ByModel[i].Calls > o.ByModel[j].Calls })
 	n = 0
-	err = store.Scan(ctx, r.js, events.StreamAgentEvents, events.PrefixAgentEvt+".*.*."+events.EvtKindTurnFailed, 0, o.Since, func(m *jetstream.RawStreamMsg) bool {
-		n++
-		o.FailedToday++
-		return n < overviewMax
-	})
-	if err != nil {
-		return nil, err
+	// Both layouts: agent.evt.<sk>.turn_failed, and agent.evt.<sk>.<turn>.turn_failed stored
+	// before issue 41.
+	for _, filter := range []string{events.AgentEvtKindFilter(events.EvtKindTurnFailed), events.AgentEvtLegacyKindFilter(events.EvtKindTurnFailed)} {
+		err = store.Scan(ctx, r.js, events.StreamAgentEvents, filter, 0, o.Since, func(m *jetstream.RawStreamMsg) bool {
+			n++
+			o.FailedToday++
+			return n < overviewMax
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	if st, err := r.js.Stream(ctx, events.StreamDeadLetters); err == nil {
 		o.DeadLetters = int(st.CachedInfo().State.Msgs)
