@@ -56,12 +56,12 @@ type Spec struct {
 	// cannot change after creation; Provision reports that as an error.
 	Storage jetstream.StorageType
 
-	IMInMaxAge        time.Duration // IM_IN and IM_SENT (default 30 days)
+	IMInMaxAge        time.Duration // IM_IN (default 30 days)
 	SessionInMaxAge   time.Duration // SESSION_IN; keep forever when 0 — also bounds how far ahead a schedule may fire
 	EventsMaxAge      time.Duration // AGENT_EVENTS (default 30 days)
 	ToolCallsMaxAge   time.Duration // TOOL_CALLS unclaimed requests (default 24 hours)
 	ToolResultsMaxAge time.Duration // TOOL_RESULTS (default 7 days)
-	OutMaxAge         time.Duration // IM_OUT (default 7 days)
+	OutMaxAge         time.Duration // IM_OUT (default 7 days); IM_SENT keeps receipts OutMaxAge + SentMargin
 	DeadLetterMaxAge  time.Duration // DEAD_LETTERS (default 30 days)
 	Duplicates        time.Duration // dedupe window of every stream but IM_IN and SESSION_IN (default 2 minutes)
 	// InboundDuplicates is the dedupe window of IM_IN and SESSION_IN (default 11 minutes). It is
@@ -269,10 +269,18 @@ func (s Spec) IMOutStream() jetstream.StreamConfig {
 	return s.stream(StreamIMOut, "agentbus: outbound replies", []string{all(PrefixIMOut)}, s.OutMaxAge)
 }
 
-// IMSentStream is IM_SENT: delivery receipts.
+// SentMargin is how much longer IM_SENT keeps a receipt than IM_OUT keeps the part it records.
+const SentMargin = 24 * time.Hour
+
+// IMSentStream is IM_SENT: delivery receipts. A receipt is egress's proof that its part was
+// sent, needed for as long as IM_OUT may deliver the part again (a recreated consumer delivers
+// every stored part): so IM_SENT keeps receipts OutMaxAge + SentMargin (8 days by default), no
+// more (issue 41: each receipt is a subject of its own; it used to be kept 30 days, with IM_IN,
+// which also let receipts vanish before their parts when imInMaxAgeMs was under 7 days). The
+// transcript archiver must read IM_SENT within that time.
 func (s Spec) IMSentStream() jetstream.StreamConfig {
 	s = s.WithDefaults()
-	return s.stream(StreamIMSent, "agentbus: delivery receipts", []string{all(PrefixIMSent)}, s.IMInMaxAge)
+	return s.stream(StreamIMSent, "agentbus: delivery receipts", []string{all(PrefixIMSent)}, s.OutMaxAge+SentMargin)
 }
 
 // TasksStream is TASKS: a work queue of durable background work.
