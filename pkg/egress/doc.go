@@ -35,15 +35,17 @@
 //
 // # At most one send per out id
 //
-// The part's one delivery record is its events.Receipt on IM_SENT, on a subject of its own
-// (events.IMSentPartSubject: im.sent.<platform>.<bot>.<scope>.<scene>.<out>). Before sending,
-// the handler reads the last message on that subject (a "not found" confirmed by the stream
-// leader, natsutil.GetMsg); a hit is skipped and acked. A part an older version delivered has
-// no receipt there but a KV delivered entry (key events.EncodeToken(outId), read only): it is
-// skipped too, and its receipt written. After the platform's 2xx the handler publishes the
-// receipt (platform message id and time; Nats-Msg-Id "sent/<outId>") expecting the subject to
-// be empty, so a part has at most one record, and only then lets the message be acked. Within
-// one process, two copies of an out id are handled one after the other, never side by side. A
+// The part's one delivery record is its events.Receipt on IM_SENT, on its chat's subject
+// (events.IMSentSubject: im.sent.<platform>.<bot>.<scope>.<scene>; the out id in the
+// Agentbus-Out-Id header, so subjects grow with chats, not parts). Before sending, the handler
+// searches the chat's receipts stored since the part was (store.FindReceipt: batched direct
+// gets, complete once they reached the leader's last receipt on the subject; it also reads the
+// per-part subjects im.sent.<...>.<out> of the layout before issue 41); a hit is skipped and
+// acked. A part an older version delivered may have no receipt but a KV delivered entry (key
+// events.EncodeToken(outId), read only): it is skipped too, and its receipt written. After the
+// platform's 2xx the handler publishes the receipt (platform message id and time; Nats-Msg-Id
+// "sent/<outId>", so a second record of the part within the duplicate window is dropped),
+// and only then lets the message be acked. Within one process, two copies of an out id are handled one after the other, never side by side. A
 // started send is not cancelled by Stop, so its outcome is recorded. Every part this process
 // has not sent itself is looked up, whatever its delivery count or Fresh flag: a recreated
 // consumer, a new durable or a promoted standby copy of IM_OUT delivers every stored part "for

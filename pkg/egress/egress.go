@@ -20,6 +20,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/natsutil"
+	"github.com/agentbus/agentbus/pkg/store"
 	"github.com/agentbus/agentbus/pkg/store/transcript"
 	"github.com/agentbus/agentbus/pkg/tracing"
 	"github.com/nats-io/nats.go"
@@ -275,7 +276,7 @@ type egress struct {
 	o        Options
 	log      *slog.Logger
 	js       jetstream.JetStream
-	sent     jetstream.Stream   // IM_SENT: the delivery records (receipts), one subject per part
+	sent     jetstream.Stream   // IM_SENT: the delivery records (receipts), one subject per chat
 	kv       jetstream.KeyValue // KV delivered: records of older versions only (read, never written)
 	senders  map[string]Sender
 	limiter  *limiter
@@ -576,7 +577,13 @@ func (e *egress) handle(msg *message.Message) error {
 	out := ev.Data
 	d.platform = out.Platform
 	key := events.EncodeToken(out.OutID)
-	subj := events.IMSentPartSubject(out.SessionKey(), out.OutID)
+	subj := events.IMSentSubject(out.SessionKey())
+	var since time.Time // the part's storage time less the skew of two leaders' clocks
+	if d.msg != nil {
+		if md, err := d.msg.Metadata(); err == nil {
+			since = md.Timestamp.Add(-store.ReceiptSkew)
+		}
+	}
 	release, err := e.inflight.acquire(ctx, key)
 	if err != nil {
 		return err
@@ -592,7 +599,7 @@ func (e *egress) handle(msg *message.Message) error {
 	found, legacy := false, false
 	if r, ok := e.sentHere.get(out.OutID); ok {
 		prev, found = r, true
-	} else if prev, found, legacy, err = e.lookupWithin(ctx, subj, key); err != nil {
+	} else if prev, found, legacy, err = e.lookupWithin(ctx, out, since, key); err != nil {
 		return err
 	}
 	switch {
@@ -674,18 +681,19 @@ func send(ctx context.Context, s Sender, ev *events.Event[events.Outbound]) (str
 const busTimeout = 5 * time.Second
 
 // lookupWithin is lookup bounded by busTimeout.
-func (e *egress) lookupWithin(ctx context.Context, subj, key string) (rec record, found, legacy bool, err error) {
+func (e *egress) lookupWithin(ctx context.Context, out events.Outbound, since time.Time, key string) (rec record, found, legacy bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, busTimeout)
 	defer cancel()
-	return e.lookup(ctx, subj, key)
+	return e.lookup(ctx, out, since, key)
 }
 
-// lookup finds the delivery record of a part: its receipt, the last message on subj in IM_SENT.
-// The answer decides whether to send, so a "not found" is the stream leader's
-// (natsutil.GetMsg), never a lagging replica's. A part an older version delivered has no
-// receipt there but an entry in KV delivered (key; kept DeliveredTTL, 7 days): found, legacy.
-func (e *egress) lookup(ctx context.Context, subj, key string) (rec record, found, legacy bool, err error) {
-	raw, err := natsutil.GetMsg(ctx, e.js, e.sent, natsutil.MsgQuery{LastFor: subj})
+// lookup finds the delivery record of a part: its receipt on IM_SENT among the chat's receipts
+// stored since the part was (store.FindReceipt, which also reads the per-part subjects of the
+// layout before issue 41). The answer decides whether to send, so a "not found" is the stream
+// leader's, never a lagging replica's. A part an older version delivered may have no receipt
+// but an entry in KV delivered (key; kept DeliveredTTL, 7 days): found, legacy.
+func (e *egress) lookup(ctx context.Context, out events.Outbound, since time.Time, key string) (rec record, found, legacy bool, err error) {
+	raw, err := store.FindReceipt(ctx, e.js, e.sent, out.SessionKey(), out.OutID, since)
 	switch {
 	case err == nil:
 		var r events.Event[events.Receipt]
@@ -695,7 +703,7 @@ func (e *egress) lookup(ctx context.Context, subj, key string) (rec record, foun
 		}
 		return record{OutID: r.Data.OutID, MessageID: r.Data.MessageID, Time: r.Data.Time}, true, false, nil
 	case !errors.Is(err, jetstream.ErrMsgNotFound):
-		return record{}, false, false, fmt.Errorf("read %s %s: %w", events.StreamIMSent, subj, err)
+		return record{}, false, false, fmt.Errorf("read %s: %w", events.StreamIMSent, err)
 	}
 	ent, err := e.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -710,10 +718,10 @@ func (e *egress) lookup(ctx context.Context, subj, key string) (rec record, foun
 	return rec, true, true, nil
 }
 
-// recordReceipt writes the part's delivery record, the im.sent receipt on subj (Nats-Msg-Id
-// "sent/<out id>"), expecting the subject to be empty, so it is written at most once. It
-// retries briefly: losing it is the one way a part could be sent twice. A retry of a write
-// that did land is dropped by the duplicate window and counts as written.
+// recordReceipt writes the part's delivery record, the im.sent receipt on the chat's subject
+// subj (Nats-Msg-Id "sent/<out id>", HeaderOutID the out id). It retries briefly: losing it is
+// the one way a part could be sent twice. A retry of a write that did land, or a second record
+// of the same part (two replicas that both sent it), is dropped by the duplicate window.
 func (e *egress) recordReceipt(ctx context.Context, ev *events.Event[events.Outbound], subj string, rec record) error {
 	out := ev.Data
 	r := events.New(events.Receipt{
@@ -732,7 +740,7 @@ func (e *egress) recordReceipt(ctx context.Context, ev *events.Event[events.Outb
 		return permanent(ReasonInvalid, fmt.Errorf("receipt: %w", err))
 	}
 	tracing.InjectNATS(ctx, m.Header)
-	natsutil.ExpectLastSubjectSeq(m, 0) // the first receipt for this out id; a header, so FastPublish's path
+	m.Header.Set(events.HeaderOutID, out.OutID)
 	wait := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, busTimeout)

@@ -251,7 +251,7 @@ func TestDeliverWebhook(t *testing.T) {
 	}
 
 	// Receipt on IM_SENT, with the platform message id and the outbound's correlation.
-	m := lastMsg(t, srv.JS, events.StreamIMSent, events.IMSentPartSubject(out.SessionKey(), out.OutID))
+	m := lastMsg(t, srv.JS, events.StreamIMSent, events.IMSentSubject(out.SessionKey()))
 	rev := new(events.Event[events.Receipt])
 	if err := events.Unmarshal(m.Data, rev); err != nil {
 		t.Fatal(err)
@@ -331,7 +331,7 @@ func TestLegacyDeliveredRecord(t *testing.T) {
 	if n := streamMsgs(t, srv.JS, events.StreamIMSent, events.PrefixIMSent+".>"); n != 1 {
 		t.Fatalf("%d receipts, want 1", n)
 	}
-	m := lastMsg(t, srv.JS, events.StreamIMSent, events.IMSentPartSubject(out.SessionKey(), out.OutID))
+	m := lastMsg(t, srv.JS, events.StreamIMSent, events.IMSentSubject(out.SessionKey()))
 	rev := new(events.Event[events.Receipt])
 	if err := events.Unmarshal(m.Data, rev); err != nil || rev.Data.MessageID != "plat-old" {
 		t.Fatalf("receipt %+v (%v), want the older record's platform message id", rev.Data, err)
@@ -571,7 +571,7 @@ func TestConsole(t *testing.T) {
 	}
 	// The receipt (the delivery record) is written before the delivery is counted.
 	waitFor(t, "receipt", func() bool { return h.Stats().Delivered == 1 })
-	rm := lastMsg(t, srv.JS, events.StreamIMSent, events.IMSentPartSubject(out.SessionKey(), out.OutID))
+	rm := lastMsg(t, srv.JS, events.StreamIMSent, events.IMSentSubject(out.SessionKey()))
 	var rev events.Event[events.Receipt]
 	if err := events.Unmarshal(rm.Data, &rev); err != nil || rev.Data.MessageID != out.OutID {
 		t.Fatalf("receipt %v %+v", err, rev.Data)
@@ -918,5 +918,45 @@ func TestRecreatedConsumerSendsNothingTwice(t *testing.T) {
 				t.Fatalf("callback got %d posts, want %d (each part once)", got, n)
 			}
 		})
+	}
+}
+
+// TestReceiptsShareTheChatSubject: receipts of many parts of one chat are on one subject (the
+// out id in a header), and a receipt an older version wrote on the part's own subject still
+// keeps its part from being sent again.
+func TestReceiptsShareTheChatSubject(t *testing.T) {
+	srv := natstest.New(t)
+	cb := newCallback(t, nil)
+	// An older version's receipt for part turnOld-0, on its own subject.
+	old := outbound("turnOld-0")
+	rec := events.New(events.Receipt{OutID: old.OutID, Platform: old.Platform, Bot: old.Bot, Scene: old.Scene, MessageID: "p-old", Time: time.Now().UnixMilli(), Sender: events.Sender{ID: old.Bot}})
+	m, err := events.NewMsg(events.IMSentPartSubject(old.SessionKey(), old.OutID), rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.JS.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, fastOptions(srv, testConfig(cb), t))
+	const n = 10
+	for i := range n {
+		publish(t, srv.JS, outbound(fmt.Sprintf("turnS%d-0", i)), "")
+	}
+	publish(t, srv.JS, old, "")
+	waitFor(t, "every part handled", func() bool { s := h.Stats(); return s.Delivered+s.Skipped == n+1 })
+	if s := h.Stats(); s.Delivered != n || s.Skipped != 1 || cb.count() != n {
+		t.Fatalf("stats %+v, %d posts; want %d sent and the old part skipped", s, cb.count(), n)
+	}
+	st, err := srv.JS.Stream(context.Background(), events.StreamIMSent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(events.PrefixIMSent+".>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The chat's subject (n receipts) and the old part's subject.
+	if len(info.State.Subjects) != 2 || info.State.Subjects[events.IMSentSubject(old.SessionKey())] != n {
+		t.Fatalf("receipt subjects %v, want the chat's with %d and the old part's", info.State.Subjects, n)
 	}
 }

@@ -362,8 +362,10 @@ func (o Outbound) Validate() error {
 }
 
 // Receipt records that a part was delivered (IM_SENT, type "im.sent"), published on
-// IMSentPartSubject(key, OutID) with Nats-Msg-Id = "sent/" + OutID. It is egress's one
-// delivery record: "already delivered?" is the last message on that subject. It carries the
+// IMSentSubject(key) (one subject per chat, issue 41; IMSentPartSubject, one per part, before)
+// with Nats-Msg-Id = "sent/" + OutID and HeaderOutID = OutID. It is egress's one delivery
+// record: "already delivered?" is a search of the chat's receipts stored since the part was
+// (store.FindReceipt). It carries the
 // content so the transcript archiver can write the outbound row without joining IM_OUT.
 type Receipt struct {
 	OutID    string `json:"outId"`

@@ -17,6 +17,9 @@ const (
 	HeaderSession = "Agentbus-Session"
 	HeaderTurn    = "Agentbus-Turn"
 	HeaderTrace   = "Agentbus-Trace"
+	// HeaderOutID on a receipt (IM_SENT) is the out id of the part it records: receipts share
+	// their chat's subject, so this header says which part each one is for.
+	HeaderOutID = "Agentbus-Out-Id"
 	// HeaderWakeAck on a doorbell ring (AgentWakeSubject) is the ack subject of the JetStream
 	// delivery the ring hands over to the owner.
 	HeaderWakeAck = "Agentbus-Wake-Ack"

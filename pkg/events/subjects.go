@@ -57,14 +57,14 @@ func IMInSubject(k SessionKey) string { return sceneSubject(PrefixIMIn, k) }
 // IMOutSubject is im.out.<platform>.<bot>.<scope>.<scene>.
 func IMOutSubject(k SessionKey) string { return sceneSubject(PrefixIMOut, k) }
 
-// IMSentSubject is im.sent.<platform>.<bot>.<scope>.<scene>: the subject receipts had before
-// they carried their out id (IMSentPartSubject). IM_SENT may still hold such receipts; nothing
-// publishes on it any more.
+// IMSentSubject is im.sent.<platform>.<bot>.<scope>.<scene>: the subject of every receipt of
+// the chat, the out id in HeaderOutID (issue 41: subjects grow with chats, not parts).
 func IMSentSubject(k SessionKey) string { return sceneSubject(PrefixIMSent, k) }
 
 // IMSentPartSubject is im.sent.<platform>.<bot>.<scope>.<scene>.<out>, <out> the token of the
-// out id: one subject per delivered part, so that "was this part delivered?" is a get of the
-// last message on it, and a receipt is written at most once (expected last subject sequence 0).
+// out id: the subject receipts had before issue 41, one per delivered part. Nothing publishes on
+// it any more; IM_SENT keeps such receipts until they age out, and store.FindReceipt still
+// reads them.
 func IMSentPartSubject(k SessionKey, outID string) string {
 	return sceneSubject(PrefixIMSent, k) + "." + EncodeToken(outID)
 }

@@ -437,8 +437,8 @@ func (a *actor) prefetchContext(id events.SessionID) {
 
 // replyStored reports whether the reply of the turn a closing commit closed is stored: its
 // last part (publishReply stores it after the others) is the last message on the chat's IM_OUT
-// subject, or its receipt is on IM_SENT. Both reads are the stream leaders' answers
-// (ConsistentGetMsg). False means not
+// subject, or its receipt is on IM_SENT (store.FindReceipt). Both reads are the stream
+// leaders' answers. False means not
 // known: something else went to the chat after it, or it was never stored.
 func (a *actor) replyStored(mark store.CommitMark) (bool, error) {
 	if mark.ReplyParts == 0 {
@@ -452,7 +452,11 @@ func (a *actor) replyStored(mark store.CommitMark) (bool, error) {
 	case err != nil && !errors.Is(err, jetstream.ErrMsgNotFound):
 		return false, fmt.Errorf("reply of turn %s stored: %w", mark.Turn, err)
 	}
-	_, err = natsutil.ConsistentGetMsg(a.ctx, a.w.js, a.w.imSent, natsutil.MsgQuery{LastFor: events.IMSentPartSubject(a.sk, last)})
+	var since time.Time // the receipt follows the commit
+	if !mark.Time.IsZero() {
+		since = mark.Time.Add(-store.ReceiptSkew)
+	}
+	_, err = store.FindReceipt(a.ctx, a.w.js, a.w.imSent, a.sk, last, since)
 	switch {
 	case err == nil:
 		return true, nil

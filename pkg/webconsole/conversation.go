@@ -236,7 +236,18 @@ func (r *Reader) fetch(ctx context.Context, sk events.SessionKey) (*sources, err
 			})
 		})
 		g.Go(func() error {
-			// A receipt's subject ends with its out id: the subjects alone say what was sent.
+			// Receipts on the chat's subject name their part in a header (issue 41); those of
+			// the layout before end their subject with the out id.
+			src.sent = map[string]bool{}
+			err := store.Scan(gctx, r.js, events.StreamIMSent, events.IMSentSubject(sk), 1, time.Time{}, func(m *jetstream.RawStreamMsg) bool {
+				if id := m.Header.Get(events.HeaderOutID); id != "" {
+					src.sent[id] = true
+				}
+				return true
+			})
+			if err != nil {
+				return err
+			}
 			st, err := r.js.Stream(gctx, events.StreamIMSent)
 			if err != nil {
 				return err
@@ -246,7 +257,6 @@ func (r *Reader) fetch(ctx context.Context, sk events.SessionKey) (*sources, err
 			if err != nil {
 				return err
 			}
-			src.sent = make(map[string]bool, len(info.State.Subjects))
 			for subj := range info.State.Subjects {
 				if id, err := events.DecodeToken(strings.TrimPrefix(subj, prefix)); err == nil {
 					src.sent[id] = true
