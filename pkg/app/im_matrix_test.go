@@ -411,7 +411,7 @@ func lastReceipt(t *testing.T, p *app.Process, sk events.SessionKey) events.Rece
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := s.GetLastMsgForSubject(ctx, events.IMSentSubject(sk)+".>") // receipts are per part: im.sent.<scene>.<out>
+	m, err := s.GetLastMsgForSubject(ctx, events.IMSentSubject(sk)) // receipts are per chat (issue 41): im.sent.<scene>
 	if err != nil {
 		t.Fatalf("no receipt for %s: %v", sk, err)
 	}

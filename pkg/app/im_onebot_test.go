@@ -473,7 +473,7 @@ func waitReceipt(t *testing.T, p *app.Process, sk events.SessionKey) {
 		t.Fatal(err)
 	}
 	for {
-		if _, err := s.GetLastMsgForSubject(ctx, events.IMSentSubject(sk)+".>"); err == nil {
+		if _, err := s.GetLastMsgForSubject(ctx, events.IMSentSubject(sk)); err == nil { // the chat's receipts (issue 41)
 			return
 		}
 		select {
