@@ -56,7 +56,8 @@ func CheckReplayWindow(ctx context.Context, js jetstream.StreamManager, cfg conf
 //	    server's max_payload, stated in the answer; inline media goes to the media store and
 //	    does not count); the message is dead-lettered
 //	429 over the bot's or the sender's rate limit (Retry-After says when to retry)
-//	503 the bus did not take the message, or too many requests at once (the sender should retry)
+//	503 the bus did not take the message, or too many requests at once (the sender should retry;
+//	    Retry-After says when)
 //
 // Two signature schemes are accepted, keyed with the bot's secret: Standard Webhooks
 // (webhook-id, webhook-timestamp, webhook-signature over id.timestamp.body) and
@@ -220,6 +221,7 @@ func (h *WebhookHandler) serve(rw http.ResponseWriter, r *http.Request) {
 		return
 	case err != nil:
 		h.log.Error("webhook ingest failed", "bot", botID, "platform", PlatformWebhook, "message_id", in.ID, "err", err)
+		w.Header().Set("Retry-After", "1") // a leader election is seconds; every 503 says when
 		httpError(w, http.StatusServiceUnavailable, "not accepted, retry later")
 		return
 	}

@@ -1,6 +1,7 @@
 package toolworker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -256,7 +257,7 @@ func (h *Handle) markStarted(c *call, t tools.Tool, timeout time.Duration) (bool
 	}
 	val, _ := json.Marshal(marker{Worker: h.opts.ID, Instance: h.instance, Tool: t.Name, StartedAt: now.UnixMilli(), Until: until.UnixMilli()})
 	key := MarkerKey(c.ev.Data.CallID)
-	rev, err := h.markers.Create(h.killCtx, key, val)
+	rev, err := h.createMarker(key, val, until)
 	if err == nil {
 		return true, rev
 	}
@@ -296,6 +297,58 @@ func (h *Handle) markStarted(c *call, t tools.Tool, timeout time.Duration) (bool
 		t.Name, who))
 	return false, 0
 }
+
+// createMarker creates the started marker key with val and returns its revision. A create
+// that fails for the bus (a NATS node lost: the bucket's stream elects a leader, a request sent
+// to the dead node is never answered) is tried again, each try bounded by markerAttempt, until
+// it succeeds, the key is someone else's (jsconflict.Is), or until passes: the call's request
+// is held meanwhile (in-progress acks), so the call is not redelivered. A try that timed out may
+// have stored val all the same; the next try then finds the key taken, and the marker is this
+// very attempt's when it holds exactly val (which names this process's run and the start time
+// to the millisecond): the call has not run, so it runs now instead of being answered
+// "interrupted" by its own never-started attempt.
+func (h *Handle) createMarker(key string, val []byte, until time.Time) (uint64, error) {
+	wait := 100 * time.Millisecond
+	uncertain := false // a try failed for the bus: val may be stored
+	for {
+		ctx, cancel := context.WithTimeout(h.killCtx, markerAttempt)
+		rev, err := h.markers.Create(ctx, key, val)
+		cancel()
+		if err == nil {
+			return rev, nil
+		}
+		if jsconflict.Is(err) {
+			if !uncertain {
+				return 0, err
+			}
+			ctx, cancel := context.WithTimeout(h.killCtx, markerAttempt)
+			e, gerr := h.markers.Get(ctx, key)
+			cancel()
+			switch {
+			case gerr == nil && bytes.Equal(e.Value(), val):
+				return e.Revision(), nil
+			case gerr == nil:
+				return 0, err
+			}
+			err = gerr
+		}
+		uncertain = true
+		if h.killCtx.Err() != nil || time.Now().Add(wait).After(until) {
+			return 0, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-h.killCtx.Done():
+			t.Stop()
+			return 0, err
+		case <-t.C:
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// markerAttempt bounds one request of createMarker: a healthy leader answers well within it.
+const markerAttempt = 2 * time.Second
 
 // resultExists reports nil when a result is stored on subj, jetstream.ErrMsgNotFound when
 // there is none (without asking when fresh), or the error of the look-up.
