@@ -45,7 +45,7 @@ func (w *Worker) startSubagents(ctx context.Context) error {
 			defer w.wg.Done()
 			w.runSubagent(msg)
 		}()
-	}, jetstream.PullMaxMessages(8))
+	}, natsutil.FailoverConsume(jetstream.PullMaxMessages(8))...)
 	if err != nil {
 		return err
 	}

@@ -977,10 +977,12 @@ type pendingRecord struct {
 	f   jetstream.PubAckFuture
 }
 
-// awaitAck waits for f's ack, at most busTimeout: the async publisher has no ack timeout of
+// awaitAck waits for f's ack, at most until until: the async publisher has no ack timeout of
 // its own, and an ack lost while a NATS node dies (or the publish itself, buffered in the
-// connection) would otherwise leave the turn waiting forever, its reply never sent.
-func awaitAck(ctx context.Context, f jetstream.PubAckFuture) error {
+// connection) would otherwise leave the turn waiting forever, its reply never sent. Callers
+// waiting for several acks give them one deadline (ackWaitFrom): a fresh wait per ack made n
+// lost acks cost n waits.
+func awaitAck(ctx context.Context, f jetstream.PubAckFuture, until time.Time) error {
 	select { // most acks are in by the time they are awaited: no timer for those
 	case <-f.Ok():
 		return nil
@@ -988,7 +990,7 @@ func awaitAck(ctx context.Context, f jetstream.PubAckFuture) error {
 		return err
 	default:
 	}
-	timer := time.NewTimer(busTimeout)
+	timer := time.NewTimer(time.Until(until))
 	defer timer.Stop()
 	select {
 	case <-f.Ok():
@@ -1002,6 +1004,12 @@ func awaitAck(ctx context.Context, f jetstream.PubAckFuture) error {
 	}
 }
 
+// ackWait is how long a turn waits for the acks of its asynchronous publishes before it
+// publishes the unacknowledged ones again (same Nats-Msg-Id, dropped by the stream if stored):
+// an ack is lost when the stream's leader dies or is being elected, and a healthy leader
+// answers well within it.
+const ackWait = 2 * time.Second
+
 // flush waits until every message recorded so far is stored; a record whose asynchronous
 // publish failed or got no ack is published again (same Nats-Msg-Id) and waited for.
 func (t *turnRun) flush(ctx context.Context) error {
@@ -1009,8 +1017,9 @@ func (t *turnRun) flush(ctx context.Context) error {
 	pending := t.unacked
 	t.unacked = nil
 	t.mu.Unlock()
+	until := time.Now().Add(ackWait)
 	for i, p := range pending {
-		err := awaitAck(ctx, p.f)
+		err := awaitAck(ctx, p.f, until)
 		if err == nil {
 			continue
 		}
@@ -1148,11 +1157,12 @@ func (w *Worker) publishAll(ctx context.Context, msgs []*nats.Msg) error {
 				failed = append(failed, m)
 			}
 		}
+		until := time.Now().Add(ackWait)
 		for i, f := range futures {
 			if f == nil {
 				continue
 			}
-			if err := awaitAck(ctx, f); err != nil {
+			if err := awaitAck(ctx, f, until); err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
