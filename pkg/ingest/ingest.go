@@ -134,7 +134,7 @@ func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (res Result
 func (in *Ingestor) ingestRetrying(ctx context.Context, m *events.IMMessage) (Result, error) {
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
 		backoff.WithMaxInterval(time.Second), backoff.WithMaxElapsedTime(ingestRetryFor))
-	for {
+	for try := 1; ; try++ {
 		res, err := in.ingest(ctx, m)
 		if err == nil || errors.Is(err, ErrTooLarge) || IsInvalid(err) || ctx.Err() != nil {
 			return res, err
@@ -143,7 +143,11 @@ func (in *Ingestor) ingestRetrying(ctx context.Context, m *events.IMMessage) (Re
 		if dl, ok := ctx.Deadline(); d == backoff.Stop || ok && time.Until(dl) < d {
 			return res, err
 		}
-		in.log.Warn("ingest failed; retrying", "message_id", m.MessageID, "platform", m.Platform, "in", d.Round(time.Millisecond), "err", err)
+		level := slog.LevelDebug // one warning per message, not one per try
+		if try == 1 {
+			level = slog.LevelWarn
+		}
+		in.log.Log(ctx, level, "ingest failed; retrying", "message_id", m.MessageID, "platform", m.Platform, "try", try, "in", d.Round(time.Millisecond), "err", err)
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
