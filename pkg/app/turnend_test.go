@@ -1,8 +1,11 @@
 package app_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,6 +39,7 @@ func (pl *pipeline) turnsTotal(outcome string) float64 {
 // the test pipeline) and the user is told so, with what the model last said; the turn counts
 // as iteration_limit. Before, no reply reached the chat.
 func TestIterationLimitReplies(t *testing.T) {
+	logs := &turnEndLog{}
 	pl := newPipeline(t, func(r *fakeopenai.Request) fakeopenai.Reply {
 		if !r.HasTool("user_profile") {
 			return fakeopenai.Echo(r)
@@ -46,7 +50,7 @@ func TestIterationLimitReplies(t *testing.T) {
 		}
 		return fakeopenai.Reply{Text: fmt.Sprintf("checking step %d", n+1), ToolCalls: []fakeopenai.ToolCall{
 			{ID: fmt.Sprintf("call_%d", n+1), Name: "user_profile", Arguments: `{"action":"get","key":"city"}`}}}
-	}, pipelineOpts{})
+	}, pipelineOpts{log: logs})
 	pl.waitToolsServed()
 	before := len(pl.model.Requests())
 	pl.post(private("chain", "u1", "look up everything, step by step"))
@@ -71,6 +75,44 @@ func TestIterationLimitReplies(t *testing.T) {
 	if rs := pl.cb.all(); len(rs) != 1+countScene(rs, "probe") {
 		t.Fatalf("more than one reply in u1's chat: %s", fmtReplies(rs))
 	}
+	// The log says why: a warning, and the turn's summary line with its outcome and reason.
+	var warned, finished bool
+	for _, line := range strings.Split(logs.String(), "\n") {
+		var l map[string]any
+		if json.Unmarshal([]byte(line), &l) != nil {
+			continue
+		}
+		switch l["msg"] {
+		case "turn stopped at the iteration limit":
+			warned = l["level"] == "WARN" && l["model_calls"] == float64(n)
+		case "turn finished":
+			if l["outcome"] == "iteration_limit" {
+				reason, _ := l["reason"].(string)
+				finished = strings.Contains(reason, fmt.Sprintf("after %d model calls", n))
+			}
+		}
+	}
+	if !warned || !finished {
+		t.Fatalf("log lacks the iteration limit (warning %v, turn finished with reason %v):\n%s", warned, finished, logs.String())
+	}
+}
+
+// turnEndLog is a bytes.Buffer safe for the process's concurrent log writes.
+type turnEndLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *turnEndLog) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *turnEndLog) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func countScene(rs []reply, sceneID string) int {
