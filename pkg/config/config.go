@@ -909,7 +909,10 @@ func (c *Config) ApplyDefaults() {
 		s.ExpireMs = 7 * 24 * 3600 * 1000
 	}
 	if s.ColdStartMaxMessages == 0 {
-		s.ColdStartMaxMessages = 50
+		// As many as maxHistory: a load that reaches this bound is compacted (messages beyond it
+		// would fall out unsummarized), and a bound of 50 summarized every chat of 25 short
+		// exchanges (issue 37). The seed's example value 50 still applies when written.
+		s.ColdStartMaxMessages = s.MaxHistory
 	}
 	if s.ColdStartMaxAgeMs == 0 {
 		s.ColdStartMaxAgeMs = 24 * 3600 * 1000

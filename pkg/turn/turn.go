@@ -133,6 +133,9 @@ type turnRun struct {
 	timedOut bool
 	outcome  string
 	msgs     []llm.Message
+	// limitSteps: the turn stopped at its iteration limit after this many model calls, its
+	// reply says so (replies.go); 0 otherwise.
+	limitSteps int
 }
 
 const (
@@ -426,7 +429,6 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 			t.spillTail(true) // no commit to carry them
 		}
 		t.msgs = newMsgs
-		loopErr := err
 		if interrupted {
 			t.outcome = metrics.TurnCancelled
 			// The merged turn carries this turn's input; nothing of this one is committed.
@@ -458,7 +460,7 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 				return a.ctx.Err()
 			}
 		}
-		reply := a.replyMsgs(&t.pendingTurn, t.id, t.replyFor(final, newMsgs), t.fresh)
+		reply := a.replyMsgsOf(&t.pendingTurn, t.id, t.turnReply(final, newMsgs), t.fresh)
 		// A turn whose start is in AGENT_EVENTS already (it asked for a tool, or was taken
 		// over) writes no turn_committed record: its commit closes it (store.WithClosing),
 		// carrying its tail and the number of its reply parts, so a tool turn costs one
@@ -510,14 +512,14 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		// owner finishes the turn from its commit (takeOver), publishing the reply again under
 		// the same ids.
 		t.replied.Store(true) // committed: nothing of it is left to cancel (/cancel)
-		t.outcome = t.outcomeOf(final, loopErr)
+		t.outcome = t.outcomeOf(final)
 		pctx, cancel := a.w.replyContext()
 		defer cancel()
 		if err := a.w.publishReply(pctx, committed, reply); err != nil {
 			return err
 		}
 	} else {
-		msgs := a.replyMsgs(&t.pendingTurn, t.id, t.replyFor(lastAssistant(persisted), persisted), false)
+		msgs := a.replyMsgsOf(&t.pendingTurn, t.id, t.turnReply(lastAssistant(persisted), persisted), false)
 		var rec *nats.Msg
 		if t.commitRecord { // (a closing commit needs none)
 			final := lastAssistant(persisted)
@@ -533,7 +535,7 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 			}
 		}
 		t.replied.Store(true)
-		t.msgs, t.outcome = persisted, t.outcomeOf(lastAssistant(persisted), nil)
+		t.msgs, t.outcome = persisted, t.outcomeOf(lastAssistant(persisted))
 		pctx, cancel := a.w.replyContext()
 		defer cancel()
 		if err := a.w.publishReply(pctx, rec, msgs); err != nil {
@@ -1089,15 +1091,21 @@ func (a *actor) replyText(pt *pendingTurn, turn, text string) {
 // replyMsgs are the outbound parts of text (ids turn-0, turn-1, ...), for the pending turn's
 // reply target; fresh promises egress that they were never published before.
 func (a *actor) replyMsgs(pt *pendingTurn, turn, text string, fresh bool) []*nats.Msg {
-	parts := chunk.SplitMedia(text)
+	return a.replyMsgsOf(pt, turn, []string{text}, fresh)
+}
+
+// replyMsgsOf is replyMsgs of several texts, each its own message(s), in order (replies.go).
+func (a *actor) replyMsgsOf(pt *pendingTurn, turn string, texts []string, fresh bool) []*nats.Msg {
 	var segs []events.Segments
-	for _, p := range parts {
-		if p.Kind != "" {
-			segs = append(segs, events.Segments{mediaSegment(p)})
-			continue
-		}
-		for _, c := range chunk.Chunk(p.Text, replyLimit) {
-			segs = append(segs, events.Segments{events.TextSeg(c)})
+	for _, text := range texts {
+		for _, p := range chunk.SplitMedia(text) {
+			if p.Kind != "" {
+				segs = append(segs, events.Segments{mediaSegment(p)})
+				continue
+			}
+			for _, c := range chunk.Chunk(p.Text, replyLimit) {
+				segs = append(segs, events.Segments{events.TextSeg(c)})
+			}
 		}
 	}
 	msgs := make([]*nats.Msg, 0, len(segs))
