@@ -39,6 +39,8 @@ Usage:
   agentbus bench [flags]                  measure the whole pipeline (webhook in, callback out)
   agentbus provision [--config FILE]      create or update every stream and bucket on nats.url, then exit
   agentbus status                         what runs on the bus: replicas, sessions, adapters, backlogs, dead letters
+  agentbus config check [FILE]            validate a configuration without starting anything (the checks up
+                                          makes before it starts; exit 1 with the same one-line error)
   agentbus doctor [--config FILE]         check config, bus, providers, adapters, sandbox, data dir, disk
   agentbus dlq list|show ID|retry ID|discard ID|purge
                                           the dead letters of every role; retry puts one back where it came from
@@ -109,6 +111,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdDoctor(ctx, args[1:], stdout)
 	case "dlq":
 		err = cmdDLQ(ctx, args[1:], stdout)
+	case "config":
+		err = cmdConfig(ctx, args[1:], stdout, stderr)
 	case "exec-policy":
 		return execpolicy.CLI(args[1:], stdout, stderr)
 	case "version":
@@ -127,6 +131,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		if err == errSilent { // the command printed why
 			return 1
+		}
+		if err == errUsage {
+			return 64
 		}
 		fmt.Fprintln(stderr, "agentbus:", rolemain.OneLine(err))
 		return 1
