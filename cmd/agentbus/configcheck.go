@@ -13,6 +13,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/models"
+	"github.com/agentbus/agentbus/pkg/tools/builtin"
 	"github.com/agentbus/agentbus/pkg/tools/filetool"
 )
 
@@ -62,11 +63,16 @@ var errUsage = fmt.Errorf("usage")
 
 // checkConfig loads path as agentbus up does (./agentbus.yml or the defaults when path is empty)
 // and then runs the checks up runs before it starts a role and that need no bus: a provider's
-// apiKey naming an unset variable, the provider registry, and the *.tool.md and *.agent.md
-// files of ai.agent.toolsDir and agentsDir.
+// apiKey naming an unset variable, the provider registry, log:, the web tools' and sandbox
+// settings, and the *.tool.md and *.agent.md files of ai.agent.toolsDir and agentsDir. It does
+// not start MCP servers, open the workspace or check ai.tools names against the built-ins
+// (agentbus doctor and up do).
 func checkConfig(path string) (*config.Config, error) {
 	cfg, err := loadConfig(path)
 	if err != nil {
+		return nil, err
+	}
+	if _, err := newLogger(cfg, io.Discard); err != nil {
 		return nil, err
 	}
 	roles := app.AllRoles.FromConfig(cfg.Roles)
@@ -82,6 +88,9 @@ func checkConfig(path string) (*config.Config, error) {
 		ws, err := filepath.Abs(cfg.AI.Agent.Workspace)
 		if err != nil {
 			return nil, fmt.Errorf("tool-worker: workspace: %w", err)
+		}
+		if _, err := builtin.FromConfig(cfg.AI, nil, nil, nil); err != nil {
+			return nil, fmt.Errorf("tool-worker: %w", err)
 		}
 		if _, err := filetool.LoadAgents(cfg.AI.Agent.AgentsDir); err != nil {
 			return nil, fmt.Errorf("tool-worker: %w", err)
