@@ -161,9 +161,7 @@ func newLogger(cfg *config.Config, w io.Writer) (*slog.Logger, error) {
 
 func cmdUp(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
-	path := fs.String("config", "", "config file (default ./agentbus.yml when present, else the built-in defaults)")
-	healthAddr := fs.String("health", os.Getenv("AGENTBUS_HEALTH_LISTEN"), "serve GET /healthz on this address, e.g. 127.0.0.1:8081 (overrides health.listen)")
-	metricsAddr := fs.String("metrics-listen", os.Getenv("AGENTBUS_METRICS_LISTEN"), "serve GET /metrics (Prometheus) on this address, e.g. 127.0.0.1:9091 (overrides metrics.listen)")
+	path, healthAddr, metricsAddr := upFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `agentbus up — run agentbus on this machine: an embedded NATS JetStream server (store under
 dataDir, default ./data) and all four roles in one process, until Ctrl-C / SIGTERM. Without a
@@ -205,6 +203,15 @@ Flags:
 	}
 	return app.Run(ctx, cfg, app.Options{Roles: app.AllRoles.FromConfig(cfg.Roles), Out: stdout, Log: log,
 		Ready: func(p *app.Process) { upConsole(ctx, p, stdout, log) }})
+}
+
+// upFlags declares the flags of agentbus up on fs (the docs test parses documented command
+// lines with it).
+func upFlags(fs *flag.FlagSet) (path, healthAddr, metricsAddr *string) {
+	path = fs.String("config", "", "config file (default ./agentbus.yml when present, else the built-in defaults)")
+	healthAddr = fs.String("health", os.Getenv("AGENTBUS_HEALTH_LISTEN"), "serve GET /healthz on this address, e.g. 127.0.0.1:8081 (overrides health.listen)")
+	metricsAddr = fs.String("metrics-listen", os.Getenv("AGENTBUS_METRICS_LISTEN"), "serve GET /metrics (Prometheus) on this address, e.g. 127.0.0.1:9091 (overrides metrics.listen)")
+	return path, healthAddr, metricsAddr
 }
 
 // cmdHealth GETs a /healthz URL: exit 0 on 200, 1 otherwise (printing the report). Images
