@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"path/filepath"
 	"slices"
@@ -64,9 +65,9 @@ var errUsage = fmt.Errorf("usage")
 // checkConfig loads path as agentbus up does (./agentbus.yml or the defaults when path is empty)
 // and then runs the checks up runs before it starts a role and that need no bus: a provider's
 // apiKey naming an unset variable, the provider registry, log:, the web tools' and sandbox
-// settings, and the *.tool.md and *.agent.md files of ai.agent.toolsDir and agentsDir. It does
-// not start MCP servers, open the workspace or check ai.tools names against the built-ins
-// (agentbus doctor and up do).
+// settings, the ai.tools names, and the *.tool.md and *.agent.md files of ai.agent.toolsDir
+// and agentsDir. It does not start MCP servers or create the workspace (so the exec policy's
+// allowlist paths are checked by up only).
 func checkConfig(path string) (*config.Config, error) {
 	cfg, err := loadConfig(path)
 	if err != nil {
@@ -89,7 +90,12 @@ func checkConfig(path string) (*config.Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tool-worker: workspace: %w", err)
 		}
-		if _, err := builtin.FromConfig(cfg.AI, nil, nil, nil); err != nil {
+		bc, err := builtin.FromConfig(cfg.AI, nil, nil, nil)
+		if err != nil {
+			return nil, fmt.Errorf("tool-worker: %w", err)
+		}
+		bc.Log = slog.New(slog.DiscardHandler)
+		if _, err := builtin.All(bc); err != nil { // without a workspace: no file tools, no bash
 			return nil, fmt.Errorf("tool-worker: %w", err)
 		}
 		if _, err := filetool.LoadAgents(cfg.AI.Agent.AgentsDir); err != nil {
