@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -509,4 +510,78 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n") + "\n"
+}
+
+// docCommands are the commands of agentbus whose documented flags TestDocsCommandFlags checks,
+// with their subcommands.
+var docCommands = map[string][]string{
+	"up": nil, "chat": nil, "sessions": nil, "replay": nil, "console": nil, "bench": nil,
+	"provision": nil, "status": nil, "doctor": nil, "health": nil,
+	"dlq": {"list", "show", "retry", "discard", "purge"}, "exec-policy": {"check"}, "config": {"check"},
+}
+
+var (
+	docCommandRE = regexp.MustCompile(`agentbus ([a-z-]+)((?: [a-z]+)?)([^` + "`" + `|#&;)]*)`)
+	docFlagRE    = regexp.MustCompile(`(?:^|[\s\[])--?([a-zA-Z][\w-]*)`)
+	helpFlagRE   = regexp.MustCompile(`(?m)^  -([a-zA-Z][\w-]*)`)
+)
+
+// helpOf is the --help text of an agentbus command (a child process: some commands print
+// their flags on the process's own stderr).
+func helpOf(t *testing.T, args ...string) string {
+	code, out, errOut := child(t, t.TempDir(), "agentbus", append(args, "--help")...)
+	if code != 0 {
+		t.Errorf("agentbus %s --help: exit %d, want 0\n%s%s", strings.Join(args, " "), code, out, errOut)
+	}
+	return out + errOut
+}
+
+// TestDocsCommandFlags: --help of every agentbus command exits 0 and lists flags, and every
+// flag README.md and docs/ write after an agentbus command (inline, in a block, in a synopsis)
+// is one of that command's flags.
+func TestDocsCommandFlags(t *testing.T) {
+	flags := map[string]map[string]bool{}
+	for cmd, subs := range docCommands {
+		names := [][]string{{cmd}}
+		for _, s := range subs {
+			names = append(names, []string{cmd, s})
+		}
+		for _, n := range names {
+			set := map[string]bool{"help": true, "h": true}
+			for _, m := range helpFlagRE.FindAllStringSubmatch(helpOf(t, n...), -1) {
+				set[m[1]] = true
+			}
+			flags[strings.Join(n, " ")] = set
+		}
+	}
+	checked := 0
+	for _, f := range docFiles(t) {
+		raw, err := os.ReadFile(filepath.Join(pkgRoot, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(raw), "\n") {
+			for _, m := range docCommandRE.FindAllStringSubmatch(line, -1) {
+				subs, ok := docCommands[m[1]]
+				if !ok {
+					continue
+				}
+				name, rest := m[1], m[2]+m[3]
+				if sub := strings.TrimSpace(m[2]); sub != "" && slices.Contains(subs, sub) {
+					name, rest = m[1]+" "+sub, m[3]
+				}
+				rest, _, _ = strings.Cut(rest, " -- ") // what follows is the checked command line
+				for _, fm := range docFlagRE.FindAllStringSubmatch(rest, -1) {
+					checked++
+					if !flags[name][fm[1]] {
+						t.Errorf("%s:%d: `agentbus %s` has no flag -%s (its --help lists %v)", f, i+1, name, fm[1], slices.Sorted(maps.Keys(flags[name])))
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d documented flags of agentbus commands exist", checked)
+	if checked < 20 {
+		t.Fatalf("only %d flags found; the extraction is broken", checked)
+	}
 }
