@@ -39,6 +39,8 @@ Usage:
   agentbus bench [flags]                  measure the whole pipeline (webhook in, callback out)
   agentbus provision [--config FILE]      create or update every stream and bucket on nats.url, then exit
   agentbus status                         what runs on the bus: replicas, sessions, adapters, backlogs, dead letters
+  agentbus config check [FILE]            validate a configuration without starting anything (the checks up
+                                          makes before it starts; exit 1 with the same one-line error)
   agentbus doctor [--config FILE]         check config, bus, providers, adapters, sandbox, data dir, disk
   agentbus dlq list|show ID|retry ID|discard ID|purge
                                           the dead letters of every role; retry puts one back where it came from
@@ -109,6 +111,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdDoctor(ctx, args[1:], stdout)
 	case "dlq":
 		err = cmdDLQ(ctx, args[1:], stdout)
+	case "config":
+		err = cmdConfig(ctx, args[1:], stdout, stderr)
 	case "exec-policy":
 		return execpolicy.CLI(args[1:], stdout, stderr)
 	case "version":
@@ -127,6 +131,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		if err == errSilent { // the command printed why
 			return 1
+		}
+		if err == errUsage {
+			return 64
 		}
 		fmt.Fprintln(stderr, "agentbus:", rolemain.OneLine(err))
 		return 1
@@ -154,9 +161,7 @@ func newLogger(cfg *config.Config, w io.Writer) (*slog.Logger, error) {
 
 func cmdUp(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
-	path := fs.String("config", "", "config file (default ./agentbus.yml when present, else the built-in defaults)")
-	healthAddr := fs.String("health", os.Getenv("AGENTBUS_HEALTH_LISTEN"), "serve GET /healthz on this address, e.g. 127.0.0.1:8081 (overrides health.listen)")
-	metricsAddr := fs.String("metrics-listen", os.Getenv("AGENTBUS_METRICS_LISTEN"), "serve GET /metrics (Prometheus) on this address, e.g. 127.0.0.1:9091 (overrides metrics.listen)")
+	path, healthAddr, metricsAddr := upFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `agentbus up — run agentbus on this machine: an embedded NATS JetStream server (store under
 dataDir, default ./data) and all four roles in one process, until Ctrl-C / SIGTERM. Without a
@@ -198,6 +203,15 @@ Flags:
 	}
 	return app.Run(ctx, cfg, app.Options{Roles: app.AllRoles.FromConfig(cfg.Roles), Out: stdout, Log: log,
 		Ready: func(p *app.Process) { upConsole(ctx, p, stdout, log) }})
+}
+
+// upFlags declares the flags of agentbus up on fs (the docs test parses documented command
+// lines with it).
+func upFlags(fs *flag.FlagSet) (path, healthAddr, metricsAddr *string) {
+	path = fs.String("config", "", "config file (default ./agentbus.yml when present, else the built-in defaults)")
+	healthAddr = fs.String("health", os.Getenv("AGENTBUS_HEALTH_LISTEN"), "serve GET /healthz on this address, e.g. 127.0.0.1:8081 (overrides health.listen)")
+	metricsAddr = fs.String("metrics-listen", os.Getenv("AGENTBUS_METRICS_LISTEN"), "serve GET /metrics (Prometheus) on this address, e.g. 127.0.0.1:9091 (overrides metrics.listen)")
+	return path, healthAddr, metricsAddr
 }
 
 // cmdHealth GETs a /healthz URL: exit 0 on 200, 1 otherwise (printing the report). Images
