@@ -501,6 +501,9 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 	if p.turnOpts.Tracer, err = p.tracer(ctx, "turn-worker"); err != nil {
 		return err
 	}
+	if p.turnOpts.Hooks, err = p.hookRunner(cfg, b.NC, "turn-worker", log); err != nil { // hooks.go
+		return err
+	}
 	w, err := p.AddTurnWorker(ctx, "")
 	if err != nil {
 		return err
