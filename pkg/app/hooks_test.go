@@ -1,12 +1,17 @@
 package app_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -515,6 +520,74 @@ func runHookMatrix(t *testing.T, svc *hookService, target func(string) string, s
 	} {
 		if counts[k] < 1 {
 			t.Errorf("agentbus_hook_calls_total{%s} = %v, want at least 1 (all: %v)", k, counts[k], counts)
+		}
+	}
+}
+
+// TestHooksPython runs the Python example of docs/hooks.md (standard library only) as the
+// message.received hook, next to an in-process Go hook on message.sending (hooks.Register).
+func TestHooksPython(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 is not installed: the hook in another language cannot run")
+	}
+	doc, err := os.ReadFile("../../docs/hooks.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```python\n(.*?)```").FindSubmatch(doc)
+	if m == nil {
+		t.Fatal("docs/hooks.md has no python block")
+	}
+	script := filepath.Join(t.TempDir(), "hook.py")
+	if err := os.WriteFile(script, m[1], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(python, script)
+	cmd.Env = append(os.Environ(), "PORT=0", "HOOK_SECRET="+hookSecret)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("the python hook did not start: %v", err)
+	}
+	port := strings.TrimSpace(strings.TrimPrefix(line, "listening on"))
+
+	// The Go hook signs what this chat is sent; other tests' chats are left alone.
+	unregister := hooks.Register("message:sending", func(ctx context.Context, ev *hooks.Event) (hooks.Result, error) {
+		if sceneOf(ev.Session) != "py-user" {
+			return hooks.Result{}, nil
+		}
+		text, _ := ev.Data["text"].(string)
+		return hooks.Result{Action: hooks.Modify, Data: map[string]any{"text": text + " [go]"}}, nil
+	})
+	defer unregister()
+
+	pl := newPipeline(t, fakeopenai.Echo, pipelineOpts{ai: fmt.Sprintf(`  hooks:
+    - name: python
+      events: [message.received]
+      url: http://127.0.0.1:%s/hook
+      secret: %s
+      onError: block
+`, port, hookSecret)})
+	pl.post(private("py-1", "py-user", "hello darn world"))
+	if r := pl.repliesIn("py-user", 1)[0].Text(); r != "echo: hello **** world [go]" {
+		t.Errorf("reply %q, want the python hook's and the Go hook's changes", r)
+	}
+	pl.post(private("py-2", "py-user", "a forbidden topic"))
+	if r := pl.repliesIn("py-user", 2)[1].Text(); r != "Let's not talk about that. [go]" {
+		t.Errorf("reply %q, want the python hook's block reply (through the Go hook)", r)
+	}
+	for _, r := range pl.model.Requests() {
+		if r.Contains("forbidden") || r.Contains("darn") {
+			t.Errorf("the model saw what the hook blocked or masked:\n%s", r.Text())
 		}
 	}
 }
