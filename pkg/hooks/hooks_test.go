@@ -249,3 +249,18 @@ func TestNilRunner(t *testing.T) {
 	}
 	r.Notify(&hooks.Event{Event: hooks.MessageSent})
 }
+
+// BenchmarkRunHTTP is one signed call to a local HTTP hook that answers continue.
+func BenchmarkRunHTTP(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		_, _ = w.Write([]byte(`{"action":"continue"}`))
+	}))
+	defer srv.Close()
+	r, _ := hooks.New([]config.Hook{{Name: "b", Events: []string{hooks.MessageReceived}, URL: srv.URL, Secret: "whsec_c2VjcmV0"}}, hooks.Options{Registry: &hooks.Registry{}})
+	b.ReportAllocs()
+	for i := range b.N {
+		_ = i
+		r.Run(context.Background(), &hooks.Event{Event: hooks.MessageReceived, ID: "x", Data: map[string]any{"text": "hello"}})
+	}
+}
