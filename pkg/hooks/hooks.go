@@ -135,7 +135,7 @@ type hook struct {
 	events  map[string]bool
 	timeout time.Duration
 	block   bool // onError: block
-	call    func(ctx context.Context, h *hook, body []byte, ev *Event) (Result, error)
+	call    func(ctx context.Context, h *hook, ev *Event) (Result, error)
 	// transport details
 	url, subject, secret string
 	fn                   Func
@@ -281,7 +281,7 @@ func (r *Runner) call(ctx context.Context, h *hook, ev *Event) (Result, error) {
 	start := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
-	res, err := h.call(cctx, h, nil, ev)
+	res, err := h.call(cctx, h, ev)
 	outcome := metrics.HookContinue
 	switch {
 	case err != nil && errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil:

@@ -39,7 +39,7 @@ func sign(h *hook, ev *Event, body []byte) (http.Header, error) {
 	return hdr, nil
 }
 
-func (r *Runner) callHTTP(ctx context.Context, h *hook, _ []byte, ev *Event) (Result, error) {
+func (r *Runner) callHTTP(ctx context.Context, h *hook, ev *Event) (Result, error) {
 	body, err := json.Marshal(ev)
 	if err != nil {
 		return Result{}, err
@@ -70,7 +70,7 @@ func (r *Runner) callHTTP(ctx context.Context, h *hook, _ []byte, ev *Event) (Re
 	return decodeAnswer(raw)
 }
 
-func (r *Runner) callNATS(ctx context.Context, h *hook, _ []byte, ev *Event) (Result, error) {
+func (r *Runner) callNATS(ctx context.Context, h *hook, ev *Event) (Result, error) {
 	if r.o.NC == nil {
 		return Result{}, fmt.Errorf("no NATS connection for subject %s", h.subject)
 	}
@@ -119,7 +119,7 @@ func snippet(b []byte) string {
 
 // callFunc runs an in-process hook; a hook that ignores its ctx is abandoned at the timeout
 // (its goroutine runs on, its answer is dropped).
-func callFunc(ctx context.Context, h *hook, _ []byte, ev *Event) (Result, error) {
+func callFunc(ctx context.Context, h *hook, ev *Event) (Result, error) {
 	// The function gets its own copy of the event, so that an abandoned call cannot race the
 	// chain's next steps.
 	cp := *ev
