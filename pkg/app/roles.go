@@ -138,7 +138,7 @@ func (p *Process) startToolWorker(ctx context.Context, cfg *config.Config, opts 
 	if err != nil {
 		return err
 	}
-	hk, err := p.hookRunner(cfg, b.NC, "tool-worker", log) // hooks.go
+	hk, err := p.hookRunner(cfg, opts.Hooks, b.NC, "tool-worker", log) // hooks.go
 	if err != nil {
 		return err
 	}
@@ -168,7 +168,7 @@ func (p *Process) startEgress(ctx context.Context, cfg *config.Config, opts Opti
 	if err != nil {
 		return err
 	}
-	hk, err := p.hookRunner(cfg, b.NC, "egress", log) // hooks.go
+	hk, err := p.hookRunner(cfg, opts.Hooks, b.NC, "egress", log) // hooks.go
 	if err != nil {
 		return err
 	}
