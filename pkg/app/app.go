@@ -23,6 +23,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/costs"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/hooks"
 	"github.com/agentbus/agentbus/pkg/ingest"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/memory"
@@ -70,6 +71,9 @@ type Options struct {
 	// ExtraTools are served by the tool worker next to the configured tool set (benchmarks and
 	// tests add a trivial tool this way; see pkg/bench).
 	ExtraTools []tools.Tool
+	// Hooks holds this process's in-process hooks (docs/hooks.md); nil means hooks.Default(),
+	// which hooks.Register fills.
+	Hooks *hooks.Registry
 }
 
 // Process is a running agentbus process.
@@ -499,6 +503,9 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 			return res.Body, res.ContentType, nil
 		}}
 	if p.turnOpts.Tracer, err = p.tracer(ctx, "turn-worker"); err != nil {
+		return err
+	}
+	if p.turnOpts.Hooks, err = p.hookRunner(cfg, opts.Hooks, b.NC, "turn-worker", log); err != nil { // hooks.go
 		return err
 	}
 	w, err := p.AddTurnWorker(ctx, "")

@@ -412,6 +412,7 @@ type AI struct {
 	ImageGeneration ImageGeneration           `yaml:"imageGeneration"`
 	Tools           Tools                     `yaml:"tools"`
 	Scheduler       Scheduler                 `yaml:"scheduler"` // heartbeat and recurring jobs (scheduler.go)
+	Hooks           []Hook                    `yaml:"hooks"`     // plugins called at steps of the pipeline (hooks.go)
 	Extra           map[string]map[string]any `yaml:"extra"`
 }
 
@@ -1118,6 +1119,7 @@ func (c *Config) Validate() error {
 	oneOf("ai.dispatcher.order", c.AI.Dispatcher.Order, "command-first", "ai-first")
 	oneOf("nats.storage", c.NATS.Storage, "file", "memory")
 	c.AI.Scheduler.validate(bad)
+	validateHooks(c.AI.Hooks, bad)
 	if c.NATS.Provision != "" {
 		oneOf("nats.provision", c.NATS.Provision, "update", "wait")
 	}

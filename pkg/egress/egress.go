@@ -18,6 +18,7 @@ import (
 	"github.com/agentbus/agentbus/internal/jsconflict"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/hooks"
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/store/transcript"
@@ -120,6 +121,8 @@ type Options struct {
 	// Tracer records a "send <platform>" span per delivery, continuing the turn's span the part
 	// carries; senders that speak HTTP add a client span and pass traceparent on (nil: off).
 	Tracer trace.TracerProvider
+	// Hooks runs message.sending and message.sent (nil: none; hooks.go).
+	Hooks *hooks.Runner
 
 	// afterRecord is a test hook run after a part was sent, recorded and its receipt published,
 	// before the handler returns (and so before the ack).
@@ -613,6 +616,9 @@ func (e *egress) handle(msg *message.Message) error {
 	if !ok {
 		return permanent(ReasonNoSender, fmt.Errorf("%w %q", ErrNoSender, out.Platform))
 	}
+	if !e.sendingHook(ctx, ev) {
+		return nil
+	}
 	if err := e.limiter.Wait(ctx, out.Platform); err != nil {
 		return fmt.Errorf("throttle %s: %w", out.Platform, err)
 	}
@@ -643,6 +649,7 @@ func (e *egress) handle(msg *message.Message) error {
 	}
 	e.delivered.Add(1)
 	e.o.Metrics.Send(out.Platform, metrics.SendSent)
+	e.sentHook(ev, pmid)
 	if e.log.Enabled(ctx, slog.LevelDebug) {
 		d.logger().Debug("egress: delivered", "out", out.OutID, "platform", out.Platform, "platformMsg", pmid)
 	}

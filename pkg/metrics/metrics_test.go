@@ -31,6 +31,7 @@ func every(t *testing.T) (*Registry, map[string]*dto.MetricFamily) {
 	NewTools(r).Call("bash", OutcomeOK, time.Millisecond)
 	NewEgress(r).Send("webhook", SendSent)
 	NewDeadLetters(r).Add("egress", "invalid")
+	NewHooks(r).Call("moderation", "message.received", HookContinue, time.Millisecond)
 	c := NewConsumers(r)
 	c.pending.WithLabelValues("SESSION_IN", "turn-workers").Set(0)
 	c.ackPending.WithLabelValues("SESSION_IN", "turn-workers").Set(0)

@@ -125,6 +125,10 @@ func (h *Handle) handle(s *served, msg jetstream.Msg) {
 		h.finish(c, tools.ErrorResult("%v", err))
 		return
 	}
+	if args, err = h.toolBefore(c, t, args); err != nil {
+		h.finish(c, tools.ErrorResult("%v", err))
+		return
+	}
 	timeout := h.timeoutFor(t.Name)
 	if !t.Idempotent {
 		proceed, rev := h.markStarted(c, t, timeout)
@@ -139,6 +143,7 @@ func (h *Handle) handle(s *served, msg jetstream.Msg) {
 	if h.killed.Load() {
 		return
 	}
+	res = h.toolAfter(c, args, res)
 	outcome := metrics.OutcomeOK
 	if res.IsError {
 		outcome = metrics.OutcomeError

@@ -891,7 +891,11 @@ func (a *actor) handle(ev events.Any, seq uint64) error {
 	policy := a.concurrency()
 	switch e := ev.(type) {
 	case *events.Event[events.UserMessage]:
-		in := a.userInput(&e.Data.Message, e.Data.Text)
+		text, hooked := a.receivedHook(e) // hooks.go
+		if hooked.Blocked {
+			return a.blockMessage(e, seq, hooked)
+		}
+		in := a.userInput(&e.Data.Message, text)
 		pt := &pendingTurn{seq: seq, input: []llm.Message{in}, msg: e.Data.Message, trace: e.Trace, accepted: e.Time, parent: a.parent}
 		return a.schedule(pt, policy)
 	case *events.Event[events.Listen]:

@@ -58,6 +58,7 @@ func (a *actor) resetSession() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	a.sessionNewHook(s.SessionID, s.Epoch) // hooks.go
 	return fmt.Sprintf("Session reset: a new conversation starts now (epoch %d). Chat history is kept.", s.Epoch), nil
 }
 

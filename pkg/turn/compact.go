@@ -291,6 +291,7 @@ func (a *actor) compactContext(ctx context.Context, sid events.SessionID, turnMo
 	after.Summary, after.Messages, after.Seqs = &sum, msgs[cut:], loaded.Seqs[cut:]
 	out := compactOutcome{covered: cut, kept: len(msgs) - cut, restored: len(res.Restored), count: sum.Count, seq: seq,
 		before: contextTokens(nil, loaded, "", nil), after: contextTokens(nil, after, "", nil)}
+	a.sessionCompactHook(sid.String(), msgID, sum.Text, reason, out.covered, out.kept) // hooks.go
 	a.log.Info("context compacted", "reason", reason, "summarized", out.covered, "kept", out.kept, "restored_ids", out.restored,
 		"tokens_before", out.before, "tokens_after", out.after, "anchor", sum.AnchorSeq, "seq", seq, "compactions", sum.Count)
 	return out, nil

@@ -634,6 +634,9 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 	if t.persona != "" {
 		system = withPersona(system, t.persona)
 	}
+	if system, err = t.bootstrapHook(ctx, system); err != nil { // hooks.go
+		return nil, nil, err
+	}
 	loaded = t.autoCompact(ctx, loaded, system) // L2 when the context nears the window (compact.go)
 	ac := &loop.AgentContext{SystemPrompt: system, Messages: contextMessages(loaded), Tools: agentTools}
 	agentCfg := w.opts.AI.Agent
@@ -656,6 +659,7 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 	if cs := w.compactionSettings(t.model); cs.Enabled {
 		cfg.TransformContext = t.microCompact(cs) // L1
 	}
+	cfg.TransformContext = t.transformHook(cfg.TransformContext) // ai.hooks after L1 (hooks.go)
 	if lvl, err := llm.ParseThinkingLevel(agentCfg.Thinking); err == nil {
 		cfg.StreamOptions.Thinking = lvl
 	}
@@ -1358,7 +1362,11 @@ func (a *actor) inboxEvent(seq uint64) (events.Any, error) {
 func (a *actor) inboxMessage(ev events.Any) (llm.Message, *events.IMMessage, bool) {
 	switch e := ev.(type) {
 	case *events.Event[events.UserMessage]:
-		return a.userInput(&e.Data.Message, e.Data.Text), &e.Data.Message, true
+		text, hooked := a.receivedHook(e) // hooks.go
+		if hooked.Blocked {
+			return llm.Message{}, nil, false
+		}
+		return a.userInput(&e.Data.Message, text), &e.Data.Message, true
 	case *events.Event[events.Steer]:
 		return llm.UserText(e.Data.Text, e.Time), e.Data.Message, true
 	case *events.Event[events.FollowUp]:

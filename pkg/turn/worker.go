@@ -78,6 +78,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/approvals"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/hooks"
 	"github.com/agentbus/agentbus/pkg/inbox"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
@@ -146,6 +147,8 @@ type Options struct {
 	Metrics     *metrics.Turn
 	DeadLetters *metrics.DeadLetters
 	Log         *slog.Logger
+	// Hooks runs the turn worker's ai.hooks events (nil: none; hooks.go).
+	Hooks *hooks.Runner
 }
 
 // Worker runs session actors for every session whose lease it holds.
