@@ -6,9 +6,9 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/metrics"
+	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 )
 
 // The transcript archiver's dead letters count in agentbus_dead_letters_total with egress's
