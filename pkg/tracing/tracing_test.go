@@ -219,12 +219,13 @@ func TestSpanNamesAndAttributes(t *testing.T) {
 		}, want{"chat gpt-4o-mini", trace.SpanKindClient, codes.Unset, map[string]string{
 			"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai", "gen_ai.request.model": "gpt-4o-mini",
 			"gen_ai.response.model": "gpt-4o-mini-2024-07-18", "gen_ai.usage.input_tokens": "120", "gen_ai.usage.output_tokens": "7",
-			"gen_ai.response.finish_reasons": `["toolUse"]`, "agentbus.provider": "main"}}},
+			"gen_ai.response.finish_reasons": "", "agentbus.provider": "main"}}}, // toolUse is the ordinary end: not recorded
 		{"failed model call", func(ctx context.Context) error {
 			for range WrapStream(fakeStream(failed, llm.EventError))(ctx, model, &llm.Context{}, &llm.StreamOptions{Secrets: []string{"sk-secret-123"}}) {
 			}
 			return nil
-		}, want{"chat gpt-4o-mini", trace.SpanKindClient, codes.Error, map[string]string{"error.type": "model_error"}}},
+		}, want{"chat gpt-4o-mini", trace.SpanKindClient, codes.Error, map[string]string{"error.type": "model_error",
+			"gen_ai.response.finish_reasons": `["error"]`}}},
 		{"tool call", func(ctx context.Context) error {
 			_, err := WrapExecutor(loop.ToolExecutorFunc(func(context.Context, loop.ToolCallRequest) (loop.ToolResult, error) {
 				return loop.TextResult("ok"), nil
