@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -394,4 +395,32 @@ func TestDocsConfigBlock(t *testing.T) {
 		t.Fatalf("New with the documented environment: %v", err)
 	}
 	_ = p.Shutdown(context.Background())
+}
+
+// TestEnvHelp: the --help text names every OTEL_ variable this package's code reads.
+func TestEnvHelp(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := regexp.MustCompile(`"(OTEL_[A-Z_]+)"`)
+	seen := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") || f == "envhelp.go" {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range name.FindAllStringSubmatch(string(src), -1) {
+			seen++
+			if !strings.Contains(EnvHelp, m[1]) {
+				t.Errorf("%s reads %s, which EnvHelp does not list", f, m[1])
+			}
+		}
+	}
+	if seen < 8 {
+		t.Fatalf("found %d OTEL_ variables in the package's code: the scan is broken", seen)
+	}
 }
