@@ -22,6 +22,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/execpolicy"
 	"github.com/agentbus/agentbus/pkg/logging"
+	"github.com/agentbus/agentbus/pkg/tracing"
 )
 
 const usage = `agentbus — AI agents that live in chat, on NATS JetStream
@@ -65,6 +66,10 @@ const providerEnvHelp = `  <ALIAS>_API_KEY         API key of provider ai.provid
   OLLAMA_HOST             a local Ollama's address (default http://127.0.0.1:11434)
   ${VAR} / ${VAR:-default} anywhere in the config file is expanded from the environment
 `
+
+// traceEnvHelp closes the --help of the commands that run roles (up, bench): they record
+// traces as the OTEL_* variables say.
+const traceEnvHelp = "Traces (OpenTelemetry, docs/observability.md; each role its own service):\n" + tracing.EnvHelp
 
 // clientEnvHelp closes the --help of chat, sessions and replay.
 const clientEnvHelp = `
@@ -175,7 +180,7 @@ Usage:
 Flags:
 `)
 		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), "\nEnvironment:\n  AGENTBUS_HEALTH_LISTEN  default of --health\n  AGENTBUS_METRICS_LISTEN default of --metrics-listen\n"+providerEnvHelp)
+		fmt.Fprint(fs.Output(), "\nEnvironment:\n  AGENTBUS_HEALTH_LISTEN  default of --health\n  AGENTBUS_METRICS_LISTEN default of --metrics-listen\n"+providerEnvHelp+traceEnvHelp)
 	}
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -492,6 +492,8 @@ func runArchiver(ctx context.Context, h *Handle, node string) error {
 	a, err := transcript.RunArchiver(ctx, h.e.js, h.db, transcript.ArchiverOptions{
 		Node:   node,
 		Logger: h.e.log,
+		// Its dead letters count with egress's own (agentbus_dead_letters_total{role="archiver"}).
+		OnDeadLetter: h.e.o.DeadLetters.Add,
 	})
 	if err != nil {
 		return fmt.Errorf("egress: %w", err)

@@ -111,13 +111,20 @@ type Result struct {
 // message that reached IM_IN but not SESSION_IN is completed by the retry. It does so itself
 // while the bus is briefly away (a leader election), until ctx ends: see ingestRetrying.
 //
-// With tracing on, the message gets a span "ingest <platform>" (a child of the webhook request's
-// span, whose inbound traceparent it continues) and every event it publishes carries that span
-// in events.HeaderSpanContext; the trace id is the event's envelope trace.
+// With tracing on, the message gets a span "ingest <platform>", unless ctx has a recording span
+// already (the webhook request's, which continues an inbound traceparent): then that span is
+// the message's and gets the agentbus.platform attribute. Every event it publishes carries
+// that span in events.HeaderSpanContext; the trace id is the event's envelope trace.
 func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (res Result, err error) {
 	defer func() { in.count(m, res, err) }()
 	if !tracing.Enabled(in.tracer) {
 		return in.ingestRetrying(ctx, m) // off: not even the span's options are built
+	}
+	if cur := trace.SpanFromContext(ctx); cur.IsRecording() {
+		// The webhook request's span: the publish is part of it, a span of its own would
+		// add nothing an operator needs (and costs as much as any span).
+		cur.SetAttributes(attribute.String("agentbus.platform", m.Platform))
+		return in.ingest(ctx, m)
 	}
 	ctx, span := tracing.Start(ctx, in.tracer, "ingest "+m.Platform, "", "", trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.String("agentbus.platform", m.Platform)))

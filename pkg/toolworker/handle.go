@@ -63,8 +63,7 @@ func (h *Handle) handle(s *served, msg jetstream.Msg) {
 	}
 	tc := c.ev.Data
 	if tracing.Enabled(h.opts.Tracer) { // off, not even the span's name and options are built
-		_, c.span = tracing.StartNATS(context.Background(), h.opts.Tracer, "execute_tool "+tc.Tool, c.nm.Header, c.ev.Trace,
-			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(tracing.ToolAttributes(tc.Tool, tc.CallID)...))
+		_, c.span = tracing.StartToolNATS(context.Background(), h.opts.Tracer, c.nm.Header, c.ev.Trace, tc.Tool, tc.CallID)
 		defer func() { tracing.EndTool(c.span, c.failed) }()
 	}
 

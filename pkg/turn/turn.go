@@ -361,6 +361,19 @@ func (a *actor) takeOver(sess *store.Session, pt *pendingTurn) (bool, error) {
 	return true, nil
 }
 
+// traced reports whether a turn gets a span (with tracing on). A turn whose trigger carried a
+// span context (a chat message, steer or follow-up from ingest, a subagent result or schedule
+// published by a traced role) is that span's child. Without one, a turn caused by a user's
+// chat message (ingest did not trace it) and the resumption of a started turn taken over from
+// another owner start a root span in the envelope's trace; a wakeup nobody traced (a schedule or heartbeat firing, a background
+// result) starts none: it would be a fresh root of its own per firing, with nothing an
+// operator could follow it back to, at the cost of a whole trace. Its model and tool calls
+// are then not traced either (they have no recording parent); its log lines and metrics are
+// as for any turn.
+func (t *turnRun) traced() bool {
+	return t.parent != "" || t.accepted > 0 || t.resumed
+}
+
 // launch runs t in its own goroutine; resumed carries the turn's persisted messages.
 func (a *actor) launch(t *turnRun, resumed *turnLog) {
 	ctx, cancel := context.WithCancel(a.ctx)
@@ -374,9 +387,10 @@ func (a *actor) launch(t *turnRun, resumed *turnLog) {
 	a.turnsWG.Add(1)
 	t.launched = time.Now()
 	// The turn's span; set before the goroutine starts, so that its readers (the turn's records
-	// and reply parts carry it) need no lock. Off, not even its options are built.
+	// and reply parts carry it) need no lock. Off, not even its options are built. See traced
+	// for which turns have one.
 	var span trace.Span = noop.Span{}
-	if tracing.Enabled(a.w.opts.Tracer) {
+	if tracing.Enabled(a.w.opts.Tracer) && t.traced() {
 		ctx, span = tracing.Start(ctx, a.w.opts.Tracer, "turn", t.parent, t.trace, trace.WithSpanKind(trace.SpanKindConsumer),
 			trace.WithAttributes(tracing.AgentbusSession.String(t.sidStr), tracing.AgentbusTurn.String(t.id)))
 		t.spanCtx = span.SpanContext()
