@@ -167,7 +167,7 @@ func (w *Worker) subagentLoop(ctx context.Context, task events.SubagentTask, tra
 	if maxIter <= 0 {
 		maxIter = w.opts.AI.Agent.MaxSubagentIterations
 	}
-	exec := &busExecutor{w: w, scope: callScope{sk: task.Parent, turn: "task-" + task.TaskID, sid: task.Parent.String(), trace: trace, caller: task.Caller}}
+	exec := &busExecutor{w: w, scope: callScope{sk: task.Parent, turn: "task-" + task.TaskID, sid: task.Parent.String(), trace: trace, caller: task.Caller, model: model}}
 	ac := &loop.AgentContext{
 		SystemPrompt: "You are a background worker agent. Complete the task with the tools you have, then answer with a concise report of what you did and found. Nobody can answer questions while you work.",
 		Tools:        offered,

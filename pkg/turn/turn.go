@@ -25,6 +25,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/logging"
 	"github.com/agentbus/agentbus/pkg/loop"
+	"github.com/agentbus/agentbus/pkg/models"
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/store"
@@ -624,7 +625,9 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 		t.started.ContextSeq = loaded.LastSeq
 	}
 	t.mu.Unlock()
-	tools, agentTools, skillText := w.selectTools(t.msg, t.input, loaded.Messages)
+	// The model's harness: ai.agent, the built-in size defaults, then ai.agent.modelHarness.
+	harness := models.ResolveHarness(w.opts.AI.Agent, t.model.Provider, t.model.ID)
+	tools, agentTools, skillText := w.selectToolsWith(harness, t.msg, t.input, loaded.Messages)
 	if pre := t.preExecute(ctx); pre != "" {
 		skillText += "\n## Pre-executed tool results\n" + pre
 	}
@@ -639,7 +642,7 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 		Model:         t.model,
 		StreamFn:      w.opts.StreamFn,
 		GetAPIKey:     w.opts.Models.APIKey,
-		ToolExecution: loop.ToolExecutionMode(agentCfg.ToolExecution),
+		ToolExecution: loop.ToolExecutionMode(harness.ToolExecution),
 		Executor:      t.tracedExecutor(),
 		MaxIterations: w.maxIterations(t.model, tools),
 		GetSteeringMessages: func() []llm.Message {
@@ -654,7 +657,7 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 	if cs := w.compactionSettings(t.model); cs.Enabled {
 		cfg.TransformContext = t.microCompact(cs) // L1
 	}
-	if lvl, err := llm.ParseThinkingLevel(agentCfg.Thinking); err == nil {
+	if lvl, err := llm.ParseThinkingLevel(harness.Thinking); err == nil {
 		cfg.StreamOptions.Thinking = lvl
 	}
 	cfg.StreamOptions.SessionID = t.sidStr

@@ -1,0 +1,194 @@
+package app_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentbus/agentbus/internal/fakeopenai"
+)
+
+// longSkill writes a skill whose instructions are 3,228 characters and have no quick-actions
+// section, into a skills directory of its own, and returns that directory.
+func longSkill(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	body := strings.Repeat("Step: read the report carefully and write down every figure it gives.\n", 46) // 70 × 46 = 3220
+	body = body + "The end."                                                                                  // 3228 characters
+	skill := "---\nname: report-digest\ndescription: digest a quarterly report\nkeywords: [report]\n---\n" + body
+	if err := os.MkdirAll(filepath.Join(dir, "report-digest"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report-digest", "SKILL.md"), []byte(skill), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// activateScript calls activate_skill for any message mentioning the report and answers with
+// the length of the instructions it got back.
+func activateScript(r *fakeopenai.Request) fakeopenai.Reply {
+	if last := r.Messages[len(r.Messages)-1]; last.Role == "tool" {
+		return fakeopenai.Reply{Text: fmt.Sprintf("instructions: %d chars", len([]rune(last.Content)))}
+	}
+	if strings.Contains(r.LastUser(), "report") {
+		return fakeopenai.Reply{ToolCalls: []fakeopenai.ToolCall{{ID: fmt.Sprintf("a%d", len(r.Users())), Name: "activate_skill", Arguments: `{"name":"report-digest"}`}}}
+	}
+	return fakeopenai.Echo(r)
+}
+
+// skillResult is the activate_skill result the model got in the chat's last turn.
+func skillResult(t *testing.T, pl *pipeline) string {
+	t.Helper()
+	reqs := pl.model.Requests()
+	for i := len(reqs) - 1; i >= 0; i-- {
+		ms := reqs[i].Messages
+		for j := len(ms) - 1; j >= 0; j-- { // the history holds earlier turns' results too
+			if ms[j].Role == "tool" && strings.HasPrefix(ms[j].ToolCallID, "a") {
+				return ms[j].Content
+			}
+		}
+	}
+	t.Fatal("no model request carries the activate_skill result")
+	return ""
+}
+
+// The model id reaches the tool worker: a chat switched to qwen3:8b (small by its parameter
+// count) gets the small budget of skill instructions (1,500 characters), without any
+// modelSizeHint; the same skill for the default model m1 (medium) comes whole; and a
+// modelHarness entry for one model sets its own skillInstructionMaxChars.
+func TestSkillInstructionsSizedByTheTurnsModel(t *testing.T) {
+	dir := longSkill(t)
+	pl := newPipeline(t, activateScript, pipelineOpts{agentYAML: fmt.Sprintf(`    skillsDir: %s
+    modelHarness:
+      models:
+        "fake:llama3.1:70b": {skillInstructionMaxChars: 700}
+`, dir)})
+	pl.waitToolsServed()
+
+	pl.post(private("m1", master, "digest the report please"))
+	if got := pl.repliesIn(master, 1)[0].Text(); !strings.HasPrefix(got, "instructions:") {
+		t.Fatalf("reply %q", got)
+	}
+	if res := skillResult(t, pl); !strings.Contains(res, "The end.") || strings.Contains(res, "truncated") {
+		t.Errorf("medium model m1: the instructions were cut (%d chars)", len([]rune(res)))
+	}
+
+	if got := pl.command(private("m2", master, "/model fake/qwen3:8b"), 2); !strings.Contains(got, "qwen3:8b") {
+		t.Fatalf("/model: %q", got)
+	}
+	pl.post(private("m3", master, "digest the report again"))
+	pl.repliesIn(master, 3)
+	res := skillResult(t, pl)
+	// The result is "# Skill: <name>\n<description>\n\n<instructions>", the instructions cut at 1,500.
+	if n := len([]rune(res)); n > 1500+80 || !strings.Contains(res, "truncated") {
+		t.Errorf("small model qwen3:8b got %d characters of skill result, want the instructions cut to 1500", n)
+	}
+
+	if got := pl.command(private("m4", master, "/model fake/llama3.1:70b"), 4); !strings.Contains(got, "llama3.1:70b") {
+		t.Fatalf("/model: %q", got)
+	}
+	pl.post(private("m5", master, "and the report once more"))
+	pl.repliesIn(master, 5)
+	if res := skillResult(t, pl); len([]rune(res)) > 700+80 || !strings.Contains(res, "truncated") {
+		t.Errorf("modelHarness skillInstructionMaxChars 700: got %d characters: %q", len([]rune(res)), res)
+	}
+}
+
+// modelHarness maxTools and alwaysTools bound what the turn offers for that model: the
+// harness's always-offered tool comes with a message that has nothing to do with it, and a
+// quota the resident tools already fill leaves out a tool the message would otherwise get.
+func TestModelHarnessToolSelection(t *testing.T) {
+	pl := newPipeline(t, fakeopenai.Echo, pipelineOpts{agentYAML: `    modelHarness:
+      models:
+        "m1": {maxTools: 2, alwaysTools: [chat_history]}
+`})
+	pl.waitToolsServed()
+	pl.post(private("m1", "u1", "please run uname"))
+	pl.repliesIn("u1", 1)
+	req := pl.model.Requests()[len(pl.model.Requests())-1]
+	if !req.HasTool("chat_history") {
+		t.Errorf("alwaysTools chat_history not offered: %v", req.Tools)
+	}
+	if req.HasTool("bash") {
+		t.Errorf("maxTools 2: bash offered beyond the quota: %v", req.Tools)
+	}
+}
+
+// modelHarness toolExecution: sequential runs the calls of one model response one at a
+// time; the same two calls under the default (parallel) overlap.
+func TestModelHarnessToolExecution(t *testing.T) {
+	for _, mode := range []string{"sequential", "parallel"} {
+		t.Run(mode, func(t *testing.T) {
+			var mu sync.Mutex
+			inFlight, maxIn := 0, 0
+			page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				inFlight++
+				maxIn = max(maxIn, inFlight)
+				mu.Unlock()
+				// Each fetch takes 1.5 s: parallel ones overlap, sequential ones cannot.
+				select {
+				case <-time.After(1500 * time.Millisecond):
+				case <-r.Context().Done():
+				}
+				mu.Lock()
+				inFlight--
+				mu.Unlock()
+				w.Header().Set("Content-Type", "text/plain")
+				fmt.Fprint(w, "page "+r.URL.Path)
+			}))
+			defer page.Close()
+			script := func(r *fakeopenai.Request) fakeopenai.Reply {
+				if _, ok := r.ToolResult("f2"); ok {
+					return fakeopenai.Reply{Text: "fetched both"}
+				}
+				if strings.Contains(r.LastUser(), "fetch") {
+					return fakeopenai.Reply{ToolCalls: []fakeopenai.ToolCall{
+						{ID: "f1", Name: "web_fetch", Arguments: fmt.Sprintf(`{"url":"%s/a"}`, page.URL)},
+						{ID: "f2", Name: "web_fetch", Arguments: fmt.Sprintf(`{"url":"%s/b"}`, page.URL)}}}
+				}
+				return fakeopenai.Echo(r)
+			}
+			harness := ""
+			if mode == "sequential" {
+				harness = "    modelHarness:\n      providerPatterns:\n        \"fa*\": {toolExecution: sequential}\n"
+			}
+			pl := newPipeline(t, script, pipelineOpts{agentYAML: "    webFetch: {allowPrivate: true}\n" + harness})
+			pl.waitToolsServed()
+			pl.post(private("m1", "u1", "fetch these two pages"))
+			if got := pl.repliesIn("u1", 1)[0].Text(); got != "fetched both" {
+				t.Fatalf("reply %q", got)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			want := 1
+			if mode == "parallel" {
+				want = 2
+			}
+			if maxIn != want {
+				t.Errorf("%s: %d fetches at once, want %d", mode, maxIn, want)
+			}
+		})
+	}
+}
+
+// modelHarness thinking sets the thinking level of that model's requests.
+func TestModelHarnessThinking(t *testing.T) {
+	pl := newPipeline(t, fakeopenai.Echo, pipelineOpts{provider: ", capabilities: {thinking: true}", agentYAML: `    modelHarness:
+      models:
+        "fake:m1": {thinking: high}
+`})
+	pl.post(private("m1", "u1", "think hard"))
+	pl.repliesIn("u1", 1)
+	req := pl.model.Requests()[len(pl.model.Requests())-1]
+	if !strings.Contains(string(req.Body), `"reasoning_effort":"high"`) {
+		t.Errorf("request body has no reasoning_effort high: %s", req.Body)
+	}
+}
