@@ -20,7 +20,7 @@ func longSkill(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	body := strings.Repeat("Step: read the report carefully and write down every figure it gives.\n", 46) // 70 × 46 = 3220
-	body = body + "The end."                                                                                  // 3228 characters
+	body = body + "The end."                                                                              // 3228 characters
 	skill := "---\nname: report-digest\ndescription: digest a quarterly report\nkeywords: [report]\n---\n" + body
 	if err := os.MkdirAll(filepath.Join(dir, "report-digest"), 0o755); err != nil {
 		t.Fatal(err)
