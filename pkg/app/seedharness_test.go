@@ -192,3 +192,73 @@ func TestModelHarnessThinking(t *testing.T) {
 		t.Errorf("request body has no reasoning_effort high: %s", req.Body)
 	}
 }
+
+// An *.agent.md preset's body is the subagent's system prompt, not part of its user message;
+// and a drawing task ("画一只猫") without a preset is offered generate_image besides the
+// restricted tool set.
+func TestSubagentPresetAndDrawingTask(t *testing.T) {
+	img, _ := imageServer(t)
+	agents := t.TempDir()
+	preset := "---\nname: draw\ndescription: draws pictures\ntools: [generate_image]\n---\nYou are the drawing agent: turn every request into one generate_image call.\n"
+	if err := os.WriteFile(filepath.Join(agents, "draw.agent.md"), []byte(preset), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	sub := map[string]fakeopenai.Request{} // the subagents' first requests, by task
+	model := fakeopenai.New(t, func(r *fakeopenai.Request) fakeopenai.Reply {
+		if len(r.Messages) > 0 && r.Messages[0].Role == "system" && strings.Contains(r.Messages[0].Content, "background worker agent") {
+			mu.Lock()
+			if _, seen := sub[r.LastUser()]; !seen {
+				sub[r.LastUser()] = *r
+			}
+			mu.Unlock()
+			return fakeopenai.Reply{Text: "drawn"}
+		}
+		last := r.Messages[len(r.Messages)-1]
+		switch {
+		case last.Role == "tool":
+			return fakeopenai.Reply{Text: "started"}
+		case strings.Contains(last.Content, "drawn"):
+			return fakeopenai.Reply{Text: "result posted"}
+		case strings.Contains(last.Content, "画一只猫"):
+			return fakeopenai.Reply{ToolCalls: []fakeopenai.ToolCall{{ID: "s1", Name: "spawn_task", Arguments: `{"task":"画一只猫","agent":"draw"}`}}}
+		case strings.Contains(last.Content, "画一只狗"):
+			return fakeopenai.Reply{ToolCalls: []fakeopenai.ToolCall{{ID: "s2", Name: "spawn_task", Arguments: `{"task":"画一只狗"}`}}}
+		}
+		return fakeopenai.Echo(r)
+	})
+	cb := newCallback(t)
+	pl := newBgPipeline(t, model, cb, bgOpts{agent: fmt.Sprintf("    agentsDir: %s\n    webFetch: {allowPrivate: true}", agents),
+		providers: fmt.Sprintf("    img: {driver: openai, apiKey: k, baseUrl: \"%s/v1\"}", img.URL)})
+	pl.waitToolsServed()
+	pl.post(private("m1", "u1", "画一只猫"))
+	pl.post(private("m2", "u2", "画一只狗"))
+	for _, u := range []string{"u1", "u2"} {
+		got := pl.repliesIn(u, 2)
+		if got[0].Text() != "started" && got[1].Text() != "started" {
+			t.Errorf("%s: replies %s", u, fmtReplies(got))
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	cat, ok := sub["画一只猫"]
+	if !ok {
+		t.Fatalf("no subagent request has the task alone as its user message: %v", sub)
+	}
+	if !strings.Contains(cat.Messages[0].Content, "You are the drawing agent") {
+		t.Errorf("preset body not in the system prompt: %q", cat.Messages[0].Content)
+	}
+	if strings.Contains(cat.Text(), "user: You are the drawing agent") || strings.Contains(cat.LastUser(), "drawing agent") {
+		t.Errorf("preset body in the user message: %q", cat.LastUser())
+	}
+	if !cat.HasTool("generate_image") || cat.HasTool("bash") {
+		t.Errorf("preset draw: offered %v, want its tools only", cat.Tools)
+	}
+	dog, ok := sub["画一只狗"]
+	if !ok {
+		t.Fatalf("no subagent request for the task without a preset: %v", sub)
+	}
+	if !dog.HasTool("generate_image") || !dog.HasTool("read_file") {
+		t.Errorf("drawing task without a preset: offered %v, want generate_image and the restricted set", dog.Tools)
+	}
+}
