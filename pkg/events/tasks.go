@@ -32,7 +32,7 @@ type SubagentTask struct {
 	Agent        string `json:"agent,omitempty"`
 	SystemPrompt string `json:"systemPrompt,omitempty"`
 	Caller       Caller `json:"caller"`
-	Deadline      int64    `json:"deadline,omitempty"`
+	Deadline     int64  `json:"deadline,omitempty"`
 }
 
 func (SubagentTask) EventType() string { return TypeSubagentTask }
