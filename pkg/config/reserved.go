@@ -13,7 +13,6 @@ var reservedKeys = []string{
 	"ai.memoryMcp",
 	"ai.agent.rateLimit",
 	"ai.agent.toneAwareness",
-	"ai.agent.phaseTrace",
 	"ai.agent.subagentTurnWaitMs",
 	"ai.trigger.timeout",
 	"ai.providers.*.capabilities.streaming",

@@ -627,7 +627,9 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 	t.mu.Unlock()
 	// The model's harness: ai.agent, the built-in size defaults, then ai.agent.modelHarness.
 	harness := models.ResolveHarness(w.opts.AI.Agent, t.model.Provider, t.model.ID)
+	t.phase("turn.start", "resumed", len(persisted) > 0)
 	tools, agentTools, skillText := w.selectToolsWith(harness, t.msg, t.input, loaded.Messages)
+	t.phase("tools.collected", "tools", len(agentTools))
 	if pre := t.preExecute(ctx); pre != "" {
 		skillText += "\n## Pre-executed tool results\n" + pre
 	}
@@ -664,13 +666,28 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 	cfg.StreamOptions.Secrets = w.opts.Secrets
 	emit, stopLive := t.emitter()
 	defer stopLive()
+	emit = t.phaseEmitter(emit)
+	t.phase("path.agent_loop", "model", t.model.Provider+"/"+t.model.ID, "maxIterations", cfg.MaxIterations, "toolExecution", harness.ToolExecution)
 	out, err := t.runCompacting(ctx, ac, cfg, emit, func() ([]llm.Message, error) {
 		if len(persisted) == 0 {
 			return loop.Run(ctx, t.input, ac, cfg, emit)
 		}
 		return t.resumeLoop(ctx, ac, cfg, persisted, emit)
 	})
-	return lastAssistant(out), out, err
+	final := lastAssistant(out)
+	if t.a.w.phaseTracing() {
+		outcome := "answered"
+		switch {
+		case err != nil:
+			outcome = "error: " + err.Error()
+		case final == nil:
+			outcome = "no answer"
+		case final.StopReason != "":
+			outcome = string(final.StopReason)
+		}
+		t.phase("turn.end", "outcome", outcome, "messages", len(out))
+	}
+	return final, out, err
 }
 
 // tracedExecutor is the turn's tool executor, with an execute_tool span per call when
