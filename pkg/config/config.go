@@ -539,6 +539,7 @@ type Agent struct {
 	SubagentTurnWaitMs       int64               `yaml:"subagentTurnWaitMs"`
 	SubagentTools            []string            `yaml:"subagentTools"`
 	PhaseTrace               bool                `yaml:"phaseTrace"`
+	RateLimit                AgentRateLimit      `yaml:"rateLimit"`
 	ModelHarness             ModelHarness        `yaml:"modelHarness"`
 	Compaction               Compaction          `yaml:"compaction"`
 	Concurrency              string              `yaml:"concurrency"`     // parallel | queue | steer | interrupt | collect
@@ -1111,6 +1112,8 @@ func (c *Config) Validate() error {
 	oneOf("ai.agent.followUpMode", a.FollowUpMode, "one-at-a-time", "all")
 	oneOf("ai.agent.toolExecution", a.ToolExecution, "parallel", "sequential")
 	a.Sandbox.validate(bad)
+	a.RateLimit.validate(bad)
+	a.ModelHarness.validate(bad)
 	oneOf("ai.dispatcher.mode", c.AI.Dispatcher.Mode, "exclusive", "dual")
 	oneOf("ai.dispatcher.order", c.AI.Dispatcher.Order, "command-first", "ai-first")
 	oneOf("nats.storage", c.NATS.Storage, "file", "memory")

@@ -11,7 +11,6 @@ package config
 var reservedKeys = []string{
 	"ai.sessions.useDatabase", // sessions always live in JetStream (KV sessions, AGENT_CTX)
 	"ai.memoryMcp",
-	"ai.agent.rateLimit",
 	"ai.agent.toneAwareness",
 	"ai.agent.subagentTurnWaitMs",
 	"ai.trigger.timeout",

@@ -664,6 +664,7 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 	}
 	cfg.StreamOptions.SessionID = t.sidStr
 	cfg.StreamOptions.Secrets = w.opts.Secrets
+	cfg.StreamFn = t.rateLimited(cfg.StreamFn) // ai.agent.rateLimit (ratelimit.go)
 	emit, stopLive := t.emitter()
 	defer stopLive()
 	emit = t.phaseEmitter(emit)
@@ -1067,6 +1068,8 @@ func (t *turnRun) replyText(final *llm.Message) string {
 		text = "⚠️ The turn ended without a reply."
 	case final.StopReason == llm.StopReasonError && strings.HasPrefix(final.ErrorMessage, overflowReply):
 		text = overflowText(t.msg.Sender, final.ErrorMessage) // compact.go
+	case final.StopReason == llm.StopReasonError && strings.HasPrefix(final.ErrorMessage, rateLimitReply):
+		text = "⏳ " + final.ErrorMessage // ratelimit.go: the user learns when to come back
 	case final.StopReason == llm.StopReasonError:
 		text = failureText(t.msg.Sender, "The model failed", final.ErrorMessage)
 	case final.StopReason == llm.StopReasonAborted:

@@ -155,6 +155,7 @@ type Worker struct {
 	js        jetstream.JetStream
 	inbox     jetstream.Stream
 	inboxPub  *inbox.Publisher // results of background work posted into a session's inbox
+	limiter   *callLimiter     // ai.agent.rateLimit (nil: no limit)
 	evts      jetstream.Stream
 	results   jetstream.Stream
 	calls     jetstream.Stream // TOOL_CALLS: to see whether a request is still queued
@@ -235,6 +236,9 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	w := &Worker{opts: opts, nc: nc, js: js, killCtx: killCtx, killNow: killNow, done: make(chan struct{}), actors: map[string]*actor{}, claiming: map[string][]delivery{}, owners: map[string]ownerHint{},
 		view: map[string]workerSeen{}, bells: map[string][]ringEntry{}, bellWake: make(chan struct{}, 1), suspect: map[string]suspicion{}, adopted: map[string]uint64{},
 		router: newResultRouter(), inboxHeard: make(chan *nats.Msg, inboxHeardBuffer), inboxPub: inbox.NewPublisher(js), log: opts.Log.With("worker", opts.ID)}
+	if opts.AI.Agent.RateLimit.Enabled() {
+		w.limiter = newCallLimiter(opts.AI.Agent.RateLimit)
+	}
 	var err error
 	for _, b := range []struct {
 		name string

@@ -1,0 +1,48 @@
+package config
+
+import "strings"
+
+// AgentRateLimit is ai.agent.rateLimit: model calls one user may cause, per fixed window
+// (minute, hour, day). 0 means no limit for that window. Masters are not limited unless
+// IncludeMasters is set.
+type AgentRateLimit struct {
+	PerMinute      int  `yaml:"perMinute"`
+	PerHour        int  `yaml:"perHour"`
+	PerDay         int  `yaml:"perDay"`
+	IncludeMasters bool `yaml:"includeMasters"`
+}
+
+// Enabled reports whether any window has a limit.
+func (r AgentRateLimit) Enabled() bool { return r.PerMinute > 0 || r.PerHour > 0 || r.PerDay > 0 }
+
+// validate reports negative limits through bad.
+func (r AgentRateLimit) validate(bad func(string, ...any)) {
+	if r.PerMinute < 0 || r.PerHour < 0 || r.PerDay < 0 {
+		bad("ai.agent.rateLimit: perMinute, perHour and perDay must not be negative (0 = no limit)")
+	}
+}
+
+// validate reports modelHarness entries with values no model could use.
+func (m ModelHarness) validate(bad func(string, ...any)) {
+	check := func(where string, h Harness) {
+		switch h.ToolExecution {
+		case "", "parallel", "sequential":
+		default:
+			bad("ai.agent.modelHarness.%s.toolExecution %q: want one of parallel, sequential", where, h.ToolExecution)
+		}
+		switch strings.ToLower(h.ModelSizeHint) {
+		case "", "small", "medium", "large":
+		default:
+			bad("ai.agent.modelHarness.%s.modelSizeHint %q: want one of small, medium, large", where, h.ModelSizeHint)
+		}
+		if h.MaxTools < 0 || h.MaxSkills < 0 || h.MaxIterations < 0 || h.SkillInstructionMaxChars < 0 {
+			bad("ai.agent.modelHarness.%s: maxIterations, maxTools, maxSkills and skillInstructionMaxChars must not be negative", where)
+		}
+	}
+	for k, h := range m.ProviderPatterns {
+		check("providerPatterns."+k, h)
+	}
+	for k, h := range m.Models {
+		check("models."+k, h)
+	}
+}
