@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/internal/fakeopenai"
+	"github.com/agentbus/agentbus/pkg/tools"
 )
 
 // longSkill writes a skill whose instructions are 3,228 characters and have no quick-actions
@@ -260,5 +262,74 @@ func TestSubagentPresetAndDrawingTask(t *testing.T) {
 	}
 	if !dog.HasTool("generate_image") || !dog.HasTool("read_file") {
 		t.Errorf("drawing task without a preset: offered %v, want generate_image and the restricted set", dog.Tools)
+	}
+}
+
+// The seed's introspection commands /cmd and /endpoints, and [filter] [page] on /tools,
+// through the whole pipeline with the sender's permissions.
+func TestIntrospectionCommandsAndPaging(t *testing.T) {
+	// Ten more tools than the built-in ones, so that /tools needs two pages.
+	var extra []tools.Tool
+	for i := range 10 {
+		extra = append(extra, tools.MustNew(fmt.Sprintf("extra_%02d", i), "A tool to fill the list.",
+			func(context.Context, tools.Call, struct{}) (tools.Result, error) { return tools.TextResult("ok"), nil }))
+	}
+	pl := newBgPipeline(t, fakeopenai.New(t, fakeopenai.Echo), newCallback(t), bgOpts{extraTools: extra})
+	pl.waitToolsServed()
+	n := 0
+	ask := func(sender, text string) string {
+		t.Helper()
+		n++
+		id := fmt.Sprintf("c%d", n)
+		pl.post(private(id, sender, text))
+		got, err := pl.cb.waitFor(1, 20*time.Second, func(r reply) bool { return r.ReplyTo == id })
+		if err != nil {
+			t.Fatalf("%s %q: %v", sender, text, err)
+		}
+		return got[0].Text()
+	}
+	all := ask(master, "/tools")
+	if !strings.Contains(all, "(page 1/") || !strings.Contains(all, "More: /tools 2") {
+		t.Fatalf("/tools: no paging: %q", all)
+	}
+	page2 := ask(master, "/tools 2")
+	if !strings.Contains(page2, "(page 2/") || strings.Count(page2, "\n- ") == 0 {
+		t.Fatalf("/tools 2: %q", page2)
+	}
+	// The pages together list every tool once.
+	listed := map[string]int{}
+	for p := 1; ; p++ {
+		out := all
+		if p > 1 {
+			out = ask(master, fmt.Sprintf("/tools %d", p))
+		}
+		for _, line := range strings.Split(out, "\n")[1:] {
+			if name, ok := strings.CutPrefix(line, "- "); ok {
+				listed[strings.Fields(name)[0]]++
+			}
+		}
+		if !strings.Contains(out, fmt.Sprintf("More: /tools %d", p+1)) {
+			break
+		}
+	}
+	for _, want := range []string{"web_fetch", "bash", "spawn_task", "read_file", "extra_00", "extra_09"} {
+		if listed[want] != 1 {
+			t.Errorf("/tools pages list %s %d times: %v", want, listed[want], listed)
+		}
+	}
+	if got := ask(master, "/tools web 1"); !strings.Contains(got, "web_fetch") || !strings.Contains(got, `matching "web"`) || strings.Contains(got, "bash") {
+		t.Errorf("/tools web 1: %q", got)
+	}
+	if got := ask("u1", "/cmd"); !strings.Contains(got, "/endpoints") || !strings.Contains(got, "/tools [filter] [page]") || !strings.Contains(got, "commands") {
+		t.Errorf("/cmd: %q", got)
+	}
+	if got := ask("u1", "/cmd model"); !strings.Contains(got, "/model [name]") || strings.Contains(got, "/whoami") {
+		t.Errorf("/cmd model: %q", got)
+	}
+	if got := ask("u1", "/endpoints"); !strings.Contains(got, "masters and trusted users") {
+		t.Errorf("/endpoints by a user: %q", got)
+	}
+	if got := ask(master, "/endpoints"); !strings.Contains(got, "webhook/"+botID+": ") || !strings.Contains(got, "the platform calls ingest") {
+		t.Errorf("/endpoints: %q", got)
 	}
 }

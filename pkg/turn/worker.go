@@ -118,6 +118,9 @@ type Options struct {
 	IdleRelease time.Duration
 	// ToolTimeout bounds one tool call (default ai.agent.toolTimeout).
 	ToolTimeout time.Duration
+	// Endpoints are the configured IM endpoints that hold no connection ("webhook/<bot>"),
+	// which /endpoints lists besides the adapters in KV presence.
+	Endpoints []string
 	// StreamFn replaces llm.Stream (tests, benchmarks).
 	StreamFn loop.StreamFunc
 	// Tracer records a span per turn and per tool call (nil: off). Model-call spans come from
