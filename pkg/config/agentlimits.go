@@ -1,6 +1,9 @@
 package config
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // AgentRateLimit is ai.agent.rateLimit: model calls one user may cause, per fixed window
 // (minute, hour, day). 0 means no limit for that window. Masters are not limited unless
@@ -45,4 +48,14 @@ func (m ModelHarness) validate(bad func(string, ...any)) {
 	for k, h := range m.Models {
 		check("models."+k, h)
 	}
+}
+
+// subagentWaitProblem is the error for a non-zero ai.agent.subagentTurnWaitMs. The seed's main
+// turn waits (default 5 minutes) for the subagents it spawned before it ends; agentbus never
+// holds a turn for background work: spawn_task returns at once, and the subagent's result is
+// posted into the chat's inbox, where it starts a turn of its own that answers with it
+// (docs/tasks.md). A wait would keep the chat's turn (and its lease) open for minutes and delay
+// every message behind it, so the key accepts only 0, the behaviour agentbus has.
+func subagentWaitProblem(ms int64) string {
+	return fmt.Sprintf("ai.agent.subagentTurnWaitMs %d: agentbus does not hold a turn for its subagents (their results start a turn of their own in the chat, see docs/tasks.md); remove the key or set 0", ms)
 }

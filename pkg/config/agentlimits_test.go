@@ -31,6 +31,7 @@ ai:
 		{"modelHarness: {models: {m: {toolExecution: both}}}", `ai.agent.modelHarness.models.m.toolExecution "both": want one of parallel, sequential`},
 		{"modelHarness: {providerPatterns: {\"o*\": {modelSizeHint: tiny}}}", `ai.agent.modelHarness.providerPatterns.o*.modelSizeHint "tiny"`},
 		{"modelHarness: {models: {m: {maxTools: -2}}}", "must not be negative"},
+		{"subagentTurnWaitMs: 300000", "ai.agent.subagentTurnWaitMs 300000: agentbus does not hold a turn for its subagents"},
 	} {
 		_, err := Parse([]byte("ai:\n  agent:\n    " + tt.yml + "\n"))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -965,9 +965,6 @@ func (c *Config) ApplyDefaults() {
 	if a.MaxSubagentIterations == 0 {
 		a.MaxSubagentIterations = 25
 	}
-	if a.SubagentTurnWaitMs == 0 {
-		a.SubagentTurnWaitMs = 300000
-	}
 	if a.Concurrency == "" {
 		a.Concurrency = "parallel"
 	}
@@ -1113,6 +1110,9 @@ func (c *Config) Validate() error {
 	oneOf("ai.agent.toolExecution", a.ToolExecution, "parallel", "sequential")
 	a.Sandbox.validate(bad)
 	a.RateLimit.validate(bad)
+	if a.SubagentTurnWaitMs != 0 {
+		bad("%s", subagentWaitProblem(a.SubagentTurnWaitMs))
+	}
 	a.ModelHarness.validate(bad)
 	oneOf("ai.dispatcher.mode", c.AI.Dispatcher.Mode, "exclusive", "dual")
 	oneOf("ai.dispatcher.order", c.AI.Dispatcher.Order, "command-first", "ai-first")

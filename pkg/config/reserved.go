@@ -12,7 +12,6 @@ var reservedKeys = []string{
 	"ai.sessions.useDatabase", // sessions always live in JetStream (KV sessions, AGENT_CTX)
 	"ai.memoryMcp",
 	"ai.agent.toneAwareness",
-	"ai.agent.subagentTurnWaitMs",
 	"ai.trigger.timeout",
 	"ai.providers.*.capabilities.streaming",
 	"ai.providers.*.capabilities.toolCalling",
