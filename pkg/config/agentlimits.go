@@ -59,3 +59,21 @@ func (m ModelHarness) validate(bad func(string, ...any)) {
 func subagentWaitProblem(ms int64) string {
 	return fmt.Sprintf("ai.agent.subagentTurnWaitMs %d: agentbus does not hold a turn for its subagents (their results start a turn of their own in the chat, see docs/tasks.md); remove the key or set 0", ms)
 }
+
+// MemoryServerName is the ai.mcpServers name ai.memoryMcp is served under.
+const MemoryServerName = "memory"
+
+// applyMemoryMCP adds ai.memoryMcp to ai.mcpServers as "memory", unless an entry of that
+// name is configured there too (then that one wins and memoryMcp is left out).
+func (a *AI) applyMemoryMCP() {
+	if a.MemoryMCP == nil {
+		return
+	}
+	if _, ok := a.MCPServers[MemoryServerName]; ok {
+		return
+	}
+	if a.MCPServers == nil {
+		a.MCPServers = map[string]MCPServer{}
+	}
+	a.MCPServers[MemoryServerName] = *a.MemoryMCP
+}

@@ -39,3 +39,28 @@ ai:
 		}
 	}
 }
+
+// ai.memoryMcp is served as ai.mcpServers.memory; an explicit mcpServers.memory wins.
+func TestMemoryMCPIsAnMCPServer(t *testing.T) {
+	c, err := Parse([]byte(`
+ai:
+  memoryMcp: {command: mcp-memory, args: [--store, data/memory.json]}
+  mcpServers:
+    search: {url: "http://127.0.0.1:9000/mcp"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, ok := c.AI.MCPServers["memory"]; !ok || s.Command != "mcp-memory" || len(c.AI.MCPServers) != 2 || len(c.Reserved) != 0 {
+		t.Errorf("mcpServers = %+v, reserved %v", c.AI.MCPServers, c.Reserved)
+	}
+	c, err = Parse([]byte(`
+ai:
+  memoryMcp: {command: mcp-memory}
+  mcpServers:
+    memory: {command: other-memory}
+`))
+	if err != nil || c.AI.MCPServers["memory"].Command != "other-memory" {
+		t.Errorf("explicit mcpServers.memory: %+v, %v", c.AI.MCPServers, err)
+	}
+}

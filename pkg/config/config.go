@@ -409,6 +409,9 @@ type AI struct {
 	Trigger         Trigger                   `yaml:"trigger"`
 	Dispatcher      Dispatcher                `yaml:"dispatcher"`
 	MCPServers      map[string]MCPServer      `yaml:"mcpServers"`
+	// MemoryMCP is the seed's memory MCP server: the same keys as an ai.mcpServers entry,
+	// served as ai.mcpServers.memory (tools mcp_memory_*); see MemoryServerName.
+	MemoryMCP *MCPServer `yaml:"memoryMcp"`
 	ImageGeneration ImageGeneration           `yaml:"imageGeneration"`
 	Tools           Tools                     `yaml:"tools"`
 	Scheduler       Scheduler                 `yaml:"scheduler"` // heartbeat and recurring jobs (scheduler.go)
@@ -863,6 +866,7 @@ func expandNode(n *yaml.Node, missing *[]string) {
 
 // ApplyDefaults fills what the file left out with the seed's documented defaults.
 func (c *Config) ApplyDefaults() {
+	c.AI.applyMemoryMCP()
 	if c.DataDir == "" {
 		c.DataDir = DefaultDataDir
 	}
