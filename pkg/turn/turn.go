@@ -633,6 +633,7 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 	if pre := t.preExecute(ctx); pre != "" {
 		skillText += "\n## Pre-executed tool results\n" + pre
 	}
+	skillText += toneSection(w.opts.AI.Agent, t.input) // ai.agent.toneAwareness (tone.go)
 	system := w.systemPrompt(ctx, t.msg, t.model, tools, skillText)
 	if t.persona != "" {
 		system = withPersona(system, t.persona)
