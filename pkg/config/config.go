@@ -409,9 +409,7 @@ type AI struct {
 	Trigger         Trigger                   `yaml:"trigger"`
 	Dispatcher      Dispatcher                `yaml:"dispatcher"`
 	MCPServers      map[string]MCPServer      `yaml:"mcpServers"`
-	// MemoryMCP is the seed's memory MCP server: the same keys as an ai.mcpServers entry,
-	// served as ai.mcpServers.memory (tools mcp_memory_*); see MemoryServerName.
-	MemoryMCP *MCPServer `yaml:"memoryMcp"`
+	MemoryMCP       *MCPServer                `yaml:"memoryMcp"` // served as mcpServers.memory (MemoryServerName)
 	ImageGeneration ImageGeneration           `yaml:"imageGeneration"`
 	Tools           Tools                     `yaml:"tools"`
 	Scheduler       Scheduler                 `yaml:"scheduler"` // heartbeat and recurring jobs (scheduler.go)
