@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -331,5 +332,34 @@ func TestIntrospectionCommandsAndPaging(t *testing.T) {
 	}
 	if got := ask(master, "/endpoints"); !strings.Contains(got, "webhook/"+botID+": ") || !strings.Contains(got, "the platform calls ingest") {
 		t.Errorf("/endpoints: %q", got)
+	}
+}
+
+// Audio reaches a model that declares audio input as an OpenAI input_audio part (the
+// uploaded bytes, through the media store), besides its text description; the same message
+// to a model without audio input stays text only.
+func TestAudioReachesAnAudioModel(t *testing.T) {
+	wav := append([]byte("RIFF\x24\x00\x00\x00WAVEfmt "), make([]byte, 24)...)
+	b64 := base64.StdEncoding.EncodeToString(wav)
+	for _, audio := range []bool{true, false} {
+		input := "[text]"
+		if audio {
+			input = "[text, audio]"
+		}
+		pl := newPipeline(t, fakeopenai.Echo, pipelineOpts{provider: ", models: [{id: m1, input: " + input + "}]"})
+		id := fmt.Sprintf("voice-%v", audio)
+		pl.postSegments(id, seg("text", "text", "what did I say?"), seg("record", "data", b64, "format", "wav"))
+		if _, err := pl.cb.waitFor(1, 20*time.Second, func(r reply) bool { return r.ReplyTo == id }); err != nil {
+			t.Fatal(err)
+		}
+		req := pl.model.Requests()[len(pl.model.Requests())-1]
+		body := string(req.Body)
+		has := strings.Contains(body, `"input_audio":{"data":"`+b64+`","format":"wav"}`)
+		if has != audio {
+			t.Errorf("model input %s: input_audio part sent = %v; body %s", input, has, body)
+		}
+		if !strings.Contains(req.LastUser(), "[voice message: media://") {
+			t.Errorf("model input %s: the description is gone: %q", input, req.LastUser())
+		}
 	}
 }

@@ -273,6 +273,7 @@ func (a *actor) startTurn(pt *pendingTurn) error {
 	if model.SupportsImages() {
 		pt.input = a.w.inlineImages(a.ctx, pt.input)
 	}
+	pt.input = a.w.inlineAV(a.ctx, model, pt.input) // audio / video for models that take them (media_av.go)
 	t := &turnRun{pendingTurn: *pt, a: a, sid: sid, sidStr: sid.String(), model: model, persona: sess.SystemPrompt, done: make(chan struct{})}
 	started := events.TurnStarted{
 		Turn: t.id, Trigger: events.InboxRef{Seq: pt.seq}, Model: events.ModelRef{Provider: model.Provider, ID: model.ID, API: model.API},
