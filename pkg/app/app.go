@@ -492,6 +492,7 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 		StreamFn: fb.Stream, Health: p.Costs, Secrets: cfg.Secrets(),
 		ModelsReport: func() string { return models.Report(cfg.AI, reg, nil, mgr.Status()) },
 		Prompt:       &promptSources{profiles: profiles, dataDir: cfg.DataDir, memory: mem}, Skills: p.skillStore(cfg, log), Memory: mem,
+		Endpoints: webhookEndpoints(cfg),
 		FetchImage: func(ctx context.Context, url string) ([]byte, string, error) {
 			res, err := guard.Fetch(ctx, url, netguard.FetchOptions{MaxBytes: maxImageBytes, Timeout: 20 * time.Second})
 			if err != nil {
@@ -652,4 +653,14 @@ func (p *Process) banner(out io.Writer, r Roles) {
 		}
 	}
 	fmt.Fprintln(out, "Stop with Ctrl-C.")
+}
+
+// webhookEndpoints names the webhook bots ("webhook/<id>") for /endpoints: they hold no
+// connection, so KV presence does not list them.
+func webhookEndpoints(cfg *config.Config) []string {
+	var out []string
+	for _, b := range cfg.IM.Webhook.Bots {
+		out = append(out, "webhook/"+b.ID)
+	}
+	return out
 }

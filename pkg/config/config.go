@@ -409,6 +409,7 @@ type AI struct {
 	Trigger         Trigger                   `yaml:"trigger"`
 	Dispatcher      Dispatcher                `yaml:"dispatcher"`
 	MCPServers      map[string]MCPServer      `yaml:"mcpServers"`
+	MemoryMCP       *MCPServer                `yaml:"memoryMcp"` // served as mcpServers.memory (MemoryServerName)
 	ImageGeneration ImageGeneration           `yaml:"imageGeneration"`
 	Tools           Tools                     `yaml:"tools"`
 	Scheduler       Scheduler                 `yaml:"scheduler"` // heartbeat and recurring jobs (scheduler.go)
@@ -540,6 +541,7 @@ type Agent struct {
 	SubagentTurnWaitMs       int64               `yaml:"subagentTurnWaitMs"`
 	SubagentTools            []string            `yaml:"subagentTools"`
 	PhaseTrace               bool                `yaml:"phaseTrace"`
+	RateLimit                AgentRateLimit      `yaml:"rateLimit"`
 	ModelHarness             ModelHarness        `yaml:"modelHarness"`
 	Compaction               Compaction          `yaml:"compaction"`
 	Concurrency              string              `yaml:"concurrency"`     // parallel | queue | steer | interrupt | collect
@@ -863,6 +865,7 @@ func expandNode(n *yaml.Node, missing *[]string) {
 
 // ApplyDefaults fills what the file left out with the seed's documented defaults.
 func (c *Config) ApplyDefaults() {
+	c.AI.applyMemoryMCP()
 	if c.DataDir == "" {
 		c.DataDir = DefaultDataDir
 	}
@@ -967,9 +970,6 @@ func (c *Config) ApplyDefaults() {
 	}
 	if a.MaxSubagentIterations == 0 {
 		a.MaxSubagentIterations = 25
-	}
-	if a.SubagentTurnWaitMs == 0 {
-		a.SubagentTurnWaitMs = 300000
 	}
 	if a.Concurrency == "" {
 		a.Concurrency = "parallel"
@@ -1115,6 +1115,11 @@ func (c *Config) Validate() error {
 	oneOf("ai.agent.followUpMode", a.FollowUpMode, "one-at-a-time", "all")
 	oneOf("ai.agent.toolExecution", a.ToolExecution, "parallel", "sequential")
 	a.Sandbox.validate(bad)
+	a.RateLimit.validate(bad)
+	if a.SubagentTurnWaitMs != 0 {
+		bad("%s", subagentWaitProblem(a.SubagentTurnWaitMs))
+	}
+	a.ModelHarness.validate(bad)
 	oneOf("ai.dispatcher.mode", c.AI.Dispatcher.Mode, "exclusive", "dual")
 	oneOf("ai.dispatcher.order", c.AI.Dispatcher.Order, "command-first", "ai-first")
 	oneOf("nats.storage", c.NATS.Storage, "file", "memory")

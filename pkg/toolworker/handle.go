@@ -694,7 +694,17 @@ func envOf(tc events.ToolCall, workspace string) tools.Env {
 		Platform: tc.Caller.Platform, BotID: tc.SessionKey.Bot, Scope: tc.Caller.Scope, SceneID: tc.SessionKey.Scene,
 		SenderID: tc.Caller.SenderID, SenderRoles: normalizeRoles(tc.Caller.Roles), SessionKey: tc.SessionKey.String(),
 		Workspace: workspace, Turn: tc.Turn,
+		ModelID: modelID(tc.Model), ModelSize: tc.ModelSize, SkillChars: tc.SkillChars,
 	}
+}
+
+// modelID is the model id of a "provider/model id" reference (ids may hold slashes too:
+// "router/cu/claude-4.5-sonnet" is model "cu/claude-4.5-sonnet" of provider "router").
+func modelID(ref string) string {
+	if _, id, ok := strings.Cut(ref, "/"); ok {
+		return id
+	}
+	return ref
 }
 
 // normalizeRoles maps the platform role names of events (owner, admin) to the tool API's

@@ -26,6 +26,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/logging"
 	"github.com/agentbus/agentbus/pkg/loop"
 	"github.com/agentbus/agentbus/pkg/metrics"
+	"github.com/agentbus/agentbus/pkg/models"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/store"
 	"github.com/agentbus/agentbus/pkg/tracing"
@@ -275,6 +276,7 @@ func (a *actor) startTurn(pt *pendingTurn) error {
 	if model.SupportsImages() {
 		pt.input = a.w.inlineImages(a.ctx, pt.input)
 	}
+	pt.input = a.w.inlineAV(a.ctx, model, pt.input) // audio / video for models that take them (media_av.go)
 	t := &turnRun{pendingTurn: *pt, a: a, sid: sid, sidStr: sid.String(), model: model, persona: sess.SystemPrompt, done: make(chan struct{})}
 	started := events.TurnStarted{
 		Turn: t.id, Trigger: events.InboxRef{Seq: pt.seq}, Model: events.ModelRef{Provider: model.Provider, ID: model.ID, API: model.API},
@@ -640,10 +642,15 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 		t.started.ContextSeq = loaded.LastSeq
 	}
 	t.mu.Unlock()
-	tools, agentTools, skillText := w.selectTools(t.msg, t.input, loaded.Messages)
+	// The model's harness: ai.agent, the built-in size defaults, then ai.agent.modelHarness.
+	harness := models.ResolveHarness(w.opts.AI.Agent, t.model.Provider, t.model.ID)
+	t.phase("turn.start", "resumed", len(persisted) > 0)
+	tools, agentTools, skillText := w.selectToolsWith(harness, t.msg, t.input, loaded.Messages)
+	t.phase("tools.collected", "tools", len(agentTools))
 	if pre := t.preExecute(ctx); pre != "" {
 		skillText += "\n## Pre-executed tool results\n" + pre
 	}
+	skillText += toneSection(w.opts.AI.Agent, t.input) // ai.agent.toneAwareness (tone.go)
 	system := w.systemPrompt(ctx, t.msg, t.model, tools, skillText)
 	if t.persona != "" {
 		system = withPersona(system, t.persona)
@@ -658,7 +665,7 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 		Model:         t.model,
 		StreamFn:      w.opts.StreamFn,
 		GetAPIKey:     w.opts.Models.APIKey,
-		ToolExecution: loop.ToolExecutionMode(agentCfg.ToolExecution),
+		ToolExecution: loop.ToolExecutionMode(harness.ToolExecution),
 		Executor:      t.tracedExecutor(),
 		MaxIterations: w.maxIterations(t.model, tools),
 		GetSteeringMessages: func() []llm.Message {
@@ -674,20 +681,36 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 		cfg.TransformContext = t.microCompact(cs) // L1
 	}
 	cfg.TransformContext = t.transformHook(cfg.TransformContext) // ai.hooks after L1 (hooks.go)
-	if lvl, err := llm.ParseThinkingLevel(agentCfg.Thinking); err == nil {
+	if lvl, err := llm.ParseThinkingLevel(harness.Thinking); err == nil {
 		cfg.StreamOptions.Thinking = lvl
 	}
 	cfg.StreamOptions.SessionID = t.sidStr
 	cfg.StreamOptions.Secrets = w.opts.Secrets
+	cfg.StreamFn = t.rateLimited(cfg.StreamFn) // ai.agent.rateLimit (ratelimit.go)
 	emit, stopLive := t.emitter()
 	defer stopLive()
+	emit = t.phaseEmitter(emit)
+	t.phase("path.agent_loop", "model", t.model.Provider+"/"+t.model.ID, "maxIterations", cfg.MaxIterations, "toolExecution", harness.ToolExecution)
 	out, err := t.runCompacting(ctx, ac, cfg, emit, func() ([]llm.Message, error) {
 		if len(persisted) == 0 {
 			return loop.Run(ctx, t.input, ac, cfg, emit)
 		}
 		return t.resumeLoop(ctx, ac, cfg, persisted, emit)
 	})
-	return lastAssistant(out), out, err
+	final := lastAssistant(out)
+	if t.a.w.phaseTracing() {
+		outcome := "answered"
+		switch {
+		case err != nil:
+			outcome = "error: " + err.Error()
+		case final == nil:
+			outcome = "no answer"
+		case final.StopReason != "":
+			outcome = string(final.StopReason)
+		}
+		t.phase("turn.end", "outcome", outcome, "messages", len(out))
+	}
+	return final, out, err
 }
 
 // tracedExecutor is the turn's tool executor, with an execute_tool span per call when
@@ -1076,6 +1099,8 @@ func (t *turnRun) replyText(final *llm.Message) string {
 		text = "⚠️ The turn ended without a reply."
 	case final.StopReason == llm.StopReasonError && strings.HasPrefix(final.ErrorMessage, overflowReply):
 		text = overflowText(t.msg.Sender, final.ErrorMessage) // compact.go
+	case final.StopReason == llm.StopReasonError && strings.HasPrefix(final.ErrorMessage, rateLimitReply):
+		text = "⏳ " + final.ErrorMessage // ratelimit.go: the user learns when to come back
 	case final.StopReason == llm.StopReasonError:
 		text = failureText(t.msg.Sender, "The model failed", final.ErrorMessage)
 	case final.StopReason == llm.StopReasonAborted:
