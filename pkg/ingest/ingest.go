@@ -124,7 +124,7 @@ func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (res Result
 }
 
 func (in *Ingestor) ingest(ctx context.Context, m *events.IMMessage) (res Result, err error) {
-	m.MentionsBot = m.MentionsBot || m.Content.Mentions(m.Bot)
+	m.MentionsBot = m.MentionsBot || m.Content.MentionsSelf(m.Bot)
 	m.Sender.Roles = in.senderRoles(m)
 	if err := in.storeInline(ctx, m); err != nil {
 		return Result{}, err

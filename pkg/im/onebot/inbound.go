@@ -414,8 +414,10 @@ func (in *Inbound) inSegment(ctx context.Context, m *events.IMMessage, i int, s 
 		return events.TextSeg(s.str("text")), false
 	case "at":
 		qq := s.str("qq")
-		seg := events.AtSeg(qq, s.str("name"))
-		return seg, qq == self && self != ""
+		if qq == self && self != "" {
+			return events.SelfAtSeg(qq, s.str("name")), true // "[at bot] /reset" is the command /reset
+		}
+		return events.AtSeg(qq, s.str("name")), false
 	case "reply":
 		return events.ReplySeg(s.str("id")), false
 	case "face":
