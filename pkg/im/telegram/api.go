@@ -80,9 +80,10 @@ func apiBase(b config.TelegramBot) string {
 // goes through a copy of the BotAPI whose HTTP client binds the call's context to the request
 // (a long poll is cut the moment its lease is lost or the process stops).
 type client struct {
-	bot  config.TelegramBot
-	base *tgbotapi.BotAPI
-	http *http.Client
+	bot   config.TelegramBot
+	base  *tgbotapi.BotAPI
+	http  *http.Client
+	gates *chatGates // the bot's flood control per chat, shared in the process (flood.go)
 }
 
 func newClient(b config.TelegramBot, hc *http.Client) *client {
@@ -93,7 +94,7 @@ func newClient(b config.TelegramBot, hc *http.Client) *client {
 	// process must start even when Telegram is unreachable for a moment.
 	api := &tgbotapi.BotAPI{Token: b.Token, Client: hc, Buffer: 100}
 	api.SetAPIEndpoint(apiBase(b) + "/bot%s/%s")
-	return &client{bot: b, base: api, http: hc}
+	return &client{bot: b, base: api, http: hc, gates: gatesFor(apiBase(b), b.Token)}
 }
 
 type ctxClient struct {
