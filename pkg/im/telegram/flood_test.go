@@ -56,6 +56,13 @@ func TestFloodControlPerChat(t *testing.T) {
 	fake.FailNext("sendMessage", ra, 429)
 	first := send(out("41", "one"))
 	banned := fake.WaitCalls(1, 30*time.Second, func(c telegramtest.Call) bool { return c.Status == 429 })[0]
+	// The previewer's edit comes once the sender has read the 429 (one made while the answer
+	// is still on its way reaches Telegram: nothing can know of the ban yet).
+	for deadline := time.Now().Add(30 * time.Second); ed.c.gates.remaining(41) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the 429 never held the chat")
+		}
+	}
 	err = ed.EditPreview(context.Background(), events.SessionKey{Platform: Platform, Bot: "tg1", Scope: "private", Scene: "41"}, "41_7", "preview …")
 	var e *im.Error
 	if !errors.As(err, &e) || e.RetryAfter != 0 || im.IsPermanent(err) {
