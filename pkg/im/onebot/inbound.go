@@ -266,6 +266,7 @@ func (in *Inbound) servePost(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if err := in.handleErr(ctx, body, "http"); err != nil && !errors.Is(err, events.ErrInvalid) {
 		// The bus did not take it: a 5xx makes the implementation's POST fail visibly.
+		in.log.Error("onebot: event POST not ingested", "status", http.StatusServiceUnavailable, "err", err)
 		http.Error(w, "not accepted, retry later", http.StatusServiceUnavailable)
 		return
 	}

@@ -11,7 +11,9 @@
 // Outbound (egress role): sendMessage in HTML parse mode built from the reply's Markdown
 // with every character of the text escaped (so user text can never break the parse), cut
 // at 4,096 characters, threaded with reply_to_message_id; images as sendPhoto (uploaded from
-// the media store or passed by URL); flood-control 429s carry retry_after to egress.
+// the media store or passed by URL). Flood control is kept per chat (flood.go): after a 429
+// with retry_after, every send and edit to that chat, from the sender or the previewer, waits
+// that long, and other chats are not held.
 // Streaming previews edit one message with editMessageText and typing is sendChatAction
 // (see Previewer).
 package telegram
