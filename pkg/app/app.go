@@ -498,6 +498,9 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 			if err != nil {
 				return nil, "", err
 			}
+			if res.Status < 200 || res.Status > 299 {
+				return nil, "", fmt.Errorf("HTTP %d", res.Status)
+			}
 			if res.Truncated {
 				return nil, "", fmt.Errorf("image over %d bytes", maxImageBytes)
 			}

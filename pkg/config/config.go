@@ -178,10 +178,13 @@ type Webhook struct {
 	// timestamp is valid by the dedupe window of IM_IN and SESSION_IN (nats.inboundDuplicatesMs,
 	// at least twice this), and after it by the timestamp.
 	ToleranceSeconds int `yaml:"toleranceSeconds"`
-	// MaxBodyBytes caps one request body (default 8 MiB); MaxInFlight caps requests served at
-	// once (default 16, more get 503 + Retry-After), which together bound the memory a flood takes.
-	MaxBodyBytes int64 `yaml:"maxBodyBytes"`
-	MaxInFlight  int   `yaml:"maxInFlight"`
+	// MaxBodyBytes caps one request body (default 8 MiB). MaxInFlightBytes caps the bytes of
+	// the requests served at once, each counted as its body plus 16 KiB (default 64 MiB: about
+	// 4,000 small messages, or eight 8 MiB ones); MaxInFlight caps their number (default 1024).
+	// A request over either gets 503 + Retry-After; together they bound the memory a flood takes.
+	MaxBodyBytes     int64 `yaml:"maxBodyBytes"`
+	MaxInFlight      int   `yaml:"maxInFlight"`
+	MaxInFlightBytes int64 `yaml:"maxInFlightBytes"`
 	// RateLimit limits accepted requests per bot and per sender; over it: 429 + Retry-After.
 	RateLimit WebhookRateLimits `yaml:"rateLimit"`
 }
@@ -195,7 +198,13 @@ func (w *Webhook) ApplyDefaults() {
 		w.MaxBodyBytes = 8 << 20 // room for a base64 photo, which ingest moves to the media store
 	}
 	if w.MaxInFlight == 0 {
-		w.MaxInFlight = 16 // with 8 MiB bodies: at most 128 MiB of request bodies at once
+		w.MaxInFlight = 1024 // a count bound only: memory is bounded by MaxInFlightBytes
+	}
+	if w.MaxInFlightBytes == 0 {
+		w.MaxInFlightBytes = 64 << 20
+	}
+	if w.MaxInFlightBytes > 0 && w.MaxInFlightBytes < w.MaxBodyBytes {
+		w.MaxInFlightBytes = w.MaxBodyBytes // one request of the largest size always fits
 	}
 	rateDefault := func(r *RateLimit, perSecond float64, burst int) {
 		if r.PerSecond == 0 {
@@ -1134,8 +1143,8 @@ func (c *Config) Validate() error {
 	if msg := ReplayWindowProblem(c.NATS, c.IM.Webhook); msg != "" && len(c.IM.Webhook.Bots) > 0 {
 		bad("%s", msg)
 	}
-	if c.IM.Webhook.MaxBodyBytes < 0 || c.IM.Webhook.MaxInFlight < 0 || c.IM.Webhook.RateLimit.MaxSenders < 0 {
-		bad("im.webhook.maxBodyBytes, maxInFlight and rateLimit.maxSenders must not be negative")
+	if c.IM.Webhook.MaxBodyBytes < 0 || c.IM.Webhook.MaxInFlight < 0 || c.IM.Webhook.MaxInFlightBytes < 0 || c.IM.Webhook.RateLimit.MaxSenders < 0 {
+		bad("im.webhook.maxBodyBytes, maxInFlight, maxInFlightBytes and rateLimit.maxSenders must not be negative")
 	}
 	for i, b := range c.IM.Webhook.Bots {
 		if b.ID == "" {

@@ -50,11 +50,8 @@ func unknownCommand(text string, m *events.IMMessage) *events.Command {
 	if len(fields) == 0 {
 		return nil
 	}
-	name := strings.ToLower(fields[0])
-	if i := strings.IndexByte(name, '@'); i > 0 {
-		name = name[:i]
-	}
-	if !commandName(name) {
+	name, ok := commandFor(fields[0], m)
+	if !ok || !commandName(name) {
 		return nil
 	}
 	mc := *m

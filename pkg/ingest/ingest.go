@@ -170,7 +170,7 @@ func (in *Ingestor) ingestRetrying(ctx context.Context, m *events.IMMessage) (Re
 const ingestRetryFor = 15 * time.Second
 
 func (in *Ingestor) ingest(ctx context.Context, m *events.IMMessage) (res Result, err error) {
-	m.MentionsBot = m.MentionsBot || m.Content.Mentions(m.Bot)
+	m.MentionsBot = m.MentionsBot || m.Content.MentionsSelf(m.Bot)
 	m.Sender.Roles = in.senderRoles(m)
 	if err := in.storeInline(ctx, m); err != nil {
 		return Result{}, err

@@ -1293,6 +1293,7 @@ func (w *Worker) inlineImages(ctx context.Context, input []llm.Message) []llm.Me
 			data, mime, err := w.fetchImage(ctx, url)
 			if err != nil {
 				w.log.Warn("image not inlined", "url", url, "err", err)
+				m.Content[j] = llm.Text(unfetchedImage(err))
 				continue
 			}
 			m.Content[j] = llm.Image(base64.StdEncoding.EncodeToString(data), mime)
