@@ -2,37 +2,12 @@ package main
 
 import (
 	"bytes"
-	"io"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/agentbus/agentbus/internal/rolemain"
 	"github.com/agentbus/agentbus/pkg/app"
 )
-
-// helpOf runs `agentbus <args> --help` in-process and returns everything it printed (the
-// commands' flag sets write to os.Stderr, some to stdout).
-func helpOf(t *testing.T, args ...string) string {
-	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := os.Stderr
-	os.Stderr = w
-	done := make(chan []byte)
-	go func() { b, _ := io.ReadAll(r); done <- b }()
-	var stdout, stderr bytes.Buffer
-	code := run(append(args, "--help"), &stdout, &stderr)
-	os.Stderr = saved
-	_ = w.Close()
-	out := stdout.String() + stderr.String() + string(<-done)
-	if code != 0 {
-		t.Fatalf("agentbus %s --help: exit %d\n%s", strings.Join(args, " "), code, out)
-	}
-	return out
-}
 
 // traceVars are the OpenTelemetry variables every help of a process that runs roles names.
 var traceVars = []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_SERVICE_NAME",
