@@ -45,6 +45,7 @@ func cmdBench(ctx context.Context, args []string, w io.Writer) error {
 	fs.Usage = func() {
 		fmt.Fprintln(w, "Usage: agentbus bench [flags]\n\nMeasures the whole pipeline: signed webhook POSTs in, callback POSTs out; every role in this\nprocess, or with --processes every role replica as a process of its own (docs/benchmarks.md).")
 		fs.PrintDefaults()
+		fmt.Fprint(w, "\nEnvironment (tracing on or off is chosen here: set an endpoint to measure tracing on):\n"+traceEnvHelp)
 	}
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -22,6 +22,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/execpolicy"
 	"github.com/agentbus/agentbus/pkg/logging"
+	"github.com/agentbus/agentbus/pkg/tracing"
 )
 
 const usage = `agentbus — AI agents that live in chat, on NATS JetStream
@@ -39,6 +40,8 @@ Usage:
   agentbus bench [flags]                  measure the whole pipeline (webhook in, callback out)
   agentbus provision [--config FILE]      create or update every stream and bucket on nats.url, then exit
   agentbus status                         what runs on the bus: replicas, sessions, adapters, backlogs, dead letters
+  agentbus config check [FILE]            validate a configuration without starting anything (the checks up
+                                          makes before it starts; exit 1 with the same one-line error)
   agentbus doctor [--config FILE]         check config, bus, providers, adapters, sandbox, data dir, disk
   agentbus dlq list|show ID|retry ID|discard ID|purge
                                           the dead letters of every role; retry puts one back where it came from
@@ -63,6 +66,10 @@ const providerEnvHelp = `  <ALIAS>_API_KEY         API key of provider ai.provid
   OLLAMA_HOST             a local Ollama's address (default http://127.0.0.1:11434)
   ${VAR} / ${VAR:-default} anywhere in the config file is expanded from the environment
 `
+
+// traceEnvHelp closes the --help of the commands that run roles (up, bench): they record
+// traces as the OTEL_* variables say.
+const traceEnvHelp = "Traces (OpenTelemetry, docs/observability.md; each role its own service):\n" + tracing.EnvHelp
 
 // clientEnvHelp closes the --help of chat, sessions and replay.
 const clientEnvHelp = `
@@ -109,6 +116,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdDoctor(ctx, args[1:], stdout)
 	case "dlq":
 		err = cmdDLQ(ctx, args[1:], stdout)
+	case "config":
+		err = cmdConfig(ctx, args[1:], stdout, stderr)
 	case "exec-policy":
 		return execpolicy.CLI(args[1:], stdout, stderr)
 	case "version":
@@ -127,6 +136,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		if err == errSilent { // the command printed why
 			return 1
+		}
+		if err == errUsage {
+			return 64
 		}
 		fmt.Fprintln(stderr, "agentbus:", rolemain.OneLine(err))
 		return 1
@@ -154,9 +166,7 @@ func newLogger(cfg *config.Config, w io.Writer) (*slog.Logger, error) {
 
 func cmdUp(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
-	path := fs.String("config", "", "config file (default ./agentbus.yml when present, else the built-in defaults)")
-	healthAddr := fs.String("health", os.Getenv("AGENTBUS_HEALTH_LISTEN"), "serve GET /healthz on this address, e.g. 127.0.0.1:8081 (overrides health.listen)")
-	metricsAddr := fs.String("metrics-listen", os.Getenv("AGENTBUS_METRICS_LISTEN"), "serve GET /metrics (Prometheus) on this address, e.g. 127.0.0.1:9091 (overrides metrics.listen)")
+	path, healthAddr, metricsAddr := upFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `agentbus up — run agentbus on this machine: an embedded NATS JetStream server (store under
 dataDir, default ./data) and all four roles in one process, until Ctrl-C / SIGTERM. Without a
@@ -170,7 +180,7 @@ Usage:
 Flags:
 `)
 		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), "\nEnvironment:\n  AGENTBUS_HEALTH_LISTEN  default of --health\n  AGENTBUS_METRICS_LISTEN default of --metrics-listen\n"+providerEnvHelp)
+		fmt.Fprint(fs.Output(), "\nEnvironment:\n  AGENTBUS_HEALTH_LISTEN  default of --health\n  AGENTBUS_METRICS_LISTEN default of --metrics-listen\n"+providerEnvHelp+traceEnvHelp)
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -198,6 +208,15 @@ Flags:
 	}
 	return app.Run(ctx, cfg, app.Options{Roles: app.AllRoles.FromConfig(cfg.Roles), Out: stdout, Log: log,
 		Ready: func(p *app.Process) { upConsole(ctx, p, stdout, log) }})
+}
+
+// upFlags declares the flags of agentbus up on fs (the docs test parses documented command
+// lines with it).
+func upFlags(fs *flag.FlagSet) (path, healthAddr, metricsAddr *string) {
+	path = fs.String("config", "", "config file (default ./agentbus.yml when present, else the built-in defaults)")
+	healthAddr = fs.String("health", os.Getenv("AGENTBUS_HEALTH_LISTEN"), "serve GET /healthz on this address, e.g. 127.0.0.1:8081 (overrides health.listen)")
+	metricsAddr = fs.String("metrics-listen", os.Getenv("AGENTBUS_METRICS_LISTEN"), "serve GET /metrics (Prometheus) on this address, e.g. 127.0.0.1:9091 (overrides metrics.listen)")
+	return path, healthAddr, metricsAddr
 }
 
 // cmdHealth GETs a /healthz URL: exit 0 on 200, 1 otherwise (printing the report). Images

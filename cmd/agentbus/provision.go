@@ -18,6 +18,11 @@ func cmdProvision(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("provision", flag.ContinueOnError)
 	path := fs.String("config", "agentbus.yml", "config file")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long (a cluster may still be forming)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "agentbus provision — create or update every stream and bucket on nats.url (as a user allowed to,\ne.g. deploy's admin), then exit.\n\nUsage:\n  agentbus provision [flags]\n\nFlags:\n")
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), "\nEnvironment:\n  ${VAR} / ${VAR:-default} anywhere in the config file is expanded from the environment\n")
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

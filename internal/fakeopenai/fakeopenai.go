@@ -19,6 +19,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // Message is one decoded entry of the request's messages.
@@ -449,7 +450,12 @@ func writeStream(w http.ResponseWriter, r *http.Request, id, model string, reply
 		d := deltaToolCall{Index: i, ID: tc.ID, Type: "function"}
 		d.Function.Name = tc.Name
 		// Arguments arrive in two pieces, as real servers stream them.
+		// Cut on a rune boundary: a piece ending mid-rune is not valid UTF-8 and would reach
+		// the client as U+FFFD (real servers send whole characters per delta).
 		half := len(tc.Arguments) / 2
+		for half > 0 && !utf8.RuneStart(tc.Arguments[half]) {
+			half--
+		}
 		d.Function.Arguments = tc.Arguments[:half]
 		if !send(chunk{Choices: []chunkChoice{{Delta: delta{ToolCalls: []deltaToolCall{d}}}}}) {
 			return false

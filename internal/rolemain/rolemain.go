@@ -24,6 +24,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/buildinfo"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/logging"
+	"github.com/agentbus/agentbus/pkg/tracing"
 )
 
 // EnvHelp lists the environment variables agentbus's binaries read, for --help.
@@ -37,7 +38,8 @@ const EnvHelp = `Environment:
                           the first one set picks the default model
   OLLAMA_HOST             a local Ollama's address (default http://127.0.0.1:11434)
   ${VAR} / ${VAR:-default} anywhere in the config file is expanded from the environment
-`
+Traces (OpenTelemetry, docs/observability.md):
+` + tracing.EnvHelp
 
 // Description is one line per role binary for --help.
 var Description = map[string]string{

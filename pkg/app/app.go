@@ -23,6 +23,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/costs"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/hooks"
 	"github.com/agentbus/agentbus/pkg/ingest"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/memory"
@@ -70,6 +71,9 @@ type Options struct {
 	// ExtraTools are served by the tool worker next to the configured tool set (benchmarks and
 	// tests add a trivial tool this way; see pkg/bench).
 	ExtraTools []tools.Tool
+	// Hooks holds this process's in-process hooks (docs/hooks.md); nil means hooks.Default(),
+	// which hooks.Register fills.
+	Hooks *hooks.Registry
 }
 
 // Process is a running agentbus process.
@@ -488,10 +492,14 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 		StreamFn: fb.Stream, Health: p.Costs, Secrets: cfg.Secrets(),
 		ModelsReport: func() string { return models.Report(cfg.AI, reg, nil, mgr.Status()) },
 		Prompt:       &promptSources{profiles: profiles, dataDir: cfg.DataDir, memory: mem}, Skills: p.skillStore(cfg, log), Memory: mem,
+		Endpoints: webhookEndpoints(cfg),
 		FetchImage: func(ctx context.Context, url string) ([]byte, string, error) {
 			res, err := guard.Fetch(ctx, url, netguard.FetchOptions{MaxBytes: maxImageBytes, Timeout: 20 * time.Second})
 			if err != nil {
 				return nil, "", err
+			}
+			if res.Status < 200 || res.Status > 299 {
+				return nil, "", fmt.Errorf("HTTP %d", res.Status)
 			}
 			if res.Truncated {
 				return nil, "", fmt.Errorf("image over %d bytes", maxImageBytes)
@@ -499,6 +507,9 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 			return res.Body, res.ContentType, nil
 		}}
 	if p.turnOpts.Tracer, err = p.tracer(ctx, "turn-worker"); err != nil {
+		return err
+	}
+	if p.turnOpts.Hooks, err = p.hookRunner(cfg, opts.Hooks, b.NC, "turn-worker", log); err != nil { // hooks.go
 		return err
 	}
 	w, err := p.AddTurnWorker(ctx, "")
@@ -645,4 +656,14 @@ func (p *Process) banner(out io.Writer, r Roles) {
 		}
 	}
 	fmt.Fprintln(out, "Stop with Ctrl-C.")
+}
+
+// webhookEndpoints names the webhook bots ("webhook/<id>") for /endpoints: they hold no
+// connection, so KV presence does not list them.
+func webhookEndpoints(cfg *config.Config) []string {
+	var out []string
+	for _, b := range cfg.IM.Webhook.Bots {
+		out = append(out, "webhook/"+b.ID)
+	}
+	return out
 }

@@ -70,6 +70,9 @@ type pipelineOpts struct {
 	vision          bool   // the fake provider's models take images
 	provider        string // more entries of the fake provider's flow map, e.g. ", contextWindow: 4000"
 	ai              string // more blocks of ai (after ai.agent), indented by two spaces
+
+	// log, when set, gets the process's log as JSON at info (instead of testLogger).
+	log io.Writer
 }
 
 func newPipeline(t *testing.T, script fakeopenai.Script, o pipelineOpts) *pipeline {
@@ -132,7 +135,11 @@ ai:
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	start := time.Now()
-	p, err := app.Start(ctx, cfg, app.Options{Roles: app.AllRoles, Out: io.Discard, Log: testLogger(), NoProbe: true})
+	log := testLogger()
+	if o.log != nil {
+		log = slog.New(slog.NewJSONHandler(o.log, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	p, err := app.Start(ctx, cfg, app.Options{Roles: app.AllRoles, Out: io.Discard, Log: log, NoProbe: true})
 	if err != nil {
 		cancel()
 		t.Fatalf("start: %v", err)

@@ -131,6 +131,14 @@ func TestDiscordGateway(t *testing.T) {
 		}
 	})
 
+	t.Run("command after an @ of the bot in a channel (issue 37)", func(t *testing.T) {
+		fake.Dispatch(fake.Mention(fake.Message("2090", "610", "900", "46", "/whoami")))
+		c := sent(1, "610")[0]
+		if !strings.HasPrefix(c.Content(), "You are 46") {
+			t.Fatalf("@bot /whoami answered %q", c.Content())
+		}
+	})
+
 	t.Run("reply to the bot in a channel threads and addresses it", func(t *testing.T) {
 		bot := fake.WaitCalls(1, 10*time.Second, func(c discordtest.Call) bool {
 			return c.Route == "createMessage" && c.Channel == "600" && c.Status == 200

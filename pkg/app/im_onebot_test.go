@@ -164,6 +164,25 @@ ai:
 		}
 	})
 
+	t.Run("command after an @ of the bot in a group (issue 37)", func(t *testing.T) {
+		// A QQ group admin types "@bot /reset": the at segment and the command text.
+		before := len(model.Requests())
+		fake.Push(fake.GroupMessage(1010, 5557, 47, "admin", []map[string]any{onebottest.At(obSelf), onebottest.Text(" /reset")}))
+		c := sends(1, "5557")[0]
+		if !strings.Contains(c.Text(), "Session reset") {
+			t.Fatalf("@bot /reset answered %q, want the reset command's answer", c.Text())
+		}
+		fake.Push(fake.GroupMessage(1011, 5557, 48, "member", []map[string]any{onebottest.At(obSelf), onebottest.Text(" /whoami")}))
+		if c := sends(2, "5557")[1]; !strings.HasPrefix(c.Text(), "You are 48") {
+			t.Fatalf("@bot /whoami answered %q", c.Text())
+		}
+		for _, r := range model.Requests()[before:] {
+			if last := r.LastUser(); strings.Contains(last, "/reset") || strings.Contains(last, "/whoami") {
+				t.Fatalf("a command reached the model as chat: %q", last)
+			}
+		}
+	})
+
 	t.Run("image in and out", func(t *testing.T) {
 		img := pngBytes(t)
 		url := fake.AddImage("cat.png", img)

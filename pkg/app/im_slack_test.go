@@ -111,6 +111,14 @@ ai:
 		}
 	})
 
+	t.Run("command after an @ of the bot in a channel (issue 37)", func(t *testing.T) {
+		fake.Push(fake.Message("C610", "channel", "U46", "1700000005.000100", "<@"+slUser+"> /whoami"))
+		c := posted(1, "C610")[0]
+		if !strings.HasPrefix(c.Params.Get("text"), "You are U46") {
+			t.Fatalf("@bot /whoami answered %q", c.Params.Get("text"))
+		}
+	})
+
 	t.Run("message in a thread answered in that thread", func(t *testing.T) {
 		m := fake.Message("C600", "channel", "U44", "1700000004.000100", "<@"+slUser+"> and in the thread?")
 		slacktest.Event(m)["thread_ts"] = "1700000003.000100"

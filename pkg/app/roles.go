@@ -138,7 +138,11 @@ func (p *Process) startToolWorker(ctx context.Context, cfg *config.Config, opts 
 	if err != nil {
 		return err
 	}
-	h, err := toolworker.Run(ctx, toolworker.Options{NC: b.NC, JS: b.JS, Registry: reg, Log: log.With("role", "tool-worker"),
+	hk, err := p.hookRunner(cfg, opts.Hooks, b.NC, "tool-worker", log) // hooks.go
+	if err != nil {
+		return err
+	}
+	h, err := toolworker.Run(ctx, toolworker.Options{NC: b.NC, JS: b.JS, Registry: reg, Log: log.With("role", "tool-worker"), Hooks: hk,
 		Metrics: metrics.NewTools(p.Metrics), DeadLetters: metrics.NewDeadLetters(p.Metrics),
 		DefaultTimeout: time.Duration(cfg.AI.Agent.ToolTimeoutMs) * time.Millisecond, Tracer: tp})
 	if err != nil {
@@ -164,7 +168,11 @@ func (p *Process) startEgress(ctx context.Context, cfg *config.Config, opts Opti
 	if err != nil {
 		return err
 	}
-	h, err := egress.Run(ctx, egress.Options{NC: b.NC, JS: b.JS, Config: cfg, DataDir: cfg.DataDir,
+	hk, err := p.hookRunner(cfg, opts.Hooks, b.NC, "egress", log) // hooks.go
+	if err != nil {
+		return err
+	}
+	h, err := egress.Run(ctx, egress.Options{NC: b.NC, JS: b.JS, Config: cfg, DataDir: cfg.DataDir, Hooks: hk,
 		Log: log, HTTPClient: opts.HTTPClient, Senders: senders, // egress names its role itself
 		Metrics: metrics.NewEgress(p.Metrics), DeadLetters: metrics.NewDeadLetters(p.Metrics), Tracer: tp})
 	if err != nil {

@@ -237,7 +237,9 @@ ai:
 	reply := cb.waitReply(t, "ann", "saved. the tool said")
 
 	// Every role exports what it recorded (batches every 100 ms).
-	want := []string{"POST /webhook/{bot}", "ingest webhook", "turn", "chat gpt-4o-mini", "execute_tool user_profile", "send webhook", "POST"}
+	// 7 spans: the publish is part of the webhook request's span, and the callback POST of
+	// the delivery's first attempt part of the send span (no "ingest webhook", no "POST").
+	want := []string{"POST /webhook/{bot}", "turn", "chat gpt-4o-mini", "execute_tool user_profile", "send webhook"}
 	var spans []otlptest.Span
 	deadline := time.Now().Add(waitMargin)
 	for {
@@ -291,13 +293,11 @@ ai:
 	}
 	parentName := func(s otlptest.Span) string { return byID[s.ParentID].Service + "/" + byID[s.ParentID].Name }
 	expectParent := map[string]string{
-		"agentbus-ingest/ingest webhook":                 "agentbus-ingest/POST /webhook/{bot}",
-		"agentbus-turn-worker/turn":                      "agentbus-ingest/ingest webhook",
+		"agentbus-turn-worker/turn":                      "agentbus-ingest/POST /webhook/{bot}",
 		"agentbus-turn-worker/chat gpt-4o-mini":          "agentbus-turn-worker/turn",
 		"agentbus-turn-worker/execute_tool user_profile": "agentbus-turn-worker/turn",
 		"agentbus-tool-worker/execute_tool user_profile": "agentbus-turn-worker/execute_tool user_profile",
 		"agentbus-egress/send webhook":                   "agentbus-turn-worker/turn",
-		"agentbus-egress/POST":                           "agentbus-egress/send webhook",
 	}
 	for _, s := range spans {
 		if wantParent, ok := expectParent[s.Service+"/"+s.Name]; ok && parentName(s) != wantParent {
@@ -322,15 +322,22 @@ ai:
 			}
 		}
 	}
-	// The callback POST carries the trace onward: its traceparent names the egress client span.
-	var client otlptest.Span
+	// The callback POST carries the trace onward: its traceparent names egress's send span,
+	// which holds the answer's status.
+	var send otlptest.Span
 	for _, s := range spans {
-		if s.Service == "agentbus-egress" && s.Name == "POST" {
-			client = s
+		switch {
+		case s.Service == "agentbus-egress" && s.Name == "send webhook":
+			send = s
+		case s.Name == "ingest webhook" || s.Name == "POST":
+			t.Errorf("%s/%s: a span of its own again", s.Service, s.Name)
 		}
 	}
-	if reply.Traceparent != "00-"+traceID+"-"+client.SpanID+"-01" {
-		t.Errorf("callback traceparent %q, want the egress POST span 00-%s-%s-01", reply.Traceparent, traceID, client.SpanID)
+	if reply.Traceparent != "00-"+traceID+"-"+send.SpanID+"-01" {
+		t.Errorf("callback traceparent %q, want the egress send span 00-%s-%s-01", reply.Traceparent, traceID, send.SpanID)
+	}
+	if send.Attrs["http.response.status_code"] != "200" {
+		t.Errorf("send span attributes %v, want the callback's http.response.status_code 200", send.Attrs)
 	}
 }
 

@@ -43,6 +43,9 @@ type Settings struct {
 	ReserveTokens int
 	// ContextWindow of the model in tokens (0 = unknown: Auto never triggers).
 	ContextWindow int
+	// SummaryTokens is the length a summary is asked to stay under (0 = no target). The caller
+	// counts it as part of what a compaction leaves, next to the KeepRecentTokens kept.
+	SummaryTokens int
 }
 
 // Effective clamps the settings to the window: a 20,000-token keep budget means nothing for an

@@ -193,3 +193,26 @@ func TestSummarizeFailure(t *testing.T) {
 		})
 	}
 }
+
+// TargetTokens becomes a length the summarizer is asked to stay under (in words, which models
+// count better); without it the prompt sets none.
+func TestSummarizeTargetLength(t *testing.T) {
+	for _, c := range []struct {
+		target int
+		want   string
+	}{
+		{800, "Keep the summary under about 600 words."},
+		{20, "Keep the summary under about 50 words."},
+		{0, ""},
+	} {
+		var prompt string
+		_, err := Summarize(context.Background(), Request{Model: &llm.Model{ID: "m"}, Stream: scripted("## Goal\nchat", &prompt),
+			Messages: []llm.Message{user("hi"), asst("hello")}, TargetTokens: c.target})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.want == "" && strings.Contains(prompt, "Keep the summary under") || c.want != "" && !strings.Contains(prompt, c.want) {
+			t.Errorf("target %d: prompt %q, want %q", c.target, prompt, c.want)
+		}
+	}
+}

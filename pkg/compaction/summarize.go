@@ -34,6 +34,10 @@ type Request struct {
 	MaxInputBytes int
 	// MaxToolResultBytes caps each tool result in the transcript (0 = 2000).
 	MaxToolResultBytes int
+	// TargetTokens asks the model to keep the summary under about this many tokens (0 = no
+	// target). It is a request, not a cut: the text is kept whole, and identifiers the model
+	// dropped are still appended.
+	TargetTokens int
 }
 
 // Result is a written summary.
@@ -94,6 +98,10 @@ func Summarize(ctx context.Context, r Request) (Result, error) {
 	}
 	b.WriteString("Conversation to summarize:\n")
 	b.WriteString(transcript)
+	if r.TargetTokens > 0 {
+		// About three quarters of a word per token in English; the model counts words better.
+		fmt.Fprintf(&b, "\n\nKeep the summary under about %d words.", max(r.TargetTokens*3/4, 50))
+	}
 	if ins := strings.TrimSpace(r.Instructions); ins != "" {
 		b.WriteString("\n\nAdditional instructions for this summary: ")
 		b.WriteString(ins)

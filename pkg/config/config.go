@@ -178,10 +178,13 @@ type Webhook struct {
 	// timestamp is valid by the dedupe window of IM_IN and SESSION_IN (nats.inboundDuplicatesMs,
 	// at least twice this), and after it by the timestamp.
 	ToleranceSeconds int `yaml:"toleranceSeconds"`
-	// MaxBodyBytes caps one request body (default 8 MiB); MaxInFlight caps requests served at
-	// once (default 16, more get 503 + Retry-After), which together bound the memory a flood takes.
-	MaxBodyBytes int64 `yaml:"maxBodyBytes"`
-	MaxInFlight  int   `yaml:"maxInFlight"`
+	// MaxBodyBytes caps one request body (default 8 MiB). MaxInFlightBytes caps the bytes of
+	// the requests served at once, each counted as its body plus 16 KiB (default 64 MiB: about
+	// 4,000 small messages, or eight 8 MiB ones); MaxInFlight caps their number (default 1024).
+	// A request over either gets 503 + Retry-After; together they bound the memory a flood takes.
+	MaxBodyBytes     int64 `yaml:"maxBodyBytes"`
+	MaxInFlight      int   `yaml:"maxInFlight"`
+	MaxInFlightBytes int64 `yaml:"maxInFlightBytes"`
 	// RateLimit limits accepted requests per bot and per sender; over it: 429 + Retry-After.
 	RateLimit WebhookRateLimits `yaml:"rateLimit"`
 }
@@ -195,7 +198,13 @@ func (w *Webhook) ApplyDefaults() {
 		w.MaxBodyBytes = 8 << 20 // room for a base64 photo, which ingest moves to the media store
 	}
 	if w.MaxInFlight == 0 {
-		w.MaxInFlight = 16 // with 8 MiB bodies: at most 128 MiB of request bodies at once
+		w.MaxInFlight = 1024 // a count bound only: memory is bounded by MaxInFlightBytes
+	}
+	if w.MaxInFlightBytes == 0 {
+		w.MaxInFlightBytes = 64 << 20
+	}
+	if w.MaxInFlightBytes > 0 && w.MaxInFlightBytes < w.MaxBodyBytes {
+		w.MaxInFlightBytes = w.MaxBodyBytes // one request of the largest size always fits
 	}
 	rateDefault := func(r *RateLimit, perSecond float64, burst int) {
 		if r.PerSecond == 0 {
@@ -409,9 +418,11 @@ type AI struct {
 	Trigger         Trigger                   `yaml:"trigger"`
 	Dispatcher      Dispatcher                `yaml:"dispatcher"`
 	MCPServers      map[string]MCPServer      `yaml:"mcpServers"`
+	MemoryMCP       *MCPServer                `yaml:"memoryMcp"` // served as mcpServers.memory (MemoryServerName)
 	ImageGeneration ImageGeneration           `yaml:"imageGeneration"`
 	Tools           Tools                     `yaml:"tools"`
 	Scheduler       Scheduler                 `yaml:"scheduler"` // heartbeat and recurring jobs (scheduler.go)
+	Hooks           []Hook                    `yaml:"hooks"`     // plugins called at steps of the pipeline (hooks.go)
 	Extra           map[string]map[string]any `yaml:"extra"`
 }
 
@@ -539,6 +550,7 @@ type Agent struct {
 	SubagentTurnWaitMs       int64               `yaml:"subagentTurnWaitMs"`
 	SubagentTools            []string            `yaml:"subagentTools"`
 	PhaseTrace               bool                `yaml:"phaseTrace"`
+	RateLimit                AgentRateLimit      `yaml:"rateLimit"`
 	ModelHarness             ModelHarness        `yaml:"modelHarness"`
 	Compaction               Compaction          `yaml:"compaction"`
 	Concurrency              string              `yaml:"concurrency"`     // parallel | queue | steer | interrupt | collect
@@ -862,6 +874,7 @@ func expandNode(n *yaml.Node, missing *[]string) {
 
 // ApplyDefaults fills what the file left out with the seed's documented defaults.
 func (c *Config) ApplyDefaults() {
+	c.AI.applyMemoryMCP()
 	if c.DataDir == "" {
 		c.DataDir = DefaultDataDir
 	}
@@ -909,7 +922,10 @@ func (c *Config) ApplyDefaults() {
 		s.ExpireMs = 7 * 24 * 3600 * 1000
 	}
 	if s.ColdStartMaxMessages == 0 {
-		s.ColdStartMaxMessages = 50
+		// As many as maxHistory: a load that reaches this bound is compacted (messages beyond it
+		// would fall out unsummarized), and a bound of 50 summarized every chat of 25 short
+		// exchanges (issue 37). The seed's example value 50 still applies when written.
+		s.ColdStartMaxMessages = s.MaxHistory
 	}
 	if s.ColdStartMaxAgeMs == 0 {
 		s.ColdStartMaxAgeMs = 24 * 3600 * 1000
@@ -963,9 +979,6 @@ func (c *Config) ApplyDefaults() {
 	}
 	if a.MaxSubagentIterations == 0 {
 		a.MaxSubagentIterations = 25
-	}
-	if a.SubagentTurnWaitMs == 0 {
-		a.SubagentTurnWaitMs = 300000
 	}
 	if a.Concurrency == "" {
 		a.Concurrency = "parallel"
@@ -1111,10 +1124,16 @@ func (c *Config) Validate() error {
 	oneOf("ai.agent.followUpMode", a.FollowUpMode, "one-at-a-time", "all")
 	oneOf("ai.agent.toolExecution", a.ToolExecution, "parallel", "sequential")
 	a.Sandbox.validate(bad)
+	a.RateLimit.validate(bad)
+	if a.SubagentTurnWaitMs != 0 {
+		bad("%s", subagentWaitProblem(a.SubagentTurnWaitMs))
+	}
+	a.ModelHarness.validate(bad)
 	oneOf("ai.dispatcher.mode", c.AI.Dispatcher.Mode, "exclusive", "dual")
 	oneOf("ai.dispatcher.order", c.AI.Dispatcher.Order, "command-first", "ai-first")
 	oneOf("nats.storage", c.NATS.Storage, "file", "memory")
 	c.AI.Scheduler.validate(bad)
+	validateHooks(c.AI.Hooks, bad)
 	if c.NATS.Provision != "" {
 		oneOf("nats.provision", c.NATS.Provision, "update", "wait")
 	}
@@ -1124,8 +1143,8 @@ func (c *Config) Validate() error {
 	if msg := ReplayWindowProblem(c.NATS, c.IM.Webhook); msg != "" && len(c.IM.Webhook.Bots) > 0 {
 		bad("%s", msg)
 	}
-	if c.IM.Webhook.MaxBodyBytes < 0 || c.IM.Webhook.MaxInFlight < 0 || c.IM.Webhook.RateLimit.MaxSenders < 0 {
-		bad("im.webhook.maxBodyBytes, maxInFlight and rateLimit.maxSenders must not be negative")
+	if c.IM.Webhook.MaxBodyBytes < 0 || c.IM.Webhook.MaxInFlight < 0 || c.IM.Webhook.MaxInFlightBytes < 0 || c.IM.Webhook.RateLimit.MaxSenders < 0 {
+		bad("im.webhook.maxBodyBytes, maxInFlight, maxInFlightBytes and rateLimit.maxSenders must not be negative")
 	}
 	for i, b := range c.IM.Webhook.Bots {
 		if b.ID == "" {

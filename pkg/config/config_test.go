@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -174,6 +175,38 @@ func TestMissingAPIKeyError(t *testing.T) {
 				t.Fatalf("MissingAPIKeyError() = %v, want nil", err)
 			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "\n")):
 				t.Fatalf("MissingAPIKeyError() = %v, want one line with %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestHooksValidate(t *testing.T) {
+	base := "ai: {providers: {f: {api: faux}}, hooks: [%s]}"
+	cases := []struct {
+		name, hook, want string
+	}{
+		{"http", "{name: m, events: [message.received, 'tool:call'], url: 'http://127.0.0.1:9/h', onError: block}", ""},
+		{"nats", "{name: m, events: [transformContext], nats: hooks.m, timeoutMs: 50}", ""},
+		{"no name", "{events: [message.sent], url: 'http://x/h'}", "ai.hooks[0].name is required"},
+		{"unknown event", "{name: m, events: [message.deleted], url: 'http://x/h'}", `"message.deleted" is not an event`},
+		{"no events", "{name: m, url: 'http://x/h'}", "ai.hooks[0].events is empty"},
+		{"no target", "{name: m, events: [message.sent]}", "set url (HTTP) or nats"},
+		{"both targets", "{name: m, events: [message.sent], url: 'http://x/h', nats: hooks.m}", "not both"},
+		{"bad url", "{name: m, events: [message.sent], url: 'ftp://x/h'}", "want an http:// or https:// URL"},
+		{"subject outside hooks.", "{name: m, events: [message.sent], nats: plugins.m}", "want a subject below hooks."},
+		{"wildcard subject", "{name: m, events: [message.sent], nats: hooks.*}", "want a subject below hooks."},
+		{"bad onError", "{name: m, events: [message.sent], url: 'http://x/h', onError: retry}", "want continue or block"},
+		{"negative timeout", "{name: m, events: [message.sent], url: 'http://x/h', timeoutMs: -1}", "timeoutMs -1"},
+		{"twice", "{name: m, events: [message.sent], url: 'http://x/h'}, {name: m, events: [message.sent], url: 'http://x/h'}", `"m" is used twice`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse([]byte(fmt.Sprintf(base, c.hook)))
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Fatalf("error %v, want one containing %q", err, c.want)
 			}
 		})
 	}

@@ -10,11 +10,6 @@ package config
 // by the unknown-key check; its value is ignored.
 var reservedKeys = []string{
 	"ai.sessions.useDatabase", // sessions always live in JetStream (KV sessions, AGENT_CTX)
-	"ai.memoryMcp",
-	"ai.agent.rateLimit",
-	"ai.agent.toneAwareness",
-	"ai.agent.phaseTrace",
-	"ai.agent.subagentTurnWaitMs",
 	"ai.trigger.timeout",
 	"ai.providers.*.capabilities.streaming",
 	"ai.providers.*.capabilities.toolCalling",

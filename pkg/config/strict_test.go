@@ -56,15 +56,15 @@ func TestReservedKeysWarnOnce(t *testing.T) {
 ai:
   providers: {p: {api: faux, capabilities: {vision: true, streaming: true}}}
   sessions: {useDatabase: true, coldStartMaxMessages: 50}
-  memoryMcp: {server: memory}
+  extra: {tts: {voice: alloy}}
+  trigger: {timeout: 60000}
   agent:
-    phaseTrace: true
     maxIterations: 9
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"ai.providers.p.capabilities.streaming", "ai.sessions.useDatabase", "ai.memoryMcp", "ai.agent.phaseTrace"}
+	want := []string{"ai.providers.p.capabilities.streaming", "ai.sessions.useDatabase", "ai.extra", "ai.trigger.timeout"}
 	if !reflect.DeepEqual(c.Reserved, want) {
 		t.Errorf("Reserved = %v, want %v", c.Reserved, want)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/agentbus/agentbus/internal/jsconflict"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/hooks"
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/store"
@@ -121,6 +122,8 @@ type Options struct {
 	// Tracer records a "send <platform>" span per delivery, continuing the turn's span the part
 	// carries; senders that speak HTTP add a client span and pass traceparent on (nil: off).
 	Tracer trace.TracerProvider
+	// Hooks runs message.sending and message.sent (nil: none; hooks.go).
+	Hooks *hooks.Runner
 
 	// afterRecord is a test hook run after a part was sent, recorded and its receipt published,
 	// before the handler returns (and so before the ack).
@@ -491,6 +494,8 @@ func runArchiver(ctx context.Context, h *Handle, node string) error {
 	a, err := transcript.RunArchiver(ctx, h.e.js, h.db, transcript.ArchiverOptions{
 		Node:   node,
 		Logger: h.e.log,
+		// Its dead letters count with egress's own (agentbus_dead_letters_total{role="archiver"}).
+		OnDeadLetter: h.e.o.DeadLetters.Add,
 	})
 	if err != nil {
 		return fmt.Errorf("egress: %w", err)
@@ -626,6 +631,9 @@ func (e *egress) handle(msg *message.Message) error {
 	if !ok {
 		return permanent(ReasonNoSender, fmt.Errorf("%w %q", ErrNoSender, out.Platform))
 	}
+	if !e.sendingHook(ctx, ev) {
+		return nil
+	}
 	if err := e.limiter.Wait(ctx, out.Platform); err != nil {
 		return fmt.Errorf("throttle %s: %w", out.Platform, err)
 	}
@@ -657,6 +665,7 @@ func (e *egress) handle(msg *message.Message) error {
 	e.sentHere.add(out.OutID, rec)
 	e.delivered.Add(1)
 	e.o.Metrics.Send(out.Platform, metrics.SendSent)
+	e.sentHook(ev, pmid)
 	if e.log.Enabled(ctx, slog.LevelDebug) {
 		d.logger().Debug("egress: delivered", "out", out.OutID, "platform", out.Platform, "platformMsg", pmid)
 	}

@@ -137,10 +137,7 @@ func (s *WebhookSender) Send(ctx context.Context, out events.Outbound) (string, 
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(webhook.SignatureHeader, webhook.Sign(bot.Secret, body))
 	req.Header.Set("Idempotency-Key", out.OutID)
-	// A client span under the delivery's, whose traceparent the receiver gets.
-	req, span := tracing.StartHTTPClient(req, http.MethodPost)
-	resp, err := s.client.Do(req)
-	tracing.EndHTTP(span, resp, err)
+	resp, err := s.post(ctx, req)
 	if err != nil {
 		return "", fmt.Errorf("webhook bot %q: post callback: %w", out.Bot, err)
 	}
@@ -225,4 +222,21 @@ type eventSender interface {
 
 func (s *ConsoleSender) sendEvent(ctx context.Context, ev *events.Event[events.Outbound]) (string, error) {
 	return s.send(ctx, ev)
+}
+
+// post sends a callback request. The first attempt of a delivery is the delivery's "send"
+// span itself (its traceparent goes to the receiver, its answer onto that span): a span of
+// its own per message would add nothing an operator needs. A retried attempt gets a client
+// span "POST" under it, so each retry shows with its answer.
+func (s *WebhookSender) post(ctx context.Context, req *http.Request) (*http.Response, error) {
+	if d, ok := ctx.Value(deliveryKey).(*delivery); ok && d.attempts <= 1 {
+		tracing.InjectHTTP(req)
+		resp, err := s.client.Do(req)
+		tracing.RecordHTTP(ctx, resp, err)
+		return resp, err
+	}
+	req, span := tracing.StartHTTPClient(req, http.MethodPost)
+	resp, err := s.client.Do(req)
+	tracing.EndHTTP(span, resp, err)
+	return resp, err
 }

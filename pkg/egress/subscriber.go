@@ -107,9 +107,9 @@ func (s *laneSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 		case <-ctx.Done():
 			s.drop(m)
 		}
-	}, jetstream.PullMaxMessages(s.pullMax), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	}, natsutil.FailoverConsume(jetstream.PullMaxMessages(s.pullMax), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		s.log.Debug("egress: consume", "err", err)
-	}))
+	}))...) // a pull request lost with a NATS node is sent again in 2 s, not 30
 	if err != nil {
 		return nil, err
 	}

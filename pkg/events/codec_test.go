@@ -112,6 +112,8 @@ func TestCodecRoundTripEveryType(t *testing.T) {
 	roundTrip(t, New(ToolCall{CallID: "c1", Tool: "bash", Args: map[string]any{}, SessionKey: k,
 		Caller: Caller{Platform: "qq", Scope: ScopeGroup, Roles: []string{RoleMaster}}}, sid))
 	check(TypeToolCall)
+	roundTrip(t, New(ToolCall{CallID: "c2", Tool: "activate_skill", Args: map[string]any{}, SessionKey: k,
+		Caller: Caller{Platform: "qq", Scope: ScopeGroup}, Model: "ollama/qwen3:8b", ModelSize: "small", SkillChars: 1500}, sid))
 	roundTrip(t, New(res, sid))
 	check(TypeToolResult)
 	roundTrip(t, New(Outbound{OutID: OutID("T1", 0), Turn: "T1", Platform: "qq", Bot: "10001", Scene: im.Scene, ReplyTo: "m1",

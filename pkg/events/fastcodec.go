@@ -1182,6 +1182,18 @@ func (c *ToolCall) appendJSON(b []byte) ([]byte, bool) {
 	if c.Fresh {
 		b = append(b, `,"fresh":true`...)
 	}
+	if c.Model != "" {
+		b = append(b, `,"model":`...)
+		b = appendString(b, c.Model)
+	}
+	if c.ModelSize != "" {
+		b = append(b, `,"modelSize":`...)
+		b = appendString(b, c.ModelSize)
+	}
+	if c.SkillChars != 0 {
+		b = append(b, `,"skillChars":`...)
+		b = strconv.AppendInt(b, int64(c.SkillChars), 10)
+	}
 	return append(b, '}'), ok
 }
 
@@ -1206,6 +1218,12 @@ func (c *ToolCall) decodeJSON(d *decoder) bool {
 			return field(7, d.bool(&c.Idempotent))
 		case "fresh":
 			return field(8, d.bool(&c.Fresh))
+		case "model":
+			return field(9, d.str(&c.Model))
+		case "modelSize":
+			return field(10, d.str(&c.ModelSize))
+		case "skillChars":
+			return field(11, d.int(&c.SkillChars))
 		}
 		return -1
 	})
@@ -1291,7 +1309,7 @@ var fastLayouts = map[reflect.Type]string{
 	reflect.TypeFor[LiveDelta]():          "Kind string `json:\"kind\"`; ContentIndex int `json:\"contentIndex\"`; Delta string `json:\"delta,omitempty\"`; Seq uint64 `json:\"seq\"`; Message int `json:\"message,omitempty\"`",
 	reflect.TypeFor[SessionKey]():         "Platform string `json:\"platform\"`; Bot string `json:\"bot\"`; Scope string `json:\"scope\"`; Scene string `json:\"scene\"`",
 	reflect.TypeFor[Caller]():             "Platform string `json:\"platform\"`; Bot string `json:\"bot,omitempty\"`; Scope string `json:\"scope\"`; SenderID string `json:\"senderId,omitempty\"`; Roles []string `json:\"roles,omitempty\"`",
-	reflect.TypeFor[ToolCall]():           "CallID string `json:\"callId\"`; Tool string `json:\"tool\"`; Args map[string]interface {} `json:\"args\"`; SessionKey events.SessionKey `json:\"sessionKey\"`; Turn string `json:\"turn,omitempty\"`; Caller events.Caller `json:\"caller\"`; Deadline int64 `json:\"deadline,omitempty\"`; Idempotent bool `json:\"idempotent,omitempty\"`; Fresh bool `json:\"fresh,omitempty\"`",
+	reflect.TypeFor[ToolCall]():           "CallID string `json:\"callId\"`; Tool string `json:\"tool\"`; Args map[string]interface {} `json:\"args\"`; SessionKey events.SessionKey `json:\"sessionKey\"`; Turn string `json:\"turn,omitempty\"`; Caller events.Caller `json:\"caller\"`; Deadline int64 `json:\"deadline,omitempty\"`; Idempotent bool `json:\"idempotent,omitempty\"`; Fresh bool `json:\"fresh,omitempty\"`; Model string `json:\"model,omitempty\"`; ModelSize string `json:\"modelSize,omitempty\"`; SkillChars int `json:\"skillChars,omitempty\"`",
 	reflect.TypeFor[ToolResult]():         "CallID string `json:\"callId\"`; Tool string `json:\"tool\"`; Content []llm.Content `json:\"content\"`; IsError bool `json:\"isError,omitempty\"`; Details json.RawMessage `json:\"details,omitempty\"`; Worker string `json:\"worker,omitempty\"`; DurationMs int64 `json:\"durationMs,omitempty\"`",
 	reflect.TypeFor[llm.Usage]():          "Input int `json:\"input\"`; Output int `json:\"output\"`; CacheRead int `json:\"cacheRead\"`; CacheWrite int `json:\"cacheWrite\"`; TotalTokens int `json:\"totalTokens\"`; Cost llm.UsageCost `json:\"cost\"`",
 	reflect.TypeFor[llm.UsageCost]():      "Input float64 `json:\"input\"`; Output float64 `json:\"output\"`; CacheRead float64 `json:\"cacheRead\"`; CacheWrite float64 `json:\"cacheWrite\"`; Total float64 `json:\"total\"`",

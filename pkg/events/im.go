@@ -23,7 +23,7 @@ const (
 	SegFace    = "face"    // data.id | data.face_id (+ text, name, describe)
 	SegSticker = "sticker" // like face
 	SegEmoji   = "emoji"   // like face
-	SegAt      = "at"      // mention: data.id | data.user_id | data.qq (+ name); id "all" mentions everyone
+	SegAt      = "at"      // mention: data.id | data.user_id | data.qq (+ name, + self: true for the receiving bot); id "all" mentions everyone
 	SegReply   = "reply"   // quoted message: data.id | data.message_id
 	SegFile    = "file"    // data.url | data.file | data.object | data.base64 (+ name, size)
 )
@@ -50,6 +50,29 @@ func AtSeg(id, name string) Segment {
 		d["name"] = name
 	}
 	return Segment{Type: SegAt, Data: d}
+}
+
+// SelfAtSeg returns a mention of the receiving bot itself, as its adapter saw it: id is the bot's
+// user id on the platform (a QQ number, a Telegram user id, a Matrix user id), which is not the
+// bot's configured id, so the adapter marks it (data.self = true). Ingest and the turn worker
+// drop it from the text (so "@bot /reset" is the command /reset) and count it as addressing the
+// bot (MentionsBot).
+func SelfAtSeg(id, name string) Segment {
+	s := AtSeg(id, name)
+	s.Data["self"] = true
+	return s
+}
+
+// IsSelfMention reports whether s is an at segment that mentions the receiving bot, whose
+// configured id is bot: one its adapter marked data.self (SelfAtSeg), or one whose id is bot.
+func (s Segment) IsSelfMention(bot string) bool {
+	if s.Type != SegAt {
+		return false
+	}
+	if self, _ := s.Data["self"].(bool); self {
+		return true
+	}
+	return bot != "" && s.MentionID() == bot
 }
 
 // ReplySeg returns a quote of platform message id.
@@ -161,7 +184,7 @@ func (ss Segments) PlainText() string {
 			b.WriteString(s.Str("text"))
 		case SegAt:
 			b.WriteByte('@')
-			if n := s.Str("name"); n != "" {
+			if n := strings.TrimPrefix(s.Str("name"), "@"); n != "" { // Telegram's names carry their "@"
 				b.WriteString(n)
 			} else {
 				b.WriteString(s.MentionID())
@@ -186,6 +209,16 @@ func (ss Segments) HasMedia() bool {
 func (ss Segments) Mentions(id string) bool {
 	for _, s := range ss {
 		if s.Type == SegAt && s.MentionID() == id {
+			return true
+		}
+	}
+	return false
+}
+
+// MentionsSelf reports whether the content mentions the receiving bot (IsSelfMention).
+func (ss Segments) MentionsSelf(bot string) bool {
+	for _, s := range ss {
+		if s.IsSelfMention(bot) {
 			return true
 		}
 	}

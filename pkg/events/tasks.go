@@ -26,8 +26,13 @@ type SubagentTask struct {
 	Tools         []string `json:"tools,omitempty"`
 	Model         string   `json:"model,omitempty"`
 	MaxIterations int      `json:"maxIterations,omitempty"`
-	Caller        Caller   `json:"caller"`
-	Deadline      int64    `json:"deadline,omitempty"`
+	// Agent names the *.agent.md preset the task runs with, and SystemPrompt is that preset's
+	// body: the subagent's system prompt (seed: "Body 作为 systemPrompt 注入"). Prompt is then
+	// the task alone. Empty for a task without a preset.
+	Agent        string `json:"agent,omitempty"`
+	SystemPrompt string `json:"systemPrompt,omitempty"`
+	Caller       Caller `json:"caller"`
+	Deadline     int64  `json:"deadline,omitempty"`
 }
 
 func (SubagentTask) EventType() string { return TypeSubagentTask }

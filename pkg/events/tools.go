@@ -45,6 +45,14 @@ type ToolCall struct {
 	// result on the first delivery. Leave it false when unsure: the lookup keeps each call id
 	// run at most once either way.
 	Fresh bool `json:"fresh,omitempty"`
+	// Model is the model serving the turn, "provider/model id" (empty from older callers).
+	// Tools that adapt to the model read it; activate_skill sizes skill instructions by it.
+	Model string `json:"model,omitempty"`
+	// ModelSize is the turn worker's resolved size of Model (small | medium | large, from
+	// ai.agent.modelHarness, modelSizeHint or the id) and SkillChars its resolved
+	// skillInstructionMaxChars; empty / 0 lets the tool worker infer them from Model.
+	ModelSize  string `json:"modelSize,omitempty"`
+	SkillChars int    `json:"skillChars,omitempty"`
 }
 
 func (ToolCall) EventType() string { return TypeToolCall }

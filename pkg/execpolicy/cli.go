@@ -28,16 +28,17 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 // "ask", a tab and the reason, then the normalized commands (with -v),
 // and returns 0 for allow, 1 for deny, 2 for ask and 64 for usage errors.
 func CLI(args []string, stdout, stderr io.Writer) int {
-	usage := func() {
-		fmt.Fprintln(stderr, `usage: agentbus exec-policy check [--mode deny|allowlist|full] [--preset readonly|network|development|custom]
+	usageTo := func(w io.Writer) {
+		fmt.Fprintln(w, `usage: agentbus exec-policy check [--mode deny|allowlist|full] [--preset readonly|network|development|custom]
                                  [--allow CMD]... [--approval deny|ask|allow] [--workspace DIR]
                                  [--approve-rule REGEX]... [--approve-always] [-v] -- '<command line>'
 exit status: 0 allow, 1 deny, 2 ask, 64 usage error`)
 	}
+	usage := func() { usageTo(stderr) }
 	if len(args) == 0 || args[0] != "check" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-			usage()
-			return ExitUsage
+			usageTo(stdout) // asked for: not an error
+			return 0
 		}
 		fmt.Fprintln(stderr, "exec-policy: unknown or missing subcommand (want check)")
 		usage()
@@ -45,7 +46,7 @@ exit status: 0 allow, 1 deny, 2 ask, 64 usage error`)
 	}
 	fs := flag.NewFlagSet("exec-policy check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = usage
+	fs.Usage = func() {} // printed below: to stdout for --help, to stderr for a mistake
 	mode := fs.String("mode", "allowlist", "execSecurity: deny | allowlist | full")
 	preset := fs.String("preset", "custom", "execPreset: readonly | network | development | custom")
 	approval := fs.String("approval", "deny", "execApprovalMode: deny | ask | allow")
@@ -56,9 +57,13 @@ exit status: 0 allow, 1 deny, 2 ask, 64 usage error`)
 	fs.Var(&allow, "allow", "extra allowlisted command (repeatable; execAllowlist)")
 	fs.Var(&rules, "approve-rule", "simulate /approve rule REGEX (repeatable)")
 	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitUsage
+		if errors.Is(err, flag.ErrHelp) { // --help: the synopsis, then every flag
+			usageTo(stdout)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return 0
 		}
+		usage()
 		return ExitUsage
 	}
 	rest := fs.Args()

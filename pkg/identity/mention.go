@@ -14,8 +14,10 @@ func StripBotMention(text string, m *events.IMMessage) string {
 	}
 	names := []string{m.Bot}
 	for _, s := range m.Content {
-		if s.Type == events.SegAt && s.MentionID() == m.Bot && s.Str("name") != "" {
-			names = append(names, s.Str("name"))
+		if s.IsSelfMention(m.Bot) {
+			// The bot's platform id ("@20001") and its name, as the at segment gives them; a name
+			// Telegram writes with its "@" counts without it.
+			names = append(names, s.MentionID(), strings.TrimPrefix(s.Str("name"), "@"))
 		}
 	}
 	for _, n := range names {

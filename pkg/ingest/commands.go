@@ -12,12 +12,13 @@ import (
 var sessionCommands = map[string]bool{
 	"new": true, "clear": true, "tools": true, "mcp": true, "bindings": true, "status": true,
 	"model": true, "queue": true, "usage": true, "whoami": true, "context": true,
+	"cmd": true, "endpoints": true,
 }
 
 // trustedOnly commands reveal the bot's configuration (/mcp, /bindings) or change what it
 // costs (/model): masters and trusted users only, in any chat (seed: 内省命令 for master /
 // 有权限用户).
-var trustedOnly = map[string]bool{"mcp": true, "bindings": true, "model": true, "compact": true}
+var trustedOnly = map[string]bool{"mcp": true, "bindings": true, "model": true, "compact": true, "endpoints": true}
 
 // moderatedSession are session commands that change the conversation for everyone in a group
 // (like /reset): there they need a moderator.
@@ -49,11 +50,8 @@ func unknownCommand(text string, m *events.IMMessage) *events.Command {
 	if len(fields) == 0 {
 		return nil
 	}
-	name := strings.ToLower(fields[0])
-	if i := strings.IndexByte(name, '@'); i > 0 {
-		name = name[:i]
-	}
-	if !commandName(name) {
+	name, ok := commandFor(fields[0], m)
+	if !ok || !commandName(name) {
 		return nil
 	}
 	mc := *m

@@ -171,11 +171,8 @@ func parseCommand(text string, m *events.IMMessage) *events.Command {
 	if len(fields) == 0 {
 		return nil
 	}
-	name := strings.ToLower(fields[0])
-	if i := strings.IndexByte(name, '@'); i > 0 { // /reset@botname
-		name = name[:i]
-	}
-	if !knownCommands[name] && !sessionCommands[name] {
+	name, ok := commandFor(fields[0], m)
+	if !ok || !knownCommands[name] && !sessionCommands[name] {
 		return nil
 	}
 	rest := strings.TrimSpace(strings.TrimPrefix(text[1:], fields[0]))
@@ -183,20 +180,48 @@ func parseCommand(text string, m *events.IMMessage) *events.Command {
 	return &events.Command{Name: name, Args: fields[1:], Raw: rest, Message: &mc}
 }
 
+// commandFor returns the command name of word (after the "/"), lower-cased. A name addressed
+// to a bot ("/reset@name", as Telegram writes commands in groups) is the bot's only when name is
+// its configured id; adapters whose platform addresses commands so (Telegram) remove the bot's
+// own suffix before ingest, so a suffix left is another bot's and ok is false.
+func commandFor(word string, m *events.IMMessage) (name string, ok bool) {
+	name = strings.ToLower(word)
+	if i := strings.IndexByte(name, '@'); i > 0 {
+		if !strings.EqualFold(word[i+1:], m.Bot) {
+			return "", false
+		}
+		name = name[:i]
+	}
+	return name, true
+}
+
 // textWithoutMentions is the message's text with @-mentions of anyone dropped: the bot's own
 // mention is the trigger, not content, and other mentions are kept as "@name".
 func textWithoutMentions(m *events.IMMessage) string {
 	var b strings.Builder
+	leading := false // the text so far is the bot's own mention only
 	for _, s := range m.Content {
 		switch s.Type {
 		case events.SegText:
-			b.WriteString(s.Str("text"))
+			t := s.Str("text")
+			if leading {
+				// "@Bot: /reset", "@Bot, /reset" (how clients address someone): the separator after
+				// the leading mention goes with it.
+				t = strings.TrimLeft(t, " ")
+				for _, sep := range []string{":", ",", "：", "，"} {
+					t = strings.TrimPrefix(t, sep)
+				}
+				leading = strings.TrimSpace(t) == ""
+			}
+			b.WriteString(t)
 		case events.SegAt:
-			if s.MentionID() == m.Bot {
+			if s.IsSelfMention(m.Bot) { // wherever it stands: "@bot /reset" is the command /reset
+				leading = leading || strings.TrimSpace(b.String()) == ""
 				continue
 			}
+			leading = false
 			b.WriteByte('@')
-			if n := s.Str("name"); n != "" {
+			if n := strings.TrimPrefix(s.Str("name"), "@"); n != "" {
 				b.WriteString(n)
 			} else {
 				b.WriteString(s.MentionID())

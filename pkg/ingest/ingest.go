@@ -9,7 +9,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
@@ -106,25 +108,69 @@ type Result struct {
 //
 // It is safe to call again with the same message after a failure: every publish carries a
 // Nats-Msg-Id derived from the platform message id, so JetStream drops the repeats and a
-// message that reached IM_IN but not SESSION_IN is completed by the retry.
+// message that reached IM_IN but not SESSION_IN is completed by the retry. It does so itself
+// while the bus is briefly away (a leader election), until ctx ends: see ingestRetrying.
 //
-// With tracing on, the message gets a span "ingest <platform>" (a child of the webhook request's
-// span, whose inbound traceparent it continues) and every event it publishes carries that span
-// in events.HeaderSpanContext; the trace id is the event's envelope trace.
+// With tracing on, the message gets a span "ingest <platform>", unless ctx has a recording span
+// already (the webhook request's, which continues an inbound traceparent): then that span is
+// the message's and gets the agentbus.platform attribute. Every event it publishes carries
+// that span in events.HeaderSpanContext; the trace id is the event's envelope trace.
 func (in *Ingestor) Ingest(ctx context.Context, m *events.IMMessage) (res Result, err error) {
 	defer func() { in.count(m, res, err) }()
 	if !tracing.Enabled(in.tracer) {
-		return in.ingest(ctx, m) // off: not even the span's options are built
+		return in.ingestRetrying(ctx, m) // off: not even the span's options are built
+	}
+	if cur := trace.SpanFromContext(ctx); cur.IsRecording() {
+		// The webhook request's span: the publish is part of it, a span of its own would
+		// add nothing an operator needs (and costs as much as any span).
+		cur.SetAttributes(attribute.String("agentbus.platform", m.Platform))
+		return in.ingest(ctx, m)
 	}
 	ctx, span := tracing.Start(ctx, in.tracer, "ingest "+m.Platform, "", "", trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.String("agentbus.platform", m.Platform)))
-	res, err = in.ingest(ctx, m)
+	res, err = in.ingestRetrying(ctx, m)
 	tracing.End(span, err)
 	return res, err
 }
 
+// ingestRetrying runs ingest again, with exponential backoff, while it fails for the bus (not
+// for the message): a NATS node lost makes the streams it led elect new leaders, 4-9 s in which
+// publishes fail or go unanswered. It tries until ctx ends (a webhook request's deadline) or
+// ingestRetryFor has passed, and not when the time left is shorter than the next wait; the
+// last error is returned. A repeat is safe (see Ingest).
+func (in *Ingestor) ingestRetrying(ctx context.Context, m *events.IMMessage) (Result, error) {
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMaxInterval(time.Second), backoff.WithMaxElapsedTime(ingestRetryFor))
+	for try := 1; ; try++ {
+		res, err := in.ingest(ctx, m)
+		if err == nil || errors.Is(err, ErrTooLarge) || IsInvalid(err) || ctx.Err() != nil {
+			return res, err
+		}
+		d := b.NextBackOff()
+		if dl, ok := ctx.Deadline(); d == backoff.Stop || ok && time.Until(dl) < d {
+			return res, err
+		}
+		level := slog.LevelDebug // one warning per message, not one per try
+		if try == 1 {
+			level = slog.LevelWarn
+		}
+		in.log.Log(ctx, level, "ingest failed; retrying", "message_id", m.MessageID, "platform", m.Platform, "try", try, "in", d.Round(time.Millisecond), "err", err)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return res, err
+		case <-t.C:
+		}
+	}
+}
+
+// ingestRetryFor bounds ingestRetrying for a ctx without deadline: longer than a leader
+// election.
+const ingestRetryFor = 15 * time.Second
+
 func (in *Ingestor) ingest(ctx context.Context, m *events.IMMessage) (res Result, err error) {
-	m.MentionsBot = m.MentionsBot || m.Content.Mentions(m.Bot)
+	m.MentionsBot = m.MentionsBot || m.Content.MentionsSelf(m.Bot)
 	m.Sender.Roles = in.senderRoles(m)
 	if err := in.storeInline(ctx, m); err != nil {
 		return Result{}, err

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -56,7 +55,12 @@ func CheckReplayWindow(ctx context.Context, js jetstream.StreamManager, cfg conf
 //	    server's max_payload, stated in the answer; inline media goes to the media store and
 //	    does not count); the message is dead-lettered
 //	429 over the bot's or the sender's rate limit (Retry-After says when to retry)
-//	503 the bus did not take the message, or too many requests at once (the sender should retry)
+//	503 the bus did not take the message, or too many requests or bytes in flight (im.webhook.
+//	    maxInFlight, maxInFlightBytes; Retry-After: 1, the sender should retry)
+//
+// Refusals (401, 429, 503) are logged at most once a second per reason and bot, with the count
+// of the lines held back, and counted in agentbus_ingest_messages_total (rate_limited for 429
+// and a 503 for load, error for a 503 of the bus, rejected for the others).
 //
 // Two signature schemes are accepted, keyed with the bot's secret: Standard Webhooks
 // (webhook-id, webhook-timestamp, webhook-signature over id.timestamp.body) and
@@ -75,7 +79,8 @@ type WebhookHandler struct {
 	tolerance time.Duration
 	perBot    *keyedLimiter
 	perSender *keyedLimiter
-	inFlight  chan struct{}
+	flight    *inFlight    // requests and bytes being served (maxInFlight, maxInFlightBytes)
+	logs      *logThrottle // refusals are logged at most once a second per reason and bot
 	log       *slog.Logger
 	now       func() time.Time
 }
@@ -98,7 +103,8 @@ func NewWebhookHandler(in *Ingestor, cfg config.Webhook, log *slog.Logger) *Webh
 		tolerance: time.Duration(cfg.ToleranceSeconds) * time.Second,
 		perBot:    newKeyedLimiter(rl.PerBot.PerSecond, rl.PerBot.Burst, len(m)+1),
 		perSender: newKeyedLimiter(rl.PerSender.PerSecond, rl.PerSender.Burst, rl.MaxSenders),
-		inFlight:  make(chan struct{}, cfg.MaxInFlight),
+		flight:    newInFlight(cfg.MaxInFlight, cfg.MaxInFlightBytes),
+		logs:      newLogThrottle(time.Second),
 	}
 }
 
@@ -138,23 +144,33 @@ func (h *WebhookHandler) serve(rw http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusUnauthorized, "bot "+botID+" has no secret configured")
 		return
 	}
-	select {
-	case h.inFlight <- struct{}{}:
-		defer func() { <-h.inFlight }()
-	default:
-		w.Header().Set("Retry-After", "1")
-		h.log.Warn("webhook refused: too many requests at once", "bot", botID, "platform", PlatformWebhook,
-			"status", http.StatusServiceUnavailable, "in_flight", cap(h.inFlight), "remote", r.RemoteAddr)
-		httpError(w, http.StatusServiceUnavailable, "too many requests at once, retry later")
-		return
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, h.cfg.MaxBodyBytes+1))
-	if err != nil {
-		httpError(w, http.StatusBadRequest, "read body: "+err.Error())
-		return
-	}
-	if int64(len(body)) > h.cfg.MaxBodyBytes {
+	// Memory is bounded by the bytes in flight, not by a small count of requests: a request
+	// reserves its Content-Length (or a first slice of a body of unknown length, growing as it
+	// is read) plus requestOverhead, and is refused 503 only when the reservation does not fit.
+	if r.ContentLength > h.cfg.MaxBodyBytes {
 		httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", h.cfg.MaxBodyBytes))
+		return
+	}
+	reserve := int64(firstRead)
+	if r.ContentLength >= 0 {
+		reserve = r.ContentLength + 1 // room for the read that finds the end
+	}
+	reserve += requestOverhead
+	if !h.flight.acquire(reserve) {
+		h.refuseBusy(w, r, botID)
+		return
+	}
+	body, reserved, err := readBody(r.Body, h.cfg.MaxBodyBytes, reserve, h.flight)
+	defer func() { h.flight.release(reserved) }()
+	switch {
+	case errors.Is(err, errNoRoom):
+		h.refuseBusy(w, r, botID)
+		return
+	case errors.Is(err, errBodyTooLarge):
+		httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", h.cfg.MaxBodyBytes))
+		return
+	case err != nil:
+		httpError(w, http.StatusBadRequest, "read body: "+err.Error())
 		return
 	}
 	now := h.now()
@@ -165,7 +181,7 @@ func (h *WebhookHandler) serve(rw http.ResponseWriter, r *http.Request) {
 		err = webhook.Verify(bot.Secret, body, r.Header.Get(webhook.SignatureHeader))
 	}
 	if err != nil {
-		h.log.Warn("webhook rejected", "bot", botID, "reason", err.Error(), "remote", r.RemoteAddr)
+		h.logRefusal(slog.LevelWarn, "webhook rejected", botID, "status", http.StatusUnauthorized, "reason", err.Error(), "remote", r.RemoteAddr)
 		httpError(w, http.StatusUnauthorized, err.Error())
 		return
 	}
@@ -181,7 +197,7 @@ func (h *WebhookHandler) serve(rw http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if err := webhook.CheckTime(time.UnixMilli(in.Time), now, h.tolerance); err != nil {
-			h.log.Warn("webhook rejected", "bot", botID, "reason", err.Error(), "remote", r.RemoteAddr)
+			h.logRefusal(slog.LevelWarn, "webhook rejected", botID, "status", http.StatusUnauthorized, "reason", err.Error(), "remote", r.RemoteAddr)
 			httpError(w, http.StatusUnauthorized, err.Error())
 			return
 		}
@@ -189,14 +205,14 @@ func (h *WebhookHandler) serve(rw http.ResponseWriter, r *http.Request) {
 	// A request refused by one limit costs nothing of the other.
 	refund, d, ok := h.perSender.take(botID+"\x00"+in.Sender.ID, now)
 	if !ok {
-		h.log.Warn("webhook refused: sender over its rate limit", "bot", botID, "platform", PlatformWebhook,
+		h.logRefusal(slog.LevelWarn, "webhook refused: sender over its rate limit", botID,
 			"status", http.StatusTooManyRequests, "sender", in.Sender.ID, "retry_after", d.Round(time.Millisecond))
 		tooMany(w, d, "sender "+in.Sender.ID+" is over its rate limit")
 		return
 	}
 	if d, ok := h.perBot.allow(botID, now); !ok {
 		refund()
-		h.log.Warn("webhook refused: bot over its rate limit", "bot", botID, "platform", PlatformWebhook,
+		h.logRefusal(slog.LevelWarn, "webhook refused: bot over its rate limit", botID,
 			"status", http.StatusTooManyRequests, "retry_after", d.Round(time.Millisecond))
 		tooMany(w, d, "bot "+botID+" is over its rate limit")
 		return
@@ -219,11 +235,22 @@ func (h *WebhookHandler) serve(rw http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, err.Error())
 		return
 	case err != nil:
-		h.log.Error("webhook ingest failed", "bot", botID, "platform", PlatformWebhook, "message_id", in.ID, "err", err)
+		h.logRefusal(slog.LevelError, "webhook ingest failed", botID, "status", http.StatusServiceUnavailable, "message_id", in.ID, "err", err)
+		w.Header().Set("Retry-After", "1") // a leader election is seconds; every 503 says when
 		httpError(w, http.StatusServiceUnavailable, "not accepted, retry later")
 		return
 	}
 	writeAccepted(w, res)
+}
+
+// refuseBusy answers 503 + Retry-After to a request the bytes or requests in flight leave no
+// room for.
+func (h *WebhookHandler) refuseBusy(w http.ResponseWriter, r *http.Request, botID string) {
+	n, bytes := h.flight.load()
+	w.Header().Set("Retry-After", "1")
+	h.logRefusal(slog.LevelWarn, "webhook refused: too many requests at once", botID, "status", http.StatusServiceUnavailable,
+		"in_flight", n, "in_flight_bytes", bytes, "content_length", r.ContentLength, "remote", r.RemoteAddr)
+	httpError(w, http.StatusServiceUnavailable, "too many requests at once, retry later")
 }
 
 // statusWriter remembers the status a handler answered with.

@@ -106,8 +106,10 @@ func TestWebhookOutcomesCountedAndLogged(t *testing.T) {
 		{"malformed", func() int { b := []byte(`{"id":`); return send(t, url, legacy(b), b).code }, 400},
 		{"unknown bot", func() int { b := body("o4", "u2", now); return send(t, srv.URL+"/webhook/nope", legacy(b), b).code }, 404},
 		{"too many in flight", func() int {
-			h.inFlight <- struct{}{} // one request in flight already
-			defer func() { <-h.inFlight }()
+			if !h.flight.acquire(1) { // one request in flight already
+				t.Fatal("the in-flight bound is full before the test filled it")
+			}
+			defer h.flight.release(1)
 			b := body("o5", "u3", now)
 			return send(t, url, legacy(b), b).code
 		}, 503},

@@ -26,6 +26,10 @@ const (
 const (
 	InputText  = "text"
 	InputImage = "image"
+	// InputAudio and InputVideo: the model takes audio / video parts (ContentAudio,
+	// ContentVideo); providers turn those parts into text for a model without them.
+	InputAudio = "audio"
+	InputVideo = "video"
 )
 
 // Model describes one model at one endpoint. It is plain data: providers read it, nothing in it
@@ -49,6 +53,16 @@ type Model struct {
 func (m *Model) SupportsImages() bool {
 	for _, in := range m.Input {
 		if in == InputImage {
+			return true
+		}
+	}
+	return false
+}
+
+// Accepts reports whether the model takes input of kind (InputImage, InputAudio, ...).
+func (m *Model) Accepts(kind string) bool {
+	for _, in := range m.Input {
+		if in == kind {
 			return true
 		}
 	}
@@ -99,6 +113,8 @@ const (
 const (
 	ContentText     = "text"
 	ContentImage    = "image"
+	ContentAudio    = "audio" // Data (base64), MimeType (audio/wav, audio/mpeg, ...)
+	ContentVideo    = "video" // Data (base64), MimeType (video/mp4, ...)
 	ContentThinking = "thinking"
 	ContentToolCall = "toolCall"
 )
@@ -147,6 +163,16 @@ func Text(s string) Content { return Content{Type: ContentText, Text: s} }
 // Image returns an image block from base64 data.
 func Image(base64Data, mimeType string) Content {
 	return Content{Type: ContentImage, Data: base64Data, MimeType: mimeType}
+}
+
+// Audio is an audio block (base64 data) for a model with InputAudio.
+func Audio(base64Data, mimeType string) Content {
+	return Content{Type: ContentAudio, Data: base64Data, MimeType: mimeType}
+}
+
+// Video is a video block (base64 data) for a model with InputVideo.
+func Video(base64Data, mimeType string) Content {
+	return Content{Type: ContentVideo, Data: base64Data, MimeType: mimeType}
 }
 
 // ToolCall returns a toolCall block.

@@ -17,6 +17,7 @@ type LLM struct {
 	duration *prometheus.HistogramVec
 	tokens   *prometheus.CounterVec
 	cost     *prometheus.CounterVec
+	retries  *prometheus.CounterVec
 }
 
 // NewLLM registers the model families on r (once per process; nil r gives nil).
@@ -35,8 +36,11 @@ func NewLLM(r *Registry) *LLM {
 			cost: counterVec("llm_cost_usd_total",
 				"Estimated cost in US dollars from the model's configured prices (0 for a model without prices).",
 				"provider", "model"),
+			retries: counterVec("llm_retries_total",
+				"Model requests sent again by the provider after a failed attempt, by provider alias, model and reason (rate_limited: 429, server_error: 5xx, transport: no response).",
+				"provider", "model", "reason"),
 		}
-		return m, []prometheus.Collector{m.requests, m.duration, m.tokens, m.cost}
+		return m, []prometheus.Collector{m.requests, m.duration, m.tokens, m.cost, m.retries}
 	})
 }
 
@@ -44,13 +48,18 @@ func NewLLM(r *Registry) *LLM {
 type StreamFunc = func(ctx context.Context, model *llm.Model, c *llm.Context, opts *llm.StreamOptions) iter.Seq[llm.Event]
 
 // Wrap returns next with every request counted when its stream ends (done, error, or the
-// caller stopping early, which counts as aborted). Wrap the innermost stream function to count
-// each fallback attempt. A nil m returns next unchanged.
+// caller stopping early, which counts as aborted), and every retry the provider makes of it
+// (llm.WithRetryHook) counted in agentbus_llm_retries_total. Wrap the innermost stream
+// function to count each fallback attempt. A nil m returns next unchanged.
 func (m *LLM) Wrap(next StreamFunc) StreamFunc {
 	if m == nil {
 		return next
 	}
 	return func(ctx context.Context, model *llm.Model, c *llm.Context, opts *llm.StreamOptions) iter.Seq[llm.Event] {
+		if model != nil {
+			provider, id := model.Provider, model.ID
+			ctx = llm.WithRetryHook(ctx, func(r llm.Retry) { m.Retried(provider, id, r.Reason) })
+		}
 		return func(yield func(llm.Event) bool) {
 			start := time.Now()
 			var final *llm.Message
@@ -109,4 +118,13 @@ func (m *LLM) Request(model *llm.Model, msg *llm.Message, d time.Duration) {
 	}
 	// Always touched, so the series exists (at 0) for a model without prices.
 	m.cost.WithLabelValues(provider, id).Add(max(u.Cost.Total, 0))
+}
+
+// Retried counts one retry of a request to model id of provider alias provider (reason:
+// llm.RetryRateLimited, llm.RetryServerError or llm.RetryTransport).
+func (m *LLM) Retried(provider, id, reason string) {
+	if m == nil {
+		return
+	}
+	m.retries.WithLabelValues(provider, id, reason).Inc()
 }

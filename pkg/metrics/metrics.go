@@ -52,6 +52,9 @@ const (
 	TurnFailed    = "failed"
 	TurnCancelled = "cancelled"
 	TurnTimeout   = "timeout"
+	// TurnIterationLimit: the model still asked for tools when the turn reached its limit of
+	// model calls (ai.agent.maxIterations and the model's harness); the user was told so.
+	TurnIterationLimit = "iteration_limit"
 )
 
 // Outcomes of a model request, a tool call and a send.

@@ -31,11 +31,13 @@ func every(t *testing.T) (*Registry, map[string]*dto.MetricFamily) {
 	NewTools(r).Call("bash", OutcomeOK, time.Millisecond)
 	NewEgress(r).Send("webhook", SendSent)
 	NewDeadLetters(r).Add("egress", "invalid")
+	NewHooks(r).Call("moderation", "message.received", HookContinue, time.Millisecond)
 	c := NewConsumers(r)
 	c.pending.WithLabelValues("SESSION_IN", "turn-workers").Set(0)
 	c.ackPending.WithLabelValues("SESSION_IN", "turn-workers").Set(0)
 	NewLLM(r).Request(&llm.Model{Provider: "p", ID: "m"}, &llm.Message{Role: llm.RoleAssistant, StopReason: llm.StopReasonStop,
 		Usage: &llm.Usage{Input: 3, Output: 2, CacheRead: 1, CacheWrite: 1, Cost: llm.UsageCost{Total: 0.5}}}, time.Second)
+	NewLLM(r).Retried("p", "m", llm.RetryRateLimited)
 	mfs, err := r.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -82,6 +84,7 @@ func TestDocsAndDashboardMatchTheFamilies(t *testing.T) {
 		"agentbus_llm_request_duration_seconds": {"provider", "model"},
 		"agentbus_llm_tokens_total":             {"provider", "model", "kind"},
 		"agentbus_llm_cost_usd_total":           {"provider", "model"},
+		"agentbus_llm_retries_total":            {"provider", "model", "reason"},
 		"agentbus_tool_calls_total":             {"tool", "outcome"},
 		"agentbus_tool_duration_seconds":        {"tool"},
 		"agentbus_egress_sends_total":           {"platform", "outcome"},

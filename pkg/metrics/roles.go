@@ -55,7 +55,7 @@ type Turn struct {
 func NewTurn(r *Registry) *Turn {
 	return set(r, "turn", func() (*Turn, []prometheus.Collector) {
 		m := &Turn{
-			turns: counterVec("turns_total", "Finished turns by outcome (completed, failed, cancelled, timeout).", "outcome"),
+			turns: counterVec("turns_total", "Finished turns by outcome (completed, failed, cancelled, timeout, iteration_limit).", "outcome"),
 			duration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "turn_duration_seconds",
 				Help: "From the inbound message's acceptance by ingest to the turn's reply committed.", Buckets: turnBuckets}),
 			owned: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "sessions_owned",

@@ -193,7 +193,7 @@ func BusRoles() []BusRole {
 			Name: RoleTurnWorker,
 			Publish: join(jsRead, []string{
 				"agent.in.>", "agent.evt.>", "agent.ctx.>", "agent.live.>", "agent.wake.>",
-				"tool.call.>", "tool.result.>", "im.out.>", "task.>", "schedule.>", "dlq.>",
+				"tool.call.>", "tool.result.>", "im.out.>", "task.>", "schedule.>", "dlq.>", "hooks.>",
 				"$JS.API.STREAM.PURGE.AGENT_CTX", "$JS.API.STREAM.MSG.DELETE.TOOL_CALLS", "transcripts.search",
 			}, kv("sessions", "leases", "approvals", "profiles", "models", "tools", "tasks", events.BucketPresence), []string{"$O.media.>"}),
 			// Tool results are also awaited as core messages on the session's subject; the
@@ -210,7 +210,7 @@ func BusRoles() []BusRole {
 			// whether it still runs (a request to tool.attempt.<instance>, answered by that
 			// process). $KV.approvals.*.pending: the bash confirmations it records and
 			// consumes (approvals.PendingKey); the approvals themselves are the turn worker's.
-			Publish: join(jsRead, []string{"tool.result.>", "tool.attempt.>", "dlq.>", "transcripts.search", "task.>",
+			Publish: join(jsRead, []string{"tool.result.>", "tool.attempt.>", "dlq.>", "transcripts.search", "task.>", "hooks.>",
 				"$KV." + events.BucketApprovals + ".*.pending"},
 				kv("tools", "profiles", "delivered", "tasks", events.BucketPresence), []string{"$O.media.>"}),
 			Subscribe: join(inbox(RoleToolWorker), []string{"tool.attempt.>"}),
@@ -223,7 +223,7 @@ func BusRoles() []BusRole {
 			Name: RoleEgress,
 			// leases: one replica per bot shows previews; im.rpc and im.preview reach the replica
 			// holding a bot's connection or preview.
-			Publish: join(jsRead, []string{"im.sent.>", "console.out.>", "dlq.>", "im.rpc.>", "im.preview.>"},
+			Publish: join(jsRead, []string{"im.sent.>", "console.out.>", "dlq.>", "im.rpc.>", "im.preview.>", "hooks.>"},
 				kv("delivered", "leases", events.BucketPresence), []string{"$O.media.>"}),
 			Subscribe: join(inbox(RoleEgress), []string{"transcripts.search", "$SRV.>", "agent.live.>", "im.preview.>"}),
 			Responses: true,

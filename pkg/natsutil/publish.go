@@ -54,7 +54,7 @@ func (f fastJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.P
 		ctx, cancel = context.WithTimeout(ctx, f.timeout)
 		defer cancel()
 	}
-	resp, err := nc.RequestMsgWithContext(ctx, m)
+	resp, err := requestAck(ctx, nc, m)
 	for r := 0; errors.Is(err, nats.ErrNoResponders) && r < jetstream.DefaultPubRetryAttempts; r++ {
 		t := time.NewTimer(jetstream.DefaultPubRetryWait) // a leader election: try again shortly
 		select {
@@ -62,7 +62,7 @@ func (f fastJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.P
 		case <-t.C:
 		}
 		t.Stop()
-		resp, err = nc.RequestMsgWithContext(ctx, m)
+		resp, err = requestAck(ctx, nc, m)
 	}
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
@@ -72,6 +72,35 @@ func (f fastJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.P
 	}
 	return decodePubAck(resp.Data)
 }
+
+// requestAck sends m and waits for the stream's ack until ctx ends. A message that carries a
+// Nats-Msg-Id is sent again when pubAttempt passes without an answer: while a stream elects a
+// leader (a NATS node died; 4-9 s) its replicas take the publish and drop it without a word,
+// and a request sent on a connection to the node that died is lost with it, so one request
+// that waited for the caller's whole deadline learned of the new leader only then (an ingest
+// that answered 503 after 10 s, a turn's commit that waited 5 s per try). The stream drops the
+// repeat of a message it stored (the same Nats-Msg-Id within its duplicate window), so the
+// re-send is safe; a message without an id is sent once.
+func requestAck(ctx context.Context, nc *nats.Conn, m *nats.Msg) (*nats.Msg, error) {
+	if m.Header.Get(nats.MsgIdHdr) == "" {
+		return nc.RequestMsgWithContext(ctx, m)
+	}
+	for {
+		actx, cancel := context.WithTimeout(ctx, pubAttempt)
+		resp, err := nc.RequestMsgWithContext(actx, m)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+			if err != nil && ctx.Err() != nil {
+				err = ctx.Err() // the caller's deadline, not one attempt's
+			}
+			return resp, err
+		}
+	}
+}
+
+// pubAttempt bounds one attempt of a publish that may be sent again (requestAck): about the
+// time a healthy leader takes on a busy machine, well under an election.
+const pubAttempt = 2 * time.Second
 
 // ExpectLastSubjectSeq sets on m the header that jetstream.WithExpectLastSequencePerSubject(seq)
 // would set (the server stores m only if its subject's last message has sequence seq; 0: the

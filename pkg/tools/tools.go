@@ -56,6 +56,10 @@ type Env struct {
 	Workspace   string   `json:"workspace,omitempty"`
 	// ModelID is the model serving the turn (skills size their instructions by it).
 	ModelID string `json:"modelId,omitempty"`
+	// ModelSize and SkillChars are the caller's resolved harness for ModelID (size class and
+	// ai.agent(.modelHarness).skillInstructionMaxChars); empty / 0 = infer from ModelID.
+	ModelSize  string `json:"modelSize,omitempty"`
+	SkillChars int    `json:"skillChars,omitempty"`
 	// Turn is the turn (or task) the call belongs to.
 	Turn string `json:"turn,omitempty"`
 }

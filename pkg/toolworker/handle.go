@@ -1,6 +1,7 @@
 package toolworker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -62,8 +63,7 @@ func (h *Handle) handle(s *served, msg jetstream.Msg) {
 	}
 	tc := c.ev.Data
 	if tracing.Enabled(h.opts.Tracer) { // off, not even the span's name and options are built
-		_, c.span = tracing.StartNATS(context.Background(), h.opts.Tracer, "execute_tool "+tc.Tool, c.nm.Header, c.ev.Trace,
-			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(tracing.ToolAttributes(tc.Tool, tc.CallID)...))
+		_, c.span = tracing.StartToolNATS(context.Background(), h.opts.Tracer, c.nm.Header, c.ev.Trace, tc.Tool, tc.CallID)
 		defer func() { tracing.EndTool(c.span, c.failed) }()
 	}
 
@@ -124,6 +124,10 @@ func (h *Handle) handle(s *served, msg jetstream.Msg) {
 		h.finish(c, tools.ErrorResult("%v", err))
 		return
 	}
+	if args, err = h.toolBefore(c, t, args); err != nil {
+		h.finish(c, tools.ErrorResult("%v", err))
+		return
+	}
 	timeout := h.timeoutFor(t.Name)
 	if !t.Idempotent {
 		proceed, rev := h.markStarted(c, t, timeout)
@@ -138,6 +142,7 @@ func (h *Handle) handle(s *served, msg jetstream.Msg) {
 	if h.killed.Load() {
 		return
 	}
+	res = h.toolAfter(c, args, res)
 	outcome := metrics.OutcomeOK
 	if res.IsError {
 		outcome = metrics.OutcomeError
@@ -256,7 +261,7 @@ func (h *Handle) markStarted(c *call, t tools.Tool, timeout time.Duration) (bool
 	}
 	val, _ := json.Marshal(marker{Worker: h.opts.ID, Instance: h.instance, Tool: t.Name, StartedAt: now.UnixMilli(), Until: until.UnixMilli()})
 	key := MarkerKey(c.ev.Data.CallID)
-	rev, err := h.markers.Create(h.killCtx, key, val)
+	rev, err := h.createMarker(key, val, until)
 	if err == nil {
 		return true, rev
 	}
@@ -296,6 +301,58 @@ func (h *Handle) markStarted(c *call, t tools.Tool, timeout time.Duration) (bool
 		t.Name, who))
 	return false, 0
 }
+
+// createMarker creates the started marker key with val and returns its revision. A create
+// that fails for the bus (a NATS node lost: the bucket's stream elects a leader, a request sent
+// to the dead node is never answered) is tried again, each try bounded by markerAttempt, until
+// it succeeds, the key is someone else's (jsconflict.Is), or until passes: the call's request
+// is held meanwhile (in-progress acks), so the call is not redelivered. A try that timed out may
+// have stored val all the same; the next try then finds the key taken, and the marker is this
+// very attempt's when it holds exactly val (which names this process's run and the start time
+// to the millisecond): the call has not run, so it runs now instead of being answered
+// "interrupted" by its own never-started attempt.
+func (h *Handle) createMarker(key string, val []byte, until time.Time) (uint64, error) {
+	wait := 100 * time.Millisecond
+	uncertain := false // a try failed for the bus: val may be stored
+	for {
+		ctx, cancel := context.WithTimeout(h.killCtx, markerAttempt)
+		rev, err := h.markers.Create(ctx, key, val)
+		cancel()
+		if err == nil {
+			return rev, nil
+		}
+		if jsconflict.Is(err) {
+			if !uncertain {
+				return 0, err
+			}
+			ctx, cancel := context.WithTimeout(h.killCtx, markerAttempt)
+			e, gerr := h.markers.Get(ctx, key)
+			cancel()
+			switch {
+			case gerr == nil && bytes.Equal(e.Value(), val):
+				return e.Revision(), nil
+			case gerr == nil:
+				return 0, err
+			}
+			err = gerr
+		}
+		uncertain = true
+		if h.killCtx.Err() != nil || time.Now().Add(wait).After(until) {
+			return 0, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-h.killCtx.Done():
+			t.Stop()
+			return 0, err
+		case <-t.C:
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// markerAttempt bounds one request of createMarker: a healthy leader answers well within it.
+const markerAttempt = 2 * time.Second
 
 // resultExists reports nil when a result is stored on subj, jetstream.ErrMsgNotFound when
 // there is none (without asking when fresh), or the error of the look-up.
@@ -637,7 +694,17 @@ func envOf(tc events.ToolCall, workspace string) tools.Env {
 		Platform: tc.Caller.Platform, BotID: tc.SessionKey.Bot, Scope: tc.Caller.Scope, SceneID: tc.SessionKey.Scene,
 		SenderID: tc.Caller.SenderID, SenderRoles: normalizeRoles(tc.Caller.Roles), SessionKey: tc.SessionKey.String(),
 		Workspace: workspace, Turn: tc.Turn,
+		ModelID: modelID(tc.Model), ModelSize: tc.ModelSize, SkillChars: tc.SkillChars,
 	}
+}
+
+// modelID is the model id of a "provider/model id" reference (ids may hold slashes too:
+// "router/cu/claude-4.5-sonnet" is model "cu/claude-4.5-sonnet" of provider "router").
+func modelID(ref string) string {
+	if _, id, ok := strings.Cut(ref, "/"); ok {
+		return id
+	}
+	return ref
 }
 
 // normalizeRoles maps the platform role names of events (owner, admin) to the tool API's

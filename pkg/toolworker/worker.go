@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/hooks"
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/tools"
@@ -74,6 +75,8 @@ type Options struct {
 	// Tracer records an "execute_tool <tool>" span per handled call, continuing the caller's
 	// span the call carries (nil: off).
 	Tracer trace.TracerProvider
+	// Hooks runs the tool.before and tool.after hooks (nil: none; see hooks.go).
+	Hooks *hooks.Runner
 }
 
 func (o *Options) defaults() error {

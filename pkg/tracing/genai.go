@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"iter"
+	"sync"
+
+	"github.com/nats-io/nats.go"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
@@ -70,15 +74,10 @@ func WrapStream(next StreamFunc) StreamFunc {
 			return next(ctx, model, c, opts)
 		}
 		return func(yield func(llm.Event) bool) {
-			ctx, span := Child(ctx, "chat "+model.ID, trace.WithSpanKind(trace.SpanKindClient),
-				trace.WithAttributes(
-					GenAIOperationName.String("chat"),
-					GenAIProviderName.String(providerName(model.API)),
-					GenAIRequestModel.String(model.ID),
-					AgentbusProvider.String(model.Provider),
-				))
+			cs := chatSpanOf(model)
+			ctx, span := Child(ctx, cs.name, cs.opts...)
 			var final *llm.Message
-			defer func() { endChat(span, final, opts) }()
+			defer func() { endChat(span, model.ID, final, opts) }()
 			for ev := range next(ctx, model, c, opts) {
 				if ev.Type == llm.EventDone || ev.Type == llm.EventError {
 					final = ev.Message
@@ -91,20 +90,73 @@ func WrapStream(next StreamFunc) StreamFunc {
 	}
 }
 
-func endChat(span trace.Span, m *llm.Message, opts *llm.StreamOptions) {
+// chatSpan is what the spans of one model's calls start with: their name and start options
+// (kind and the attributes that depend on the model only), built once per model so that a
+// call allocates none of them.
+type chatSpan struct {
+	name string
+	opts []trace.SpanStartOption
+}
+
+type chatKey struct{ id, api, provider string }
+
+var (
+	chatSpansMu sync.RWMutex
+	chatSpans   = map[chatKey]*chatSpan{}
+)
+
+// maxChatSpans bounds the cache (models come from the configuration, a handful; a process
+// that sees more builds the options per call past this).
+const maxChatSpans = 1024
+
+func chatSpanOf(model *llm.Model) *chatSpan {
+	k := chatKey{model.ID, model.API, model.Provider}
+	chatSpansMu.RLock()
+	cs := chatSpans[k]
+	chatSpansMu.RUnlock()
+	if cs != nil {
+		return cs
+	}
+	cs = &chatSpan{name: "chat " + model.ID, opts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(
+			GenAIOperationName.String("chat"),
+			GenAIProviderName.String(providerName(model.API)),
+			GenAIRequestModel.String(model.ID),
+			AgentbusProvider.String(model.Provider),
+		)}}
+	chatSpansMu.Lock()
+	if len(chatSpans) < maxChatSpans {
+		chatSpans[k] = cs
+	}
+	chatSpansMu.Unlock()
+	return cs
+}
+
+// endChat ends a model call's span with what its final message m says. Attributes that add
+// nothing to the span are left out (each costs allocations in the SDK and the exporter, for
+// every call): the response model when it is the requested one, and the finish reason when
+// it is an ordinary end (stop, or toolUse, which the execute_tool spans that follow show).
+func endChat(span trace.Span, requested string, m *llm.Message, opts *llm.StreamOptions) {
 	defer span.End()
 	if m == nil {
 		span.SetStatus(codes.Error, "the model call ended without a final message")
 		return
 	}
-	if m.Model != "" {
-		span.SetAttributes(GenAIResponseModel.String(m.Model))
+	var kvs [4]attribute.KeyValue
+	attrs := kvs[:0]
+	if m.Model != "" && m.Model != requested {
+		attrs = append(attrs, GenAIResponseModel.String(m.Model))
 	}
 	if m.Usage != nil {
-		span.SetAttributes(GenAIUsageInputTokens.Int(m.Usage.Input), GenAIUsageOutputTokens.Int(m.Usage.Output))
+		attrs = append(attrs, GenAIUsageInputTokens.Int(m.Usage.Input), GenAIUsageOutputTokens.Int(m.Usage.Output))
 	}
-	if m.StopReason != "" {
-		span.SetAttributes(GenAIFinishReasons.StringSlice([]string{string(m.StopReason)}))
+	switch m.StopReason {
+	case "", llm.StopReasonStop, llm.StopReasonToolUse:
+	default:
+		attrs = append(attrs, GenAIFinishReasons.StringSlice([]string{string(m.StopReason)}))
+	}
+	if len(attrs) > 0 {
+		span.SetAttributes(attrs...)
 	}
 	switch m.StopReason {
 	case llm.StopReasonError:
@@ -133,8 +185,9 @@ func WrapExecutor(next loop.ToolExecutor) loop.ToolExecutor {
 		if !trace.SpanFromContext(ctx).IsRecording() {
 			return next.Execute(ctx, call)
 		}
-		ctx, span := Child(ctx, "execute_tool "+call.Name, trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(ToolAttributes(call.Name, call.ID)...))
+		ts := toolSpanOf(call.Name, trace.SpanKindClient)
+		ctx, span := Child(ctx, ts.name, ts.opts...)
+		span.SetAttributes(GenAIToolCallID.String(call.ID))
 		res, err := next.Execute(ctx, call)
 		status := err
 		if err == nil && res.IsError {
@@ -144,6 +197,48 @@ func WrapExecutor(next loop.ToolExecutor) loop.ToolExecutor {
 		End(span, status)
 		return res, err
 	})
+}
+
+// toolSpan is chatSpan for the execute_tool spans of one tool and kind.
+type toolKey struct {
+	tool string
+	kind trace.SpanKind
+}
+
+var (
+	toolSpansMu sync.RWMutex
+	toolSpans   = map[toolKey]*chatSpan{}
+)
+
+func toolSpanOf(tool string, kind trace.SpanKind) *chatSpan {
+	k := toolKey{tool, kind}
+	toolSpansMu.RLock()
+	ts := toolSpans[k]
+	toolSpansMu.RUnlock()
+	if ts != nil {
+		return ts
+	}
+	ts = &chatSpan{name: "execute_tool " + tool, opts: []trace.SpanStartOption{trace.WithSpanKind(kind),
+		trace.WithAttributes(GenAIOperationName.String("execute_tool"), GenAIToolName.String(tool))}}
+	toolSpansMu.Lock()
+	if len(toolSpans) < maxChatSpans {
+		toolSpans[k] = ts
+	}
+	toolSpansMu.Unlock()
+	return ts
+}
+
+// StartToolNATS starts a tool worker's "execute_tool <tool>" span (kind consumer, the GenAI
+// tool attributes with callID) for the tool call whose bus message has headers h: the child
+// of the turn worker's execute_tool span that h carries (StartNATS). End it with EndTool.
+func StartToolNATS(ctx context.Context, tp trace.TracerProvider, h nats.Header, traceID, tool, callID string) (context.Context, trace.Span) {
+	if !enabled(tp) {
+		return ctx, noop.Span{}
+	}
+	ts := toolSpanOf(tool, trace.SpanKindConsumer)
+	ctx, span := Start(ctx, tp, ts.name, ParentOf(h), traceID, ts.opts...)
+	span.SetAttributes(GenAIToolCallID.String(callID))
+	return ctx, span
 }
 
 // ToolAttributes are the GenAI attributes of a tool span.

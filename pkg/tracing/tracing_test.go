@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -219,12 +220,13 @@ func TestSpanNamesAndAttributes(t *testing.T) {
 		}, want{"chat gpt-4o-mini", trace.SpanKindClient, codes.Unset, map[string]string{
 			"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai", "gen_ai.request.model": "gpt-4o-mini",
 			"gen_ai.response.model": "gpt-4o-mini-2024-07-18", "gen_ai.usage.input_tokens": "120", "gen_ai.usage.output_tokens": "7",
-			"gen_ai.response.finish_reasons": `["toolUse"]`, "agentbus.provider": "main"}}},
+			"gen_ai.response.finish_reasons": "", "agentbus.provider": "main"}}}, // toolUse is the ordinary end: not recorded
 		{"failed model call", func(ctx context.Context) error {
 			for range WrapStream(fakeStream(failed, llm.EventError))(ctx, model, &llm.Context{}, &llm.StreamOptions{Secrets: []string{"sk-secret-123"}}) {
 			}
 			return nil
-		}, want{"chat gpt-4o-mini", trace.SpanKindClient, codes.Error, map[string]string{"error.type": "model_error"}}},
+		}, want{"chat gpt-4o-mini", trace.SpanKindClient, codes.Error, map[string]string{"error.type": "model_error",
+			"gen_ai.response.finish_reasons": `["error"]`}}},
 		{"tool call", func(ctx context.Context) error {
 			_, err := WrapExecutor(loop.ToolExecutorFunc(func(context.Context, loop.ToolCallRequest) (loop.ToolResult, error) {
 				return loop.TextResult("ok"), nil
@@ -393,4 +395,32 @@ func TestDocsConfigBlock(t *testing.T) {
 		t.Fatalf("New with the documented environment: %v", err)
 	}
 	_ = p.Shutdown(context.Background())
+}
+
+// TestEnvHelp: the --help text names every OTEL_ variable this package's code reads.
+func TestEnvHelp(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := regexp.MustCompile(`"(OTEL_[A-Z_]+)"`)
+	seen := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") || f == "envhelp.go" {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range name.FindAllStringSubmatch(string(src), -1) {
+			seen++
+			if !strings.Contains(EnvHelp, m[1]) {
+				t.Errorf("%s reads %s, which EnvHelp does not list", f, m[1])
+			}
+		}
+	}
+	if seen < 8 {
+		t.Fatalf("found %d OTEL_ variables in the package's code: the scan is broken", seen)
+	}
 }

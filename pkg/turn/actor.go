@@ -901,7 +901,11 @@ func (a *actor) handle(ev events.Any, seq uint64) error {
 	policy := a.concurrency()
 	switch e := ev.(type) {
 	case *events.Event[events.UserMessage]:
-		in := a.userInput(&e.Data.Message, e.Data.Text)
+		text, hooked := a.receivedHook(e) // hooks.go
+		if hooked.Blocked {
+			return a.blockMessage(e, seq, hooked)
+		}
+		in := a.userInput(&e.Data.Message, text)
 		pt := &pendingTurn{seq: seq, input: []llm.Message{in}, msg: e.Data.Message, trace: e.Trace, accepted: e.Time, parent: a.parent}
 		return a.schedule(pt, policy)
 	case *events.Event[events.Listen]:
@@ -941,7 +945,8 @@ func (a *actor) handle(ev events.Any, seq uint64) error {
 	case *events.Event[events.SubagentResult]:
 		text := llm.TextContentOf(e.Data.Content)
 		m := llm.UserText("[background task "+e.Data.TaskID+" finished]\n"+text, time.Now().UnixMilli())
-		return a.schedule(&pendingTurn{seq: seq, input: []llm.Message{m}, msg: a.syntheticTarget(events.Sender{ID: "system"}, ""), trace: e.Trace}, "parallel")
+		return a.schedule(&pendingTurn{seq: seq, input: []llm.Message{m}, msg: a.syntheticTarget(events.Sender{ID: "system"}, ""), trace: e.Trace,
+			parent: a.parent}, "parallel")
 	}
 	a.w.deadLetter(a.subj, seq, nil, nil, "unhandled_event", fmt.Errorf("event type %s is not handled by the turn worker", ev.EventMeta().Type))
 	return a.advance(seq, nil)
@@ -952,7 +957,7 @@ func (a *actor) pendingFrom(seq uint64, m llm.Message, im *events.IMMessage, sen
 	if im != nil {
 		target = *im
 	}
-	return &pendingTurn{seq: seq, input: []llm.Message{m}, msg: target, trace: trace}
+	return &pendingTurn{seq: seq, input: []llm.Message{m}, msg: target, trace: trace, parent: a.parent}
 }
 
 // syntheticTarget is a reply target for events that did not come from a chat message.

@@ -218,7 +218,7 @@ func (a *actor) onScheduled(e *events.Event[events.Scheduled], seq uint64) error
 	// who set it.
 	sender := events.Sender{ID: s.CreatedBy.ID, Name: s.CreatedBy.Name}
 	pt := &pendingTurn{seq: seq, input: []llm.Message{m}, msg: a.syntheticTarget(sender, s.ReplyTo), trace: e.Trace,
-		heartbeat: kind == events.ScheduleHeartbeat}
+		heartbeat: kind == events.ScheduleHeartbeat, parent: a.parent}
 	return a.schedule(pt, "parallel")
 }
 

@@ -84,7 +84,9 @@ const helpText = `Commands:
 /compact [instructions]: summarize the older part of the conversation now (masters, trusted)
 /tree, /tree N: the conversation's points; continue from point N (masters, trusted)
 /whoami: who the bot takes you for
-/tools [filter]: the tools you may use here
+/tools [filter] [page]: the tools you may use here
+/cmd [filter] [page]: the commands, one per line
+/endpoints [filter] [page]: the IM endpoints (platform/bot) and their adapters' state (masters, trusted)
 /mcp, /bindings: MCP servers, ai.agents bindings (masters, trusted)
 /models, /health: providers and models, worker health
 /steer <text>, /followup <text>: add to the running turn (masters)

@@ -48,7 +48,7 @@ func (a *actor) compactionReply(c events.Command, from events.Sender, pt *pendin
 	}
 	ctx, cancel := context.WithTimeout(a.ctx, time.Duration(a.w.opts.AI.Agent.TimeoutMs)*time.Millisecond)
 	defer cancel()
-	out, err := a.compactContext(ctx, sid, model, a.w.compactionSettings(model), c.Raw, "command", nil)
+	out, err := a.compactContext(ctx, sid, model, a.w.compactionSettings(model), c.Raw, "command", nil, nil)
 	switch {
 	case errors.Is(err, compaction.ErrNothingToCompact):
 		return "Nothing to compact yet: the conversation is within what is kept verbatim."

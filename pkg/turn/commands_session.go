@@ -32,6 +32,10 @@ func (a *actor) sessionCommand(c events.Command, from events.Sender, m events.IM
 		reply = a.mcpReport(m)
 	case "bindings":
 		reply = a.w.bindingsReport()
+	case "cmd": // commands_introspect.go
+		reply = cmdReport(c.Raw)
+	case "endpoints":
+		reply = a.w.endpointsReport(a.ctx, c.Raw)
 	case "status":
 		reply, err = a.statusReport()
 	case "model":
@@ -58,29 +62,30 @@ func (a *actor) resetSession() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	a.sessionNewHook(s.SessionID, s.Epoch) // hooks.go
 	return fmt.Sprintf("Session reset: a new conversation starts now (epoch %d). Chat history is kept.", s.Epoch), nil
 }
 
 // toolsReport lists the tools the sender may use here, with where each comes from; filter
 // keeps the names or sources containing it.
-func (a *actor) toolsReport(m events.IMMessage, filter string) string {
-	var b strings.Builder
-	n := 0
+// raw is "[filter] [page]" (filterPage); a long list is paged (pageOf).
+func (a *actor) toolsReport(m events.IMMessage, raw string) string {
+	filter, page := filterPage(raw)
+	var entries []string
 	for _, t := range a.w.tools.For(m) {
 		if filter != "" && !strings.Contains(t.Name, filter) && !strings.Contains(t.Source, filter) {
 			continue
 		}
-		n++
-		fmt.Fprintf(&b, "\n- %s (%s): %s", t.Name, orDash(t.Source), firstSentence(t.Description))
+		entries = append(entries, fmt.Sprintf("%s (%s): %s", t.Name, orDash(t.Source), firstSentence(t.Description)))
 	}
-	head := fmt.Sprintf("%s you may use here", count(n, "tool"))
+	head := fmt.Sprintf("%s you may use here", count(len(entries), "tool"))
 	if filter != "" {
 		head += fmt.Sprintf(" matching %q", filter)
 	}
-	if n == 0 {
-		return head + "."
+	if len(entries) > 0 {
+		head += " (a turn is offered those that fit its message)"
 	}
-	return head + " (a turn is offered those that fit its message):" + b.String()
+	return pageOf(head, "tools", filter, entries, page)
 }
 
 // mcpReport lists the configured MCP servers with the tools the tool workers serve for each.

@@ -49,6 +49,32 @@ func (w *Worker) compactionSettings(m *llm.Model) compaction.Settings {
 	if share := w.opts.AI.Agent.MaxHistoryShare; share > 0 && share < 1 {
 		s.KeepRecentTokens = max(1, min(s.KeepRecentTokens, int(share*float64(s.ContextWindow))/2))
 	}
+	s.SummaryTokens = min(maxSummaryTokens, max(minSummaryTokens, s.KeepRecentTokens/2))
+	return s
+}
+
+// The length a summary is asked to stay under: a quarter of the history budget, within these
+// bounds (a 2,048-token summary is about 1,500 words, plenty for the sections it has).
+const (
+	minSummaryTokens = 64
+	maxSummaryTokens = 2048
+)
+
+// afterCompaction returns s with the cut and the summary's target sized so that what a
+// compaction leaves (the summary and the messages kept) is about half of budget, the history
+// tokens at which the automatic compaction ran. The next one is then half a budget of new
+// messages away, instead of one turn (issue 37: keeping a fixed budget that did not count the
+// summary, the system prompt and the tools compacted on almost every turn of a small window).
+func afterCompaction(s compaction.Settings, budget int) compaction.Settings {
+	if budget <= 0 {
+		// The system prompt, the tools and the new input alone fill the window: keep the fewest
+		// messages; the overflow path has the last word.
+		s.KeepRecentTokens = 1
+		s.SummaryTokens = minSummaryTokens
+		return s
+	}
+	s.SummaryTokens = min(maxSummaryTokens, max(minSummaryTokens, budget/4))
+	s.KeepRecentTokens = max(1, min(s.KeepRecentTokens, budget/2-s.SummaryTokens))
 	return s
 }
 
@@ -64,18 +90,33 @@ func (w *Worker) compactionSettings(m *llm.Model) compaction.Settings {
 //     whatever their size;
 //   - "history tokens": with ai.context.enabled: true, a history above ai.context.maxContextTokens.
 //
+// For "window" and "history share" the history budget is what the history may take before
+// either fires: the threshold less what the system prompt, the tools and the new input take
+// (the reported usage counts them), and at most the history share. A compaction leaves about
+// half of it (afterCompaction). The history itself is estimated from its text only: usage
+// counts the system prompt and the tools too, and must not be taken for history.
+//
 // est (may be nil) remembers the estimates of the session's messages from earlier calls.
 func (w *Worker) autoTrigger(est *compaction.Estimator, m *llm.Model, l store.Loaded, system string, input []llm.Message) (compaction.Settings, string, bool) {
 	s := w.compactionSettings(m)
 	if !s.Enabled || !s.Auto {
 		return s, "", false
 	}
-	if s.ShouldCompact(contextTokens(est, l, system, input)) {
-		return s, "window", true
+	total := contextTokens(est, l, system, input)
+	history := est.Estimate(contextMessages(l))
+	budget, shareCap := 0, 0
+	if th := s.Threshold(); th > 0 {
+		budget = th - max(0, total-history)
 	}
-	history := contextTokens(est, l, "", nil)
-	if share := w.opts.AI.Agent.MaxHistoryShare; share > 0 && share < 1 && s.ContextWindow > 0 && float64(history) > share*float64(s.ContextWindow) {
-		return s, "history share", true
+	if share := w.opts.AI.Agent.MaxHistoryShare; share > 0 && share < 1 && s.ContextWindow > 0 {
+		shareCap = int(share * float64(s.ContextWindow))
+		budget = min(budget, shareCap)
+	}
+	if s.ShouldCompact(total) {
+		return afterCompaction(s, budget), "window", true
+	}
+	if shareCap > 0 && history > shareCap {
+		return afterCompaction(s, budget), "history share", true
 	}
 	cx := w.opts.AI.Context
 	legacy := cx.Enabled != nil && *cx.Enabled
@@ -203,7 +244,10 @@ type compactOutcome struct {
 // It returns compaction.ErrNothingToCompact when no cut is possible, ErrSummaryFailed (nothing
 // committed) when the model fails, and store.ErrStaleWriter when the session moved to another
 // owner meanwhile (nothing committed either).
-func (a *actor) compactContext(ctx context.Context, sid events.SessionID, turnModel *llm.Model, s compaction.Settings, instructions, reason string, need func(store.Loaded) bool) (compactOutcome, error) {
+//
+// before, when set, runs once the cut is known and before the summary is written (the memory
+// flush): it is not run for a compaction that does not happen.
+func (a *actor) compactContext(ctx context.Context, sid events.SessionID, turnModel *llm.Model, s compaction.Settings, instructions, reason string, need func(store.Loaded) bool, before func(store.Loaded)) (compactOutcome, error) {
 	a.compactMu.Lock()
 	defer a.compactMu.Unlock()
 	loaded, err := a.loadContext(ctx, sid)
@@ -218,6 +262,9 @@ func (a *actor) compactContext(ctx context.Context, sid events.SessionID, turnMo
 	if cut == 0 {
 		return compactOutcome{}, compaction.ErrNothingToCompact
 	}
+	if before != nil {
+		before(loaded)
+	}
 	model := a.w.summaryModel(turnModel)
 	prev, prevCount, prevCovered, prevSeq := "", 0, 0, uint64(0)
 	if loaded.Summary != nil {
@@ -225,7 +272,8 @@ func (a *actor) compactContext(ctx context.Context, sid events.SessionID, turnMo
 	}
 	res, err := compaction.Summarize(ctx, compaction.Request{
 		Model: model, Stream: a.w.streamFunc(), Previous: prev, Messages: msgs[:cut], Instructions: instructions,
-		Options: &llm.StreamOptions{APIKey: a.w.opts.Models.APIKey(model.Provider), SessionID: sid.String()},
+		TargetTokens: s.SummaryTokens,
+		Options:      &llm.StreamOptions{APIKey: a.w.opts.Models.APIKey(model.Provider), SessionID: sid.String()},
 	})
 	if err != nil {
 		return compactOutcome{}, err
@@ -243,6 +291,7 @@ func (a *actor) compactContext(ctx context.Context, sid events.SessionID, turnMo
 	after.Summary, after.Messages, after.Seqs = &sum, msgs[cut:], loaded.Seqs[cut:]
 	out := compactOutcome{covered: cut, kept: len(msgs) - cut, restored: len(res.Restored), count: sum.Count, seq: seq,
 		before: contextTokens(nil, loaded, "", nil), after: contextTokens(nil, after, "", nil)}
+	a.sessionCompactHook(sid.String(), msgID, sum.Text, reason, out.covered, out.kept) // hooks.go
 	a.log.Info("context compacted", "reason", reason, "summarized", out.covered, "kept", out.kept, "restored_ids", out.restored,
 		"tokens_before", out.before, "tokens_after", out.after, "anchor", sum.AnchorSeq, "seq", seq, "compactions", sum.Count)
 	return out, nil
@@ -284,12 +333,12 @@ func (t *turnRun) autoCompact(ctx context.Context, loaded store.Loaded, system s
 	if !ok {
 		return a.w.boundHistory(loaded)
 	}
-	a.memoryFlush(ctx, t, loaded, system)
 	need := func(l store.Loaded) bool {
 		_, _, ok := a.w.autoTrigger(&a.est, t.model, l, system, t.input)
 		return ok
 	}
-	_, err := a.compactContext(ctx, t.sid, t.model, s, "", "auto: "+reason, need)
+	flush := func(l store.Loaded) { a.memoryFlush(ctx, t, l, system) }
+	_, err := a.compactContext(ctx, t.sid, t.model, s, "", "auto: "+reason, need, flush)
 	switch {
 	case errors.Is(err, errStillFits), err == nil:
 	case errors.Is(err, compaction.ErrNothingToCompact):
@@ -324,7 +373,7 @@ func (t *turnRun) runCompacting(ctx context.Context, ac *loop.AgentContext, cfg 
 		return out, nil
 	}
 	t.a.log.Warn("context overflow; compacting and retrying once", "turn", t.id, "provider", t.model.Provider, "model", t.model.ID, "err", final.ErrorMessage)
-	_, cerr := t.a.compactContext(ctx, t.sid, t.model, s, "", "overflow", nil)
+	_, cerr := t.a.compactContext(ctx, t.sid, t.model, s, "", "overflow", nil, nil)
 	if cerr != nil && !errors.Is(cerr, compaction.ErrNothingToCompact) {
 		t.a.log.Warn("overflow compaction failed", "turn", t.id, "provider", t.model.Provider, "model", t.model.ID, "err", cerr)
 	}

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentbus/agentbus/pkg/compaction"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/store"
 )
@@ -29,6 +30,37 @@ func TestContextTokensIgnoresUsageFromBeforeTheSummary(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			if got := contextTokens(nil, c.loaded, "", nil); got < c.min || got > c.max {
 				t.Fatalf("contextTokens = %d, want %d..%d", got, c.min, c.max)
+			}
+		})
+	}
+}
+
+// afterCompaction sizes an automatic compaction: the summary's target and the messages kept
+// together take at most half of the history budget, so half of it is room for new messages.
+func TestAfterCompactionLeavesHalfTheBudget(t *testing.T) {
+	base := compaction.Settings{Enabled: true, Auto: true, KeepRecentTokens: 20000, MinKeepCount: 2, ContextWindow: 128000}
+	for _, c := range []struct {
+		name              string
+		budget            int
+		keepMax           int // the configured keepRecentTokens
+		wantKeep, wantSum int
+	}{
+		{"5k window", 2500, 20000, 625, 625},
+		{"8k window", 4000, 20000, 1000, 1000},
+		{"large window: summary capped", 64000, 20000, 20000, 2048},
+		{"large window: keep capped by the half", 30000, 20000, 12952, 2048},
+		{"tiny budget", 100, 20000, 1, 64},
+		{"no room at all", -300, 20000, 1, 64},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := base
+			s.KeepRecentTokens = c.keepMax
+			got := afterCompaction(s, c.budget)
+			if got.KeepRecentTokens != c.wantKeep || got.SummaryTokens != c.wantSum {
+				t.Fatalf("budget %d: keep %d, summary %d; want %d, %d", c.budget, got.KeepRecentTokens, got.SummaryTokens, c.wantKeep, c.wantSum)
+			}
+			if c.budget > 4*64 && got.KeepRecentTokens+got.SummaryTokens > c.budget/2 {
+				t.Fatalf("budget %d: keep %d + summary %d exceed half of it", c.budget, got.KeepRecentTokens, got.SummaryTokens)
 			}
 		})
 	}

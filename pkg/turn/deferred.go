@@ -245,7 +245,7 @@ func (w *Worker) startDeferred(ctx context.Context) error {
 			defer w.wg.Done()
 			w.runDeferred(msg)
 		}()
-	}, jetstream.PullMaxMessages(8))
+	}, natsutil.FailoverConsume(jetstream.PullMaxMessages(8))...)
 	if err != nil {
 		return err
 	}

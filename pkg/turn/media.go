@@ -2,7 +2,10 @@ package turn
 
 import (
 	"context"
+	"encoding/base64"
+	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 
 	"github.com/agentbus/agentbus/pkg/chunk"
@@ -106,10 +109,14 @@ func mediaParts(m *events.IMMessage) []llm.Content {
 	var out []llm.Content
 	for _, s := range m.Content {
 		if s.Type == events.SegImage {
-			if data := s.Str("base64"); data != "" {
-				mime := s.Str("mimeType")
-				if mime == "" {
-					mime = "image/png"
+			if e := s.Str("error"); e != "" && !strings.HasPrefix(s.MediaRef(), mediaScheme) {
+				// The adapter could not fetch it (data.error): a note, not a reference to fetch again.
+				out = append(out, llm.Text(unfetchedImage(errors.New(e))))
+			} else if data := s.Str("base64"); data != "" {
+				mime, err := inlineImageType(data, s.Str("mimeType"))
+				if err != nil {
+					out = append(out, llm.Text(unfetchedImage(err)))
+					continue
 				}
 				out = append(out, llm.Image(data, mime))
 			} else if ref := s.MediaRef(); ref != "" {
@@ -146,12 +153,58 @@ func (w *Worker) fetchImage(ctx context.Context, url string) ([]byte, string, er
 		if err != nil {
 			return nil, "", fmt.Errorf("media %s: %w", name, err)
 		}
-		return b, info.Headers.Get("Content-Type"), nil
+		mime, err := imageType(b, info.Headers.Get("Content-Type"))
+		return b, mime, err
 	}
 	if w.opts.FetchImage == nil {
 		return nil, "", fmt.Errorf("fetching %s is not configured", url)
 	}
-	return w.opts.FetchImage(ctx, url)
+	b, mime, err := w.opts.FetchImage(ctx, url)
+	if err != nil {
+		return nil, "", err
+	}
+	mime, err = imageType(b, mime)
+	return b, mime, err
+}
+
+// modelImageTypes are the image types vision providers take (OpenAI, Anthropic, Google).
+var modelImageTypes = map[string]bool{"image/png": true, "image/jpeg": true, "image/gif": true, "image/webp": true}
+
+// imageType checks that b is an image a vision model takes, by its bytes (net/http's
+// DetectContentType sniffs the magic numbers), whatever the server or the store declared: an
+// error page served for an image URL (a 404's text/html, a login page) must not reach the
+// provider as an image, which would fail the whole request. It returns the sniffed type.
+func imageType(b []byte, declared string) (string, error) {
+	sniffed := http.DetectContentType(b)
+	if modelImageTypes[sniffed] {
+		return sniffed, nil
+	}
+	if len(b) == 0 {
+		return "", errors.New("empty")
+	}
+	if declared == "" {
+		declared = "unknown type"
+	}
+	sniffed, _, _ = strings.Cut(sniffed, ";")
+	return "", fmt.Errorf("not an image (%s, declared %s)", sniffed, declared)
+}
+
+// inlineImageType checks an image a message carries inline (data.base64) by its first bytes.
+func inlineImageType(data, declared string) (string, error) {
+	head := data[:min(len(data), 700)] // 512 bytes to sniff, base64 is 4/3 of that
+	head = head[:len(head)/4*4]
+	b, err := base64.StdEncoding.DecodeString(head)
+	if err != nil {
+		return "", fmt.Errorf("inline image is not base64: %w", err)
+	}
+	return imageType(b, declared)
+}
+
+// unfetchedImage is what the model reads instead of an image that could not be fetched or is
+// none ("[image could not be fetched: HTTP 404]"), so it knows one was sent and can say so,
+// and the provider is not sent a broken image.
+func unfetchedImage(err error) string {
+	return "[image could not be fetched: " + identity.EscapeValue(err.Error()) + "]"
 }
 
 // mediaScheme is a reference into the media object store.

@@ -103,13 +103,17 @@ func (w *Worker) taskOrigin(ctx context.Context, sk events.SessionKey, turn, cal
 	return caller, nil
 }
 
-// checkSpawnArgs accepts a spawn_task call whose task is the end of prompt (a preset puts its
-// instructions before the task).
-func checkSpawnArgs(prompt string) func(map[string]any) error {
+// checkSpawnArgs accepts a spawn_task call whose task is the end of prompt (tasks queued
+// before presets moved to the system prompt put the preset's text before the task) and, when
+// the task names a preset, whose agent argument names the same one.
+func checkSpawnArgs(prompt, agent string) func(map[string]any) error {
 	return func(args map[string]any) error {
 		task, _ := args["task"].(string)
 		if task == "" || !strings.HasSuffix(prompt, task) {
 			return errors.New("the task's prompt is not what the call asked")
+		}
+		if asked, _ := args["agent"].(string); agent != "" && asked != agent {
+			return fmt.Errorf("the call asked for agent preset %q, the task runs %q", asked, agent)
 		}
 		return nil
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
@@ -119,6 +120,14 @@ var alwaysTools = []string{"ask_user", "activate_skill", "user_profile", "spawn_
 // recent is the conversation before the turn: the tools it called lately stay offered, so that
 // an answer like "yes" to the model's question can continue what was going on.
 func (w *Worker) selectTools(m events.IMMessage, input, recent []llm.Message) ([]events.ToolEntry, []loop.AgentTool, string) {
+	a := w.opts.AI.Agent
+	return w.selectToolsWith(config.Harness{MaxTools: a.MaxTools, MaxSkills: a.MaxSkills}, m, input, recent)
+}
+
+// selectToolsWith is selectTools under a model's resolved harness (models.ResolveHarness):
+// its maxTools and maxSkills bound the selection and its alwaysTools are offered whatever the
+// message, like the built-in resident tools (still only those the sender may use).
+func (w *Worker) selectToolsWith(h config.Harness, m events.IMMessage, input, recent []llm.Message) ([]events.ToolEntry, []loop.AgentTool, string) {
 	v := w.tools.view(m)
 	var text strings.Builder
 	for _, in := range input {
@@ -128,9 +137,9 @@ func (w *Worker) selectTools(m events.IMMessage, input, recent []llm.Message) ([
 	if w.opts.Skills == nil {
 		return w.backgroundSelection(v, text.String(), v.entries, v.agent)
 	}
-	a := w.opts.AI.Agent
-	sel := skills.Select(text.String(), w.opts.Skills.List(), v.avail, skills.SelectOptions{MaxSkills: a.MaxSkills, MaxTools: a.MaxTools,
-		Always: append(slices.Clone(alwaysTools), recentTools(recent)...)})
+	always := append(slices.Clone(alwaysTools), h.AlwaysTools...)
+	sel := skills.Select(text.String(), w.opts.Skills.List(), v.avail, skills.SelectOptions{MaxSkills: h.MaxSkills, MaxTools: h.MaxTools,
+		Always: append(always, recentTools(recent)...)})
 	entries := make([]events.ToolEntry, 0, len(sel.Tools))
 	agent := make([]loop.AgentTool, 0, len(sel.Tools))
 	for _, t := range sel.Tools {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -45,7 +46,7 @@ func (w *Worker) startSubagents(ctx context.Context) error {
 			defer w.wg.Done()
 			w.runSubagent(msg)
 		}()
-	}, jetstream.PullMaxMessages(8))
+	}, natsutil.FailoverConsume(jetstream.PullMaxMessages(8))...)
 	if err != nil {
 		return err
 	}
@@ -73,7 +74,7 @@ func (w *Worker) runSubagent(msg jetstream.Msg) {
 	task := ev.Data
 	// Who the subagent runs as and where its result goes come from the turn that queued it,
 	// not from the task (taskOrigin).
-	caller, err := w.taskOrigin(w.ctx, task.Parent, task.ParentTurn, task.ToolCallID, "spawn_task", checkSpawnArgs(task.Prompt))
+	caller, err := w.taskOrigin(w.ctx, task.Parent, task.ParentTurn, task.ToolCallID, "spawn_task", checkSpawnArgs(task.Prompt, task.Agent))
 	if err == nil && task.TaskID != events.EncodeToken(task.ToolCallID) {
 		err = fmt.Errorf("%w: task id %s is not its call's", errUnasked, task.TaskID)
 	}
@@ -137,6 +138,26 @@ func (w *Worker) runSubagent(msg jetstream.Msg) {
 	_ = msg.Ack()
 }
 
+// subagentSystem is the system prompt of every subagent (after a preset's body, if any).
+const subagentSystem = "You are a background worker agent. Complete the task with the tools you have, then answer with a concise report of what you did and found. Nobody can answer questions while you work."
+
+// imageTool is the image generation tool (pkg/imagegen.ToolName).
+const imageTool = "generate_image"
+
+// imageWords mark a task that asks for a picture (seed: 任务含「画/生图」等关键词).
+var imageWords = []string{"画", "生图", "绘", "图片", "插图", "draw", "paint", "picture", "illustration", "image of", "sketch"}
+
+// wantsImage reports whether a task asks for a picture to be made.
+func wantsImage(task string) bool {
+	t := strings.ToLower(task)
+	for _, k := range imageWords {
+		if strings.Contains(t, k) {
+			return true
+		}
+	}
+	return false
+}
+
 // subagentLoop runs the task and returns its final text.
 func (w *Worker) subagentLoop(ctx context.Context, task events.SubagentTask, trace string) (string, bool) {
 	model, err := w.defaultModel()
@@ -154,6 +175,9 @@ func (w *Worker) subagentLoop(ctx context.Context, task events.SubagentTask, tra
 	allowed := task.Tools
 	if len(allowed) == 0 {
 		allowed = append(slices.Clone(SubagentTools), w.opts.AI.Agent.SubagentTools...)
+		if wantsImage(task.Prompt) { // seed: a drawing task gets generate_image first
+			allowed = append(allowed, imageTool)
+		}
 	}
 	caller := events.IMMessage{Platform: task.Caller.Platform, Bot: task.Caller.Bot,
 		Scene: events.Scene{Type: task.Caller.Scope, ID: task.Parent.Scene}, Sender: events.Sender{ID: task.Caller.SenderID, Roles: task.Caller.Roles}}
@@ -167,11 +191,12 @@ func (w *Worker) subagentLoop(ctx context.Context, task events.SubagentTask, tra
 	if maxIter <= 0 {
 		maxIter = w.opts.AI.Agent.MaxSubagentIterations
 	}
-	exec := &busExecutor{w: w, scope: callScope{sk: task.Parent, turn: "task-" + task.TaskID, sid: task.Parent.String(), trace: trace, caller: task.Caller}}
-	ac := &loop.AgentContext{
-		SystemPrompt: "You are a background worker agent. Complete the task with the tools you have, then answer with a concise report of what you did and found. Nobody can answer questions while you work.",
-		Tools:        offered,
+	exec := &busExecutor{w: w, scope: callScope{sk: task.Parent, turn: "task-" + task.TaskID, sid: task.Parent.String(), trace: trace, caller: task.Caller, model: model}}
+	system := subagentSystem
+	if task.SystemPrompt != "" {
+		system = task.SystemPrompt + "\n\n" + subagentSystem
 	}
+	ac := &loop.AgentContext{SystemPrompt: system, Tools: offered}
 	cfg := &loop.Config{Model: model, StreamFn: w.opts.StreamFn, GetAPIKey: w.opts.Models.APIKey, Executor: exec,
 		MaxIterations: maxIter, ToolExecution: loop.ToolExecutionMode(w.opts.AI.Agent.ToolExecution)}
 	cfg.StreamOptions.Secrets = w.opts.Secrets
@@ -225,7 +250,7 @@ func SpawnTaskTool(js jetstream.JetStream, presets []filetool.AgentPreset) tools
 				}
 				p := presets[i]
 				task.Tools, task.Model, task.MaxIterations = p.Tools, p.Model, p.MaxIterations
-				task.Prompt = "[agent " + p.Name + "]\n" + p.SystemPrompt + "\n\n## Task\n" + a.Task
+				task.Agent, task.SystemPrompt = p.Name, p.SystemPrompt // the body is the system prompt
 			}
 			if tasks, err := schedule.OpenTasks(ctx, js); err == nil {
 				_, _ = tasks.Create(ctx, events.TaskRecord{ID: task.TaskID, Kind: events.TaskKindSubagent, Session: sk,

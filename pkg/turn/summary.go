@@ -2,22 +2,25 @@ package turn
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/llm"
-	"github.com/agentbus/agentbus/pkg/loop"
 	"github.com/agentbus/agentbus/pkg/metrics"
 )
 
-// outcomeOf is a committed turn's outcome: failed when the model's last answer is an error or
-// the loop ran out of iterations, timeout or cancelled when it was aborted (by
-// ai.agent.timeout, or by /cancel or a newer message), completed otherwise.
-func (t *turnRun) outcomeOf(final *llm.Message, loopErr error) string {
+// outcomeOf is a committed turn's outcome: iteration_limit when the model still asked for
+// tools at the iteration limit (turnReply found it), failed when the model's last answer is an
+// error, timeout or cancelled when it was aborted (by ai.agent.timeout, or by /cancel or a newer
+// message), completed otherwise (also a run that reached the limit with an answer and a steer
+// left for the next run: the loop's loop.ErrMaxIterations then, but the answer was given).
+func (t *turnRun) outcomeOf(final *llm.Message) string {
 	switch {
-	case errors.Is(loopErr, loop.ErrMaxIterations), stopOf(final) == llm.StopReasonError:
+	case t.limitSteps > 0:
+		return metrics.TurnIterationLimit
+	case stopOf(final) == llm.StopReasonError:
 		return metrics.TurnFailed
 	case stopOf(final) == llm.StopReasonAborted && t.timedOut:
 		return metrics.TurnTimeout
@@ -67,6 +70,9 @@ func (t *turnRun) finish(err error) {
 	}
 	args := []any{"turn", t.id, "trace", t.trace, "models", models, "tokens_in", in, "tokens_out", out,
 		"cost_usd", cost, "tool_calls", tools, "duration", d.Round(time.Millisecond), "outcome", outcome}
+	if t.limitSteps > 0 {
+		args = append(args, "reason", fmt.Sprintf("iteration limit: the model still asked for tools after %d model calls", t.limitSteps))
+	}
 	if err != nil {
 		args = append(args, "err", llm.Redact(err.Error(), t.a.w.opts.Secrets...))
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
+	"github.com/agentbus/agentbus/pkg/models"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/schedule"
 	"github.com/agentbus/agentbus/pkg/tools"
@@ -235,6 +236,9 @@ type callScope struct {
 	sid    string
 	trace  string
 	caller events.Caller
+	// model serves the turn (nil: unknown); its id and resolved harness size go with each
+	// call, so that tools sized by the model (activate_skill) see the turn's model.
+	model *llm.Model
 }
 
 // executor returns the bus executor of a turn.
@@ -242,7 +246,8 @@ func (t *turnRun) executor() *busExecutor {
 	m := t.msg
 	return &busExecutor{w: t.a.w, resumed: t.resumed, flush: t.flush, subscribed: t.a.resultSub != nil,
 		fresh: t.fresh && !t.resumed, busID: t.busID, scope: callScope{sk: t.a.sk, turn: t.id, sid: t.sidStr, trace: t.trace,
-			caller: events.Caller{Platform: m.Platform, Bot: m.Bot, Scope: t.a.sk.Scope, SenderID: m.Sender.ID, Roles: m.Sender.Roles}}}
+			caller: events.Caller{Platform: m.Platform, Bot: m.Bot, Scope: t.a.sk.Scope, SenderID: m.Sender.ID, Roles: m.Sender.Roles},
+			model:  t.model}}
 }
 
 // ErrToolTimeout is the error result of a call no tool worker answered in time.
@@ -290,6 +295,10 @@ func (x *busExecutor) Execute(ctx context.Context, call loop.ToolCallRequest) (l
 		Deadline:   time.Now().Add(timeout).UnixMilli(),
 		Idempotent: entry.Idempotent,
 		Fresh:      x.fresh,
+	}
+	if m := sc.model; m != nil {
+		h := models.ResolveHarness(w.opts.AI.Agent, m.Provider, m.ID)
+		tc.Model, tc.ModelSize, tc.SkillChars = m.Provider+"/"+m.ID, h.ModelSizeHint, h.SkillInstructionMaxChars
 	}
 	if dl, ok := ctx.Deadline(); ok && dl.UnixMilli() < tc.Deadline {
 		tc.Deadline = dl.UnixMilli() // a background task's time limit bounds its tool call too

@@ -26,6 +26,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/logging"
 	"github.com/agentbus/agentbus/pkg/loop"
 	"github.com/agentbus/agentbus/pkg/metrics"
+	"github.com/agentbus/agentbus/pkg/models"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/store"
 	"github.com/agentbus/agentbus/pkg/tracing"
@@ -133,6 +134,9 @@ type turnRun struct {
 	timedOut bool
 	outcome  string
 	msgs     []llm.Message
+	// limitSteps: the turn stopped at its iteration limit after this many model calls, its
+	// reply says so (replies.go); 0 otherwise.
+	limitSteps int
 }
 
 const (
@@ -272,6 +276,7 @@ func (a *actor) startTurn(pt *pendingTurn) error {
 	if model.SupportsImages() {
 		pt.input = a.w.inlineImages(a.ctx, pt.input)
 	}
+	pt.input = a.w.inlineAV(a.ctx, model, pt.input) // audio / video for models that take them (media_av.go)
 	t := &turnRun{pendingTurn: *pt, a: a, sid: sid, sidStr: sid.String(), model: model, persona: sess.SystemPrompt, done: make(chan struct{})}
 	started := events.TurnStarted{
 		Turn: t.id, Trigger: events.InboxRef{Seq: pt.seq}, Model: events.ModelRef{Provider: model.Provider, ID: model.ID, API: model.API},
@@ -358,6 +363,19 @@ func (a *actor) takeOver(sess *store.Session, pt *pendingTurn) (bool, error) {
 	return true, nil
 }
 
+// traced reports whether a turn gets a span (with tracing on). A turn whose trigger carried a
+// span context (a chat message, steer or follow-up from ingest, a subagent result or schedule
+// published by a traced role) is that span's child. Without one, a turn caused by a user's
+// chat message (ingest did not trace it) and the resumption of a started turn taken over from
+// another owner start a root span in the envelope's trace; a wakeup nobody traced (a schedule or heartbeat firing, a background
+// result) starts none: it would be a fresh root of its own per firing, with nothing an
+// operator could follow it back to, at the cost of a whole trace. Its model and tool calls
+// are then not traced either (they have no recording parent); its log lines and metrics are
+// as for any turn.
+func (t *turnRun) traced() bool {
+	return t.parent != "" || t.accepted > 0 || t.resumed
+}
+
 // launch runs t in its own goroutine; resumed carries the turn's persisted messages.
 func (a *actor) launch(t *turnRun, resumed *turnLog) {
 	ctx, cancel := context.WithCancel(a.ctx)
@@ -371,9 +389,10 @@ func (a *actor) launch(t *turnRun, resumed *turnLog) {
 	a.turnsWG.Add(1)
 	t.launched = time.Now()
 	// The turn's span; set before the goroutine starts, so that its readers (the turn's records
-	// and reply parts carry it) need no lock. Off, not even its options are built.
+	// and reply parts carry it) need no lock. Off, not even its options are built. See traced
+	// for which turns have one.
 	var span trace.Span = noop.Span{}
-	if tracing.Enabled(a.w.opts.Tracer) {
+	if tracing.Enabled(a.w.opts.Tracer) && t.traced() {
 		ctx, span = tracing.Start(ctx, a.w.opts.Tracer, "turn", t.parent, t.trace, trace.WithSpanKind(trace.SpanKindConsumer),
 			trace.WithAttributes(tracing.AgentbusSession.String(t.sidStr), tracing.AgentbusTurn.String(t.id)))
 		t.spanCtx = span.SpanContext()
@@ -426,7 +445,6 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 			t.spillTail(true) // no commit to carry them
 		}
 		t.msgs = newMsgs
-		loopErr := err
 		if interrupted {
 			t.outcome = metrics.TurnCancelled
 			// The merged turn carries this turn's input; nothing of this one is committed.
@@ -458,7 +476,7 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 				return a.ctx.Err()
 			}
 		}
-		reply := a.replyMsgs(&t.pendingTurn, t.id, t.replyFor(final, newMsgs), t.fresh)
+		reply := a.replyMsgsOf(&t.pendingTurn, t.id, t.turnReply(final, newMsgs), t.fresh)
 		// A turn whose start is in AGENT_EVENTS already (it asked for a tool, or was taken
 		// over) writes no turn_committed record: its commit closes it (store.WithClosing),
 		// carrying its tail and the number of its reply parts, so a tool turn costs one
@@ -510,14 +528,14 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		// owner finishes the turn from its commit (takeOver), publishing the reply again under
 		// the same ids.
 		t.replied.Store(true) // committed: nothing of it is left to cancel (/cancel)
-		t.outcome = t.outcomeOf(final, loopErr)
+		t.outcome = t.outcomeOf(final)
 		pctx, cancel := a.w.replyContext()
 		defer cancel()
 		if err := a.w.publishReply(pctx, committed, reply); err != nil {
 			return err
 		}
 	} else {
-		msgs := a.replyMsgs(&t.pendingTurn, t.id, t.replyFor(lastAssistant(persisted), persisted), false)
+		msgs := a.replyMsgsOf(&t.pendingTurn, t.id, t.turnReply(lastAssistant(persisted), persisted), false)
 		var rec *nats.Msg
 		if t.commitRecord { // (a closing commit needs none)
 			final := lastAssistant(persisted)
@@ -533,7 +551,7 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 			}
 		}
 		t.replied.Store(true)
-		t.msgs, t.outcome = persisted, t.outcomeOf(lastAssistant(persisted), nil)
+		t.msgs, t.outcome = persisted, t.outcomeOf(lastAssistant(persisted))
 		pctx, cancel := a.w.replyContext()
 		defer cancel()
 		if err := a.w.publishReply(pctx, rec, msgs); err != nil {
@@ -624,13 +642,21 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 		t.started.ContextSeq = loaded.LastSeq
 	}
 	t.mu.Unlock()
-	tools, agentTools, skillText := w.selectTools(t.msg, t.input, loaded.Messages)
+	// The model's harness: ai.agent, the built-in size defaults, then ai.agent.modelHarness.
+	harness := models.ResolveHarness(w.opts.AI.Agent, t.model.Provider, t.model.ID)
+	t.phase("turn.start", "resumed", len(persisted) > 0)
+	tools, agentTools, skillText := w.selectToolsWith(harness, t.msg, t.input, loaded.Messages)
+	t.phase("tools.collected", "tools", len(agentTools))
 	if pre := t.preExecute(ctx); pre != "" {
 		skillText += "\n## Pre-executed tool results\n" + pre
 	}
+	skillText += toneSection(w.opts.AI.Agent, t.input) // ai.agent.toneAwareness (tone.go)
 	system := w.systemPrompt(ctx, t.msg, t.model, tools, skillText)
 	if t.persona != "" {
 		system = withPersona(system, t.persona)
+	}
+	if system, err = t.bootstrapHook(ctx, system); err != nil { // hooks.go
+		return nil, nil, err
 	}
 	loaded = t.autoCompact(ctx, loaded, system) // L2 when the context nears the window (compact.go)
 	ac := &loop.AgentContext{SystemPrompt: system, Messages: contextMessages(loaded), Tools: agentTools}
@@ -639,7 +665,7 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 		Model:         t.model,
 		StreamFn:      w.opts.StreamFn,
 		GetAPIKey:     w.opts.Models.APIKey,
-		ToolExecution: loop.ToolExecutionMode(agentCfg.ToolExecution),
+		ToolExecution: loop.ToolExecutionMode(harness.ToolExecution),
 		Executor:      t.tracedExecutor(),
 		MaxIterations: w.maxIterations(t.model, tools),
 		GetSteeringMessages: func() []llm.Message {
@@ -654,20 +680,37 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 	if cs := w.compactionSettings(t.model); cs.Enabled {
 		cfg.TransformContext = t.microCompact(cs) // L1
 	}
-	if lvl, err := llm.ParseThinkingLevel(agentCfg.Thinking); err == nil {
+	cfg.TransformContext = t.transformHook(cfg.TransformContext) // ai.hooks after L1 (hooks.go)
+	if lvl, err := llm.ParseThinkingLevel(harness.Thinking); err == nil {
 		cfg.StreamOptions.Thinking = lvl
 	}
 	cfg.StreamOptions.SessionID = t.sidStr
 	cfg.StreamOptions.Secrets = w.opts.Secrets
+	cfg.StreamFn = t.rateLimited(cfg.StreamFn) // ai.agent.rateLimit (ratelimit.go)
 	emit, stopLive := t.emitter()
 	defer stopLive()
+	emit = t.phaseEmitter(emit)
+	t.phase("path.agent_loop", "model", t.model.Provider+"/"+t.model.ID, "maxIterations", cfg.MaxIterations, "toolExecution", harness.ToolExecution)
 	out, err := t.runCompacting(ctx, ac, cfg, emit, func() ([]llm.Message, error) {
 		if len(persisted) == 0 {
 			return loop.Run(ctx, t.input, ac, cfg, emit)
 		}
 		return t.resumeLoop(ctx, ac, cfg, persisted, emit)
 	})
-	return lastAssistant(out), out, err
+	final := lastAssistant(out)
+	if t.a.w.phaseTracing() {
+		outcome := "answered"
+		switch {
+		case err != nil:
+			outcome = "error: " + err.Error()
+		case final == nil:
+			outcome = "no answer"
+		case final.StopReason != "":
+			outcome = string(final.StopReason)
+		}
+		t.phase("turn.end", "outcome", outcome, "messages", len(out))
+	}
+	return final, out, err
 }
 
 // tracedExecutor is the turn's tool executor, with an execute_tool span per call when
@@ -977,10 +1020,12 @@ type pendingRecord struct {
 	f   jetstream.PubAckFuture
 }
 
-// awaitAck waits for f's ack, at most busTimeout: the async publisher has no ack timeout of
+// awaitAck waits for f's ack, at most until until: the async publisher has no ack timeout of
 // its own, and an ack lost while a NATS node dies (or the publish itself, buffered in the
-// connection) would otherwise leave the turn waiting forever, its reply never sent.
-func awaitAck(ctx context.Context, f jetstream.PubAckFuture) error {
+// connection) would otherwise leave the turn waiting forever, its reply never sent. Callers
+// waiting for several acks give them one deadline (ackWaitFrom): a fresh wait per ack made n
+// lost acks cost n waits.
+func awaitAck(ctx context.Context, f jetstream.PubAckFuture, until time.Time) error {
 	select { // most acks are in by the time they are awaited: no timer for those
 	case <-f.Ok():
 		return nil
@@ -988,7 +1033,7 @@ func awaitAck(ctx context.Context, f jetstream.PubAckFuture) error {
 		return err
 	default:
 	}
-	timer := time.NewTimer(busTimeout)
+	timer := time.NewTimer(time.Until(until))
 	defer timer.Stop()
 	select {
 	case <-f.Ok():
@@ -1002,6 +1047,12 @@ func awaitAck(ctx context.Context, f jetstream.PubAckFuture) error {
 	}
 }
 
+// ackWait is how long a turn waits for the acks of its asynchronous publishes before it
+// publishes the unacknowledged ones again (same Nats-Msg-Id, dropped by the stream if stored):
+// an ack is lost when the stream's leader dies or is being elected, and a healthy leader
+// answers well within it.
+const ackWait = 2 * time.Second
+
 // flush waits until every message recorded so far is stored; a record whose asynchronous
 // publish failed or got no ack is published again (same Nats-Msg-Id) and waited for.
 func (t *turnRun) flush(ctx context.Context) error {
@@ -1009,8 +1060,9 @@ func (t *turnRun) flush(ctx context.Context) error {
 	pending := t.unacked
 	t.unacked = nil
 	t.mu.Unlock()
+	until := time.Now().Add(ackWait)
 	for i, p := range pending {
-		err := awaitAck(ctx, p.f)
+		err := awaitAck(ctx, p.f, until)
 		if err == nil {
 			continue
 		}
@@ -1047,6 +1099,8 @@ func (t *turnRun) replyText(final *llm.Message) string {
 		text = "⚠️ The turn ended without a reply."
 	case final.StopReason == llm.StopReasonError && strings.HasPrefix(final.ErrorMessage, overflowReply):
 		text = overflowText(t.msg.Sender, final.ErrorMessage) // compact.go
+	case final.StopReason == llm.StopReasonError && strings.HasPrefix(final.ErrorMessage, rateLimitReply):
+		text = "⏳ " + final.ErrorMessage // ratelimit.go: the user learns when to come back
 	case final.StopReason == llm.StopReasonError:
 		text = failureText(t.msg.Sender, "The model failed", final.ErrorMessage)
 	case final.StopReason == llm.StopReasonAborted:
@@ -1080,15 +1134,21 @@ func (a *actor) replyText(pt *pendingTurn, turn, text string) {
 // replyMsgs are the outbound parts of text (ids turn-0, turn-1, ...), for the pending turn's
 // reply target; fresh promises egress that they were never published before.
 func (a *actor) replyMsgs(pt *pendingTurn, turn, text string, fresh bool) []*nats.Msg {
-	parts := chunk.SplitMedia(text)
+	return a.replyMsgsOf(pt, turn, []string{text}, fresh)
+}
+
+// replyMsgsOf is replyMsgs of several texts, each its own message(s), in order (replies.go).
+func (a *actor) replyMsgsOf(pt *pendingTurn, turn string, texts []string, fresh bool) []*nats.Msg {
 	var segs []events.Segments
-	for _, p := range parts {
-		if p.Kind != "" {
-			segs = append(segs, events.Segments{mediaSegment(p)})
-			continue
-		}
-		for _, c := range chunk.Chunk(p.Text, replyLimit) {
-			segs = append(segs, events.Segments{events.TextSeg(c)})
+	for _, text := range texts {
+		for _, p := range chunk.SplitMedia(text) {
+			if p.Kind != "" {
+				segs = append(segs, events.Segments{mediaSegment(p)})
+				continue
+			}
+			for _, c := range chunk.Chunk(p.Text, replyLimit) {
+				segs = append(segs, events.Segments{events.TextSeg(c)})
+			}
 		}
 	}
 	msgs := make([]*nats.Msg, 0, len(segs))
@@ -1148,11 +1208,12 @@ func (w *Worker) publishAll(ctx context.Context, msgs []*nats.Msg) error {
 				failed = append(failed, m)
 			}
 		}
+		until := time.Now().Add(ackWait)
 		for i, f := range futures {
 			if f == nil {
 				continue
 			}
-			if err := awaitAck(ctx, f); err != nil {
+			if err := awaitAck(ctx, f, until); err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
@@ -1232,6 +1293,7 @@ func (w *Worker) inlineImages(ctx context.Context, input []llm.Message) []llm.Me
 			data, mime, err := w.fetchImage(ctx, url)
 			if err != nil {
 				w.log.Warn("image not inlined", "url", url, "err", err)
+				m.Content[j] = llm.Text(unfetchedImage(err))
 				continue
 			}
 			m.Content[j] = llm.Image(base64.StdEncoding.EncodeToString(data), mime)
@@ -1346,7 +1408,11 @@ func (a *actor) inboxEvent(seq uint64) (events.Any, error) {
 func (a *actor) inboxMessage(ev events.Any) (llm.Message, *events.IMMessage, bool) {
 	switch e := ev.(type) {
 	case *events.Event[events.UserMessage]:
-		return a.userInput(&e.Data.Message, e.Data.Text), &e.Data.Message, true
+		text, hooked := a.receivedHook(e) // hooks.go
+		if hooked.Blocked {
+			return llm.Message{}, nil, false
+		}
+		return a.userInput(&e.Data.Message, text), &e.Data.Message, true
 	case *events.Event[events.Steer]:
 		return llm.UserText(e.Data.Text, e.Time), e.Data.Message, true
 	case *events.Event[events.FollowUp]:

@@ -78,6 +78,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/approvals"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/hooks"
 	"github.com/agentbus/agentbus/pkg/inbox"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
@@ -118,6 +119,9 @@ type Options struct {
 	IdleRelease time.Duration
 	// ToolTimeout bounds one tool call (default ai.agent.toolTimeout).
 	ToolTimeout time.Duration
+	// Endpoints are the configured IM endpoints that hold no connection ("webhook/<bot>"),
+	// which /endpoints lists besides the adapters in KV presence.
+	Endpoints []string
 	// StreamFn replaces llm.Stream (tests, benchmarks).
 	StreamFn loop.StreamFunc
 	// Tracer records a span per turn and per tool call (nil: off). Model-call spans come from
@@ -146,6 +150,8 @@ type Options struct {
 	Metrics     *metrics.Turn
 	DeadLetters *metrics.DeadLetters
 	Log         *slog.Logger
+	// Hooks runs the turn worker's ai.hooks events (nil: none; hooks.go).
+	Hooks *hooks.Runner
 }
 
 // Worker runs session actors for every session whose lease it holds.
@@ -155,6 +161,7 @@ type Worker struct {
 	js        jetstream.JetStream
 	inbox     jetstream.Stream
 	inboxPub  *inbox.Publisher // results of background work posted into a session's inbox
+	limiter   *callLimiter     // ai.agent.rateLimit (nil: no limit)
 	evts      jetstream.Stream
 	results   jetstream.Stream
 	calls     jetstream.Stream // TOOL_CALLS: to see whether a request is still queued
@@ -235,6 +242,9 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	w := &Worker{opts: opts, nc: nc, js: js, killCtx: killCtx, killNow: killNow, done: make(chan struct{}), actors: map[string]*actor{}, claiming: map[string][]delivery{}, owners: map[string]ownerHint{},
 		view: map[string]workerSeen{}, bells: map[string][]ringEntry{}, bellWake: make(chan struct{}, 1), suspect: map[string]suspicion{}, adopted: map[string]uint64{},
 		router: newResultRouter(), inboxHeard: make(chan *nats.Msg, inboxHeardBuffer), inboxPub: inbox.NewPublisher(js), log: opts.Log.With("worker", opts.ID)}
+	if opts.AI.Agent.RateLimit.Enabled() {
+		w.limiter = newCallLimiter(opts.AI.Agent.RateLimit)
+	}
 	var err error
 	for _, b := range []struct {
 		name string

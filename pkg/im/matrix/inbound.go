@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -577,6 +578,9 @@ func (in *Inbound) normalize(ctx context.Context, evt *event.Event, msg *event.M
 		m.Content = append(m.Content, in.media(ctx, evt, msg))
 	default:
 		segs, pill := textSegments(msg, replyTo != "", in.self)
+		if msg.Mentions == nil { // a client that sets m.mentions says whom it addresses itself
+			segs = leadingMention(segs, in.self, selfName)
+		}
 		if msg.MsgType == event.MsgEmote {
 			segs = append(events.Segments{events.TextSeg("* " + m.Sender.Name + " ")}, segs...)
 		}
@@ -612,6 +616,31 @@ func mentions(msg *event.MessageEventContent, pill bool, self id.UserID, selfNam
 		return true
 	}
 	return selfName != "" && strings.Contains(body, strings.ToLower(selfName))
+}
+
+// leadingMention turns the bot's mention typed as text at the start of a message, as clients
+// without pills write it ("Bot: /reset", "@bot:example.org /reset"), into a mention of the bot
+// (events.SelfAtSeg), so that what follows is read as if the bot had been @-ed with a pill.
+func leadingMention(segs events.Segments, self id.UserID, selfName string) events.Segments {
+	i := slices.IndexFunc(segs, func(s events.Segment) bool { return s.Type != events.SegReply })
+	if i < 0 || segs[i].Type != events.SegText || self == "" {
+		return segs
+	}
+	text := segs[i].Str("text")
+	for _, n := range []string{self.String(), selfName} {
+		if n == "" || len(text) <= len(n) || !strings.EqualFold(text[:len(n)], n) {
+			continue
+		}
+		rest := text[len(n):]
+		if r := rest[0]; r != ':' && r != ',' && r != ' ' {
+			continue // "Botany is ..." does not address "Bot"
+		}
+		rest = strings.TrimLeft(strings.TrimPrefix(strings.TrimPrefix(rest, ":"), ","), " ")
+		out := append(events.Segments{}, segs[:i]...)
+		out = append(out, events.SelfAtSeg(self.String(), selfName), events.TextSeg(rest))
+		return append(out, segs[i+1:]...)
+	}
+	return segs
 }
 
 // Pills are marked in the text parsed from formatted_body with private-use runes, then cut
@@ -663,8 +692,12 @@ func textSegments(msg *event.MessageEventContent, reply bool, self id.UserID) (e
 			out = append(out, events.TextSeg(text[:i]))
 		}
 		mxid, name, _ := strings.Cut(text[i+len(pillOpen):i+j], pillSep)
-		out = append(out, events.AtSeg(mxid, name))
-		pill = pill || id.UserID(mxid) == self
+		if id.UserID(mxid) == self {
+			out = append(out, events.SelfAtSeg(mxid, name))
+			pill = true
+		} else {
+			out = append(out, events.AtSeg(mxid, name))
+		}
 		text = text[i+j+len(pillClose):]
 	}
 	if len(out) == 0 {

@@ -266,6 +266,7 @@ func (in *Inbound) servePost(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if err := in.handleErr(ctx, body, "http"); err != nil && !errors.Is(err, events.ErrInvalid) {
 		// The bus did not take it: a 5xx makes the implementation's POST fail visibly.
+		in.log.Error("onebot: event POST not ingested", "status", http.StatusServiceUnavailable, "err", err)
 		http.Error(w, "not accepted, retry later", http.StatusServiceUnavailable)
 		return
 	}
@@ -414,8 +415,10 @@ func (in *Inbound) inSegment(ctx context.Context, m *events.IMMessage, i int, s 
 		return events.TextSeg(s.str("text")), false
 	case "at":
 		qq := s.str("qq")
-		seg := events.AtSeg(qq, s.str("name"))
-		return seg, qq == self && self != ""
+		if qq == self && self != "" {
+			return events.SelfAtSeg(qq, s.str("name")), true // "[at bot] /reset" is the command /reset
+		}
+		return events.AtSeg(qq, s.str("name")), false
 	case "reply":
 		return events.ReplySeg(s.str("id")), false
 	case "face":

@@ -11,7 +11,9 @@
 // Outbound (egress role): sendMessage in HTML parse mode built from the reply's Markdown
 // with every character of the text escaped (so user text can never break the parse), cut
 // at 4,096 characters, threaded with reply_to_message_id; images as sendPhoto (uploaded from
-// the media store or passed by URL); flood-control 429s carry retry_after to egress.
+// the media store or passed by URL). Flood control is kept per chat (flood.go): after a 429
+// with retry_after, every send and edit to that chat, from the sender or the previewer, waits
+// that long, and other chats are not held.
 // Streaming previews edit one message with editMessageText and typing is sendChatAction
 // (see Previewer).
 package telegram
@@ -80,9 +82,10 @@ func apiBase(b config.TelegramBot) string {
 // goes through a copy of the BotAPI whose HTTP client binds the call's context to the request
 // (a long poll is cut the moment its lease is lost or the process stops).
 type client struct {
-	bot  config.TelegramBot
-	base *tgbotapi.BotAPI
-	http *http.Client
+	bot   config.TelegramBot
+	base  *tgbotapi.BotAPI
+	http  *http.Client
+	gates *chatGates // the bot's flood control per chat, shared in the process (flood.go)
 }
 
 func newClient(b config.TelegramBot, hc *http.Client) *client {
@@ -93,7 +96,7 @@ func newClient(b config.TelegramBot, hc *http.Client) *client {
 	// process must start even when Telegram is unreachable for a moment.
 	api := &tgbotapi.BotAPI{Token: b.Token, Client: hc, Buffer: 100}
 	api.SetAPIEndpoint(apiBase(b) + "/bot%s/%s")
-	return &client{bot: b, base: api, http: hc}
+	return &client{bot: b, base: api, http: hc, gates: gatesFor(apiBase(b), b.Token)}
 }
 
 type ctxClient struct {

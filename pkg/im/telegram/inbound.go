@@ -314,7 +314,9 @@ func (in *Inbound) fetch(ctx context.Context, seg events.Segment, fileID, name s
 }
 
 // textSegments splits text at mention entities: @username / text_mention become at
-// segments (the bot's own mention sets mention). Entity offsets are UTF-16 code units.
+// segments, the bot's own marked self (events.SelfAtSeg), which sets mention; a command
+// addressed to the bot ("/reset@mybot") loses its suffix and sets mention. Entity offsets are
+// UTF-16 code units.
 func textSegments(text string, entities []tgbotapi.MessageEntity, self *tgbotapi.User) (events.Segments, bool) {
 	if text == "" {
 		return nil, false
@@ -324,24 +326,43 @@ func textSegments(text string, entities []tgbotapi.MessageEntity, self *tgbotapi
 	mention := false
 	pos := 0
 	for _, e := range entities {
-		if e.Type != "mention" && e.Type != "text_mention" {
+		if e.Type != "mention" && e.Type != "text_mention" && e.Type != "bot_command" {
 			continue
 		}
 		if e.Offset < pos || e.Offset+e.Length > len(u) {
 			continue
 		}
+		span := string(utf16.Decode(u[e.Offset : e.Offset+e.Length]))
+		if e.Type == "bot_command" {
+			// "/reset@mybot" (how Telegram writes a command in a group) addresses this bot: it
+			// becomes "/reset" and a mention. "/reset@otherbot" is left as it is: not ours.
+			cmd, to, ok := strings.Cut(span, "@")
+			if !ok || self == nil || !strings.EqualFold(to, self.UserName) {
+				continue
+			}
+			if e.Offset > pos {
+				out = append(out, events.TextSeg(string(utf16.Decode(u[pos:e.Offset]))))
+			}
+			out = append(out, events.TextSeg(cmd))
+			mention = true
+			pos = e.Offset + e.Length
+			continue
+		}
 		if e.Offset > pos {
 			out = append(out, events.TextSeg(string(utf16.Decode(u[pos:e.Offset]))))
 		}
-		span := string(utf16.Decode(u[e.Offset : e.Offset+e.Length]))
 		switch {
 		case e.Type == "text_mention" && e.User != nil:
-			out = append(out, events.AtSeg(strconv.FormatInt(e.User.ID, 10), span))
-			mention = mention || (self != nil && e.User.ID == self.ID)
+			if self != nil && e.User.ID == self.ID {
+				out = append(out, events.SelfAtSeg(strconv.FormatInt(e.User.ID, 10), span))
+				mention = true
+			} else {
+				out = append(out, events.AtSeg(strconv.FormatInt(e.User.ID, 10), span))
+			}
 		default:
 			uname := strings.TrimPrefix(span, "@")
 			if self != nil && strings.EqualFold(uname, self.UserName) {
-				out = append(out, events.AtSeg(strconv.FormatInt(self.ID, 10), span))
+				out = append(out, events.SelfAtSeg(strconv.FormatInt(self.ID, 10), span))
 				mention = true
 			} else {
 				out = append(out, events.AtSeg(uname, span))

@@ -71,9 +71,10 @@ func (e editor) SendPreview(ctx context.Context, sk events.SessionKey, replyTo, 
 		m.ReplyToMessageID, m.AllowSendingWithoutReply = r, true
 	}
 	m.DisableWebPagePreview = true
-	sent, err := e.c.api(ctx).Send(m)
+	var sent tgbotapi.Message
+	err = e.c.inChat(ctx, chat, false, func(api *tgbotapi.BotAPI) (err error) { sent, err = api.Send(m); return err })
 	if err != nil {
-		return "", classify("sendMessage", err)
+		return "", classifyChat("sendMessage", err)
 	}
 	return MessageID(chat, sent.MessageID), nil
 }
@@ -86,8 +87,8 @@ func (e editor) EditPreview(ctx context.Context, sk events.SessionKey, id, text 
 	}
 	ed := tgbotapi.NewEditMessageText(chat, msg, text)
 	ed.DisableWebPagePreview = true
-	if _, err := e.c.api(ctx).Request(ed); err != nil {
-		return classify("editMessageText", err)
+	if err := e.c.inChat(ctx, chat, false, func(api *tgbotapi.BotAPI) error { _, err := api.Request(ed); return err }); err != nil {
+		return classifyChat("editMessageText", err)
 	}
 	return nil
 }
@@ -97,8 +98,12 @@ func (e editor) Typing(ctx context.Context, sk events.SessionKey) error {
 	if err != nil {
 		return im.Permanentf(Platform, "sendChatAction", "chat id %q is not a number", sk.Scene)
 	}
-	if _, err := e.c.api(ctx).Request(tgbotapi.NewChatAction(chat, tgbotapi.ChatTyping)); err != nil {
-		return classify("sendChatAction", err)
+	err = e.c.inChat(ctx, chat, false, func(api *tgbotapi.BotAPI) error {
+		_, err := api.Request(tgbotapi.NewChatAction(chat, tgbotapi.ChatTyping))
+		return err
+	})
+	if err != nil {
+		return classifyChat("sendChatAction", err)
 	}
 	return nil
 }

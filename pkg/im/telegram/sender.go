@@ -135,7 +135,10 @@ func (p *part) Edit(ctx context.Context, preview string, k int) (string, error) 
 
 func (p *part) Delete(ctx context.Context, preview string) {
 	if msg, ok := splitMessageID(preview); ok {
-		_, _ = p.c.api(ctx).Request(tgbotapi.NewDeleteMessage(p.chat, msg)) // cosmetic if it stays
+		_ = p.c.inChat(ctx, p.chat, false, func(api *tgbotapi.BotAPI) error { // cosmetic if it stays
+			_, err := api.Request(tgbotapi.NewDeleteMessage(p.chat, msg))
+			return err
+		})
 	}
 }
 
@@ -153,13 +156,15 @@ func (s *Sender) sendText(ctx context.Context, c *client, chat int64, md string,
 	msg.ParseMode = tgbotapi.ModeHTML
 	msg.ReplyToMessageID, msg.AllowSendingWithoutReply = replyTo, replyTo != 0
 	msg.DisableWebPagePreview = true
-	sent, err := c.api(ctx).Send(msg)
+	var sent tgbotapi.Message
+	send := func(api *tgbotapi.BotAPI) (err error) { sent, err = api.Send(msg); return err }
+	err := c.inChat(ctx, chat, true, send)
 	if isParseError(err) {
 		msg.Text, msg.ParseMode = md, ""
-		sent, err = c.api(ctx).Send(msg)
+		err = c.inChat(ctx, chat, true, send)
 	}
 	if err != nil {
-		return 0, classify("sendMessage", err)
+		return 0, classifyChat("sendMessage", err)
 	}
 	return sent.MessageID, nil
 }
@@ -168,16 +173,17 @@ func (s *Sender) edit(ctx context.Context, c *client, chat int64, id int, md str
 	e := tgbotapi.NewEditMessageText(chat, id, HTML(md))
 	e.ParseMode = tgbotapi.ModeHTML
 	e.DisableWebPagePreview = true
-	_, err := c.api(ctx).Request(e)
+	request := func(api *tgbotapi.BotAPI) error { _, err := api.Request(e); return err }
+	err := c.inChat(ctx, chat, true, request)
 	if isParseError(err) {
 		e.Text, e.ParseMode = md, ""
-		_, err = c.api(ctx).Request(e)
+		err = c.inChat(ctx, chat, true, request)
 	}
 	if err != nil && strings.Contains(err.Error(), "message is not modified") {
 		err = nil // the preview already shows exactly the final text
 	}
 	if err != nil {
-		return 0, classify("editMessageText", err)
+		return 0, classifyChat("editMessageText", err)
 	}
 	return id, nil
 }
@@ -230,9 +236,10 @@ func (s *Sender) sendMedia(ctx context.Context, c *client, chat int64, seg event
 		d.ReplyToMessageID, d.AllowSendingWithoutReply = replyTo, replyTo != 0
 		cfg = d
 	}
-	sent, err := c.api(ctx).Send(cfg)
+	var sent tgbotapi.Message
+	err = c.inChat(ctx, chat, true, func(api *tgbotapi.BotAPI) (err error) { sent, err = api.Send(cfg); return err })
 	if err != nil {
-		return 0, classify(method, err)
+		return 0, classifyChat(method, err)
 	}
 	return sent.MessageID, nil
 }

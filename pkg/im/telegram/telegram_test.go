@@ -96,6 +96,9 @@ func TestTextSegments(t *testing.T) {
 		{"utf16 offsets after emoji", "😀 @mybot", []tgbotapi.MessageEntity{{Type: "mention", Offset: 3, Length: 6}}, "text(😀 )|at(9)", true},
 		{"text_mention", "Ann look", []tgbotapi.MessageEntity{{Type: "text_mention", Offset: 0, Length: 3, User: &tgbotapi.User{ID: 5}}}, "at(5)|text( look)", false},
 		{"bad entity ignored", "hi", []tgbotapi.MessageEntity{{Type: "mention", Offset: 1, Length: 9}}, "text(hi)", false},
+		{"command addressed to the bot", "/reset@MyBot now", []tgbotapi.MessageEntity{{Type: "bot_command", Offset: 0, Length: 12}}, "text(/reset)|text( now)", true},
+		{"command addressed to another bot", "/reset@otherbot", []tgbotapi.MessageEntity{{Type: "bot_command", Offset: 0, Length: 15}}, "text(/reset@otherbot)", false},
+		{"plain command", "/reset", []tgbotapi.MessageEntity{{Type: "bot_command", Offset: 0, Length: 6}}, "text(/reset)", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

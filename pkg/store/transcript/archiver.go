@@ -45,6 +45,10 @@ type ArchiverOptions struct {
 	// archiver runs, and once at start.
 	Retention  Retention
 	PruneEvery time.Duration
+	// OnDeadLetter, when set, is called once for every dead letter the archiver published
+	// (role "archiver", the reason of its dlq.archiver.<reason> subject), after the publish
+	// succeeded: the composition root counts it in agentbus_dead_letters_total.
+	OnDeadLetter func(role, reason string)
 }
 
 // DefaultArchiverMaxWait and DefaultArchiverBatch are ArchiverOptions' defaults. chat_history
@@ -198,7 +202,7 @@ func RunArchiver(ctx context.Context, js jetstream.JetStream, db *DB, opts Archi
 	}
 	a := &Archiver{cancel: cancel}
 	w := &archWriter{js: js, db: db, in: in, batch: opts.Batch, maxWait: opts.MaxWait, thinWait: opts.ThinWait,
-		log: opts.Logger.With("component", "archiver"), scenes: map[events.SessionKey]struct{}{}}
+		log: opts.Logger.With("component", "archiver"), scenes: map[events.SessionKey]struct{}{}, onDeadLetter: opts.OnDeadLetter}
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
@@ -260,6 +264,8 @@ type archWriter struct {
 	maxWait  time.Duration
 	thinWait time.Duration
 	log      *slog.Logger
+	// onDeadLetter is ArchiverOptions.OnDeadLetter.
+	onDeadLetter func(role, reason string)
 
 	// Reused from batch to batch: the writer is one goroutine.
 	msgs   []archMsg
@@ -448,7 +454,7 @@ func mediaJSON(c events.Segments) string {
 
 func (w *archWriter) deadLetter(ctx context.Context, am archMsg, cause error) {
 	m := am.m
-	dl := events.DeadLetter{Role: "archiver", Reason: "invalid", Error: cause.Error(), Subject: m.Subject(), Stream: am.src.stream,
+	dl := events.DeadLetter{Role: events.RoleArchiver, Reason: "invalid", Error: cause.Error(), Subject: m.Subject(), Stream: am.src.stream,
 		Headers: m.Headers()}
 	if md, err := m.Metadata(); err == nil {
 		dl.Seq, dl.Deliveries = md.Sequence.Stream, md.NumDelivered
@@ -464,6 +470,9 @@ func (w *archWriter) deadLetter(ctx context.Context, am archMsg, cause error) {
 		w.log.Error("archiver: dead letter failed", "err", err)
 		_ = m.NakWithDelay(5 * time.Second)
 		return
+	}
+	if w.onDeadLetter != nil {
+		w.onDeadLetter(dl.Role, dl.Reason)
 	}
 	_ = m.Term()
 }

@@ -64,9 +64,18 @@ func (s skillTools) activate() tools.Tool {
 				}
 				return tools.ErrorResult("%v; available skills: %s", err, strings.Join(names, ", ")), nil
 			}
-			size := skills.ModelSize(c.Env.ModelID, s.sizeHint)
+			// The turn worker resolved the model's harness (modelHarness, modelSizeHint, the
+			// id); a caller that sent none gets this worker's inference from the id.
+			size := c.Env.ModelSize
+			if size != skills.SizeSmall && size != skills.SizeMedium && size != skills.SizeLarge {
+				size = skills.ModelSize(c.Env.ModelID, s.sizeHint)
+			}
+			maxChars := s.maxChars
+			if c.Env.SkillChars > 0 {
+				maxChars = c.Env.SkillChars
+			}
 			var b strings.Builder
-			fmt.Fprintf(&b, "# Skill: %s\n%s\n\n%s", sk.Name, sk.Description, sk.Instructions(size, s.maxChars))
+			fmt.Fprintf(&b, "# Skill: %s\n%s\n\n%s", sk.Name, sk.Description, sk.Instructions(size, maxChars))
 			if len(sk.Tools) > 0 {
 				fmt.Fprintf(&b, "\n\nTools for this skill: %s", strings.Join(sk.Tools, ", "))
 			}

@@ -47,12 +47,16 @@ type Fake struct {
 	change chan struct{}
 	// Polls counts getUpdates calls; Conflicts those terminated by a newer poll.
 	Polls, Conflicts int
+	// bans are the chats under flood control (a 429 answered to a call with a chat_id), until
+	// when; Violations counts calls to a banned chat, which Telegram answers with a longer ban.
+	bans       map[string]time.Time
+	Violations int
 }
 
 // New starts the fake on loopback.
 func New(t testing.TB, token string, botID int64, username string) *Fake {
 	f := &Fake{t: t, Token: token, BotID: botID, Name: username, nextID: 100, msgID: 500,
-		files: map[string][]byte{}, fail: map[string][]int{}, change: make(chan struct{})}
+		files: map[string][]byte{}, fail: map[string][]int{}, change: make(chan struct{}), bans: map[string]time.Time{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /{bottoken}/{method}", f.serveAPI)
 	mux.HandleFunc("GET /file/{bottoken}/{path...}", func(w http.ResponseWriter, r *http.Request) {
@@ -88,7 +92,9 @@ func (f *Fake) AddFile(path string, b []byte) string {
 	return "fid-" + path
 }
 
-// FailNext makes the next calls of method answer with statuses (429 carries retry_after).
+// FailNext makes the next calls of method answer with statuses (429 carries retry_after, and
+// bans the call's chat for that long: a call to it before then is answered 429 again, with a
+// doubled retry_after, and counted in Violations).
 func (f *Fake) FailNext(method string, retryAfter int, statuses ...int) {
 	f.mu.Lock()
 	f.fail[method] = append(f.fail[method], statuses...)
@@ -141,6 +147,20 @@ func (f *Fake) serveAPI(w http.ResponseWriter, r *http.Request) {
 		c.Params = r.PostForm
 	}
 	f.mu.Lock()
+	chat := c.Params.Get("chat_id")
+	if until, ok := f.bans[chat]; ok && chat != "" && time.Now().Before(until) {
+		// Sent to a chat before its ban is over: Telegram bans it for longer.
+		f.Violations++
+		ra := 2 * f.retry
+		f.bans[chat] = time.Now().Add(time.Duration(ra) * time.Second)
+		c.Status = 429
+		f.calls = append(f.calls, c)
+		f.notifyLocked()
+		f.mu.Unlock()
+		f.answer(w, 429, map[string]any{"ok": false, "error_code": 429, "description": "Too Many Requests: retry after " + strconv.Itoa(ra),
+			"parameters": map[string]any{"retry_after": ra}})
+		return
+	}
 	if st := f.fail[method]; len(st) > 0 {
 		code := st[0]
 		f.fail[method] = st[1:]
@@ -148,6 +168,9 @@ func (f *Fake) serveAPI(w http.ResponseWriter, r *http.Request) {
 		f.calls = append(f.calls, c)
 		f.notifyLocked()
 		ra := f.retry
+		if code == 429 && chat != "" {
+			f.bans[chat] = time.Now().Add(time.Duration(ra) * time.Second)
+		}
 		f.mu.Unlock()
 		body := map[string]any{"ok": false, "error_code": code, "description": http.StatusText(code)}
 		if code == 429 {
@@ -258,6 +281,13 @@ func (f *Fake) endPoll(mine chan struct{}) {
 		f.poll = nil
 	}
 	f.mu.Unlock()
+}
+
+// FloodViolations is how many calls reached a chat during its flood-control ban.
+func (f *Fake) FloodViolations() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.Violations
 }
 
 // Calls returns the calls so far.

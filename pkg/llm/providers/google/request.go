@@ -113,6 +113,22 @@ func convertMessages(in []llm.Message, model *llm.Model) ([]*genai.Content, erro
 						return nil, fmt.Errorf("image: invalid base64 data: %w", err)
 					}
 					parts = append(parts, &genai.Part{InlineData: &genai.Blob{MIMEType: b.MimeType, Data: data}})
+				case llm.ContentAudio, llm.ContentVideo:
+					// Gemini takes audio and video as inline data; a model declared
+					// without that input gets a note instead.
+					kind := llm.InputAudio
+					if b.Type == llm.ContentVideo {
+						kind = llm.InputVideo
+					}
+					if len(model.Input) > 0 && !model.Accepts(kind) {
+						parts = append(parts, &genai.Part{Text: "(" + kind + " omitted: model does not accept " + kind + ")"})
+						continue
+					}
+					data, err := base64.StdEncoding.DecodeString(b.Data)
+					if err != nil {
+						return nil, fmt.Errorf("%s: invalid base64 data: %w", kind, err)
+					}
+					parts = append(parts, &genai.Part{InlineData: &genai.Blob{MIMEType: b.MimeType, Data: data}})
 				}
 			}
 			if len(parts) > 0 {

@@ -137,7 +137,7 @@ func convertMessages(model *llm.Model, c *llm.Context, cp compat) ([]openai.Chat
 			if emptyUser(m.Content) {
 				continue // servers reject empty user turns; there is nothing to say
 			}
-			out = append(out, userMessage(m.Content, images))
+			out = append(out, userMessage(m.Content, images, model.Accepts(llm.InputAudio)))
 		case llm.RoleAssistant:
 			if am, ok := assistantMessage(m, cp); ok {
 				out = append(out, am)
@@ -176,7 +176,7 @@ func convertMessages(model *llm.Model, c *llm.Context, cp compat) ([]openai.Chat
 			i--
 			if len(imgs) > 0 {
 				parts := []llm.Content{llm.Text("Attached image(s) from tool result:")}
-				out = append(out, userMessage(append(parts, imgs...), true))
+				out = append(out, userMessage(append(parts, imgs...), true, false))
 				lastRole = llm.RoleUser
 				continue
 			}
@@ -192,7 +192,7 @@ func convertMessages(model *llm.Model, c *llm.Context, cp compat) ([]openai.Chat
 
 func emptyUser(blocks []llm.Content) bool {
 	for _, b := range blocks {
-		if b.Type == llm.ContentImage || (b.Type == llm.ContentText && b.Text != "") {
+		if b.Type == llm.ContentImage || b.Type == llm.ContentAudio || b.Type == llm.ContentVideo || (b.Type == llm.ContentText && b.Text != "") {
 			return false
 		}
 	}
@@ -209,7 +209,10 @@ func textOf(blocks []llm.Content) string {
 	return b.String()
 }
 
-func userMessage(blocks []llm.Content, images bool) openai.ChatCompletionMessageParamUnion {
+// userMessage builds a user message. Audio blocks become input_audio parts for a model that
+// takes audio (InputAudio) when their format is one chat completions accepts (wav, mp3), text
+// saying so otherwise; chat completions has no video part, so video blocks become text.
+func userMessage(blocks []llm.Content, images, audio bool) openai.ChatCompletionMessageParamUnion {
 	onlyText := true
 	for _, b := range blocks {
 		if b.Type != llm.ContentText {
@@ -232,6 +235,20 @@ func userMessage(blocks []llm.Content, images bool) openai.ChatCompletionMessage
 			} else {
 				parts = append(parts, openai.TextContentPart("(image omitted: model does not accept images)"))
 			}
+		case llm.ContentAudio:
+			format := audioFormat(b.MimeType)
+			switch {
+			case !audio:
+				parts = append(parts, openai.TextContentPart("(audio omitted: model does not accept audio)"))
+			case format == "":
+				parts = append(parts, openai.TextContentPart("(audio omitted: "+b.MimeType+" is not wav or mp3)"))
+			default:
+				parts = append(parts, openai.InputAudioContentPart(openai.ChatCompletionContentPartInputAudioInputAudioParam{
+					Data: b.Data, Format: format,
+				}))
+			}
+		case llm.ContentVideo:
+			parts = append(parts, openai.TextContentPart("(video omitted: chat completions takes no video)"))
 		}
 	}
 	return openai.UserMessage(parts)
@@ -301,4 +318,15 @@ func assistantMessage(m *llm.Message, cp compat) (openai.ChatCompletionMessagePa
 		am.SetExtraFields(extra)
 	}
 	return openai.ChatCompletionMessageParamUnion{OfAssistant: &am}, true
+}
+
+// audioFormat is the input_audio format of a MIME type: "wav", "mp3", or "" for others.
+func audioFormat(mime string) string {
+	switch strings.ToLower(strings.TrimSpace(mime)) {
+	case "audio/wav", "audio/x-wav", "audio/wave", "audio/vnd.wave", "wav":
+		return "wav"
+	case "audio/mpeg", "audio/mp3", "audio/mpeg3", "mp3":
+		return "mp3"
+	}
+	return ""
 }

@@ -7,7 +7,9 @@
 // (github.com/cenkalti/backoff/v4) unless the server says how long to wait with a
 // "retry-after-ms" or "Retry-After" header (seconds or an HTTP date); a server-directed wait
 // longer than Policy.MaxDelay is not sat out: Do gives up at once with an *HTTPError that wraps
-// ErrRetryAfterTooLong. Every wait ends early when ctx is done.
+// ErrRetryAfterTooLong. Every wait ends early when ctx is done. Before each wait the hook of
+// llm.WithRetryHook in ctx, if any, is told (how the composition root counts
+// agentbus_llm_retries_total).
 //
 // What is never retried: anything after Do has returned a response. Retrying a stream that has
 // started would duplicate tokens the caller already showed, so streaming failures are the
@@ -39,6 +41,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+
+	"github.com/agentbus/agentbus/pkg/llm"
 )
 
 // Defaults used for zero fields of Policy.
@@ -175,6 +179,7 @@ func Do(ctx context.Context, p Policy, req *http.Request, send func(*http.Reques
 			wait      time.Duration
 			hasWait   bool
 			lastError error
+			status    int
 		)
 		switch {
 		case err != nil:
@@ -184,6 +189,7 @@ func Do(ctx context.Context, p Policy, req *http.Request, send func(*http.Reques
 		default:
 			herr := ErrorFromResponse(resp)
 			herr.Attempts = attempt
+			status = resp.StatusCode
 			wait, hasWait = herr.RetryAfter, herr.RetryAfter > 0 || hasRetryAfter(resp.Header)
 			if !Retryable(resp.StatusCode) {
 				return nil, herr
@@ -206,6 +212,9 @@ func Do(ctx context.Context, p Policy, req *http.Request, send func(*http.Reques
 		}
 		if wait > p.MaxDelay {
 			wait = p.MaxDelay
+		}
+		if hook := llm.RetryHook(ctx); hook != nil {
+			hook(llm.Retry{Attempt: attempt, StatusCode: status, Reason: llm.RetryReason(status), Wait: wait})
 		}
 		p.Logger.LogAttrs(ctx, slog.LevelWarn, "llm request failed, retrying",
 			slog.String("error", lastError.Error()), slog.Int("attempt", attempt),
