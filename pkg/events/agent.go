@@ -7,9 +7,9 @@ import (
 	"github.com/agentbus/agentbus/pkg/llm"
 )
 
-// AGENT_EVENTS record types, published on AgentEvtSubject(key, turn, kind) where kind is the
-// part of the type after "evt." (the EvtKind* constants). Together they let any worker rebuild
-// a turn after a crash (DESIGN.md §5):
+// AGENT_EVENTS record types, published on AgentEvtSubject(key, kind), kind the part of the type
+// after "evt." (the EvtKind* constants); the turn id is in the event and the Agentbus-Turn
+// header. Together they let any worker rebuild a turn after a crash (DESIGN.md §5):
 //
 //	turn_started         input, model, context snapshot: the turn can be re-run from here
 //	message_end          every finished message: never repeat an LLM step whose message is here
