@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -469,7 +470,7 @@ func checkInlineUp(t *testing.T) int {
 				fs := flag.NewFlagSet("up", flag.ContinueOnError)
 				fs.SetOutput(io.Discard)
 				upFlags(fs)
-				if err := fs.Parse(args); err != nil {
+				if err := fs.Parse(args); err != nil && !errors.Is(err, flag.ErrHelp) {
 					t.Errorf("%s:%d: `agentbus up%s`: %v", f, i+1, m[2], err)
 				} else if fs.NArg() > 0 {
 					t.Errorf("%s:%d: `agentbus up%s`: up takes no arguments, got %q", f, i+1, m[2], fs.Args())

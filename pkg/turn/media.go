@@ -139,21 +139,11 @@ const maxModelImage = 20 << 20
 // Options.FetchImage.
 func (w *Worker) fetchImage(ctx context.Context, url string) ([]byte, string, error) {
 	if name, ok := strings.CutPrefix(url, mediaScheme); ok {
-		if w.media == nil {
-			return nil, "", fmt.Errorf("no media store to read %s from", url)
-		}
-		info, err := w.media.GetInfo(ctx, name)
+		b, stored, err := w.readMedia(ctx, name)
 		if err != nil {
-			return nil, "", fmt.Errorf("media %s: %w", name, err)
+			return nil, "", err
 		}
-		if info.Size > maxModelImage {
-			return nil, "", fmt.Errorf("media %s is %d bytes, over %d", name, info.Size, maxModelImage)
-		}
-		b, err := w.media.GetBytes(ctx, name)
-		if err != nil {
-			return nil, "", fmt.Errorf("media %s: %w", name, err)
-		}
-		mime, err := imageType(b, info.Headers.Get("Content-Type"))
+		mime, err := imageType(b, stored)
 		return b, mime, err
 	}
 	if w.opts.FetchImage == nil {
@@ -165,6 +155,26 @@ func (w *Worker) fetchImage(ctx context.Context, url string) ([]byte, string, er
 	}
 	mime, err = imageType(b, mime)
 	return b, mime, err
+}
+
+// readMedia reads one object of the media store (at most maxModelImage bytes) and the content
+// type it was stored with, whatever kind of media it is.
+func (w *Worker) readMedia(ctx context.Context, name string) ([]byte, string, error) {
+	if w.media == nil {
+		return nil, "", fmt.Errorf("no media store to read %s%s from", mediaScheme, name)
+	}
+	info, err := w.media.GetInfo(ctx, name)
+	if err != nil {
+		return nil, "", fmt.Errorf("media %s: %w", name, err)
+	}
+	if info.Size > maxModelImage {
+		return nil, "", fmt.Errorf("media %s is %d bytes, over %d", name, info.Size, maxModelImage)
+	}
+	b, err := w.media.GetBytes(ctx, name)
+	if err != nil {
+		return nil, "", fmt.Errorf("media %s: %w", name, err)
+	}
+	return b, info.Headers.Get("Content-Type"), nil
 }
 
 // modelImageTypes are the image types vision providers take (OpenAI, Anthropic, Google).

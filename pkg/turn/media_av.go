@@ -47,7 +47,7 @@ func (w *Worker) inlineAV(ctx context.Context, model *llm.Model, input []llm.Mes
 				}
 				ref, _, _ := strings.Cut(rest, " ")
 				ref = strings.TrimSuffix(ref, "]")
-				data, mt, err := w.fetchImage(ctx, ref) // a plain read of the media store
+				data, mt, err := w.readMedia(ctx, strings.TrimPrefix(ref, mediaScheme))
 				if err != nil {
 					w.log.Warn(p.kind+" not passed to the model", "ref", ref, "err", err)
 					break
