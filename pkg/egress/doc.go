@@ -46,11 +46,13 @@
 // platform's 2xx the handler publishes the receipt (platform message id and time; Nats-Msg-Id
 // "sent/<outId>", so a second record of the part within the duplicate window is dropped),
 // and only then lets the message be acked. Within one process, two copies of an out id are handled one after the other, never side by side. A
-// started send is not cancelled by Stop, so its outcome is recorded. Every part this process
-// has not sent itself is looked up, whatever its delivery count or Fresh flag: a recreated
-// consumer, a new durable or a promoted standby copy of IM_OUT delivers every stored part "for
-// the first time" again, and sends none of them twice. Only the parts this process sent (the
-// last 16384) are skipped without a lookup.
+// started send is not cancelled by Stop, so its outcome is recorded. Every part stored before
+// this process bound to its consumer is looked up, whatever its delivery count or Fresh flag: a
+// recreated consumer, a new durable or a promoted standby copy of IM_OUT delivers every stored
+// part "for the first time" again, and sends none of them twice. Skipped without a lookup are
+// the parts this process sent (the last 16384), and a part published Fresh after the bind on
+// its first delivery and attempt (nothing can have sent it; a consumer deleted under the
+// process ends this exception).
 //
 // The one remaining window: a crash after the platform accepted the part but before the
 // receipt was stored. The part is redelivered and sent again with the same id; the webhook

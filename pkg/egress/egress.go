@@ -285,8 +285,11 @@ type egress struct {
 	limiter  *limiter
 	inflight inflight
 	sentHere sentCache // out ids this process sent (and recorded): skipped without a lookup
-	progress *natsutil.InProgress
-	workers  *workers
+	// freshFrom is the first IM_OUT sequence published after this process bound to its
+	// consumer (0: none known, every part is looked up). See newSinceBind.
+	freshFrom atomic.Uint64
+	progress  *natsutil.InProgress
+	workers   *workers
 
 	delivered, skipped, deadLettered, failures atomic.Uint64
 }
@@ -385,6 +388,22 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 		subConn.Close()
 		return nil, fmt.Errorf("egress: consumer %s: %w", o.Durable, err)
 	}
+	// Bound: what IM_OUT holds now may have been delivered before (newSinceBind); what comes
+	// after may not. Without the figure every part is looked up.
+	if err := natsutil.Retry(ctx, func(ctx context.Context) error {
+		st, err := js.Stream(ctx, events.StreamIMOut)
+		if err != nil {
+			return err
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			return err
+		}
+		e.freshFrom.Store(info.State.LastSeq + 1)
+		return nil
+	}); err != nil {
+		e.log.Warn("egress: IM_OUT's last sequence unknown; every part is looked up", "err", err)
+	}
 	e.progress = natsutil.NewInProgress(o.AckWait / 3)
 	pullMax := 2 * o.Concurrency
 	if pullMax > o.MaxAckPending {
@@ -399,6 +418,7 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 		closeTimeout: o.SendTimeout + 5*time.Second,
 		progress:     e.progress,
 		log:          e.log,
+		onErr:        e.markConsumerLost,
 		closing:      make(chan struct{}),
 	}
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: o.SendTimeout + 5*time.Second}, wlog)
@@ -600,10 +620,14 @@ func (e *egress) handle(msg *message.Message) error {
 	// a first delivery proves nothing (a recreated consumer, a new durable or a promoted
 	// standby stream delivers every stored part for the first time again), and Fresh only
 	// says the part was never published twice, not that it was never sent.
+	// The one exception: a part its publisher marks fresh, on its first delivery and attempt,
+	// published after this process bound to the consumer (newSinceBind) cannot have been sent.
 	var prev record
 	found, legacy := false, false
 	if r, ok := e.sentHere.get(out.OutID); ok {
 		prev, found = r, true
+	} else if out.Fresh && d.deliveries == 1 && d.attempts == 1 && e.newSinceBind(d.seq) {
+		// nothing to look up
 	} else if prev, found, legacy, err = e.lookupWithin(ctx, out, since, key); err != nil {
 		return err
 	}
@@ -688,6 +712,28 @@ func send(ctx context.Context, s Sender, ev *events.Event[events.Outbound]) (str
 // every part queued behind it in its lane, that long while in-progress acks keep it from
 // another replica. A timed-out request is an ordinary transient failure, retried.
 const busTimeout = 5 * time.Second
+
+// newSinceBind says whether IM_OUT sequence seq was published after this process bound to its
+// consumer. Such a part, on its first delivery by the durable, was never delivered by it, nor by
+// an earlier consumer of the same name or a standby's (they were gone or other streams before
+// the bind): nothing can have sent it, and the receipt lookup is skipped. Everything stored
+// before the bind is looked up, whatever its delivery count (a recreated consumer, a new
+// durable, a promoted standby copy deliver it "for the first time" again). A consumer deleted
+// under a running egress (markConsumerLost) ends the exception for the process's lifetime.
+func (e *egress) newSinceBind(seq uint64) bool {
+	from := e.freshFrom.Load()
+	return from > 0 && seq >= from
+}
+
+// markConsumerLost turns newSinceBind off: the consumer was deleted under this process, so a
+// recreated one may deliver again what this process saw published after its bind.
+func (e *egress) markConsumerLost(err error) {
+	if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+		if e.freshFrom.Swap(0) != 0 {
+			e.log.Warn("egress: consumer deleted under this process; every part is looked up from now on", "err", err)
+		}
+	}
+}
 
 // lookupWithin is lookup bounded by busTimeout.
 func (e *egress) lookupWithin(ctx context.Context, out events.Outbound, since time.Time, key string) (rec record, found, legacy bool, err error) {

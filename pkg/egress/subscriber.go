@@ -45,6 +45,7 @@ type laneSubscriber struct {
 	// none), so a short AckWait only matters when this process is gone.
 	progress *natsutil.InProgress
 	log      *slog.Logger
+	onErr    func(error) // every error the consume reports (egress.markConsumerLost)
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -109,6 +110,9 @@ func (s *laneSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 		}
 	}, natsutil.FailoverConsume(jetstream.PullMaxMessages(s.pullMax), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		s.log.Debug("egress: consume", "err", err)
+		if s.onErr != nil {
+			s.onErr(err)
+		}
 	}))...) // a pull request lost with a NATS node is sent again in 2 s, not 30
 	if err != nil {
 		return nil, err
