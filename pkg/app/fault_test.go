@@ -221,50 +221,9 @@ func TestFaultCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 11 processes")
 	}
-	busPasswords(t) // deploy/nats.conf's users; the child processes inherit the environment
-	dir := t.TempDir()
-	logDir := dir
-	if *faultLogs != "" {
-		logDir = *faultLogs
-		if err := os.MkdirAll(logDir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	plan, err := childproc.PlanNodes(3, "nats", dir, "", "") // users from deploy/nats.conf
-	if err != nil {
-		t.Fatal(err)
-	}
-	urls := childproc.URLs(plan)
-	ports, err := childproc.FreePorts(2) // the two ingest replicas' webhooks
-	if err != nil {
-		t.Fatal(err)
-	}
-	var nodes []*childproc.Proc
-	for _, n := range plan {
-		nodes = append(nodes, startChild(t, n.Name, filepath.Join(logDir, n.Name+".log"), append([]string{faultChildEnv + "=nats"}, n.Env()...)))
-	}
-	t.Cleanup(func() {
-		for _, n := range nodes {
-			n.Stop(10 * time.Second)
-		}
-	})
-	for _, n := range nodes {
-		if _, err := n.WaitReady(60 * time.Second); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitJetStreamCluster(t, urls)
-
-	model := fakeopenai.New(t, faultScript)
-	cb := newCallback(t)
-	rec := newExecRecorder(t)
-	common := []string{faultChildEnv + "=role", "AGENTBUS_NATS_URL=" + urls,
-		"AGENTBUS_WEBHOOK_SECRET=" + botSecret, "AGENTBUS_WEBHOOK_CALLBACK=" + cb.srv.URL + "/callback",
-		"OPENAI_API_KEY=test-key", "AB_MODEL=" + model.BaseURL(), "AB_RECORD=" + rec.srv.URL,
-		"GOTRACEBACK=all"} // a SIGQUIT (see the loss dump) prints every goroutine
-	if *faultLogs != "" {
-		common = append(common, "AB_LOG_INFO=1")
-	}
+	fc := startFaultCluster(t)
+	dir, logDir, urls, nodes, model, cb, rec, common := fc.dir, fc.logDir, fc.urls, fc.nodes, fc.model, fc.cb, fc.rec, fc.common
+	ports := fc.ports
 	var roles []*childproc.Proc
 	var roleEnv [][]string
 	var roleNames, roleLogs []string
@@ -900,4 +859,70 @@ func maxTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// faultCluster is what TestFaultCluster and TestFaultNodeLoss start before their roles: the
+// 3-node NATS cluster as child processes (users from deploy/nats.conf), the fake model, the
+// callback receiver, the tool-execution recorder, two free ports for the ingest replicas'
+// webhooks, and the environment every role process shares.
+type faultCluster struct {
+	dir, logDir string // data; child logs (-fault.logs, or dir)
+	plan        []childproc.Node
+	urls        string
+	nodes       []*childproc.Proc
+	ports       []int
+	model       *fakeopenai.Server
+	cb          *callback
+	rec         *execRecorder
+	common      []string
+}
+
+func startFaultCluster(t *testing.T) *faultCluster {
+	t.Helper()
+	busPasswords(t) // deploy/nats.conf's users; the child processes inherit the environment
+	dir := t.TempDir()
+	logDir := dir
+	if *faultLogs != "" {
+		logDir = *faultLogs
+		if err := os.MkdirAll(logDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plan, err := childproc.PlanNodes(3, "nats", dir, "", "") // users from deploy/nats.conf
+	if err != nil {
+		t.Fatal(err)
+	}
+	urls := childproc.URLs(plan)
+	ports, err := childproc.FreePorts(2) // the two ingest replicas' webhooks
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []*childproc.Proc
+	for _, n := range plan {
+		nodes = append(nodes, startChild(t, n.Name, filepath.Join(logDir, n.Name+".log"), append([]string{faultChildEnv + "=nats"}, n.Env()...)))
+	}
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			n.Stop(10 * time.Second)
+		}
+	})
+	for _, n := range nodes {
+		if _, err := n.WaitReady(60 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitJetStreamCluster(t, urls)
+
+	model := fakeopenai.New(t, faultScript)
+	cb := newCallback(t)
+	rec := newExecRecorder(t)
+	common := []string{faultChildEnv + "=role", "AGENTBUS_NATS_URL=" + urls,
+		"AGENTBUS_WEBHOOK_SECRET=" + botSecret, "AGENTBUS_WEBHOOK_CALLBACK=" + cb.srv.URL + "/callback",
+		"OPENAI_API_KEY=test-key", "AB_MODEL=" + model.BaseURL(), "AB_RECORD=" + rec.srv.URL,
+		"GOTRACEBACK=all"} // a SIGQUIT (see the loss dump) prints every goroutine
+	if *faultLogs != "" {
+		common = append(common, "AB_LOG_INFO=1")
+	}
+	return &faultCluster{dir: dir, logDir: logDir, plan: plan, urls: urls, nodes: nodes, ports: ports,
+		model: model, cb: cb, rec: rec, common: common}
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/internal/childproc"
-	"github.com/agentbus/agentbus/internal/fakeopenai"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/webhook"
 )
@@ -47,50 +46,8 @@ func TestFaultNodeLoss(t *testing.T) {
 	if !*nodeLoss {
 		t.Skip("opt in with -nodeloss")
 	}
-	busPasswords(t)
-	dir := t.TempDir()
-	logDir := dir
-	if *faultLogs != "" {
-		logDir = *faultLogs
-		if err := os.MkdirAll(logDir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	plan, err := childproc.PlanNodes(3, "nats", dir, "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	urls := childproc.URLs(plan)
-	ports, err := childproc.FreePorts(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var nodes []*childproc.Proc
-	for _, n := range plan {
-		nodes = append(nodes, startChild(t, n.Name, filepath.Join(logDir, n.Name+".log"), append([]string{faultChildEnv + "=nats"}, n.Env()...)))
-	}
-	t.Cleanup(func() {
-		for _, n := range nodes {
-			n.Stop(10 * time.Second)
-		}
-	})
-	for _, n := range nodes {
-		if _, err := n.WaitReady(60 * time.Second); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitJetStreamCluster(t, urls)
-
-	model := fakeopenai.New(t, faultScript)
-	cb := newCallback(t)
-	rec := newExecRecorder(t)
-	common := []string{faultChildEnv + "=role", "AGENTBUS_NATS_URL=" + urls,
-		"AGENTBUS_WEBHOOK_SECRET=" + botSecret, "AGENTBUS_WEBHOOK_CALLBACK=" + cb.srv.URL + "/callback",
-		"OPENAI_API_KEY=test-key", "AB_MODEL=" + model.BaseURL(), "AB_RECORD=" + rec.srv.URL,
-		"GOTRACEBACK=all"}
-	if *faultLogs != "" {
-		common = append(common, "AB_LOG_INFO=1")
-	}
+	fc := startFaultCluster(t)
+	dir, logDir, plan, urls, nodes, ports, model, cb, rec, common := fc.dir, fc.logDir, fc.plan, fc.urls, fc.nodes, fc.ports, fc.model, fc.cb, fc.rec, fc.common
 	var roles []*childproc.Proc
 	var webhooks []string
 	for _, role := range []string{"egress", "tool", "turn", "ingest"} {
