@@ -603,12 +603,6 @@ func (e *egress) handle(msg *message.Message) error {
 	d.platform = out.Platform
 	key := events.EncodeToken(out.OutID)
 	subj := events.IMSentSubject(out.SessionKey())
-	var since time.Time // the part's storage time less the skew of two leaders' clocks
-	if d.msg != nil {
-		if md, err := d.msg.Metadata(); err == nil {
-			since = md.Timestamp.Add(-store.ReceiptSkew)
-		}
-	}
 	release, err := e.inflight.acquire(ctx, key)
 	if err != nil {
 		return err
@@ -628,7 +622,7 @@ func (e *egress) handle(msg *message.Message) error {
 		prev, found = r, true
 	} else if out.Fresh && d.deliveries == 1 && d.attempts == 1 && e.newSinceBind(d.seq) {
 		// nothing to look up
-	} else if prev, found, legacy, err = e.lookupWithin(ctx, out, since, key); err != nil {
+	} else if prev, found, legacy, err = e.lookupWithin(ctx, out, d.msg, key); err != nil {
 		return err
 	}
 	switch {
@@ -735,8 +729,15 @@ func (e *egress) markConsumerLost(err error) {
 	}
 }
 
-// lookupWithin is lookup bounded by busTimeout.
-func (e *egress) lookupWithin(ctx context.Context, out events.Outbound, since time.Time, key string) (rec record, found, legacy bool, err error) {
+// lookupWithin is lookup bounded by busTimeout, from the storage time of msg (the part's
+// IM_OUT message; nil: from the first receipt) less the skew of two leaders' clocks.
+func (e *egress) lookupWithin(ctx context.Context, out events.Outbound, msg jetstream.Msg, key string) (rec record, found, legacy bool, err error) {
+	var since time.Time
+	if msg != nil {
+		if md, err := msg.Metadata(); err == nil {
+			since = md.Timestamp.Add(-store.ReceiptSkew)
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, busTimeout)
 	defer cancel()
 	return e.lookup(ctx, out, since, key)
