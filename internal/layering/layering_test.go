@@ -20,6 +20,18 @@ var roles = []string{"pkg/ingest", "pkg/turn", "pkg/toolworker", "pkg/egress"}
 // library are the pi-shaped packages, usable without agentbus: what they may reach of the module.
 var library = []string{"pkg/llm", "pkg/loop"}
 
+// protocols are the packages that hold one cross-role protocol each (issue 38): every role
+// that speaks it imports the package, so it must reach no role, and each may import only
+// what is listed here (directly; the module packages below them are checked by their own
+// entries or are leaves such as pkg/events).
+var protocols = map[string][]string{
+	"pkg/toolbus": {"internal/jsconflict", "pkg/config", "pkg/events", "pkg/llm", "pkg/loop", "pkg/models",
+		"pkg/natsutil", "pkg/store", "pkg/tools", "pkg/tracing"},
+	"pkg/tasks": {"pkg/events", "pkg/schedule", "pkg/skills", "pkg/toolbus", "pkg/tools", "pkg/tools/filetool"},
+	"pkg/inbox": {"internal/jsconflict", "pkg/events", "pkg/natsutil"},
+	"pkg/store": {"internal/jsconflict", "pkg/events", "pkg/llm", "pkg/natsutil"},
+}
+
 func libraryMayImport(pkg string) bool {
 	return under(pkg, "pkg/llm") || under(pkg, "pkg/loop") || pkg == "internal/jsonesc"
 }
@@ -62,6 +74,32 @@ func TestImportGraph(t *testing.T) {
 			if under(d, "cmd") {
 				t.Errorf("%s imports the command %s", pkg, d)
 			}
+			// A role's subpackage (pkg/turn/ownership) is a part the role is built from: it
+			// declares what it needs as interfaces and never reaches back up.
+			for _, r := range roles {
+				if under(pkg, r) && pkg != d && under(pkg, d) {
+					t.Errorf("%s imports its parent %s: a subpackage declares what it needs as an interface instead", pkg, d)
+				}
+			}
+		}
+		if allowed, ok := protocols[pkg]; ok {
+			for _, d := range graph[pkg] {
+				if !slices.Contains(allowed, d) {
+					t.Errorf("protocol package %s imports %s, which its entry in protocols does not allow", pkg, d)
+				}
+			}
+			for _, d := range deps {
+				for _, r := range roles {
+					if under(d, r) {
+						t.Errorf("protocol package %s reaches the role %s (%s)", pkg, d, path(graph, pkg, d))
+					}
+				}
+			}
+		}
+	}
+	for p := range protocols {
+		if _, ok := graph[p]; !ok {
+			t.Errorf("protocols lists %s, which holds no Go package", p)
 		}
 	}
 }

@@ -29,11 +29,12 @@ import (
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/netguard"
 	"github.com/agentbus/agentbus/pkg/schedule"
+	"github.com/agentbus/agentbus/pkg/tasks"
+	"github.com/agentbus/agentbus/pkg/toolbus"
 	"github.com/agentbus/agentbus/pkg/tools"
 	"github.com/agentbus/agentbus/pkg/tools/builtin"
 	"github.com/agentbus/agentbus/pkg/tools/filetool"
 	"github.com/agentbus/agentbus/pkg/toolworker"
-	"github.com/agentbus/agentbus/pkg/turn"
 )
 
 // ToolSet builds every tool a tool worker serves: the built-ins the config allows, user_profile
@@ -80,7 +81,7 @@ func (p *Process) ToolSet(ctx context.Context, cfg *config.Config, log *slog.Log
 		return nil, err
 	}
 	all = append(all, toolworker.UserProfileTool(profiles), toolworker.ChatHistoryTool(toolworker.NATSHistory{NC: b.NC}),
-		turn.SpawnTaskTool(b.JS, presets))
+		tasks.SpawnTaskTool(b.JS, presets))
 	bg, err := p.backgroundTools(ctx, b.JS, cfg)
 	if err != nil {
 		return nil, err
@@ -188,20 +189,20 @@ func (p *Process) startEgress(ctx context.Context, cfg *config.Config, opts Opti
 // tool_search reads the worker catalogue (KV tools) through a catalogue of its own, followed
 // until the process stops.
 func (p *Process) backgroundTools(ctx context.Context, js jetstream.JetStream, cfg *config.Config) ([]tools.Tool, error) {
-	tasks, err := schedule.OpenTasks(ctx, js)
+	records, err := schedule.OpenTasks(ctx, js)
 	if err != nil {
 		return nil, err
 	}
-	cat, err := turn.NewToolCatalog(ctx, js)
+	cat, err := toolbus.NewCatalog(ctx, js)
 	if err != nil {
 		return nil, err
 	}
 	p.spawn("tool_search catalogue", cat.Run)
 	timeout := time.Duration(cfg.AI.Agent.TaskTimeoutMs) * time.Millisecond
 	return []tools.Tool{
-		schedule.FollowUpTool(tasks), // the turn worker writes the schedule (schedule.ApplyFollowUp)
-		turn.ToolSearchTool(cat, turn.NewToolSearchCache(100, time.Minute)),
-		turn.RunDeferredTaskTool(js, cat, tasks, timeout),
+		schedule.FollowUpTool(records), // the turn worker writes the schedule (schedule.ApplyFollowUp)
+		tasks.ToolSearchTool(cat, tasks.NewToolSearchCache(100, time.Minute)),
+		tasks.RunDeferredTaskTool(js, cat, records, timeout),
 	}, nil
 }
 

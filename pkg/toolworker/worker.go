@@ -17,6 +17,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/hooks"
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/natsutil"
+	"github.com/agentbus/agentbus/pkg/toolbus"
 	"github.com/agentbus/agentbus/pkg/tools"
 )
 
@@ -148,7 +149,7 @@ type Handle struct {
 	mu       sync.Mutex
 	served   map[string]*served
 	inflight map[string]chan struct{} // call id -> closed when its handling ends
-	window   time.Duration            // registry generation window (2 × heartbeat)
+	ann      toolbus.Announcer        // this worker's entries in KV tools
 	beat     time.Duration
 
 	progress *natsutil.InProgress // in-progress acks for the calls being handled
@@ -196,7 +197,7 @@ func Run(ctx context.Context, opts Options) (*Handle, error) {
 		h.log.Warn("tool worker: heartbeat too slow for the tools bucket TTL; clamped", "heartbeat", h.beat, "ttl", ttl)
 		h.beat = ttl / 3
 	}
-	h.window = 2 * h.beat
+	h.ann = toolbus.Announcer{KV: h.toolsKV, ID: opts.ID, Window: 2 * h.beat}
 	h.killCtx, h.kill = context.WithCancel(context.Background())
 	h.instance = events.NewID()
 	if h.probes, err = opts.NC.Subscribe(events.ToolAttemptSubject(h.instance), h.answerProbe); err != nil {
@@ -258,7 +259,7 @@ func (h *Handle) serve(ctx context.Context, t tools.Tool) error {
 	if err != nil {
 		return fmt.Errorf("consumer for tool %s: %w", t.Name, err)
 	}
-	if err := natsutil.Retry(ctx, func(ctx context.Context) error { return h.announce(ctx, t) }); err != nil {
+	if err := natsutil.Retry(ctx, func(ctx context.Context) error { return h.ann.Announce(ctx, h.Entry(t)) }); err != nil {
 		return fmt.Errorf("announce tool %s: %w", t.Name, err)
 	}
 	s := &served{name: t.Name, cons: cons, sem: make(chan struct{}, h.opts.Concurrency), stop: make(chan struct{})}
@@ -293,7 +294,7 @@ func (h *Handle) sync(ctx context.Context) {
 	h.mu.Unlock()
 	for _, s := range gone {
 		close(s.stop)
-		if err := h.withdraw(ctx, s.name); err != nil {
+		if err := h.ann.Withdraw(ctx, s.name); err != nil {
 			h.log.Warn("tool worker: withdraw removed tool", "tool", s.name, "err", err)
 		}
 	}
@@ -327,7 +328,7 @@ func (h *Handle) heartbeatLoop() {
 			if !ok {
 				continue
 			}
-			if err := h.announce(ctx, t); err != nil && h.killCtx.Err() == nil {
+			if err := h.ann.Announce(ctx, h.Entry(t)); err != nil && h.killCtx.Err() == nil {
 				h.log.Warn("tool worker: heartbeat", "tool", n, "err", err)
 			}
 		}
@@ -470,7 +471,7 @@ func (h *Handle) shutdown() {
 		}
 		h.mu.Unlock()
 		for _, n := range names {
-			if err := h.withdraw(ctx, n); err != nil {
+			if err := h.ann.Withdraw(ctx, n); err != nil {
 				h.log.Warn("tool worker: withdraw on stop", "tool", n, "err", err)
 			}
 		}

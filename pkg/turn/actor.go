@@ -234,7 +234,7 @@ func (a *actor) run() {
 	if sid, err := sess.ID(); err == nil {
 		a.prefetchContext(sid)
 	}
-	if a.resultSub, err = a.w.nc.ChanSubscribe(events.ToolResultSessionFilter(a.sk), a.w.router.in); err != nil {
+	if a.resultSub, err = a.w.nc.ChanSubscribe(events.ToolResultSessionFilter(a.sk), a.w.router.In()); err != nil {
 		a.log.Warn("subscribe to tool results; calls subscribe one by one", "err", err)
 	}
 	// Subscribed before the first look at the inbox below, so that no event published from

@@ -19,6 +19,8 @@ import (
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
 	"github.com/agentbus/agentbus/pkg/schedule"
+	"github.com/agentbus/agentbus/pkg/tasks"
+	"github.com/agentbus/agentbus/pkg/toolbus"
 )
 
 // Background work of the turn worker (docs/tasks.md): the deferred-task runner, the heartbeat
@@ -34,7 +36,7 @@ const HeartbeatPrompt = "[heartbeat] This is your periodic check of HEARTBEAT.md
 const HeartbeatOK = "HEARTBEAT_OK"
 
 // DefaultTaskTimeout bounds a background task when ai.agent.taskTimeoutMs is not set.
-const DefaultTaskTimeout = 10 * time.Minute
+const DefaultTaskTimeout = tasks.DefaultTimeout
 
 // background holds the worker's handles on schedules and task records.
 type background struct {
@@ -260,11 +262,11 @@ func (a *actor) onTaskResult(e *events.Event[events.TaskResult], seq uint64) err
 }
 
 // Orchestration tools: what the main agent keeps with ai.agent.toolSearch (seed).
-var orchestrationTools = []string{ToolSearchName, RunDeferredTaskName, "spawn_task", "ask_user"}
+var orchestrationTools = tasks.OrchestrationTools
 
 // orchestrationNote tells the model how to work with toolSearch.
 const orchestrationNote = "## Tools on workers\nYour own tools are only orchestration tools. To do anything else, call " +
-	ToolSearchName + " with what you need, then " + RunDeferredTaskName + " with the tool name and its arguments: " +
+	tasks.ToolSearchName + " with what you need, then " + tasks.RunDeferredTaskName + " with the tool name and its arguments: " +
 	"it runs in the background and its result is posted to this chat as a separate message, so tell the user it is on its way."
 
 // triggered reports the tools a message's keywords offer whatever the selection says (seed:
@@ -282,27 +284,27 @@ func triggered(text string) []string {
 // backgroundSelection applies ai.agent.toolSearch and the trigger keywords to the selection:
 // with toolSearch only the orchestration tools (and triggered ones) stay; otherwise triggered
 // tools are added when the selection left them out. It returns the extra system prompt text.
-func (w *Worker) backgroundSelection(v *toolView, text string, entries []events.ToolEntry, agentTools []loop.AgentTool) ([]events.ToolEntry, []loop.AgentTool, string) {
+func (w *Worker) backgroundSelection(v *toolbus.View, text string, entries []events.ToolEntry, agentTools []loop.AgentTool) ([]events.ToolEntry, []loop.AgentTool, string) {
 	keep := triggered(text)
 	if w.opts.AI.Agent.ToolSearch {
 		keep = append(keep, orchestrationTools...)
 		var e2 []events.ToolEntry
 		var a2 []loop.AgentTool
 		for _, name := range keep {
-			if i, ok := v.index[name]; ok && !slices.ContainsFunc(e2, func(e events.ToolEntry) bool { return e.Name == name }) {
-				e2 = append(e2, v.entries[i])
-				a2 = append(a2, v.agent[i])
+			if i, ok := v.Index[name]; ok && !slices.ContainsFunc(e2, func(e events.ToolEntry) bool { return e.Name == name }) {
+				e2 = append(e2, v.Entries[i])
+				a2 = append(a2, v.Agent[i])
 			}
 		}
 		return e2, a2, orchestrationNote
 	}
 	for _, name := range keep {
-		i, ok := v.index[name]
+		i, ok := v.Index[name]
 		if !ok || slices.ContainsFunc(entries, func(e events.ToolEntry) bool { return e.Name == name }) {
 			continue
 		}
-		entries = append(slices.Clip(entries), v.entries[i])
-		agentTools = append(slices.Clip(agentTools), v.agent[i])
+		entries = append(slices.Clip(entries), v.Entries[i])
+		agentTools = append(slices.Clip(agentTools), v.Agent[i])
 	}
 	return entries, agentTools, ""
 }
@@ -350,12 +352,7 @@ func (w *Worker) taskFinished(sk events.SessionKey, id string, failed bool, text
 }
 
 // labelOr is label, or the start of text.
-func labelOr(label, text string) string {
-	if label != "" {
-		return label
-	}
-	return truncate(strings.Join(strings.Fields(text), " "), 40)
-}
+func labelOr(label, text string) string { return tasks.LabelOr(label, text) }
 
 // chatText is what of a task's result goes to the chat: a result with images (generate_image
 // answers with media links and a note for the model) is posted as just its images; anything

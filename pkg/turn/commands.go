@@ -245,7 +245,7 @@ func (w *Worker) healthReport() string {
 	actors := len(w.actors)
 	w.mu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "ok — worker %s, %s here, %s served", w.opts.ID, count(actors, "active session"), count(w.tools.count(), "tool"))
+	fmt.Fprintf(&b, "ok — worker %s, %s here, %s served", w.opts.ID, count(actors, "active session"), count(w.tools.Count(), "tool"))
 	if l := sandbox.HealthLine(); l != "" { // the bash sandbox of a tool worker in this process
 		b.WriteString("\n" + l)
 	}

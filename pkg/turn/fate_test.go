@@ -10,6 +10,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
 	"github.com/agentbus/agentbus/pkg/loop"
+	"github.com/agentbus/agentbus/pkg/toolbus"
 	"github.com/agentbus/agentbus/pkg/tools"
 	"github.com/agentbus/agentbus/pkg/toolworker"
 )
@@ -107,8 +108,8 @@ func TestToolResultMissedOnTheSubscriptionIsFound(t *testing.T) {
 	h.waitTools(w, 1)
 
 	// subscribed: the executor believes a session subscription routes its results, and none does.
-	x := &busExecutor{w: w, subscribed: true, fresh: true, scope: callScope{sk: sk, turn: "t-missed", sid: events.NewSessionID(sk, 1).String(),
-		caller: events.Caller{Platform: sk.Platform, Bot: sk.Bot, Scope: sk.Scope, SenderID: "u1"}}}
+	x := w.toolc.Executor(toolbus.Call{Subscribed: true, Fresh: true, Scope: toolbus.Scope{SK: sk, Turn: "t-missed", SID: events.NewSessionID(sk, 1).String(),
+		Caller: events.Caller{Platform: sk.Platform, Bot: sk.Bot, Scope: sk.Scope, SenderID: "u1"}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	start := time.Now()

@@ -128,24 +128,24 @@ func (w *Worker) selectTools(m events.IMMessage, input, recent []llm.Message) ([
 // its maxTools and maxSkills bound the selection and its alwaysTools are offered whatever the
 // message, like the built-in resident tools (still only those the sender may use).
 func (w *Worker) selectToolsWith(h config.Harness, m events.IMMessage, input, recent []llm.Message) ([]events.ToolEntry, []loop.AgentTool, string) {
-	v := w.tools.view(m)
+	v := w.tools.View(m)
 	var text strings.Builder
 	for _, in := range input {
 		text.WriteString(in.TextContent())
 		text.WriteByte(' ')
 	}
 	if w.opts.Skills == nil {
-		return w.backgroundSelection(v, text.String(), v.entries, v.agent)
+		return w.backgroundSelection(v, text.String(), v.Entries, v.Agent)
 	}
 	always := append(slices.Clone(alwaysTools), h.AlwaysTools...)
-	sel := skills.Select(text.String(), w.opts.Skills.List(), v.avail, skills.SelectOptions{MaxSkills: h.MaxSkills, MaxTools: h.MaxTools,
+	sel := skills.Select(text.String(), w.opts.Skills.List(), v.Avail, skills.SelectOptions{MaxSkills: h.MaxSkills, MaxTools: h.MaxTools,
 		Always: append(always, recentTools(recent)...)})
 	entries := make([]events.ToolEntry, 0, len(sel.Tools))
 	agent := make([]loop.AgentTool, 0, len(sel.Tools))
 	for _, t := range sel.Tools {
-		i := v.index[t.Name]
-		entries = append(entries, v.entries[i])
-		agent = append(agent, v.agent[i])
+		i := v.Index[t.Name]
+		entries = append(entries, v.Entries[i])
+		agent = append(agent, v.Agent[i])
 	}
 	entries, agent, note := w.backgroundSelection(v, text.String(), entries, agent)
 	return entries, agent, strings.TrimSpace(skills.PromptSection(sel.Skills) + "\n\n" + note)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/tasks"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
 	"github.com/agentbus/agentbus/pkg/store"
@@ -38,11 +39,11 @@ func (h *harness) waitTools(w *Worker, n int) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_ = w.tools.Refresh(context.Background())
-		if w.tools.count() >= n {
+		if w.tools.Count() >= n {
 			return
 		}
 		if time.Now().After(deadline) {
-			h.t.Fatalf("tool catalog has %d tools, want %d", w.tools.count(), n)
+			h.t.Fatalf("tool catalog has %d tools, want %d", w.tools.Count(), n)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -254,7 +255,7 @@ func TestSubagentResultReturnsToChat(t *testing.T) {
 			runs.Add(1)
 			return tools.TextResult("pong:" + a.Text), nil
 		}, tools.Idempotent()),
-		SpawnTaskTool(h.ns.JS, nil),
+		tasks.SpawnTaskTool(h.ns.JS, nil),
 	)
 	h.cfg.AI.Agent.SubagentTools = []string{"echo"}
 	w := h.worker("w1")

@@ -14,9 +14,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
 	"github.com/agentbus/agentbus/pkg/natsutil"
-	"github.com/agentbus/agentbus/pkg/schedule"
-	"github.com/agentbus/agentbus/pkg/tools"
-	"github.com/agentbus/agentbus/pkg/tools/filetool"
+	"github.com/agentbus/agentbus/pkg/toolbus"
 )
 
 // SubagentConsumer is the durable consumer of TASKS task.subagent.> shared by turn workers.
@@ -191,7 +189,7 @@ func (w *Worker) subagentLoop(ctx context.Context, task events.SubagentTask, tra
 	if maxIter <= 0 {
 		maxIter = w.opts.AI.Agent.MaxSubagentIterations
 	}
-	exec := &busExecutor{w: w, scope: callScope{sk: task.Parent, turn: "task-" + task.TaskID, sid: task.Parent.String(), trace: trace, caller: task.Caller, model: model}}
+	exec := w.toolc.Executor(toolbus.Call{Scope: toolbus.Scope{SK: task.Parent, Turn: "task-" + task.TaskID, SID: task.Parent.String(), Trace: trace, Caller: task.Caller, Model: model}})
 	system := subagentSystem
 	if task.SystemPrompt != "" {
 		system = task.SystemPrompt + "\n\n" + subagentSystem
@@ -211,62 +209,4 @@ func (w *Worker) subagentLoop(ctx context.Context, task events.SubagentTask, tra
 		return "subagent failed: " + final.ErrorMessage, true
 	}
 	return final.TextContent(), false
-}
-
-// spawnArgs are spawn_task's parameters.
-type spawnArgs struct {
-	Task  string `json:"task" jsonschema:"what the background agent should do, self-contained"`
-	Label string `json:"label,omitempty" jsonschema:"a short name for the task, shown to the user"`
-	Agent string `json:"agent,omitempty" jsonschema:"name of an agent preset (*.agent.md) to run the task with"`
-}
-
-// SpawnTaskTool is spawn_task: it hands a task to a background subagent (TASKS) and returns at
-// once; the result arrives later as a new message in this chat. Served by tool workers.
-// presets are the *.agent.md presets (agents/): a named preset gives the subagent its system
-// prompt, tools, model and iteration limit.
-func SpawnTaskTool(js jetstream.JetStream, presets []filetool.AgentPreset) tools.Tool {
-	desc := "Run a longer task in the background with a subagent (files, shell, web). Returns immediately; the result is posted to this chat when done."
-	if len(presets) > 0 {
-		desc += " Agent presets:"
-		for _, p := range presets {
-			desc += " " + p.Name + " (" + p.Description + ");"
-		}
-	}
-	return tools.MustNew("spawn_task", desc,
-		func(ctx context.Context, c tools.Call, a spawnArgs) (tools.Result, error) {
-			sk, err := events.ParseSessionKey(c.Env.SessionKey)
-			if err != nil {
-				return tools.ErrorResult("spawn_task needs a chat session: %v", err), nil
-			}
-			if a.Task == "" {
-				return tools.ErrorResult("spawn_task: task is empty"), nil
-			}
-			task := events.SubagentTask{TaskID: events.EncodeToken(c.ID), Parent: sk, ParentTurn: c.Env.Turn, ToolCallID: c.ID, Prompt: a.Task,
-				Caller: events.Caller{Platform: c.Env.Platform, Bot: c.Env.BotID, Scope: c.Env.Scope, SenderID: c.Env.SenderID, Roles: c.Env.SenderRoles}}
-			if a.Agent != "" {
-				i := slices.IndexFunc(presets, func(p filetool.AgentPreset) bool { return p.Name == a.Agent })
-				if i < 0 {
-					return tools.ErrorResult("spawn_task: no agent preset %q", a.Agent), nil
-				}
-				p := presets[i]
-				task.Tools, task.Model, task.MaxIterations = p.Tools, p.Model, p.MaxIterations
-				task.Agent, task.SystemPrompt = p.Name, p.SystemPrompt // the body is the system prompt
-			}
-			if tasks, err := schedule.OpenTasks(ctx, js); err == nil {
-				_, _ = tasks.Create(ctx, events.TaskRecord{ID: task.TaskID, Kind: events.TaskKindSubagent, Session: sk,
-					Label: labelOr(a.Label, a.Task), Owner: c.Env.SenderID})
-			}
-			m, err := events.NewMsg(events.TaskSubagentSubject(task.TaskID), events.New(task, events.WithSession(sk.String())))
-			if err != nil {
-				return tools.ErrorResult("spawn_task: %v", err), nil
-			}
-			if _, err := js.PublishMsg(ctx, m); err != nil {
-				return tools.Result{}, fmt.Errorf("spawn_task: queue task: %w", err)
-			}
-			label := a.Label
-			if label == "" {
-				label = task.TaskID
-			}
-			return tools.TextResult("delegated: background task " + label + " started; its result will be posted to this chat when it finishes. Tell the user."), nil
-		}, tools.WithKeywords("background", "long", "research", "task", "subagent", "后台", "调研", "研究", "长时间", "任务", "异步"))
 }

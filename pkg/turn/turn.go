@@ -112,7 +112,7 @@ type turnRun struct {
 	// the latest message's ids to their bus ids (see noteCalls).
 	callSeen map[string]int
 	busIDs   map[string]string
-	unacked  []pendingRecord
+	records  *store.TurnWriter   // the turn's records on AGENT_EVENTS, published async (pkg/store)
 	tail     []events.MessageEnd // finished messages not recorded yet (see emitter)
 	// started is the turn's start while it is not recorded yet: it rides on the turn's first
 	// record (a turn_started with steps, or the commit) instead of costing an append of its own
@@ -277,7 +277,7 @@ func (a *actor) startTurn(pt *pendingTurn) error {
 		pt.input = a.w.inlineImages(a.ctx, pt.input)
 	}
 	pt.input = a.w.inlineAV(a.ctx, model, pt.input) // audio / video for models that take them (media_av.go)
-	t := &turnRun{pendingTurn: *pt, a: a, sid: sid, sidStr: sid.String(), model: model, persona: sess.SystemPrompt, done: make(chan struct{})}
+	t := &turnRun{pendingTurn: *pt, a: a, sid: sid, sidStr: sid.String(), model: model, persona: sess.SystemPrompt, done: make(chan struct{}), records: a.w.turnlog.Writer()}
 	started := events.TurnStarted{
 		Turn: t.id, Trigger: events.InboxRef{Seq: pt.seq}, Model: events.ModelRef{Provider: model.Provider, ID: model.ID, API: model.API},
 		Input: pt.input, Worker: a.w.opts.ID, LeaseRevision: a.leaseToken(),
@@ -492,7 +492,7 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		// Retried on a transient bus error: the commit is fenced and carries a fixed msg id, so
 		// a retry of a commit that did land is recognized (ctxlog.AppendMessages).
 		var seq uint64
-		err = retryTransient(ctx, func() error {
+		err = store.RetryTransient(ctx, func() error {
 			var err error
 			seq, err = a.commitMessages(t.sid, newMsgs, t.id+":commit", t.id, opts...)
 			return err
@@ -628,7 +628,7 @@ func (t *turnRun) runLoopWithin(ctx context.Context, persisted []llm.Message) (*
 func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Message, []llm.Message, error) {
 	w := t.a.w
 	var loaded store.Loaded
-	err := retryTransient(ctx, func() error {
+	err := store.RetryTransient(ctx, func() error {
 		var err error
 		loaded, err = t.a.loadContext(ctx, t.sid)
 		return err
@@ -726,7 +726,7 @@ func (t *turnRun) tracedExecutor() loop.ToolExecutor {
 // pre-exec results go into the prompt of the same agentLoop) within ai.agent.preExecTimeout.
 // Their bus call ids are turn-scoped, so a resumed turn reads the same results back.
 func (t *turnRun) preExecute(ctx context.Context) string {
-	pre := t.a.w.tools.view(t.msg).pre
+	pre := t.a.w.tools.View(t.msg).Pre
 	if len(pre) == 0 {
 		return ""
 	}
@@ -740,7 +740,7 @@ func (t *turnRun) preExecute(ctx context.Context) string {
 			defer wg.Done()
 			x := t.executor()
 			if t.restarted {
-				x.fresh, x.resumed = false, true // an earlier attempt may have run it
+				x.Fresh, x.Resumed = false, true // an earlier attempt may have run it
 			}
 			res, err := x.Execute(ctx, loop.ToolCallRequest{ID: "pre-" + e.Name, Name: e.Name, Args: map[string]any{}})
 			switch {
@@ -906,25 +906,23 @@ func (t *turnRun) emitter() (emit func(loop.Event), stop func()) {
 	}, live.flush
 }
 
-// record appends one turn event to AGENT_EVENTS, deduplicated on turn + name.
+// record appends one turn event to AGENT_EVENTS (store.TurnLog.Record), deduplicated on turn
+// + name.
 func record[P events.Payload](t *turnRun, kind string, p P, name string) (*jetstream.PubAck, error) {
 	m, err := turnEventMsg(t, kind, p, name)
 	if err != nil {
 		return nil, err
 	}
-	ack, err := t.a.w.js.PublishMsg(t.a.ctx, m)
+	ack, err := t.a.w.turnlog.Record(t.a.ctx, m)
 	if err != nil {
 		return nil, fmt.Errorf("record %s of %s: %w", kind, t.id, err)
 	}
 	return ack, nil
 }
 
-// turnEventMsg is a turn event as a message on agent.evt.<sk>.<kind> (the turn id in its
-// Agentbus-Turn header), its id (and so its Nats-Msg-Id) stable per turn and name.
+// turnEventMsg is a turn event as a record (store.TurnEventMsg) carrying the turn's span.
 func turnEventMsg[P events.Payload](t *turnRun, kind string, p P, name string) (*nats.Msg, error) {
-	ev := events.New(p, events.WithSession(t.sidStr), events.WithTurn(t.id), events.WithTrace(t.trace),
-		events.WithID(t.id+"-"+name))
-	m, err := events.NewMsg(events.AgentEvtSubject(t.a.sk, kind), ev)
+	m, err := store.TurnEventMsg(store.TurnMeta{Key: t.a.sk, Session: t.sidStr, Turn: t.id, Trace: t.trace}, kind, p, name)
 	if err == nil {
 		tracing.InjectSpanContext(t.spanCtx, m.Header)
 	}
@@ -966,16 +964,7 @@ func (t *turnRun) recordMessages(mes ...events.MessageEnd) {
 }
 
 // publishRecord publishes one turn record asynchronously; flush waits for its ack.
-func (t *turnRun) publishRecord(m *nats.Msg) error {
-	f, err := t.a.w.js.PublishMsgAsync(m)
-	if err != nil {
-		return err
-	}
-	t.mu.Lock()
-	t.unacked = append(t.unacked, pendingRecord{msg: m, f: f})
-	t.mu.Unlock()
-	return nil
-}
+func (t *turnRun) publishRecord(m *nats.Msg) error { return t.records.Publish(m) }
 
 // spillTail records the messages held back for the commit as records of their own: the turn
 // goes on past them (another LLM step) or ends without a commit. withStart also records the
@@ -1014,68 +1003,17 @@ func (t *turnRun) takeTail() []events.MessageEnd {
 	return tail
 }
 
-// pendingRecord is an asynchronously published turn record and its ack.
-type pendingRecord struct {
-	msg *nats.Msg
-	f   jetstream.PubAckFuture
-}
-
-// awaitAck waits for f's ack, at most until until: the async publisher has no ack timeout of
-// its own, and an ack lost while a NATS node dies (or the publish itself, buffered in the
-// connection) would otherwise leave the turn waiting forever, its reply never sent. Callers
-// waiting for several acks give them one deadline (ackWaitFrom): a fresh wait per ack made n
-// lost acks cost n waits.
-func awaitAck(ctx context.Context, f jetstream.PubAckFuture, until time.Time) error {
-	select { // most acks are in by the time they are awaited: no timer for those
-	case <-f.Ok():
-		return nil
-	case err := <-f.Err():
-		return err
-	default:
-	}
-	timer := time.NewTimer(time.Until(until))
-	defer timer.Stop()
-	select {
-	case <-f.Ok():
-		return nil
-	case err := <-f.Err():
-		return err
-	case <-timer.C:
-		return jetstream.ErrAsyncPublishTimeout
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // ackWait is how long a turn waits for the acks of its asynchronous publishes before it
-// publishes the unacknowledged ones again (same Nats-Msg-Id, dropped by the stream if stored):
-// an ack is lost when the stream's leader dies or is being elected, and a healthy leader
-// answers well within it.
-const ackWait = 2 * time.Second
+// publishes the unacknowledged ones again (same Nats-Msg-Id, dropped by the stream if stored).
+const ackWait = store.RecordAckWait
 
-// flush waits until every message recorded so far is stored; a record whose asynchronous
-// publish failed or got no ack is published again (same Nats-Msg-Id) and waited for.
+// flush waits until every message recorded so far is stored (store.TurnWriter.Flush).
 func (t *turnRun) flush(ctx context.Context) error {
-	t.mu.Lock()
-	pending := t.unacked
-	t.unacked = nil
-	t.mu.Unlock()
-	until := time.Now().Add(ackWait)
-	for i, p := range pending {
-		err := awaitAck(ctx, p.f, until)
-		if err == nil {
-			continue
-		}
-		if ctx.Err() == nil {
-			t.a.log.Warn("turn record not acknowledged; publishing it again", "turn", t.id, "err", err)
-			_, err = t.a.w.publishOnce(ctx, p.msg)
-		}
-		if err != nil {
-			t.mu.Lock() // keep what is not known to be stored for the next flush
-			t.unacked = append(slices.Clone(pending[i:]), t.unacked...)
-			t.mu.Unlock()
-			return fmt.Errorf("record message of %s: %w", t.id, err)
-		}
+	err := t.records.Flush(ctx, func(err error) {
+		t.a.log.Warn("turn record not acknowledged; publishing it again", "turn", t.id, "err", err)
+	})
+	if err != nil {
+		return fmt.Errorf("record message of %s: %w", t.id, err)
 	}
 	return nil
 }
@@ -1213,7 +1151,7 @@ func (w *Worker) publishAll(ctx context.Context, msgs []*nats.Msg) error {
 			if f == nil {
 				continue
 			}
-			if err := awaitAck(ctx, f, until); err != nil {
+			if err := natsutil.AwaitAck(ctx, f, until); err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
@@ -1428,7 +1366,7 @@ func (a *actor) resume(sess *store.Session, ot store.OpenTurn) {
 		return
 	}
 	var tl *turnLog
-	err = retryTransient(a.ctx, func() error {
+	err = store.RetryTransient(a.ctx, func() error {
 		var err error
 		tl, err = a.w.readTurnSince(a.ctx, a.sk, ot.ID, openTurnSince(ot))
 		return err
@@ -1448,7 +1386,7 @@ func (a *actor) resume(sess *store.Session, ot store.OpenTurn) {
 		slices.Sort(seqs)
 		for _, seq := range seqs {
 			var ev events.Any
-			err := retryTransient(a.ctx, func() error {
+			err := store.RetryTransient(a.ctx, func() error {
 				var err error
 				ev, err = a.inboxEvent(seq)
 				return err
@@ -1512,7 +1450,7 @@ func (a *actor) resumeWith(sid events.SessionID, persona string, ot store.OpenTu
 	} else {
 		pt.merged = ot.Merged
 	}
-	t := &turnRun{pendingTurn: pt, a: a, sid: sid, sidStr: sid.String(), model: model, persona: persona, done: make(chan struct{}), steerSeqs: ot.Steers, resumed: true,
+	t := &turnRun{pendingTurn: pt, a: a, sid: sid, sidStr: sid.String(), model: model, persona: persona, done: make(chan struct{}), records: a.w.turnlog.Writer(), steerSeqs: ot.Steers, resumed: true,
 		commitRecord: tl.commitSeq > 0 && !tl.closes, writeCursor: tl.committed && !inRecord}
 	if inRecord {
 		t.inRecord.Store(recordYes)
@@ -1538,29 +1476,6 @@ func (a *actor) resumeWith(sid events.SessionID, persona string, ot store.OpenTu
 	}
 	a.log.Info("resuming turn", "turn", ot.ID, "persisted", len(tl.messages), "committed", tl.committed)
 	a.launch(t, tl)
-}
-
-// retryTransient runs op until it succeeds, ctx ends, or about 20s of attempts have failed:
-// a read that timed out while the cluster elects a leader or the machine is overloaded is
-// worth another try before a turn is failed for it. Invalid input, and a "not found" (the
-// reads retried here confirm it with the stream leader), are not retried.
-func retryTransient(ctx context.Context, op func() error) error {
-	wait := 100 * time.Millisecond
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := op()
-		if err == nil || errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrStaleWriter) ||
-			errors.Is(err, store.ErrTooLarge) || errors.Is(err, events.ErrInvalid) ||
-			errors.Is(err, jetstream.ErrMsgNotFound) || ctx.Err() != nil || time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 2*time.Second)
-	}
 }
 
 // openTurnSince is where to read an open turn's events from: its start less ten minutes for

@@ -87,6 +87,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/skills"
 	"github.com/agentbus/agentbus/pkg/store"
+	"github.com/agentbus/agentbus/pkg/toolbus"
 )
 
 // ConsumerName is the durable consumer all turn-worker replicas share.
@@ -171,11 +172,12 @@ type Worker struct {
 	leases    *store.Leases
 	ctxlog    *store.ContextLog
 	turnlog   *store.TurnLog
-	tools     *ToolCatalog
+	tools     *toolbus.Catalog
+	toolc     *toolbus.Client // tool calls of turns and tasks (pkg/toolbus)
 	approvals *approvals.Store
 	bg        *background           // schedules and task records (background.go)
 	media     jetstream.ObjectStore // nil: media:// images stay references
-	router    *resultRouter
+	router    *toolbus.Router
 	// inboxHeard receives the core NATS copies of inbox events for the sessions this replica's
 	// actors run (actor.inSub); pokeActors wakes the actor of each.
 	inboxHeard chan *nats.Msg
@@ -241,7 +243,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	killCtx, killNow := context.WithCancel(context.Background())
 	w := &Worker{opts: opts, nc: nc, js: js, killCtx: killCtx, killNow: killNow, done: make(chan struct{}), actors: map[string]*actor{}, claiming: map[string][]delivery{}, owners: map[string]ownerHint{},
 		view: map[string]workerSeen{}, bells: map[string][]ringEntry{}, bellWake: make(chan struct{}, 1), suspect: map[string]suspicion{}, adopted: map[string]uint64{},
-		router: newResultRouter(), inboxHeard: make(chan *nats.Msg, inboxHeardBuffer), inboxPub: inbox.NewPublisher(js), log: opts.Log.With("worker", opts.ID)}
+		router: toolbus.NewRouter(), inboxHeard: make(chan *nats.Msg, inboxHeardBuffer), inboxPub: inbox.NewPublisher(js), log: opts.Log.With("worker", opts.ID)}
 	if opts.AI.Agent.RateLimit.Enabled() {
 		w.limiter = newCallLimiter(opts.AI.Agent.RateLimit)
 	}
@@ -272,9 +274,11 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	if w.turnlog, err = store.NewTurnLog(ctx, js); err != nil {
 		return nil, err
 	}
-	if w.tools, err = NewToolCatalog(ctx, js); err != nil {
+	if w.tools, err = toolbus.NewCatalog(ctx, js); err != nil {
 		return nil, err
 	}
+	w.toolc = &toolbus.Client{NC: nc, JS: js, Results: w.results, Calls: w.calls, Router: w.router, Catalog: w.tools,
+		Timeout: opts.ToolTimeout, Agent: opts.AI.Agent, After: w.afterTool, Log: w.log}
 	if w.approvals, err = approvals.Open(ctx, js); err != nil {
 		return nil, err
 	}
@@ -340,7 +344,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	}()
 	go func() {
 		defer w.wg.Done()
-		w.router.run(w.ctx.Done())
+		w.router.Run(w.ctx.Done())
 	}()
 	w.wg.Add(1)
 	go w.pokeActors()
@@ -535,13 +539,11 @@ func (w *Worker) deadLetter(subject string, seq uint64, body []byte, h nats.Head
 	w.log.Warn("dead-lettered", "subject", subject, "seq", seq, "reason", reason, "err", cause)
 }
 
-// busTimeout bounds one bus request of a turn: a publish and the wait for its ack, a look
-// into a stream, a withdrawal. The server answers such a request at once or not at all: a
-// request, or its reply, lost while a NATS node dies (a stream without a leader drops it) is
-// never answered, and a caller's ctx may run for the whole turn (ai.agent.timeout), which lost
-// turns in the fault test. The callers try again: a publish under the same Nats-Msg-Id, so one
-// that did land is not stored twice.
-const busTimeout = 5 * time.Second
+// busTimeout bounds one bus request of a turn (toolbus.BusTimeout: a publish and the wait for
+// its ack, a look into a stream, a withdrawal). A caller's ctx may run for the whole turn
+// (ai.agent.timeout), and a request lost while a NATS node dies is never answered, which lost
+// turns in the fault test.
+const busTimeout = toolbus.BusTimeout
 
 // publishOnce is one publish of m, bounded by busTimeout (or ctx, when that ends sooner).
 func (w *Worker) publishOnce(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {

@@ -1,4 +1,4 @@
-package turn
+package toolbus
 
 import (
 	"sync"
@@ -6,11 +6,11 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// resultRouter hands TOOL_RESULTS messages to the tool calls waiting for them. Each session
+// Router hands TOOL_RESULTS messages to the tool calls waiting for them. Each session
 // actor subscribes to its session's results once (tool.result.<sk>.*) into the router's one
 // channel, rather than every call subscribing and unsubscribing: a subscription per call cost a
 // goroutine, buffers and two server round trips' worth of interest changes.
-type resultRouter struct {
+type Router struct {
 	in chan *nats.Msg
 
 	mu      sync.Mutex
@@ -19,15 +19,16 @@ type resultRouter struct {
 
 // resultBuffer bounds results received and not yet routed. Routing is a map lookup, so it
 // stays near empty; a result dropped when it is full is still found in TOOL_RESULTS when the
-// call's timeout comes (busExecutor.existing).
+// call's timeout comes (Executor.existing).
 const resultBuffer = 8192
 
-func newResultRouter() *resultRouter {
-	return &resultRouter{in: make(chan *nats.Msg, resultBuffer), waiting: map[string]chan *nats.Msg{}}
+// NewRouter returns a Router; Run must run for results to reach their calls.
+func NewRouter() *Router {
+	return &Router{in: make(chan *nats.Msg, resultBuffer), waiting: map[string]chan *nats.Msg{}}
 }
 
-// run routes until stop is closed.
-func (r *resultRouter) run(stop <-chan struct{}) {
+// Run routes until stop is closed.
+func (r *Router) Run(stop <-chan struct{}) {
 	for {
 		select {
 		case <-stop:
@@ -46,9 +47,9 @@ func (r *resultRouter) run(stop <-chan struct{}) {
 	}
 }
 
-// expect registers interest in the result on subject; done must be called when the call no
+// Expect registers interest in the result on subject; done must be called when the call no
 // longer waits.
-func (r *resultRouter) expect(subject string) (results <-chan *nats.Msg, done func()) {
+func (r *Router) Expect(subject string) (results <-chan *nats.Msg, done func()) {
 	c := make(chan *nats.Msg, 1)
 	r.mu.Lock()
 	r.waiting[subject] = c
@@ -61,3 +62,6 @@ func (r *resultRouter) expect(subject string) (results <-chan *nats.Msg, done fu
 		r.mu.Unlock()
 	}
 }
+
+// In is where result subscriptions deliver (nats.Conn.ChanSubscribe).
+func (r *Router) In() chan *nats.Msg { return r.in }

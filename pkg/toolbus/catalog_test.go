@@ -1,12 +1,9 @@
-package turn
+package toolbus
 
 import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
-
-	"github.com/cenkalti/backoff/v4"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -52,7 +49,7 @@ func TestToolCatalogViews(t *testing.T) {
 	} {
 		putTool(t, kv, e)
 	}
-	c, err := NewToolCatalog(ctx, ns.JS)
+	c, err := NewCatalog(ctx, ns.JS)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,9 +76,9 @@ func TestToolCatalogViews(t *testing.T) {
 	}
 
 	user := msg("webhook", "private")
-	v := c.view(user)
-	if names(v.pre) != "[alpha]" || len(v.agent) != 2 || v.agent[v.index["zeta"]].Name != "zeta" {
-		t.Fatalf("view shapes: pre %s, %d agent tools, index %v", names(v.pre), len(v.agent), v.index)
+	v := c.View(user)
+	if names(v.Pre) != "[alpha]" || len(v.Agent) != 2 || v.Agent[v.Index["zeta"]].Name != "zeta" {
+		t.Fatalf("view shapes: pre %s, %d agent tools, index %v", names(v.Pre), len(v.Agent), v.Index)
 	}
 	apply := func(e events.ToolEntry) {
 		t.Helper()
@@ -93,20 +90,20 @@ func TestToolCatalogViews(t *testing.T) {
 		c.apply(got)
 	}
 	apply(events.ToolEntry{Name: "zeta", Description: "z", Parameters: params, UpdatedAt: 2, Workers: []string{"w2"}})
-	if c.view(user) != v {
+	if c.View(user) != v {
 		t.Fatal("a heartbeat rebuilt the view")
 	}
-	if e, _ := c.entry("zeta"); e.UpdatedAt != 2 || fmt.Sprint(e.Workers) != "[w2]" {
+	if e, _ := c.Entry("zeta"); e.UpdatedAt != 2 || fmt.Sprint(e.Workers) != "[w2]" {
 		t.Fatalf("entry after heartbeat: %+v", e)
 	}
 	apply(events.ToolEntry{Name: "zeta", Description: "new words", Parameters: params, UpdatedAt: 3})
-	if nv := c.view(user); nv == v || nv.entries[nv.index["zeta"]].Description != "new words" {
+	if nv := c.View(user); nv == v || nv.Entries[nv.Index["zeta"]].Description != "new words" {
 		t.Fatal("a changed description kept the old view")
 	}
 	// Keywords reach the selection, and a change of keywords is a change of the offer.
-	v = c.view(user)
+	v = c.View(user)
 	apply(events.ToolEntry{Name: "zeta", Description: "new words", Parameters: params, UpdatedAt: 4, Keywords: []string{"网页"}})
-	if nv := c.view(user); nv == v || fmt.Sprint(nv.avail[nv.index["zeta"]].Keywords) != "[网页]" {
+	if nv := c.View(user); nv == v || fmt.Sprint(nv.Avail[nv.Index["zeta"]].Keywords) != "[网页]" {
 		t.Fatal("keywords did not reach the selection's view")
 	}
 	w, err := kv.Watch(ctx, events.EncodeToken("alpha"), jetstream.UpdatesOnly())
@@ -120,19 +117,5 @@ func TestToolCatalogViews(t *testing.T) {
 	c.apply(<-w.Updates())
 	if got := names(c.For(user)); got != "[zeta]" {
 		t.Fatalf("after delete: %s", got)
-	}
-}
-
-// A failed publish is first retried after about 50 ms (the backoff randomizes by half), not
-// after the library's default 500 ms, and the schedule never gives up.
-func TestPublishBackoffStartsAt50ms(t *testing.T) {
-	b := publishBackoff()
-	if d := b.NextBackOff(); d < 25*time.Millisecond || d > 75*time.Millisecond {
-		t.Fatalf("first retry after %v, want 25–75 ms", d)
-	}
-	for range 50 {
-		if d := b.NextBackOff(); d == backoff.Stop || d > 5*time.Second*3/2 {
-			t.Fatalf("retry after %v, want at most 7.5 s and never Stop", d)
-		}
 	}
 }
