@@ -22,6 +22,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/store"
 	"github.com/agentbus/agentbus/pkg/tracing"
+	"github.com/agentbus/agentbus/pkg/turn/ownership"
 )
 
 // actor is the single writer of one session while its worker's claim on it is in force.
@@ -48,24 +49,23 @@ type actor struct {
 	inSub *nats.Subscription
 	poked atomic.Bool // an inbox event was published since the actor last looked
 
-	mu        sync.Mutex
-	claim     store.Claim
-	gen       uint64                     // lease generation the claim is confirmed for (awaitFence)
-	confirmMu sync.Mutex                 // serializes confirmations of the claim
-	held      map[uint64][]jetstream.Msg // deliveries this actor still owes an ack, by stream seq
-	known     map[uint64]struct{}        // inbox seqs past the cursor another replica rang the doorbell for
-	wake      chan struct{}
-	cursor    uint64
-	turns     map[string]*turnRun // running turns
-	latest    *turnRun            // the newest running turn (steer / follow-up target)
-	queued    []*pendingTurn      // queue policy: turns waiting for the running one
-	ready     []*pendingTurn      // turns to start from the actor goroutine (interrupt merges)
-	collect   *pendingTurn        // collect policy: the turn being gathered
-	closing   []*closedTurn       // finished turns still listed as open in the session record
-	ctxLast   map[string]uint64   // session id -> last AGENT_CTX sequence this actor wrote or read
-	kept      []events.SessionID  // ids whose context the cache keeps for this actor (ctxlog.Keep)
-	commit    sync.Mutex          // serializes context commits (parallel turns share a snapshot)
-	turnsWG   sync.WaitGroup
+	claim *ownership.Claim // the session's claim and the lease generation it is confirmed for
+
+	mu      sync.Mutex
+	held    map[uint64][]jetstream.Msg // deliveries this actor still owes an ack, by stream seq
+	known   map[uint64]struct{}        // inbox seqs past the cursor another replica rang the doorbell for
+	wake    chan struct{}
+	cursor  uint64
+	turns   map[string]*turnRun // running turns
+	latest  *turnRun            // the newest running turn (steer / follow-up target)
+	queued  []*pendingTurn      // queue policy: turns waiting for the running one
+	ready   []*pendingTurn      // turns to start from the actor goroutine (interrupt merges)
+	collect *pendingTurn        // collect policy: the turn being gathered
+	closing []*closedTurn       // finished turns still listed as open in the session record
+	ctxLast map[string]uint64   // session id -> last AGENT_CTX sequence this actor wrote or read
+	kept    []events.SessionID  // ids whose context the cache keeps for this actor (ctxlog.Keep)
+	commit  sync.Mutex          // serializes context commits (parallel turns share a snapshot)
+	turnsWG sync.WaitGroup
 	// compactMu serializes compactions and tree moves (compact.go); never taken while holding commit.
 	compactMu sync.Mutex
 
@@ -90,23 +90,18 @@ type actor struct {
 	parent string
 }
 
-func newActor(w *Worker, sk events.SessionKey, claim store.Claim, gen uint64) *actor {
+func newActor(w *Worker, sk events.SessionKey, claim *ownership.Claim) *actor {
 	ctx, cancel := context.WithCancel(w.ctx)
 	return &actor{
-		w: w, sk: sk, subj: events.AgentInSubject(sk), claim: claim, gen: gen,
+		w: w, sk: sk, subj: events.AgentInSubject(sk), claim: claim,
 		log: w.log.With("session", sk.String()), ctx: ctx, cancel: cancel,
 		held: map[uint64][]jetstream.Msg{}, known: map[uint64]struct{}{}, wake: make(chan struct{}, 1),
 		turns: map[string]*turnRun{}, ctxLast: map[string]uint64{},
 	}
 }
 
-func (a *actor) alive() bool { return !a.dead.Load() }
-
-func (a *actor) leaseToken() uint64 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.claim.Token
-}
+// leaseToken is the fencing token of the actor's claim.
+func (a *actor) leaseToken() uint64 { return a.claim.Token() }
 
 // earlier returns the done channels of running turns triggered before seq: in every policy a
 // turn commits and replies only after the turns before it, so replies keep the inbox order.
@@ -122,8 +117,9 @@ func (a *actor) earlier(seq uint64) []chan struct{} {
 	return out
 }
 
-// deliver hands a delivery to the actor, which acks it once its effect is durable.
-func (a *actor) deliver(msg jetstream.Msg, seq uint64) {
+// Deliver hands a delivery to the actor, which acks it once its effect is durable
+// (ownership.Session).
+func (a *actor) Deliver(msg jetstream.Msg, seq uint64) {
 	a.mu.Lock()
 	if a.held == nil { // shutting down: let the next owner have it
 		a.mu.Unlock()
@@ -167,9 +163,9 @@ func (a *actor) nudge() {
 	}
 }
 
-// know notes that inbox event seq is in the log (another replica holds its delivery and rang
+// Know notes that inbox event seq is in the log (another replica holds its delivery and rang
 // the doorbell), so the actor reads up to it without waiting for a delivery of its own.
-func (a *actor) know(seq uint64) {
+func (a *actor) Know(seq uint64) {
 	a.mu.Lock()
 	if a.held == nil || seq <= a.cursor {
 		a.mu.Unlock()
@@ -183,8 +179,9 @@ func (a *actor) know(seq uint64) {
 	}
 }
 
-// run is the actor's life: resume what the previous owner left open, then follow the inbox.
-func (a *actor) run() {
+// Run is the actor's life: resume what the previous owner left open, then follow the inbox
+// (ownership.Session; the ownership.Manager runs it on a goroutine of its own).
+func (a *actor) Run() {
 	defer a.shutdown()
 	// A cold start is on the reply path of the message that woke the session: the reads that
 	// do not depend on each other go out together (the session record and the inbox's last
@@ -228,7 +225,7 @@ func (a *actor) run() {
 	if a.checkUpTo > cursor {
 		// The leader showed events past the cursor (a turn in flight at a takeover, say):
 		// read them as known to exist, so a lagging replica's "not found" is not believed.
-		a.know(a.checkUpTo)
+		a.Know(a.checkUpTo)
 	}
 	a.setChatPolicy(sess.Concurrency)
 	if sid, err := sess.ID(); err == nil {
@@ -818,9 +815,9 @@ func (a *actor) neededLocked(seq uint64) bool {
 	return a.collect != nil && a.collect.needs(seq)
 }
 
-// leaseLost stops the actor at once: another worker may own the session now, and fencing
+// LeaseLost stops the actor at once: another worker may own the session now, and fencing
 // makes sure nothing this actor still tries to commit lands.
-func (a *actor) leaseLost(err error) {
+func (a *actor) LeaseLost(err error) {
 	a.log.Warn("lease lost, stopping actor", "err", err)
 	a.stopForOther()
 }
@@ -877,8 +874,8 @@ func (a *actor) shutdown() {
 	a.mu.Lock()
 	held := a.held
 	a.held = nil
-	claim := a.claim
 	a.mu.Unlock()
+	claim := a.claim.Current()
 	for _, msgs := range held {
 		for _, m := range msgs {
 			a.w.progress.Remove(m)
@@ -889,7 +886,7 @@ func (a *actor) shutdown() {
 		a.mu.Lock()
 		cursor := a.cursor
 		a.mu.Unlock()
-		a.w.handOff(a.sk, a.handTo, cursor) // rebalance.go
+		a.w.own.HandOff(a.sk, a.handTo, cursor) // ownership/rebalance.go
 	}
 }
 
@@ -1197,7 +1194,7 @@ func (a *actor) loadContext(ctx context.Context, sid events.SessionID) (store.Lo
 // this actor knows. Commits of one actor are serialized; another writer (a worker that took
 // the session over) makes the append fail with store.ErrStaleWriter.
 func (a *actor) commitMessages(sid events.SessionID, msgs []llm.Message, msgID, turn string, opts ...store.AppendOption) (uint64, error) {
-	if err := a.awaitFence(a.ctx); err != nil { // while the worker lease is recovered (ownership.go)
+	if err := a.w.own.AwaitFence(a.ctx, a); err != nil { // while the worker lease is recovered (pkg/turn/ownership)
 		return 0, fmt.Errorf("commit context %s: %w", sid, err)
 	}
 	a.commit.Lock()

@@ -241,9 +241,7 @@ func (w *Worker) modelsReport() string {
 }
 
 func (w *Worker) healthReport() string {
-	w.mu.Lock()
-	actors := len(w.actors)
-	w.mu.Unlock()
+	actors := w.own.Running()
 	var b strings.Builder
 	fmt.Fprintf(&b, "ok — worker %s, %s here, %s served", w.opts.ID, count(actors, "active session"), count(w.tools.Count(), "tool"))
 	if l := sandbox.HealthLine(); l != "" { // the bash sandbox of a tool worker in this process

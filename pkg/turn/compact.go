@@ -301,7 +301,7 @@ func (a *actor) compactContext(ctx context.Context, sid events.SessionID, turnMo
 // committed while the summary was written only moved it on; their messages come after the
 // anchor and stay), serialized with the actor's message commits.
 func (a *actor) commitSummary(ctx context.Context, sid events.SessionID, loadedLast uint64, s store.Summary, msgID string) (uint64, error) {
-	if err := a.awaitFence(ctx); err != nil {
+	if err := a.w.own.AwaitFence(ctx, a); err != nil {
 		return 0, fmt.Errorf("commit summary %s: %w", sid, err)
 	}
 	a.commit.Lock()

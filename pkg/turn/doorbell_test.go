@@ -8,6 +8,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
+	"github.com/agentbus/agentbus/pkg/turn/ownership"
 )
 
 // A doorbell answer says whether the rung replica ran the session: empty from the owner, a
@@ -43,7 +44,7 @@ func TestDoorbellAnswerSaysNotOwner(t *testing.T) {
 		want []byte
 	}{
 		{"session the replica runs", owned, nil},
-		{"session it does not run", other, wakeNotOwner},
+		{"session it does not run", other, ownership.WakeNotOwner},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -53,24 +54,15 @@ func TestDoorbellAnswerSaysNotOwner(t *testing.T) {
 		})
 	}
 	// The replica that said "not the owner" claims the session it was rung for.
-	waitFor(t, func() bool {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return a.actors[other.String()] != nil
-	})
+	waitFor(t, func() bool { return a.own.Session(other.String()) != nil })
 
 	// B believes A owns a session A does not run; its ring is answered "not the owner" and
 	// B forgets the hint.
-	epoch := a.workerLease().Token
-	b.mu.Lock()
-	b.owners[hinted.String()] = ownerHint{owner: "wA", epoch: epoch}
-	b.mu.Unlock()
-	b.ring(hinted, "wA", epoch, []delivery{{msg: &adoptedMsg{nc: h.ns.NC, subject: events.AgentInSubject(hinted)}}})
+	epoch := a.own.WorkerLease().Token
+	b.own.Internals().Hint(hinted, "wA", epoch)
+	b.own.Internals().Ring("wA", epoch, 0, false, hinted)
 	waitFor(t, func() bool { // rings go out from the bell's own goroutine
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		_, still := b.owners[hinted.String()]
-		return !still
+		return !b.own.Internals().Hinted(hinted)
 	})
 }
 
@@ -101,38 +93,22 @@ func TestBatchedRingNamesSessionsNotOwned(t *testing.T) {
 	if string(resp.Data) != want {
 		t.Fatalf("answer %q, want %q", resp.Data, want)
 	}
-	waitFor(t, func() bool {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		return a.actors[free1.String()] != nil && a.actors[free2.String()] != nil
-	})
+	waitFor(t, func() bool { return a.own.Session(free1.String()) != nil && a.own.Session(free2.String()) != nil })
 
 	// The ringer's side: a ring goes out without waiting for an answer, and the rung replica
 	// sends a notice back only for the sessions it did not run, so the ringer forgets only
 	// their hints. (wA runs free1 and free2 by now; "gone" it has never seen.)
 	b := h.worker("wB")
-	epoch := a.workerLease().Token
+	epoch := a.own.WorkerLease().Token
 	gone := sk
 	gone.Scene = "batch-gone"
-	b.mu.Lock()
+	in := b.own.Internals()
 	for _, k := range []events.SessionKey{owned, gone} {
-		b.owners[k.String()] = ownerHint{owner: "wA", epoch: epoch}
+		in.Hint(k, "wA", epoch)
 	}
-	b.mu.Unlock()
-	b.ringBatch("wA", []ringEntry{
-		{sk: owned, epoch: epoch, d: delivery{msg: &adoptedMsg{nc: h.ns.NC, subject: events.AgentInSubject(owned)}, seq: 1}},
-		{sk: gone, epoch: epoch, d: delivery{msg: &adoptedMsg{nc: h.ns.NC, subject: events.AgentInSubject(gone)}, seq: 1}},
-	})
-	waitFor(t, func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		_, keptGone := b.owners[gone.String()]
-		return !keptGone
-	})
-	b.mu.Lock()
-	_, keptOwned := b.owners[owned.String()]
-	b.mu.Unlock()
-	if !keptOwned {
+	in.Ring("wA", epoch, 1, true, owned, gone)
+	waitFor(t, func() bool { return !in.Hinted(gone) })
+	if !in.Hinted(owned) {
 		t.Fatal("the ringer forgot the hint of the session the rung replica runs")
 	}
 }

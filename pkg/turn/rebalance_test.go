@@ -2,7 +2,6 @@ package turn
 
 import (
 	"fmt"
-	"log/slog"
 	"slices"
 	"testing"
 	"time"
@@ -10,7 +9,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
-	"github.com/agentbus/agentbus/pkg/store"
+	"github.com/agentbus/agentbus/pkg/turn/ownership"
 )
 
 // Replicas that join a busy cluster take their share of the sessions already running, while
@@ -30,7 +29,7 @@ func TestJoiningReplicasTakeTheirShare(t *testing.T) {
 	}
 	balanced := func() bool {
 		for _, w := range workers {
-			if n := w.running(); n < sessions/3-shedSlack || n > sessions/3+shedSlack {
+			if n := w.own.Running(); n < sessions/3-ownership.ShedSlack || n > sessions/3+ownership.ShedSlack {
 				return false
 			}
 		}
@@ -62,9 +61,9 @@ func TestJoiningReplicasTakeTheirShare(t *testing.T) {
 	// runs on one replica.
 	seen := map[string]string{}
 	for _, w := range workers {
-		w.mu.Lock()
-		for key, a := range w.actors {
-			if !a.alive() {
+		for _, k := range keys {
+			key := k.String()
+			if w.own.Session(key) == nil {
 				continue
 			}
 			if other, ok := seen[key]; ok {
@@ -72,7 +71,6 @@ func TestJoiningReplicasTakeTheirShare(t *testing.T) {
 			}
 			seen[key] = w.ID()
 		}
-		w.mu.Unlock()
 	}
 	time.Sleep(time.Second) // a reply sent twice would be stored by now
 	for _, k := range keys {
@@ -81,42 +79,7 @@ func TestJoiningReplicasTakeTheirShare(t *testing.T) {
 		}
 	}
 	for _, w := range workers {
-		t.Logf("%s runs %d sessions", w.ID(), w.running())
+		t.Logf("%s runs %d sessions", w.ID(), w.own.Running())
 	}
 	t.Logf("%d rounds", len(want[keys[0].Scene]))
-}
-
-// While a peer has just gone, the loads the watch shows are stale (its sessions are being
-// claimed): rebalance moves nothing for a lease TTL, then moves as before.
-func TestNoRebalanceRightAfterAPeerWent(t *testing.T) {
-	w := &Worker{opts: Options{ID: "wA", LeaseTTL: time.Minute}, ctx: t.Context(), log: slog.New(slog.DiscardHandler),
-		actors: map[string]*actor{}, owners: map[string]ownerHint{}, viewReady: true,
-		view: map[string]workerSeen{"wB": {epoch: 7, sessions: 0}, "wGone": {epoch: 3, sessions: 5}}}
-	for i := range 6 {
-		k := sk
-		k.Scene = fmt.Sprintf("hold-%d", i)
-		w.actors[k.String()] = newActor(w, k, store.Claim{}, 0)
-	}
-	moving := func() int {
-		n := 0
-		for _, a := range w.actors {
-			if a.shedTo.Load() != nil {
-				n++
-			}
-		}
-		return n
-	}
-	// wGone's lease ends, as the watch shows it.
-	w.seeWorker(store.WorkerLeaseEvent{Worker: "wGone"})
-	w.rebalance()
-	if n := moving(); n != 0 {
-		t.Fatalf("%d sessions moved right after a peer went", n)
-	}
-	w.mu.Lock()
-	w.shedPause = time.Time{} // a lease TTL later
-	w.mu.Unlock()
-	w.rebalance()
-	if n := moving(); n != 3 { // 6 here, 0 on wB: fair share 3
-		t.Fatalf("%d sessions moved, want 3", n)
-	}
 }

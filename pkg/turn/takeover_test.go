@@ -18,6 +18,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
 	"github.com/agentbus/agentbus/pkg/store"
 	"github.com/agentbus/agentbus/pkg/tools"
+	"github.com/agentbus/agentbus/pkg/turn/ownership"
 )
 
 // Worker A is killed in the middle of a turn while worker B runs beside it (the fault test's
@@ -148,7 +149,7 @@ func TestRingHandsDeliveryOver(t *testing.T) {
 	// takes its share of the sessions (rebalance.go): that settles first, so that no move
 	// races a delivery here.
 	b := h.worker("wB")
-	waitFor(t, func() bool { return b.running() == len(keys)/2 && a.running() == len(keys)/2 })
+	waitFor(t, func() bool { return b.own.Running() == len(keys)/2 && a.own.Running() == len(keys)/2 })
 	for round := 1; round <= 3; round++ {
 		for _, scene := range keys {
 			k := sk
@@ -175,7 +176,7 @@ func TestRingHandsDeliveryOver(t *testing.T) {
 		t.Errorf("consumer delivered %d (want %d), redelivered %d (want 0)", info.Delivered.Consumer, len(keys)*4, info.NumRedelivered)
 	}
 	// Ownership did not move again: each replica still runs its half.
-	if na, nb := a.running(), b.running(); na != len(keys)/2 || nb != len(keys)/2 {
+	if na, nb := a.own.Running(), b.own.Running(); na != len(keys)/2 || nb != len(keys)/2 {
 		t.Errorf("actors: A %d, B %d; want %d each", na, nb, len(keys)/2)
 	}
 }
@@ -200,46 +201,31 @@ func TestLapsedLeaseKeepsOwnClaims(t *testing.T) {
 		h.replies(k, 1)
 	}
 	b := h.workerWith("wB", func(o *Options) { o.IdleRelease = time.Minute })
-	old := a.workerLease()
-	actorOf := func(w *Worker, k events.SessionKey) *actor {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if x := w.actors[k.String()]; x != nil && x.alive() {
-			return x
-		}
-		return nil
-	}
+	old := a.own.WorkerLease()
+	actorOf := func(w *Worker, k events.SessionKey) ownership.Session { return w.own.Session(k.String()) }
 	kept := actorOf(a, keep)
 	if kept == nil || actorOf(a, take) == nil {
 		t.Fatal("A does not run both sessions")
 	}
 	// Right after a renewal of A, so that A's next one is 2 s away.
-	waitFor(t, func() bool { return a.workerLease().Revision != old.Revision })
+	waitFor(t, func() bool { return a.own.WorkerLease().Revision != old.Revision })
 	ctx := context.Background()
-	if err := a.leases.Release(ctx, a.workerLease()); err != nil {
+	if err := a.leases.Release(ctx, a.own.WorkerLease()); err != nil {
 		t.Fatal(err)
 	}
 	// B claims one of A's sessions while A's lease is gone (as a delivery would make it), once
 	// its watch has shown the lease ended: until then B's claim trusts the view, finds A
 	// alive and rings A's doorbell instead (CI under load once ran the claim first).
-	waitFor(t, func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return b.staleLocked("wA", old.Token)
-	})
-	b.mu.Lock()
-	b.claiming[take.String()] = nil
-	b.wg.Add(1)
-	b.mu.Unlock()
-	go b.claim(take)
+	waitFor(t, func() bool { return b.own.Internals().Stale("wA", old.Token) })
+	b.own.Internals().Claim(take)
 	waitFor(t, func() bool { return actorOf(b, take) != nil })
 	// A comes back with its epoch at its next renewal (up to 5 s away), keeps "keep" with the
 	// same actor and drops "take".
 	waitWithin(t, 30*time.Second, func() bool {
-		l := a.workerLease()
-		return l.Valid(time.Now()) && l.Revision != old.Revision && !a.suspended() && actorOf(a, take) == nil
+		l := a.own.WorkerLease()
+		return l.Valid(time.Now()) && l.Revision != old.Revision && !a.own.Internals().Suspended() && actorOf(a, take) == nil
 	})
-	if l := a.workerLease(); l.Token != old.Token {
+	if l := a.own.WorkerLease(); l.Token != old.Token {
 		t.Fatalf("epoch %d after the lapse, want %d", l.Token, old.Token)
 	}
 	if actorOf(a, keep) != kept {
@@ -298,9 +284,7 @@ func TestKilledWorkerTakenOverWithoutWaitingForTTL(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the turn never reached the model")
 	}
-	a.mu.Lock()
-	owned := a.actors[sk.String()] != nil
-	a.mu.Unlock()
+	owned := a.own.Session(sk.String()) != nil
 	if !owned {
 		t.Fatal("A does not run the session")
 	}
@@ -442,15 +426,8 @@ func TestHintNamingAGoneReplicaIsLookedUp(t *testing.T) {
 	h.send(sk, "m0", "warm up")
 	h.replies(sk, 1) // C owns the session
 	b := h.workerWith("wB", slow)
-	waitFor(t, func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		_, seesC := b.view["wC"]
-		return b.viewReady && seesC
-	})
-	b.mu.Lock()
-	b.owners[sk.String()] = ownerHint{owner: "wGone", epoch: 1}
-	b.mu.Unlock()
+	waitFor(t, func() bool { return b.own.Internals().Sees("wC") })
+	b.own.Internals().Hint(sk, "wGone", 1)
 	const n = 16 // about half reach B: the chance that none does is 2^-16
 	for i := 1; i <= n; i++ {
 		h.send(sk, fmt.Sprintf("m%d", i), "again")
@@ -472,7 +449,7 @@ func TestHintNamingAGoneReplicaIsLookedUp(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if c.running() != 1 || b.running() != 0 {
-		t.Errorf("actors: C %d, B %d; want the session on C", c.running(), b.running())
+	if c.own.Running() != 1 || b.own.Running() != 0 {
+		t.Errorf("actors: C %d, B %d; want the session on C", c.own.Running(), b.own.Running())
 	}
 }

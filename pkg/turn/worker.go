@@ -1,57 +1,10 @@
 // Package turn is the turn-worker role: session actors that own chat sessions and run the agent
 // loop for them (DESIGN.md §4–§5).
 //
-// Ownership. Every replica holds one liveness lease, KV leases key worker.<id> (store.Leases
-// AcquireWorker): a TTL lease renewed every LeaseTTL/3 whatever the number of sessions the
-// replica owns; the revision at which it was acquired is the replica's epoch. A session is
-// owned through a claim, KV leases key <sk> = {owner, epoch} (store.Leases.Claim), written once
-// when the session's actor starts and purged when it stops, never renewed: it is in force while
-// the owner's worker lease lives with that epoch. A claim whose owner's lease has expired or
-// carries another epoch is stale and is taken over by a CAS on its revision, which is the
-// session's fencing token. Lease work per turn therefore does not grow with the sessions held.
-// Correctness stays with the fenced writes: context commits expect the last sequence the
-// actor knows, so an owner that lost its lease cannot commit stale state.
-//
-// Every replica consumes the shared durable consumer on SESSION_IN. A delivery is only a
-// wake-up: the owner runs the session's actor, and the actor reads the session's inbox subject
-// itself, in stream order, from the cursor kept in the session record (KV sessions). Order
-// therefore comes from the log, not from delivery. The actor also hears its inbox subject as
-// core NATS messages, so it reads a new event the moment it is published, whichever replica
-// its delivery goes to; that copy decides nothing (a "not found" after it waits for the
-// delivery, read from the leader), the delivery is held and acked as always.
-//
-// Affinity without bounce. A replica that gets a delivery for a session another replica owns
-// rings the owner's doorbell (agent.wake.<owner>, one core NATS message with the session, the
-// sequence and the delivery's ack subject; the deliveries queued for one owner meanwhile go in
-// the same ring). The owner holds the delivery from then on: it sends its in-progress acks and
-// acks it once its cursor has passed it and no open turn depends on it, and its actor reads the
-// event from the log at once, if it has not already (it hears its inbox subject). Nothing waits
-// for an answer; a ring that is lost leaves the delivery unacked, so it comes back after
-// AckWait. No event waits for a redelivery or a NAK delay to reach the owner, however many
-// replicas share the consumer. A replica remembers which replica owns a session for as long as
-// that replica's worker lease (same epoch) lives, so a foreign delivery costs one ring (or a
-// share of one) and no KV round trip. A ring for a session the replica no longer runs makes it
-// claim the session and send the ringer a notice to forget the hint.
-//
-// Takeover. A killed process's connection closes at once, and with it its doorbell
-// subscription: a request on agent.wake.<id> gets "no responders" from the server long before
-// the process's lease would expire. Every replica probes its peers' doorbells every 200 ms
-// (peers.go); a peer silent for 400 ms is taken for dead: its worker lease is revoked
-// (store.Leases.RevokeWorker) and the sessions it claimed are claimed at once
-// (store.Leases.ClaimsOf), whose actors read the inbox from the cursor and resume the open
-// turns. Nothing waits for the dead replica's lease TTL or for its deliveries to come back
-// after AckWait (they come later, with those of the rings it never read, and are acked by the
-// new owner). The lease TTL and the redelivery remain the fallbacks: a claim whose owner's
-// lease has ended is stale for every replica, and a delivery that comes back is claimed as any
-// other.
-//
-// Lapsed leases. A renewal that cannot reach the bus (a NATS node failing over) does not stop
-// the actors: they keep their sessions, and context commits wait (awaitFence) until the lease
-// is back, renewed at its old revision or acquired again with the same epoch
-// (store.Leases.ReacquireWorker). In the second case every claim is confirmed by a CAS on its
-// token first (store.Leases.ConfirmClaim): the sessions another replica took meanwhile are
-// dropped, the others go on with the same actor. A replica revoked by mistake (its doorbell
-// had no responders while it reconnected) recovers the same way.
+// Ownership (the worker lease and its epoch, claims, doorbells, peer probes, rebalancing and
+// the commit fence) is pkg/turn/ownership's; its package comment tells the protocol. The
+// Worker routes each delivery through it (ownership.Manager.Route) and runs the actor of each
+// session it adopts (Worker.Adopt).
 //
 // Durability. A delivery that started a turn is acked only when the turn is finished, and is
 // kept alive with in-progress acks meanwhile; if the worker dies, the delivery comes back to
@@ -88,10 +41,11 @@ import (
 	"github.com/agentbus/agentbus/pkg/skills"
 	"github.com/agentbus/agentbus/pkg/store"
 	"github.com/agentbus/agentbus/pkg/toolbus"
+	"github.com/agentbus/agentbus/pkg/turn/ownership"
 )
 
 // ConsumerName is the durable consumer all turn-worker replicas share.
-const ConsumerName = "turn-workers"
+const ConsumerName = ownership.ConsumerName
 
 // Options configure a Worker. Zero values pick the documented defaults.
 type Options struct {
@@ -184,33 +138,17 @@ type Worker struct {
 	progress   *natsutil.InProgress // in-progress acks for held inbox deliveries and running subagent tasks
 	log        *slog.Logger
 
-	lmu    sync.Mutex
-	wlease store.Lease   // this replica's liveness lease; its Token is the epoch its claims carry
-	lgen   uint64        // lease generation: one more each time the lease was acquired again
-	fence  chan struct{} // non-nil while the lease is being recovered: commits wait (awaitFence)
+	// own decides which sessions this replica runs (pkg/turn/ownership); made by Start.
+	own *ownership.Manager
 
-	mu        sync.Mutex
-	actors    map[string]*actor      // by session key string
-	claiming  map[string][]delivery  // sessions being claimed, with their deliveries
-	owners    map[string]ownerHint   // sessions another replica was seen to own
-	view      map[string]workerSeen  // worker leases, as the watch showed them (ownership.go)
-	viewReady bool                   // the watch has delivered its initial values
-	bells     map[string][]ringEntry // by owner: deliveries queued for a doorbell ring (ownership.go)
-	bellWake  chan struct{}          // wakes ringBells
-	bellSubj  string                 // this replica's doorbell, where rung replicas send notices
-	suspect   map[string]suspicion   // peers whose doorbell had no responders (peers.go)
-	adopted   map[string]uint64      // peers taken for dead: the epoch whose sessions were taken over
-	shedPause time.Time              // no sessions are moved to another replica before (rebalance.go)
-	killed    bool                   // Kill: no lease is released
-	killCtx   context.Context        // ended by Kill only (replyContext)
-	killNow   context.CancelFunc
-	wakeSub   *nats.Subscription
-	wg        sync.WaitGroup
-	ctx       context.Context
-	cancel    context.CancelFunc
-	cc        jetstream.ConsumeContext
-	stopOnce  sync.Once
-	done      chan struct{} // closed when shutdown has finished
+	killCtx  context.Context // ended by Kill only (replyContext)
+	killNow  context.CancelFunc
+	wg       sync.WaitGroup
+	ctx      context.Context
+	cancel   context.CancelFunc
+	cc       jetstream.ConsumeContext
+	stopOnce sync.Once
+	done     chan struct{} // closed when shutdown has finished
 
 }
 
@@ -241,8 +179,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 		return nil, errors.New("turn: Options.Models is required")
 	}
 	killCtx, killNow := context.WithCancel(context.Background())
-	w := &Worker{opts: opts, nc: nc, js: js, killCtx: killCtx, killNow: killNow, done: make(chan struct{}), actors: map[string]*actor{}, claiming: map[string][]delivery{}, owners: map[string]ownerHint{},
-		view: map[string]workerSeen{}, bells: map[string][]ringEntry{}, bellWake: make(chan struct{}, 1), suspect: map[string]suspicion{}, adopted: map[string]uint64{},
+	w := &Worker{opts: opts, nc: nc, js: js, killCtx: killCtx, killNow: killNow, done: make(chan struct{}),
 		router: toolbus.NewRouter(), inboxHeard: make(chan *nats.Msg, inboxHeardBuffer), inboxPub: inbox.NewPublisher(js), log: opts.Log.With("worker", opts.ID)}
 	if opts.AI.Agent.RateLimit.Enabled() {
 		w.limiter = newCallLimiter(opts.AI.Agent.RateLimit)
@@ -311,24 +248,13 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("create consumer %s: %w", ConsumerName, err)
 	}
 	w.progress = natsutil.NewInProgress(w.opts.AckWait / 3)
-	// The doorbell before the lease: a peer that sees the lease probes the doorbell at once
-	// (peers.go), and no ring for a session this replica is about to own must be missed.
-	w.bellSubj = events.AgentWakeSubject(w.opts.ID)
-	if w.wakeSub, err = w.nc.Subscribe(w.bellSubj, w.onWake); err != nil {
-		return fmt.Errorf("subscribe to doorbell: %w", err)
-	}
-	if err := w.nc.FlushTimeout(5 * time.Second); err != nil {
-		return fmt.Errorf("subscribe to doorbell: %w", err)
-	}
-	// The liveness lease before anything is claimed: every claim carries its epoch.
-	if err := w.acquireWorkerLease(ctx); err != nil {
+	// The doorbell and the worker lease before the consumer: every claim carries the lease's
+	// epoch (ownership.Manager.Start).
+	w.own = ownership.New(ownership.Config{ID: w.opts.ID, LeaseTTL: w.opts.LeaseTTL, NC: w.nc, Leases: w.leases,
+		Sessions: w, Progress: w.progress, Metrics: w.opts.Metrics, Log: w.log})
+	if err := w.own.Start(ctx, w.ctx, &w.wg); err != nil {
 		return err
 	}
-	w.wg.Add(4)
-	go w.ringBells()
-	go w.followWorkers()
-	go w.renewWorkerLease()
-	go w.probePeers()
 	// Heartbeats every second instead of the client's default (half the 30 s expiry): a pull
 	// request parked on a consumer leader that died with its NATS node is noticed missing after
 	// 2 s and sent again, to the leader the cluster elects meanwhile, instead of after 30 s.
@@ -377,8 +303,8 @@ func (w *Worker) Done() <-chan struct{} { return w.done }
 // shutdown runs once, on its own goroutine (started by Stop), and closes w.done at its end.
 func (w *Worker) shutdown() {
 	defer close(w.done)
-	if w.wakeSub != nil {
-		_ = w.wakeSub.Unsubscribe()
+	if w.own != nil {
+		w.own.CloseDoorbell()
 	}
 	if w.cc != nil {
 		w.cc.Stop()
@@ -391,13 +317,10 @@ func (w *Worker) shutdown() {
 		w.progress.Close()
 	}
 	w.killNow() // every turn has ended: nothing publishes on killCtx any more
-	w.mu.Lock()
-	killed := w.killed
-	w.mu.Unlock()
-	if l := w.workerLease(); !killed && l.Revision != 0 {
+	if w.own != nil {
 		// Every actor has unclaimed its session; other replicas need not wait for the TTL.
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = w.leases.Release(ctx, l)
+		w.own.Release(ctx)
 		cancel()
 	}
 }
@@ -405,8 +328,8 @@ func (w *Worker) shutdown() {
 // Kill simulates a crash in tests: it stops consuming and abandons every actor without
 // releasing leases or acking anything, as a killed process would.
 func (w *Worker) Kill() {
-	if w.wakeSub != nil {
-		_ = w.wakeSub.Unsubscribe()
+	if w.own != nil {
+		w.own.CloseDoorbell()
 	}
 	if w.cc != nil {
 		w.cc.Stop()
@@ -415,22 +338,18 @@ func (w *Worker) Kill() {
 		w.progress.Close() // a crashed process sends no more in-progress acks
 	}
 	w.killNow()
-	w.mu.Lock()
-	w.killed = true
-	for _, a := range w.actors {
-		a.killed.Store(true)
+	if w.own != nil {
+		w.own.Kill()
 	}
-	w.mu.Unlock()
 	if w.cancel != nil {
 		w.cancel() // a dead process renews nothing: no lease comes back after a revocation
 	}
 	_ = w.Stop(context.Background())
 }
 
-// onDelivery routes one SESSION_IN delivery to the session's actor, starting one if this
-// worker can take the lease. It runs on the consumer's one callback goroutine, so anything
-// that waits on the bus (taking a lease, reading a session) happens elsewhere: deliveries for
-// a session being claimed wait in w.claiming and go to the actor, or back, when the claim ends.
+// onDelivery routes one SESSION_IN delivery to the session's actor (ownership.Manager.Route),
+// starting one if this worker can claim the session. It runs on the consumer's one callback
+// goroutine, so anything that waits on the bus (a claim, reading a session) happens elsewhere.
 func (w *Worker) onDelivery(msg jetstream.Msg) {
 	meta, err := msg.Metadata()
 	if err != nil {
@@ -443,30 +362,7 @@ func (w *Worker) onDelivery(msg jetstream.Msg) {
 		_ = msg.Ack()
 		return
 	}
-	d := delivery{msg: msg, seq: meta.Sequence.Stream, redelivered: meta.NumDelivered > 1}
-	key := sk.String()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if a := w.actors[key]; a != nil && a.alive() {
-		a.deliver(d.msg, d.seq)
-		return
-	}
-	if waiting, ok := w.claiming[key]; ok {
-		w.claiming[key] = append(waiting, d)
-		return
-	}
-	if h, ok := w.owners[key]; ok {
-		// A redelivery means the last ring (if it was this replica's) was not taken: the
-		// hint may name a replica that is gone, so the claim looks the owner up again.
-		if !d.redelivered && !w.staleLocked(h.owner, h.epoch) {
-			w.ringLocked(sk, h.owner, h.epoch, []delivery{d})
-			return
-		}
-		delete(w.owners, key)
-	}
-	w.claiming[key] = []delivery{d}
-	w.wg.Add(1)
-	go w.claim(sk)
+	w.own.Route(sk, ownership.Delivery{Msg: msg, Seq: meta.Sequence.Stream, Redelivered: meta.NumDelivered > 1})
 }
 
 // inboxHeardBuffer bounds inbox events heard and not yet handed to their actors. Handing one
@@ -489,21 +385,17 @@ func (w *Worker) pokeActors() {
 			if err != nil {
 				continue
 			}
-			w.mu.Lock()
-			a := w.actors[sk.String()]
-			w.mu.Unlock()
-			if a != nil && a.alive() {
+			if a, ok := w.own.Session(sk.String()).(*actor); ok {
 				a.poke()
 			}
 		}
 	}
 }
 
-// delivery is a SESSION_IN message and its stream sequence.
-type delivery struct {
-	msg         jetstream.Msg
-	seq         uint64
-	redelivered bool
+// Adopt is the actor of a session this replica has just claimed (ownership.Sessions); the
+// Manager runs it.
+func (w *Worker) Adopt(sk events.SessionKey, c *ownership.Claim) ownership.Session {
+	return newActor(w, sk, c)
 }
 
 // durableCursor is how far the session's inbox is durably processed: the session record's

@@ -1,4 +1,4 @@
-package turn
+package ownership
 
 import (
 	"context"
@@ -47,31 +47,31 @@ type suspicion struct {
 
 // probePeers probes its peers' doorbells every probeEvery (see the comment above and
 // probeTargetsLocked).
-func (w *Worker) probePeers() {
-	defer w.wg.Done()
+func (o *Manager) probePeers() {
+	defer o.wg.Done()
 	t := time.NewTicker(probeEvery)
 	defer t.Stop()
 	for {
 		select {
-		case <-w.ctx.Done():
+		case <-o.ctx.Done():
 			return
 		case <-t.C:
 		}
-		if !w.nc.IsConnected() {
+		if !o.nc.IsConnected() {
 			// Our own connection is down: every answer would be wrong.
-			w.mu.Lock()
-			clear(w.suspect)
-			w.mu.Unlock()
+			o.mu.Lock()
+			clear(o.suspect)
+			o.mu.Unlock()
 			continue
 		}
-		w.mu.Lock()
-		peers := w.probeTargetsLocked()
-		w.mu.Unlock()
+		o.mu.Lock()
+		peers := o.probeTargetsLocked()
+		o.mu.Unlock()
 		done := make(chan struct{}, len(peers))
 		for id, epoch := range peers {
 			go func() {
 				defer func() { done <- struct{}{} }()
-				w.probe(id, epoch)
+				o.probe(id, epoch)
 			}()
 		}
 		for range peers {
@@ -88,11 +88,11 @@ func (w *Worker) probePeers() {
 // predecessors in the ring; their revocation shows it gone to everyone, who then probe it too
 // and help take its sessions over, as when all probed all. When its watchers die with it, the
 // ring closes over them once they are taken for dead (adopted), and the next replica probes it.
-func (w *Worker) probeTargetsLocked() map[string]uint64 {
+func (o *Manager) probeTargetsLocked() map[string]uint64 {
 	peers := make(map[string]uint64, 2*probeSuccessors)
-	live := make([]string, 0, len(w.view))
-	for id, s := range w.view {
-		if id == w.opts.ID || s.epoch <= w.adopted[id] {
+	live := make([]string, 0, len(o.view))
+	for id, s := range o.view {
+		if id == o.cfg.ID || s.epoch <= o.adopted[id] {
 			continue
 		}
 		if s.gone {
@@ -103,130 +103,130 @@ func (w *Worker) probeTargetsLocked() map[string]uint64 {
 	}
 	if len(live) <= probeSuccessors {
 		for _, id := range live {
-			peers[id] = w.view[id].epoch
+			peers[id] = o.view[id].epoch
 		}
 		return peers
 	}
 	slices.Sort(live)
 	// The first live peer after this replica's id, wrapping around.
-	i, _ := slices.BinarySearch(live, w.opts.ID)
+	i, _ := slices.BinarySearch(live, o.cfg.ID)
 	for k := range probeSuccessors {
 		id := live[(i+k)%len(live)]
-		peers[id] = w.view[id].epoch
+		peers[id] = o.view[id].epoch
 	}
 	return peers
 }
 
 // probe asks peer's doorbell once: an answer clears a suspicion, no responders adds to it, a
 // timeout (a starved peer) says nothing.
-func (w *Worker) probe(peer string, epoch uint64) {
-	_, err := w.nc.Request(events.AgentWakeSubject(peer), nil, probeTimeout)
+func (o *Manager) probe(peer string, epoch uint64) {
+	_, err := o.nc.Request(events.AgentWakeSubject(peer), nil, probeTimeout)
 	switch {
 	case err == nil:
-		w.mu.Lock()
-		delete(w.suspect, peer)
-		w.mu.Unlock()
+		o.mu.Lock()
+		delete(o.suspect, peer)
+		o.mu.Unlock()
 	case errors.Is(err, nats.ErrNoResponders):
-		w.suspectPeer(peer, epoch)
+		o.suspectPeer(peer, epoch)
 	}
 }
 
 // suspectPeer notes that peer's doorbell had no responders now; once that has lasted
 // deadAfter, the peer is taken for dead (peerDead).
-func (w *Worker) suspectPeer(peer string, epoch uint64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.ctx.Err() != nil || w.adopted[peer] >= epoch {
+func (o *Manager) suspectPeer(peer string, epoch uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.ctx.Err() != nil || o.adopted[peer] >= epoch {
 		return
 	}
-	s, ok := w.suspect[peer]
+	s, ok := o.suspect[peer]
 	if !ok || s.epoch != epoch {
-		w.suspect[peer] = suspicion{since: time.Now(), epoch: epoch}
+		o.suspect[peer] = suspicion{since: time.Now(), epoch: epoch}
 		return
 	}
 	if time.Since(s.since) < deadAfter {
 		return
 	}
-	delete(w.suspect, peer)
-	w.adopted[peer] = epoch
-	w.wg.Add(1)
-	go w.peerDead(peer, epoch, time.Since(s.since))
+	delete(o.suspect, peer)
+	o.adopted[peer] = epoch
+	o.wg.Add(1)
+	go o.peerDead(peer, epoch, time.Since(s.since))
 }
 
 // peerDead revokes the lease of peer's epoch and takes over the sessions it claimed.
-func (w *Worker) peerDead(peer string, epoch uint64, silent time.Duration) {
-	defer w.wg.Done()
+func (o *Manager) peerDead(peer string, epoch uint64, silent time.Duration) {
+	defer o.wg.Done()
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		ctx, cancel := context.WithTimeout(w.ctx, 5*time.Second)
-		err := w.leases.RevokeWorker(ctx, peer, epoch)
+		ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
+		err := o.leases.RevokeWorker(ctx, peer, epoch)
 		cancel()
-		if w.ctx.Err() != nil {
+		if o.ctx.Err() != nil {
 			return
 		}
 		if err == nil {
 			break
 		}
 		if errors.Is(err, store.ErrConflict) { // it renewed meanwhile: alive
-			w.log.Info("peer's doorbell had no responders but it renews its lease", "peer", peer)
-			w.mu.Lock()
-			if w.adopted[peer] == epoch {
-				delete(w.adopted, peer)
+			o.log.Info("peer's doorbell had no responders but it renews its lease", "peer", peer)
+			o.mu.Lock()
+			if o.adopted[peer] == epoch {
+				delete(o.adopted, peer)
 			}
-			w.mu.Unlock()
+			o.mu.Unlock()
 			return
 		}
-		w.log.Warn("revoke a dead peer's lease; retrying", "peer", peer, "err", err)
+		o.log.Warn("revoke a dead peer's lease; retrying", "peer", peer, "err", err)
 		select {
-		case <-w.ctx.Done():
+		case <-o.ctx.Done():
 			return
 		case <-time.After(wait):
 		}
 	}
-	w.mu.Lock()
-	if s := w.view[peer]; s.epoch <= epoch {
-		w.view[peer] = workerSeen{epoch: epoch, gone: true}
+	o.mu.Lock()
+	if s := o.view[peer]; s.epoch <= epoch {
+		o.view[peer] = workerSeen{epoch: epoch, gone: true}
 	}
-	w.holdRebalanceLocked(time.Now())
-	w.mu.Unlock()
+	o.holdRebalanceLocked(time.Now())
+	o.mu.Unlock()
 	var keys []events.SessionKey
-	for attempt := 0; attempt < 5 && w.ctx.Err() == nil; attempt++ {
-		ctx, cancel := context.WithTimeout(w.ctx, 10*time.Second)
+	for attempt := 0; attempt < 5 && o.ctx.Err() == nil; attempt++ {
+		ctx, cancel := context.WithTimeout(o.ctx, 10*time.Second)
 		var err error
-		keys, err = w.leases.ClaimsOf(ctx, peer, epoch)
+		keys, err = o.leases.ClaimsOf(ctx, peer, epoch)
 		cancel()
 		if err == nil {
 			break
 		}
-		w.log.Warn("list a dead peer's sessions; retrying", "peer", peer, "err", err)
+		o.log.Warn("list a dead peer's sessions; retrying", "peer", peer, "err", err)
 		select {
-		case <-w.ctx.Done():
+		case <-o.ctx.Done():
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	w.log.Info("peer gone (no responders on its doorbell): taking over its sessions", "peer", peer, "epoch", epoch,
+	o.log.Info("peer gone (no responders on its doorbell): taking over its sessions", "peer", peer, "epoch", epoch,
 		"silent", silent.Round(time.Millisecond), "sessions", len(keys))
 	sem := make(chan struct{}, 64)
 	for _, sk := range keys {
 		key := sk.String()
-		w.mu.Lock()
-		_, claiming := w.claiming[key]
-		if a := w.actors[key]; w.ctx.Err() != nil || claiming || a != nil && a.alive() {
-			w.mu.Unlock()
+		o.mu.Lock()
+		_, claiming := o.claiming[key]
+		if a := o.sess[key]; o.ctx.Err() != nil || claiming || a != nil && a.Alive() {
+			o.mu.Unlock()
 			continue
 		}
-		w.claiming[key] = nil
-		delete(w.owners, key)
-		w.wg.Add(1)
-		w.mu.Unlock()
+		o.claiming[key] = nil
+		delete(o.owners, key)
+		o.wg.Add(1)
+		o.mu.Unlock()
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem }()
-			w.claim(sk)
+			o.claim(sk)
 		}()
 	}
-	w.mu.Lock()
-	if s := w.view[peer]; s.gone && s.epoch <= epoch {
-		delete(w.view, peer) // nothing more to learn from it; a later lease of it comes by the watch
+	o.mu.Lock()
+	if s := o.view[peer]; s.gone && s.epoch <= epoch {
+		delete(o.view, peer) // nothing more to learn from it; a later lease of it comes by the watch
 	}
-	w.mu.Unlock()
+	o.mu.Unlock()
 }

@@ -1,4 +1,4 @@
-package turn
+package ownership
 
 import (
 	"log/slog"
@@ -24,36 +24,36 @@ import (
 // the target has claimed it, this replica claims it again and the move simply does not happen;
 // if after, the claim is held and the delivery is rung over. Nothing is lost or reordered.
 
-// shedSlack is how many sessions above its fair share a replica may run before it moves some
+// ShedSlack is how many sessions above its fair share a replica may run before it moves some
 // (at least; a tenth of the fair share when that is more), so that loads that differ by a
 // few sessions, or by what one renewal has not shown yet, do not move sessions to and fro.
-const shedSlack = 2
+const ShedSlack = 2
 
-// running returns the number of sessions this replica runs.
-func (w *Worker) running() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.actors)
+// Running returns the number of sessions this replica runs.
+func (o *Manager) Running() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.sess)
 }
 
 // rebalance moves idle sessions to the least loaded replica when this one runs more than its
 // share (see above). After a move it waits a lease TTL before it looks again, so that the
 // target's renewals have shown its new load by then.
-func (w *Worker) rebalance() {
+func (o *Manager) rebalance() {
 	now := time.Now()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.killed || !w.viewReady || w.ctx.Err() != nil || now.Before(w.shedPause) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.killed || !o.viewReady || o.ctx.Err() != nil || now.Before(o.shedPause) {
 		return
 	}
-	own := len(w.actors)
+	own := len(o.sess)
 	total, replicas := own, 1
 	target, least := "", own
-	for id, s := range w.view {
-		if id == w.opts.ID || s.gone {
+	for id, s := range o.view {
+		if id == o.cfg.ID || s.gone {
 			continue
 		}
-		if _, suspected := w.suspect[id]; suspected {
+		if _, suspected := o.suspect[id]; suspected {
 			continue // its doorbell had no responders: it may be dying
 		}
 		load := s.sessions
@@ -70,25 +70,24 @@ func (w *Worker) rebalance() {
 		return
 	}
 	fair := (total + replicas - 1) / replicas
-	if own <= fair+max(shedSlack, fair/10) {
+	if own <= fair+max(ShedSlack, fair/10) {
 		return
 	}
 	n := min(own-fair, fair-least)
 	moved := 0
-	for _, a := range w.actors {
+	for _, a := range o.sess {
 		if moved == n {
 			break
 		}
-		if a.alive() && a.idle() && a.shedTo.CompareAndSwap(nil, &target) {
-			a.nudge()
+		if a.Alive() && a.Shed(target) {
 			moved++
 		}
 	}
 	if moved == 0 {
 		return
 	}
-	w.shedPause = now.Add(w.opts.LeaseTTL)
-	w.log.Info("moving sessions to a less loaded replica", "to", target, "sessions", moved,
+	o.shedPause = now.Add(o.cfg.LeaseTTL)
+	o.log.Info("moving sessions to a less loaded replica", "to", target, "sessions", moved,
 		slog.Group("load", "here", own, "there", least, "fair", fair))
 }
 
@@ -97,17 +96,17 @@ func (w *Worker) rebalance() {
 // are those of the last renewals, not yet what each replica runs now. Moving on them sent
 // sessions to a replica that had just taken over a dead peer's and back again (one cold
 // start each) in the fault test.
-func (w *Worker) holdRebalanceLocked(now time.Time) {
-	if until := now.Add(w.opts.LeaseTTL); until.After(w.shedPause) {
-		w.shedPause = until
+func (o *Manager) holdRebalanceLocked(now time.Time) {
+	if until := now.Add(o.cfg.LeaseTTL); until.After(o.shedPause) {
+		o.shedPause = until
 	}
 }
 
-// handOff rings to's doorbell for sk, with no delivery: to claims the session and reads its
+// HandOff rings to's doorbell for sk, with no delivery: to claims the session and reads its
 // inbox from the cursor. seq is the last inbox event this replica's actor processed.
-func (w *Worker) handOff(sk events.SessionKey, to string, seq uint64) {
-	if err := w.nc.Publish(events.AgentWakeSubject(to), events.WakeBody(sk, seq)); err != nil {
+func (o *Manager) HandOff(sk events.SessionKey, to string, seq uint64) {
+	if err := o.nc.Publish(events.AgentWakeSubject(to), events.WakeBody(sk, seq)); err != nil {
 		// The session is free; its next delivery is claimed by whoever gets it.
-		w.log.Debug("hand a session over", "session", sk.String(), "to", to, "err", err)
+		o.log.Debug("hand a session over", "session", sk.String(), "to", to, "err", err)
 	}
 }

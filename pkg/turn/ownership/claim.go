@@ -1,0 +1,206 @@
+package ownership
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/store"
+)
+
+// AwaitFence returns once this replica's lease is in force and s's claim is confirmed for the
+// current lease generation, or with an error: a context commit waits here while the lease is
+// being recovered, so that no commit goes out for a session another replica may have taken
+// meanwhile. A claim made before the lease lapsed is confirmed here if confirmClaims has not
+// done it yet; a claim another replica took stops the session (store.ErrLeaseLost,
+// Session.LeaseLost).
+func (o *Manager) AwaitFence(ctx context.Context, s Session) error {
+	for {
+		ch, gen := o.lease.fenceGen()
+		if ch != nil {
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if s.Claim().Gen() >= gen {
+			return nil
+		}
+		if err := o.confirm(s, gen); err != nil {
+			if errors.Is(err, store.ErrLeaseLost) {
+				s.LeaseLost(err)
+			}
+			return err
+		}
+	}
+}
+
+// confirm confirms s's claim for lease generation gen (store.Leases.ConfirmClaim), bounded by
+// the session's context.
+func (o *Manager) confirm(s Session, gen uint64) error {
+	c := s.Claim()
+	c.confirmMu.Lock()
+	defer c.confirmMu.Unlock()
+	c.mu.Lock()
+	cl, cur := c.c, c.gen
+	c.mu.Unlock()
+	if cur >= gen {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(s.Context(), 5*time.Second)
+	defer cancel()
+	nc, err := o.leases.ConfirmClaim(ctx, cl)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.c, c.gen = nc, gen
+	c.mu.Unlock()
+	return nil
+}
+
+// followWorkers keeps o.view current from the watch of the worker leases and claims the
+// sessions that waited for a dead owner as soon as its lease has ended. The watch is started
+// again if it breaks; until it has delivered its initial values, liveness is asked of the
+// stream leader.
+func (o *Manager) followWorkers() {
+	defer o.wg.Done()
+	for o.ctx.Err() == nil {
+		evs, err := o.leases.WatchWorkers(o.ctx)
+		if err != nil {
+			o.log.Warn("watch worker leases; retrying", "err", err)
+			select {
+			case <-o.ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		for ev := range evs {
+			o.seeWorker(ev)
+		}
+		o.mu.Lock()
+		o.viewReady = false
+		clear(o.view)
+		o.mu.Unlock()
+	}
+}
+
+func (o *Manager) seeWorker(ev store.WorkerLeaseEvent) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if ev.Initial {
+		o.viewReady = true
+		return
+	}
+	s := o.view[ev.Worker]
+	switch {
+	case ev.Epoch == 0:
+		s.gone = true
+		o.holdRebalanceLocked(time.Now())
+	case ev.Epoch >= s.epoch:
+		s = workerSeen{epoch: ev.Epoch, sessions: ev.Sessions}
+	}
+	o.view[ev.Worker] = s
+}
+
+// staleLocked reports whether the watch has shown that owner's worker lease of epoch ended
+// (gone, or acquired again with a larger epoch), or, once the watch has delivered every
+// worker lease, shows no lease of owner at all (a dead peer is dropped from the view after
+// its takeover). A hint it calls stale is looked up again in KV by a claim, so a false
+// "stale" costs one round trip; a false "alive" sent deliveries to a dead doorbell, every
+// AckWait, until the session's owner changed again.
+func (o *Manager) staleLocked(owner string, epoch uint64) bool {
+	s, ok := o.view[owner]
+	if !ok {
+		return o.viewReady
+	}
+	return epoch < s.epoch || epoch == s.epoch && s.gone
+}
+
+// alive is the store.AliveFunc of this replica's claims. The watch answers "alive" when it
+// showed the owner's lease with that epoch (as of the last renewal it saw); anything else is
+// asked of the stream leader, because an ended lease may be acquired again with the same
+// epoch (a worker whose lease lapsed while it lived, see renewWorkerLease): only the leader's
+// "gone" is certain.
+func (o *Manager) alive(ctx context.Context, owner string, epoch uint64) (bool, error) {
+	o.mu.Lock()
+	s, ok := o.view[owner]
+	ready := o.viewReady
+	o.mu.Unlock()
+	if ready && ok && epoch == s.epoch && !s.gone {
+		return true, nil
+	}
+	return o.leases.WorkerAlive(ctx, owner, epoch)
+}
+
+// claim tries to claim sk and start its actor, then hands over the deliveries that waited for
+// the claim. If another live replica owns the session, the deliveries are rung over to it.
+func (o *Manager) claim(sk events.SessionKey) {
+	defer o.wg.Done()
+	key := sk.String()
+	var c store.Claim
+	var err error
+	gen := o.lease.leaseGen()
+	if wl := o.lease.get(); !wl.Valid(time.Now()) || o.lease.suspended() {
+		err = ErrNoWorkerLease
+	} else {
+		c, err = o.leases.Claim(o.ctx, sk, wl, o.alive)
+	}
+	o.mu.Lock()
+	waiting := o.claiming[key]
+	delete(o.claiming, key)
+	if err != nil {
+		var held *store.HeldError
+		isHeld := errors.As(err, &held)
+		if isHeld {
+			o.owners[key] = ownerHint{owner: held.Owner, epoch: held.Epoch}
+		}
+		o.mu.Unlock()
+		if isHeld {
+			o.ring(sk, held.Owner, held.Epoch, waiting)
+			return
+		}
+		if o.ctx.Err() == nil {
+			o.log.Warn("claim session", "session", key, "err", err)
+		}
+		for _, d := range waiting {
+			o.giveBack(d, time.Second)
+		}
+		return
+	}
+	delete(o.owners, key)
+	if c.TookOver != "" && c.TookOver != o.cfg.ID {
+		o.log.Info("took over session", "session", key, "from", c.TookOver)
+		o.cfg.Metrics.TakeOver()
+	}
+	a := o.cfg.Sessions.Adopt(sk, &Claim{c: c, gen: gen})
+	if o.killed {
+		a.Kill()
+	}
+	o.sess[key] = a
+	o.cfg.Metrics.Owned(1)
+	for _, d := range waiting {
+		a.Deliver(d.Msg, d.Seq)
+	}
+	o.wg.Add(1)
+	o.mu.Unlock()
+	go func() {
+		defer o.wg.Done()
+		a.Run()
+		o.mu.Lock()
+		if o.sess[key] == a {
+			delete(o.sess, key)
+		}
+		o.mu.Unlock()
+		o.cfg.Metrics.Owned(-1)
+	}()
+}
+
+// giveBack hands a delivery back to JetStream, to come again after delay.
+func (o *Manager) giveBack(d Delivery, delay time.Duration) {
+	o.progress.Remove(d.Msg)
+	_ = d.Msg.NakWithDelay(delay)
+}

@@ -1,0 +1,34 @@
+package turn
+
+import (
+	"context"
+
+	"github.com/agentbus/agentbus/pkg/turn/ownership"
+)
+
+// The actor as ownership.Session: what the ownership.Manager calls, under its lock. Run,
+// Deliver, Know and LeaseLost are in actor.go.
+
+var _ ownership.Session = (*actor)(nil)
+
+// Alive reports whether the actor has not begun to stop.
+func (a *actor) Alive() bool { return !a.dead.Load() }
+
+// Shed asks an idle actor to stop and hand its session to target (rebalancing): it sees
+// shedTo when it wakes, and stops if it is still idle then.
+func (a *actor) Shed(target string) bool {
+	if !a.idle() || !a.shedTo.CompareAndSwap(nil, &target) {
+		return false
+	}
+	a.nudge()
+	return true
+}
+
+// Kill marks the actor as abandoned by a simulated crash: its shutdown releases nothing.
+func (a *actor) Kill() { a.killed.Store(true) }
+
+// Claim is the actor's claim.
+func (a *actor) Claim() *ownership.Claim { return a.claim }
+
+// Context ends when the actor stops.
+func (a *actor) Context() context.Context { return a.ctx }
