@@ -65,8 +65,10 @@ func (w *wire) Send(t *testing.T, m imtest.Msg) string {
 	w.f.Join(room, user(m.User), "User "+m.User) // joining again changes nothing
 	content := map[string]any{"msgtype": "m.text", "body": m.Text}
 	if m.Mention {
+		// A pill, as clients write a mention of a user.
 		content["body"] = "Agentbus: " + m.Text
-		content["m.mentions"] = map[string]any{"user_ids": []any{w.f.Bot}}
+		content["format"] = "org.matrix.custom.html"
+		content["formatted_body"] = `<a href="https://matrix.to/#/` + w.f.Bot + `">Agentbus</a>: ` + m.Text
 	}
 	return w.f.Message(room, user(m.User), content)
 }
