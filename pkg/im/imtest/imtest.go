@@ -103,7 +103,10 @@ type Adapter struct {
 	// Platform and Bot name the session keys (platform:bot:scope:scene).
 	Platform, Bot string
 	// Master is a user configured as a master of Bot (Features.Masters).
-	Master   string
+	Master string
+	// Secrets are credentials of the bot (tokens) that must never reach IM_IN, not even in a
+	// media URL.
+	Secrets  []string
 	Features Features
 	// New starts the platform's wire fake(s) for one run of the suite.
 	New func(t *testing.T) Wire
@@ -362,8 +365,14 @@ func (s *suite) mediaIn(t *testing.T) {
 			found = true
 		}
 		for _, v := range seg.Data {
-			if str, ok := v.(string); ok && strings.Contains(str, "base64,") {
+			str, _ := v.(string)
+			if strings.Contains(str, "base64,") {
 				t.Fatalf("image inlined into IM_IN instead of stored: %.80s", str)
+			}
+			for _, secret := range s.a.Secrets {
+				if strings.Contains(str, secret) {
+					t.Fatalf("a bot credential leaked into IM_IN: %+v", seg)
+				}
 			}
 		}
 	}

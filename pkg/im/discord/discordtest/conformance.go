@@ -13,7 +13,7 @@ import (
 // Conformance is the Discord adapter (gateway + REST) under the imtest suite.
 func Conformance() imtest.Adapter {
 	return imtest.Adapter{
-		Platform: discord.Platform, Bot: "dc1", Master: "777",
+		Platform: discord.Platform, Bot: "dc1", Master: "777", Secrets: []string{"CONFORMANCE.discord.token"},
 		Features: imtest.Features{Groups: true, Commands: true, Threads: true, ChunkLimit: discord.DefaultChunkLimit,
 			MediaIn: true, MediaOut: true, Redelivery: true, Masters: true, UnknownBot: true},
 		New: func(t *testing.T) imtest.Wire {

@@ -17,7 +17,7 @@ const confSelf = 10101
 // Conformance is the OneBot v11 adapter (forward WebSocket) under the imtest suite.
 func Conformance() imtest.Adapter {
 	return imtest.Adapter{
-		Platform: onebot.Platform, Bot: "qq1", Master: "777",
+		Platform: onebot.Platform, Bot: "qq1", Master: "777", Secrets: []string{"conformance-token"},
 		Features: imtest.Features{Groups: true, Commands: true, Threads: true, ChunkLimit: 1000,
 			MediaIn: true, MediaOut: true, Redelivery: true, Masters: true, UnknownBot: true},
 		New: func(t *testing.T) imtest.Wire {

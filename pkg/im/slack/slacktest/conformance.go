@@ -14,7 +14,7 @@ import (
 // the adapter.
 func Conformance() imtest.Adapter {
 	return imtest.Adapter{
-		Platform: slack.Platform, Bot: "sl1", Master: "777",
+		Platform: slack.Platform, Bot: "sl1", Master: "777", Secrets: []string{"xoxb-conformance"},
 		Features: imtest.Features{Groups: true, Commands: true, ChunkLimit: slack.DefaultChunkLimit,
 			MediaIn: true, MediaOut: true, Redelivery: true, Masters: true, UnknownBot: true},
 		New: func(t *testing.T) imtest.Wire {

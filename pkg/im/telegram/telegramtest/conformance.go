@@ -7,17 +7,29 @@ import (
 	"testing"
 
 	"github.com/agentbus/agentbus/pkg/im/imtest"
-	"github.com/agentbus/agentbus/pkg/im/telegram"
 )
+
+const confToken = "123456:CONFORMANCE"
+
+// What the adapter's package says (platform, chunkLimit,
+// telegram.MessageID): this package cannot import it, the adapter's own tests import this one.
+const (
+	platform   = "telegram"
+	chunkLimit = 4096
+)
+
+func messageID(chat int64, msg int) string {
+	return strconv.FormatInt(chat, 10) + "_" + strconv.Itoa(msg)
+}
 
 // Conformance is the Telegram adapter (long polling) under the imtest suite.
 func Conformance() imtest.Adapter {
 	return imtest.Adapter{
-		Platform: telegram.Platform, Bot: "tg1", Master: "777",
-		Features: imtest.Features{Groups: true, Commands: true, Threads: true, ChunkLimit: telegram.DefaultChunkLimit,
+		Platform: platform, Bot: "tg1", Master: "777", Secrets: []string{confToken},
+		Features: imtest.Features{Groups: true, Commands: true, Threads: true, ChunkLimit: chunkLimit,
 			MediaIn: true, MediaOut: true, Redelivery: true, Masters: true, UnknownBot: true},
 		New: func(t *testing.T) imtest.Wire {
-			return &wire{f: New(t, "123456:CONFORMANCE", 9100, "agentbus_conf_bot"), ids: map[string]int{}}
+			return &wire{f: New(t, confToken, 9100, "agentbus_conf_bot"), ids: map[string]int{}}
 		},
 	}
 }
@@ -75,7 +87,7 @@ func (w *wire) Send(t *testing.T, m imtest.Msg) string {
 		msg["photo"] = []any{map[string]any{"file_id": fid, "file_unique_id": "u" + strconv.Itoa(id), "width": 4, "height": 4}}
 	}
 	w.f.AddMessage(msg)
-	mid := telegram.MessageID(c, id)
+	mid := messageID(c, id)
 	w.mu.Lock()
 	w.ids[mid] = id
 	w.mu.Unlock()
@@ -92,7 +104,7 @@ func (w *wire) Sent(scene string) []imtest.Out {
 		if r := c.Params.Get("reply_to_message_id"); r != "" {
 			n, _ := strconv.Atoi(r)
 			c, _ := strconv.ParseInt(scene, 10, 64)
-			o.ReplyTo = telegram.MessageID(c, n)
+			o.ReplyTo = messageID(c, n)
 		}
 		out = append(out, o)
 	}
