@@ -104,6 +104,20 @@ type SenderDeps struct {
 	Concurrency int
 }
 
+// Open returns the media helper (no extra endpoints) and the ledger: what every native
+// adapter's sender needs.
+func (d SenderDeps) Open(ctx context.Context) (*Media, *Ledger, error) {
+	media, err := d.Media(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	ledger, err := d.Ledger(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return media, ledger, nil
+}
+
 // PreviewDeps is what the egress role gives the previewers.
 type PreviewDeps struct {
 	NC *nats.Conn

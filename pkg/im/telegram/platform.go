@@ -51,11 +51,7 @@ var Adapter = im.Platform{
 		if len(bots) == 0 {
 			return nil, nil
 		}
-		media, err := d.Media(ctx)
-		if err != nil {
-			return nil, err
-		}
-		ledger, err := d.Ledger(ctx)
+		media, ledger, err := d.Open(ctx)
 		if err != nil {
 			return nil, err
 		}
