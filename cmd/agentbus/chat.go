@@ -15,9 +15,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/agentbus/agentbus/pkg/egress"
 	"github.com/agentbus/agentbus/pkg/events"
-	"github.com/agentbus/agentbus/pkg/ingest"
+	"github.com/agentbus/agentbus/pkg/im/console"
 )
 
 // errBusGone: the connection to agentbus closed (the server stopped) and did not come back.
@@ -58,13 +57,13 @@ func cmdChat(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 	defer nc.Close()
 	serverURL := nc.ConnectedUrlRedacted()
 	lost := func() error { return fmt.Errorf("%w: %s", errBusGone, serverURL) }
-	sk := events.SessionKey{Platform: ingest.PlatformConsole, Bot: ingest.ConsoleBot, Scope: events.ScopePrivate, Scene: *user}
+	sk := events.SessionKey{Platform: console.Platform, Bot: console.Bot, Scope: events.ScopePrivate, Scene: *user}
 
 	// One channel for both subscriptions: the client library hands each subscription its own
 	// goroutine, so two handlers would see live deltas and final parts in no fixed order; one
 	// channel keeps the order in which the server sent them.
 	in := make(chan *nats.Msg, 1<<14)
-	for _, subj := range []string{events.AgentLiveSubject(sk), egress.ConsoleSubject(ingest.ConsoleBot, *user)} {
+	for _, subj := range []string{events.AgentLiveSubject(sk), console.Subject(console.Bot, *user)} {
 		sub, err := nc.ChanSubscribe(subj, in)
 		if err != nil {
 			return err
@@ -127,7 +126,7 @@ func cmdChat(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 				continue
 			}
 			n++
-			line := ingest.ConsoleLine{ID: fmt.Sprintf("%s-%d-%d", *user, time.Now().UnixNano(), n), User: *user, Text: text}
+			line := console.Line{ID: fmt.Sprintf("%s-%d-%d", *user, time.Now().UnixNano(), n), User: *user, Text: text}
 			b, _ := json.Marshal(line)
 			resp, err := request(ctx, nc, gone, b)
 			if err != nil {
@@ -136,7 +135,7 @@ func cmdChat(ctx context.Context, args []string, stdin io.Reader, stdout io.Writ
 				}
 				return fmt.Errorf("send: %w", err)
 			}
-			var ack ingest.ConsoleAck
+			var ack console.Ack
 			_ = json.Unmarshal(resp.Data, &ack)
 			if ack.Error != "" {
 				view.line("error: " + ack.Error)
@@ -191,7 +190,7 @@ func request(ctx context.Context, nc *nats.Conn, gone <-chan struct{}, b []byte)
 			case <-rctx.Done():
 			}
 		}()
-		resp, err := nc.RequestWithContext(rctx, ingest.ConsoleInSubject, b)
+		resp, err := nc.RequestWithContext(rctx, console.InSubject, b)
 		cancel()
 		if isGone(gone) {
 			return nil, errBusGone

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentbus/agentbus/internal/rolemain"
+	"github.com/agentbus/agentbus/cmd/internal/rolemain"
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/bench"
 	"github.com/agentbus/agentbus/pkg/buildinfo"

@@ -5,7 +5,7 @@ package main
 import (
 	"os"
 
-	"github.com/agentbus/agentbus/internal/rolemain"
+	"github.com/agentbus/agentbus/cmd/internal/rolemain"
 	"github.com/agentbus/agentbus/pkg/app"
 )
 

@@ -40,9 +40,14 @@ func libraryMayImport(pkg string) bool {
 
 func under(pkg, root string) bool { return pkg == root || strings.HasPrefix(pkg, root+"/") }
 
+// compositionRoots may import pkg/app, the composition root: it wires every role together, so
+// only what sits above it (cmd/, and pkg/bench, which starts whole processes) may reach it.
+var compositionRoots = []string{"cmd", "pkg/bench"}
+
 // TestImportGraph reads every non-test Go file of the module and checks the layering: pkg/llm
-// and pkg/loop reach nothing of the application, no role reaches another role, and nothing
-// imports a command.
+// and pkg/loop reach nothing of the application, no role reaches another role, nothing below
+// cmd/ imports a command, and nothing under pkg/ or internal/ but a composition root reaches
+// pkg/app.
 func TestImportGraph(t *testing.T) {
 	graph := imports(t, "../..")
 	if len(graph) < 20 {
@@ -73,7 +78,7 @@ func TestImportGraph(t *testing.T) {
 			}
 		}
 		for _, d := range graph[pkg] {
-			if under(d, "cmd") {
+			if under(d, "cmd") && !under(pkg, "cmd") {
 				t.Errorf("%s imports the command %s", pkg, d)
 			}
 			// A role's subpackage (pkg/turn/ownership) is a part the role is built from: it
@@ -102,6 +107,13 @@ func TestImportGraph(t *testing.T) {
 	for p := range protocols {
 		if _, ok := graph[p]; !ok {
 			t.Errorf("protocols lists %s, which holds no Go package", p)
+		}
+		if !under(pkg, "pkg/app") && !slices.ContainsFunc(compositionRoots, func(r string) bool { return under(pkg, r) }) {
+			for _, d := range deps {
+				if under(d, "pkg/app") {
+					t.Errorf("%s reaches the composition root %s (%s): only cmd/ and pkg/bench may", pkg, d, path(graph, pkg, d))
+				}
+			}
 		}
 	}
 }

@@ -554,9 +554,6 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 	}
 	b.JS = deadLetterCounter{b.JS, metrics.NewDeadLetters(p.Metrics)}
 	bots := map[string]ingest.BotRoles{}
-	for _, b := range cfg.IM.Webhook.Bots {
-		bots[ingest.PlatformWebhook+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
-	}
 	imBotRoles(cfg, bots)
 	in := ingest.New(b.JS, cfg.AI, bots, log.With("role", "ingest"))
 	in.WithMetrics(metrics.NewIngest(p.Metrics))
@@ -568,11 +565,6 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 	if media, err := b.JS.ObjectStore(ctx, events.ObjectMedia); err == nil {
 		in.WithMedia(media) // inline uploads go to the media store, events carry references
 	}
-	console, err := ingest.ServeConsole(b.NC, in, log.With("role", "ingest"))
-	if err != nil {
-		return err
-	}
-	p.onStop("console", func(context.Context) error { return console.Unsubscribe() })
 	mux := http.NewServeMux()
 	imRoutes, err := p.startIMInbound(ctx, b, cfg, in, mux, log.With("role", "ingest"))
 	if err != nil {

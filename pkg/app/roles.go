@@ -17,11 +17,6 @@ import (
 	"github.com/agentbus/agentbus/pkg/execpolicy"
 	"github.com/agentbus/agentbus/pkg/filepolicy"
 	"github.com/agentbus/agentbus/pkg/im"
-	"github.com/agentbus/agentbus/pkg/im/discord"
-	"github.com/agentbus/agentbus/pkg/im/matrix"
-	"github.com/agentbus/agentbus/pkg/im/onebot"
-	imslack "github.com/agentbus/agentbus/pkg/im/slack"
-	"github.com/agentbus/agentbus/pkg/im/telegram"
 	"github.com/agentbus/agentbus/pkg/imagegen"
 	"github.com/agentbus/agentbus/pkg/ingest"
 	"github.com/agentbus/agentbus/pkg/mcpclient"
@@ -165,7 +160,7 @@ func (p *Process) startEgress(ctx context.Context, cfg *config.Config, opts Opti
 	if err != nil {
 		return err
 	}
-	senders, err := p.imSenders(ctx, b, cfg, log)
+	senders, err := p.imSenders(ctx, b, cfg, opts, log)
 	if err != nil {
 		return err
 	}
@@ -174,7 +169,7 @@ func (p *Process) startEgress(ctx context.Context, cfg *config.Config, opts Opti
 		return err
 	}
 	h, err := egress.Run(ctx, egress.Options{NC: b.NC, JS: b.JS, Config: cfg, DataDir: cfg.DataDir, Hooks: hk,
-		Log: log, HTTPClient: opts.HTTPClient, Senders: senders, // egress names its role itself
+		Log: log, Senders: senders, // egress names its role itself
 		Metrics: metrics.NewEgress(p.Metrics), DeadLetters: metrics.NewDeadLetters(p.Metrics), Tracer: tp})
 	if err != nil {
 		return err
@@ -218,227 +213,129 @@ func (p *Process) imMedia(ctx context.Context, js jetstream.JetStream, cfg *conf
 	return im.NewMedia(store, netguard.Config{AllowPrivate: wf.AllowPrivate, AllowHosts: wf.AllowHosts}, endpoints...)
 }
 
-// imSenders are the egress senders of the native IM adapters configured under im.<platform>.
-func (p *Process) imSenders(ctx context.Context, bus roleBus, cfg *config.Config, log *slog.Logger) (map[string]egress.Sender, error) {
-	out := map[string]egress.Sender{}
-	ims := cfg.IM
-	if len(ims.OneBot.Bots)+len(ims.Telegram.Bots)+len(ims.Discord.Bots)+len(ims.Slack.Bots)+len(ims.Matrix.Bots) == 0 {
-		return out, nil
-	}
-	media, err := p.imMedia(ctx, bus.JS, cfg)
-	if err != nil {
-		return nil, err
-	}
-	ledger, err := im.NewLedger(ctx, bus.JS)
-	if err != nil {
-		return nil, err
-	}
-	elog := log.With("role", events.RoleEgress)
-	add := func(platform string, s egress.Sender, err error) error {
-		if err == nil {
-			out[platform] = s
-		}
-		return err
-	}
-	if bots := ims.OneBot.Bots; len(bots) > 0 {
-		s, err := onebot.NewSender(bots, bus.NC, nil, media, ledger)
-		if err := add(onebot.Platform, s, err); err != nil {
+// imDeps opens, once each and only when a platform asks, what the adapters share: the media
+// helper and the send ledger.
+type imDeps struct {
+	p      *Process
+	js     jetstream.JetStream
+	cfg    *config.Config
+	ledger *im.Ledger
+}
+
+func (d *imDeps) media(ctx context.Context, endpoints ...string) (*im.Media, error) {
+	return d.p.imMedia(ctx, d.js, d.cfg, endpoints...)
+}
+
+func (d *imDeps) openLedger(ctx context.Context) (*im.Ledger, error) {
+	if d.ledger == nil {
+		l, err := im.NewLedger(ctx, d.js)
+		if err != nil {
 			return nil, err
 		}
+		d.ledger = l
 	}
-	// Streaming previews and typing: one egress replica per bot runs each platform's previewer.
-	if bots := ims.Telegram.Bots; len(bots) > 0 {
-		s, err := telegram.NewSender(bots, nil, media, ledger, bus.NC)
-		if err := add(telegram.Platform, s, err); err != nil {
-			return nil, err
-		}
-		spawnPreviewers(p, bots, func(ctx context.Context, b config.TelegramBot, owner string) error {
-			return telegram.RunPreviewer(ctx, telegram.PreviewerOptions{Bot: b, NC: bus.NC, JS: bus.JS, Owner: owner, Log: elog})
-		})
+	return d.ledger, nil
+}
+
+// imSenders are the egress senders of every registered platform with bots configured (webhook
+// and console always), and their previewers: streaming previews and typing, one egress replica
+// per bot, under one owner name per egress process (the previewer lease says which replica
+// shows a bot's previews).
+func (p *Process) imSenders(ctx context.Context, bus roleBus, cfg *config.Config, opts Options, log *slog.Logger) (map[string]im.Sender, error) {
+	deps := &imDeps{p: p, js: bus.JS, cfg: cfg}
+	concurrency := cfg.IM.Egress.Concurrency
+	if concurrency <= 0 {
+		concurrency = egress.DefaultConcurrency
 	}
-	if bots := ims.Discord.Bots; len(bots) > 0 {
-		s, err := discord.NewSender(bots, nil, media, ledger, bus.NC)
-		if err := add(discord.Platform, s, err); err != nil {
-			return nil, err
+	sd := im.SenderDeps{NC: bus.NC, JS: bus.JS, Media: deps.media, Ledger: deps.openLedger, HTTPClient: opts.HTTPClient, Concurrency: concurrency}
+	pd := im.PreviewDeps{NC: bus.NC, JS: bus.JS, Owner: "egress-" + nuid.Next(), Log: log.With("role", events.RoleEgress)}
+	out := map[string]im.Sender{}
+	for _, pl := range Platforms.All() {
+		if pl.NewSender != nil {
+			s, err := pl.NewSender(ctx, cfg, sd)
+			if err != nil {
+				return nil, fmt.Errorf("%s sender: %w", pl.Name, err)
+			}
+			if s != nil {
+				out[pl.Name] = s
+			}
 		}
-		spawnPreviewers(p, bots, func(ctx context.Context, b config.DiscordBot, owner string) error {
-			return discord.RunPreviewer(ctx, discord.PreviewerOptions{Bot: b, NC: bus.NC, JS: bus.JS, Owner: owner, Log: elog})
-		})
-	}
-	if bots := ims.Slack.Bots; len(bots) > 0 {
-		s, err := imslack.NewSender(bots, nil, media, ledger, bus.NC)
-		if err := add(imslack.Platform, s, err); err != nil {
-			return nil, err
+		if pl.NewPreviewers != nil {
+			for _, run := range pl.NewPreviewers(cfg, pd) {
+				p.spawn("im adapter", run)
+			}
 		}
-		spawnPreviewers(p, bots, func(ctx context.Context, b config.SlackBot, owner string) error {
-			return imslack.RunPreviewer(ctx, imslack.PreviewerOptions{Bot: b, NC: bus.NC, JS: bus.JS, Owner: owner, Log: elog})
-		})
-	}
-	if bots := ims.Matrix.Bots; len(bots) > 0 {
-		s, err := matrix.NewSender(bots, nil, media, ledger, bus.NC)
-		if err := add(matrix.Platform, s, err); err != nil {
-			return nil, err
-		}
-		spawnPreviewers(p, bots, func(ctx context.Context, b config.MatrixBot, owner string) error {
-			return matrix.RunPreviewer(ctx, matrix.PreviewerOptions{Bot: b, NC: bus.NC, JS: bus.JS, Owner: owner, Log: elog})
-		})
 	}
 	return out, nil
 }
 
-// spawnPreviewers runs one platform's previewer for each of its bots, under one owner name per
-// egress process (the previewer lease says which replica shows a bot's previews).
-func spawnPreviewers[B any](p *Process, bots []B, run func(ctx context.Context, b B, owner string) error) {
-	owner := "egress-" + nuid.Next()
-	for _, b := range bots {
-		p.spawn("im adapter", func(ctx context.Context) { _ = run(ctx, b, owner) })
-	}
-}
-
-// startIMInbound starts the inbound halves of the native IM adapters: connections that must be
-// single run under a KV lease (pkg/im.Hold); HTTP-reached bots get their routes on mux. It
+// startIMInbound starts the inbound halves of every registered platform: connections that must
+// be single run under a KV lease (pkg/im.Hold); HTTP-reached bots get their routes on mux. It
 // reports whether mux got any routes.
 func (p *Process) startIMInbound(ctx context.Context, bus roleBus, cfg *config.Config, in *ingest.Ingestor, mux *http.ServeMux, log *slog.Logger) (bool, error) {
-	sink := im.SinkFunc(func(ctx context.Context, m *events.IMMessage) error {
-		_, err := in.Ingest(ctx, m)
-		return err
-	})
 	owner := "ingest-" + nuid.Next()
 	p.health.setID(events.RoleIngest, owner)
 	conns := p.health.connStates()
-	// track reports an adapter's inbound connection for /readyz and presence; webhook-reached
-	// bots have no connection to hold.
-	track := func(ctx context.Context, platform, bot string, webhook bool) context.Context {
-		t := conns.Track(platform, bot, "inbound")
-		if webhook {
-			t.Set(im.ConnWebhook, nil)
-		}
-		return im.WithConnTracker(ctx, t)
+	deps := &imDeps{p: p, js: bus.JS, cfg: cfg}
+	d := im.InboundDeps{
+		Sink: im.SinkFunc(func(ctx context.Context, m *events.IMMessage) error {
+			_, err := in.Ingest(ctx, m)
+			return err
+		}),
+		Ingester: ingester{in},
+		NC:       bus.NC, JS: bus.JS, Media: deps.media, Ledger: deps.openLedger,
+		Owner: owner, Log: log, Mux: mux,
+		// Track reports an adapter's inbound connection for /readyz and presence;
+		// webhook-reached bots have no connection to hold.
+		Track: func(ctx context.Context, platform, bot string, webhook bool) context.Context {
+			t := conns.Track(platform, bot, "inbound")
+			if webhook {
+				t.Set(im.ConnWebhook, nil)
+			}
+			return im.WithConnTracker(ctx, t)
+		},
 	}
 	routes := false
-	if bots := cfg.IM.OneBot.Bots; len(bots) > 0 {
-		ledger, err := im.NewLedger(ctx, bus.JS)
+	for _, pl := range Platforms.All() {
+		if pl.NewInbound == nil {
+			continue
+		}
+		ib, err := pl.NewInbound(ctx, cfg, d)
 		if err != nil {
-			return false, err
+			return false, fmt.Errorf("%s inbound: %w", pl.Name, err)
 		}
-		byID := map[string]*onebot.Inbound{}
-		for _, b := range bots {
-			media, err := p.imMedia(ctx, bus.JS, cfg, b.APIBase)
-			if err != nil {
-				return false, err
-			}
-			ib, err := onebot.NewInbound(onebot.InboundOptions{Bot: b, Sink: sink, Media: media, NC: bus.NC, JS: bus.JS,
-				Owner: owner, Log: log, Ledger: ledger})
-			if err != nil {
-				return false, err
-			}
-			byID[b.ID] = ib
-			if onebot.NeedsHTTP(b) {
-				routes = true
-			}
-			p.spawn("im adapter", func(ctx context.Context) { _ = ib.Run(track(ctx, onebot.Platform, b.ID, onebot.NeedsHTTP(b))) })
+		routes = routes || ib.HTTP
+		for _, run := range ib.Run {
+			p.spawn("im adapter", run)
 		}
-		if routes {
-			onebot.Routes(mux, byID)
-		}
-	}
-	if bots := cfg.IM.Telegram.Bots; len(bots) > 0 {
-		media, err := p.imMedia(ctx, bus.JS, cfg)
-		if err != nil {
-			return false, err
-		}
-		byID := map[string]*telegram.Inbound{}
-		hooks := false
-		for _, b := range bots {
-			if b.APIBase != "" {
-				// The file API lives on the configured Bot API server; allow it like a
-				// OneBot endpoint (a self-hosted server may be on the same host).
-				if media, err = p.imMedia(ctx, bus.JS, cfg, b.APIBase); err != nil {
-					return false, err
-				}
-			}
-			ib, err := telegram.NewInbound(telegram.InboundOptions{Bot: b, Sink: sink, Media: media, JS: bus.JS, Owner: owner, Log: log})
-			if err != nil {
-				return false, err
-			}
-			byID[b.ID] = ib
-			hooks = hooks || telegram.IsWebhook(b)
-			p.spawn("im adapter", func(ctx context.Context) { _ = ib.Run(track(ctx, telegram.Platform, b.ID, telegram.IsWebhook(b))) })
-		}
-		if hooks {
-			telegram.Routes(mux, byID)
-			routes = true
-		}
-	}
-	for _, b := range cfg.IM.Discord.Bots {
-		// Attachments are fetched from their CDN URL; a configured apiBase (a proxy, a
-		// test fake) may serve them too, so its host is allowed like a OneBot endpoint.
-		media, err := p.imMedia(ctx, bus.JS, cfg, b.APIBase)
-		if err != nil {
-			return false, err
-		}
-		ib, err := discord.NewInbound(discord.InboundOptions{Bot: b, Sink: sink, Media: media, JS: bus.JS, Owner: owner, Log: log})
-		if err != nil {
-			return false, err
-		}
-		p.spawn("im adapter", func(ctx context.Context) { _ = ib.Run(track(ctx, discord.Platform, b.ID, false)) })
-	}
-	if bots := cfg.IM.Slack.Bots; len(bots) > 0 {
-		byID := map[string]*imslack.Inbound{}
-		hooks := false
-		for _, b := range bots {
-			// url_private files live on Slack's file host; a configured apiBase (a test fake,
-			// a proxy) may serve them, so its host is allowed like a OneBot endpoint.
-			media, err := p.imMedia(ctx, bus.JS, cfg, b.APIBase)
-			if err != nil {
-				return false, err
-			}
-			ib, err := imslack.NewInbound(imslack.InboundOptions{Bot: b, Sink: sink, Media: media, JS: bus.JS, Owner: owner, Log: log})
-			if err != nil {
-				return false, err
-			}
-			byID[b.ID] = ib
-			hooks = hooks || imslack.IsEvents(b)
-			p.spawn("im adapter", func(ctx context.Context) { _ = ib.Run(track(ctx, imslack.Platform, b.ID, imslack.IsEvents(b))) })
-		}
-		if hooks {
-			imslack.Routes(mux, byID)
-			routes = true
-		}
-	}
-	for _, b := range cfg.IM.Matrix.Bots {
-		// mxc:// media is downloaded from the configured homeserver, which may be on the same
-		// host: the adapter reaches exactly that scheme and host:port directly and everything
-		// else through this helper's SSRF guard, which therefore allows no extra host.
-		media, err := p.imMedia(ctx, bus.JS, cfg)
-		if err != nil {
-			return false, err
-		}
-		ib, err := matrix.NewInbound(matrix.InboundOptions{Bot: b, Sink: sink, Media: media, JS: bus.JS, Owner: owner, Log: log})
-		if err != nil {
-			return false, err
-		}
-		p.spawn("im adapter", func(ctx context.Context) { _ = ib.Run(track(ctx, matrix.Platform, b.ID, false)) })
 	}
 	return routes, nil
 }
 
-// imBotRoles adds the native adapters' bots' masters and trusted lists to bots.
+// ingester gives the console ingest's answer (im.Ingester).
+type ingester struct{ in *ingest.Ingestor }
+
+func (g ingester) Accept(ctx context.Context, m *events.IMMessage) (im.Accepted, error) {
+	res, err := g.in.Ingest(ctx, m)
+	if err != nil {
+		return im.Accepted{}, err
+	}
+	a := im.Accepted{Duplicate: res.Duplicate}
+	if len(res.Decision.Routes) > 0 {
+		a.Route = res.Decision.Routes[0].String()
+	}
+	return a, nil
+}
+
+// imBotRoles adds every platform's bots' masters and trusted lists to bots.
 func imBotRoles(cfg *config.Config, bots map[string]ingest.BotRoles) {
-	for _, b := range cfg.IM.OneBot.Bots {
-		bots[onebot.Platform+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
-	}
-	for _, b := range cfg.IM.Telegram.Bots {
-		bots[telegram.Platform+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
-	}
-	for _, b := range cfg.IM.Discord.Bots {
-		bots[discord.Platform+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
-	}
-	for _, b := range cfg.IM.Slack.Bots {
-		bots[imslack.Platform+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
-	}
-	for _, b := range cfg.IM.Matrix.Bots {
-		bots[matrix.Platform+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
+	for _, pl := range Platforms.All() {
+		if pl.Bots == nil {
+			continue
+		}
+		for _, b := range pl.Bots(cfg) {
+			bots[pl.Name+"/"+b.ID] = ingest.BotRoles{Masters: b.Masters, Trusted: b.Trusted}
+		}
 	}
 }
 

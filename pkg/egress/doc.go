@@ -60,10 +60,12 @@
 //
 // # Platforms
 //
-// Senders are chosen by Outbound.Platform: "webhook" (WebhookSender: signed POST to the bot's
-// callback), "console" (ConsoleSender: core NATS console.out.<bot>.<scene>, read by
-// `agentbus chat`), plus any Options.Senders. A platform without a sender is dead-lettered
-// with reason "no_sender".
+// Senders are chosen by Outbound.Platform from Options.Senders: each platform's outbound half,
+// an im.Sender (pkg/im is the platform contract; the composition root builds the senders from
+// its registry of platforms, webhook and console included). Their errors are classified by
+// pkg/im's classes: im.ErrUnknownBot is dead-lettered as "unknown_bot", im.ErrRejected or any
+// permanent error as "rejected", the rest retried (pausing the platform for a Retry-After).
+// A platform without a sender is dead-lettered with reason "no_sender".
 //
 // # Transcripts
 //

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentbus/agentbus/pkg/im"
 	"log/slog"
-	"net/http"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -56,7 +56,7 @@ type Options struct {
 	NC *nats.Conn
 	// JS is the JetStream context on NC (default jetstream.New(NC)).
 	JS jetstream.JetStream
-	// Config supplies im.webhook.bots (callbacks and secrets) and im.egress tuning.
+	// Config supplies im.egress tuning.
 	Config *config.Config
 	// DataDir holds transcripts.db, the transcript archive (empty: no archive, unless
 	// Transcripts is set).
@@ -67,10 +67,10 @@ type Options struct {
 	// not counted.
 	Metrics     *metrics.Egress
 	DeadLetters *metrics.DeadLetters
-	// HTTPClient is used by the webhook sender (default DefaultHTTPClient(Concurrency)).
-	HTTPClient *http.Client
-	// Senders overrides or adds senders by platform name; a nil value removes a built-in one.
-	Senders map[string]Sender
+	// Senders are the platforms' outbound halves by platform name (the composition root builds
+	// them from the pkg/im registry). A part for a platform without one is dead-lettered with
+	// reason "no_sender"; nil values are ignored.
+	Senders map[string]im.Sender
 	// Transcripts is an already open archive to serve transcripts.search from (Run does not
 	// close it). When nil and DataDir is set, Run opens DataDir/transcripts.db and closes it on
 	// Stop.
@@ -281,7 +281,7 @@ type egress struct {
 	js       jetstream.JetStream
 	sent     jetstream.Stream   // IM_SENT: the delivery records (receipts), one subject per chat
 	kv       jetstream.KeyValue // KV delivered: records of older versions only (read, never written)
-	senders  map[string]Sender
+	senders  map[string]im.Sender
 	limiter  *limiter
 	inflight inflight
 	sentHere sentCache // out ids this process sent (and recorded): skipped without a lookup
@@ -546,36 +546,17 @@ func deliverSubject(durable string) string {
 	return "_AGENTBUS.egress." + events.EncodeToken(durable)
 }
 
-func buildSenders(o Options) map[string]Sender {
-	var bots []config.WebhookBot
-	if o.Config != nil {
-		bots = o.Config.IM.Webhook.Bots
-	}
-	client := o.HTTPClient
-	if client == nil {
-		client = DefaultHTTPClient(o.Concurrency)
-	}
-	wh := NewWebhookSender(client, bots)
-	if o.JS != nil {
-		if media, err := o.JS.ObjectStore(context.Background(), events.ObjectMedia); err == nil {
-			wh.WithMedia(media)
-		}
-	}
-	m := map[string]Sender{
-		PlatformWebhook: wh,
-		PlatformConsole: NewConsoleSender(o.NC),
-	}
+func buildSenders(o Options) map[string]im.Sender {
+	m := make(map[string]im.Sender, len(o.Senders))
 	for name, s := range o.Senders {
-		if s == nil {
-			delete(m, name)
-			continue
+		if s != nil {
+			m[name] = s
 		}
-		m[name] = s
 	}
 	return m
 }
 
-func senderNames(m map[string]Sender) []string {
+func senderNames(m map[string]im.Sender) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)
@@ -658,12 +639,12 @@ func (e *egress) handle(msg *message.Message) error {
 	// Once started, a send runs to its end even if egress is stopping, so that its outcome is
 	// recorded: an abandoned request the platform did accept would be sent again.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.SendTimeout)
-	pmid, err := send(sctx, sender, ev)
+	pmid, err := send(im.WithAttempt(sctx, d.attempts), sender, ev)
 	cancel()
 	if err != nil {
 		e.failures.Add(1)
 		e.o.Metrics.Send(out.Platform, metrics.SendRetry)
-		if ra := retryAfterOf(err); ra > 0 {
+		if ra := im.RetryAfterOf(err); ra > 0 {
 			e.limiter.Pause(out.Platform, ra)
 		}
 		return fmt.Errorf("send %s via %s: %w", out.OutID, out.Platform, err)
@@ -693,9 +674,9 @@ func (e *egress) handle(msg *message.Message) error {
 	return nil
 }
 
-func send(ctx context.Context, s Sender, ev *events.Event[events.Outbound]) (string, error) {
-	if es, ok := s.(eventSender); ok {
-		return es.sendEvent(ctx, ev)
+func send(ctx context.Context, s im.Sender, ev *events.Event[events.Outbound]) (string, error) {
+	if es, ok := s.(im.EventSender); ok {
+		return es.SendEvent(ctx, ev)
 	}
 	return s.Send(ctx, ev.Data)
 }

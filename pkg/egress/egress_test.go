@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentbus/agentbus/pkg/im"
+	"github.com/agentbus/agentbus/pkg/im/console"
+	imwebhook "github.com/agentbus/agentbus/pkg/im/webhook"
 	"io"
 	"log/slog"
 	"net/http"
@@ -103,10 +106,16 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 // fastOptions shortens every delay so failure paths run in milliseconds.
 func fastOptions(srv *natstest.Server, cfg *config.Config, t testing.TB) Options {
+	wh := imwebhook.NewSender(nil, cfg.IM.Webhook.Bots)
+	if media, err := srv.JS.ObjectStore(context.Background(), events.ObjectMedia); err == nil {
+		wh.WithMedia(media)
+	}
 	return Options{
-		NC:              srv.NC,
-		JS:              srv.JS,
-		Config:          cfg,
+		NC:     srv.NC,
+		JS:     srv.JS,
+		Config: cfg,
+		// The built-in platforms, as the composition root registers them.
+		Senders:         map[string]im.Sender{imwebhook.Platform: wh, console.Platform: console.NewSender(srv.NC)},
 		Log:             testLogger(t),
 		AckWait:         time.Second,
 		RetryInitial:    5 * time.Millisecond,
@@ -133,7 +142,7 @@ func outbound(id string) events.Outbound {
 		OutID:    id,
 		Turn:     "t1",
 		Part:     0,
-		Platform: PlatformWebhook,
+		Platform: imwebhook.Platform,
 		Bot:      "b1",
 		Scene:    events.Scene{Type: "group", ID: "g1"},
 		ReplyTo:  "m1",
@@ -551,12 +560,12 @@ func TestDeadLetters(t *testing.T) {
 func TestConsole(t *testing.T) {
 	srv := natstest.New(t)
 	h := start(t, fastOptions(srv, testConfig(nil), t))
-	sub, err := srv.NC.SubscribeSync(ConsoleSubject("local", "me"))
+	sub, err := srv.NC.SubscribeSync(console.Subject("local", "me"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := outbound("turnT-0")
-	out.Platform, out.Bot, out.Scene = PlatformConsole, "local", events.Scene{Type: "private", ID: "me"}
+	out.Platform, out.Bot, out.Scene = console.Platform, "local", events.Scene{Type: "private", ID: "me"}
 	publish(t, srv.JS, out, "")
 	m, err := sub.NextMsg(10 * time.Second)
 	if err != nil {
@@ -582,10 +591,10 @@ func TestSenderOverride(t *testing.T) {
 	srv := natstest.New(t)
 	got := make(chan events.Outbound, 1)
 	o := fastOptions(srv, testConfig(nil), t)
-	o.Senders = map[string]Sender{"pigeon": SenderFunc(func(ctx context.Context, out events.Outbound) (string, error) {
+	o.Senders["pigeon"] = im.SenderFunc(func(ctx context.Context, out events.Outbound) (string, error) {
 		got <- out
 		return "coo-1", nil
-	})}
+	})
 	start(t, o)
 	out := outbound("turnP-0")
 	out.Platform = "pigeon"
@@ -616,13 +625,13 @@ func TestSlowSendNotRedelivered(t *testing.T) {
 			var calls atomic.Int32
 			o := fastOptions(srv, testConfig(nil), t) // AckWait 1 s
 			o.Concurrency = 1
-			o.Senders = map[string]Sender{"slow": SenderFunc(func(ctx context.Context, out events.Outbound) (string, error) {
+			o.Senders["slow"] = im.SenderFunc(func(ctx context.Context, out events.Outbound) (string, error) {
 				n := calls.Add(1)
 				if n == 1 {
 					time.Sleep(2500 * time.Millisecond)
 				}
 				return fmt.Sprint("slow-", n), nil
-			})}
+			})
 			h := start(t, o)
 			for i := range tc.parts {
 				out := outbound(fmt.Sprintf("turnS-%d", i))
@@ -661,39 +670,23 @@ func TestRunRequiresProvisionedStreams(t *testing.T) {
 	}
 }
 
-func TestParseRetryAfter(t *testing.T) {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	tests := []struct {
-		in   string
-		want time.Duration
-	}{
-		{"", 0},
-		{"3", 3 * time.Second},
-		{"-1", 0},
-		{"soon", 0},
-		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
-		{now.Add(-time.Minute).Format(http.TimeFormat), 0},
-	}
-	for _, tc := range tests {
-		if got := parseRetryAfter(tc.in, now); got != tc.want {
-			t.Errorf("parseRetryAfter(%q) = %v, want %v", tc.in, got, tc.want)
-		}
-	}
-}
-
 func TestClassify(t *testing.T) {
 	tests := []struct {
 		err    error
 		reason string
 		perm   bool
 	}{
-		{&StatusError{StatusCode: 400}, ReasonRejected, true},
-		{&StatusError{StatusCode: 404}, ReasonRejected, true},
-		{&StatusError{StatusCode: 408}, "", false},
-		{&StatusError{StatusCode: 429}, "", false},
-		{&StatusError{StatusCode: 502}, "", false},
+		{statusErr(400), ReasonRejected, true},
+		{statusErr(404), ReasonRejected, true},
+		{statusErr(408), "", false},
+		{statusErr(429), "", false},
+		{statusErr(502), "", false},
 		{errors.New("connection refused"), "", false},
-		{ErrUnknownBot, ReasonUnknownBot, true},
+		{im.ErrUnknownBot, ReasonUnknownBot, true},
+		{im.ErrRejected, ReasonRejected, true},
+		// An adapter's unknown bot, which it also marks permanent, is an unknown bot
+		// (issue 38: it used to be dead-lettered as "rejected").
+		{im.Permanent(fmt.Errorf("%w: telegram bot %q is not configured", im.ErrUnknownBot, "ghost")), ReasonUnknownBot, true},
 		{ErrNoSender, ReasonNoSender, true},
 		{events.ErrInvalid, ReasonInvalid, true},
 		{permanent("custom", errors.New("x")), "custom", true},
@@ -709,6 +702,11 @@ func TestClassify(t *testing.T) {
 			t.Errorf("classify(%v) = %q, %v; want %q, %v", tc.err, reason, perm, tc.reason, tc.perm)
 		}
 	}
+}
+
+// statusErr is a platform's HTTP answer with code, as pkg/im classifies it.
+func statusErr(code int) error {
+	return im.HTTPError("webhook", "callback", &http.Response{StatusCode: code, Header: http.Header{}}, nil)
 }
 
 func TestRedeliveryDelay(t *testing.T) {
@@ -772,10 +770,10 @@ func TestPanickingSenderDeadLettered(t *testing.T) {
 	srv := natstest.New(t)
 	o := fastOptions(srv, testConfig(nil), t)
 	var calls atomic.Int32
-	o.Senders = map[string]Sender{"boom": SenderFunc(func(context.Context, events.Outbound) (string, error) {
+	o.Senders["boom"] = im.SenderFunc(func(context.Context, events.Outbound) (string, error) {
 		calls.Add(1)
 		panic("sender bug")
-	})}
+	})
 	h := start(t, o)
 	out := outbound("turnX-0")
 	out.Platform = "boom"
@@ -824,7 +822,7 @@ func TestPlatformRateLimit(t *testing.T) {
 	srv := natstest.New(t)
 	cb := newCallback(t, nil)
 	o := fastOptions(srv, testConfig(cb), t)
-	o.RateLimits = map[string]RateLimit{PlatformWebhook: {PerSecond: 20, Burst: 1}}
+	o.RateLimits = map[string]RateLimit{imwebhook.Platform: {PerSecond: 20, Burst: 1}}
 	h := start(t, o)
 	const n = 10
 	for i := 0; i < n; i++ {

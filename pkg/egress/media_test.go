@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/agentbus/agentbus/pkg/im"
 	"testing"
 	"time"
 
@@ -30,7 +31,7 @@ func TestMediaImageInlinedForWebhook(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := outbound("o-media")
-	out.Content = events.Segments{events.ImageSeg(MediaScheme + "abc.png")}
+	out.Content = events.Segments{events.ImageSeg(im.MediaScheme + "abc.png")}
 	publish(t, srv.JS, out, "o-media")
 	select {
 	case <-cb.seen:

@@ -1,16 +1,27 @@
-// Package im is the framework the native IM adapters (pkg/im/<platform>) share: the small
-// interfaces an adapter needs from the ingest and egress roles, the errors egress classifies,
-// per-platform chunking, storing inbound media in the "media" object store, and the
-// single-connection holder.
+// Package im is the platform contract and the framework the IM platforms (pkg/im/<platform>,
+// webhook and console included) share: the Sender every outbound half implements and the error
+// classes egress reads (ErrUnknownBot, ErrRejected, permanent and retry-after errors), the
+// Platform registry entry each adapter declares, the small interfaces an adapter needs from
+// the ingest role, per-platform chunking, storing inbound media in the "media" object store,
+// and the single-connection holder.
 //
 // An adapter has two halves. The inbound half runs in the ingest role: it turns platform
 // events into events.IMMessage values and hands them to a Sink (the ingest role's Ingestor,
 // wrapped by pkg/app), which publishes them on IM_IN with the platform message id as
-// Nats-Msg-Id. The outbound half runs in the egress role and implements egress's Sender
-// contract, Send(ctx, events.Outbound) (platformMsgID string, err error): an error whose
-// Permanent() method reports true is dead-lettered, any other is retried, and an error with
-// RetryAfterDelay() pauses the platform first (see Error). Adapter packages import neither
-// pkg/ingest nor pkg/egress: roles are never imported by what is below them.
+// Nats-Msg-Id. The outbound half runs in the egress role and implements Sender,
+// Send(ctx, events.Outbound) (platformMsgID string, err error): ErrUnknownBot is dead-lettered
+// as "unknown_bot", ErrRejected or any error whose Permanent() reports true as "rejected", any
+// other is retried, and an error with RetryAfterDelay() pauses the platform first (see Error).
+// Adapter packages import neither pkg/ingest nor pkg/egress: roles are never imported by what
+// is below them.
+//
+// # Adding a platform
+//
+// A platform is its folder, pkg/im/<platform>, which declares an Adapter value of type Platform
+// (its name, its configured bots, and constructors for its inbound half, its Sender and its
+// previewers), plus one registration line in pkg/app/platforms.go. The composition root loops
+// over the registry; nothing else names a platform. The adapter conformance suite
+// (pkg/im/imtest) is then run against it with the platform's Features.
 //
 // Connections a platform allows only once (a OneBot forward WebSocket, a Telegram long poll, a
 // Discord gateway session, a Slack socket) are run under Hold: exactly one ingest replica holds

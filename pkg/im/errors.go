@@ -8,10 +8,19 @@ import (
 	"time"
 )
 
-// Sentinels. Match with errors.Is.
+// Sentinels. Match with errors.Is. They are the platform contract's error classes (see Sender):
+// egress dead-letters ErrUnknownBot as "unknown_bot" and ErrRejected as "rejected", and retries
+// the transient ones.
 var (
-	// ErrUnknownBot: an outbound or inbound names a bot that is not configured. Permanent.
+	// ErrUnknownBot: an outbound or inbound names a bot that is not configured (or whose
+	// configuration cannot be used, like a webhook bot without a callback URL). Permanent:
+	// fix the configuration; egress dead-letters the part with reason "unknown_bot".
 	ErrUnknownBot = errors.New("im: unknown bot")
+	// ErrRejected: the platform refused the message for good (an HTTP 4xx other than 408/429,
+	// a chat that does not exist). Retrying gives the same answer: egress dead-letters the
+	// part with reason "rejected". Every permanent *Error and every error marked with
+	// Permanent matches it.
+	ErrRejected = errors.New("im: platform rejected the message")
 	// ErrNotHeld: no ingest replica holds the bot's connection right now (an API call relayed
 	// to the holder got no answer). Transient: egress retries.
 	ErrNotHeld = errors.New("im: connection not held by any replica")
@@ -52,6 +61,9 @@ func (e *Error) Error() string {
 
 // Permanent reports whether retrying cannot help.
 func (e *Error) Permanent() bool { return e.Perm }
+
+// Is makes errors.Is(err, ErrRejected) true for a permanent refusal.
+func (e *Error) Is(target error) bool { return target == ErrRejected && e.Perm }
 
 // RetryAfterDelay is the platform's requested pause (0 = none).
 func (e *Error) RetryAfterDelay() time.Duration { return e.RetryAfter }
@@ -104,7 +116,13 @@ func (p permanent) Error() string   { return p.err.Error() }
 func (p permanent) Unwrap() error   { return p.err }
 func (p permanent) Permanent() bool { return true }
 
-// Permanent marks err as permanent for egress (nil stays nil).
+// Is makes a permanent error match ErrRejected, unless it wraps a more telling class.
+func (p permanent) Is(target error) bool {
+	return target == ErrRejected && !errors.Is(p.err, ErrUnknownBot)
+}
+
+// Permanent marks err as permanent for egress (nil stays nil): it matches ErrRejected, or keeps
+// matching ErrUnknownBot when it wraps that.
 func Permanent(err error) error {
 	if err == nil {
 		return nil

@@ -3,6 +3,7 @@ package im_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -75,26 +76,54 @@ func TestErrorClassification(t *testing.T) {
 		name      string
 		err       error
 		permanent bool
+		class     error // the class errors.Is matches: ErrRejected, ErrUnknownBot or nil
 		retry     time.Duration
 	}{
-		{"429 with Retry-After", im.HTTPError("p", "send", resp(429, "3"), nil), false, 3 * time.Second},
-		{"400", im.HTTPError("p", "send", resp(400, ""), []byte("bad")), true, 0},
-		{"503", im.HTTPError("p", "send", resp(503, ""), nil), false, 0},
-		{"408", im.HTTPError("p", "send", resp(408, ""), nil), false, 0},
-		{"permanent wrapper", im.Permanent(errors.New("x")), true, 0},
-		{"wrapped twice", errors.Join(errors.New("ctx"), im.Permanentf("p", "a", "no")), true, 0},
-		{"plain", errors.New("x"), false, 0},
+		{"429 with Retry-After", im.HTTPError("p", "send", resp(429, "3"), nil), false, nil, 3 * time.Second},
+		{"400", im.HTTPError("p", "send", resp(400, ""), []byte("bad")), true, im.ErrRejected, 0},
+		{"503", im.HTTPError("p", "send", resp(503, ""), nil), false, nil, 0},
+		{"408", im.HTTPError("p", "send", resp(408, ""), nil), false, nil, 0},
+		{"permanent wrapper", im.Permanent(errors.New("x")), true, im.ErrRejected, 0},
+		{"wrapped twice", errors.Join(errors.New("ctx"), im.Permanentf("p", "a", "no")), true, im.ErrRejected, 0},
+		// An adapter's unknown bot stays an unknown bot when marked permanent (egress
+		// dead-letters it as "unknown_bot", not "rejected").
+		{"unknown bot, marked permanent", im.Permanent(fmt.Errorf("%w: bot %q", im.ErrUnknownBot, "ghost")), true, im.ErrUnknownBot, 0},
+		{"plain", errors.New("x"), false, nil, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := im.IsPermanent(tt.err); got != tt.permanent {
 				t.Errorf("permanent = %v, want %v", got, tt.permanent)
 			}
-			var e *im.Error
-			if errors.As(tt.err, &e) && e.RetryAfterDelay() != tt.retry {
-				t.Errorf("retry after = %v, want %v", e.RetryAfterDelay(), tt.retry)
+			for _, class := range []error{im.ErrRejected, im.ErrUnknownBot} {
+				if got := errors.Is(tt.err, class); got != (class == tt.class) {
+					t.Errorf("errors.Is(err, %v) = %v, want %v", class, got, class == tt.class)
+				}
+			}
+			if got := im.RetryAfterOf(fmt.Errorf("send: %w", tt.err)); got != tt.retry {
+				t.Errorf("retry after = %v, want %v", got, tt.retry)
 			}
 		})
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		in   string
+		want time.Duration
+	}{
+		{"", 0},
+		{"3", 3 * time.Second},
+		{"-1", 0},
+		{"soon", 0},
+		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
+		{now.Add(-time.Minute).Format(http.TimeFormat), 0},
+	}
+	for _, tc := range tests {
+		if got := im.ParseRetryAfter(tc.in, now); got != tc.want {
+			t.Errorf("ParseRetryAfter(%q) = %v, want %v", tc.in, got, tc.want)
+		}
 	}
 }
 

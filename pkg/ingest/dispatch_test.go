@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"github.com/agentbus/agentbus/pkg/im/console"
 	"strings"
 	"testing"
 
@@ -130,14 +131,14 @@ func TestSenderRoles(t *testing.T) {
 	cfg.AI.Trigger.Masters, cfg.AI.Trigger.Trusted = []string{"m1"}, []string{"t1"}
 	bots := map[string]BotRoles{"webhook/b1": {Masters: []string{"m2"}, Trusted: []string{"t2", "m1"}}}
 	in := New(nil, cfg.AI, bots, nil)
-	for _, platform := range []string{"webhook", PlatformConsole} {
+	for _, platform := range []string{"webhook", console.Platform} {
 		for _, bot := range []string{"b1", "other"} {
 			for _, id := range []string{"m1", "m2", "t1", "t2", "u"} {
 				for _, pr := range [][]string{nil, {"admin"}, {"owner", "group_admin", "x"}} {
 					m := &events.IMMessage{Platform: platform, Bot: bot, Sender: events.Sender{ID: id, Roles: pr}}
 					br := bots[platform+"/"+bot]
 					masters := append(append([]string(nil), cfg.AI.Trigger.Masters...), br.Masters...)
-					if platform == PlatformConsole {
+					if platform == console.Platform {
 						masters = append(masters, id)
 					}
 					trusted := append(append([]string(nil), cfg.AI.Trigger.Trusted...), br.Trusted...)

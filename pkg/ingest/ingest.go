@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/agentbus/agentbus/pkg/im/console"
 	"log/slog"
 	"math"
 	"slices"
@@ -332,7 +333,7 @@ func (in *Ingestor) senderRoles(m *events.IMMessage) []string {
 	id := m.Sender.ID
 	roles := Roles(id, m.Sender.Roles, nil, nil)
 	master := slices.Contains(in.ai.Trigger.Masters, id) || slices.Contains(br.Masters, id) ||
-		m.Platform == PlatformConsole // whoever reaches the bus is the operator: console users are masters
+		m.Platform == console.Platform // whoever reaches the bus is the operator: console users are masters
 	if master || slices.Contains(in.ai.Trigger.Trusted, id) || slices.Contains(br.Trusted, id) {
 		roles = appendOnce(roles, "trusted")
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	imwebhook "github.com/agentbus/agentbus/pkg/im/webhook"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -20,8 +21,9 @@ import (
 	"github.com/agentbus/agentbus/pkg/webhook"
 )
 
-// PlatformWebhook is the platform name of messages that arrive over the webhook adapter.
-const PlatformWebhook = "webhook"
+// PlatformWebhook is the platform name of messages that arrive over the webhook adapter (its
+// sender and registration are pkg/im/webhook's).
+const PlatformWebhook = imwebhook.Platform
 
 // CheckReplayWindow returns an error wrapping ErrReplayWindow when the dedupe window of IM_IN
 // or SESSION_IN, as provisioned on the server, is shorter than twice the webhook's tolerance

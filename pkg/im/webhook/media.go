@@ -1,4 +1,4 @@
-package egress
+package webhook
 
 import (
 	"context"
@@ -10,11 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/im"
 )
-
-// MediaScheme marks a reference into the media object store (generate_image answers with
-// ![prompt](media://<name>)).
-const MediaScheme = "media://"
 
 // maxInlineMedia caps an object inlined into a webhook body.
 const maxInlineMedia = 8 << 20
@@ -28,7 +25,7 @@ func inlineMedia(ctx context.Context, store jetstream.ObjectStore, content event
 	}
 	var out events.Segments
 	for i, s := range content {
-		name, ok := strings.CutPrefix(s.MediaRef(), MediaScheme)
+		name, ok := strings.CutPrefix(s.MediaRef(), im.MediaScheme)
 		if !ok || !s.IsMedia() {
 			continue
 		}
