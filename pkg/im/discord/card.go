@@ -52,7 +52,7 @@ func cardMessage(c events.Card) *discordgo.MessageSend {
 
 // pressButton handles one INTERACTION_CREATE: a press of a card's value button becomes an
 // inbound message from the presser in the card's channel, "[pressed button: <label>]
-// <value>", message id "press:<interaction id>". The custom_id must carry the card prefix,
+// <value>", message id the interaction id. The custom_id must carry the card prefix,
 // fit Discord's limit and be a button of the message the interaction came from (Discord
 // includes it); anything else is acknowledged and dropped. Every component interaction is
 // acknowledged first: Discord wants an answer within three seconds, and ingest may take
@@ -87,7 +87,10 @@ func (in *Inbound) pressButton(ctx context.Context, s *discordgo.Session, i *dis
 		name = i.Member.Nick
 	}
 	value := strings.TrimPrefix(data.CustomID, customIDPrefix)
-	m := &events.IMMessage{Platform: Platform, Bot: in.o.Bot.ID, MessageID: "press:" + i.ID, Scene: scene,
+	// The message id is the interaction's own snowflake: unique (a redelivered press is
+	// deduplicated), and a valid message_reference for the reply, which Discord then sends
+	// without a quote (fail_if_not_exists false) where "press:<id>" would be rejected.
+	m := &events.IMMessage{Platform: Platform, Bot: in.o.Bot.ID, MessageID: i.ID, Scene: scene,
 		Sender: events.Sender{ID: user.ID, Name: name}, Time: time.Now().UnixMilli(), MentionsBot: true,
 		Content: events.Segments{events.TextSeg(events.PressText(label, value))}}
 	if err := m.Validate(); err != nil {

@@ -113,7 +113,7 @@ func TestCardOnTheWire(t *testing.T) {
 		t.Fatalf("ingested %d presses, want 1: %+v", len(got), got)
 	}
 	m := got[0]
-	if m.MessageID != "press:i-ok" || m.Sender.ID != "u7" || m.Sender.Name != "Ann" || m.Scene != (events.Scene{Type: "group", ID: "c1"}) || !m.MentionsBot {
+	if m.MessageID != "i-ok" || m.Sender.ID != "u7" || m.Sender.Name != "Ann" || m.Scene != (events.Scene{Type: "group", ID: "c1"}) || !m.MentionsBot {
 		t.Fatalf("press message %+v", m)
 	}
 	if txt := m.Content.PlainText(); txt != "[pressed button: Deploy] deploy v1.4" {
