@@ -3,6 +3,7 @@ package output
 import (
 	"encoding/xml"
 	"io"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -209,5 +210,28 @@ func TestPromptFor(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("the prompt's example is no card: %#v", els)
+	}
+}
+
+// TestDocsExample: the card example of docs/events.md is a card Parse accepts, with the
+// fields and buttons the text around it describes.
+func TestDocsExample(t *testing.T) {
+	b, err := os.ReadFile("../../docs/events.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	start := strings.Index(doc, "````text\n")
+	if start < 0 {
+		t.Fatal("docs/events.md has no ````text block with the card example")
+	}
+	body := doc[start+len("````text\n"):]
+	body = body[:strings.Index(body, "\n````")]
+	els := Parse(body)
+	if len(els) != 1 {
+		t.Fatalf("the example parses to %#v, want one card", els)
+	}
+	if c, ok := els[0].(CardElement); !ok || !reflect.DeepEqual(c.Card, deployCard) {
+		t.Fatalf("the example parses to %#v, want %#v", els[0], deployCard)
 	}
 }
