@@ -16,7 +16,7 @@ import (
 )
 
 var testCard = events.Card{Title: "Deploy <v1.4>?", Text: "Staging is **green**.",
-	Fields: []events.CardField{{Name: "env", Value: "prod & eu"}},
+	Fields:  []events.CardField{{Name: "env", Value: "prod & eu"}},
 	Buttons: []events.CardButton{{Label: "Deploy", Value: "deploy v1.4"}, {Label: "Changelog", URL: "https://example.com/changes"}}}
 
 // TestCardOnTheWire (issue 39): a card part goes out as one sendMessage with an HTML text and
