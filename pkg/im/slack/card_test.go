@@ -18,6 +18,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/im"
 	"github.com/agentbus/agentbus/pkg/im/slack"
 	"github.com/agentbus/agentbus/pkg/im/slack/slacktest"
+	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 )
 
 // TestCardOnTheWire (issue 39): a card part is one chat.postMessage with blocks (a section,
@@ -80,14 +81,17 @@ func TestCardOnTheWire(t *testing.T) {
 	slack.Routes(mux, map[string]*slack.Inbound{"sl1": in})
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
-	press := func(actionID, value, actionTS string, sign string) int {
-		payload, _ := json.Marshal(map[string]any{"type": "block_actions", "trigger_id": "tr-" + actionTS,
+	interaction := func(actionID, value, actionTS string) map[string]any {
+		return map[string]any{"type": "block_actions", "trigger_id": "tr-" + actionTS,
 			"user":      map[string]any{"id": "U7", "username": "ann", "name": "Ann"},
 			"channel":   map[string]any{"id": "C1", "name": "general"},
 			"container": map[string]any{"type": "message", "channel_id": "C1", "message_ts": sent.TS, "is_ephemeral": false},
 			"message":   map[string]any{"type": "message", "ts": sent.TS, "blocks": blocks},
 			"actions": []any{map[string]any{"action_id": actionID, "block_id": "ab-card", "type": "button", "value": value,
-				"text": map[string]any{"type": "plain_text", "text": "Deploy"}, "action_ts": actionTS}}})
+				"text": map[string]any{"type": "plain_text", "text": "Deploy"}, "action_ts": actionTS}}}
+	}
+	press := func(actionID, value, actionTS string, sign string) int {
+		payload, _ := json.Marshal(interaction(actionID, value, actionTS))
 		body := []byte(url.Values{"payload": {string(payload)}}.Encode())
 		ts, sig := slacktest.Sign(sign, body, time.Now())
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/slack/sl1", strings.NewReader(string(body)))
@@ -117,16 +121,46 @@ func TestCardOnTheWire(t *testing.T) {
 		}
 	}
 	mu.Lock()
-	defer mu.Unlock()
 	if len(got) != 1 {
 		t.Fatalf("ingested %d presses, want 1: %+v", len(got), got)
 	}
 	m := got[0]
+	mu.Unlock()
 	if m.Sender.ID != "U7" || m.Sender.Name != "Ann" || m.Scene != (events.Scene{Type: "group", ID: "C1"}) || !m.MentionsBot ||
 		!strings.HasPrefix(m.MessageID, "C1/"+sent.TS+"/"+sent.TS+"/press:") {
 		t.Fatalf("press message %+v", m)
 	}
 	if txt := m.Content.PlainText(); txt != "[pressed button: Deploy] deploy v1.4" {
 		t.Fatalf("press text %q", txt)
+	}
+
+	// Socket Mode: the press arrives in an "interactive" envelope, is ingested and acked; a
+	// forged one is acked and dropped.
+	nsrv := natstest.New(t, natstest.WithMemoryStorage())
+	_, js := nsrv.Connect(t)
+	sbot := config.SlackBot{ID: "sl1", BotToken: "xoxb-1", AppToken: "xapp-1", APIBase: fake.URL()}
+	sin, err := slack.NewInbound(slack.InboundOptions{Bot: sbot, Sink: sink, JS: js, Owner: "a", TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = sin.Run(rctx) }()
+	defer func() { stop(); <-done }()
+	fake.WaitSockets(1, 30*time.Second)
+	forged := fake.PushInteractive(interaction("ab:0", "rm -rf /", "1700000001.000001"))
+	real := fake.PushInteractive(interaction("ab:0", "deploy v1.4", "1700000001.000002"))
+	deadline := time.Now().Add(30 * time.Second)
+	for !fake.Acked(forged) || !fake.Acked(real) {
+		if time.Now().After(deadline) {
+			t.Fatal("interactive envelopes not acknowledged")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 || got[1].Content.PlainText() != "[pressed button: Deploy] deploy v1.4" ||
+		!strings.HasSuffix(got[1].MessageID, "/press:1700000001.000002") {
+		t.Fatalf("socket mode presses %+v, want the real one only", got[1:])
 	}
 }
