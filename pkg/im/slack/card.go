@@ -38,7 +38,8 @@ func cardBlocks(c events.Card) []slackapi.Block {
 		head = append(head, escaper.Replace(c.Text))
 	}
 	if len(head) > 0 {
-		blocks = append(blocks, slackapi.NewSectionBlock(slackapi.NewTextBlockObject(slackapi.MarkdownType, strings.Join(head, "\n"), false, false), nil, nil))
+		// A section's text holds 3,000 characters; title and text together may be longer.
+		blocks = append(blocks, slackapi.NewSectionBlock(slackapi.NewTextBlockObject(slackapi.MarkdownType, cutRunes(strings.Join(head, "\n"), 3000), false, false), nil, nil))
 	}
 	for i := 0; i < len(c.Fields); i += 10 {
 		var fields []*slackapi.TextBlockObject
@@ -204,4 +205,16 @@ func firstNonEmpty(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// cutRunes cuts s to at most n characters.
+func cutRunes(s string, n int) string {
+	i := 0
+	for k := range s {
+		if i == n {
+			return s[:k]
+		}
+		i++
+	}
+	return s
 }

@@ -68,7 +68,12 @@ func (s *Sender) sendCard(ctx context.Context, c *client, chat int64, seg events
 		msg.ReplyMarkup = kb
 	}
 	var sent tgbotapi.Message
-	err := c.inChat(ctx, chat, true, func(api *tgbotapi.BotAPI) (err error) { sent, err = api.Send(msg); return err })
+	send := func(api *tgbotapi.BotAPI) (err error) { sent, err = api.Send(msg); return err }
+	err := c.inChat(ctx, chat, true, send)
+	if isParseError(err) { // the text's Markdown made HTML Telegram rejects: plain, same keyboard
+		msg.Text, msg.ParseMode = card.PlainText(), ""
+		err = c.inChat(ctx, chat, true, send)
+	}
 	if err != nil {
 		return 0, classifyChat("sendMessage", err)
 	}
