@@ -131,9 +131,9 @@ type wireBlock struct {
 
 // pressButton ingests a block_actions interaction: a press of a card's value button becomes
 // an inbound message from the presser, "[pressed button: <label>] <value>", in the card's
-// channel; its message id is the card's message id (so the reply goes into the card's
-// thread) plus "/press:<action_ts>", unique per press, so a redelivered interaction is
-// deduplicated. The action must be a button of the card's actions block in the message Slack
+// channel; its message id is "<channel>/press:<action_ts>[/<thread ts>]": unique per press, so
+// a redelivered interaction is deduplicated, and in the MessageID form, so the answer is
+// threaded like an answer to the card (threadFor). The action must be a button of the card's actions block in the message Slack
 // includes, with the same value; anything else (other interactions, forged or oversized
 // values, a message Slack did not include) is dropped with no error (Slack is answered 200
 // and does not send it again).
@@ -158,16 +158,18 @@ func (in *Inbound) pressButton(ctx context.Context, raw []byte) error {
 		in.log.Warn("slack: button press dropped: no such button on the message", "action", a.ActionID, "bytes", len(a.Value))
 		return nil
 	}
-	thread := firstNonEmpty(p.Container.ThreadTS, p.Message.ThreadTS)
-	if thread == "" {
-		thread = msgTS
-	}
 	scene := events.Scene{Type: events.ScopeGroup, ID: channel}
 	if strings.HasPrefix(channel, "D") { // direct message channels' ids start with D
 		scene.Type = events.ScopePrivate
 	}
+	// The answer goes where an answer to the card would: into its thread, or in a channel
+	// into a new thread under the card; in a DM outside threads, not into one.
+	thread := firstNonEmpty(p.Container.ThreadTS, p.Message.ThreadTS)
+	if thread == "" && scene.Type == events.ScopeGroup {
+		thread = msgTS
+	}
 	now := time.Now()
-	m := &events.IMMessage{Platform: Platform, Bot: in.o.Bot.ID, MessageID: channel + "/" + msgTS + "/" + thread + "/press:" + a.ActionTS,
+	m := &events.IMMessage{Platform: Platform, Bot: in.o.Bot.ID, MessageID: MessageID(channel, "press:"+a.ActionTS, thread),
 		Scene: scene, Sender: events.Sender{ID: p.User.ID, Name: firstNonEmpty(p.User.Name, p.User.Username)}, Time: now.UnixMilli(),
 		MentionsBot: true, Content: events.Segments{events.TextSeg(events.PressText(label, a.Value))}}
 	if err := m.Validate(); err != nil {

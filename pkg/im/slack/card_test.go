@@ -127,7 +127,7 @@ func TestCardOnTheWire(t *testing.T) {
 	m := got[0]
 	mu.Unlock()
 	if m.Sender.ID != "U7" || m.Sender.Name != "Ann" || m.Scene != (events.Scene{Type: "group", ID: "C1"}) || !m.MentionsBot ||
-		!strings.HasPrefix(m.MessageID, "C1/"+sent.TS+"/"+sent.TS+"/press:") {
+		m.MessageID != "C1/press:1700000000.004/"+sent.TS {
 		t.Fatalf("press message %+v", m)
 	}
 	if txt := m.Content.PlainText(); txt != "[pressed button: Deploy] deploy v1.4" {
@@ -160,7 +160,7 @@ func TestCardOnTheWire(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if len(got) != 2 || got[1].Content.PlainText() != "[pressed button: Deploy] deploy v1.4" ||
-		!strings.HasSuffix(got[1].MessageID, "/press:1700000001.000002") {
+		got[1].MessageID != "C1/press:1700000001.000002/"+sent.TS {
 		t.Fatalf("socket mode presses %+v, want the real one only", got[1:])
 	}
 }
