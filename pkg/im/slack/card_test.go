@@ -158,9 +158,33 @@ func TestCardOnTheWire(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	mu.Lock()
-	defer mu.Unlock()
-	if len(got) != 2 || got[1].Content.PlainText() != "[pressed button: Deploy] deploy v1.4" ||
+	got2 := append([]*events.IMMessage(nil), got...)
+	mu.Unlock()
+	if got := got2; len(got) != 2 || got[1].Content.PlainText() != "[pressed button: Deploy] deploy v1.4" ||
 		got[1].MessageID != "C1/press:1700000001.000002/"+sent.TS {
 		t.Fatalf("socket mode presses %+v, want the real one only", got[1:])
+	}
+
+	// In a DM the answer is not threaded: the press's id has no thread part.
+	dm := interaction("ab:0", "deploy v1.4", "1700000002.000001")
+	dm["channel"] = map[string]any{"id": "D9"}
+	dm["container"] = map[string]any{"type": "message", "channel_id": "D9", "message_ts": sent.TS}
+	fake.PushInteractive(dm)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the DM press was not ingested (%d messages)", n)
+		}
+	}
+	mu.Lock()
+	m = got[2]
+	mu.Unlock()
+	if m := m; m.MessageID != "D9/press:1700000002.000001" || m.Scene.Type != events.ScopePrivate {
+		t.Fatalf("DM press %+v", m)
 	}
 }
