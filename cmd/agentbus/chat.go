@@ -388,6 +388,9 @@ func renderSegments(ss events.Segments) string {
 			b.WriteString(s.Str("text"))
 		case events.SegImage:
 			b.WriteString("[image: " + s.MediaRef() + "]")
+		case events.SegCard: // the console has no buttons: the card's text; answer in words
+			c, _ := s.Card()
+			b.WriteString(c.PlainText())
 		default:
 			b.WriteString("[" + s.Type + "]")
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/identity"
 	"github.com/agentbus/agentbus/pkg/memory"
+	"github.com/agentbus/agentbus/pkg/output"
 	"github.com/agentbus/agentbus/pkg/toolworker"
 	"github.com/agentbus/agentbus/pkg/turn"
 )
@@ -41,6 +42,9 @@ func (p *promptSources) Sections(ctx context.Context, m events.IMMessage) []turn
 		if body := p.memory.Section(); body != "" {
 			out = append(out, turn.Section{Title: "Memory", Body: "Notes you saved earlier (memory/MEMORY.md and the daily notes):\n" + body})
 		}
+	}
+	if body := output.PromptFor(m.Platform); body != "" { // only where cards render
+		out = append(out, turn.Section{Title: "Cards", Body: body})
 	}
 	if s, err := p.profiles.Summary(ctx, m.Platform, m.Sender.ID); err == nil && s != "" {
 		out = append(out, turn.Section{Title: "User profile", Body: s})

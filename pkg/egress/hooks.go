@@ -43,12 +43,13 @@ func (e *egress) sendingHook(ctx context.Context, ev *events.Event[events.Outbou
 }
 
 // withText replaces the text and mention segments of ss by one text segment (where the first
-// was); media and other segments stay.
+// was); media and other segments stay, but a card goes: its words were in the text the hook
+// changed (Segments.PlainText), and sending it too would show them unchanged.
 func withText(ss events.Segments, text string) events.Segments {
 	out := make(events.Segments, 0, len(ss)+1)
 	placed := false
 	for _, s := range ss {
-		if s.Type == events.SegText || s.Type == events.SegAt {
+		if s.Type == events.SegText || s.Type == events.SegAt || s.Type == events.SegCard {
 			if !placed {
 				out = append(out, events.TextSeg(text))
 				placed = true

@@ -26,6 +26,7 @@ const (
 	SegAt      = "at"      // mention: data.id | data.user_id | data.qq (+ name, + self: true for the receiving bot); id "all" mentions everyone
 	SegReply   = "reply"   // quoted message: data.id | data.message_id
 	SegFile    = "file"    // data.url | data.file | data.object | data.base64 (+ name, size)
+	// SegCard (card.go): data.title, data.text, data.fields, data.buttons.
 )
 
 // Segment is one element of a message: the seed's MessageSegment {type, data}. Data values are
@@ -157,6 +158,11 @@ func (s Segment) Validate() error {
 		if s.MediaRef() == "" && s.Str("base64") == "" {
 			return badField("data", "needs one of url, file, object, base64")
 		}
+	case SegCard:
+		c, _ := s.Card()
+		if err := c.Validate(); err != nil {
+			return within("data", err)
+		}
 	}
 	return nil
 }
@@ -175,7 +181,8 @@ func (ss Segments) Validate() error {
 }
 
 // PlainText joins the text segments: the transcript body (seed: extractTextContent). Mentions
-// become "@name" (or "@id") so that keyword search finds them.
+// become "@name" (or "@id") so that keyword search finds them; a card becomes its plain text
+// (Card.PlainText) on lines of its own.
 func (ss Segments) PlainText() string {
 	var b strings.Builder
 	for _, s := range ss {
@@ -190,6 +197,12 @@ func (ss Segments) PlainText() string {
 				b.WriteString(s.MentionID())
 			}
 			b.WriteByte(' ')
+		case SegCard:
+			c, _ := s.Card()
+			if b.Len() > 0 {
+				b.WriteByte('\n')
+			}
+			b.WriteString(c.PlainText())
 		}
 	}
 	return b.String()

@@ -19,11 +19,16 @@ type Planned struct {
 type Render func(s events.Segment) (text string, media bool)
 
 // RenderText is the Render of platforms that take text, user mentions already flattened
-// into text, and media other than QQ faces, emoji and stickers.
+// into text, and media other than QQ faces, emoji and stickers. A card is its plain text
+// (events.Card.PlainText) on lines of its own: platforms that render cards natively
+// intercept card segments before this.
 func RenderText(s events.Segment) (string, bool) {
 	switch {
 	case s.Type == events.SegText:
 		return s.Str("text"), false
+	case s.Type == events.SegCard:
+		c, _ := s.Card()
+		return "\n" + c.PlainText() + "\n", false
 	case s.IsMedia() && s.Type != events.SegFace && s.Type != events.SegEmoji && s.Type != events.SegSticker:
 		return "", true
 	}

@@ -8,30 +8,10 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/agentbus/agentbus/pkg/chunk"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/identity"
 	"github.com/agentbus/agentbus/pkg/llm"
 )
-
-// mediaSegment is the outbound segment of a media part of a reply: an image (data.alt), an
-// audio, voice or video (data.caption) or a file (data.name), each by data.url (media://
-// references are inlined by egress for platforms that cannot reach the store).
-func mediaSegment(p chunk.Part) events.Segment {
-	seg := events.Segment{Type: p.Kind, Data: map[string]any{"url": p.URL}}
-	if p.Alt == "" {
-		return seg
-	}
-	switch p.Kind {
-	case events.SegImage:
-		seg.Data["alt"] = p.Alt
-	case events.SegFile:
-		seg.Data["name"] = p.Alt
-	default:
-		seg.Data["caption"] = p.Alt
-	}
-	return seg
-}
 
 // mediaText describes a non-image media segment for the model (its fields escaped: none can
 // close the description's bracket, open a prefix or start a line of its own), with its reference, so that a

@@ -28,6 +28,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/models"
 	"github.com/agentbus/agentbus/pkg/natsutil"
+	"github.com/agentbus/agentbus/pkg/output"
 	"github.com/agentbus/agentbus/pkg/store"
 	"github.com/agentbus/agentbus/pkg/tracing"
 )
@@ -1079,12 +1080,13 @@ func (a *actor) replyMsgs(pt *pendingTurn, turn, text string, fresh bool) []*nat
 func (a *actor) replyMsgsOf(pt *pendingTurn, turn string, texts []string, fresh bool) []*nats.Msg {
 	var segs []events.Segments
 	for _, text := range texts {
-		for _, p := range chunk.SplitMedia(text) {
-			if p.Kind != "" {
-				segs = append(segs, events.Segments{mediaSegment(p)})
+		for _, el := range output.Parse(text) { // media and cards: a part each
+			t, ok := el.(output.TextElement)
+			if !ok {
+				segs = append(segs, events.Segments{output.Segment(el)})
 				continue
 			}
-			for _, c := range chunk.Chunk(p.Text, replyLimit) {
+			for _, c := range chunk.Chunk(t.Text, replyLimit) {
 				segs = append(segs, events.Segments{events.TextSeg(c)})
 			}
 		}

@@ -125,6 +125,9 @@ func (in *Inbound) gateway(ctx context.Context) error {
 			in.log.Error("discord: message not ingested", "message", m.ID, "err", err)
 		}
 	})
+	s.AddHandler(func(s *discordgo.Session, ic *discordgo.InteractionCreate) {
+		in.pressButton(ctx, s, ic.Interaction)
+	})
 	if err := s.Open(); err != nil {
 		return fmt.Errorf("discord: open gateway: %w", err)
 	}

@@ -20,7 +20,8 @@ import (
 // Sender is the egress half of the Discord adapter (egress's Sender contract for platform
 // "discord"). One outbound part becomes one or more Discord messages: its text cut at the
 // chunk limit, then each media segment as a message with the file attached (uploaded from
-// the media store, or a URL fetched by Discord through an embed-free link). The first message
+// the media store, or a URL fetched by Discord through an embed-free link), a card as an embed
+// with buttons (card.go). The first message
 // answers the message the part replies to (message_reference, fail_if_not_exists false).
 // Mentions are limited to users (the model cannot ping @everyone or roles). Each message is
 // recorded in the ledger, so a retried part resumes after the messages already sent. When a
@@ -73,7 +74,12 @@ func plan(content events.Segments, limit int) []im.Planned {
 		}
 		flat = append(flat, s)
 	}
-	return im.Plan(im.Chunks(flat, limit), im.RenderText, nil)
+	return im.Plan(im.Chunks(flat, limit), func(s events.Segment) (string, bool) {
+		if s.Type == events.SegCard {
+			return "", true // a message of its own (card.go)
+		}
+		return im.RenderText(s)
+	}, nil)
 }
 
 var allowedMentions = &discordgo.MessageAllowedMentions{Parse: []discordgo.AllowedMentionType{discordgo.AllowedMentionTypeUsers}, RepliedUser: true}
@@ -120,6 +126,13 @@ func (p *part) Send(ctx context.Context, k int) (string, error) {
 	m := p.msgs[k]
 	if m.Text != "" {
 		return p.s.send(ctx, p.b, p.channel, &discordgo.MessageSend{Content: m.Text}, replyTo)
+	}
+	if m.Media.Type == events.SegCard {
+		c, _ := m.Media.Card()
+		if c.Validate() != nil { // not from the turn worker: its words, as text
+			return p.s.send(ctx, p.b, p.channel, &discordgo.MessageSend{Content: c.PlainText()}, replyTo)
+		}
+		return p.s.send(ctx, p.b, p.channel, cardMessage(c), replyTo)
 	}
 	f, err := p.s.file(ctx, m.Media)
 	if err != nil {

@@ -91,8 +91,8 @@ func plan(content events.Segments, limit int) []one {
 					md.WriteString("@" + format.EscapeMarkdown(name) + " ")
 				}
 				plain.WriteString(name + " ")
-			case s.IsMedia() && s.Type != events.SegFace && s.Type != events.SegEmoji:
-				media = append(media, s)
+			case s.IsMedia() && s.Type != events.SegFace && s.Type != events.SegEmoji, s.Type == events.SegCard:
+				media = append(media, s) // a card is a message of its own too (card.go)
 			}
 		}
 		if strings.TrimSpace(plain.String()) != "" {
@@ -184,7 +184,10 @@ func (p *part) IsText(k int) bool { return p.msgs[k].plain != "" }
 func (p *part) Send(ctx context.Context, k int) (string, error) {
 	m := p.msgs[k]
 	c := textContent(m)
-	if m.plain == "" {
+	switch {
+	case m.plain == "" && m.media.Type == events.SegCard:
+		c = cardContent(m.media)
+	case m.plain == "":
 		var err error
 		if c, err = p.s.mediaContent(ctx, p.b, m.media); err != nil {
 			return "", err

@@ -166,6 +166,11 @@ func (s *Sender) outSegments(ctx context.Context, content events.Segments) ([]se
 				d["name"] = n
 			}
 			out = append(out, segment{Type: typ, Data: d})
+		case events.SegCard:
+			// QQ has no buttons a OneBot bot can send: the card as plain text (title, text,
+			// "name: value" per field, "[label] url" / "[label]" per button).
+			c, _ := seg.Card()
+			out = append(out, segment{Type: "text", Data: map[string]any{"text": c.PlainText()}})
 		default:
 			// Unknown segments: their text, if any, so nothing the model wrote is lost.
 			if t := seg.Str("text"); t != "" {

@@ -9,7 +9,9 @@ import (
 	"html"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -131,7 +133,15 @@ func (in *Inbound) socket(ctx context.Context) error {
 				if err := sm.AckCtx(ctx, ev.Request.EnvelopeID, nil); err != nil {
 					in.log.Warn("slack: ack", "err", err)
 				}
-			case socketmode.EventTypeSlashCommand, socketmode.EventTypeInteractive:
+			case socketmode.EventTypeInteractive:
+				if ev.Request == nil {
+					continue
+				}
+				if err := in.pressButton(ctx, ev.Request.Payload); err != nil {
+					in.log.Error("slack: interaction not ingested", "err", err)
+				}
+				_ = sm.AckCtx(ctx, ev.Request.EnvelopeID, nil) // Slack does not deliver interactions again
+			case socketmode.EventTypeSlashCommand:
 				if ev.Request != nil {
 					_ = sm.AckCtx(ctx, ev.Request.EnvelopeID, nil)
 				}
@@ -168,6 +178,23 @@ func (in *Inbound) serveEvents(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		in.log.Warn("slack: events request with a bad signature", "remote", r.RemoteAddr, "err", err)
 		http.Error(w, "bad signature", http.StatusUnauthorized)
+		return
+	}
+	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct == "application/x-www-form-urlencoded" {
+		// An interaction (a card's button pressed), posted to the same request URL.
+		form, err := url.ParseQuery(string(body))
+		if err != nil {
+			http.Error(w, "bad form", http.StatusBadRequest)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 2500*time.Millisecond) // Slack waits 3 s
+		defer cancel()
+		if err := in.pressButton(ctx, []byte(form.Get("payload"))); err != nil {
+			in.log.Error("slack: interaction not ingested", "err", err)
+			http.Error(w, "not accepted", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
 		return
 	}
 	var outer struct {

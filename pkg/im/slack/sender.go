@@ -19,7 +19,7 @@ import (
 // Sender is the egress half of the Slack adapter (egress's Sender contract for platform
 // "slack"). One outbound part becomes one or more Slack messages: its text cut at the chunk
 // limit (chat.postMessage, &, < and > escaped so model text cannot forge mentions or links),
-// then each media segment uploaded as a file. Every message goes into the thread of the
+// then each media segment uploaded as a file, a card as a message with blocks (card.go). Every message goes into the thread of the
 // message the part answers (see the package doc). Each message is recorded in the ledger, so
 // a retried part resumes after the messages already sent. When a streaming preview of the
 // turn is showing, part 0 replaces it (chat.update) instead of posting a new message.
@@ -71,7 +71,13 @@ func plan(content events.Segments, limit int) []im.Planned {
 		flat = append(flat, s)
 	}
 	unplace := strings.NewReplacer("\x00", "<@", "\x01", ">")
-	return im.Plan(im.Chunks(flat, limit), im.RenderText, func(t string) string { return unplace.Replace(escaper.Replace(t)) })
+	render := func(s events.Segment) (string, bool) {
+		if s.Type == events.SegCard {
+			return "", true // a message of its own (card.go)
+		}
+		return im.RenderText(s)
+	}
+	return im.Plan(im.Chunks(flat, limit), render, func(t string) string { return unplace.Replace(escaper.Replace(t)) })
 }
 
 // threadFor is the thread_ts of a reply to replyTo in a scene of scope.
@@ -126,6 +132,9 @@ func (p *part) IsText(k int) bool { return p.msgs[k].Text != "" }
 func (p *part) Send(ctx context.Context, k int) (string, error) {
 	if m := p.msgs[k]; m.Text != "" {
 		return p.s.post(ctx, p.b, p.channel, m.Text, p.thread)
+	}
+	if m := p.msgs[k]; m.Media.Type == events.SegCard {
+		return p.s.postCard(ctx, p.b, p.channel, m.Media, p.thread)
 	}
 	return p.s.upload(ctx, p.b, p.channel, p.msgs[k].Media, p.thread)
 }

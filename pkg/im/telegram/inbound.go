@@ -70,7 +70,7 @@ func IsWebhook(b config.TelegramBot) bool { return b.Mode == ModeWebhook }
 func (in *Inbound) Run(ctx context.Context) error {
 	if IsWebhook(in.o.Bot) {
 		if u := in.o.Bot.WebhookURL; u != "" {
-			p := tgbotapi.Params{"url": u, "allowed_updates": `["message","channel_post"]`}
+			p := tgbotapi.Params{"url": u, "allowed_updates": `["message","channel_post","callback_query"]`}
 			p.AddNonEmpty("secret_token", in.o.Bot.WebhookSecret)
 			if _, err := in.c.api(ctx).MakeRequest("setWebhook", p); err != nil {
 				in.log.Error("telegram: setWebhook", "err", classify("setWebhook", err))
@@ -108,7 +108,7 @@ func (in *Inbound) poll(ctx context.Context) error {
 	im.Connected(ctx, in.log)
 	offset := 0
 	for ctx.Err() == nil {
-		cfg := tgbotapi.UpdateConfig{Offset: offset, Timeout: pollTimeout, AllowedUpdates: []string{"message", "channel_post"}}
+		cfg := tgbotapi.UpdateConfig{Offset: offset, Timeout: pollTimeout, AllowedUpdates: []string{"message", "channel_post", "callback_query"}}
 		updates, err := in.c.api(ctx).GetUpdates(cfg)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -178,9 +178,12 @@ func (in *Inbound) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// update ingests one update (new messages and channel posts; edits and other kinds are
-// skipped).
+// update ingests one update (new messages and channel posts, presses of card buttons; edits
+// and other kinds are skipped).
 func (in *Inbound) update(ctx context.Context, u *tgbotapi.Update, raw []byte) error {
+	if u.CallbackQuery != nil {
+		return in.pressButton(ctx, u.CallbackQuery)
+	}
 	msg := u.Message
 	if msg == nil {
 		msg = u.ChannelPost
@@ -228,16 +231,11 @@ func (in *Inbound) normalize(ctx context.Context, msg *tgbotapi.Message) (*event
 	}
 	m := &events.IMMessage{Platform: Platform, Bot: in.o.Bot.ID, MessageID: MessageID(msg.Chat.ID, msg.MessageID),
 		Time: int64(msg.Date) * 1000}
-	switch msg.Chat.Type {
-	case "private":
-		m.Scene = events.Scene{Type: "private", ID: strconv.FormatInt(msg.Chat.ID, 10)}
-	case "group", "supergroup":
-		m.Scene = events.Scene{Type: "group", ID: strconv.FormatInt(msg.Chat.ID, 10), Name: msg.Chat.Title}
-	case "channel":
-		m.Scene = events.Scene{Type: "channel", ID: strconv.FormatInt(msg.Chat.ID, 10), Name: msg.Chat.Title}
-	default:
-		return nil, fmt.Errorf("chat type %q is not private, group, supergroup or channel", msg.Chat.Type)
+	scene, err := sceneOf(msg.Chat)
+	if err != nil {
+		return nil, err
 	}
+	m.Scene = scene
 	if msg.From != nil {
 		name := strings.TrimSpace(msg.From.FirstName + " " + msg.From.LastName)
 		if name == "" {

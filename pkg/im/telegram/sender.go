@@ -18,7 +18,8 @@ import (
 // Sender is the egress half of the Telegram adapter (egress's Sender contract for platform
 // "telegram"). One outbound part becomes one or more Telegram messages: its text cut at the
 // chunk limit (sendMessage, HTML parse mode), then each media segment (sendPhoto,
-// sendVoice, sendAudio, sendVideo, sendDocument). The first message answers the message the
+// sendVoice, sendAudio, sendVideo, sendDocument), a card as a message with an inline keyboard
+// (card.go). The first message answers the message the
 // part replies to. Each message is recorded in the ledger, so a retried part resumes after
 // the messages already sent. When a streaming preview of the turn is showing, part 0
 // replaces it (editMessageText) instead of sending a new message.
@@ -58,6 +59,8 @@ func plan(content events.Segments, limit int) []im.Planned {
 			return "@" + strings.TrimPrefix(firstNonEmpty(s.Str("name"), s.MentionID()), "@") + " ", false
 		case s.IsMedia() && s.Type != events.SegFace && s.Type != events.SegEmoji:
 			return "", true // stickers too: Telegram has them
+		case s.Type == events.SegCard:
+			return "", true // a message of its own (card.go)
 		}
 		return "", false
 	}, nil)
@@ -112,6 +115,8 @@ func (p *part) Send(ctx context.Context, k int) (string, error) {
 	var err error
 	if m.Text != "" {
 		id, err = p.s.sendText(ctx, p.c, p.chat, m.Text, replyIf(k == 0, p.replyTo))
+	} else if m.Media.Type == events.SegCard {
+		id, err = p.s.sendCard(ctx, p.c, p.chat, m.Media, replyIf(k == 0, p.replyTo))
 	} else {
 		id, err = p.s.sendMedia(ctx, p.c, p.chat, m.Media, replyIf(k == 0, p.replyTo))
 	}

@@ -1,6 +1,7 @@
 // Package discordtest is a Discord server for tests, speaking Discord's documented wire
 // formats: the REST API under /api/v<n> (v9, which discordgo speaks, or v10) (GET /gateway,
 // GET channel messages after an id from the history of every dispatched message, create / edit / delete message with
+// interaction callbacks (POST /interactions/{id}/{token}/callback, recorded as "interactionCallback"),
 // JSON or multipart payload_json + files[n] bodies, trigger typing, 429 with a retry_after
 // body and Retry-After header on demand), the gateway WebSocket (op 10 Hello, op 2 Identify,
 // op 0 READY and MESSAGE_CREATE dispatches with sequence numbers, op 1 heartbeats acked with
@@ -105,6 +106,16 @@ func New(t testing.TB, token, botID, name string) *Fake {
 	mux.HandleFunc("DELETE /api/{v}/channels/{channel}/messages/{message}", func(w http.ResponseWriter, r *http.Request) { f.serveREST(w, r, "deleteMessage") })
 	mux.HandleFunc("GET /api/{v}/channels/{channel}/messages", f.serveHistory)
 	mux.HandleFunc("POST /api/{v}/channels/{channel}/typing", func(w http.ResponseWriter, r *http.Request) { f.serveREST(w, r, "typing") })
+	mux.HandleFunc("POST /api/{v}/interactions/{id}/{token}/callback", func(w http.ResponseWriter, r *http.Request) {
+		// The interaction token authorizes the callback, not the bot token.
+		c := Call{Method: r.Method, Route: "interactionCallback", Message: r.PathValue("id"), Auth: r.PathValue("token"),
+			Time: time.Now(), Files: map[string][]byte{}, Status: 204}
+		if err := readBody(r, &c); err != nil {
+			c.Status = 400
+		}
+		f.record(c)
+		w.WriteHeader(c.Status)
+	})
 	mux.HandleFunc("GET /attachments/{path...}", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		b, ok := f.files[r.PathValue("path")]
@@ -173,6 +184,26 @@ func (f *Fake) Mention(m map[string]any) map[string]any {
 	m["content"] = "<@" + f.BotID + "> " + m["content"].(string)
 	m["mentions"] = []any{map[string]any{"id": f.BotID, "username": f.Name, "bot": true, "discriminator": "0"}}
 	return m
+}
+
+// DispatchEvent sends a dispatch of type t with payload d (INTERACTION_CREATE, say) to every
+// open gateway session; it reports how many got it.
+func (f *Fake) DispatchEvent(t string, d map[string]any) int {
+	f.mu.Lock()
+	open := []*session{}
+	for _, s := range f.sessions {
+		if s.Closed.IsZero() {
+			open = append(open, s)
+		}
+	}
+	f.mu.Unlock()
+	n := 0
+	for _, s := range open {
+		if s.dispatch(t, d) == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // Dispatch stores m in its channel's history and sends MESSAGE_CREATE to every open gateway

@@ -88,6 +88,7 @@ func (f *Fake) SetRetries(ackTimeout time.Duration, delays ...time.Duration) {
 
 type envelope struct {
 	id       string
+	typ      string // "events_api" or "interactive"
 	payload  map[string]any
 	attempts int       // deliveries tried so far
 	next     time.Time // when the next retry is due (zero: no more retries)
@@ -193,10 +194,16 @@ func Event(m map[string]any) map[string]any { return m["event"].(map[string]any)
 // connection per event) and returns the envelope id. An envelope that is not acknowledged
 // within AckTimeout (also one pushed while no socket is open) is sent again on the
 // RetryDelays schedule, with retry_attempt and retry_reason set, as Slack does.
-func (f *Fake) Push(payload map[string]any) string {
+func (f *Fake) Push(payload map[string]any) string { return f.push("events_api", payload) }
+
+// PushInteractive sends an interaction payload (block_actions, ...) in an "interactive"
+// envelope, as Slack does for a button press in Socket Mode; otherwise like Push.
+func (f *Fake) PushInteractive(payload map[string]any) string { return f.push("interactive", payload) }
+
+func (f *Fake) push(typ string, payload map[string]any) string {
 	f.mu.Lock()
 	f.env++
-	e := &envelope{id: fmt.Sprintf("env-%d", f.env), payload: payload}
+	e := &envelope{id: fmt.Sprintf("env-%d", f.env), typ: typ, payload: payload}
 	f.pending[e.id] = e
 	f.mu.Unlock()
 	f.attempt(e)
@@ -228,7 +235,7 @@ func (f *Fake) attempt(e *envelope) {
 		reason = "timeout"
 	}
 	s.wmu.Lock()
-	err := s.conn.WriteJSON(map[string]any{"envelope_id": e.id, "type": "events_api", "payload": e.payload,
+	err := s.conn.WriteJSON(map[string]any{"envelope_id": e.id, "type": e.typ, "payload": e.payload,
 		"accepts_response_payload": false, "retry_attempt": n, "retry_reason": reason})
 	s.wmu.Unlock()
 	if err == nil {

@@ -112,6 +112,23 @@ func (f *Fake) AddMessage(msg map[string]any) int {
 	return f.nextID
 }
 
+// AddCallbackQuery queues a callback_query update (a press of an inline keyboard button):
+// id, the presser, the data, and the message the keyboard is on (nil: none, as for a message
+// too old for Telegram to include). It returns the update id.
+func (f *Fake) AddCallbackQuery(id string, from int64, data string, msg map[string]any) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nextID++
+	cq := map[string]any{"id": id, "from": map[string]any{"id": from, "is_bot": false, "first_name": "User" + strconv.FormatInt(from, 10)},
+		"chat_instance": "ci", "data": data}
+	if msg != nil {
+		cq["message"] = msg
+	}
+	f.upd = append(f.upd, map[string]any{"update_id": f.nextID, "callback_query": cq})
+	f.notifyLocked()
+	return f.nextID
+}
+
 func (f *Fake) notifyLocked() {
 	close(f.change)
 	f.change = make(chan struct{})
@@ -210,7 +227,7 @@ func (f *Fake) resultLocked(c Call) any {
 	case "editMessageText":
 		id, _ := strconv.Atoi(c.Params.Get("message_id"))
 		return map[string]any{"message_id": id, "date": time.Now().Unix(), "chat": map[string]any{"id": chat, "type": "private"}, "text": c.Params.Get("text")}
-	case "sendChatAction", "deleteMessage", "setWebhook", "deleteWebhook":
+	case "sendChatAction", "deleteMessage", "setWebhook", "deleteWebhook", "answerCallbackQuery":
 		return true
 	case "getFile":
 		id := c.Params.Get("file_id")
