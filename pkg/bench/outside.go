@@ -175,7 +175,7 @@ func RunOutside(ctx context.Context, c OutsideConfig) (*OutsideResult, error) {
 		p := OutsidePhase{Side: s.name, Shape: shape, Offered: rate, Turns: len(st.lat), Lost: st.lost, Seconds: st.wall.Seconds()}
 		if p.Turns > 0 {
 			p.TurnsPerSec = float64(p.Turns) / st.wall.Seconds()
-			p.CPUPerTurnMs = float64((cpu1-cpu0).Microseconds()) / 1000 / float64(p.Turns)
+			p.CPUPerTurnMs = float64((cpu1 - cpu0).Microseconds()) / 1000 / float64(p.Turns)
 			p.P50Ms, p.P99Ms = outsidePct(st.lat, 0.50), outsidePct(st.lat, 0.99)
 			p.ModelCalls = float64(model.calls.Load()-calls0) / float64(p.Turns)
 		}
