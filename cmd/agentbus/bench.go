@@ -39,6 +39,7 @@ func cmdBench(ctx context.Context, args []string, w io.Writer) error {
 	fs.IntVar(&cfg.Egresses, "egresses", 1, "with --processes: egress processes")
 	fs.StringVar(&cfg.Dir, "dir", "", "keep the NATS store, the data directories and (with --processes) the child processes' logs here; a later run on the same directory measures new sessions on the store as left (default: a temporary directory, removed)")
 	outside := fs.Bool("outside", false, "measure `agentbus up` from outside (a process of its own, through the signed webhook, a model server speaking the OpenAI protocol) against a bus-less relay of the same shape, plain and --tool turns (both unless --tool), closed loop and at --rate (default half of each side's maximum)")
+	plainOnly := fs.Bool("plain", false, "with --outside: plain turns only")
 	rounds := fs.Int("rounds", 1, "with --outside: interleaved closed-loop pairs (agentbus, relay) per shape")
 	asJSON := fs.Bool("json", false, "print the figures as JSON")
 	cpuProfile := fs.String("cpuprofile", "", "write a pprof CPU profile of the measured phase to this file (with --processes: a directory, one <process>.pprof each)")
@@ -59,7 +60,7 @@ func cmdBench(ctx context.Context, args []string, w io.Writer) error {
 		return fmt.Errorf("bench: --sessions and --messages must be positive")
 	}
 	if *outside {
-		oc := bench.OutsideConfig{Sessions: cfg.Sessions, Messages: cfg.Messages, Rate: cfg.Rate, Rounds: *rounds, Tool: cfg.Tool}
+		oc := bench.OutsideConfig{Sessions: cfg.Sessions, Messages: cfg.Messages, Rate: cfg.Rate, Rounds: *rounds, Tool: cfg.Tool, Plain: *plainOnly}
 		if !*asJSON {
 			oc.Progress = w
 		}
