@@ -42,7 +42,7 @@ func cmdBench(ctx context.Context, args []string, w io.Writer) error {
 	plainOnly := fs.Bool("plain", false, "with --outside: plain turns only")
 	rounds := fs.Int("rounds", 1, "with --outside: interleaved closed-loop pairs (agentbus, relay) per shape")
 	asJSON := fs.Bool("json", false, "print the figures as JSON")
-	cpuProfile := fs.String("cpuprofile", "", "write a pprof CPU profile of the measured phase to this file (with --processes: a directory, one <process>.pprof each)")
+	cpuProfile := fs.String("cpuprofile", "", "write a pprof CPU profile of the measured phase to this file (with --processes: a directory, one <process>.pprof each; with --outside: agentbus up's whole run)")
 	memProfile := fs.String("memprofile", "", "write a pprof heap profile taken with the most turns in a model call to this file")
 	verbose := fs.Bool("v", false, "log the roles' warnings and errors to stderr")
 	fs.Usage = func() {
@@ -64,6 +64,12 @@ func cmdBench(ctx context.Context, args []string, w io.Writer) error {
 		if !*asJSON {
 			oc.Progress = w
 		}
+		if *cpuProfile != "" {
+			var err error
+			if oc.UpProfile, err = filepath.Abs(*cpuProfile); err != nil {
+				return fmt.Errorf("bench: --cpuprofile: %w", err)
+			}
+		}
 		res, err := bench.RunOutside(ctx, oc)
 		if err != nil {
 			return err
@@ -73,7 +79,7 @@ func cmdBench(ctx context.Context, args []string, w io.Writer) error {
 			enc.SetIndent("", "  ")
 			return enc.Encode(res)
 		}
-		res.WriteText(w)
+		res.WriteSummary(w)
 		return nil
 	}
 	if cfg.Latency%time.Millisecond != 0 {

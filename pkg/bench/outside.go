@@ -51,6 +51,9 @@ type OutsideConfig struct {
 	ExeArgs []string
 	// Progress receives a line per phase (nil: none).
 	Progress io.Writer
+	// UpProfile, when set, is where `agentbus up` writes a CPU profile of its whole run
+	// (AGENTBUS_UP_CPUPROFILE).
+	UpProfile string
 }
 
 // OutsidePhase is one measured phase of one side.
@@ -226,14 +229,19 @@ func (p OutsidePhase) line() string {
 		load, p.TurnsPerSec, p.CPUPerTurnMs, p.P50Ms, p.P99Ms, p.Turns, p.ModelCalls, lost)
 }
 
-// WriteText prints every phase and, per shape, the ratios agentbus ÷ relay of the medians
-// of the closed-loop phases.
+// WriteText prints every phase and the summary (WriteSummary).
 func (r *OutsideResult) WriteText(w io.Writer) {
-	fmt.Fprintf(w, "agentbus up (one process, embedded NATS) vs a bus-less relay, through the signed webhook: %d chats × %d messages per phase\n", r.Sessions, r.Messages)
-	fmt.Fprintf(w, "load average before: %s; after: %s\n", r.LoadBefore, r.LoadAfter)
 	for _, p := range r.Phases {
 		fmt.Fprintf(w, "  %-8s %-5s %s\n", p.Side, p.Shape, p.line())
 	}
+	r.WriteSummary(w)
+}
+
+// WriteSummary prints the run's size, the load average and, per shape, the ratios agentbus ÷
+// relay of the medians of the closed-loop phases and the latencies at half load.
+func (r *OutsideResult) WriteSummary(w io.Writer) {
+	fmt.Fprintf(w, "agentbus up (one process, embedded NATS) vs a bus-less relay, through the signed webhook: %d chats × %d messages per phase\n", r.Sessions, r.Messages)
+	fmt.Fprintf(w, "load average before: %s; after: %s\n", r.LoadBefore, r.LoadAfter)
 	for _, shape := range []string{"plain", "tool"} {
 		var tps, cpu [2][]float64
 		var lat [2]*OutsidePhase
@@ -258,8 +266,12 @@ func (r *OutsideResult) WriteText(w io.Writer) {
 		}
 		a, b := median(tps[0]), median(tps[1])
 		ca, cb := median(cpu[0]), median(cpu[1])
-		fmt.Fprintf(w, "%s: agentbus ÷ relay turns/s %.2f (%.0f / %.0f); CPU per turn %.3f / %.3f ms = %.1f×",
-			shape, a/b, a, b, ca, cb, ca/cb)
+		ratio := "n/a (the relay's CPU is under the 10 ms tick: run more turns)"
+		if cb > 0 {
+			ratio = fmt.Sprintf("%.1f×", ca/cb)
+		}
+		fmt.Fprintf(w, "%s: agentbus ÷ relay turns/s %.2f (%.0f / %.0f); CPU per turn %.3f / %.3f ms = %s",
+			shape, a/b, a, b, ca, cb, ratio)
 		if lat[0] != nil && lat[1] != nil {
 			fmt.Fprintf(w, "; at half load p50 %.2f / %.2f ms, p99 %.2f / %.2f ms", lat[0].P50Ms, lat[1].P50Ms, lat[0].P99Ms, lat[1].P99Ms)
 		}
@@ -368,6 +380,9 @@ ai:
 	cmd := exec.Command(exe, append(slices.Clone(c.ExeArgs), "up", "--config", file)...)
 	cmd.Dir = dir
 	cmd.Stderr = lf
+	if c.UpProfile != "" {
+		cmd.Env = append(os.Environ(), "AGENTBUS_UP_CPUPROFILE="+c.UpProfile)
+	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		lf.Close()
