@@ -38,8 +38,11 @@ func cmdBench(ctx context.Context, args []string, w io.Writer) error {
 	fs.IntVar(&cfg.ToolWorkers, "tool-workers", 1, "with --processes: tool-worker processes")
 	fs.IntVar(&cfg.Egresses, "egresses", 1, "with --processes: egress processes")
 	fs.StringVar(&cfg.Dir, "dir", "", "keep the NATS store, the data directories and (with --processes) the child processes' logs here; a later run on the same directory measures new sessions on the store as left (default: a temporary directory, removed)")
+	outside := fs.Bool("outside", false, "measure `agentbus up` from outside (a process of its own, through the signed webhook, a model server speaking the OpenAI protocol) against a bus-less relay of the same shape, plain and --tool turns (both unless --tool), closed loop and at --rate (default half of each side's maximum)")
+	plainOnly := fs.Bool("plain", false, "with --outside: plain turns only")
+	rounds := fs.Int("rounds", 1, "with --outside: interleaved closed-loop pairs (agentbus, relay) per shape")
 	asJSON := fs.Bool("json", false, "print the figures as JSON")
-	cpuProfile := fs.String("cpuprofile", "", "write a pprof CPU profile of the measured phase to this file (with --processes: a directory, one <process>.pprof each)")
+	cpuProfile := fs.String("cpuprofile", "", "write a pprof CPU profile of the measured phase to this file (with --processes: a directory, one <process>.pprof each; with --outside: agentbus up's whole run)")
 	memProfile := fs.String("memprofile", "", "write a pprof heap profile taken with the most turns in a model call to this file")
 	verbose := fs.Bool("v", false, "log the roles' warnings and errors to stderr")
 	fs.Usage = func() {
@@ -55,6 +58,29 @@ func cmdBench(ctx context.Context, args []string, w io.Writer) error {
 	}
 	if cfg.Sessions <= 0 || cfg.Messages <= 0 {
 		return fmt.Errorf("bench: --sessions and --messages must be positive")
+	}
+	if *outside {
+		oc := bench.OutsideConfig{Sessions: cfg.Sessions, Messages: cfg.Messages, Rate: cfg.Rate, Rounds: *rounds, Tool: cfg.Tool, Plain: *plainOnly}
+		if !*asJSON {
+			oc.Progress = w
+		}
+		if *cpuProfile != "" {
+			var err error
+			if oc.UpProfile, err = filepath.Abs(*cpuProfile); err != nil {
+				return fmt.Errorf("bench: --cpuprofile: %w", err)
+			}
+		}
+		res, err := bench.RunOutside(ctx, oc)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			enc := json.NewEncoder(w)
+			enc.SetIndent("", "  ")
+			return enc.Encode(res)
+		}
+		res.WriteSummary(w)
+		return nil
 	}
 	if cfg.Latency%time.Millisecond != 0 {
 		return fmt.Errorf("bench: --latency %s: the faux model takes whole milliseconds", cfg.Latency)

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -180,7 +181,7 @@ Usage:
 Flags:
 `)
 		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), "\nEnvironment:\n  AGENTBUS_HEALTH_LISTEN  default of --health\n  AGENTBUS_METRICS_LISTEN default of --metrics-listen\n"+providerEnvHelp+traceEnvHelp)
+		fmt.Fprint(fs.Output(), "\nEnvironment:\n  AGENTBUS_HEALTH_LISTEN  default of --health\n  AGENTBUS_METRICS_LISTEN default of --metrics-listen\n  AGENTBUS_UP_CPUPROFILE  write a pprof CPU profile of the whole run to this file (agentbus bench --outside --cpuprofile)\n"+providerEnvHelp+traceEnvHelp)
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -200,6 +201,17 @@ Flags:
 		return err
 	}
 	slog.SetDefault(log)
+	if file := os.Getenv("AGENTBUS_UP_CPUPROFILE"); file != "" {
+		f, err := os.Create(file)
+		if err != nil {
+			return fmt.Errorf("AGENTBUS_UP_CPUPROFILE: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("AGENTBUS_UP_CPUPROFILE: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if len(cfg.MissingEnv) > 0 {
 		log.Warn("config refers to unset environment variables (expanded to empty)", "vars", cfg.MissingEnv)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentbus/agentbus/cmd/internal/rolemain"
 	"github.com/agentbus/agentbus/pkg/app"
+	"github.com/agentbus/agentbus/pkg/bench"
 	"github.com/agentbus/agentbus/pkg/buildinfo"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 )
@@ -34,6 +35,10 @@ var roleOf = map[string]app.Roles{
 }
 
 func TestMain(m *testing.M) {
+	// `agentbus bench --outside` (docs/benchmarks.md) re-executes this binary as its relay.
+	if code, ok := bench.ChildMain(); ok {
+		os.Exit(code)
+	}
 	switch name := os.Getenv(childEnv); name {
 	case "":
 		os.Exit(m.Run())

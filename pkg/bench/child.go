@@ -30,7 +30,8 @@ import (
 )
 
 // ChildEnv tells a process started by the multi-process bench (Options.Processes) which part it
-// plays: "nats" (a nats-server node) or "role" (one agentbus role).
+// plays: "nats" (a nats-server node), "role" (one agentbus role) or "relay" (the bus-less relay
+// of the outside bench, RunOutside).
 const ChildEnv = "AGENTBUS_BENCH_CHILD"
 
 // Environment of a role child (the nats child reads childproc.NodeFromEnv).
@@ -74,6 +75,8 @@ func ChildMain() (int, bool) {
 		err = natsChild(ctx)
 	case "role":
 		err = roleChild(ctx, log)
+	case "relay":
+		err = relayChild(ctx)
 	default:
 		err = fmt.Errorf("unknown %s=%q", ChildEnv, kind)
 	}

@@ -45,6 +45,12 @@
 // are then the same as in one process, summed over every process (the bench's own included),
 // and Result.Processes has them per process. Children die with the bench (internal/childproc).
 //
+// # From outside
+//
+// RunOutside (agentbus bench --outside) measures `agentbus up` as a process of its own, through
+// the signed webhook and the callback, against a bus-less relay of the same shape (relay.go),
+// in the same run, and reports each process's own CPU per turn from /proc.
+//
 // Load: with Rate 0 the run is a closed loop, each session sends its next message when the
 // previous reply arrived (concurrency = Sessions). With Rate > 0 a pacer hands out send permits
 // at Rate per second to idle sessions; when every session is waiting for a reply the pacer

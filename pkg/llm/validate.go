@@ -49,7 +49,9 @@ func ValidateToolCall(tools []Tool, call Content) (map[string]any, error) {
 // union, without descending. A value that cannot be coerced is reported with its JSON path.
 //
 // Compiled schemas are cached by the bytes of Parameters, so a tool turn pays for compiling
-// once per distinct schema.
+// once per distinct schema (a tool's version): the library's resolved schema and, for the
+// keywords tool schemas are usually written with, a checker that accepts valid arguments
+// without the library's per-call reflection and allocations (see checker).
 func ValidateArguments(tool *Tool, args map[string]any) (map[string]any, error) {
 	if args == nil {
 		args = map[string]any{}
@@ -75,6 +77,9 @@ func ValidateArguments(tool *Tool, args map[string]any) (map[string]any, error) 
 		if out, err = applyDefaults(cs.resolved, out); err != nil {
 			return nil, fmt.Errorf("tool %s: apply defaults: %w", tool.Name, err)
 		}
+	}
+	if cs.check != nil && cs.check.valid(out, 0) {
+		return out, nil
 	}
 	if err := cs.resolved.Validate(out); err != nil {
 		return nil, newValidationError(tool.Name, []ValidationIssue{libraryIssue(err)}, args)
@@ -158,7 +163,10 @@ type compiledSchema struct {
 	// an object with defaults; the walk asks the library to apply defaults only when one of
 	// them is missing, so the common call pays nothing for them.
 	defaults map[*jsonschema.Schema][]string
-	err      error
+	// check answers "certainly valid" without the library for schemas it covers (nil when it
+	// does not cover this one); see checker.
+	check *checker
+	err   error
 }
 
 // maxCachedSchemas bounds the cache (tools from MCP servers can change); when full it starts
@@ -180,6 +188,9 @@ func compileSchema(params []byte) (*compiledSchema, error) {
 		if cs.err == nil && bytes.Contains(params, []byte(`"default"`)) {
 			cs.defaults = map[*jsonschema.Schema][]string{}
 			collectDefaults(cs.schema, cs.defaults, 0)
+		}
+		if cs.err == nil {
+			cs.check = compileChecker(params)
 		}
 		schemaCache.Lock()
 		if len(schemaCache.m) >= maxCachedSchemas {

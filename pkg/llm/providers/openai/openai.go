@@ -68,6 +68,10 @@ func WithBackoff(initial, max time.Duration) Option {
 // WithLogger sets the logger for retry warnings (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(p *Provider) { p.policy.Logger = l } }
 
+// maxIdlePerHost is how many idle keep-alive connections the default client keeps to the API
+// host: about the model calls a busy process has in flight at once.
+const maxIdlePerHost = 64
+
 // New returns a Provider.
 func New(opts ...Option) *Provider {
 	p := &Provider{}
@@ -81,6 +85,12 @@ func New(opts ...Option) *Provider {
 		if t, ok := http.DefaultTransport.(*http.Transport); ok { // not when wrapped (otelhttp, ...)
 			t = t.Clone()
 			t.ResponseHeaderTimeout = 5 * time.Minute // a server that accepts and never answers
+			// Every call goes to the one API host, many at once: net/http keeps only 2 idle
+			// connections per host by default, so under load each further stream dialed (and
+			// with TLS, handshook) a connection and closed it after one call, 4 % of agentbus
+			// up's CPU from outside (issue 40).
+			t.MaxIdleConnsPerHost = maxIdlePerHost
+			t.MaxIdleConns = max(t.MaxIdleConns, maxIdlePerHost)
 			rt = t
 		}
 		p.httpClient = &http.Client{Transport: rt}
