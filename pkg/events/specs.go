@@ -91,6 +91,11 @@ type Spec struct {
 	MarkerTTL       time.Duration // how long KV keeps the marker of a TTL-expired key (default 1 minute)
 	MediaMaxAge     time.Duration // object store media (default 30 days)
 	PresenceTTL     time.Duration // KV presence entry lifetime; processes refresh every third of it (default 30 seconds)
+
+	// Placement, when set, places every stream, bucket and object store on a cluster and on
+	// servers with the given tags (nats.region; docs/regions.md). natsutil.Provision applies it
+	// when it creates them; the server moves an existing stream whose placement changes.
+	Placement *jetstream.Placement
 }
 
 // Defaults.
