@@ -75,7 +75,7 @@ Flags:
 			info := st.CachedInfo()
 			state, lag, active := "live", "", ""
 			if m := info.Config.Mirror; m != nil {
-				state = "mirror of " + m.Domain
+				state = "mirror of " + natsutil.MirrorDomain(m)
 				if info.Mirror != nil {
 					lag, active = fmt.Sprint(info.Mirror.Lag), info.Mirror.Active.Round(time.Millisecond).String()
 				}

@@ -471,3 +471,21 @@ func (c *Checkpointer) Run(ctx context.Context, every time.Duration, log *slog.L
 		}
 	}
 }
+
+// MirrorDomain is the JetStream domain mirror m copies from: the server keeps a mirror's
+// domain as its external API prefix $JS.<domain>.API. "" when m is local or not a mirror.
+func MirrorDomain(m *jetstream.StreamSource) string {
+	if m == nil {
+		return ""
+	}
+	if m.Domain != "" {
+		return m.Domain
+	}
+	if m.External != nil {
+		p := strings.TrimSuffix(strings.TrimPrefix(m.External.APIPrefix, "$JS."), ".API")
+		if p != m.External.APIPrefix {
+			return p
+		}
+	}
+	return ""
+}
