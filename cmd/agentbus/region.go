@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -16,10 +17,10 @@ import (
 // cmdRegion runs `agentbus region promote|status` (docs/regions.md).
 func cmdRegion(ctx context.Context, args []string, stdout io.Writer) error {
 	sub := ""
-	if len(args) > 0 {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		sub, args = args[0], args[1:]
 	}
-	fs := flag.NewFlagSet("region "+sub, flag.ContinueOnError)
+	fs := flag.NewFlagSet(strings.TrimSpace("region "+sub), flag.ContinueOnError)
 	path := fs.String("config", "agentbus.yml", "config file (its nats: block names this region's servers)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up after this long")
 	fs.Usage = func() {
@@ -98,6 +99,8 @@ Flags:
 	}
 	for _, c := range rep.Consumers {
 		switch {
+		case c.Err != nil:
+			fmt.Fprintf(stdout, "consumer %s on %s not created (its role creates it): %v\n", c.Name, c.Stream, c.Err)
 		case c.Existed:
 		case c.StartSeq > 0:
 			fmt.Fprintf(stdout, "consumer %s on %s starts at seq %d\n", c.Name, c.Stream, c.StartSeq)

@@ -371,7 +371,7 @@ func TestRegionFailover(t *testing.T) {
 	}
 	promotedAt := time.Now()
 	for _, c := range rep.Consumers {
-		t.Logf("promoted consumer %s on %s: start seq %d (existed %v)", c.Name, c.Stream, c.StartSeq, c.Existed)
+		t.Logf("promoted consumer %s on %s: start seq %d (existed %v, err %v)", c.Name, c.Stream, c.StartSeq, c.Existed, c.Err)
 	}
 	for _, p := range rolesB {
 		if _, err := p.WaitReady(180 * time.Second); err != nil {

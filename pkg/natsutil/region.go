@@ -253,6 +253,7 @@ type PromotedConsumer struct {
 	Stream, Name string
 	StartSeq     uint64 // 0: from the start of the stream (no acknowledged message checkpointed)
 	Existed      bool   // it existed already; left as it was
+	Err          error  // it could not be created (the role creates it, from the start)
 }
 
 // PromoteReport is what Promote did.
@@ -276,7 +277,11 @@ func Promote(ctx context.Context, js jetstream.JetStream, spec events.Spec) (Pro
 	spec = spec.WithDefaults()
 	var rep PromoteReport
 	now := time.Now()
-	for _, name := range RegionStreams(spec) {
+	names := RegionStreams(spec)
+	// The first stream is the gate, promoted last: standby roles (WaitPromoted) start once every
+	// stream is live, so only after the consumers below exist, never racing them.
+	gate := names[0]
+	promote := func(name string) error {
 		var ps PromotedStream
 		err := retry(ctx, func(ctx context.Context) error {
 			st, err := js.Stream(ctx, name)
@@ -303,15 +308,15 @@ func Promote(ctx context.Context, js jetstream.JetStream, spec events.Spec) (Pro
 			return err
 		})
 		if err != nil {
-			return rep, fmt.Errorf("promote %s: %w", name, err)
+			return fmt.Errorf("promote %s: %w", name, err)
 		}
 		rep.Streams = append(rep.Streams, ps)
+		return nil
 	}
-	if err := Provision(ctx, js, spec); err != nil {
-		return rep, err
-	}
-	if err := ProvisionRegion(ctx, js, spec); err != nil {
-		return rep, err
+	for _, name := range names[1:] {
+		if err := promote(name); err != nil {
+			return rep, err
+		}
 	}
 	cps, err := readCheckpoints(ctx, js)
 	if err != nil {
@@ -343,9 +348,19 @@ func Promote(ctx context.Context, js jetstream.JetStream, spec events.Spec) (Pro
 			return err
 		})
 		if err != nil {
-			return rep, fmt.Errorf("consumer %s on %s: %w", cp.Config.Durable, cp.Stream, err)
+			// Not fatal: the role creates this consumer itself, from the start of the stream.
+			pc.Err = err
 		}
 		rep.Consumers = append(rep.Consumers, pc)
+	}
+	if err := promote(gate); err != nil {
+		return rep, err
+	}
+	if err := Provision(ctx, js, spec); err != nil {
+		return rep, err
+	}
+	if err := ProvisionRegion(ctx, js, spec); err != nil {
+		return rep, err
 	}
 	return rep, nil
 }
