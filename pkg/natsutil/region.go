@@ -440,9 +440,17 @@ func (c *Checkpointer) Once(ctx context.Context) (int, error) {
 			errs = append(errs, err)
 			continue
 		}
+		if st.CachedInfo().Config.Retention == jetstream.WorkQueuePolicy {
+			// A work queue's consumers must deliver all; what was done is gone from the live
+			// stream, though not from its mirror (a mirror copies messages, not their removal):
+			// the role's own at-most-once records (mirrored) answer those again.
+			continue
+		}
 		infos := st.ListConsumers(ctx)
 		for ci := range infos.Info() {
-			if ci.Config.Durable == "" {
+			// Only the roles' pull consumers: not the push consumers mirrors create on the
+			// live stream (JS_MIRROR_*), nor ephemeral ones.
+			if ci.Config.Durable == "" || ci.Config.DeliverSubject != "" || strings.HasPrefix(ci.Name, "JS_") {
 				continue
 			}
 			key := checkpointKey(sc.Name, ci.Config.Durable)
