@@ -34,18 +34,20 @@ var (
 	regionsDuration = flag.Duration("regions.duration", 30*time.Second, "TestRegionFailover: how long the load goes on")
 	regionsSessions = flag.Int("regions.sessions", 20, "TestRegionFailover: concurrent chat sessions")
 	regionsDecide   = flag.Duration("regions.decide", time.Second, "TestRegionFailover: kill → `region promote` (the operator's or a watchdog's decision)")
+	regionsCheckpt  = flag.Duration("regions.checkpoint", time.Second, "TestRegionFailover: nats.region.checkpointMs of region a (1h: only the checkpoints at start, so b's consumers deliver everything and the receipts alone keep egress from sending twice)")
 )
 
 // Environment of a TestRegionFailover child: the region server's domain, ports and store, and
 // a role's nats.region settings.
 const (
-	envRegionDomain   = "AB_REGION_DOMAIN"   // regionnats: JetStream domain; "" is the leaf-node hub
-	envRegionPort     = "AB_REGION_PORT"     // regionnats: client port
-	envRegionLeaf     = "AB_REGION_LEAF"     // regionnats: the hub's leaf-node port ("" for none: isolated)
-	envRegionStore    = "AB_REGION_STORE"    // regionnats: JetStream directory
-	envRegionName     = "AB_REGION_NAME"     // role: nats.region.name
-	envRegionStandby  = "AB_REGION_STANDBY"  // role: nats.region.source when a standby
-	envRegionReplicas = "AB_REGION_REPLICAS" // role: nats.replicas
+	envRegionDomain   = "AB_REGION_DOMAIN"        // regionnats: JetStream domain; "" is the leaf-node hub
+	envRegionPort     = "AB_REGION_PORT"          // regionnats: client port
+	envRegionLeaf     = "AB_REGION_LEAF"          // regionnats: the hub's leaf-node port ("" for none: isolated)
+	envRegionStore    = "AB_REGION_STORE"         // regionnats: JetStream directory
+	envRegionName     = "AB_REGION_NAME"          // role: nats.region.name
+	envRegionStandby  = "AB_REGION_STANDBY"       // role: nats.region.source when a standby
+	envRegionReplicas = "AB_REGION_REPLICAS"      // role: nats.replicas
+	envRegionCheckpt  = "AB_REGION_CHECKPOINT_MS" // role: nats.region.checkpointMs
 )
 
 // regionChildConfig applies a TestRegionFailover role's region settings to cfg and reports
@@ -58,7 +60,8 @@ func regionChildConfig(cfg *config.Config) bool {
 	if name == "" {
 		return false
 	}
-	cfg.NATS.Region = config.Region{Name: name, CheckpointMs: 1000}
+	cfg.NATS.Region = config.Region{Name: name}
+	cfg.NATS.Region.CheckpointMs, _ = strconv.ParseInt(os.Getenv(envRegionCheckpt), 10, 64)
 	if src := os.Getenv(envRegionStandby); src != "" {
 		cfg.NATS.Region.Standby, cfg.NATS.Region.Source = true, src
 	}
@@ -196,7 +199,7 @@ func TestRegionFailover(t *testing.T) {
 		"AGENTBUS_WEBHOOK_CALLBACK=" + cb.srv.URL + "/callback", "OPENAI_API_KEY=test-key",
 		"AB_MODEL=" + model.BaseURL(), "AB_RECORD=" + rec.srv.URL, "GOTRACEBACK=all",
 		"AGENTBUS_NATS_USER=admin", "AGENTBUS_NATS_PASSWORD=unused", // the region servers have no users
-		"AGENTBUS_NATS_PROVISION=update", envRegionReplicas + "=1"}
+		"AGENTBUS_NATS_PROVISION=update", envRegionReplicas + "=1", envRegionCheckpt + "=" + strconv.FormatInt(regionsCheckpt.Milliseconds(), 10)}
 	if *faultLogs != "" {
 		common = append(common, "AB_LOG_INFO=1")
 	}
