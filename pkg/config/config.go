@@ -1164,6 +1164,9 @@ func (c *Config) Validate() error {
 	if c.NATS.Provision != "" {
 		oneOf("nats.provision", c.NATS.Provision, "update", "wait")
 	}
+	if c.NATS.Region.Enabled() && c.NATS.Embedded {
+		bad("nats.region needs nats.url: a region is a NATS cluster in a JetStream domain of its own, not the embedded server")
+	}
 	if r := c.NATS.Region; r.Standby && r.Source == "" {
 		bad("nats.region.standby needs nats.region.source: the JetStream domain of the live region to mirror")
 	}
