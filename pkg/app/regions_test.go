@@ -114,14 +114,14 @@ func regionNATSChild(log *slog.Logger, sig <-chan os.Signal) int {
 // the previous one was answered; a platform retries on b's webhook when a's is down). At a
 // third of the load region a is killed entirely (SIGKILL: its server and its four roles);
 // -regions.decide later b is promoted (natsutil.Promote, what `agentbus region promote` runs)
-// and its roles start.
+// and its roles start; c's mirrors of a are then made anew from b (c becomes b's standby).
 //
 // It reports the mirror delay measured while a was live (per stream: origin timestamp → in
 // b's mirror), the messages a held that b's mirrors had not (a's server restarted alone at the
 // end, with its store), kill → promoted → roles ready → every session answered again, lost
 // messages, duplicates, replies b sent again, tools run twice. It fails on a duplicate reply
 // (two different replies to one message), on a message lost although b's mirror had it, and
-// on a session that never resumes.
+// on a session that never resumes, and when c has not caught up with b a minute after the load.
 //
 // Opt in (about a minute and a half):
 //
@@ -382,9 +382,40 @@ func TestRegionFailover(t *testing.T) {
 		}
 	}
 	readyAt := time.Now()
+	// Region c mirrored the lost region: it becomes b's standby (its mirrors deleted and made
+	// anew from domain b, a full copy), while the load goes on in b.
+	repointStart := time.Now()
+	for _, name := range natsutil.RegionStreams(spec) {
+		if err := jsC.DeleteStream(ctx, name); err != nil {
+			t.Fatalf("c: delete mirror %s: %v", name, err)
+		}
+	}
+	if err := natsutil.ProvisionStandby(ctx, jsC, spec, "b"); err != nil {
+		t.Fatal(err)
+	}
 	wg.Wait()
 	time.Sleep(3 * time.Second) // late duplicates
 	loadDone := time.Now()
+	// c caught up with b once the load has stopped.
+	var cBehind []string
+	for _, name := range natsutil.RegionStreams(spec) {
+		want := uint64(0)
+		if st, err := natsutil.Stream(ctx, jsB, name); err == nil {
+			want = st.CachedInfo().State.LastSeq
+		}
+		for {
+			st, err := natsutil.Stream(ctx, jsC, name)
+			if err == nil && st.CachedInfo().State.LastSeq >= want && natsutil.MirrorDomain(st.CachedInfo().Config.Mirror) == "b" {
+				break
+			}
+			if time.Since(loadDone) > time.Minute {
+				cBehind = append(cBehind, name)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	cCaughtUp := time.Now()
 
 	// Region a's server again, alone (no leaf node: it must not take part), to count what it
 	// held that b's mirrors had not received.
@@ -526,6 +557,11 @@ func TestRegionFailover(t *testing.T) {
 	t.Logf("kill → promote started %s, promote took %s, kill → b's roles ready %s, kill → end of load %s",
 		promoteStart.Sub(killAt).Round(time.Millisecond), promotedAt.Sub(promoteStart).Round(time.Millisecond),
 		readyAt.Sub(killAt).Round(time.Millisecond), loadDone.Sub(killAt).Round(time.Millisecond))
+	t.Logf("region c re-pointed to b: mirrors made anew at %s after the kill, every mirror caught up with b %s after the load stopped; behind after a minute: %v",
+		repointStart.Sub(killAt).Round(time.Millisecond), cCaughtUp.Sub(loadDone).Round(time.Millisecond), cBehind)
+	if len(cBehind) > 0 {
+		t.Errorf("region c's mirrors of b behind after a minute: %v", cBehind)
+	}
 	t.Logf("sessions in flight at the kill: %d; kill → first reply from b p50 %s p99 %s max %s; never resumed %d",
 		len(inFlight), pct(resume, 0.5), pct(resume, 0.99), pct(resume, 1), len(neverResumed))
 	t.Logf("lost %d (of them inbound never mirrored %d, mirrored %d), duplicates %d, parts sent again under the same id %d (replies delivered before the kill sent again by b: %d), tools run twice %d",
