@@ -93,8 +93,9 @@ type Spec struct {
 	PresenceTTL     time.Duration // KV presence entry lifetime; processes refresh every third of it (default 30 seconds)
 
 	// Placement, when set, places every stream, bucket and object store on a cluster and on
-	// servers with the given tags (nats.region; docs/regions.md). natsutil.Provision applies it
-	// when it creates them; the server moves an existing stream whose placement changes.
+	// servers with the given tags (nats.region; docs/regions.md). natsutil.Provision sends it
+	// with every create and update; a placement change alone does not make it update an
+	// existing stream (move one with the nats CLI).
 	Placement *jetstream.Placement
 }
 
