@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -34,6 +35,7 @@ var (
 	regionsDuration = flag.Duration("regions.duration", 30*time.Second, "TestRegionFailover: how long the load goes on")
 	regionsSessions = flag.Int("regions.sessions", 20, "TestRegionFailover: concurrent chat sessions")
 	regionsDecide   = flag.Duration("regions.decide", time.Second, "TestRegionFailover: kill → `region promote` (the operator's or a watchdog's decision)")
+	regionsCut      = flag.Duration("regions.cut", 0, "TestRegionFailover: stop the hub (SIGSTOP) this long before the kill, so that a's last messages are never mirrored: the loss bound under a long mirror window")
 	regionsCheckpt  = flag.Duration("regions.checkpoint", time.Second, "TestRegionFailover: nats.region.checkpointMs of region a (1h: only the checkpoints at start, so b's consumers deliver everything and the receipts alone keep egress from sending twice)")
 )
 
@@ -171,7 +173,7 @@ func TestRegionFailover(t *testing.T) {
 		}
 		return p
 	}
-	startNATS("", hubPort, leafPort)
+	hub := startNATS("", hubPort, leafPort)
 	servers := map[string]*childproc.Proc{}
 	for _, d := range domains {
 		servers[d] = startNATS(d, natsPort[d], leafPort)
@@ -344,8 +346,16 @@ func TestRegionFailover(t *testing.T) {
 		}()
 	}
 
-	// Region a dies entirely at a third of the load.
-	time.Sleep(time.Until(start.Add(*regionsDuration / 3)))
+	// Region a dies entirely at a third of the load; with -regions.cut the link between the
+	// regions stops first, and a goes on accepting what b never sees.
+	time.Sleep(time.Until(start.Add(*regionsDuration/3 - *regionsCut)))
+	if *regionsCut > 0 {
+		if err := syscall.Kill(hub.Pid(), syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%.1fs hub stopped (SIGSTOP): nothing reaches b's mirrors", time.Since(start).Seconds())
+		time.Sleep(*regionsCut)
+	}
 	lagAtKill := map[string][2]uint64{} // stream → a's last seq, b's last seq, read just before the kill
 	for _, name := range natsutil.RegionStreams(spec) {
 		a, errA := jsA.Stream(ctx, name)
@@ -359,6 +369,11 @@ func TestRegionFailover(t *testing.T) {
 		p.Kill()
 	}
 	killAt := time.Now()
+	if *regionsCut > 0 {
+		if err := syscall.Kill(hub.Pid(), syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, r := range cb.all() {
 		repliedBeforeKill[r.ID] = true
 	}
@@ -478,6 +493,7 @@ func TestRegionFailover(t *testing.T) {
 	resent, resentOld := 0, 0
 	firstAfter := map[string]time.Time{} // session → its first reply after the kill
 	inFlight := map[string]bool{}        // sessions with a message unanswered at the kill
+	mustResume := map[string]bool{}      // sessions b has to answer (see below)
 	for _, s := range allSent {
 		rs := byID[s.id]
 		ids := map[string]bool{}
@@ -492,6 +508,12 @@ func TestRegionFailover(t *testing.T) {
 		resent += len(rs) - len(ids)
 		if s.at.Before(killAt) && (len(rs) == 0 || rs[0].At.After(killAt)) {
 			inFlight[s.session] = true
+		}
+		// A session must be answered by b when it had a message in flight that was not lost,
+		// or sent one after the kill (a session whose one message in flight was lost and whose
+		// chat ended while waiting for it has nothing left to answer).
+		if (s.at.Before(killAt) && len(rs) > 0 && rs[0].At.After(killAt)) || !s.at.Before(killAt) {
+			mustResume[s.session] = true
 		}
 		switch {
 		case len(rs) == 0:
@@ -513,7 +535,10 @@ func TestRegionFailover(t *testing.T) {
 	for sess := range inFlight {
 		if f, ok := firstAfter[sess]; ok {
 			resume = append(resume, f.Sub(killAt))
-		} else {
+		}
+	}
+	for sess := range mustResume {
+		if _, ok := firstAfter[sess]; !ok {
 			neverResumed = append(neverResumed, sess)
 		}
 	}
@@ -562,8 +587,8 @@ func TestRegionFailover(t *testing.T) {
 	if len(cBehind) > 0 {
 		t.Errorf("region c's mirrors of b behind after a minute: %v", cBehind)
 	}
-	t.Logf("sessions in flight at the kill: %d; kill → first reply from b p50 %s p99 %s max %s; never resumed %d",
-		len(inFlight), pct(resume, 0.5), pct(resume, 0.99), pct(resume, 1), len(neverResumed))
+	t.Logf("sessions in flight at the kill: %d, answered again by b: %d; kill → first reply from b p50 %s p99 %s max %s; sessions b had to answer and never did %d",
+		len(inFlight), len(resume), pct(resume, 0.5), pct(resume, 0.99), pct(resume, 1), len(neverResumed))
 	t.Logf("lost %d (of them inbound never mirrored %d, mirrored %d), duplicates %d, parts sent again under the same id %d (replies delivered before the kill sent again by b: %d), tools run twice %d",
 		len(lost), len(lost)-len(lostMirrored), len(lostMirrored), len(dups), resent, resentOld, twice)
 	if len(dups) > 0 {
