@@ -519,6 +519,7 @@ var docCommands = map[string][]string{
 	"up": nil, "chat": nil, "sessions": nil, "replay": nil, "console": nil, "bench": nil,
 	"provision": nil, "status": nil, "doctor": nil, "health": nil,
 	"dlq": {"list", "show", "retry", "discard", "purge"}, "exec-policy": {"check"}, "config": {"check"},
+	"region": {"promote", "status"},
 }
 
 var (

@@ -30,6 +30,7 @@ func TestHelpListsFlagsAndEnvironment(t *testing.T) {
 		{[]string{"doctor"}, []string{"-config", "AGENTBUS_NATS_URL", "OPENAI_API_KEY"}},
 		{[]string{"dlq", "list"}, []string{"-role", "AGENTBUS_NATS_URL"}},
 		{[]string{"provision"}, []string{"-config", "-timeout", "Environment"}},
+		{[]string{"region", "promote"}, []string{"-config", "-timeout", "AGENTBUS_NATS_URL"}},
 		{[]string{"health"}, []string{"-timeout"}},
 	}
 	for _, tt := range tests {

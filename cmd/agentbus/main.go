@@ -40,6 +40,8 @@ Usage:
                                           agentbus up serves it too, on console.listen (127.0.0.1:8089)
   agentbus bench [flags]                  measure the whole pipeline (webhook in, callback out)
   agentbus provision [--config FILE]      create or update every stream and bucket on nats.url, then exit
+  agentbus region promote|status [--config FILE]
+                                          make this standby region live / show its streams (docs/regions.md)
   agentbus status                         what runs on the bus: replicas, sessions, adapters, backlogs, dead letters
   agentbus config check [FILE]            validate a configuration without starting anything (the checks up
                                           makes before it starts; exit 1 with the same one-line error)
@@ -113,6 +115,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdProvision(ctx, args[1:], stdout)
 	case "status":
 		err = cmdStatus(ctx, args[1:], stdout)
+	case "region":
+		err = cmdRegion(ctx, args[1:], stdout)
 	case "doctor":
 		err = cmdDoctor(ctx, args[1:], stdout)
 	case "dlq":

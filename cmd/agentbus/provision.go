@@ -44,8 +44,22 @@ func cmdProvision(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := natsutil.Provision(ctx, js, natsutil.SpecFromConfig(cfg.NATS)); err != nil {
+	spec := natsutil.SpecFromConfig(cfg.NATS)
+	if r := cfg.NATS.Region; r.Standby {
+		// A standby region's "provisioning" is its mirrors; never a live stream.
+		if err := natsutil.ProvisionStandby(ctx, js, spec, r.Source); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "provisioned every stream and bucket as a mirror of domain %s (standby region %s)\n", r.Source, r.Name)
+		return nil
+	}
+	if err := natsutil.Provision(ctx, js, spec); err != nil {
 		return err
+	}
+	if cfg.NATS.Region.Enabled() {
+		if err := natsutil.ProvisionRegion(ctx, js, spec); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintln(stdout, "provisioned every stream and bucket")
 	return nil

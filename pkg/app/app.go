@@ -394,6 +394,20 @@ func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Log
 	}
 	js = natsutil.FastPublish(js, 0) // the roles' publishes read their acks without encoding/json
 	p.JS = js
+	if r := cfg.NATS.Region; r.Standby {
+		return p.standby(ctx, js, cfg, log)
+	}
+	if err := p.provision(ctx, js, cfg); err != nil {
+		return err
+	}
+	if cfg.NATS.Region.Enabled() {
+		return p.regionCheckpoints(ctx, js, cfg, log)
+	}
+	return nil
+}
+
+// provision provisions (or waits for) the streams as nats.provision says.
+func (p *Process) provision(ctx context.Context, js jetstream.JetStream, cfg *config.Config) error {
 	if cfg.NATS.Provision == "wait" {
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
@@ -406,6 +420,54 @@ func (p *Process) connect(ctx context.Context, cfg *config.Config, log *slog.Log
 	if err := natsutil.Provision(pctx, js, natsutil.SpecFromConfig(cfg.NATS)); err != nil {
 		return fmt.Errorf("provision streams (is JetStream enabled on the NATS server?): %w", err)
 	}
+	if cfg.NATS.Region.Enabled() {
+		if err := natsutil.ProvisionRegion(pctx, js, natsutil.SpecFromConfig(cfg.NATS)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// standby is a standby region's start (nats.region.standby, docs/regions.md): it creates the
+// mirrors of the live region's streams that do not exist yet (never a live stream, never an
+// update), then waits, however long it takes, until `agentbus region promote` has made them
+// live; only then do the roles start. After promotion the process changes no stream (the
+// promotion provisioned them) and records consumer checkpoints as a live region does.
+func (p *Process) standby(ctx context.Context, js jetstream.JetStream, cfg *config.Config, log *slog.Logger) error {
+	r := cfg.NATS.Region
+	spec := natsutil.SpecFromConfig(cfg.NATS)
+	if cfg.NATS.Provision != "wait" {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		err := natsutil.ProvisionStandby(pctx, js, spec, r.Source)
+		cancel()
+		if errors.Is(err, natsutil.ErrLiveStream) {
+			log.Warn("standby region: the streams are live already (promoted); starting as a live region", "region", r.Name)
+		} else if err != nil {
+			return fmt.Errorf("standby region %s: mirror the live region (domain %s): %w", r.Name, r.Source, err)
+		}
+	}
+	log.Info("standby region: waiting for promotion (agentbus region promote)", "region", r.Name, "source", r.Source)
+	if err := natsutil.WaitPromoted(ctx, js, spec, 250*time.Millisecond); err != nil {
+		return err
+	}
+	log.Info("standby region promoted: roles start", "region", r.Name)
+	return p.regionCheckpoints(ctx, js, cfg, log)
+}
+
+// regionCheckpoints records, every nats.region.checkpointMs, the ack floors of the durable
+// consumers in KV region, for a standby that may be promoted (natsutil.Checkpointer).
+func (p *Process) regionCheckpoints(ctx context.Context, js jetstream.JetStream, cfg *config.Config, log *slog.Logger) error {
+	cp, err := natsutil.NewCheckpointer(ctx, js, natsutil.SpecFromConfig(cfg.NATS))
+	if err != nil {
+		return err
+	}
+	every := time.Duration(cfg.NATS.Region.CheckpointMs) * time.Millisecond
+	if every <= 0 {
+		every = 2 * time.Second
+	}
+	p.spawn("region checkpoints", func(ctx context.Context) {
+		cp.Run(ctx, every, log.With("component", "region"))
+	})
 	return nil
 }
 

@@ -102,6 +102,10 @@ func faultChild(kind string) int {
 		// its attempt stopped beating (3 s) or its own timeout has passed: a 10s tool timeout
 		// keeps that under the test's 90s wait for a reply.
 		cfg.AI.Agent.ToolTimeoutMs = 10000
+		startLimit := 150 * time.Second
+		if regionChildConfig(cfg) { // TestRegionFailover: a standby starts once promoted
+			startLimit = time.Hour
+		}
 		p := cfg.AI.Providers["openai"]
 		p.BaseURL = os.Getenv("AB_MODEL")
 		cfg.AI.Providers["openai"] = p
@@ -119,7 +123,7 @@ func faultChild(kind string) int {
 		// The context lives as long as the process: some roles stop when it ends.
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		startTimer := time.AfterFunc(150*time.Second, cancel)
+		startTimer := time.AfterFunc(startLimit, cancel)
 		proc, err := app.Start(ctx, cfg, app.Options{Roles: roles, Out: io.Discard, Log: log, NoProbe: true,
 			ExtraTools: []tools.Tool{recordingTool(os.Getenv("AB_RECORD"))}})
 		if err != nil || !startTimer.Stop() {
@@ -132,6 +136,9 @@ func faultChild(kind string) int {
 		defer scancel()
 		_ = proc.Stop(sctx)
 		return 0
+	}
+	if kind == "regionnats" {
+		return regionNATSChild(log, sig)
 	}
 	fmt.Fprintf(os.Stderr, "unknown %s=%q\n", faultChildEnv, kind)
 	return 2

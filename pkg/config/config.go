@@ -121,7 +121,34 @@ type NATS struct {
 	// webhook's replay guard: it must be at least 2 × im.webhook.toleranceSeconds. Zero picks
 	// 2 × the tolerance + 1 minute (11 minutes with the default tolerance).
 	InboundDuplicatesMs int64 `yaml:"inboundDuplicatesMs"`
+	// Region places this deployment in one region (one JetStream domain) of several; see
+	// docs/regions.md. Unset: one region, nothing changes.
+	Region Region `yaml:"region"`
 }
+
+// Region is the nats.region block: which region a process runs in, where its streams are
+// placed, and whether the region is a standby holding mirrors of a live region's streams.
+type Region struct {
+	// Name of the region (free text for logs and `agentbus region status`).
+	Name string `yaml:"name"`
+	// Standby: the process provisions mirrors of the live region's streams (from the domain
+	// Source) instead of live streams, never creates or updates a live stream, and waits until
+	// `agentbus region promote` has turned the mirrors into live streams before its roles start.
+	Standby bool `yaml:"standby"`
+	// Source is the JetStream domain of the live region that a standby mirrors.
+	Source string `yaml:"source"`
+	// Cluster and Tags place every stream and bucket (stream placement): the cluster name and
+	// server tags (server_tags in nats-server's config) a stream's replicas must run on.
+	Cluster string   `yaml:"cluster"`
+	Tags    []string `yaml:"tags"`
+	// CheckpointMs is how often a live region records its durable consumers' ack floors in KV
+	// region (mirrored with the rest), so that a promoted standby's consumers start after what
+	// was already done (default 2000).
+	CheckpointMs int64 `yaml:"checkpointMs"`
+}
+
+// Enabled reports whether a region is configured.
+func (r Region) Enabled() bool { return r.Name != "" || r.Standby || r.Source != "" }
 
 // TLS client settings.
 type TLS struct {
@@ -1136,6 +1163,15 @@ func (c *Config) Validate() error {
 	validateHooks(c.AI.Hooks, bad)
 	if c.NATS.Provision != "" {
 		oneOf("nats.provision", c.NATS.Provision, "update", "wait")
+	}
+	if c.NATS.Region.Enabled() && c.NATS.Embedded {
+		bad("nats.region needs nats.url: a region is a NATS cluster in a JetStream domain of its own, not the embedded server")
+	}
+	if r := c.NATS.Region; r.Standby && r.Source == "" {
+		bad("nats.region.standby needs nats.region.source: the JetStream domain of the live region to mirror")
+	}
+	if c.NATS.Region.CheckpointMs < 0 {
+		bad("nats.region.checkpointMs %d: must not be negative", c.NATS.Region.CheckpointMs)
 	}
 	if wh := c.IM.Webhook; wh.ToleranceSeconds < 0 || wh.ToleranceSeconds > 3600 {
 		bad("im.webhook.toleranceSeconds %d: want 1..3600", wh.ToleranceSeconds)

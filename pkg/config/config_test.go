@@ -87,6 +87,9 @@ func TestValidate(t *testing.T) {
 		{"matrix without homeserver", "im: {matrix: {bots: [{id: m1, userId: \"@b:x\", accessToken: t}]}}", "im.matrix.bots[0].homeserver is required"},
 		{"matrix bad user id", "im: {matrix: {bots: [{id: m1, homeserver: \"http://h\", userId: bot, accessToken: t}]}}", `im.matrix.bots[0].userId "bot"`},
 		{"matrix without token", "im: {matrix: {bots: [{id: m1, homeserver: \"http://h\", userId: \"@b:x\"}]}}", "im.matrix.bots[0].accessToken is required"},
+		{"standby without source", "nats: {url: \"nats://n:4222\", region: {name: b, standby: true}}", "nats.region.standby needs nats.region.source"},
+		{"region on the embedded server", "nats: {region: {name: a}}", "nats.region needs nats.url"},
+		{"negative checkpoint", "nats: {url: \"nats://n:4222\", region: {name: a, checkpointMs: -1}}", "nats.region.checkpointMs -1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

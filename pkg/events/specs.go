@@ -91,6 +91,12 @@ type Spec struct {
 	MarkerTTL       time.Duration // how long KV keeps the marker of a TTL-expired key (default 1 minute)
 	MediaMaxAge     time.Duration // object store media (default 30 days)
 	PresenceTTL     time.Duration // KV presence entry lifetime; processes refresh every third of it (default 30 seconds)
+
+	// Placement, when set, places every stream, bucket and object store on a cluster and on
+	// servers with the given tags (nats.region; docs/regions.md). natsutil.Provision sends it
+	// with every create and update; a placement change alone does not make it update an
+	// existing stream (move one with the nats CLI).
+	Placement *jetstream.Placement
 }
 
 // Defaults.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,6 +34,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, spec events.Spec) er
 	spec = spec.WithDefaults()
 	var jobs []func() error
 	for _, cfg := range spec.Streams() {
+		cfg.Placement = spec.Placement
 		jobs = append(jobs, func() error {
 			if err := retry(ctx, func(ctx context.Context) error {
 				if upToDate(ctx, js, cfg.Name, func(have jetstream.StreamConfig) bool { return sameStream(have, cfg) }) {
@@ -52,6 +54,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, spec events.Spec) er
 		})
 	}
 	for _, cfg := range spec.KeyValues() {
+		cfg.Placement = spec.Placement
 		jobs = append(jobs, func() error {
 			if err := retry(ctx, func(ctx context.Context) error {
 				if upToDate(ctx, js, "KV_"+cfg.Bucket, func(have jetstream.StreamConfig) bool { return sameKV(have, cfg) }) {
@@ -65,6 +68,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, spec events.Spec) er
 		})
 	}
 	for _, cfg := range spec.ObjectStores() {
+		cfg.Placement = spec.Placement
 		jobs = append(jobs, func() error {
 			if err := retry(ctx, func(ctx context.Context) error {
 				if upToDate(ctx, js, "OBJ_"+cfg.Bucket, func(have jetstream.StreamConfig) bool { return sameObjectStore(have, cfg) }) {
@@ -285,12 +289,34 @@ func KeyValue(ctx context.Context, js jetstream.KeyValueManager, name string) (k
 // Consumer creates or updates the consumer cfg on stream as Retry runs an op: roles create
 // their consumers when they start, often while the cluster elects leaders. A stream that does
 // not exist fails at once (jetstream.ErrStreamNotFound), as in Stream.
+//
+// A durable that exists keeps where it starts: cfg's deliver policy and start sequence or time
+// apply only when it is created. The server cannot change them, and a durable created to
+// start after what was already done (Promote, from a region checkpoint) must not be refused by
+// a role that asks for "everything" on its start.
 func Consumer(ctx context.Context, js jetstream.StreamConsumerManager, stream string, cfg jetstream.ConsumerConfig) (c jetstream.Consumer, err error) {
 	err = retryUnless(ctx, jetstream.ErrStreamNotFound, func(ctx context.Context) (err error) {
 		c, err = js.CreateOrUpdateConsumer(ctx, stream, cfg)
+		if err != nil && cfg.Durable != "" && startNotUpdatable(err) {
+			have, ierr := js.Consumer(ctx, stream, cfg.Durable)
+			if ierr != nil {
+				return errors.Join(err, ierr)
+			}
+			hc := have.CachedInfo().Config
+			cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = hc.DeliverPolicy, hc.OptStartSeq, hc.OptStartTime
+			c, err = js.CreateOrUpdateConsumer(ctx, stream, cfg)
+		}
 		return err
 	})
 	return c, err
+}
+
+// startNotUpdatable reports the server's refusal to change a consumer's deliver policy, start
+// sequence or start time.
+func startNotUpdatable(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "deliver policy can not be updated") || strings.Contains(s, "start sequence can not be updated") ||
+		strings.Contains(s, "start time can not be updated")
 }
 
 // retryUnless runs op as Retry does, except that an error that is final ends it at once even

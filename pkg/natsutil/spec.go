@@ -19,6 +19,9 @@ func SpecFromConfig(c config.NATS) events.Spec {
 		ToolResultsMaxAge: time.Duration(c.ToolResultsMaxAge) * time.Millisecond,
 		InboundDuplicates: time.Duration(c.InboundDuplicatesMs) * time.Millisecond,
 	}
+	if r := c.Region; r.Cluster != "" || len(r.Tags) > 0 {
+		s.Placement = &jetstream.Placement{Cluster: r.Cluster, Tags: r.Tags}
+	}
 	if c.Storage == "memory" {
 		s.Storage = jetstream.MemoryStorage
 	}
