@@ -128,32 +128,24 @@ func New(ctx context.Context, s Settings, role string, opts ...sdktrace.TracerPr
 	if !s.Enabled {
 		return Off(), nil
 	}
-	exp, err := otlptracehttp.New(ctx)
+	batch, queue, delay, timeout, err := batcherOptions(os.Getenv)
 	if err != nil {
-		return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
+		return nil, err
 	}
-	return newSDK(ctx, s, role, append([]sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp, batchOptions(os.Getenv)...)}, opts...)...)
-}
-
-// Batch sizes when OTEL_BSP_MAX_EXPORT_BATCH_SIZE and OTEL_BSP_MAX_QUEUE_SIZE are unset (the
-// SDK's defaults are 512 and 2,048): a traced tool turn ends 7 spans, so at 1,000 turns/s a
-// default batch goes out every 70 ms and a queue of 2,048 holds 0.3 s of spans; larger
-// batches mean fewer export requests, and a longer queue fewer spans dropped while one is
-// being sent.
-const (
-	DefaultBatchSize = 2048
-	DefaultQueueSize = 16384
-)
-
-func batchOptions(getenv func(string) string) []sdktrace.BatchSpanProcessorOption {
-	var o []sdktrace.BatchSpanProcessorOption
-	if getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") == "" {
-		o = append(o, sdktrace.WithMaxExportBatchSize(DefaultBatchSize))
+	var exp sdktrace.SpanExporter
+	c, err := otlpConfigFrom(os.Getenv)
+	switch {
+	case err == nil:
+		exp = newOTLPExporter(c)
+	case errors.Is(err, errSDKExporter): // http/json or TLS certificates
+		if exp, err = otlptracehttp.New(ctx); err != nil {
+			return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
+		}
+	default:
+		return nil, err
 	}
-	if getenv("OTEL_BSP_MAX_QUEUE_SIZE") == "" {
-		o = append(o, sdktrace.WithMaxQueueSize(DefaultQueueSize))
-	}
-	return o
+	return newSDK(ctx, s, role, append([]sdktrace.TracerProviderOption{
+		sdktrace.WithSpanProcessor(newBatcher(exp, batch, queue, delay, timeout))}, opts...)...)
 }
 
 // NewWithExporter is New with spans going to exp (tests: tracetest.InMemoryExporter, through
