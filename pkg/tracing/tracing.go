@@ -119,11 +119,13 @@ func Off() *Provider { return &Provider{TracerProvider: noop.NewTracerProvider()
 
 // New returns the tracer provider of role ("ingest", "turn-worker", "tool-worker", "egress")
 // for s. Its resource is service.name = s.ServiceName or "agentbus-<role>", service.version and
-// agentbus.role, then OTEL_RESOURCE_ATTRIBUTES. Spans are batched and exported over OTLP/HTTP as
-// the OTEL_EXPORTER_OTLP_* variables say; the sampler is OTEL_TRACES_SAMPLER's (default
-// parentbased_always_on). Nothing is dialled here: an unreachable collector costs dropped
-// batches (reported through otel's error handler), never a failed start or a slower turn.
-// Shutdown flushes what is buffered.
+// agentbus.role, then OTEL_RESOURCE_ATTRIBUTES. Spans are batched (batcher, OTEL_BSP_*) and
+// exported over OTLP/HTTP as the OTEL_EXPORTER_OTLP_* variables say: by otlpExporter, or by
+// the SDK's otlptracehttp for http/json and TLS certificate settings. The sampler is
+// OTEL_TRACES_SAMPLER's (default parentbased_always_on). Nothing is dialled here: an
+// unreachable collector costs dropped batches (reported through otel's error handler), never
+// a failed start or a slower turn. A malformed endpoint, compression, timeout or OTEL_BSP_*
+// value is an error wrapping ErrConfig. Shutdown flushes what is buffered.
 func New(ctx context.Context, s Settings, role string, opts ...sdktrace.TracerProviderOption) (*Provider, error) {
 	if !s.Enabled {
 		return Off(), nil
