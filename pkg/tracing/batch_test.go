@@ -2,13 +2,21 @@ package tracing
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/agentbus/agentbus/pkg/llm"
 )
 
 // countingExporter records the size of every export.
@@ -190,4 +198,78 @@ func BenchmarkProcessorOnEnd(b *testing.B) {
 			_ = p.Shutdown(context.Background())
 		})
 	}
+}
+
+// BenchmarkTracedTurn is the whole cost of tracing one tool turn at 100 %: its 7 spans started,
+// given their attributes, ended, carried across a header, batched and exported to a discarding
+// OTLP/HTTP receiver, with the SDK's BatchSpanProcessor and otlptracehttp against batcher and
+// otlpExporter. cpu-µs/turn is the process's CPU time (all goroutines: the export ones too)
+// per turn, the figure to hold against the bench's CPU per turn.
+func BenchmarkTracedTurn(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	c, _ := otlpConfigFrom(env(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": srv.URL}))
+	for _, bc := range []struct {
+		name string
+		p    func() sdktrace.SpanProcessor
+	}{
+		{"sdk", func() sdktrace.SpanProcessor {
+			exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(srv.URL+"/v1/traces"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			return sdktrace.NewBatchSpanProcessor(exp, sdktrace.WithMaxExportBatchSize(DefaultBatchSize), sdktrace.WithMaxQueueSize(DefaultQueueSize))
+		}},
+		{"agentbus", func() sdktrace.SpanProcessor {
+			return newBatcher(newOTLPExporter(c), DefaultBatchSize, DefaultQueueSize, DefaultScheduleDelay, DefaultExportTimeout)
+		}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			p, err := newSDK(ctx, Settings{Enabled: true}, "turn-worker", sdktrace.WithSpanProcessor(bc.p()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			model := &llm.Model{ID: "gpt-4o-mini", API: llm.APIOpenAICompletions, Provider: "openai"}
+			final := &llm.Message{Model: "gpt-4o-mini", StopReason: llm.StopReasonStop, Usage: &llm.Usage{Input: 812, Output: 37}}
+			b.ReportAllocs()
+			cpu0 := cpuTime()
+			for b.Loop() {
+				h := nats.Header{}
+				wctx, web := Start(ctx, p, "POST /webhook/{bot}", "", "", trace.WithSpanKind(trace.SpanKindServer))
+				InjectNATS(wctx, h)
+				web.End()
+				tctx, turn := StartNATS(ctx, p, "turn", h, "", trace.WithSpanKind(trace.SpanKindConsumer))
+				for range 2 {
+					cs := chatSpanOf(model)
+					_, chat := Child(tctx, cs.name, cs.opts...)
+					endChat(chat, model.ID, final, nil)
+				}
+				ts := toolSpanOf("bench_echo", trace.SpanKindClient)
+				cctx, call := Child(tctx, ts.name, ts.opts...)
+				call.SetAttributes(GenAIToolCallID.String("call_8f2a"))
+				th := nats.Header{}
+				InjectNATS(cctx, th)
+				_, exec := StartToolNATS(ctx, p, th, "", "bench_echo", "call_8f2a")
+				EndTool(exec, false)
+				End(call, nil)
+				InjectNATS(tctx, h)
+				turn.End()
+				_, send := StartNATS(ctx, p, "send webhook", h, "", trace.WithSpanKind(trace.SpanKindConsumer))
+				send.End()
+			}
+			b.StopTimer()
+			_ = p.Shutdown(ctx)
+			b.ReportMetric(float64(cpuTime()-cpu0)/1e3/float64(b.N), "cpu-µs/turn")
+		})
+	}
+}
+
+// cpuTime is the process's user and system CPU time in ns.
+func cpuTime() int64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }
