@@ -119,41 +119,35 @@ func Off() *Provider { return &Provider{TracerProvider: noop.NewTracerProvider()
 
 // New returns the tracer provider of role ("ingest", "turn-worker", "tool-worker", "egress")
 // for s. Its resource is service.name = s.ServiceName or "agentbus-<role>", service.version and
-// agentbus.role, then OTEL_RESOURCE_ATTRIBUTES. Spans are batched and exported over OTLP/HTTP as
-// the OTEL_EXPORTER_OTLP_* variables say; the sampler is OTEL_TRACES_SAMPLER's (default
-// parentbased_always_on). Nothing is dialled here: an unreachable collector costs dropped
-// batches (reported through otel's error handler), never a failed start or a slower turn.
-// Shutdown flushes what is buffered.
+// agentbus.role, then OTEL_RESOURCE_ATTRIBUTES. Spans are batched (batcher, OTEL_BSP_*) and
+// exported over OTLP/HTTP as the OTEL_EXPORTER_OTLP_* variables say: by otlpExporter, or by
+// the SDK's otlptracehttp for http/json and TLS certificate settings. The sampler is
+// OTEL_TRACES_SAMPLER's (default parentbased_always_on). Nothing is dialled here: an
+// unreachable collector costs dropped batches (reported through otel's error handler), never
+// a failed start or a slower turn. A malformed endpoint, compression, timeout or OTEL_BSP_*
+// value is an error wrapping ErrConfig. Shutdown flushes what is buffered.
 func New(ctx context.Context, s Settings, role string, opts ...sdktrace.TracerProviderOption) (*Provider, error) {
 	if !s.Enabled {
 		return Off(), nil
 	}
-	exp, err := otlptracehttp.New(ctx)
+	batch, queue, delay, timeout, err := batcherOptions(os.Getenv)
 	if err != nil {
-		return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
+		return nil, err
 	}
-	return newSDK(ctx, s, role, append([]sdktrace.TracerProviderOption{sdktrace.WithBatcher(exp, batchOptions(os.Getenv)...)}, opts...)...)
-}
-
-// Batch sizes when OTEL_BSP_MAX_EXPORT_BATCH_SIZE and OTEL_BSP_MAX_QUEUE_SIZE are unset (the
-// SDK's defaults are 512 and 2,048): a traced tool turn ends 7 spans, so at 1,000 turns/s a
-// default batch goes out every 70 ms and a queue of 2,048 holds 0.3 s of spans; larger
-// batches mean fewer export requests, and a longer queue fewer spans dropped while one is
-// being sent.
-const (
-	DefaultBatchSize = 2048
-	DefaultQueueSize = 16384
-)
-
-func batchOptions(getenv func(string) string) []sdktrace.BatchSpanProcessorOption {
-	var o []sdktrace.BatchSpanProcessorOption
-	if getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") == "" {
-		o = append(o, sdktrace.WithMaxExportBatchSize(DefaultBatchSize))
+	var exp sdktrace.SpanExporter
+	c, err := otlpConfigFrom(os.Getenv)
+	switch {
+	case err == nil:
+		exp = newOTLPExporter(c)
+	case errors.Is(err, errSDKExporter): // http/json or TLS certificates
+		if exp, err = otlptracehttp.New(ctx); err != nil {
+			return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
+		}
+	default:
+		return nil, err
 	}
-	if getenv("OTEL_BSP_MAX_QUEUE_SIZE") == "" {
-		o = append(o, sdktrace.WithMaxQueueSize(DefaultQueueSize))
-	}
-	return o
+	return newSDK(ctx, s, role, append([]sdktrace.TracerProviderOption{
+		sdktrace.WithSpanProcessor(newBatcher(exp, batch, queue, delay, timeout))}, opts...)...)
 }
 
 // NewWithExporter is New with spans going to exp (tests: tracetest.InMemoryExporter, through
