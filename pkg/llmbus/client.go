@@ -25,6 +25,8 @@ const (
 	DefaultAttempts = 3
 	// DefaultRetryWait is the wait before the second attempt; it doubles for each further one.
 	DefaultRetryWait = 250 * time.Millisecond
+	// MaxRetryWait caps the doubling wait between attempts.
+	MaxRetryWait = 5 * time.Second
 )
 
 // Client is an llm.Provider that sends each call to a provider service on the bus and streams
@@ -55,7 +57,7 @@ func WithIdleTimeout(d time.Duration) ClientOption {
 
 // WithAttempts sets how many times a request is sent while the subject has no responders
 // (default DefaultAttempts; 1 = no retry), waiting wait before the second attempt and twice
-// as long before each further one.
+// as long before each further one, at most MaxRetryWait.
 func WithAttempts(n int, wait time.Duration) ClientOption {
 	return func(c *Client) error {
 		if n < 1 || wait < 0 {
@@ -207,7 +209,7 @@ func (c *Client) open(ctx context.Context, body []byte) (*stream, error) {
 			}
 			return nil, err
 		}
-		wait := c.wait << (attempt - 1)
+		wait := min(c.wait<<(attempt-1), MaxRetryWait)
 		if h := llm.RetryHook(ctx); h != nil {
 			h(llm.Retry{Attempt: attempt, StatusCode: 503, Reason: llm.RetryTransport, Wait: wait})
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nuid"
 
 	"github.com/agentbus/agentbus/pkg/llm"
 )
@@ -102,12 +103,13 @@ func WithLogger(l *slog.Logger) ServeOption {
 
 // Server is a provider served on the bus by Serve.
 type Server struct {
-	nc   *nats.Conn
-	p    llm.Provider
-	cfg  serveConfig
-	svc  micro.Service
-	base context.Context
-	kill context.CancelFunc
+	nc      *nats.Conn
+	subject string
+	p       llm.Provider
+	cfg     serveConfig
+	svc     micro.Service
+	base    context.Context
+	kill    context.CancelFunc
 
 	mu       sync.Mutex
 	stopping bool
@@ -122,7 +124,7 @@ type Server struct {
 // the package doc describes. Any number of servers may serve one subject; each request goes
 // to one of them.
 //
-// Serve returns once the endpoint is subscribed. Each request is streamed on a goroutine of
+// Serve returns once the NATS server knows the endpoint's subscription. Each request is streamed on a goroutine of
 // its own, through llm.StreamProvider, so a provider that panics or ends without a terminal
 // event still ends the stream properly. ctx bounds the server's life: when it ends, the
 // server stops taking requests and cancels the streams in flight (Stop does the same more
@@ -141,7 +143,7 @@ func Serve(ctx context.Context, nc *nats.Conn, subject string, p llm.Provider, o
 			return nil, err
 		}
 	}
-	s := &Server{nc: nc, p: p, cfg: cfg, done: make(chan struct{})}
+	s := &Server{nc: nc, subject: subject, p: p, cfg: cfg, done: make(chan struct{})}
 	s.base, s.kill = context.WithCancel(context.WithoutCancel(ctx))
 	svc, err := micro.AddService(nc, micro.Config{Name: cfg.name, Version: cfg.version, Description: cfg.description, QueueGroup: cfg.queue,
 		Metadata: map[string]string{"llmbus.version": "1", "llmbus.subject": subject}})
@@ -155,6 +157,15 @@ func Serve(ctx context.Context, nc *nats.Conn, subject string, p llm.Provider, o
 		return nil, fmt.Errorf("llmbus: add endpoint %q: %w", subject, err)
 	}
 	s.svc = svc
+	// Make sure the server knows the subscription before Serve returns, so a request sent
+	// right after (from another connection) finds a responder.
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := nc.FlushWithContext(fctx); err != nil {
+		_ = svc.Stop()
+		s.kill()
+		return nil, fmt.Errorf("llmbus: flush the endpoint's subscription: %w", err)
+	}
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -196,6 +207,10 @@ func (s *Server) Done() <-chan struct{} { return s.done }
 
 // Info is the micro service's info (id, endpoints), for logs and tests.
 func (s *Server) Info() micro.Info { return s.svc.Info() }
+
+// Stats are the micro service's counters. A stream is counted when it is accepted (its
+// processing time is not the stream's); refused requests count as errors.
+func (s *Server) Stats() micro.Stats { return s.svc.Stats() }
 
 func (s *Server) handle(req micro.Request) {
 	reply := req.Reply()
@@ -247,7 +262,11 @@ func (s *Server) refuse(req micro.Request, text string) {
 func (s *Server) stream(reply string, r *Request) {
 	ctx, cancel := context.WithCancel(s.base)
 	defer cancel()
-	ctrl := s.nc.NewInbox()
+	// The control subject lies below the request subject rather than in this connection's
+	// inbox: a caller allowed to publish requests there may then cancel too, without
+	// allow_responses (whose budget nats-server spends on every delivery of a reused reply
+	// subject, so a cancel after an even number of events would be refused).
+	ctrl := s.subject + ".ctl." + nuid.Next()
 	csub, err := s.nc.Subscribe(ctrl, func(*nats.Msg) { cancel() })
 	if err != nil {
 		s.cfg.log.Warn("llmbus: subscribe to the control subject", "request", r.ID, "error", err)
