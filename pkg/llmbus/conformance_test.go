@@ -19,7 +19,7 @@ import (
 var testCost = llm.ModelCost{Input: 3, Output: 15, CacheRead: 0.3, CacheWrite: 3.75}
 
 // serve puts p on subject over its own connection and returns a client connection.
-func serve(t *testing.T, srv *natstest.Server, subject string, p llm.Provider, opts ...llmbus.ServeOption) *llmbus.Client {
+func serve(t testing.TB, srv *natstest.Server, subject string, p llm.Provider, opts ...llmbus.ServeOption) *llmbus.Client {
 	t.Helper()
 	snc, _ := srv.Connect(t)
 	s, err := llmbus.Serve(context.Background(), snc, subject, p, opts...)
@@ -35,7 +35,7 @@ func serve(t *testing.T, srv *natstest.Server, subject string, p llm.Provider, o
 	return c
 }
 
-func newServer(t *testing.T) *natstest.Server {
+func newServer(t testing.TB) *natstest.Server {
 	return natstest.New(t, natstest.WithoutProvision())
 }
 
