@@ -233,6 +233,7 @@ func (c *Client) send(ctx context.Context, body []byte) (*stream, error) {
 	_ = sub.SetPendingLimits(-1, 256<<20)
 	s := &stream{c: c, sub: sub}
 	msg := &nats.Msg{Subject: c.subject, Reply: inbox, Data: body, Header: nats.Header{VersionHeader: []string{"1"}}}
+	injectTrace(ctx, msg.Header)
 	if err := c.nc.PublishMsg(msg); err != nil {
 		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("llmbus: publish request to %q: %w", c.subject, err)

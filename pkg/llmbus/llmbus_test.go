@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
@@ -389,5 +390,25 @@ func TestRolePermissions(t *testing.T) {
 	}
 	if err := nc.LastError(); err != nil {
 		t.Errorf("turn-worker connection error: %v", err)
+	}
+}
+
+// TestTraceContextCrosses: a call made inside a span carries its W3C trace context, and the
+// served provider's ctx continues that trace.
+func TestTraceContextCrosses(t *testing.T) {
+	got := make(chan trace.SpanContext, 1)
+	p := llm.ProviderFunc(func(ctx context.Context, m *llm.Model, _ *llm.Context, _ *llm.StreamOptions) iter.Seq[llm.Event] {
+		got <- trace.SpanContextFromContext(ctx)
+		return faux.New(faux.WithResponder(func(*llm.Context) faux.Response { return faux.Response{Text: "ok"} })).Stream(ctx, m, nil, nil)
+	})
+	c := serve(t, newServer(t), "llm.traced", p)
+	want := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5, 6}, TraceFlags: trace.FlagsSampled})
+	ctx := trace.ContextWithSpanContext(context.Background(), want)
+	if m, _ := final(t, ctx, c); m.StopReason != llm.StopReasonStop {
+		t.Fatalf("%s %s", m.StopReason, m.ErrorMessage)
+	}
+	sc := <-got
+	if sc.TraceID() != want.TraceID() || sc.SpanID() != want.SpanID() || !sc.IsRemote() {
+		t.Errorf("provider's span context %v, want the caller's %v (remote)", sc, want)
 	}
 }

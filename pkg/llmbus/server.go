@@ -238,9 +238,10 @@ func (s *Server) handle(req micro.Request) {
 	}
 	s.wg.Add(1)
 	s.mu.Unlock()
+	hdr := req.Headers()
 	go func() {
 		defer s.wg.Done()
-		s.stream(reply, &r)
+		s.stream(nats.Header(hdr), reply, &r)
 	}()
 }
 
@@ -259,8 +260,9 @@ func (s *Server) refuse(req micro.Request, text string) {
 // control subject as its reply subject: the client sends a cancel there, and when the inbox
 // is gone (client cancelled or died) the NATS server answers an event with a no-responders
 // status there. Either ends the call.
-func (s *Server) stream(reply string, r *Request) {
-	ctx, cancel := context.WithCancel(s.base)
+func (s *Server) stream(hdr nats.Header, reply string, r *Request) {
+	// The caller's trace (TraceHeader) becomes the provider's parent span context.
+	ctx, cancel := context.WithCancel(extractTrace(s.base, hdr))
 	defer cancel()
 	// The control subject lies below the request subject rather than in this connection's
 	// inbox: a caller allowed to publish requests there may then cancel too, without
