@@ -412,3 +412,34 @@ func TestTraceContextCrosses(t *testing.T) {
 		t.Errorf("provider's span context %v, want the caller's %v (remote)", sc, want)
 	}
 }
+
+// TestEventOverMaxPayload: a final message larger than the NATS server's max payload cannot
+// be sent; the client hears why at once instead of waiting for its idle timeout.
+func TestEventOverMaxPayload(t *testing.T) {
+	huge := strings.Repeat("x", 2<<20)
+	p := llm.ProviderFunc(func(ctx context.Context, m *llm.Model, _ *llm.Context, _ *llm.StreamOptions) iter.Seq[llm.Event] {
+		return func(yield func(llm.Event) bool) {
+			msg := llm.NewAssistant(m)
+			if !yield(llm.Event{Type: llm.EventStart, Partial: msg}) {
+				return
+			}
+			msg.Content = append(msg.Content, llm.Text(huge))
+			msg.StopReason = llm.StopReasonStop
+			yield(llm.Event{Type: llm.EventDone, Reason: llm.StopReasonStop, Message: msg})
+		}
+	})
+	srv := newServer(t)
+	snc, _ := srv.Connect(t)
+	if _, err := llmbus.Serve(context.Background(), snc, "llm.huge", p); err != nil {
+		t.Fatal(err)
+	}
+	nc, _ := srv.Connect(t)
+	c, err := llmbus.NewClient(nc, "llm.huge", llmbus.WithIdleTimeout(margin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := final(t, context.Background(), c) // a "timed out" error would mean it waited the idle timeout
+	if m.StopReason != llm.StopReasonError || !strings.Contains(m.ErrorMessage, "could not send an event") || !strings.Contains(m.ErrorMessage, "maximum payload") {
+		t.Fatalf("%s %q, want the server's report of the payload limit", m.StopReason, m.ErrorMessage)
+	}
+}

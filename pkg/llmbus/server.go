@@ -286,15 +286,18 @@ func (s *Server) stream(hdr nats.Header, reply string, r *Request) {
 		if ended {
 			return nil
 		}
-		ended = ev.Type == string(llm.EventDone) || ev.Type == string(llm.EventError)
-		seq++
-		ev.V, ev.Seq = Version, seq
+		ev.V, ev.Seq = Version, seq+1
 		b, err := json.Marshal(ev)
 		if err != nil {
 			return err
 		}
+		if err := s.nc.PublishMsg(&nats.Msg{Subject: reply, Reply: ctrl, Data: b}); err != nil {
+			return fmt.Errorf("event %s of %d bytes: %w", ev.Type, len(b), err)
+		}
+		seq++
 		last = time.Now()
-		return s.nc.PublishMsg(&nats.Msg{Subject: reply, Reply: ctrl, Data: b})
+		ended = ev.Type == string(llm.EventDone) || ev.Type == string(llm.EventError)
+		return nil
 	}
 	if err := send(Event{Type: TypeHeartbeat}); err != nil {
 		s.cfg.log.Warn("llmbus: answer a request", "request", r.ID, "error", err)
@@ -335,7 +338,12 @@ func (s *Server) stream(hdr nats.Header, reply string, r *Request) {
 	}
 	for ev := range llm.StreamProvider(ctx, s.p, &model, &r.Context, opts) {
 		if err := send(wireEvent(ev)); err != nil {
+			// Most likely an event over the NATS server's max payload (a huge final
+			// message): tell the client in a small error event rather than leave it to
+			// its idle timeout.
 			s.cfg.log.Warn("llmbus: send an event", "request", r.ID, "error", err)
+			cancel()
+			_ = send(wireEvent(llm.ErrorEvent(&model, nil, llm.StopReasonError, fmt.Errorf("llmbus: the server could not send an event: %w", err))))
 			return
 		}
 		if ctx.Err() != nil {
