@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nuid"
 
 	"github.com/agentbus/agentbus/pkg/llm"
@@ -255,6 +256,10 @@ func (s *stream) next(ctx context.Context) (*nats.Msg, error) {
 	switch {
 	case err == nil && len(m.Data) == 0 && m.Header.Get("Status") == "503", errors.Is(err, nats.ErrNoResponders):
 		return nil, fmt.Errorf("%w on subject %q: no provider service is listening", ErrNoResponders, s.c.subject)
+	case err == nil && s.seq == 0 && m.Header.Get(micro.ErrorCodeHeader) == "503":
+		// A server that is stopping refused the request: like no responders, worth another
+		// attempt (the queue group has other members, or the server comes back).
+		return nil, fmt.Errorf("%w on subject %q: %s", ErrNoResponders, s.c.subject, m.Header.Get(micro.ErrorHeader))
 	case err == nil:
 		return m, nil
 	case ctx.Err() != nil:

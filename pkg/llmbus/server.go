@@ -186,6 +186,11 @@ func (s *Server) Stop(ctx context.Context) error {
 		s.stopping = true
 		s.mu.Unlock()
 		err := s.svc.Stop()
+		// Let the NATS server know the endpoint is gone before waiting, so new requests go to
+		// the other servers of the subject (or get no responders) rather than to this one.
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_ = s.nc.FlushWithContext(fctx)
+		cancel()
 		waited := make(chan struct{})
 		go func() { s.wg.Wait(); close(waited) }()
 		select {
@@ -218,22 +223,22 @@ func (s *Server) handle(req micro.Request) {
 		return // nobody to answer
 	}
 	if v := req.Headers().Get(VersionHeader); v != "" && v != "1" {
-		s.refuse(req, fmt.Sprintf("llmbus: unsupported version %s (this server speaks %d)", v, Version))
+		s.refuse(req, "400", fmt.Sprintf("llmbus: unsupported version %s (this server speaks %d)", v, Version))
 		return
 	}
 	var r Request
 	if err := json.Unmarshal(req.Data(), &r); err != nil {
-		s.refuse(req, fmt.Sprintf("llmbus: bad request: %v", err))
+		s.refuse(req, "400", fmt.Sprintf("llmbus: bad request: %v", err))
 		return
 	}
 	if r.V != Version {
-		s.refuse(req, fmt.Sprintf("llmbus: unsupported version %d (this server speaks %d)", r.V, Version))
+		s.refuse(req, "400", fmt.Sprintf("llmbus: unsupported version %d (this server speaks %d)", r.V, Version))
 		return
 	}
 	s.mu.Lock()
 	if s.stopping {
 		s.mu.Unlock()
-		s.refuse(req, ErrStopped.Error())
+		s.refuse(req, "503", ErrStopped.Error()) // the client sends it again, to another server
 		return
 	}
 	s.wg.Add(1)
@@ -246,12 +251,14 @@ func (s *Server) handle(req micro.Request) {
 }
 
 // refuse answers a request that cannot be served with a one-event stream: an error event
-// (seq 1), sent as a micro error so the service's stats count it.
-func (s *Server) refuse(req micro.Request, text string) {
+// (seq 1), sent as a micro error so the service's stats count it. Code "503" (this server is
+// stopping) tells the client to send the request again, as when nobody listens; "400" is
+// final.
+func (s *Server) refuse(req micro.Request, code, text string) {
 	m := &llm.Message{Role: llm.RoleAssistant, Content: []llm.Content{}, StopReason: llm.StopReasonError, ErrorMessage: text,
 		Timestamp: time.Now().UnixMilli(), Usage: &llm.Usage{}}
 	b, _ := json.Marshal(Event{V: Version, Seq: 1, Type: string(llm.EventError), Reason: llm.StopReasonError, Message: m})
-	if err := req.Error("400", text, b); err != nil {
+	if err := req.Error(code, text, b); err != nil {
 		s.cfg.log.Warn("llmbus: answer a refused request", "error", err)
 	}
 }
