@@ -194,6 +194,8 @@ type stream struct {
 	first *nats.Msg // the first reply, read while checking for responders
 	ctrl  string    // the server's control subject (reply subject of its events)
 	seq   int
+	// unwatch stops the AfterFunc that unsubscribes when ctx ends.
+	unwatch func() bool
 }
 
 // open sends the request, retrying while nobody listens, and returns once the first reply is
@@ -232,11 +234,11 @@ func (c *Client) send(ctx context.Context, body []byte) (*stream, error) {
 	}
 	// A reply stream is as long as the answer; never drop part of it for a slow reader.
 	_ = sub.SetPendingLimits(-1, 256<<20)
-	s := &stream{c: c, sub: sub}
+	s := &stream{c: c, sub: sub, unwatch: context.AfterFunc(ctx, func() { _ = sub.Unsubscribe() })}
 	msg := &nats.Msg{Subject: c.subject, Reply: inbox, Data: body, Header: nats.Header{VersionHeader: []string{"1"}}}
 	injectTrace(ctx, msg.Header)
 	if err := c.nc.PublishMsg(msg); err != nil {
-		_ = sub.Unsubscribe()
+		s.close()
 		return nil, fmt.Errorf("llmbus: publish request to %q: %w", c.subject, err)
 	}
 	m, err := s.next(ctx)
@@ -250,9 +252,10 @@ func (c *Client) send(ctx context.Context, body []byte) (*stream, error) {
 
 // next waits for the next reply message. A no-responders status becomes ErrNoResponders.
 func (s *stream) next(ctx context.Context) (*nats.Msg, error) {
-	wctx, cancel := context.WithTimeout(ctx, s.c.idle)
-	defer cancel()
-	m, err := s.sub.NextMsgWithContext(wctx)
+	// NextMsg with a timeout rather than NextMsgWithContext: a context and a timer per event
+	// cost more than the event; ctx is watched once per stream instead (open: AfterFunc
+	// drops the subscription, which ends the wait).
+	m, err := s.sub.NextMsg(s.c.idle)
 	switch {
 	case err == nil && len(m.Data) == 0 && m.Header.Get("Status") == "503", errors.Is(err, nats.ErrNoResponders):
 		return nil, fmt.Errorf("%w on subject %q: no provider service is listening", ErrNoResponders, s.c.subject)
@@ -264,7 +267,7 @@ func (s *stream) next(ctx context.Context) (*nats.Msg, error) {
 		return m, nil
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, nats.ErrTimeout):
 		return nil, fmt.Errorf("%w: subject %q sent nothing for %s", ErrIdle, s.c.subject, s.c.idle)
 	}
 	return nil, fmt.Errorf("llmbus: read reply from %q: %w", s.c.subject, err)
@@ -281,4 +284,7 @@ func (s *stream) cancel() {
 	s.ctrl = ""
 }
 
-func (s *stream) close() { _ = s.sub.Unsubscribe() }
+func (s *stream) close() {
+	s.unwatch()
+	_ = s.sub.Unsubscribe()
+}
