@@ -535,10 +535,14 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 		return err
 	}
 	p.Models = reg
+	busProviders, err := newBusProviders(cfg, b.NC)
+	if err != nil {
+		return err
+	}
 	mgr := p.startDiscovery(ctx, b.JS, cfg, reg, log)
 	p.Costs = costs.New()
 	// Every model call (each attempt of a fallback chain) is a "chat <model>" span of the turn.
-	fb := models.NewFallback(models.FallbackOptions{Registry: reg, Stream: models.StreamFunc(tracing.WrapStream(tracing.StreamFunc(p.Costs.Wrap(costs.StreamFunc(metrics.NewLLM(p.Metrics).Wrap(modelLogContext(llm.Stream))))))), Log: log.With("role", "turn-worker")})
+	fb := models.NewFallback(models.FallbackOptions{Registry: reg, Stream: models.StreamFunc(tracing.WrapStream(tracing.StreamFunc(p.Costs.Wrap(costs.StreamFunc(metrics.NewLLM(p.Metrics).Wrap(modelLogContext(busStream(busProviders, llm.Stream)))))))), Log: log.With("role", "turn-worker")})
 	guard, err := netguard.New(netguard.Config{AllowPrivate: cfg.AI.Agent.WebFetch.AllowPrivate, AllowHosts: cfg.AI.Agent.WebFetch.AllowHosts})
 	if err != nil {
 		return err

@@ -69,6 +69,7 @@ type pipelineOpts struct {
 	agentYAML       string // more ai.agent keys, one per line, indented by four spaces
 	vision          bool   // the fake provider's models take images
 	provider        string // more entries of the fake provider's flow map, e.g. ", contextWindow: 4000"
+	busSubject      string // when set, the provider "fake" is api: bus on this subject (served by the test)
 	ai              string // more blocks of ai (after ai.agent), indented by two spaces
 
 	// log, when set, gets the process's log as JSON at info (instead of testLogger).
@@ -104,6 +105,10 @@ func newPipeline(t *testing.T, script fakeopenai.Script, o pipelineOpts) *pipeli
 	if o.vision {
 		vision = ", capabilities: {vision: true}"
 	}
+	prov := fmt.Sprintf(`{api: openai-completions, baseUrl: "%s", apiKey: "%s"%s}`, model.BaseURL(), o.apiKey, vision+o.provider)
+	if o.busSubject != "" {
+		prov = fmt.Sprintf(`{api: bus, subject: %s%s}`, o.busSubject, vision+o.provider)
+	}
 	yml := fmt.Sprintf(`
 dataDir: %[1]s
 nats:
@@ -123,12 +128,12 @@ im:
         masters: [%[6]s]
 ai:
   providers:
-    fake: {api: openai-completions, baseUrl: "%[7]s", apiKey: "%[10]s"%[9]s}
+    fake: %[7]s
   agents:
     zhin: {provider: fake, model: m1}
   agent:
     maxIterations: 8
-%[8]s`, dir, filepath.Join(dir, "nats"), botID, botSecret, cb.srv.URL, master, model.BaseURL(), agent, vision+o.provider, o.apiKey)
+%[8]s`, dir, filepath.Join(dir, "nats"), botID, botSecret, cb.srv.URL, master, prov, agent)
 	cfg, err := config.Parse([]byte(yml))
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yml)

@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"iter"
 	"log/slog"
 	"net/http"
 	"os"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/llm"
@@ -17,6 +20,8 @@ import (
 	"github.com/agentbus/agentbus/pkg/llm/providers/ollama"
 	"github.com/agentbus/agentbus/pkg/llm/providers/openai"
 	"github.com/agentbus/agentbus/pkg/llm/providers/openairesponses"
+	"github.com/agentbus/agentbus/pkg/llmbus"
+	"github.com/agentbus/agentbus/pkg/metrics"
 )
 
 // RegisterProviders registers every API implementation. The faux API takes its script or
@@ -108,3 +113,44 @@ func probeOllama(ctx context.Context, host string) (string, bool) {
 }
 
 func registerFaux(p *faux.Provider) { llm.RegisterAPI(llm.APIFaux, p) }
+
+// newBusProviders returns an llmbus client per provider with api: bus, on the turn worker's
+// connection, keyed by alias. They are the process's own, not in llm's process-wide
+// registry: two processes in one program (tests, a cluster in one binary) each call their
+// providers over their own connection.
+func newBusProviders(cfg *config.Config, nc *nats.Conn) (map[string]*llmbus.Client, error) {
+	out := map[string]*llmbus.Client{}
+	for alias, p := range cfg.AI.Providers {
+		if p.API != llmbus.API {
+			continue
+		}
+		var opts []llmbus.ClientOption
+		if p.IdleTimeoutMs > 0 {
+			opts = append(opts, llmbus.WithIdleTimeout(time.Duration(p.IdleTimeoutMs)*time.Millisecond))
+		}
+		c, err := llmbus.NewClient(nc, p.Subject, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("ai.providers.%s: %w", alias, err)
+		}
+		out[alias] = c
+	}
+	return out, nil
+}
+
+// busStream sends calls of models whose api is bus to their provider's llmbus client (with
+// llm.Stream's guarantees, through llm.StreamProvider) and every other call to next.
+func busStream(clients map[string]*llmbus.Client, next metrics.StreamFunc) metrics.StreamFunc {
+	if len(clients) == 0 {
+		return next
+	}
+	return func(ctx context.Context, model *llm.Model, c *llm.Context, opts *llm.StreamOptions) iter.Seq[llm.Event] {
+		if model.API != llmbus.API {
+			return next(ctx, model, c, opts)
+		}
+		var p llm.Provider
+		if cl, ok := clients[model.Provider]; ok {
+			p = cl
+		}
+		return llm.StreamProvider(ctx, p, model, c, opts)
+	}
+}

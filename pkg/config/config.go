@@ -13,11 +13,14 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/agentbus/agentbus/pkg/llm"
 )
 
 // Config is the whole file.
@@ -472,6 +475,29 @@ type Provider struct {
 	Thinking        string            `yaml:"thinking"` // default thinking level for this provider
 	Options         map[string]any    `yaml:"options"`
 	Extra           map[string]string `yaml:"extra"`
+	// Subject is the NATS subject of a provider on the bus (api: bus, pkg/llmbus); required
+	// there and only there. It must lie below LLMSubjectPrefix (the turn worker's permission).
+	Subject string `yaml:"subject"`
+	// IdleTimeoutMs (api: bus): how long the turn worker waits for any message of a reply
+	// stream, heartbeats included, before it gives up (0 = 30000).
+	IdleTimeoutMs int `yaml:"idleTimeoutMs"`
+}
+
+// LLMSubjectPrefix is where the subjects of providers on the bus live: the turn worker's NATS
+// user may publish below it (pkg/natsutil BusRoles).
+const LLMSubjectPrefix = "llm."
+
+// builtinAPIs are the api values agentbus implements itself ("bus": pkg/llmbus).
+var builtinAPIs = []string{"openai-completions", "openai-responses", "anthropic-messages", "google-generative-ai", "ollama-chat", "faux", "bus"}
+
+// knownAPI reports whether api is built in or registered with llm.RegisterAPI in this process
+// (a program that embeds agentbus registers its own before it loads the configuration).
+func knownAPI(api string) bool {
+	if slices.Contains(builtinAPIs, api) {
+		return true
+	}
+	_, err := llm.LookupAPI(api)
+	return err == nil
 }
 
 // Capabilities overrides what discovery infers.
@@ -1117,14 +1143,25 @@ func (c *Config) Validate() error {
 	sort.Strings(names)
 	for _, n := range names {
 		p := c.AI.Providers[n]
-		switch p.API {
-		case "openai-completions", "openai-responses", "anthropic-messages", "google-generative-ai", "ollama-chat", "faux":
-		case "":
+		apis := strings.Join(builtinAPIs, ", ")
+		switch {
+		case p.API == "":
 			if p.Driver == "" {
-				bad("ai.providers.%s.api is required (one of openai-completions, openai-responses, anthropic-messages, google-generative-ai, ollama-chat, faux)", n)
+				bad("ai.providers.%s.api is required (one of %s)", n, apis)
 			}
-		default:
-			bad("ai.providers.%s.api %q is not known (one of openai-completions, openai-responses, anthropic-messages, google-generative-ai, ollama-chat, faux)", n, p.API)
+		case !knownAPI(p.API):
+			bad("ai.providers.%s.api %q is not known (one of %s, or a name the program registers with llm.RegisterAPI before it loads the configuration)", n, p.API, apis)
+		}
+		switch {
+		case p.API == "bus" && p.Subject == "":
+			bad("ai.providers.%s.subject is required with api: bus (the NATS subject the provider service listens on, below %q)", n, LLMSubjectPrefix)
+		case p.API == "bus" && (!strings.HasPrefix(p.Subject, LLMSubjectPrefix) || len(p.Subject) == len(LLMSubjectPrefix) || strings.ContainsAny(p.Subject, " \t*>") || strings.Contains(p.Subject, "..") || strings.HasSuffix(p.Subject, ".")):
+			bad("ai.providers.%s.subject %q: want a literal NATS subject below %q (e.g. llm.%s; the turn worker may publish only there)", n, p.Subject, LLMSubjectPrefix, n)
+		case p.API != "bus" && p.Subject != "":
+			bad("ai.providers.%s.subject is only for api: bus (this provider's api is %q)", n, p.API)
+		}
+		if p.IdleTimeoutMs < 0 || p.IdleTimeoutMs > 0 && p.API != "bus" {
+			bad("ai.providers.%s.idleTimeoutMs %d: a positive number of milliseconds, only for api: bus", n, p.IdleTimeoutMs)
 		}
 	}
 	for n, a := range c.AI.Agents {

@@ -1,10 +1,14 @@
 package config
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"strings"
 	"testing"
+
+	"github.com/agentbus/agentbus/pkg/llm"
 )
 
 func TestParseEnvAndDefaults(t *testing.T) {
@@ -64,6 +68,12 @@ func TestValidate(t *testing.T) {
 	}{
 		{"missing api", "ai: {providers: {p: {baseUrl: x}}}", "ai.providers.p.api is required"},
 		{"unknown api", "ai: {providers: {p: {api: openai}}}", `ai.providers.p.api "openai" is not known`},
+		{"bus without subject", "ai: {providers: {p: {api: bus}}}", "ai.providers.p.subject is required with api: bus"},
+		{"bus subject outside llm.", "ai: {providers: {p: {api: bus, subject: models.mine}}}", `ai.providers.p.subject "models.mine": want a literal NATS subject below "llm."`},
+		{"bus subject with wildcard", "ai: {providers: {p: {api: bus, subject: llm.*}}}", `ai.providers.p.subject "llm.*"`},
+		{"bus subject empty token", "ai: {providers: {p: {api: bus, subject: llm..x}}}", `ai.providers.p.subject "llm..x"`},
+		{"subject on http api", "ai: {providers: {p: {api: openai-completions, subject: llm.x}}}", "ai.providers.p.subject is only for api: bus"},
+		{"idle timeout on http api", "ai: {providers: {p: {api: openai-completions, idleTimeoutMs: 5}}}", "ai.providers.p.idleTimeoutMs 5"},
 		{"binding to unknown provider", "ai: {agents: {zhin: {provider: nope, model: m}}}", `ai.agents.zhin.provider "nope"`},
 		{"bad policy", "ai: {agent: {concurrency: race}}", `ai.agent.concurrency "race"`},
 		{"bot without secret", "im: {webhook: {bots: [{id: b1}]}}", "im.webhook.bots[0].secret is required"},
@@ -98,6 +108,32 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("err = %v, want %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestProviderAPIs: the built-in api values, bus with a subject, and a name a program that
+// embeds agentbus registered with llm.RegisterAPI before loading its configuration.
+func TestProviderAPIs(t *testing.T) {
+	for _, y := range []string{
+		"ai: {providers: {p: {api: bus, subject: llm.mine}}}",
+		"ai: {providers: {p: {api: bus, subject: llm.team.gpu-box, idleTimeoutMs: 90000}}}",
+		"ai: {providers: {p: {api: ollama-chat, host: \"http://127.0.0.1:11434\"}}}",
+	} {
+		if _, err := Parse([]byte(y)); err != nil {
+			t.Errorf("%s: %v", y, err)
+		}
+	}
+	const custom = "acme-inhouse"
+	y := []byte("ai: {providers: {p: {api: " + custom + "}}}")
+	if _, err := Parse(y); err == nil || !strings.Contains(err.Error(), "llm.RegisterAPI") {
+		t.Fatalf("unregistered %s: err = %v, want one naming llm.RegisterAPI", custom, err)
+	}
+	llm.RegisterAPI(custom, llm.ProviderFunc(func(context.Context, *llm.Model, *llm.Context, *llm.StreamOptions) iter.Seq[llm.Event] {
+		return func(func(llm.Event) bool) {}
+	}))
+	defer llm.UnregisterAPI(custom)
+	if _, err := Parse(y); err != nil {
+		t.Fatalf("registered %s: %v", custom, err)
 	}
 }
 

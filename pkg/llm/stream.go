@@ -148,11 +148,28 @@ func RegisteredAPIs() []string {
 // (Redact with opts.APIKey, the opts.Headers values and opts.Secrets), so a provider error body
 // that echoes a request header never carries the credential further.
 func Stream(ctx context.Context, model *Model, c *Context, opts *StreamOptions) iter.Seq[Event] {
+	p, err := LookupAPI(model.API)
+	return guarded(ctx, p, err, model, c, opts)
+}
+
+// StreamProvider is Stream with p instead of the implementation registered for model.API,
+// with the same guarantees (one terminal event, last; panics and missing terminals become
+// error events; redacted error text). It is for callers that hold a provider of their own
+// rather than one in the process-wide registry: a transport that has its own connection per
+// caller (pkg/llmbus), or a server that puts any provider on a wire.
+func StreamProvider(ctx context.Context, p Provider, model *Model, c *Context, opts *StreamOptions) iter.Seq[Event] {
+	var err error
+	if p == nil {
+		err = fmt.Errorf("%w %q: nil provider", ErrNoProvider, model.API)
+	}
+	return guarded(ctx, p, err, model, c, opts)
+}
+
+func guarded(ctx context.Context, p Provider, err error, model *Model, c *Context, opts *StreamOptions) iter.Seq[Event] {
 	return func(yield func(Event) bool) {
 		if opts == nil {
 			opts = &StreamOptions{}
 		}
-		p, err := LookupAPI(model.API)
 		if err != nil {
 			ev := ErrorEvent(model, nil, StopReasonError, err)
 			redactMessage(ev.Message, model, opts)

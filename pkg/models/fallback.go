@@ -62,10 +62,14 @@ func FallbackReason(msg *llm.Message) (string, bool) {
 	case strings.Contains(l, "rate limit"), strings.Contains(l, "rate_limit"), strings.Contains(l, "too many requests"),
 		strings.Contains(l, "resource_exhausted"):
 		return ReasonRateLimit, true
-	case strings.Contains(l, "service unavailable"), strings.Contains(l, "temporarily unavailable"):
+	case strings.Contains(l, "service unavailable"), strings.Contains(l, "temporarily unavailable"),
+		// a provider on the bus (pkg/llmbus) that accepted the call and then went silent
+		strings.Contains(l, "timed out"):
 		return ReasonUnavailable, true
 	case strings.Contains(l, "connection refused"), strings.Contains(l, "no such host"),
-		strings.Contains(l, "connection reset"), strings.Contains(l, "network is unreachable"):
+		strings.Contains(l, "connection reset"), strings.Contains(l, "network is unreachable"),
+		// NATS: nobody subscribes to the request subject (a provider on the bus, pkg/llmbus)
+		strings.Contains(l, "no responders"):
 		return ReasonUnreachable, true
 	}
 	return "", false

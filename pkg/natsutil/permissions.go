@@ -194,6 +194,9 @@ func BusRoles() []BusRole {
 			Publish: join(jsRead, []string{
 				"agent.in.>", "agent.evt.>", "agent.ctx.>", "agent.live.>", "agent.wake.>",
 				"tool.call.>", "tool.result.>", "im.out.>", "task.>", "schedule.>", "dlq.>", "hooks.>",
+				// llm.>: providers on the bus (api: bus, pkg/llmbus); their cancel messages go to
+				// the reply subject of the events they send (allow_responses).
+				"llm.>",
 				"$JS.API.STREAM.PURGE.AGENT_CTX", "$JS.API.STREAM.MSG.DELETE.TOOL_CALLS", "transcripts.search",
 			}, kv("sessions", "leases", "approvals", "profiles", "models", "tools", "tasks", events.BucketPresence), []string{"$O.media.>"}),
 			// Tool results are also awaited as core messages on the session's subject; the
