@@ -9,7 +9,7 @@
 // Durability. A delivery that started a turn is acked only when the turn is finished, and is
 // kept alive with in-progress acks meanwhile; if the worker dies, the delivery comes back to
 // another replica after AckWait, which claims the stale session, resumes the open turns
-// recorded in the session record (see resume in turn.go) and re-reads the inbox after the
+// recorded in the session record (see resume.go) and re-reads the inbox after the
 // durable cursor: a turn started from its inbox event writes no session record, its context
 // commit carries the cursor (see startTurn, takeOver and startCursor). A resume that cannot
 // read what it needs hands the session over (its deliveries go back unacked) rather than go on
@@ -130,6 +130,7 @@ type Worker struct {
 	toolc     *toolbus.Client // tool calls of turns and tasks (pkg/toolbus)
 	approvals *approvals.Store
 	bg        *background           // schedules and task records (background.go)
+	runner    taskRunner            // runs subagent and deferred tasks, schedules (background.go)
 	media     jetstream.ObjectStore // nil: media:// images stay references
 	router    *toolbus.Router
 	// inboxHeard receives the core NATS copies of inbox events for the sessions this replica's
@@ -181,6 +182,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	killCtx, killNow := context.WithCancel(context.Background())
 	w := &Worker{opts: opts, nc: nc, js: js, killCtx: killCtx, killNow: killNow, done: make(chan struct{}),
 		router: toolbus.NewRouter(), inboxHeard: make(chan *nats.Msg, inboxHeardBuffer), inboxPub: inbox.NewPublisher(js), log: opts.Log.With("worker", opts.ID)}
+	w.runner = taskRunner{w}
 	if opts.AI.Agent.RateLimit.Enabled() {
 		w.limiter = newCallLimiter(opts.AI.Agent.RateLimit)
 	}
@@ -274,10 +276,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	}()
 	w.wg.Add(1)
 	go w.pokeActors()
-	if err := w.startSubagents(ctx); err != nil {
+	if err := w.runner.startSubagents(ctx); err != nil {
 		return err
 	}
-	return w.startBackground(ctx)
+	return w.runner.startBackground(ctx)
 }
 
 // Stop stops consuming, aborts running turns and releases the leases it holds. Turns that were
