@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/compaction"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/inbox"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/store"
@@ -57,11 +58,11 @@ type actor struct {
 	te   taskEvents
 	out  replier
 
-	mu      sync.Mutex
-	held    map[uint64][]jetstream.Msg // deliveries this actor still owes an ack, by stream seq
-	known   map[uint64]struct{}        // inbox seqs past the cursor another replica rang the doorbell for
+	mu sync.Mutex
+	// in is the inbox read state: the deliveries this actor still owes an ack, the sequences
+	// another replica rang the doorbell for, and the cursor (pkg/inbox; under mu, LOCKS.md).
+	in      *inbox.ReadState
 	wake    chan struct{}
-	cursor  uint64
 	turns   map[string]*turnRun // running turns
 	latest  *turnRun            // the newest running turn (steer / follow-up target)
 	queued  []*pendingTurn      // queue policy: turns waiting for the running one
@@ -101,7 +102,7 @@ func newActor(w *Worker, sk events.SessionKey, claim *ownership.Claim) *actor {
 	a := &actor{
 		w: w, sk: sk, subj: events.AgentInSubject(sk), claim: claim,
 		log: w.log.With("session", sk.String()), ctx: ctx, cancel: cancel,
-		held: map[uint64][]jetstream.Msg{}, known: map[uint64]struct{}{}, wake: make(chan struct{}, 1),
+		in: inbox.NewReadState(), wake: make(chan struct{}, 1),
 		turns: map[string]*turnRun{}, ctxLast: map[string]uint64{},
 	}
 	a.rd, a.cmds, a.res, a.cx, a.hk, a.te, a.out = reader{a}, commands{a}, resumer{a}, contextOps{a}, hookCalls{a}, taskEvents{a}, replier{a}
@@ -161,7 +162,7 @@ func (a *actor) Run() {
 		return
 	}
 	a.mu.Lock() // know (the doorbell) reads the cursor from another goroutine
-	a.cursor = cursor
+	a.in.Pass(cursor)
 	a.recModel = sess.Model
 	a.listed = map[string]bool{}
 	for _, ot := range sess.OpenTurns {
@@ -263,7 +264,7 @@ func (a *actor) sleep(d time.Duration) {
 func (a *actor) idle() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return len(a.turns) == 0 && len(a.held) == 0 && len(a.known) == 0 && len(a.queued) == 0 && len(a.ready) == 0 && a.collect == nil && len(a.closing) == 0
+	return len(a.turns) == 0 && a.in.Empty() && len(a.queued) == 0 && len(a.ready) == 0 && a.collect == nil && len(a.closing) == 0
 }
 
 // closeDelay bounds how long a finished turn stays listed as open in the session record. Its
@@ -334,7 +335,7 @@ func (a *actor) updateSession(ctx context.Context, fn func(*store.Session)) (*st
 	closing := slices.Clone(a.closing)
 	// Everything up to the actor's cursor is done, or running (listed below, or the cursor
 	// stops short of it), or queued (listed when it was queued).
-	cursor := a.cursor
+	cursor := a.in.Cursor()
 	var unlisted []*turnRun
 	for _, t := range a.turns {
 		switch {
@@ -397,9 +398,7 @@ func (a *actor) advance(seq uint64, open *store.OpenTurn) error {
 		return fmt.Errorf("advance cursor to %d: %w", seq, err)
 	}
 	a.mu.Lock()
-	if seq > a.cursor {
-		a.cursor = seq
-	}
+	a.in.Pass(seq)
 	a.mu.Unlock()
 	return nil
 }
@@ -461,8 +460,7 @@ func (a *actor) shutdown() {
 		a.rd.ackDone()
 	}
 	a.mu.Lock()
-	held := a.held
-	a.held = nil
+	held := a.in.Close()
 	a.mu.Unlock()
 	claim := a.claim.Current()
 	for _, msgs := range held {
@@ -473,7 +471,7 @@ func (a *actor) shutdown() {
 	}
 	if err := a.w.leases.Unclaim(ctx, claim); err == nil && a.handTo != "" {
 		a.mu.Lock()
-		cursor := a.cursor
+		cursor := a.in.Cursor()
 		a.mu.Unlock()
 		a.w.own.HandOff(a.sk, a.handTo, cursor) // ownership/rebalance.go
 	}
@@ -638,7 +636,7 @@ func (a *actor) recordSteer(t *turnRun, seq uint64) error {
 		return fmt.Errorf("record steer %d: %w", seq, err)
 	}
 	a.mu.Lock()
-	a.cursor = max(a.cursor, seq)
+	a.in.Pass(seq)
 	a.mu.Unlock()
 	return nil
 }

@@ -21,12 +21,11 @@ import (
 // (ownership.Session).
 func (a *actor) Deliver(msg jetstream.Msg, seq uint64) {
 	a.mu.Lock()
-	if a.held == nil { // shutting down: let the next owner have it
+	if !a.in.Hold(seq, msg) { // shutting down: let the next owner have it
 		a.mu.Unlock()
 		_ = msg.NakWithDelay(100 * time.Millisecond)
 		return
 	}
-	a.held[seq] = append(a.held[seq], msg)
 	a.mu.Unlock()
 	a.w.progress.Add(msg) // kept from redelivery until acked or handed back
 	select {
@@ -67,11 +66,10 @@ func (a *actor) nudge() {
 // the doorbell), so the actor reads up to it without waiting for a delivery of its own.
 func (a *actor) Know(seq uint64) {
 	a.mu.Lock()
-	if a.held == nil || seq <= a.cursor {
+	if !a.in.Know(seq) {
 		a.mu.Unlock()
 		return
 	}
-	a.known[seq] = struct{}{}
 	a.mu.Unlock()
 	select {
 	case a.wake <- struct{}{}:
@@ -259,7 +257,7 @@ func (rd reader) isListed(id string) bool {
 func (rd reader) passed(seq uint64) {
 	a := rd.a
 	a.mu.Lock()
-	a.cursor = max(a.cursor, seq)
+	a.in.Pass(seq)
 	a.mu.Unlock()
 }
 
@@ -270,18 +268,7 @@ func (rd reader) behind() bool {
 	a := rd.a
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for seq := range a.held {
-		if seq > a.cursor {
-			return true
-		}
-	}
-	for seq := range a.known {
-		if seq > a.cursor {
-			return true
-		}
-		delete(a.known, seq)
-	}
-	return false
+	return a.in.Behind()
 }
 
 // step processes the next inbox event after the cursor, if there is one.
@@ -297,7 +284,7 @@ func (rd reader) behind() bool {
 func (rd reader) step() (bool, error) {
 	a := rd.a
 	a.mu.Lock()
-	from := a.cursor
+	from := a.in.Cursor()
 	a.mu.Unlock()
 	raw, ok := rd.heldNext(from)
 	if !ok {
@@ -376,7 +363,7 @@ func (rd reader) readNext(from uint64) (*jetstream.RawStreamMsg, error) {
 		// Rings for events the log does not have (yet or any more): the replica that holds
 		// their deliveries brings them back.
 		a.mu.Lock()
-		clear(a.known)
+		a.in.ForgetKnown()
 		a.mu.Unlock()
 		return nil, nil
 	}
@@ -388,27 +375,7 @@ func (rd reader) heldBetween(from, limit uint64) (uint64, jetstream.Msg, bool) {
 	a := rd.a
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var best uint64
-	for seq, msgs := range a.held {
-		if seq <= from || seq >= limit || best != 0 && seq > best {
-			continue
-		}
-		for _, m := range msgs {
-			if m.Data() != nil { // a delivery handed over by a ring carries no copy
-				best = seq
-				break
-			}
-		}
-	}
-	if best == 0 {
-		return 0, nil, false
-	}
-	for _, m := range a.held[best] {
-		if m.Data() != nil {
-			return best, m, true
-		}
-	}
-	return 0, nil, false
+	return a.in.Between(from, limit)
 }
 
 // ackDone acks the deliveries whose effect is durable and that no running turn depends on.
@@ -416,16 +383,10 @@ func (rd reader) ackDone() {
 	a := rd.a
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for seq, msgs := range a.held {
-		if seq > a.cursor || rd.neededLocked(seq) {
-			continue
-		}
-		for _, m := range msgs {
-			a.w.progress.Remove(m)
-			_ = m.Ack()
-		}
-		delete(a.held, seq)
-	}
+	a.in.AckPassed(rd.neededLocked, func(m jetstream.Msg) {
+		a.w.progress.Remove(m)
+		_ = m.Ack()
+	})
 }
 
 func (rd reader) neededLocked(seq uint64) bool {
