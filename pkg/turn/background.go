@@ -316,51 +316,6 @@ func (w *Worker) backgroundSelection(v *toolbus.View, text string, entries []eve
 	return entries, agentTools, ""
 }
 
-// taskStarting records that a task run starts (creating the record when the task was queued
-// without one) and reports whether to run it: false when it already ended (its result was
-// delivered, or it was cancelled). A record that cannot be read does not stop the run.
-func (tr taskRunner) taskStarting(sk events.SessionKey, id, kind, label, owner string) bool {
-	w := tr.w
-	_, _ = w.bg.tasks.Create(w.ctx, events.TaskRecord{ID: id, Kind: kind, Session: sk, Label: labelOr("", label), Owner: owner})
-	run := true
-	if _, err := w.bg.tasks.Update(w.ctx, sk, id, func(r *events.TaskRecord) bool {
-		if r.Terminal() {
-			run = false
-			return false
-		}
-		r.State, r.Worker = events.TaskRunning, w.opts.ID
-		r.Attempts++
-		return true
-	}); err != nil {
-		w.log.Warn("task record", "task", id, "err", err)
-	}
-	return run
-}
-
-// taskCancelled reports whether /tasks cancel marked the task.
-func (tr taskRunner) taskCancelled(sk events.SessionKey, id string) bool {
-	w := tr.w
-	r, _, err := w.bg.tasks.Get(w.ctx, sk, id)
-	return err == nil && r.State == events.TaskCancelled
-}
-
-// taskFinished records the outcome once the result is delivered.
-func (tr taskRunner) taskFinished(sk events.SessionKey, id string, failed bool, text string) {
-	w := tr.w
-	if _, err := w.bg.tasks.Update(w.ctx, sk, id, func(r *events.TaskRecord) bool {
-		if r.State == events.TaskCancelled {
-			return false
-		}
-		r.State, r.Error = events.TaskDone, ""
-		if failed {
-			r.State, r.Error = events.TaskFailed, truncate(text, 500)
-		}
-		return true
-	}); err != nil {
-		w.log.Warn("task record", "task", id, "err", err)
-	}
-}
-
 // labelOr is label, or the start of text.
 func labelOr(label, text string) string { return tasks.LabelOr(label, text) }
 

@@ -103,7 +103,7 @@ func (tr taskRunner) runDeferred(msg jetstream.Msg) {
 	}
 	task.Caller = &caller
 	owner := caller.SenderID
-	if !w.runner.taskStarting(sk, id, events.TaskKindDeferred, labelOr(task.Label, id), owner) {
+	if !w.records.Starting(w.ctx, sk, id, events.TaskKindDeferred, labelOr(task.Label, id), owner) {
 		_ = msg.Ack() // its result was delivered (or it was cancelled) before: never twice
 		return
 	}
@@ -113,7 +113,7 @@ func (tr taskRunner) runDeferred(msg jetstream.Msg) {
 	if w.ctx.Err() != nil {
 		return // stopping: redelivered to another worker, which finds the tool's result
 	}
-	if cancelled || w.runner.taskCancelled(sk, id) {
+	if cancelled || w.records.Cancelled(w.ctx, sk, id) {
 		log.Info("deferred task cancelled; result not delivered")
 		_ = msg.Ack()
 		return
@@ -129,7 +129,7 @@ func (tr taskRunner) runDeferred(msg jetstream.Msg) {
 		_ = msg.NakWithDelay(5 * time.Second)
 		return
 	}
-	w.runner.taskFinished(sk, id, isErr, text)
+	w.records.Finished(w.ctx, sk, id, isErr, text)
 	_ = msg.Ack()
 }
 
@@ -151,7 +151,7 @@ func (tr taskRunner) deferredCall(sk events.SessionKey, id string, task events.D
 	defer cancel()
 	var userCancel sync.Once
 	var wasCancelled bool
-	stopWatch := w.runner.watchCancel(ctx, sk, id, func() { userCancel.Do(func() { wasCancelled = true; cancel() }) })
+	stopWatch := w.records.WatchCancel(ctx, sk, id, func() { userCancel.Do(func() { wasCancelled = true; cancel() }) })
 	defer stopWatch()
 	caller := events.Caller{Platform: sk.Platform, Bot: sk.Bot, Scope: sk.Scope}
 	if task.Caller != nil {
@@ -186,35 +186,4 @@ func (tr taskRunner) deferredCall(sk events.SessionKey, id string, task events.D
 		return fmt.Sprintf("%s did not finish within the task's time limit (%s): %s", call.Tool, limit, text), true, false
 	}
 	return text, res.IsError, false
-}
-
-// watchCancel calls cancel when the task's record becomes cancelled, until ctx ends; the
-// returned func stops watching.
-func (tr taskRunner) watchCancel(ctx context.Context, sk events.SessionKey, id string, cancel func()) func() {
-	w := tr.w
-	wctx, stop := context.WithCancel(ctx)
-	watcher, err := w.bg.tasks.Watch(wctx, sk, id)
-	if err != nil {
-		stop()
-		return func() {}
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-wctx.Done():
-				return
-			case r, ok := <-watcher:
-				if !ok {
-					return
-				}
-				if r.State == events.TaskCancelled {
-					cancel()
-					return
-				}
-			}
-		}
-	}()
-	return func() { stop(); <-done }
 }

@@ -97,7 +97,7 @@ func (tr taskRunner) runSubagent(msg jetstream.Msg) {
 		return
 	}
 	task.Caller = caller
-	if !w.runner.taskStarting(task.Parent, task.TaskID, events.TaskKindSubagent, task.Prompt, task.Caller.SenderID) {
+	if !w.records.Starting(w.ctx, task.Parent, task.TaskID, events.TaskKindSubagent, task.Prompt, task.Caller.SenderID) {
 		_ = msg.Ack() // its result was delivered (or it was cancelled) before: never twice
 		return
 	}
@@ -109,7 +109,7 @@ func (tr taskRunner) runSubagent(msg jetstream.Msg) {
 	}
 	ctx, cancel := context.WithDeadline(w.ctx, deadline)
 	defer cancel()
-	stopWatch := w.runner.watchCancel(ctx, task.Parent, task.TaskID, cancel)
+	stopWatch := w.records.WatchCancel(ctx, task.Parent, task.TaskID, cancel)
 	text, isErr := w.runner.subagentLoop(ctx, task, ev.Trace)
 	stopWatch()
 	if w.ctx.Err() != nil {
@@ -118,7 +118,7 @@ func (tr taskRunner) runSubagent(msg jetstream.Msg) {
 	if ctx.Err() == context.DeadlineExceeded {
 		text, isErr = fmt.Sprintf("the background task did not finish within its time limit (%s)", w.runner.taskTimeout()), true
 	}
-	if w.runner.taskCancelled(task.Parent, task.TaskID) {
+	if w.records.Cancelled(w.ctx, task.Parent, task.TaskID) {
 		_ = msg.Ack()
 		return
 	}
@@ -134,7 +134,7 @@ func (tr taskRunner) runSubagent(msg jetstream.Msg) {
 		_ = msg.NakWithDelay(5 * time.Second)
 		return
 	}
-	w.runner.taskFinished(task.Parent, task.TaskID, isErr, text)
+	w.records.Finished(w.ctx, task.Parent, task.TaskID, isErr, text)
 	_ = msg.Ack()
 }
 

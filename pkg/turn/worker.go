@@ -40,6 +40,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/skills"
 	"github.com/agentbus/agentbus/pkg/store"
+	"github.com/agentbus/agentbus/pkg/tasks"
 	"github.com/agentbus/agentbus/pkg/toolbus"
 	"github.com/agentbus/agentbus/pkg/turn/ownership"
 )
@@ -131,6 +132,7 @@ type Worker struct {
 	approvals *approvals.Store
 	bg        *background           // schedules and task records (background.go)
 	runner    taskRunner            // runs subagent and deferred tasks, schedules (background.go)
+	records   tasks.Records         // the KV tasks records of the tasks it runs (pkg/tasks)
 	media     jetstream.ObjectStore // nil: media:// images stay references
 	router    *toolbus.Router
 	// inboxHeard receives the core NATS copies of inbox events for the sessions this replica's
@@ -224,6 +226,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	if w.bg, err = newBackground(ctx, js); err != nil {
 		return nil, err
 	}
+	w.records = tasks.Records{Tasks: w.bg.tasks, Worker: opts.ID, Log: w.log}
 	if w.media, err = js.ObjectStore(ctx, events.ObjectMedia); err != nil {
 		w.log.Warn("media store not available: stored images reach the model as references only", "err", err)
 		w.media = nil
