@@ -26,6 +26,8 @@ const (
 func TestTurnWorkerStaysSmall(t *testing.T) {
 	for _, root := range sized {
 		methods := map[string]int{} // "dir.Type"
+		var biggest string          // the longest file
+		var biggestLines int
 		err := filepath.WalkDir(filepath.Join("../..", root), func(p string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
 				return err
@@ -34,8 +36,12 @@ func TestTurnWorkerStaysSmall(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if n := strings.Count(string(src), "\n"); n > maxFileLines {
+			n := strings.Count(string(src), "\n")
+			if n > maxFileLines {
 				t.Errorf("%s has %d lines, more than %d", p, n, maxFileLines)
+			}
+			if n > biggestLines {
+				biggest, biggestLines = p, n
 			}
 			f, err := parser.ParseFile(token.NewFileSet(), p, src, 0)
 			if err != nil {
@@ -65,10 +71,15 @@ func TestTurnWorkerStaysSmall(t *testing.T) {
 		if len(methods) == 0 {
 			t.Errorf("%s: no methods found; is the module root ../..?", root)
 		}
+		most, mostN := "", 0
 		for typ, n := range methods {
 			if n > maxMethods {
 				t.Errorf("%s has %d methods, more than %d", typ, n, maxMethods)
 			}
+			if n > mostN || n == mostN && typ < most {
+				most, mostN = typ, n
+			}
 		}
+		t.Logf("%s: most methods %s (%d), longest file %s (%d lines)", root, most, mostN, biggest, biggestLines)
 	}
 }

@@ -46,6 +46,7 @@ type actor struct {
 	poked atomic.Bool // an inbox event was published since the actor last looked
 
 	claim *ownership.Claim // the session's claim and the lease generation it is confirmed for
+	own   owner            // the replica's ownership (the Worker's ownership.Manager)
 
 	// The actor's parts, each a view of it (they hold nothing of their own): rd reads the
 	// inbox, cmds runs slash commands, res resumes open turns, cx writes the session's
@@ -100,7 +101,7 @@ type actor struct {
 func newActor(w *Worker, sk events.SessionKey, claim *ownership.Claim) *actor {
 	ctx, cancel := context.WithCancel(w.ctx)
 	a := &actor{
-		w: w, sk: sk, subj: events.AgentInSubject(sk), claim: claim,
+		w: w, sk: sk, subj: events.AgentInSubject(sk), claim: claim, own: w.own,
 		log: w.log.With("session", sk.String()), ctx: ctx, cancel: cancel,
 		in: inbox.NewReadState(), wake: make(chan struct{}, 1),
 		turns: map[string]*turnRun{}, ctxLast: map[string]uint64{},
@@ -473,7 +474,7 @@ func (a *actor) shutdown() {
 		a.mu.Lock()
 		cursor := a.in.Cursor()
 		a.mu.Unlock()
-		a.w.own.HandOff(a.sk, a.handTo, cursor) // ownership/rebalance.go
+		a.own.HandOff(a.sk, a.handTo, cursor) // ownership/rebalance.go
 	}
 }
 

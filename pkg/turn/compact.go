@@ -303,7 +303,7 @@ func (co contextOps) compactContext(ctx context.Context, sid events.SessionID, t
 // anchor and stay), serialized with the actor's message commits.
 func (co contextOps) commitSummary(ctx context.Context, sid events.SessionID, loadedLast uint64, s store.Summary, msgID string) (uint64, error) {
 	a := co.a
-	if err := a.w.own.AwaitFence(ctx, a); err != nil {
+	if err := a.own.AwaitFence(ctx, a); err != nil {
 		return 0, fmt.Errorf("commit summary %s: %w", sid, err)
 	}
 	a.commit.Lock()

@@ -47,7 +47,7 @@ func (co contextOps) loadContext(ctx context.Context, sid events.SessionID) (sto
 // the session over) makes the append fail with store.ErrStaleWriter.
 func (co contextOps) commitMessages(sid events.SessionID, msgs []llm.Message, msgID, turn string, opts ...store.AppendOption) (uint64, error) {
 	a := co.a
-	if err := a.w.own.AwaitFence(a.ctx, a); err != nil { // while the worker lease is recovered (pkg/turn/ownership)
+	if err := a.own.AwaitFence(a.ctx, a); err != nil { // while the worker lease is recovered (pkg/turn/ownership)
 		return 0, fmt.Errorf("commit context %s: %w", sid, err)
 	}
 	a.commit.Lock()

@@ -1,6 +1,15 @@
 // Package turn is the turn-worker role: session actors that own chat sessions and run the agent
 // loop for them (DESIGN.md §4–§5).
 //
+// Layout. The Worker (worker.go) starts and stops the role and routes deliveries; the actor
+// (actor.go) keeps one session's inbox order and concurrency policy, with parts of one job
+// each (inbox.go reads the inbox, resume.go resumes open turns, context.go writes the context,
+// commands*.go run slash commands, replies.go builds replies); turnRun (turn.go, turnloop.go,
+// records.go) runs one turn: the loop, its records, the commit and the reply. What crosses
+// roles lives below: pkg/turn/ownership (leases, claims, doorbells), pkg/inbox (the read
+// state), pkg/toolbus (tool calls and the catalogue), pkg/tasks (background-task records and
+// tools), pkg/store (the logs). The lock order and which goroutine owns what are in LOCKS.md.
+//
 // Ownership (the worker lease and its epoch, claims, doorbells, peer probes, rebalancing and
 // the commit fence) is pkg/turn/ownership's; its package comment tells the protocol. The
 // Worker routes each delivery through it (ownership.Manager.Route) and runs the actor of each
@@ -128,7 +137,7 @@ type Worker struct {
 	ctxlog    *store.ContextLog
 	turnlog   *store.TurnLog
 	tools     *toolbus.Catalog
-	toolc     *toolbus.Client // tool calls of turns and tasks (pkg/toolbus)
+	toolc     toolClient // tool calls of turns and tasks (a toolbus.Client)
 	approvals *approvals.Store
 	bg        *background           // schedules and task records (background.go)
 	runner    taskRunner            // runs subagent and deferred tasks, schedules (background.go)
