@@ -2,12 +2,9 @@ package turn
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,7 +18,6 @@ import (
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/store"
-	"github.com/agentbus/agentbus/pkg/tracing"
 	"github.com/agentbus/agentbus/pkg/turn/ownership"
 )
 
@@ -50,12 +46,24 @@ type actor struct {
 	poked atomic.Bool // an inbox event was published since the actor last looked
 
 	claim *ownership.Claim // the session's claim and the lease generation it is confirmed for
+	own   owner            // the replica's ownership (the Worker's ownership.Manager)
 
-	mu      sync.Mutex
-	held    map[uint64][]jetstream.Msg // deliveries this actor still owes an ack, by stream seq
-	known   map[uint64]struct{}        // inbox seqs past the cursor another replica rang the doorbell for
+	// The actor's parts, each a view of it (they hold nothing of their own): rd reads the
+	// inbox, cmds runs slash commands, res resumes open turns, cx writes the session's
+	// context, hk runs hooks, te handles background-task events, out builds replies.
+	rd   reader
+	cmds commands
+	res  resumer
+	cx   contextOps
+	hk   hookCalls
+	te   taskEvents
+	out  replier
+
+	mu sync.Mutex
+	// in is the inbox read state: the deliveries this actor still owes an ack, the sequences
+	// another replica rang the doorbell for, and the cursor (pkg/inbox; under mu, LOCKS.md).
+	in      *inbox.ReadState
 	wake    chan struct{}
-	cursor  uint64
 	turns   map[string]*turnRun // running turns
 	latest  *turnRun            // the newest running turn (steer / follow-up target)
 	queued  []*pendingTurn      // queue policy: turns waiting for the running one
@@ -92,12 +100,14 @@ type actor struct {
 
 func newActor(w *Worker, sk events.SessionKey, claim *ownership.Claim) *actor {
 	ctx, cancel := context.WithCancel(w.ctx)
-	return &actor{
-		w: w, sk: sk, subj: events.AgentInSubject(sk), claim: claim,
+	a := &actor{
+		w: w, sk: sk, subj: events.AgentInSubject(sk), claim: claim, own: w.own,
 		log: w.log.With("session", sk.String()), ctx: ctx, cancel: cancel,
-		held: map[uint64][]jetstream.Msg{}, known: map[uint64]struct{}{}, wake: make(chan struct{}, 1),
+		in: inbox.NewReadState(), wake: make(chan struct{}, 1),
 		turns: map[string]*turnRun{}, ctxLast: map[string]uint64{},
 	}
+	a.rd, a.cmds, a.res, a.cx, a.hk, a.te, a.out = reader{a}, commands{a}, resumer{a}, contextOps{a}, hookCalls{a}, taskEvents{a}, replier{a}
+	return a
 }
 
 // leaseToken is the fencing token of the actor's claim.
@@ -117,68 +127,6 @@ func (a *actor) earlier(seq uint64) []chan struct{} {
 	return out
 }
 
-// Deliver hands a delivery to the actor, which acks it once its effect is durable
-// (ownership.Session).
-func (a *actor) Deliver(msg jetstream.Msg, seq uint64) {
-	a.mu.Lock()
-	if a.held == nil { // shutting down: let the next owner have it
-		a.mu.Unlock()
-		_ = msg.NakWithDelay(100 * time.Millisecond)
-		return
-	}
-	a.held[seq] = append(a.held[seq], msg)
-	a.mu.Unlock()
-	a.w.progress.Add(msg) // kept from redelivery until acked or handed back
-	select {
-	case a.wake <- struct{}{}:
-	default:
-	}
-}
-
-// poke tells the actor that an event was published on its inbox subject (inSub): it reads the
-// inbox at once instead of waiting for the event's delivery, which may first reach another
-// replica and come over by its doorbell. A poke decides nothing: the event may not be stored
-// yet when the actor looks (then the delivery brings it, as without the poke), and the
-// delivery is still held and acked as always.
-func (a *actor) poke() {
-	a.poked.Store(true)
-	select {
-	case a.wake <- struct{}{}:
-	default:
-	}
-}
-
-// pokeGrace is how long a poke waits for its event's delivery before the actor reads the log
-// for it. The delivery normally follows the core NATS copy within a millisecond, and it
-// brings the event with its stream sequence (heldNext), which saves the read, a request to
-// the server per event. A delivery that went to another replica ends the wait when its ring
-// comes (know), as before there were pokes; the grace bounds the wait when none comes.
-const pokeGrace = 10 * time.Millisecond
-
-// nudge wakes the actor without a read of the inbox (rebalance.go: it looks at shedTo).
-func (a *actor) nudge() {
-	select {
-	case a.wake <- struct{}{}:
-	default:
-	}
-}
-
-// Know notes that inbox event seq is in the log (another replica holds its delivery and rang
-// the doorbell), so the actor reads up to it without waiting for a delivery of its own.
-func (a *actor) Know(seq uint64) {
-	a.mu.Lock()
-	if a.held == nil || seq <= a.cursor {
-		a.mu.Unlock()
-		return
-	}
-	a.known[seq] = struct{}{}
-	a.mu.Unlock()
-	select {
-	case a.wake <- struct{}{}:
-	default:
-	}
-}
-
 // Run is the actor's life: resume what the previous owner left open, then follow the inbox
 // (ownership.Session; the ownership.Manager runs it on a goroutine of its own).
 func (a *actor) Run() {
@@ -191,7 +139,7 @@ func (a *actor) Run() {
 	// the redelivery of its events.
 	var sess *store.Session
 	var cursor uint64
-	err := a.retryStart(func() error {
+	err := a.rd.retryStart(func() error {
 		lastIn := make(chan inboxLast, 1)
 		go func() {
 			raw, err := natsutil.ConsistentGetMsg(a.ctx, a.w.js, a.w.inbox, natsutil.MsgQuery{LastFor: a.subj})
@@ -203,7 +151,7 @@ func (a *actor) Run() {
 		if err != nil {
 			return fmt.Errorf("load session: %w", err)
 		}
-		if cursor, err = a.startCursor(sess, last); err != nil {
+		if cursor, err = a.rd.startCursor(sess, last); err != nil {
 			return fmt.Errorf("find where the inbox continues: %w", err)
 		}
 		return nil
@@ -215,7 +163,7 @@ func (a *actor) Run() {
 		return
 	}
 	a.mu.Lock() // know (the doorbell) reads the cursor from another goroutine
-	a.cursor = cursor
+	a.in.Pass(cursor)
 	a.recModel = sess.Model
 	a.listed = map[string]bool{}
 	for _, ot := range sess.OpenTurns {
@@ -229,7 +177,7 @@ func (a *actor) Run() {
 	}
 	a.setChatPolicy(sess.Concurrency)
 	if sid, err := sess.ID(); err == nil {
-		a.prefetchContext(sid)
+		a.rd.prefetchContext(sid)
 	}
 	if a.resultSub, err = a.w.nc.ChanSubscribe(events.ToolResultSessionFilter(a.sk), a.w.router.In()); err != nil {
 		a.log.Warn("subscribe to tool results; calls subscribe one by one", "err", err)
@@ -240,7 +188,7 @@ func (a *actor) Run() {
 		a.log.Debug("subscribe to the inbox subject; deliveries and rings wake the actor", "err", err)
 		a.inSub = nil
 	}
-	a.resumeAll(sess)
+	a.res.resumeAll(sess)
 	idleSince := time.Now()
 	probe := true // what came in while nobody owned the session
 	// One timer each for the loop's waits, reset on every round instead of a time.After per
@@ -255,14 +203,14 @@ func (a *actor) Run() {
 		var progressed bool
 		var err error
 		poked := a.poked.Swap(false)
-		look := probe || lookNow || a.behind()
+		look := probe || lookNow || a.rd.behind()
 		if poked && !look && pokeDue == nil {
 			pokeDue = resetTimer(pokeT, pokeGrace)
 		}
 		if look {
 			pokeT.Stop()
 			pokeDue, lookNow = nil, false
-			progressed, err = a.step()
+			progressed, err = a.rd.step()
 			probe = probe && err != nil // a failed look is looked again
 		}
 		if err != nil {
@@ -272,7 +220,7 @@ func (a *actor) Run() {
 			}
 			continue
 		}
-		a.ackDone()
+		a.rd.ackDone()
 		if to := a.shedTo.Load(); to != nil {
 			if !progressed && pokeDue == nil && a.idle() {
 				a.handTo = *to
@@ -307,184 +255,6 @@ func (a *actor) Run() {
 	}
 }
 
-// retryStart runs fn until it succeeds, the actor stops, or startRetryFor has passed.
-func (a *actor) retryStart(fn func() error) error {
-	deadline := time.Now().Add(startRetryFor)
-	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		err := fn()
-		if err == nil || a.ctx.Err() != nil || errors.Is(err, store.ErrInvalid) || time.Now().After(deadline) {
-			return err
-		}
-		a.log.Warn("actor start; retrying", "err", err)
-		a.sleep(wait)
-	}
-}
-
-// startRetryFor bounds how long an actor retries its start (longer than a NATS node's
-// failover, whose raft elections take 4–9 s).
-const startRetryFor = 30 * time.Second
-
-// startCursor is where the actor continues the inbox: after the session record's cursor, or
-// after the inbox sequence the session's last context commit consumed when that is later and
-// the commit's turn is known to be done (a turn started from its inbox event writes no
-// session record; its commit carries the cursor). Done means its reply is stored: the turn's
-// turn_committed record goes out after its reply (publishReply); a turn closed by its commit
-// (store.WithClosing) writes no such record, and counts as done once its reply's last part is
-// known to be stored (replyStored). It also notes, in checkUpTo, the inbox's last
-// sequence now: turn events up to it that come after the cursor may have been started by an
-// earlier owner. Both reads go to the stream leaders: they decide what runs again.
-func (a *actor) startCursor(sess *store.Session, in inboxLast) (uint64, error) {
-	cursor := sess.InboxCursor
-	last, err := in.raw, in.err
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return cursor, nil
-	case err != nil:
-		return 0, fmt.Errorf("last inbox event: %w", err)
-	case last.Sequence <= cursor:
-		return cursor, nil
-	}
-	a.checkUpTo = last.Sequence
-	sid, err := sess.ID()
-	if err != nil {
-		return cursor, nil
-	}
-	mark, err := a.w.ctxlog.LastCommit(a.ctx, sid)
-	if err != nil {
-		return 0, err
-	}
-	a.lastCommit = mark
-	if mark.InboxSeq <= cursor || mark.Turn == "" {
-		return cursor, nil
-	}
-	// The last commit's turn committed only after every turn before it had replied (earlier),
-	// and every other event before its trigger was handled before it started (the actor reads
-	// the inbox in order): the inbox is durably done up to its trigger, whatever becomes of the
-	// turn itself. Without this a new owner re-read (and re-published) every turn since the
-	// session record's last write, hundreds on a busy session: tens of seconds at a takeover.
-	before := cursor
-	if trig, ok := turnTrigger(mark.Turn); ok && trig > 0 {
-		before = max(cursor, trig-1)
-	}
-	if sess.OpenTurn(mark.Turn) != nil {
-		return before, nil // resumeAll resumes it from the record
-	}
-	if mark.Closes {
-		stored, err := a.replyStored(mark)
-		if err != nil {
-			return 0, err
-		}
-		if stored {
-			return mark.InboxSeq, nil
-		}
-		return before, nil // takeOver finishes the turn from its commit
-	}
-	// The turn_committed record follows the context commit; a minute covers the clocks of
-	// two stream leaders. A record not seen (a lagging replica) only costs takeOver's work.
-	var since time.Time
-	if !mark.Time.IsZero() {
-		since = mark.Time.Add(-time.Minute)
-	}
-	committed, err := a.w.turnlog.Committed(a.ctx, a.sk, mark.Turn, since)
-	switch {
-	case err != nil:
-		return 0, fmt.Errorf("turn %s committed: %w", mark.Turn, err)
-	case committed:
-		return mark.InboxSeq, nil
-	}
-	return before, nil // takeOver finishes that turn from its commit
-}
-
-// inboxLast is the answer to the read of the session's last inbox event (ConsistentGetMsg:
-// it decides what runs again, so it must see every acknowledged event; it is read after the
-// claim, so it covers every event an earlier owner can have started).
-type inboxLast struct {
-	raw *jetstream.RawStreamMsg
-	err error
-}
-
-// prefetchContext loads session id's context in the background, so that the first turn of a
-// cold actor finds it cached instead of waiting for the reads (the context's last record,
-// then its tail) after the inbox read. It holds the commit lock meanwhile: a turn's
-// loadContext, and any commit, waits for it and then knows the log's last sequence (the
-// commits' fence) without reading it again. A load that fails leaves nothing behind; the
-// turn then loads the context itself, as without the prefetch.
-func (a *actor) prefetchContext(id events.SessionID) {
-	a.commit.Lock() // taken here, on the actor goroutine, so nothing can read the context first
-	a.turnsWG.Add(1)
-	go func() {
-		defer a.turnsWG.Done()
-		defer a.commit.Unlock()
-		key := id.String()
-		if _, ok := a.ctxLast[key]; ok {
-			return
-		}
-		l, err := a.w.ctxlog.LoadContext(a.ctx, id)
-		if err != nil {
-			if a.ctx.Err() == nil {
-				a.log.Debug("prefetch context", "err", err)
-			}
-			return
-		}
-		a.w.ctxlog.Keep(id)
-		a.kept = append(a.kept, id)
-		a.ctxLast[key] = l.LastSeq
-	}()
-}
-
-// replyStored reports whether the reply of the turn a closing commit closed is stored: its
-// last part (publishReply stores it after the others) is the last message on the chat's IM_OUT
-// subject, or its receipt is on IM_SENT (store.FindReceipt). Both reads are the stream
-// leaders' answers. False means not
-// known: something else went to the chat after it, or it was never stored.
-func (a *actor) replyStored(mark store.CommitMark) (bool, error) {
-	if mark.ReplyParts == 0 {
-		return true, nil // nothing to send
-	}
-	last := events.OutID(mark.Turn, mark.ReplyParts-1)
-	m, err := natsutil.ConsistentGetMsg(a.ctx, a.w.js, a.w.imOut, natsutil.MsgQuery{LastFor: events.IMOutSubject(a.sk)})
-	switch {
-	case err == nil && m.Header.Get(nats.MsgIdHdr) == last:
-		return true, nil
-	case err != nil && !errors.Is(err, jetstream.ErrMsgNotFound):
-		return false, fmt.Errorf("reply of turn %s stored: %w", mark.Turn, err)
-	}
-	var since time.Time // the receipt follows the commit
-	if !mark.Time.IsZero() {
-		since = mark.Time.Add(-store.ReceiptSkew)
-	}
-	_, err = store.FindReceipt(a.ctx, a.w.js, a.w.imSent, a.sk, last, since)
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return false, nil
-	}
-	return false, fmt.Errorf("reply of turn %s delivered: %w", mark.Turn, err)
-}
-
-// turnTrigger is the inbox sequence of the event that started turn id (turnID).
-func turnTrigger(id string) (uint64, bool) {
-	if len(id) < 2 || id[0] != 't' {
-		return 0, false
-	}
-	seq, err := strconv.ParseUint(id[1:], 10, 64)
-	return seq, err == nil
-}
-
-func (a *actor) isListed(id string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.listed[id]
-}
-
-// passed moves the actor's cursor past seq in memory only (see startTurn).
-func (a *actor) passed(seq uint64) {
-	a.mu.Lock()
-	a.cursor = max(a.cursor, seq)
-	a.mu.Unlock()
-}
-
 func (a *actor) sleep(d time.Duration) {
 	select {
 	case <-a.ctx.Done():
@@ -495,151 +265,7 @@ func (a *actor) sleep(d time.Duration) {
 func (a *actor) idle() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return len(a.turns) == 0 && len(a.held) == 0 && len(a.known) == 0 && len(a.queued) == 0 && len(a.ready) == 0 && a.collect == nil && len(a.closing) == 0
-}
-
-// behind reports whether a delivery past the cursor is waiting. Every inbox event is
-// delivered until acked, so the actor reads the log only when one is: an event delivered to
-// another replica comes back here (that replica NAKs it), or is read on the way to a later one.
-func (a *actor) behind() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for seq := range a.held {
-		if seq > a.cursor {
-			return true
-		}
-	}
-	for seq := range a.known {
-		if seq > a.cursor {
-			return true
-		}
-		delete(a.known, seq)
-	}
-	return false
-}
-
-// step processes the next inbox event after the cursor, if there is one.
-//
-// A held delivery that its chain header proves to be that event is taken as it is
-// (heldNext); otherwise the event is read from the log (readNext). The read (inbox.Next)
-// follows the inbox's chain from the subject's last event, so its cost does not grow with the
-// other sessions' events in the stream. It must see every acknowledged write: a direct get
-// may be answered by a replica that lags behind, so a "nothing past the cursor" is confirmed
-// with the stream leader. Only then is the log really empty past it. A delivery this actor
-// holds that the log no longer has (the stream's limits removed it after it was delivered) is
-// processed from its delivered copy, in sequence order, never dropped.
-func (a *actor) step() (bool, error) {
-	a.mu.Lock()
-	from := a.cursor
-	a.mu.Unlock()
-	raw, ok := a.heldNext(from)
-	if !ok {
-		var err error
-		if raw, err = a.readNext(from); raw == nil || err != nil {
-			return false, err
-		}
-	}
-	ev, derr := events.Decode(raw.Data)
-	if derr != nil {
-		a.w.deadLetter(raw.Subject, raw.Sequence, raw.Data, raw.Header, "invalid_event", derr)
-		return true, a.advance(raw.Sequence, nil)
-	}
-	if err := firedScheduleOnly(raw.Header, ev); err != nil {
-		a.w.deadLetter(raw.Subject, raw.Sequence, raw.Data, raw.Header, "forged_schedule", err)
-		return true, a.advance(raw.Sequence, nil)
-	}
-	a.parent = ""
-	if tracing.Enabled(a.w.opts.Tracer) {
-		a.parent = tracing.ParentOf(raw.Header)
-	}
-	return true, a.handle(ev, raw.Sequence)
-}
-
-// heldNext returns the held delivery that is the inbox's next event after from, when its
-// chain header proves it (inbox.Prev: the server stored it only with no event of the subject
-// between its predecessor and itself). Taking it saves the read of the log that an event
-// needs otherwise; a delivery without the header (a third party's event, a schedule's), or
-// one whose predecessor is past from, leaves the question to the log.
-func (a *actor) heldNext(from uint64) (*jetstream.RawStreamMsg, bool) {
-	// Only the smallest held sequence past from can qualify: a later event's predecessor is
-	// that one or later, so past from.
-	seq, m, ok := a.heldBetween(from, math.MaxUint64)
-	if !ok {
-		return nil, false
-	}
-	if prev, chained := inbox.Prev(m.Headers()); !chained || prev > from {
-		return nil, false
-	}
-	return deliveredCopy(seq, m), true
-}
-
-// deliveredCopy is the inbox event as its delivery m (sequence seq) brought it.
-func deliveredCopy(seq uint64, m jetstream.Msg) *jetstream.RawStreamMsg {
-	return &jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: seq, Header: m.Headers(), Data: m.Data()}
-}
-
-// readNext reads the inbox's next event after from from the log; nil with a nil error when
-// there is none to process now.
-func (a *actor) readNext(from uint64) (*jetstream.RawStreamMsg, error) {
-	// Confirmed: an event past the cursor is known to exist (delivered or rung), so "not
-	// found" must be the leader's answer. Otherwise this is a look for anything new (the
-	// actor just started, or an event was just published, see poke): nothing is decided on a
-	// "not found", so any replica may answer.
-	confirmed := a.behind()
-	raw, err := inbox.Next(a.ctx, a.w.js, a.w.inbox, a.subj, from, confirmed)
-	gone := errors.Is(err, jetstream.ErrMsgNotFound)
-	if err != nil && !gone {
-		return nil, fmt.Errorf("read inbox after %d: %w", from, err)
-	}
-	if gone && !confirmed {
-		// Not the leader's answer (or the event heard is not stored yet): a delivery that
-		// arrived meanwhile must not be taken for one the log has lost, since the log may hold
-		// an earlier event this replica was not given. The next step reads again, confirmed.
-		return nil, nil
-	}
-	limit := uint64(math.MaxUint64)
-	if !gone {
-		limit = raw.Sequence
-	}
-	if seq, m, ok := a.heldBetween(from, limit); ok {
-		a.log.Warn("inbox event delivered but no longer stored; processing the delivered copy", "seq", seq)
-		raw = deliveredCopy(seq, m)
-	} else if gone {
-		// Rings for events the log does not have (yet or any more): the replica that holds
-		// their deliveries brings them back.
-		a.mu.Lock()
-		clear(a.known)
-		a.mu.Unlock()
-		return nil, nil
-	}
-	return raw, nil
-}
-
-// heldBetween returns the held delivery with the smallest sequence in (from, limit).
-func (a *actor) heldBetween(from, limit uint64) (uint64, jetstream.Msg, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var best uint64
-	for seq, msgs := range a.held {
-		if seq <= from || seq >= limit || best != 0 && seq > best {
-			continue
-		}
-		for _, m := range msgs {
-			if m.Data() != nil { // a delivery handed over by a ring carries no copy
-				best = seq
-				break
-			}
-		}
-	}
-	if best == 0 {
-		return 0, nil, false
-	}
-	for _, m := range a.held[best] {
-		if m.Data() != nil {
-			return best, m, true
-		}
-	}
-	return 0, nil, false
+	return len(a.turns) == 0 && a.in.Empty() && len(a.queued) == 0 && len(a.ready) == 0 && a.collect == nil && len(a.closing) == 0
 }
 
 // closeDelay bounds how long a finished turn stays listed as open in the session record. Its
@@ -710,7 +336,7 @@ func (a *actor) updateSession(ctx context.Context, fn func(*store.Session)) (*st
 	closing := slices.Clone(a.closing)
 	// Everything up to the actor's cursor is done, or running (listed below, or the cursor
 	// stops short of it), or queued (listed when it was queued).
-	cursor := a.cursor
+	cursor := a.in.Cursor()
 	var unlisted []*turnRun
 	for _, t := range a.turns {
 		switch {
@@ -773,46 +399,9 @@ func (a *actor) advance(seq uint64, open *store.OpenTurn) error {
 		return fmt.Errorf("advance cursor to %d: %w", seq, err)
 	}
 	a.mu.Lock()
-	if seq > a.cursor {
-		a.cursor = seq
-	}
+	a.in.Pass(seq)
 	a.mu.Unlock()
 	return nil
-}
-
-// ackDone acks the deliveries whose effect is durable and that no running turn depends on.
-func (a *actor) ackDone() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for seq, msgs := range a.held {
-		if seq > a.cursor || a.neededLocked(seq) {
-			continue
-		}
-		for _, m := range msgs {
-			a.w.progress.Remove(m)
-			_ = m.Ack()
-		}
-		delete(a.held, seq)
-	}
-}
-
-func (a *actor) neededLocked(seq uint64) bool {
-	for _, t := range a.turns {
-		if t.needs(seq) {
-			return true
-		}
-	}
-	for _, q := range a.queued {
-		if q.needs(seq) {
-			return true
-		}
-	}
-	for _, c := range a.closing {
-		if c.needs(seq) {
-			return true
-		}
-	}
-	return a.collect != nil && a.collect.needs(seq)
 }
 
 // LeaseLost stops the actor at once: another worker may own the session now, and fencing
@@ -869,11 +458,10 @@ func (a *actor) shutdown() {
 		if _, err := a.updateSession(ctx, nil); err != nil {
 			a.log.Warn("record finished turns", "err", err)
 		}
-		a.ackDone()
+		a.rd.ackDone()
 	}
 	a.mu.Lock()
-	held := a.held
-	a.held = nil
+	held := a.in.Close()
 	a.mu.Unlock()
 	claim := a.claim.Current()
 	for _, msgs := range held {
@@ -884,30 +472,30 @@ func (a *actor) shutdown() {
 	}
 	if err := a.w.leases.Unclaim(ctx, claim); err == nil && a.handTo != "" {
 		a.mu.Lock()
-		cursor := a.cursor
+		cursor := a.in.Cursor()
 		a.mu.Unlock()
-		a.w.own.HandOff(a.sk, a.handTo, cursor) // ownership/rebalance.go
+		a.own.HandOff(a.sk, a.handTo, cursor) // ownership/rebalance.go
 	}
 }
 
 // handle applies one inbox event.
 func (a *actor) handle(ev events.Any, seq uint64) error {
-	if err := a.archiveIfIdle(ev); err != nil { // sessions_idle.go
+	if err := a.cx.archiveIfIdle(ev); err != nil { // sessions_idle.go
 		return err
 	}
 	policy := a.concurrency()
 	switch e := ev.(type) {
 	case *events.Event[events.UserMessage]:
-		text, hooked := a.receivedHook(e) // hooks.go
+		text, hooked := a.hk.receivedHook(e) // hooks.go
 		if hooked.Blocked {
-			return a.blockMessage(e, seq, hooked)
+			return a.hk.blockMessage(e, seq, hooked)
 		}
-		in := a.userInput(&e.Data.Message, text)
+		in := a.out.userInput(&e.Data.Message, text)
 		pt := &pendingTurn{seq: seq, input: []llm.Message{in}, msg: e.Data.Message, trace: e.Trace, accepted: e.Time, parent: a.parent}
 		return a.schedule(pt, policy)
 	case *events.Event[events.Listen]:
-		m := a.userInput(&e.Data.Message, "")
-		if err := a.appendContext(seq, []llm.Message{m}); err != nil {
+		m := a.out.userInput(&e.Data.Message, "")
+		if err := a.cx.appendContext(seq, []llm.Message{m}); err != nil {
 			return err
 		}
 		return a.advance(seq, nil)
@@ -917,50 +505,36 @@ func (a *actor) handle(ev events.Any, seq uint64) error {
 			t.steer(seq, text)
 			return a.recordSteer(t, seq)
 		}
-		return a.schedule(a.pendingFrom(seq, text, e.Data.Message, e.Data.Sender, e.Trace), "parallel")
+		return a.schedule(a.out.pendingFrom(seq, text, e.Data.Message, e.Data.Sender, e.Trace), "parallel")
 	case *events.Event[events.FollowUp]:
 		text := llm.UserText(e.Data.Text, e.Time)
 		if t := a.runningTurn(); t != nil {
 			t.followUp(seq, text)
 			return a.recordSteer(t, seq)
 		}
-		return a.schedule(a.pendingFrom(seq, text, e.Data.Message, e.Data.Sender, e.Trace), "parallel")
+		return a.schedule(a.out.pendingFrom(seq, text, e.Data.Message, e.Data.Sender, e.Trace), "parallel")
 	case *events.Event[events.Abort]:
 		n := a.abortAll(e.Data.Reason)
 		a.log.Info("abort", "turns", n, "by", e.Data.Sender.ID)
 		if n == 0 { // an aborted turn says so in its reply; nothing running must be said too
-			a.replyText(&pendingTurn{seq: seq, trace: e.Trace, msg: a.syntheticTarget(e.Data.Sender, e.Data.ReplyTo)},
+			a.out.replyText(&pendingTurn{seq: seq, trace: e.Trace, msg: a.out.syntheticTarget(e.Data.Sender, e.Data.ReplyTo)},
 				fmt.Sprintf("cmd%d", seq), "Nothing to cancel: no turn is running.")
 		}
 		return a.advance(seq, nil)
 	case *events.Event[events.Command]:
-		return a.command(e, seq)
+		return a.cmds.command(e, seq)
 	case *events.Event[events.Scheduled]:
-		return a.onScheduled(e, seq)
+		return a.te.onScheduled(e, seq)
 	case *events.Event[events.TaskResult]:
-		return a.onTaskResult(e, seq)
+		return a.te.onTaskResult(e, seq)
 	case *events.Event[events.SubagentResult]:
 		text := llm.TextContentOf(e.Data.Content)
 		m := llm.UserText("[background task "+e.Data.TaskID+" finished]\n"+text, time.Now().UnixMilli())
-		return a.schedule(&pendingTurn{seq: seq, input: []llm.Message{m}, msg: a.syntheticTarget(events.Sender{ID: "system"}, ""), trace: e.Trace,
+		return a.schedule(&pendingTurn{seq: seq, input: []llm.Message{m}, msg: a.out.syntheticTarget(events.Sender{ID: "system"}, ""), trace: e.Trace,
 			parent: a.parent}, "parallel")
 	}
 	a.w.deadLetter(a.subj, seq, nil, nil, "unhandled_event", fmt.Errorf("event type %s is not handled by the turn worker", ev.EventMeta().Type))
 	return a.advance(seq, nil)
-}
-
-func (a *actor) pendingFrom(seq uint64, m llm.Message, im *events.IMMessage, sender events.Sender, trace string) *pendingTurn {
-	target := a.syntheticTarget(sender, "")
-	if im != nil {
-		target = *im
-	}
-	return &pendingTurn{seq: seq, input: []llm.Message{m}, msg: target, trace: trace, parent: a.parent}
-}
-
-// syntheticTarget is a reply target for events that did not come from a chat message.
-func (a *actor) syntheticTarget(sender events.Sender, replyTo string) events.IMMessage {
-	return events.IMMessage{Platform: a.sk.Platform, Bot: a.sk.Bot, MessageID: replyTo,
-		Scene: events.Scene{Type: a.sk.Scope, ID: a.sk.Scene}, Sender: sender}
 }
 
 func (a *actor) runningTurn() *turnRun {
@@ -1063,7 +637,7 @@ func (a *actor) recordSteer(t *turnRun, seq uint64) error {
 		return fmt.Errorf("record steer %d: %w", seq, err)
 	}
 	a.mu.Lock()
-	a.cursor = max(a.cursor, seq)
+	a.in.Pass(seq)
 	a.mu.Unlock()
 	return nil
 }
@@ -1154,70 +728,9 @@ func (a *actor) cancelQueued(pt *pendingTurn) {
 	a.turnsWG.Add(1) // owned like a turn: shutdown waits for it
 	go func() {
 		defer a.turnsWG.Done()
-		_ = a.appendContext(pt.seq, pt.input)
+		_ = a.cx.appendContext(pt.seq, pt.input)
 		_, _ = a.w.sessions.Update(a.ctx, a.sk, func(s *store.Session) error { s.CloseTurn(pt.id); return nil })
 	}()
-}
-
-// appendContext commits messages to the session's context (listen, cancelled inputs).
-func (a *actor) appendContext(seq uint64, msgs []llm.Message) error {
-	sess, err := a.w.sessions.Current(a.ctx, a.sk)
-	if err != nil {
-		return err
-	}
-	sid, err := sess.ID()
-	if err != nil {
-		return err
-	}
-	_, err = a.commitMessages(sid, msgs, fmt.Sprintf("in-%d", seq), "")
-	return err
-}
-
-// loadContext loads the context a turn starts from. The actor's own last commit is where the
-// log ends (commits are fenced), so the store can serve it from its cache.
-func (a *actor) loadContext(ctx context.Context, sid events.SessionID) (store.Loaded, error) {
-	a.commit.Lock()
-	last, ok := a.ctxLast[sid.String()]
-	a.commit.Unlock()
-	switch {
-	case ok && last == 0:
-		// The log was empty when this actor read it, and only this actor writes it (fenced):
-		// it still is. LoadContext answers an empty log with the zero Loaded too.
-		return store.Loaded{}, nil
-	case ok:
-		return a.w.ctxlog.LoadContextAt(ctx, sid, last)
-	}
-	return a.w.ctxlog.LoadContext(ctx, sid)
-}
-
-// commitMessages appends msgs to the session id's context log, fenced on the last sequence
-// this actor knows. Commits of one actor are serialized; another writer (a worker that took
-// the session over) makes the append fail with store.ErrStaleWriter.
-func (a *actor) commitMessages(sid events.SessionID, msgs []llm.Message, msgID, turn string, opts ...store.AppendOption) (uint64, error) {
-	if err := a.w.own.AwaitFence(a.ctx, a); err != nil { // while the worker lease is recovered (pkg/turn/ownership)
-		return 0, fmt.Errorf("commit context %s: %w", sid, err)
-	}
-	a.commit.Lock()
-	defer a.commit.Unlock()
-	key := sid.String()
-	last, ok := a.ctxLast[key]
-	if !ok {
-		l, err := a.w.ctxlog.LoadContext(a.ctx, sid)
-		if err != nil {
-			return 0, err
-		}
-		last = l.LastSeq
-	}
-	seq, err := a.w.ctxlog.AppendMessages(a.ctx, sid, last, msgs, append([]store.AppendOption{store.WithMsgID(msgID), store.WithTurn(turn)}, opts...)...)
-	if err != nil {
-		return 0, fmt.Errorf("commit context %s: %w", key, err)
-	}
-	if !ok {
-		a.w.ctxlog.Keep(sid) // this actor's turns read it back: keep it cached while it lives
-		a.kept = append(a.kept, sid)
-	}
-	a.ctxLast[key] = seq
-	return seq, nil
 }
 
 // firedScheduleOnly refuses anything but an inbox.scheduled event that a message schedule put

@@ -56,7 +56,8 @@ func newBackground(ctx context.Context, js jetstream.JetStream) (*background, er
 	return &background{scheds: s, tasks: t}, nil
 }
 
-func (w *Worker) taskTimeout() time.Duration {
+func (tr taskRunner) taskTimeout() time.Duration {
+	w := tr.w
 	if ms := w.opts.AI.Agent.TaskTimeoutMs; ms > 0 {
 		return time.Duration(ms) * time.Millisecond
 	}
@@ -64,13 +65,14 @@ func (w *Worker) taskTimeout() time.Duration {
 }
 
 // startBackground installs the configured schedules and starts the deferred-task runner.
-func (w *Worker) startBackground(ctx context.Context) error {
-	if err := w.installSchedules(ctx); err != nil {
+func (tr taskRunner) startBackground(ctx context.Context) error {
+	w := tr.w
+	if err := w.runner.installSchedules(ctx); err != nil {
 		// Not fatal: the bus may be busy; the schedules are installed by the next start or
 		// by another replica. Say so loudly.
 		w.log.Error("install ai.scheduler schedules", "err", err)
 	}
-	return w.startDeferred(ctx)
+	return w.runner.startDeferred(ctx)
 }
 
 // configuredSchedule is one schedule ai.scheduler asks for.
@@ -118,7 +120,8 @@ func wantedSchedules(s config.Scheduler) ([]configuredSchedule, error) {
 // changed ones are written (once, whatever the number of replicas starting), and heartbeat and
 // job schedules no longer configured are removed. An unchanged "@every" schedule is left
 // alone so that restarts do not shift its period.
-func (w *Worker) installSchedules(ctx context.Context) error {
+func (tr taskRunner) installSchedules(ctx context.Context) error {
+	w := tr.w
 	want, err := wantedSchedules(w.opts.AI.Scheduler)
 	if err != nil {
 		return err
@@ -155,7 +158,8 @@ func (w *Worker) installSchedules(ctx context.Context) error {
 
 // heartbeatFile is the HEARTBEAT.md the heartbeat reads, in the agent's workspace (the file
 // tools edit the same file).
-func (w *Worker) heartbeatFile() string {
+func (tr taskRunner) heartbeatFile() string {
+	w := tr.w
 	name := w.opts.AI.Scheduler.Heartbeat.File
 	if name == "" {
 		name = "HEARTBEAT.md"
@@ -172,7 +176,8 @@ const maxHeartbeatBytes = 16 << 10
 // onScheduled handles a schedule that fired: a reminder or a job starts a turn; the heartbeat
 // starts one only when HEARTBEAT.md has content. Each firing that runs a turn is recorded in
 // KV tasks (recent tasks in /tasks) under the id <schedule id>@<inbox seq>.
-func (a *actor) onScheduled(e *events.Event[events.Scheduled], seq uint64) error {
+func (tev taskEvents) onScheduled(e *events.Event[events.Scheduled], seq uint64) error {
+	a := tev.a
 	s := e.Data
 	kind := s.Kind
 	if kind == "" {
@@ -181,13 +186,13 @@ func (a *actor) onScheduled(e *events.Event[events.Scheduled], seq uint64) error
 	var text string
 	switch kind {
 	case events.ScheduleHeartbeat:
-		body, err := os.ReadFile(a.w.heartbeatFile())
+		body, err := os.ReadFile(a.w.runner.heartbeatFile())
 		if len(body) > maxHeartbeatBytes {
 			body = body[:maxHeartbeatBytes]
 		}
 		if err != nil || strings.TrimSpace(string(body)) == "" {
 			if err != nil && !errors.Is(err, os.ErrNotExist) {
-				a.log.Warn("heartbeat: read HEARTBEAT.md", "file", a.w.heartbeatFile(), "err", err)
+				a.log.Warn("heartbeat: read HEARTBEAT.md", "file", a.w.runner.heartbeatFile(), "err", err)
 			}
 			return a.advance(seq, nil) // not recorded: an idle heartbeat every period would crowd /tasks
 		}
@@ -201,7 +206,7 @@ func (a *actor) onScheduled(e *events.Event[events.Scheduled], seq uint64) error
 	default: // a reminder's text is a user's words, set through the model
 		text = "[scheduled reminder] It is time for the reminder the user asked for. Tell them now, in their language: " + identity.SanitizeText(s.Text)
 	}
-	a.recordFiring(s, seq, kind, events.TaskDone, "")
+	a.te.recordFiring(s, seq, kind, events.TaskDone, "")
 	if kind == events.ScheduleFollowUp && s.ScheduleID == schedule.FollowUpID {
 		// The reminder record (pending, written by schedule_followup) is done now.
 		if _, err := a.w.bg.tasks.Update(a.ctx, a.sk, s.ScheduleID, func(r *events.TaskRecord) bool {
@@ -219,13 +224,14 @@ func (a *actor) onScheduled(e *events.Event[events.Scheduled], seq uint64) error
 	// claims some was not written by agentbus. The turn runs with user-level tools as the one
 	// who set it.
 	sender := events.Sender{ID: s.CreatedBy.ID, Name: s.CreatedBy.Name}
-	pt := &pendingTurn{seq: seq, input: []llm.Message{m}, msg: a.syntheticTarget(sender, s.ReplyTo), trace: e.Trace,
+	pt := &pendingTurn{seq: seq, input: []llm.Message{m}, msg: a.out.syntheticTarget(sender, s.ReplyTo), trace: e.Trace,
 		heartbeat: kind == events.ScheduleHeartbeat, parent: a.parent}
 	return a.schedule(pt, "parallel")
 }
 
 // recordFiring notes a schedule firing in KV tasks; a failure to record is logged only.
-func (a *actor) recordFiring(s events.Scheduled, seq uint64, kind, state, note string) {
+func (tev taskEvents) recordFiring(s events.Scheduled, seq uint64, kind, state, note string) {
+	a := tev.a
 	label := s.Text
 	if r := []rune(label); len(r) > 60 {
 		label = string(r[:60]) + "…"
@@ -240,7 +246,8 @@ func (a *actor) recordFiring(s events.Scheduled, seq uint64, kind, state, note s
 // onTaskResult posts a deferred task's result to the chat as a message of its own (out ids
 // "task-<id>-<part>": a redelivered result is dropped by egress) and adds it to the context so
 // that the conversation knows about it. No model call.
-func (a *actor) onTaskResult(e *events.Event[events.TaskResult], seq uint64) error {
+func (tev taskEvents) onTaskResult(e *events.Event[events.TaskResult], seq uint64) error {
+	a := tev.a
 	r := e.Data
 	text := strings.TrimSpace(llm.TextContentOf(r.Content))
 	label := r.Label
@@ -252,10 +259,10 @@ func (a *actor) onTaskResult(e *events.Event[events.TaskResult], seq uint64) err
 	} else if text == "" {
 		text = "Background task " + label + " finished without output."
 	}
-	pt := &pendingTurn{seq: seq, trace: e.Trace, msg: a.syntheticTarget(events.Sender{ID: "system"}, "")}
-	a.replyText(pt, "task-"+events.EncodeToken(r.TaskID), chatText(text, r.IsError))
+	pt := &pendingTurn{seq: seq, trace: e.Trace, msg: a.out.syntheticTarget(events.Sender{ID: "system"}, "")}
+	a.out.replyText(pt, "task-"+events.EncodeToken(r.TaskID), chatText(text, r.IsError))
 	note := llm.UserText("[background task "+label+" (id "+r.TaskID+") finished; its result was posted to the chat]\n"+text, time.Now().UnixMilli())
-	if err := a.appendContext(seq, []llm.Message{note}); err != nil {
+	if err := a.cx.appendContext(seq, []llm.Message{note}); err != nil {
 		return err
 	}
 	return a.advance(seq, nil)
@@ -309,48 +316,6 @@ func (w *Worker) backgroundSelection(v *toolbus.View, text string, entries []eve
 	return entries, agentTools, ""
 }
 
-// taskStarting records that a task run starts (creating the record when the task was queued
-// without one) and reports whether to run it: false when it already ended (its result was
-// delivered, or it was cancelled). A record that cannot be read does not stop the run.
-func (w *Worker) taskStarting(sk events.SessionKey, id, kind, label, owner string) bool {
-	_, _ = w.bg.tasks.Create(w.ctx, events.TaskRecord{ID: id, Kind: kind, Session: sk, Label: labelOr("", label), Owner: owner})
-	run := true
-	if _, err := w.bg.tasks.Update(w.ctx, sk, id, func(r *events.TaskRecord) bool {
-		if r.Terminal() {
-			run = false
-			return false
-		}
-		r.State, r.Worker = events.TaskRunning, w.opts.ID
-		r.Attempts++
-		return true
-	}); err != nil {
-		w.log.Warn("task record", "task", id, "err", err)
-	}
-	return run
-}
-
-// taskCancelled reports whether /tasks cancel marked the task.
-func (w *Worker) taskCancelled(sk events.SessionKey, id string) bool {
-	r, _, err := w.bg.tasks.Get(w.ctx, sk, id)
-	return err == nil && r.State == events.TaskCancelled
-}
-
-// taskFinished records the outcome once the result is delivered.
-func (w *Worker) taskFinished(sk events.SessionKey, id string, failed bool, text string) {
-	if _, err := w.bg.tasks.Update(w.ctx, sk, id, func(r *events.TaskRecord) bool {
-		if r.State == events.TaskCancelled {
-			return false
-		}
-		r.State, r.Error = events.TaskDone, ""
-		if failed {
-			r.State, r.Error = events.TaskFailed, truncate(text, 500)
-		}
-		return true
-	}); err != nil {
-		w.log.Warn("task record", "task", id, "err", err)
-	}
-}
-
 // labelOr is label, or the start of text.
 func labelOr(label, text string) string { return tasks.LabelOr(label, text) }
 
@@ -372,3 +337,12 @@ func chatText(text string, isErr bool) string {
 	}
 	return strings.Join(imgs, "\n")
 }
+
+// taskEvents handles the background-task events that reach a session's inbox (a schedule
+// firing, a task's result) for its actor's goroutine.
+type taskEvents struct{ a *actor }
+
+// taskRunner runs the background work queued on TASKS for this replica: subagent tasks
+// (subagent.go), deferred tool calls (deferred.go), and the schedules and heartbeat
+// (schedule.Scheduler). It holds nothing of its own: its goroutines are the Worker's.
+type taskRunner struct{ w *Worker }

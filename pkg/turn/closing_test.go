@@ -178,8 +178,8 @@ func TestReplyStored(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			a := &actor{w: w, sk: sk, ctx: ctx}
-			got, err := a.replyStored(store.CommitMark{Turn: "t1", Closes: true, ReplyParts: tc.parts})
+			rd := reader{&actor{w: w, sk: sk, ctx: ctx}}
+			got, err := rd.replyStored(store.CommitMark{Turn: "t1", Closes: true, ReplyParts: tc.parts})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -18,11 +18,17 @@ type HealthSource interface {
 	HealthLines() []string
 }
 
+// commands runs the slash commands of one session's actor (events.Command): the reports, the
+// session settings, approvals, /tasks, /tree and /compact. It holds nothing of its own; the
+// actor's goroutine calls it (actor.handle), so it may use the actor's goroutine-only state.
+type commands struct{ a *actor }
+
 // command runs a chat command addressed to the session.
-func (a *actor) command(e *events.Event[events.Command], seq uint64) error {
+func (cs commands) command(e *events.Event[events.Command], seq uint64) error {
+	a := cs.a
 	c := e.Data
 	from := c.From()
-	pt := &pendingTurn{seq: seq, trace: e.Trace, msg: a.syntheticTarget(from, "")}
+	pt := &pendingTurn{seq: seq, trace: e.Trace, msg: a.out.syntheticTarget(from, "")}
 	if c.Message != nil {
 		pt.msg = *c.Message
 	}
@@ -30,35 +36,35 @@ func (a *actor) command(e *events.Event[events.Command], seq uint64) error {
 	var reply string
 	switch c.Name {
 	case "reset":
-		r, err := a.resetSession()
+		r, err := cs.resetSession()
 		if err != nil {
 			return err
 		}
 		reply = r
 	case "models":
-		reply = a.w.modelsReport()
+		reply = cs.modelsReport()
 	case "health":
-		reply = a.w.healthReport()
+		reply = cs.healthReport()
 	case "help":
 		reply = helpText
 	case "approve":
-		reply = a.approve(c, from)
+		reply = cs.approve(c, from)
 	case "tasks":
-		reply = a.tasksCommand(c, from) // commands_tasks.go
+		reply = cs.tasksCommand(c, from) // commands_tasks.go
 	case "tree": // commands_tree.go
-		r, err := a.treeCommand(c, from, pt)
+		r, err := cs.treeCommand(c, from, pt)
 		if err != nil {
 			return err
 		}
 		reply = r
 	case "compact": // commands_compact.go
-		r, err := a.compactionCommand(c, from, pt)
+		r, err := cs.compactionCommand(c, from, pt)
 		if err != nil {
 			return err
 		}
 		reply = r
 	default:
-		r, ok, err := a.sessionCommand(c, from, pt.msg)
+		r, ok, err := cs.sessionCommand(c, from, pt.msg)
 		switch {
 		case err != nil:
 			return err
@@ -68,7 +74,7 @@ func (a *actor) command(e *events.Event[events.Command], seq uint64) error {
 			reply = "Unknown command /" + c.Name + ". /help lists the commands."
 		}
 	}
-	a.replyText(pt, id, reply)
+	a.out.replyText(pt, id, reply)
 	return a.advance(seq, nil)
 }
 
@@ -97,7 +103,8 @@ const helpText = `Commands:
 // approve applies an owner /approve command (master only) to KV approvals. "/approve",
 // "/approve once" and "/approve [once] <id>" answer one pending request and work in any chat;
 // the rest change the endpoint's approvals for good and work in a private chat only.
-func (a *actor) approve(c events.Command, from events.Sender) string {
+func (cs commands) approve(c events.Command, from events.Sender) string {
+	a := cs.a
 	if !from.HasRole(events.RoleMaster) {
 		return "/approve is for the bot's masters only."
 	}
@@ -105,7 +112,7 @@ func (a *actor) approve(c events.Command, from events.Sender) string {
 		return "Approvals are not available on this worker."
 	}
 	if id, ok := approveOnceArg(c.Raw); ok {
-		return a.approveOnce(from, id)
+		return cs.approveOnce(from, id)
 	}
 	if a.sk.Scope != events.ScopePrivate {
 		return "/approve " + strings.TrimSpace(c.Raw) + " works in a private chat with the bot only (here: /approve or /approve <id>)."
@@ -130,7 +137,7 @@ func (a *actor) approve(c events.Command, from events.Sender) string {
 		return scrubForUser(err.Error())
 	}
 	if cmd.Kind == execpolicy.ApproveList {
-		if w := a.waitingText(""); w != "" {
+		if w := cs.waitingText(""); w != "" {
 			reply += "\n" + w
 		}
 	}
@@ -169,19 +176,20 @@ func isRequestID(s string) bool {
 // approveOnce is "/approve [once] [id]": without an id the newest command waiting in this chat
 // may run once; another chat's command only by its id, and the answer names the command and
 // the chat, so the owner never lets a command of a chat they did not look at run by accident.
-func (a *actor) approveOnce(from events.Sender, id string) string {
+func (cs commands) approveOnce(from events.Sender, id string) string {
+	a := cs.a
 	here := a.sk.String()
 	r, err := a.w.approvals.ApproveOnce(a.ctx, a.sk.Platform, a.sk.Bot, from.ID, here, id)
 	switch {
 	case errors.Is(err, approvals.ErrNothingPending):
 		msg := "No bash command of this chat is waiting for approval (requests lapse after " + approvals.PendingWindow.String() + ")."
-		if w := a.waitingText(here); w != "" {
+		if w := cs.waitingText(here); w != "" {
 			msg += "\n" + w
 		}
 		return msg
 	case errors.Is(err, approvals.ErrUnknownRequest):
 		msg := scrubForUser(err.Error())
-		if w := a.waitingText(""); w != "" {
+		if w := cs.waitingText(""); w != "" {
 			msg += "\n" + w
 		}
 		return msg
@@ -202,7 +210,8 @@ func (a *actor) approveOnce(from events.Sender, id string) string {
 
 // waitingText lists the endpoint's requests waiting for the owner outside chat except (all
 // when except is ""), with what approves each: "" when there are none.
-func (a *actor) waitingText(except string) string {
+func (cs commands) waitingText(except string) string {
+	a := cs.a
 	p, _, err := a.w.approvals.LoadPending(a.ctx, a.sk.Platform, a.sk.Bot)
 	if err != nil {
 		return ""
@@ -233,14 +242,16 @@ func chatName(session string) string {
 	return fmt.Sprintf("%s %s (%s)", sk.Scope, sk.Scene, session)
 }
 
-func (w *Worker) modelsReport() string {
+func (cs commands) modelsReport() string {
+	w := cs.a.w
 	if w.opts.ModelsReport != nil {
 		return w.opts.ModelsReport()
 	}
 	return models.Report(w.opts.AI, w.opts.Models, nil, nil)
 }
 
-func (w *Worker) healthReport() string {
+func (cs commands) healthReport() string {
+	w := cs.a.w
 	actors := w.own.Running()
 	var b strings.Builder
 	fmt.Fprintf(&b, "ok — worker %s, %s here, %s served", w.opts.ID, count(actors, "active session"), count(w.tools.Count(), "tool"))

@@ -22,15 +22,17 @@ import (
 //
 // The error is set only when the actor is going away (lease lost, worker stopping): then
 // nothing is answered and the command stays at the cursor for the next owner.
-func (a *actor) compactionCommand(c events.Command, from events.Sender, pt *pendingTurn) (string, error) {
-	reply := a.compactionReply(c, from, pt)
+func (cs commands) compactionCommand(c events.Command, from events.Sender, pt *pendingTurn) (string, error) {
+	a := cs.a
+	reply := cs.compactionReply(c, from, pt)
 	if err := a.ctx.Err(); err != nil {
 		return "", err
 	}
 	return reply, nil
 }
 
-func (a *actor) compactionReply(c events.Command, from events.Sender, pt *pendingTurn) string {
+func (cs commands) compactionReply(c events.Command, from events.Sender, pt *pendingTurn) string {
+	a := cs.a
 	sess, err := a.w.sessions.Current(a.ctx, a.sk)
 	if err != nil {
 		return "⚠️ " + err.Error()
@@ -48,7 +50,7 @@ func (a *actor) compactionReply(c events.Command, from events.Sender, pt *pendin
 	}
 	ctx, cancel := context.WithTimeout(a.ctx, time.Duration(a.w.opts.AI.Agent.TimeoutMs)*time.Millisecond)
 	defer cancel()
-	out, err := a.compactContext(ctx, sid, model, a.w.compactionSettings(model), c.Raw, "command", nil, nil)
+	out, err := a.cx.compactContext(ctx, sid, model, a.w.compactionSettings(model), c.Raw, "command", nil, nil)
 	switch {
 	case errors.Is(err, compaction.ErrNothingToCompact):
 		return "Nothing to compact yet: the conversation is within what is kept verbatim."
@@ -65,7 +67,8 @@ func (a *actor) compactionReply(c events.Command, from events.Sender, pt *pendin
 
 // compactionNote is what /context and /status add about compaction: the automatic threshold and
 // how often the conversation was compacted (the latest summary's count, time, coverage, model).
-func (w *Worker) compactionNote(l store.Loaded, model *llm.Model) string {
+func (cs commands) compactionNote(l store.Loaded, model *llm.Model) string {
+	w := cs.a.w
 	s := w.compactionSettings(model)
 	var b strings.Builder
 	switch {

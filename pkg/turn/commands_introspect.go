@@ -78,7 +78,8 @@ func cmdReport(raw string) string {
 // endpointsReport is /endpoints [filter] [page]: the IM endpoints (platform and bot) the
 // running processes serve, with each adapter's state, from KV presence (what `agentbus
 // status` reads). filter keeps entries whose platform, bot or state contains it.
-func (w *Worker) endpointsReport(ctx context.Context, raw string) string {
+func (cs commands) endpointsReport(ctx context.Context, raw string) string {
+	w := cs.a.w
 	filter, page := filterPage(raw)
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

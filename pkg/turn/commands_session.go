@@ -22,32 +22,33 @@ import (
 var policies = []string{"parallel", "queue", "steer", "interrupt", "collect"}
 
 // sessionCommand answers the commands of this file; ok is false for a name it does not know.
-func (a *actor) sessionCommand(c events.Command, from events.Sender, m events.IMMessage) (reply string, ok bool, err error) {
+func (cs commands) sessionCommand(c events.Command, from events.Sender, m events.IMMessage) (reply string, ok bool, err error) {
+	a := cs.a
 	switch c.Name {
 	case "new", "clear":
-		reply, err = a.resetSession()
+		reply, err = cs.resetSession()
 	case "tools":
-		reply = a.toolsReport(m, strings.TrimSpace(c.Raw))
+		reply = cs.toolsReport(m, strings.TrimSpace(c.Raw))
 	case "mcp":
-		reply = a.mcpReport(m)
+		reply = cs.mcpReport(m)
 	case "bindings":
-		reply = a.w.bindingsReport()
+		reply = cs.bindingsReport()
 	case "cmd": // commands_introspect.go
 		reply = cmdReport(c.Raw)
 	case "endpoints":
-		reply = a.w.endpointsReport(a.ctx, c.Raw)
+		reply = cs.endpointsReport(a.ctx, c.Raw)
 	case "status":
-		reply, err = a.statusReport()
+		reply, err = cs.statusReport()
 	case "model":
-		reply, err = a.modelCommand(strings.TrimSpace(c.Raw))
+		reply, err = cs.modelCommand(strings.TrimSpace(c.Raw))
 	case "queue":
-		reply, err = a.queueCommand(strings.TrimSpace(c.Raw))
+		reply, err = cs.queueCommand(strings.TrimSpace(c.Raw))
 	case "usage":
-		reply, err = a.usageReport()
+		reply, err = cs.usageReport()
 	case "whoami":
 		reply = whoami(from, a.sk)
 	case "context":
-		reply, err = a.contextReport()
+		reply, err = cs.contextReport()
 	default:
 		return "", false, nil
 	}
@@ -56,20 +57,22 @@ func (a *actor) sessionCommand(c events.Command, from events.Sender, m events.IM
 
 // resetSession is /reset, /new and /clear: the running turns stop, the epoch ends, the chat
 // history (transcripts) stays.
-func (a *actor) resetSession() (string, error) {
+func (cs commands) resetSession() (string, error) {
+	a := cs.a
 	a.abortAll("session reset")
 	s, err := a.w.sessions.Archive(a.ctx, a.sk)
 	if err != nil {
 		return "", err
 	}
-	a.sessionNewHook(s.SessionID, s.Epoch) // hooks.go
+	a.hk.sessionNewHook(s.SessionID, s.Epoch) // hooks.go
 	return fmt.Sprintf("Session reset: a new conversation starts now (epoch %d). Chat history is kept.", s.Epoch), nil
 }
 
 // toolsReport lists the tools the sender may use here, with where each comes from; filter
 // keeps the names or sources containing it.
 // raw is "[filter] [page]" (filterPage); a long list is paged (pageOf).
-func (a *actor) toolsReport(m events.IMMessage, raw string) string {
+func (cs commands) toolsReport(m events.IMMessage, raw string) string {
+	a := cs.a
 	filter, page := filterPage(raw)
 	var entries []string
 	for _, t := range a.w.tools.For(m) {
@@ -89,7 +92,8 @@ func (a *actor) toolsReport(m events.IMMessage, raw string) string {
 }
 
 // mcpReport lists the configured MCP servers with the tools the tool workers serve for each.
-func (a *actor) mcpReport(m events.IMMessage) string {
+func (cs commands) mcpReport(m events.IMMessage) string {
+	a := cs.a
 	byServer := map[string][]string{}
 	for _, t := range a.w.tools.For(m) {
 		if srv, ok := strings.CutPrefix(t.Source, "mcp:"); ok {
@@ -119,7 +123,8 @@ func (a *actor) mcpReport(m events.IMMessage) string {
 }
 
 // bindingsReport lists ai.agents: each binding, what it resolves to and when it is used.
-func (w *Worker) bindingsReport() string {
+func (cs commands) bindingsReport() string {
+	w := cs.a.w
 	agents := w.opts.AI.Agents
 	if len(agents) == 0 {
 		return "No ai.agents bindings: turns use the best model of the configured providers."
@@ -146,7 +151,8 @@ func (w *Worker) bindingsReport() string {
 }
 
 // statusReport is the session's state: id, model, policy, turns, context size, owner.
-func (a *actor) statusReport() (string, error) {
+func (cs commands) statusReport() (string, error) {
+	a := cs.a
 	s, err := a.w.sessions.Current(a.ctx, a.sk)
 	if err != nil {
 		return "", err
@@ -156,14 +162,14 @@ func (a *actor) statusReport() (string, error) {
 	a.mu.Unlock()
 	var b strings.Builder
 	fmt.Fprintf(&b, "Session %s (epoch %d, %s)\n", s.SessionID, s.Epoch, s.Status)
-	fmt.Fprintf(&b, "Model: %s\n", a.modelLine(s))
-	fmt.Fprintf(&b, "Concurrency: %s\n", a.policyLine())
+	fmt.Fprintf(&b, "Model: %s\n", cs.modelLine(s))
+	fmt.Fprintf(&b, "Concurrency: %s\n", cs.policyLine())
 	fmt.Fprintf(&b, "Turns: %d running, %d queued\n", running, queued)
 	if sid, err := s.ID(); err == nil {
-		if l, err := a.loadContext(a.ctx, sid); err == nil {
+		if l, err := a.cx.loadContext(a.ctx, sid); err == nil {
 			fmt.Fprintf(&b, "Context: %s, ≈%d tokens\n", count(len(l.Messages), "message"), approxTokens(l.Messages))
 			if m, err := a.w.pickModel(events.IMMessage{}, nil, s.ModelOverride); err == nil {
-				fmt.Fprintf(&b, "%s\n", a.w.compactionNote(l, m)) // commands_compact.go
+				fmt.Fprintf(&b, "%s\n", cs.compactionNote(l, m)) // commands_compact.go
 			}
 		}
 	}
@@ -171,7 +177,8 @@ func (a *actor) statusReport() (string, error) {
 	return b.String(), nil
 }
 
-func (a *actor) modelLine(s *store.Session) string {
+func (cs commands) modelLine(s *store.Session) string {
+	a := cs.a
 	if s.ModelOverride != "" {
 		line := s.ModelOverride + " (chosen with /model)"
 		if m, err := a.w.resolveModel(s.ModelOverride); err == nil && m.Provider+"/"+m.ID != s.ModelOverride {
@@ -189,7 +196,8 @@ func (a *actor) modelLine(s *store.Session) string {
 	return orDash(s.Model)
 }
 
-func (a *actor) policyLine() string {
+func (cs commands) policyLine() string {
+	a := cs.a
 	a.mu.Lock()
 	p := a.chatPolicy
 	a.mu.Unlock()
@@ -205,13 +213,14 @@ func (a *actor) policyLine() string {
 
 // modelCommand is /model [name]: without a name it shows the model and the choices; with one
 // it switches the session to it (an ai.agents binding or provider/model) until /model default.
-func (a *actor) modelCommand(arg string) (string, error) {
+func (cs commands) modelCommand(arg string) (string, error) {
+	a := cs.a
 	if arg == "" {
 		s, err := a.w.sessions.Current(a.ctx, a.sk)
 		if err != nil {
 			return "", err
 		}
-		return "Model: " + a.modelLine(s) + "\n" + a.w.modelChoices() + "\nSwitch with /model <name>, back to routing with /model default.", nil
+		return "Model: " + cs.modelLine(s) + "\n" + cs.modelChoices() + "\nSwitch with /model <name>, back to routing with /model default.", nil
 	}
 	override, reply := "", "Model: back to routing"
 	switch strings.ToLower(arg) {
@@ -223,7 +232,7 @@ func (a *actor) modelCommand(arg string) (string, error) {
 	default:
 		m, err := a.w.resolveModel(arg)
 		if err != nil {
-			return fmt.Sprintf("Unknown model %q: %v\n%s", arg, err, a.w.modelChoices()), nil
+			return fmt.Sprintf("Unknown model %q: %v\n%s", arg, err, cs.modelChoices()), nil
 		}
 		override = arg
 		reply = fmt.Sprintf("Model for this chat: %s/%s. Images still go to a vision binding when this model has no image input.", m.Provider, m.ID)
@@ -235,7 +244,8 @@ func (a *actor) modelCommand(arg string) (string, error) {
 }
 
 // modelChoices names what /model accepts.
-func (w *Worker) modelChoices() string {
+func (cs commands) modelChoices() string {
+	w := cs.a.w
 	var names []string
 	names = append(names, sortedKeys(w.opts.AI.Agents)...)
 	if w.opts.Models != nil {
@@ -284,10 +294,11 @@ func (w *Worker) resolveModel(name string) (*llm.Model, error) {
 }
 
 // queueCommand is /queue [policy]: the session's concurrency policy, stored in its record.
-func (a *actor) queueCommand(arg string) (string, error) {
+func (cs commands) queueCommand(arg string) (string, error) {
+	a := cs.a
 	arg = strings.ToLower(arg)
 	if arg == "" {
-		return "Concurrency: " + a.policyLine() + "\nChoices: " + strings.Join(policies, ", ") + ", default.", nil
+		return "Concurrency: " + cs.policyLine() + "\nChoices: " + strings.Join(policies, ", ") + ", default.", nil
 	}
 	p := arg
 	if p == "default" || p == "reset" {
@@ -299,7 +310,7 @@ func (a *actor) queueCommand(arg string) (string, error) {
 		return "", err
 	}
 	a.setChatPolicy(p)
-	return "Concurrency for this chat: " + a.policyLine() + ".", nil
+	return "Concurrency for this chat: " + cs.policyLine() + ".", nil
 }
 
 func (a *actor) setChatPolicy(p string) {
@@ -322,7 +333,8 @@ func (a *actor) concurrency() string {
 
 // usageReport sums the usage of the assistant messages in this conversation (the current
 // epoch's context).
-func (a *actor) usageReport() (string, error) {
+func (cs commands) usageReport() (string, error) {
+	a := cs.a
 	s, err := a.w.sessions.Current(a.ctx, a.sk)
 	if err != nil {
 		return "", err
@@ -331,7 +343,7 @@ func (a *actor) usageReport() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	l, err := a.loadContext(a.ctx, sid)
+	l, err := a.cx.loadContext(a.ctx, sid)
 	if err != nil {
 		return "", err
 	}
@@ -371,7 +383,8 @@ func whoami(from events.Sender, sk events.SessionKey) string {
 
 // contextReport is what the model sees next turn: messages by role, summary, size against the
 // model's context window.
-func (a *actor) contextReport() (string, error) {
+func (cs commands) contextReport() (string, error) {
+	a := cs.a
 	s, err := a.w.sessions.Current(a.ctx, a.sk)
 	if err != nil {
 		return "", err
@@ -380,7 +393,7 @@ func (a *actor) contextReport() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	l, err := a.loadContext(a.ctx, sid)
+	l, err := a.cx.loadContext(a.ctx, sid)
 	if err != nil {
 		return "", err
 	}
@@ -409,7 +422,7 @@ func (a *actor) contextReport() (string, error) {
 	if err == nil && model.ContextWindow > 0 {
 		fmt.Fprintf(&b, " of %s's %d-token window (%d%%)", model.ID, model.ContextWindow, tokens*100/model.ContextWindow)
 	}
-	b.WriteString(". " + a.w.compactionNote(l, model) + " /new starts over.") // commands_compact.go
+	b.WriteString(". " + cs.compactionNote(l, model) + " /new starts over.") // commands_compact.go
 	return b.String(), nil
 }
 

@@ -15,7 +15,7 @@ const maxRecentTasks = 10
 
 // tasksCommand answers /tasks (this chat's pending schedules, pending and running tasks, and
 // recent ones, with their ids) and /tasks cancel <id> (the owner of the task or a master).
-func (a *actor) tasksCommand(c events.Command, from events.Sender) string {
+func (cs commands) tasksCommand(c events.Command, from events.Sender) string {
 	args := c.Args
 	if len(args) == 0 {
 		args = strings.Fields(c.Raw)
@@ -24,15 +24,16 @@ func (a *actor) tasksCommand(c events.Command, from events.Sender) string {
 		if len(args) < 2 {
 			return "Usage: /tasks cancel <id> (ids are listed by /tasks)."
 		}
-		return a.cancelTask(args[1], from)
+		return cs.cancelTask(args[1], from)
 	}
 	if len(args) > 0 {
 		return "Usage: /tasks, or /tasks cancel <id>."
 	}
-	return a.tasksReport()
+	return cs.tasksReport()
 }
 
-func (a *actor) tasksReport() string {
+func (cs commands) tasksReport() string {
+	a := cs.a
 	var b strings.Builder
 	now := time.Now()
 	pending, err := a.w.bg.scheds.List(a.ctx, a.sk)
@@ -116,7 +117,8 @@ func kindOf(p schedule.Pending) string {
 // cancelTask cancels a pending schedule of this chat or a background task by id. Reminders
 // and tasks may be cancelled by whoever created them and by masters; heartbeat and job
 // schedules (operator configuration) by masters only.
-func (a *actor) cancelTask(id string, from events.Sender) string {
+func (cs commands) cancelTask(id string, from events.Sender) string {
+	a := cs.a
 	master := from.HasRole(events.RoleMaster)
 	if p, err := a.w.bg.scheds.Get(a.ctx, a.sk, id); err == nil {
 		kind := kindOf(*p)

@@ -53,7 +53,8 @@ type tree struct {
 }
 
 // sessionTree rebuilds the tree of a session id's log.
-func (a *actor) sessionTree(ctx context.Context, sid events.SessionID) (*tree, error) {
+func (cs commands) sessionTree(ctx context.Context, sid events.SessionID) (*tree, error) {
+	a := cs.a
 	var all []treeNode
 	var path []uint64
 	var anchor uint64
@@ -127,15 +128,17 @@ func (t *tree) branchTo(seq uint64) (fork uint64, msgs []llm.Message, ok bool) {
 }
 
 // treeCommand answers /tree and /tree N.
-func (a *actor) treeCommand(c events.Command, from events.Sender, pt *pendingTurn) (string, error) {
-	reply := a.treeReply(c, from, pt)
+func (cs commands) treeCommand(c events.Command, from events.Sender, pt *pendingTurn) (string, error) {
+	a := cs.a
+	reply := cs.treeReply(c, from, pt)
 	if err := a.ctx.Err(); err != nil {
 		return "", err // going away: the next owner answers
 	}
 	return reply, nil
 }
 
-func (a *actor) treeReply(c events.Command, from events.Sender, pt *pendingTurn) string {
+func (cs commands) treeReply(c events.Command, from events.Sender, pt *pendingTurn) string {
+	a := cs.a
 	sess, err := a.w.sessions.Current(a.ctx, a.sk)
 	if err != nil {
 		return "⚠️ " + err.Error()
@@ -144,7 +147,7 @@ func (a *actor) treeReply(c events.Command, from events.Sender, pt *pendingTurn)
 	if err != nil {
 		return "⚠️ " + err.Error()
 	}
-	tr, err := a.sessionTree(a.ctx, sid)
+	tr, err := cs.sessionTree(a.ctx, sid)
 	if err != nil {
 		return "⚠️ " + err.Error()
 	}
@@ -177,7 +180,7 @@ func (a *actor) treeReply(c events.Command, from events.Sender, pt *pendingTurn)
 	}
 	ctx, cancel := context.WithTimeout(a.ctx, time.Duration(a.w.opts.AI.Agent.TimeoutMs)*time.Millisecond)
 	defer cancel()
-	moved, err := a.moveLeaf(ctx, sid, model, leaf, restore)
+	moved, err := cs.moveLeaf(ctx, sid, model, leaf, restore)
 	if err != nil {
 		return "⚠️ The active leaf did not move: " + err.Error()
 	}
@@ -264,10 +267,11 @@ type leafMove struct {
 // of a branch left earlier, when the move returns to it): the part of the active path after
 // target is summarized (when it holds anything and the model answers; otherwise the move goes
 // on without a summary) and one fenced leaf record is committed. Serialized with compactions.
-func (a *actor) moveLeaf(ctx context.Context, sid events.SessionID, model *llm.Model, target uint64, restore []llm.Message) (leafMove, error) {
+func (cs commands) moveLeaf(ctx context.Context, sid events.SessionID, model *llm.Model, target uint64, restore []llm.Message) (leafMove, error) {
+	a := cs.a
 	a.compactMu.Lock()
 	defer a.compactMu.Unlock()
-	loaded, err := a.loadContext(ctx, sid)
+	loaded, err := a.cx.loadContext(ctx, sid)
 	if err != nil {
 		return leafMove{}, err
 	}

@@ -247,10 +247,11 @@ type compactOutcome struct {
 //
 // before, when set, runs once the cut is known and before the summary is written (the memory
 // flush): it is not run for a compaction that does not happen.
-func (a *actor) compactContext(ctx context.Context, sid events.SessionID, turnModel *llm.Model, s compaction.Settings, instructions, reason string, need func(store.Loaded) bool, before func(store.Loaded)) (compactOutcome, error) {
+func (co contextOps) compactContext(ctx context.Context, sid events.SessionID, turnModel *llm.Model, s compaction.Settings, instructions, reason string, need func(store.Loaded) bool, before func(store.Loaded)) (compactOutcome, error) {
+	a := co.a
 	a.compactMu.Lock()
 	defer a.compactMu.Unlock()
-	loaded, err := a.loadContext(ctx, sid)
+	loaded, err := a.cx.loadContext(ctx, sid)
 	if err != nil {
 		return compactOutcome{}, err
 	}
@@ -282,7 +283,7 @@ func (a *actor) compactContext(ctx context.Context, sid events.SessionID, turnMo
 	// The msg id names the span (anchor) and what it replaces (the previous summary): a retried
 	// append of this very summary is answered with the first one's sequence.
 	msgID := fmt.Sprintf("sum:%s:%d:%d", sid, sum.AnchorSeq, prevSeq)
-	seq, err := a.commitSummary(ctx, sid, loaded.LastSeq, sum, msgID)
+	seq, err := a.cx.commitSummary(ctx, sid, loaded.LastSeq, sum, msgID)
 	if err != nil {
 		return compactOutcome{}, err
 	}
@@ -291,7 +292,7 @@ func (a *actor) compactContext(ctx context.Context, sid events.SessionID, turnMo
 	after.Summary, after.Messages, after.Seqs = &sum, msgs[cut:], loaded.Seqs[cut:]
 	out := compactOutcome{covered: cut, kept: len(msgs) - cut, restored: len(res.Restored), count: sum.Count, seq: seq,
 		before: contextTokens(nil, loaded, "", nil), after: contextTokens(nil, after, "", nil)}
-	a.sessionCompactHook(sid.String(), msgID, sum.Text, reason, out.covered, out.kept) // hooks.go
+	a.hk.sessionCompactHook(sid.String(), msgID, sum.Text, reason, out.covered, out.kept) // hooks.go
 	a.log.Info("context compacted", "reason", reason, "summarized", out.covered, "kept", out.kept, "restored_ids", out.restored,
 		"tokens_before", out.before, "tokens_after", out.after, "anchor", sum.AnchorSeq, "seq", seq, "compactions", sum.Count)
 	return out, nil
@@ -300,8 +301,9 @@ func (a *actor) compactContext(ctx context.Context, sid events.SessionID, turnMo
 // commitSummary appends s fenced on the log's last sequence as this actor knows it (turns that
 // committed while the summary was written only moved it on; their messages come after the
 // anchor and stay), serialized with the actor's message commits.
-func (a *actor) commitSummary(ctx context.Context, sid events.SessionID, loadedLast uint64, s store.Summary, msgID string) (uint64, error) {
-	if err := a.w.own.AwaitFence(ctx, a); err != nil {
+func (co contextOps) commitSummary(ctx context.Context, sid events.SessionID, loadedLast uint64, s store.Summary, msgID string) (uint64, error) {
+	a := co.a
+	if err := a.own.AwaitFence(ctx, a); err != nil {
 		return 0, fmt.Errorf("commit summary %s: %w", sid, err)
 	}
 	a.commit.Lock()
@@ -337,8 +339,8 @@ func (t *turnRun) autoCompact(ctx context.Context, loaded store.Loaded, system s
 		_, _, ok := a.w.autoTrigger(&a.est, t.model, l, system, t.input)
 		return ok
 	}
-	flush := func(l store.Loaded) { a.memoryFlush(ctx, t, l, system) }
-	_, err := a.compactContext(ctx, t.sid, t.model, s, "", "auto: "+reason, need, flush)
+	flush := func(l store.Loaded) { a.cx.memoryFlush(ctx, t, l, system) }
+	_, err := a.cx.compactContext(ctx, t.sid, t.model, s, "", "auto: "+reason, need, flush)
 	switch {
 	case errors.Is(err, errStillFits), err == nil:
 	case errors.Is(err, compaction.ErrNothingToCompact):
@@ -347,7 +349,7 @@ func (t *turnRun) autoCompact(ctx context.Context, loaded store.Loaded, system s
 		a.log.Warn("auto compaction failed; the turn goes on uncompacted", "turn", t.id, "provider", t.model.Provider, "model", t.model.ID, "err", err)
 		return a.w.boundHistory(loaded)
 	}
-	l, err := a.loadContext(ctx, t.sid)
+	l, err := a.cx.loadContext(ctx, t.sid)
 	if err != nil {
 		return a.w.boundHistory(loaded)
 	}
@@ -373,11 +375,11 @@ func (t *turnRun) runCompacting(ctx context.Context, ac *loop.AgentContext, cfg 
 		return out, nil
 	}
 	t.a.log.Warn("context overflow; compacting and retrying once", "turn", t.id, "provider", t.model.Provider, "model", t.model.ID, "err", final.ErrorMessage)
-	_, cerr := t.a.compactContext(ctx, t.sid, t.model, s, "", "overflow", nil, nil)
+	_, cerr := t.a.cx.compactContext(ctx, t.sid, t.model, s, "", "overflow", nil, nil)
 	if cerr != nil && !errors.Is(cerr, compaction.ErrNothingToCompact) {
 		t.a.log.Warn("overflow compaction failed", "turn", t.id, "provider", t.model.Provider, "model", t.model.ID, "err", cerr)
 	}
-	loaded, lerr := t.a.loadContext(ctx, t.sid)
+	loaded, lerr := t.a.cx.loadContext(ctx, t.sid)
 	if lerr != nil {
 		markOverflow(final)
 		return out, nil

@@ -26,7 +26,8 @@ const DeferredConsumer = "deferred"
 // acked once its result is in the session's inbox (or it was cancelled); a worker that dies
 // mid-task leaves it to be redelivered, and the rerun finds the tool's result in TOOL_RESULTS
 // under the same call id instead of running the tool again.
-func (w *Worker) startDeferred(ctx context.Context) error {
+func (tr taskRunner) startDeferred(ctx context.Context) error {
+	w := tr.w
 	cons, err := natsutil.Consumer(ctx, w.js, events.StreamTasks, jetstream.ConsumerConfig{
 		Durable: DeferredConsumer, FilterSubject: events.PrefixTask + "." + events.TaskKindDeferred + ".>",
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: w.opts.AckWait, MaxDeliver: 20, MaxAckPending: 64,
@@ -38,7 +39,7 @@ func (w *Worker) startDeferred(ctx context.Context) error {
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
-			w.runDeferred(msg)
+			w.runner.runDeferred(msg)
 		}()
 	}, natsutil.FailoverConsume(jetstream.PullMaxMessages(8))...)
 	if err != nil {
@@ -53,7 +54,8 @@ func (w *Worker) startDeferred(ctx context.Context) error {
 	return nil
 }
 
-func (w *Worker) runDeferred(msg jetstream.Msg) {
+func (tr taskRunner) runDeferred(msg jetstream.Msg) {
+	w := tr.w
 	meta, _ := msg.Metadata()
 	var seq uint64
 	if meta != nil {
@@ -82,7 +84,7 @@ func (w *Worker) runDeferred(msg jetstream.Msg) {
 	// from the task (taskOrigin).
 	var call events.DeferredToolCall
 	_ = json.Unmarshal(task.Payload, &call)
-	caller, err := w.taskOrigin(w.ctx, sk, task.Turn, task.ToolCallID, tasks.RunDeferredTaskName, checkDeferredArgs(call))
+	caller, err := w.runner.taskOrigin(w.ctx, sk, task.Turn, task.ToolCallID, tasks.RunDeferredTaskName, checkDeferredArgs(call))
 	if err == nil && id != events.EncodeToken(task.ToolCallID) {
 		err = fmt.Errorf("%w: task id %s is not its call's", errUnasked, id)
 	}
@@ -101,17 +103,17 @@ func (w *Worker) runDeferred(msg jetstream.Msg) {
 	}
 	task.Caller = &caller
 	owner := caller.SenderID
-	if !w.taskStarting(sk, id, events.TaskKindDeferred, labelOr(task.Label, id), owner) {
+	if !w.records.Starting(w.ctx, sk, id, events.TaskKindDeferred, labelOr(task.Label, id), owner) {
 		_ = msg.Ack() // its result was delivered (or it was cancelled) before: never twice
 		return
 	}
 	w.progress.Add(msg)
 	defer w.progress.Remove(msg)
-	text, isErr, cancelled := w.deferredCall(sk, id, task, ev.Trace)
+	text, isErr, cancelled := w.runner.deferredCall(sk, id, task, ev.Trace)
 	if w.ctx.Err() != nil {
 		return // stopping: redelivered to another worker, which finds the tool's result
 	}
-	if cancelled || w.taskCancelled(sk, id) {
+	if cancelled || w.records.Cancelled(w.ctx, sk, id) {
 		log.Info("deferred task cancelled; result not delivered")
 		_ = msg.Ack()
 		return
@@ -127,19 +129,20 @@ func (w *Worker) runDeferred(msg jetstream.Msg) {
 		_ = msg.NakWithDelay(5 * time.Second)
 		return
 	}
-	w.taskFinished(sk, id, isErr, text)
+	w.records.Finished(w.ctx, sk, id, isErr, text)
 	_ = msg.Ack()
 }
 
 // deferredCall runs the task's tool call on a tool worker within the task's time limit,
 // cancelled early when /tasks cancel marks the record. The call id is fixed per task, so a
 // rerun after a crash reads the result the first run left instead of calling again.
-func (w *Worker) deferredCall(sk events.SessionKey, id string, task events.DeferredTask, trace string) (text string, isErr, cancelled bool) {
+func (tr taskRunner) deferredCall(sk events.SessionKey, id string, task events.DeferredTask, trace string) (text string, isErr, cancelled bool) {
+	w := tr.w
 	var call events.DeferredToolCall
 	if err := json.Unmarshal(task.Payload, &call); err != nil || call.Tool == "" {
 		return fmt.Sprintf("the task has no valid tool call (%v)", err), true, false
 	}
-	deadline := time.Now().Add(w.taskTimeout())
+	deadline := time.Now().Add(w.runner.taskTimeout())
 	if task.Deadline > 0 {
 		deadline = time.UnixMilli(task.Deadline)
 	}
@@ -148,7 +151,7 @@ func (w *Worker) deferredCall(sk events.SessionKey, id string, task events.Defer
 	defer cancel()
 	var userCancel sync.Once
 	var wasCancelled bool
-	stopWatch := w.watchCancel(ctx, sk, id, func() { userCancel.Do(func() { wasCancelled = true; cancel() }) })
+	stopWatch := w.records.WatchCancel(ctx, sk, id, func() { userCancel.Do(func() { wasCancelled = true; cancel() }) })
 	defer stopWatch()
 	caller := events.Caller{Platform: sk.Platform, Bot: sk.Bot, Scope: sk.Scope}
 	if task.Caller != nil {
@@ -183,34 +186,4 @@ func (w *Worker) deferredCall(sk events.SessionKey, id string, task events.Defer
 		return fmt.Sprintf("%s did not finish within the task's time limit (%s): %s", call.Tool, limit, text), true, false
 	}
 	return text, res.IsError, false
-}
-
-// watchCancel calls cancel when the task's record becomes cancelled, until ctx ends; the
-// returned func stops watching.
-func (w *Worker) watchCancel(ctx context.Context, sk events.SessionKey, id string, cancel func()) func() {
-	wctx, stop := context.WithCancel(ctx)
-	watcher, err := w.bg.tasks.Watch(wctx, sk, id)
-	if err != nil {
-		stop()
-		return func() {}
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-wctx.Done():
-				return
-			case r, ok := <-watcher:
-				if !ok {
-					return
-				}
-				if r.State == events.TaskCancelled {
-					cancel()
-					return
-				}
-			}
-		}
-	}()
-	return func() { stop(); <-done }
 }

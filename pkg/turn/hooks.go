@@ -24,7 +24,8 @@ func hookSender(s events.Sender) *hooks.Sender {
 
 // receivedHook runs message.received for a user message: it returns the text the turn takes
 // (e.Data.Text, or the hooks' text) and the outcome. Without hooks it costs nothing.
-func (a *actor) receivedHook(e *events.Event[events.UserMessage]) (string, hooks.Outcome) {
+func (hk hookCalls) receivedHook(e *events.Event[events.UserMessage]) (string, hooks.Outcome) {
+	a := hk.a
 	if !a.w.opts.Hooks.Has(hooks.MessageReceived) {
 		return e.Data.Text, hooks.Outcome{}
 	}
@@ -59,10 +60,11 @@ func (a *actor) receivedHook(e *events.Event[events.UserMessage]) (string, hooks
 // blockMessage consumes a user message a hook blocked: the reply the hook gave (if any) goes
 // out under the id of the turn the message would have started, and the cursor passes it.
 // Nothing of it reaches the model or the context.
-func (a *actor) blockMessage(e *events.Event[events.UserMessage], seq uint64, out hooks.Outcome) error {
+func (hk hookCalls) blockMessage(e *events.Event[events.UserMessage], seq uint64, out hooks.Outcome) error {
+	a := hk.a
 	a.log.Info("message blocked by hook", "hook", out.By, "seq", seq, "err", out.Err)
 	if out.Reply != "" {
-		a.replyText(&pendingTurn{seq: seq, msg: e.Data.Message, trace: e.Trace, parent: a.parent}, turnID(seq), out.Reply)
+		a.out.replyText(&pendingTurn{seq: seq, msg: e.Data.Message, trace: e.Trace, parent: a.parent}, turnID(seq), out.Reply)
 	}
 	return a.advance(seq, nil)
 }
@@ -101,7 +103,8 @@ func (t *turnRun) transformHook(next func(context.Context, []llm.Message) ([]llm
 }
 
 // sessionNewHook notifies session.new for the epoch s starts.
-func (a *actor) sessionNewHook(sid string, epoch uint64) {
+func (hk hookCalls) sessionNewHook(sid string, epoch uint64) {
+	a := hk.a
 	r := a.w.opts.Hooks
 	if !r.Has(hooks.SessionNew) {
 		return
@@ -112,7 +115,8 @@ func (a *actor) sessionNewHook(sid string, epoch uint64) {
 
 // sessionCompactHook notifies session.compact for a committed summary (msgID is the summary's
 // deterministic commit id).
-func (a *actor) sessionCompactHook(sid, msgID, summary, reason string, covered, kept int) {
+func (hk hookCalls) sessionCompactHook(sid, msgID, summary, reason string, covered, kept int) {
+	a := hk.a
 	r := a.w.opts.Hooks
 	if !r.Has(hooks.SessionCompact) {
 		return
@@ -120,3 +124,7 @@ func (a *actor) sessionCompactHook(sid, msgID, summary, reason string, covered, 
 	r.Notify(&hooks.Event{Event: hooks.SessionCompact, ID: hooks.ID(hooks.SessionCompact, msgID), Session: sid,
 		Data: map[string]any{"summary": summary, "reason": reason, "summarized": covered, "kept": kept}})
 }
+
+// hookCalls runs a session's ai.hooks events (message received, session new, compaction) for
+// its actor.
+type hookCalls struct{ a *actor }

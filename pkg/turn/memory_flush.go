@@ -28,7 +28,8 @@ const memoryFlushIterations = 4
 // chat and nothing is committed to the context; failures are logged and do not stop the
 // compaction. A worker that dies during it leaves no trace but the files it wrote; the next
 // owner runs the flush again before its own compaction.
-func (a *actor) memoryFlush(ctx context.Context, t *turnRun, loaded store.Loaded, system string) {
+func (co contextOps) memoryFlush(ctx context.Context, t *turnRun, loaded store.Loaded, system string) {
+	a := co.a
 	mem := a.w.opts.Memory
 	flag := a.w.opts.AI.Agent.Compaction.MemoryFlush
 	if mem == nil || flag != nil && !*flag {

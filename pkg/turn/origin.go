@@ -29,7 +29,8 @@ var errUnasked = errors.New("turn: background task not asked for by its turn")
 // started the turn (SESSION_IN, where only ingest, which sets the roles, and turn workers
 // publish), as the turn itself ran with. Errors wrap errUnasked when the task was not asked
 // for; other errors are the bus's (try again later).
-func (w *Worker) taskOrigin(ctx context.Context, sk events.SessionKey, turn, callID, tool string, check func(args map[string]any) error) (events.Caller, error) {
+func (tr taskRunner) taskOrigin(ctx context.Context, sk events.SessionKey, turn, callID, tool string, check func(args map[string]any) error) (events.Caller, error) {
+	w := tr.w
 	if turn == "" || callID == "" {
 		return events.Caller{}, fmt.Errorf("%w: it names no turn or tool call", errUnasked)
 	}

@@ -3,6 +3,8 @@ package turn
 import (
 	"context"
 
+	"github.com/agentbus/agentbus/pkg/events"
+
 	"github.com/agentbus/agentbus/pkg/turn/ownership"
 )
 
@@ -10,6 +12,16 @@ import (
 // Deliver, Know and LeaseLost are in actor.go.
 
 var _ ownership.Session = (*actor)(nil)
+
+// owner is what an actor needs of ownership (ownership.Manager): the fence every context
+// commit waits at while the worker lease is recovered, and the hand-off of a session that
+// rebalancing moved.
+type owner interface {
+	AwaitFence(ctx context.Context, s ownership.Session) error
+	HandOff(sk events.SessionKey, to string, seq uint64)
+}
+
+var _ owner = (*ownership.Manager)(nil)
 
 // Alive reports whether the actor has not begun to stop.
 func (a *actor) Alive() bool { return !a.dead.Load() }

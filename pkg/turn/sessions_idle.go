@@ -27,7 +27,8 @@ func (w *Worker) idleLimit() time.Duration {
 // judged by when it was written. A session with running or open turns is never idle.
 //
 // Archiving is lazy: a session nobody writes to stays listed as active until its next event.
-func (a *actor) archiveIfIdle(ev events.Any) error {
+func (co contextOps) archiveIfIdle(ev events.Any) error {
+	a := co.a
 	limit := a.w.idleLimit()
 	if limit <= 0 {
 		return nil

@@ -30,7 +30,8 @@ var SubagentTools = []string{"read_file", "write_file", "edit_file", "list_dir",
 //
 // A task is acked when its result is in the inbox; a worker that dies mid-task leaves it to be
 // redelivered and run again from the start (a subagent's own steps are not resumable).
-func (w *Worker) startSubagents(ctx context.Context) error {
+func (tr taskRunner) startSubagents(ctx context.Context) error {
+	w := tr.w
 	cons, err := natsutil.Consumer(ctx, w.js, events.StreamTasks, jetstream.ConsumerConfig{
 		Durable: SubagentConsumer, FilterSubject: events.PrefixTask + "." + events.TaskKindSubagent + ".>",
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 3, MaxAckPending: 64,
@@ -42,7 +43,7 @@ func (w *Worker) startSubagents(ctx context.Context) error {
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
-			w.runSubagent(msg)
+			w.runner.runSubagent(msg)
 		}()
 	}, natsutil.FailoverConsume(jetstream.PullMaxMessages(8))...)
 	if err != nil {
@@ -57,7 +58,8 @@ func (w *Worker) startSubagents(ctx context.Context) error {
 	return nil
 }
 
-func (w *Worker) runSubagent(msg jetstream.Msg) {
+func (tr taskRunner) runSubagent(msg jetstream.Msg) {
+	w := tr.w
 	var ev events.Event[events.SubagentTask]
 	if err := events.Unmarshal(msg.Data(), &ev); err != nil {
 		meta, _ := msg.Metadata()
@@ -72,7 +74,7 @@ func (w *Worker) runSubagent(msg jetstream.Msg) {
 	task := ev.Data
 	// Who the subagent runs as and where its result goes come from the turn that queued it,
 	// not from the task (taskOrigin).
-	caller, err := w.taskOrigin(w.ctx, task.Parent, task.ParentTurn, task.ToolCallID, "spawn_task", checkSpawnArgs(task.Prompt, task.Agent))
+	caller, err := w.runner.taskOrigin(w.ctx, task.Parent, task.ParentTurn, task.ToolCallID, "spawn_task", checkSpawnArgs(task.Prompt, task.Agent))
 	if err == nil && task.TaskID != events.EncodeToken(task.ToolCallID) {
 		err = fmt.Errorf("%w: task id %s is not its call's", errUnasked, task.TaskID)
 	}
@@ -95,28 +97,28 @@ func (w *Worker) runSubagent(msg jetstream.Msg) {
 		return
 	}
 	task.Caller = caller
-	if !w.taskStarting(task.Parent, task.TaskID, events.TaskKindSubagent, task.Prompt, task.Caller.SenderID) {
+	if !w.records.Starting(w.ctx, task.Parent, task.TaskID, events.TaskKindSubagent, task.Prompt, task.Caller.SenderID) {
 		_ = msg.Ack() // its result was delivered (or it was cancelled) before: never twice
 		return
 	}
 	w.progress.Add(msg)
 	defer w.progress.Remove(msg)
-	deadline := time.Now().Add(w.taskTimeout())
+	deadline := time.Now().Add(w.runner.taskTimeout())
 	if task.Deadline > 0 {
 		deadline = time.UnixMilli(task.Deadline)
 	}
 	ctx, cancel := context.WithDeadline(w.ctx, deadline)
 	defer cancel()
-	stopWatch := w.watchCancel(ctx, task.Parent, task.TaskID, cancel)
-	text, isErr := w.subagentLoop(ctx, task, ev.Trace)
+	stopWatch := w.records.WatchCancel(ctx, task.Parent, task.TaskID, cancel)
+	text, isErr := w.runner.subagentLoop(ctx, task, ev.Trace)
 	stopWatch()
 	if w.ctx.Err() != nil {
 		return // stopping: the task is redelivered to another worker
 	}
 	if ctx.Err() == context.DeadlineExceeded {
-		text, isErr = fmt.Sprintf("the background task did not finish within its time limit (%s)", w.taskTimeout()), true
+		text, isErr = fmt.Sprintf("the background task did not finish within its time limit (%s)", w.runner.taskTimeout()), true
 	}
-	if w.taskCancelled(task.Parent, task.TaskID) {
+	if w.records.Cancelled(w.ctx, task.Parent, task.TaskID) {
 		_ = msg.Ack()
 		return
 	}
@@ -132,7 +134,7 @@ func (w *Worker) runSubagent(msg jetstream.Msg) {
 		_ = msg.NakWithDelay(5 * time.Second)
 		return
 	}
-	w.taskFinished(task.Parent, task.TaskID, isErr, text)
+	w.records.Finished(w.ctx, task.Parent, task.TaskID, isErr, text)
 	_ = msg.Ack()
 }
 
@@ -157,7 +159,8 @@ func wantsImage(task string) bool {
 }
 
 // subagentLoop runs the task and returns its final text.
-func (w *Worker) subagentLoop(ctx context.Context, task events.SubagentTask, trace string) (string, bool) {
+func (tr taskRunner) subagentLoop(ctx context.Context, task events.SubagentTask, trace string) (string, bool) {
+	w := tr.w
 	model, err := w.defaultModel()
 	if task.Model != "" {
 		for _, alias := range w.opts.Models.Aliases() {

@@ -14,6 +14,14 @@ import (
 // ErrToolTimeout is the error result of a call no tool worker answered in time.
 var ErrToolTimeout = toolbus.ErrToolTimeout
 
+// toolClient is what turns and background tasks need of the tool-call protocol
+// (toolbus.Client): an executor per turn or task.
+type toolClient interface {
+	Executor(call toolbus.Call) *toolbus.Executor
+}
+
+var _ toolClient = (*toolbus.Client)(nil)
+
 // executor returns the bus executor of a turn (pkg/toolbus).
 func (t *turnRun) executor() *toolbus.Executor {
 	m := t.msg

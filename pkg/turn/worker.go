@@ -1,6 +1,15 @@
 // Package turn is the turn-worker role: session actors that own chat sessions and run the agent
 // loop for them (DESIGN.md §4–§5).
 //
+// Layout. The Worker (worker.go) starts and stops the role and routes deliveries; the actor
+// (actor.go) keeps one session's inbox order and concurrency policy, with parts of one job
+// each (inbox.go reads the inbox, resume.go resumes open turns, context.go writes the context,
+// commands*.go run slash commands, replies.go builds replies); turnRun (turn.go, turnloop.go,
+// records.go) runs one turn: the loop, its records, the commit and the reply. What crosses
+// roles lives below: pkg/turn/ownership (leases, claims, doorbells), pkg/inbox (the read
+// state), pkg/toolbus (tool calls and the catalogue), pkg/tasks (background-task records and
+// tools), pkg/store (the logs). The lock order and which goroutine owns what are in LOCKS.md.
+//
 // Ownership (the worker lease and its epoch, claims, doorbells, peer probes, rebalancing and
 // the commit fence) is pkg/turn/ownership's; its package comment tells the protocol. The
 // Worker routes each delivery through it (ownership.Manager.Route) and runs the actor of each
@@ -9,7 +18,7 @@
 // Durability. A delivery that started a turn is acked only when the turn is finished, and is
 // kept alive with in-progress acks meanwhile; if the worker dies, the delivery comes back to
 // another replica after AckWait, which claims the stale session, resumes the open turns
-// recorded in the session record (see resume in turn.go) and re-reads the inbox after the
+// recorded in the session record (see resume.go) and re-reads the inbox after the
 // durable cursor: a turn started from its inbox event writes no session record, its context
 // commit carries the cursor (see startTurn, takeOver and startCursor). A resume that cannot
 // read what it needs hands the session over (its deliveries go back unacked) rather than go on
@@ -40,6 +49,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/skills"
 	"github.com/agentbus/agentbus/pkg/store"
+	"github.com/agentbus/agentbus/pkg/tasks"
 	"github.com/agentbus/agentbus/pkg/toolbus"
 	"github.com/agentbus/agentbus/pkg/turn/ownership"
 )
@@ -127,9 +137,11 @@ type Worker struct {
 	ctxlog    *store.ContextLog
 	turnlog   *store.TurnLog
 	tools     *toolbus.Catalog
-	toolc     *toolbus.Client // tool calls of turns and tasks (pkg/toolbus)
+	toolc     toolClient // tool calls of turns and tasks (a toolbus.Client)
 	approvals *approvals.Store
 	bg        *background           // schedules and task records (background.go)
+	runner    taskRunner            // runs subagent and deferred tasks, schedules (background.go)
+	records   tasks.Records         // the KV tasks records of the tasks it runs (pkg/tasks)
 	media     jetstream.ObjectStore // nil: media:// images stay references
 	router    *toolbus.Router
 	// inboxHeard receives the core NATS copies of inbox events for the sessions this replica's
@@ -181,6 +193,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	killCtx, killNow := context.WithCancel(context.Background())
 	w := &Worker{opts: opts, nc: nc, js: js, killCtx: killCtx, killNow: killNow, done: make(chan struct{}),
 		router: toolbus.NewRouter(), inboxHeard: make(chan *nats.Msg, inboxHeardBuffer), inboxPub: inbox.NewPublisher(js), log: opts.Log.With("worker", opts.ID)}
+	w.runner = taskRunner{w}
 	if opts.AI.Agent.RateLimit.Enabled() {
 		w.limiter = newCallLimiter(opts.AI.Agent.RateLimit)
 	}
@@ -222,6 +235,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	if w.bg, err = newBackground(ctx, js); err != nil {
 		return nil, err
 	}
+	w.records = tasks.Records{Tasks: w.bg.tasks, Worker: opts.ID, Log: w.log}
 	if w.media, err = js.ObjectStore(ctx, events.ObjectMedia); err != nil {
 		w.log.Warn("media store not available: stored images reach the model as references only", "err", err)
 		w.media = nil
@@ -274,10 +288,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	}()
 	w.wg.Add(1)
 	go w.pokeActors()
-	if err := w.startSubagents(ctx); err != nil {
+	if err := w.runner.startSubagents(ctx); err != nil {
 		return err
 	}
-	return w.startBackground(ctx)
+	return w.runner.startBackground(ctx)
 }
 
 // Stop stops consuming, aborts running turns and releases the leases it holds. Turns that were
