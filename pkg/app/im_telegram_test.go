@@ -12,7 +12,6 @@ import (
 	"github.com/agentbus/agentbus/internal/fakeopenai"
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/events"
-	"github.com/agentbus/agentbus/pkg/im/telegram"
 	"github.com/agentbus/agentbus/pkg/im/telegram/telegramtest"
 )
 
@@ -22,19 +21,13 @@ const (
 	tgName  = "agentbus_test_bot"
 )
 
-// tgScript: echo; "stream" streams slowly (previews); "long" is long; "markup" answers with
+// tgScript: echo; "stream" streams slowly (previews); "markup" answers with
 // text that is not valid HTML.
 func tgScript(r *fakeopenai.Request) fakeopenai.Reply {
 	last := r.LastUser()
 	switch {
 	case strings.Contains(last, "stream"):
 		return fakeopenai.Reply{Text: "This answer streams in slowly, word by word, so that the preview has time to grow.", Chunks: 8, ChunkDelay: 400 * time.Millisecond}
-	case strings.Contains(last, "long"):
-		var b strings.Builder
-		for i := range 400 {
-			fmt.Fprintf(&b, "Sentence number %d of a long answer. ", i)
-		}
-		return fakeopenai.Reply{Text: b.String()}
 	case strings.Contains(last, "markup"):
 		return fakeopenai.Reply{Text: "if a < b && c > d then **bold** and `x<y>` <b>not a tag"}
 	}
@@ -43,9 +36,9 @@ func tgScript(r *fakeopenai.Request) fakeopenai.Reply {
 
 // TestTelegramPolling runs the pipeline against a Bot API fake in long-polling mode for what
 // is Telegram's own: a private message answered in HTML that user text cannot break,
-// /cmd@bot commands, typing, a 429 with retry_after honoured, and a streaming preview edited
-// as the reply grows and finally replaced by the formatted reply. What every platform does
-// (group mentions, photos in and out, chunking, masters, redelivery) is TestIMConformance's.
+// /cmd@bot commands, typing, and a streaming preview edited as the reply grows and finally
+// replaced by the formatted reply. What every platform does (group mentions, photos in and
+// out, chunking, 429 with retry_after, masters, redelivery) is TestIMConformance's.
 func TestTelegramPolling(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the pipeline")
@@ -137,28 +130,6 @@ ai:
 			t.Fatalf("%d typing actions (first %+v) before the reply at %v, %d edits (want none: previews off)", len(typing), typing, reply.Time, edits)
 		}
 		t.Logf("%d typing actions while the turn ran", len(typing))
-	})
-
-	t.Run("long reply chunked, 429 honoured", func(t *testing.T) {
-		fake.FailNext("sendMessage", 1, 429)
-		fake.AddMessage(fake.Message(8, 45, "private", 45, "a long answer please"))
-		calls := sent(4, "45")
-		total := 0
-		for _, c := range calls {
-			n := len([]rune(c.Params.Get("text")))
-			if n > telegram.DefaultChunkLimit {
-				t.Fatalf("message of %d characters", n)
-			}
-			total += n
-		}
-		var limited bool
-		for _, c := range fake.Calls() {
-			limited = limited || (c.Method == "sendMessage" && c.Status == 429)
-		}
-		if !limited || total < 15000 {
-			t.Fatalf("429 seen %v; %d characters in %d messages", limited, total, len(calls))
-		}
-		t.Logf("long reply: %d characters in %d messages after one 429", total, len(calls))
 	})
 
 	t.Run("preview edited then finalized", func(t *testing.T) {

@@ -54,6 +54,9 @@ type Features struct {
 	// Masters: the bot's configured masters (Adapter.Master) get the master role; Everyone
 	// says every user is a master (the console: whoever reaches the bus is the operator).
 	Masters, EveryoneMaster bool
+	// RetryAfter: the platform rate-limits with HTTP 429 and a Retry-After; a send it refused
+	// so is delivered after the pause, once. The Wire implements RateLimited.
+	RetryAfter bool
 	// UnknownBot: the platform has configured bots, so an outbound for a bot it does not know
 	// is dead-lettered with reason "unknown_bot".
 	UnknownBot bool
@@ -96,6 +99,15 @@ type Wire interface {
 	Send(t *testing.T, m Msg) string
 	// Sent returns what the bot sent to scene (a Scene result) so far, in order.
 	Sent(scene string) []Out
+}
+
+// RateLimited is implemented by wires of platforms with Features.RetryAfter.
+type RateLimited interface {
+	// LimitNextSend makes the platform answer the bot's next send with 429 and a Retry-After
+	// of about a second.
+	LimitNextSend()
+	// Limited counts the sends the platform has answered with 429.
+	Limited() int
 }
 
 // Adapter is a platform under test.
@@ -202,6 +214,9 @@ func Run(t *testing.T, a Adapter, start Start) {
 	}
 	if f.Masters || f.EveryoneMaster {
 		t.Run("master role", s.master)
+	}
+	if f.RetryAfter {
+		t.Run("429 with Retry-After honoured", s.retryAfter)
 	}
 	if f.UnknownBot {
 		t.Run("unknown bot dead-lettered as unknown_bot", s.unknownBot)
@@ -445,4 +460,23 @@ func (s *suite) unknownBot(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+func (s *suite) retryAfter(t *testing.T) {
+	rl, ok := s.w.(RateLimited)
+	if !ok {
+		t.Fatalf("Features.RetryAfter, but the wire %T does not implement RateLimited", s.w)
+	}
+	before := rl.Limited()
+	rl.LimitNextSend()
+	m := Msg{Scene: "51", User: "51", Text: "after a rate limit"}
+	s.w.Send(t, m)
+	s.sent(t, s.w.Scene(m), "echo: after a rate limit", 1)
+	if rl.Limited() <= before {
+		t.Fatalf("delivered, but the platform answered no 429 (%d before, %d after)", before, rl.Limited())
+	}
+	time.Sleep(2 * time.Second)
+	if n := len(s.sent(t, s.w.Scene(m), "echo: after a rate limit", 1)); n != 1 {
+		t.Fatalf("delivered %d times after a 429", n)
+	}
 }

@@ -15,7 +15,7 @@ func Conformance() imtest.Adapter {
 	return imtest.Adapter{
 		Platform: discord.Platform, Bot: "dc1", Master: "777", Secrets: []string{"CONFORMANCE.discord.token"},
 		Features: imtest.Features{Groups: true, Commands: true, Threads: true, ChunkLimit: discord.DefaultChunkLimit,
-			MediaIn: true, MediaOut: true, Redelivery: true, Masters: true, UnknownBot: true},
+			MediaIn: true, MediaOut: true, Redelivery: true, Masters: true, RetryAfter: true, UnknownBot: true},
 		New: func(t *testing.T) imtest.Wire {
 			return &wire{f: New(t, "CONFORMANCE.discord.token", "1100000000000000101", "agentbus-conf"), sent: map[string]map[string]any{}}
 		},
@@ -88,4 +88,16 @@ func (w *wire) Sent(scene string) []imtest.Out {
 		out = append(out, o)
 	}
 	return out
+}
+
+func (w *wire) LimitNextSend() { w.f.FailNext("createMessage", 1, 429) }
+
+func (w *wire) Limited() int {
+	n := 0
+	for _, c := range w.f.Calls() {
+		if c.Status == 429 {
+			n++
+		}
+	}
+	return n
 }

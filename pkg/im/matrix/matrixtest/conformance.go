@@ -17,7 +17,7 @@ func Conformance() imtest.Adapter {
 	return imtest.Adapter{
 		Platform: matrix.Platform, Bot: "mx1", Master: "777",
 		Features: imtest.Features{Groups: true, Commands: true, Threads: true,
-			MediaOut: true, Masters: true, UnknownBot: true},
+			MediaOut: true, Masters: true, RetryAfter: true, UnknownBot: true},
 		New: func(t *testing.T) imtest.Wire {
 			return &wire{f: New(t, "@agentbus:"+ServerName, "syt_conformance"), rooms: map[string]bool{}}
 		},
@@ -94,4 +94,16 @@ func (w *wire) Sent(scene string) []imtest.Out {
 		out = append(out, o)
 	}
 	return out
+}
+
+func (w *wire) LimitNextSend() { w.f.FailNext("send", 1, 429, 1000) }
+
+func (w *wire) Limited() int {
+	n := 0
+	for _, c := range w.f.Calls() {
+		if c.Status == 429 {
+			n++
+		}
+	}
+	return n
 }

@@ -16,7 +16,7 @@ func Conformance() imtest.Adapter {
 	return imtest.Adapter{
 		Platform: slack.Platform, Bot: "sl1", Master: "777", Secrets: []string{"xoxb-conformance"},
 		Features: imtest.Features{Groups: true, Commands: true, ChunkLimit: slack.DefaultChunkLimit,
-			MediaIn: true, MediaOut: true, Redelivery: true, Masters: true, UnknownBot: true},
+			MediaIn: true, MediaOut: true, Redelivery: true, Masters: true, RetryAfter: true, UnknownBot: true},
 		New: func(t *testing.T) imtest.Wire {
 			return &wire{f: New(t, "xoxb-conformance", "xapp-conformance", "UCONF01", "BCONF"), sent: map[string]map[string]any{}}
 		},
@@ -98,4 +98,16 @@ func (w *wire) Sent(scene string) []imtest.Out {
 		}
 	}
 	return out
+}
+
+func (w *wire) LimitNextSend() { w.f.FailNext("chat.postMessage", 1, 429) }
+
+func (w *wire) Limited() int {
+	n := 0
+	for _, c := range w.f.Calls() {
+		if c.Status == 429 {
+			n++
+		}
+	}
+	return n
 }

@@ -27,7 +27,7 @@ func Conformance() imtest.Adapter {
 	return imtest.Adapter{
 		Platform: platform, Bot: "tg1", Master: "777", Secrets: []string{confToken},
 		Features: imtest.Features{Groups: true, Commands: true, Threads: true, ChunkLimit: chunkLimit,
-			MediaIn: true, MediaOut: true, Redelivery: true, Masters: true, UnknownBot: true},
+			MediaIn: true, MediaOut: true, Redelivery: true, Masters: true, RetryAfter: true, UnknownBot: true},
 		New: func(t *testing.T) imtest.Wire {
 			return &wire{f: New(t, confToken, 9100, "agentbus_conf_bot"), ids: map[string]int{}}
 		},
@@ -109,4 +109,16 @@ func (w *wire) Sent(scene string) []imtest.Out {
 		out = append(out, o)
 	}
 	return out
+}
+
+func (w *wire) LimitNextSend() { w.f.FailNext("sendMessage", 1, 429) }
+
+func (w *wire) Limited() int {
+	n := 0
+	for _, c := range w.f.Calls() {
+		if c.Status == 429 {
+			n++
+		}
+	}
+	return n
 }

@@ -31,7 +31,7 @@ func Conformance() imtest.Adapter {
 	return imtest.Adapter{
 		Platform: imwebhook.Platform, Bot: bot, Master: "777",
 		Features: imtest.Features{Groups: true, Commands: true, Threads: true,
-			MediaIn: true, MediaOut: true, Redelivery: true, Masters: true, UnknownBot: true},
+			MediaIn: true, MediaOut: true, Redelivery: true, Masters: true, RetryAfter: true, UnknownBot: true},
 		New: newWire,
 	}
 }
@@ -43,7 +43,9 @@ type wire struct {
 	mu   sync.Mutex
 	next int
 	got  []webhook.Outbound
-	sent map[string][]byte // message id -> body, for redelivery
+	// limit is how many next callbacks are answered 429 (Retry-After: 1); limited counts them.
+	limit, limited int
+	sent           map[string][]byte // message id -> body, for redelivery
 }
 
 func newWire(t *testing.T) imtest.Wire {
@@ -55,6 +57,16 @@ func newWire(t *testing.T) imtest.Wire {
 			rw.WriteHeader(http.StatusUnauthorized)
 			return
 		}
+		w.mu.Lock()
+		if w.limit > 0 {
+			w.limit--
+			w.limited++
+			w.mu.Unlock()
+			rw.Header().Set("Retry-After", "1")
+			rw.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		w.mu.Unlock()
 		var o webhook.Outbound
 		if err := json.Unmarshal(body, &o); err != nil {
 			t.Errorf("callback body: %v", err)
@@ -148,4 +160,16 @@ func (w *wire) Sent(scene string) []imtest.Out {
 		out = append(out, r)
 	}
 	return out
+}
+
+func (w *wire) LimitNextSend() {
+	w.mu.Lock()
+	w.limit++
+	w.mu.Unlock()
+}
+
+func (w *wire) Limited() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.limited
 }
