@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -353,11 +354,7 @@ func (e *encoder) assistant(m *llm.Message, cp compat) bool {
 			e.raw(`,"type":"function","function":{"name":`)
 			e.str(b.Name)
 			e.raw(`,"arguments":`)
-			args, err := json.Marshal(b.Arguments)
-			if err != nil || b.Arguments == nil {
-				args = []byte("{}")
-			}
-			e.str(string(args))
+			e.args(b.Arguments)
 			e.raw(`}}`)
 		}
 		e.raw(`]`)
@@ -389,8 +386,118 @@ func sizeHint(c *llm.Context) int {
 	return n + n/8
 }
 
+// float writes f in encoding/json's format: shortest decimal, exponent form only below 1e-6
+// or from 1e21 on, with a two-digit negative exponent shortened (1e-07 → 1e-7).
+func (e *encoder) float(f float64) {
+	format := byte('f')
+	if a := math.Abs(f); a != 0 && (a < 1e-6 || a >= 1e21) {
+		format = 'e'
+	}
+	e.b = strconv.AppendFloat(e.b, f, format, -1, 64)
+	if n := len(e.b); format == 'e' && n >= 4 && e.b[n-4] == 'e' && e.b[n-3] == '-' && e.b[n-2] == '0' {
+		e.b[n-2] = e.b[n-1]
+		e.b = e.b[:n-1]
+	}
+}
+
 // encoder appends JSON to b.
-type encoder struct{ b []byte }
+type encoder struct {
+	b       []byte
+	scratch []byte // a tool call's arguments, before they are written as a JSON string
+	keys    []string
+}
+
+// args writes a tool call's arguments: their JSON text, as a JSON string; "{}" when there are
+// none or they do not encode (as the SDK path did). The values a decoded JSON object holds are
+// written directly; anything else goes through encoding/json.
+func (e *encoder) args(a map[string]any) {
+	if a == nil {
+		e.raw(`"{}"`)
+		return
+	}
+	out := e.b
+	e.b = e.scratch[:0]
+	ok := e.value(a)
+	e.scratch, e.b = e.b, out
+	if !ok {
+		raw, err := json.Marshal(a)
+		if err != nil {
+			raw = []byte("{}")
+		}
+		e.scratch = append(e.scratch[:0], raw...)
+	}
+	e.b = append(e.b, '"')
+	e.esc(string(e.scratch))
+	e.b = append(e.b, '"')
+}
+
+// value writes v as JSON if it is one of the types encoding/json decodes into an any (object
+// keys sorted, as encoding/json writes maps); false, with e.b in an unspecified state, for any
+// other type or a number JSON cannot hold.
+func (e *encoder) value(v any) bool {
+	switch v := v.(type) {
+	case nil:
+		e.raw("null")
+	case string:
+		// Written byte for byte as encoding/json would (HTML escaped), so a call's arguments
+		// read exactly as before.
+		e.b = append(e.b, '"')
+		e.escape(v, true)
+		e.b = append(e.b, '"')
+	case bool:
+		if v {
+			e.raw("true")
+		} else {
+			e.raw("false")
+		}
+	case float64:
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return false
+		}
+		e.float(v)
+	case json.Number:
+		if !json.Valid([]byte(v)) {
+			return false
+		}
+		e.raw(string(v))
+	case []any:
+		e.b = append(e.b, '[')
+		for i, x := range v {
+			if i > 0 {
+				e.b = append(e.b, ',')
+			}
+			if !e.value(x) {
+				return false
+			}
+		}
+		e.b = append(e.b, ']')
+	case map[string]any:
+		base := len(e.keys)
+		for k := range v {
+			e.keys = append(e.keys, k)
+		}
+		keys := e.keys[base:]
+		slices.Sort(keys)
+		e.b = append(e.b, '{')
+		for i, k := range keys {
+			if i > 0 {
+				e.b = append(e.b, ',')
+			}
+			e.b = append(e.b, '"')
+			e.escape(k, true)
+			e.b = append(e.b, '"', ':')
+			if !e.value(v[k]) {
+				e.keys = e.keys[:base]
+				return false
+			}
+		}
+		e.keys = e.keys[:base]
+		e.b = append(e.b, '}')
+	default:
+		return false
+	}
+	return true
+}
 
 func (e *encoder) raw(s string) { e.b = append(e.b, s...) }
 
@@ -465,13 +572,17 @@ const hexDigits = "0123456789abcdef"
 // encoding/json's encoding of s decodes to: control characters escaped, invalid UTF-8 as
 // U+FFFD. HTML characters are left alone (the SDK does not escape them either); U+2028 and
 // U+2029 are escaped as encoding/json does, for JavaScript readers.
-func (e *encoder) esc(s string) {
+func (e *encoder) esc(s string) { e.escape(s, false) }
+
+// escape is esc, and with html also escapes <, > and & as \u003c, \u003e and \u0026, as
+// encoding/json does by default.
+func (e *encoder) escape(s string, html bool) {
 	b := e.b
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
+			if c >= 0x20 && c != '"' && c != '\\' && (!html || (c != '<' && c != '>' && c != '&')) {
 				i++
 				continue
 			}

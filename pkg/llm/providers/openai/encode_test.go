@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -41,10 +42,16 @@ func encodeCases() map[string]*llm.Context {
 	toolWithNilArgs := toolTurn()
 	toolWithNilArgs.Messages[1].Content = append(toolWithNilArgs.Messages[1].Content,
 		llm.ToolCall("call_2", "noop", nil),
-		llm.ToolCall("call_3", "nested", map[string]any{"z": 1.5, "a": []any{"x", weird, nil, true}, "m": map[string]any{"k": "<v>"}}))
+		llm.ToolCall("call_3", "nested", map[string]any{"z": 1.5, "a": []any{"x", weird, nil, true, false, []any{}, map[string]any{}},
+			"m": map[string]any{"k": "<v>", "": "empty key", "<&>": "html key"},
+			"n": []any{0.0, -0.0, 1e-7, 1e-6, 123456789.125, 1e20, 1e21, -2.5e-300, 1.7976931348623157e308, json.Number("12345678901234567890")}}),
+		llm.ToolCall("call_4", "nan", map[string]any{"bad": math.NaN()}),
+		llm.ToolCall("call_5", "odd", map[string]any{"t": struct{ A int }{1}, "i": 7}))
 	toolWithNilArgs.Messages = append(toolWithNilArgs.Messages[:3],
 		llm.Message{Role: llm.RoleToolResult, ToolCallID: "call_2", ToolName: "noop", Content: []llm.Content{llm.Image("AAAA", "image/jpeg")}},
 		llm.Message{Role: llm.RoleToolResult, ToolCallID: "call_3", ToolName: "nested", Content: []llm.Content{llm.Text(weird), llm.Text(" two")}},
+		llm.Message{Role: llm.RoleToolResult, ToolCallID: "call_4", ToolName: "nan", Content: []llm.Content{llm.Text("x")}},
+		llm.Message{Role: llm.RoleToolResult, ToolCallID: "call_5", ToolName: "odd", Content: []llm.Content{llm.Text("y")}},
 		llm.UserText("ok", 9))
 	toolWithNilArgs.Tools = append(toolWithNilArgs.Tools,
 		llm.Tool{Name: "noop", Parameters: nil},
