@@ -165,8 +165,20 @@ func (t *transformer) sameModel(m *Message) bool {
 	return m.Provider == t.target.Provider && m.API == t.target.API && m.Model == t.target.ID
 }
 
+// repeatsID reports whether a tool call before c[j] has c[j]'s id: a repeated id within one
+// message would get two results. A scan rather than a set: a message holds a few tool calls,
+// and this runs for every assistant message of the history on every model call (a map per
+// message was 3 % of agentbus up's CPU from outside, issue 40).
+func repeatsID(c []Content, j int) bool {
+	for k := 0; k < j; k++ {
+		if c[k].Type == ContentToolCall && c[k].ID == c[j].ID {
+			return true
+		}
+	}
+	return false
+}
+
 func (t *transformer) assistant(m *Message) Message {
-	seen := map[string]bool{} // ids of this message: a repeated id would get two results
 	if t.sameModel(m) {
 		// Keep everything; only a repeated id within the message (a provider bug) is replaced.
 		a := *m
@@ -175,14 +187,13 @@ func (t *transformer) assistant(m *Message) Message {
 			if c.Type != ContentToolCall {
 				continue
 			}
-			if seen[c.ID] || c.ID == "" {
+			if c.ID == "" || repeatsID(m.Content, j) {
 				if len(a.Content) > 0 && &a.Content[0] == &m.Content[0] {
 					a.Content = append([]Content(nil), m.Content...)
 				}
 				a.Content[j].ID = t.fresh(c.ID)
 				continue
 			}
-			seen[c.ID] = true
 			t.keepID(c.ID)
 		}
 		return a
@@ -192,13 +203,12 @@ func (t *transformer) assistant(m *Message) Message {
 	for j := range m.Content {
 		c := m.Content[j]
 		if c.Type == ContentToolCall {
-			if seen[c.ID] {
+			if repeatsID(m.Content, j) {
 				c.ThoughtSignature = ""
 				c.ID = t.fresh(NormalizeToolCallID(t.target.API, c.ID))
 				a.Content = append(a.Content, c)
 				continue
 			}
-			seen[c.ID] = true
 		}
 		switch c.Type {
 		case ContentThinking:

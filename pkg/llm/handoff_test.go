@@ -2,6 +2,7 @@ package llm
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -263,5 +264,28 @@ func TestTransformMessagesInvariants(t *testing.T) {
 			}
 		}
 		check()
+	}
+}
+
+// BenchmarkTransformMessages is the handoff pass every provider makes over the history on
+// every model call: a same-model history of rounds of user message, tool call, tool result and
+// answer.
+func BenchmarkTransformMessages(b *testing.B) {
+	target := &Model{ID: "m", API: APIOpenAICompletions, Provider: "p"}
+	var msgs []Message
+	for i := 0; i < 20; i++ {
+		id := fmt.Sprintf("call_%d", i)
+		msgs = append(msgs, UserText("read it", int64(i)),
+			Message{Role: RoleAssistant, API: target.API, Provider: target.Provider, Model: target.ID, StopReason: StopReasonToolUse,
+				Content: []Content{Text("Reading."), ToolCall(id, "read_file", map[string]any{"path": "a.txt"})}},
+			Message{Role: RoleToolResult, ToolCallID: id, ToolName: "read_file", Content: []Content{Text("contents")}},
+			Message{Role: RoleAssistant, API: target.API, Provider: target.Provider, Model: target.ID, StopReason: StopReasonStop,
+				Content: []Content{Text("Done.")}})
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if out := TransformMessages(msgs, target); len(out) != len(msgs) {
+			b.Fatalf("%d messages out of %d", len(out), len(msgs))
+		}
 	}
 }

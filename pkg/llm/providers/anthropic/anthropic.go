@@ -47,7 +47,8 @@ const DefaultBaseURL = "https://api.anthropic.com"
 
 // Provider streams from the Anthropic Messages API. The zero value is ready to use.
 type Provider struct {
-	// HTTPClient is used when opts.HTTPClient is nil (nil = a client with retries).
+	// HTTPClient is used when opts.HTTPClient is nil (nil = retry.DefaultClient, which keeps
+	// idle connections for concurrent calls).
 	HTTPClient *http.Client
 }
 
@@ -109,9 +110,10 @@ func clientOptions(model *llm.Model, opts *llm.StreamOptions, key string, hc *ht
 		option.WithMaxRetries(0), // retries are ours: backoff/v4 with a capped Retry-After
 		option.WithMiddleware(retry.Middleware(retry.Policy{MaxDelay: opts.MaxRetryDelay})),
 	}
-	if client != nil {
-		ro = append(ro, option.WithHTTPClient(client))
+	if client == nil {
+		client = retry.DefaultClient() // not http.DefaultClient: 2 idle connections per host
 	}
+	ro = append(ro, option.WithHTTPClient(client))
 	for k, v := range model.Headers {
 		ro = append(ro, option.WithHeader(k, v))
 	}

@@ -48,7 +48,8 @@ const DefaultBaseURL = "https://generativelanguage.googleapis.com/v1beta"
 
 // Provider streams from the Gemini API. The zero value is ready to use.
 type Provider struct {
-	// HTTPClient is used when opts.HTTPClient is nil.
+	// HTTPClient is used when opts.HTTPClient is nil (nil = retry.DefaultClient, which keeps
+	// idle connections for concurrent calls).
 	HTTPClient *http.Client
 }
 
@@ -119,7 +120,7 @@ func (p *Provider) clientConfig(model *llm.Model, opts *llm.StreamOptions, key s
 		hc = p.HTTPClient
 	}
 	if hc == nil {
-		hc = http.DefaultClient
+		hc = retry.DefaultClient() // not http.DefaultClient: 2 idle connections per host
 	}
 	client := *hc
 	client.Transport = &retry.Transport{Base: hc.Transport, Policy: retry.Policy{MaxDelay: opts.MaxRetryDelay}}

@@ -42,7 +42,8 @@ const DefaultHost = "http://localhost:11434"
 
 // Provider streams from Ollama's /api/chat. The zero value is ready to use.
 type Provider struct {
-	// HTTPClient is used when opts.HTTPClient is nil (nil = http.DefaultClient's transport).
+	// HTTPClient is used when opts.HTTPClient is nil (nil = retry.DefaultClient, which keeps
+	// idle connections for concurrent calls).
 	HTTPClient *http.Client
 }
 
@@ -118,7 +119,7 @@ func (p *Provider) client(opts *llm.StreamOptions) *http.Client {
 		base = p.HTTPClient
 	}
 	if base == nil {
-		base = http.DefaultClient
+		base = retry.DefaultClient() // not http.DefaultClient: 2 idle connections per host
 	}
 	c := *base
 	c.Transport = &retry.Transport{Base: base.Transport, Policy: retry.Policy{MaxDelay: opts.MaxRetryDelay}}

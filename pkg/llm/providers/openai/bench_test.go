@@ -3,6 +3,7 @@ package openai
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/ssestream"
+	"github.com/tidwall/sjson"
 
 	"github.com/agentbus/agentbus/pkg/llm"
 )
@@ -149,6 +151,78 @@ func BenchmarkEvents(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*deltas), "ns/delta")
+		})
+	}
+}
+
+// benchHistory is a chat of turns rounds, each a user message, an assistant tool call with
+// thinking, its result and the assistant's answer: the history a session sends on every model
+// call.
+func benchHistory(turns int) *llm.Context {
+	c := &llm.Context{SystemPrompt: strings.Repeat("You are a helpful assistant. ", 20)}
+	for i := 0; i < turns; i++ {
+		id := fmt.Sprintf("call_%d", i)
+		c.Messages = append(c.Messages,
+			llm.UserText(fmt.Sprintf("Please read notes-%d.txt and summarise it, \"briefly\".", i), int64(i)),
+			llm.Message{Role: llm.RoleAssistant, API: llm.APIOpenAICompletions, Provider: "bench", Model: "bench", StopReason: llm.StopReasonToolUse,
+				Content: []llm.Content{
+					{Type: llm.ContentThinking, Thinking: "The user wants a summary; read the file first.", ThinkingSignature: "reasoning_content"},
+					llm.ToolCall(id, "read_file", map[string]any{"path": fmt.Sprintf("notes-%d.txt", i)}),
+				}},
+			llm.Message{Role: llm.RoleToolResult, ToolCallID: id, ToolName: "read_file",
+				Content: []llm.Content{llm.Text(strings.Repeat("Line of notes with some text.\n", 10))}},
+			llm.Message{Role: llm.RoleAssistant, API: llm.APIOpenAICompletions, Provider: "bench", Model: "bench", StopReason: llm.StopReasonStop,
+				Content: []llm.Content{llm.Text("The notes say the same line ten times.")}},
+		)
+	}
+	c.Tools = []llm.Tool{{Name: "read_file", Description: "Read a file from the workspace.",
+		Parameters: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string","description":"Path relative to the workspace"}},"required":["path"]}`)}}
+	return c
+}
+
+// BenchmarkRequestBody compares encoding one request the way the provider did before issue 40
+// (openai-go params, encoded by the SDK's reflective encoder, "stream" set with sjson) with the
+// hand-written encoder (encode.go), for a short and a long chat history. bytes/op is the
+// body's size.
+func BenchmarkRequestBody(b *testing.B) {
+	model := &llm.Model{ID: "bench", API: llm.APIOpenAICompletions, Provider: "bench", Reasoning: true}
+	opts := &llm.StreamOptions{MaxTokens: 4096, Temperature: ptr(0.7), SessionID: "bench-session", Thinking: llm.ThinkingMedium}
+	cp := detectCompat("")
+	for _, turns := range []int{1, 10} {
+		c := benchHistory(turns)
+		size, err := requestBody(model, c, opts, cp)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("sdk/turns=%d", turns), func(b *testing.B) {
+			b.SetBytes(int64(len(size)))
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				params, err := buildParams(model, c, opts, cp)
+				if err != nil {
+					b.Fatal(err)
+				}
+				raw, err := json.Marshal(params)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := sjson.SetBytes(raw, "stream", true); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("direct/turns=%d", turns), func(b *testing.B) {
+			b.SetBytes(int64(len(size)))
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				raw, err := requestBody(model, c, opts, cp)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := sjson.SetBytes(raw, "stream", true); err != nil { // the SDK still does this
+					b.Fatal(err)
+				}
+			}
 		})
 	}
 }

@@ -21,6 +21,7 @@ package openai
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"iter"
 	"log/slog"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/param"
 
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/internal/retry"
@@ -117,13 +119,15 @@ func (p *Provider) Stream(ctx context.Context, model *llm.Model, c *llm.Context,
 			return
 		}
 		cp := resolveCompat(model)
-		params, err := buildParams(model, c, opts, cp)
+		body, err := requestBody(model, c, opts, cp)
 		if err != nil {
 			s.fail(llm.StopReasonError, err)
 			return
 		}
 		svc := openai.NewChatCompletionService(p.requestOptions(model, opts)...)
-		stream := svc.NewStreaming(ctx, params)
+		// The body is ours (encode.go); the params the SDK encodes first are an empty object,
+		// replaced by the body before the request is built.
+		stream := svc.NewStreaming(ctx, emptyParams, option.WithRequestBody("application/json", body))
 		defer stream.Close()
 		s.consume(ctx, stream)
 	}
@@ -162,6 +166,9 @@ func (p *Provider) requestOptions(model *llm.Model, opts *llm.StreamOptions) []o
 	}
 	return ro
 }
+
+// emptyParams encodes as {} without reflection.
+var emptyParams = param.Override[openai.ChatCompletionNewParams](json.RawMessage(`{}`))
 
 // errAborted is reported when ctx ends the stream without a more specific cause.
 var errAborted = errors.New("request aborted")

@@ -462,6 +462,13 @@ func TestHTTPErrorsAndRetries(t *testing.T) {
 			if got := srv.headers[0].Get("Authorization"); got != "Bearer "+key {
 				t.Errorf("Authorization = %q", got)
 			}
+			// A retry sends the whole request again: the body is written once (encode.go) and
+			// the SDK replays it.
+			for i, b := range srv.bodies {
+				if !reflect.DeepEqual(b, srv.bodies[0]) || b["messages"] == nil {
+					t.Errorf("attempt %d sent %v, the first %v", i+1, b, srv.bodies[0])
+				}
+			}
 		})
 	}
 }

@@ -44,7 +44,8 @@ const DefaultBaseURL = "https://api.openai.com/v1"
 
 // Provider streams from the Responses API. The zero value is ready to use.
 type Provider struct {
-	// HTTPClient is used when opts.HTTPClient is nil.
+	// HTTPClient is used when opts.HTTPClient is nil (nil = retry.DefaultClient, which keeps
+	// idle connections for concurrent calls).
 	HTTPClient *http.Client
 }
 
@@ -105,9 +106,10 @@ func (p *Provider) clientOptions(model *llm.Model, opts *llm.StreamOptions, key 
 	if hc == nil {
 		hc = p.HTTPClient
 	}
-	if hc != nil {
-		ro = append(ro, option.WithHTTPClient(hc))
+	if hc == nil {
+		hc = retry.DefaultClient() // not http.DefaultClient: 2 idle connections per host
 	}
+	ro = append(ro, option.WithHTTPClient(hc))
 	for k, v := range model.Headers {
 		ro = append(ro, option.WithHeader(k, v))
 	}

@@ -38,6 +38,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -248,12 +249,43 @@ func Middleware(p Policy) func(*http.Request, func(*http.Request) (*http.Respons
 	}
 }
 
+// MaxIdleConnsPerHost is how many idle keep-alive connections DefaultTransport keeps to one
+// host: about the model calls a busy process has in flight at once to one API.
+const MaxIdleConnsPerHost = 64
+
+var defaultTransport = sync.OnceValue(func() http.RoundTripper {
+	t, ok := http.DefaultTransport.(*http.Transport)
+	if !ok { // wrapped (otelhttp, ...): the wrapper's choice
+		return http.DefaultTransport
+	}
+	t = t.Clone()
+	t.MaxIdleConnsPerHost = MaxIdleConnsPerHost
+	t.MaxIdleConns = max(t.MaxIdleConns, MaxIdleConnsPerHost)
+	return t
+})
+
+var defaultClient = sync.OnceValue(func() *http.Client { return &http.Client{Transport: DefaultTransport()} })
+
+// DefaultTransport is the transport the providers use when they are given none: a clone of
+// http.DefaultTransport (taken at first use) that keeps MaxIdleConnsPerHost idle connections
+// per host instead of net/http's 2. Every call of a provider goes to its one API host, many at
+// once; with 2 idle connections, each further stream under load dialed (with TLS, handshook) a
+// connection and closed it after one call (issue 40). When http.DefaultTransport is not an
+// *http.Transport it is returned as is. Shared, so connections are reused across calls and
+// providers.
+func DefaultTransport() http.RoundTripper { return defaultTransport() }
+
+// DefaultClient is an *http.Client on DefaultTransport with no overall timeout (streams last as
+// long as the model talks; the request's context bounds them), for SDKs that would otherwise
+// fall back to http.DefaultClient.
+func DefaultClient() *http.Client { return defaultClient() }
+
 // Transport is an http.RoundTripper that applies Do to every request.
 //
 // Unlike a plain RoundTripper it returns an error (an *HTTPError) for final statuses >= 400,
 // which http.Client passes through wrapped in a *url.Error; use errors.As to get it back.
 type Transport struct {
-	Base   http.RoundTripper // nil = http.DefaultTransport
+	Base   http.RoundTripper // nil = DefaultTransport()
 	Policy Policy
 }
 
@@ -261,7 +293,7 @@ type Transport struct {
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	base := t.Base
 	if base == nil {
-		base = http.DefaultTransport
+		base = DefaultTransport()
 	}
 	return Do(req.Context(), t.Policy, req, base.RoundTrip)
 }

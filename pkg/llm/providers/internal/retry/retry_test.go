@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -192,5 +193,73 @@ func TestParseRetryAfter(t *testing.T) {
 		if got != tt.want || ok != tt.wantOK {
 			t.Errorf("ParseRetryAfter(%v) = %v, %v; want %v, %v", tt.h, got, ok, tt.want, tt.wantOK)
 		}
+	}
+}
+
+// TestTransportKeepsIdleConnections: a Transport without a Base reuses the connections of a
+// wave of concurrent calls for the next wave, where net/http's default transport keeps only 2
+// per host and would dial wave-2 new ones.
+func TestTransportKeepsIdleConnections(t *testing.T) {
+	const wave = 16
+	var (
+		mu      sync.Mutex
+		dialed  int
+		arrived = make(chan struct{}, wave)
+		release = make(chan struct{})
+	)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		wait := release
+		mu.Unlock()
+		arrived <- struct{}{}
+		<-wait // hold every call of the wave open at once, so the wave needs wave connections
+		_, _ = io.WriteString(w, "ok")
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			dialed++
+			mu.Unlock()
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	client := &http.Client{Transport: &Transport{}}
+	run := func() int {
+		mu.Lock()
+		before := dialed
+		release = make(chan struct{})
+		wait := release
+		mu.Unlock()
+		var wg sync.WaitGroup
+		for i := 0; i < wave; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, err := client.Get(srv.URL)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			}()
+		}
+		for i := 0; i < wave; i++ {
+			<-arrived
+		}
+		close(wait)
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return dialed - before
+	}
+	if n := run(); n != wave {
+		t.Fatalf("first wave dialed %d connections, want %d", n, wave)
+	}
+	// A connection goes back to the pool just after its body's EOF, so a call of the next wave
+	// can rarely race it and dial; the default transport would dial wave-2 = 14.
+	if n := run(); n > wave/4 {
+		t.Errorf("second wave dialed %d new connections, want about 0 (idle ones reused)", n)
 	}
 }
