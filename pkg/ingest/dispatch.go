@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/agentbus/agentbus/pkg/command"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/identity"
@@ -38,35 +39,12 @@ type Decision struct {
 // Has reports whether r is among the routes.
 func (d Decision) Has(r Route) bool { return slices.Contains(d.Routes, r) }
 
-// Commands the dispatcher recognizes. Anything else starting with "/" is not a command.
-var knownCommands = map[string]bool{
-	"reset": true, "models": true, "health": true, "cancel": true,
-	"steer": true, "followup": true, "approve": true, "help": true,
-	"compact": true, "tree": true, "tasks": true,
-}
-
-// MasterOnly commands are refused for anyone without the master role.
-var masterOnly = map[string]bool{"steer": true, "followup": true, "approve": true}
-
-// IsMasterOnly reports whether a command needs the master role.
-func IsMasterOnly(name string) bool { return masterOnly[name] }
-
-// moderated commands change the conversation for everyone in a group: there they need a
-// moderator (master, trusted, or the group's admin or owner); in a private chat anyone may.
-var moderated = map[string]bool{"reset": true, "cancel": true}
-
-// MayRun reports whether sender may run command name in a scene of scope.
+// MayRun reports whether sender may run command name in a scene of scope: the command's
+// Access in pkg/command's table. A name not in the table is allowed: the session answers
+// "Unknown command".
 func MayRun(name, scope string, sender events.Sender) bool {
-	if allowed, ok := mayRunSession(name, scope, sender); ok {
-		return allowed
-	}
-	if masterOnly[name] {
-		return sender.HasRole(events.RoleMaster)
-	}
-	if moderated[name] && scope != events.ScopePrivate {
-		return slices.ContainsFunc([]string{"master", "trusted", "group_admin", "group_owner"}, sender.HasRole)
-	}
-	return true
+	c, ok := command.Lookup(name)
+	return !ok || c.Access.Allows(scope, sender)
 }
 
 // Dispatcher applies ai.trigger and ai.dispatcher.
@@ -172,7 +150,12 @@ func parseCommand(text string, m *events.IMMessage) *events.Command {
 		return nil
 	}
 	name, ok := commandFor(fields[0], m)
-	if !ok || !knownCommands[name] && !sessionCommands[name] {
+	if !ok {
+		return nil
+	}
+	// Only the table's commands are commands here; another "/word" is text (or, addressed
+	// to the bot, unknownCommand's business).
+	if _, known := command.Lookup(name); !known {
 		return nil
 	}
 	rest := strings.TrimSpace(strings.TrimPrefix(text[1:], fields[0]))

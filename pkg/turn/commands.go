@@ -1,12 +1,14 @@
 package turn
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/approvals"
+	"github.com/agentbus/agentbus/pkg/command"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/execpolicy"
 	"github.com/agentbus/agentbus/pkg/models"
@@ -27,72 +29,105 @@ func (a *actor) command(e *events.Event[events.Command], seq uint64) error {
 		pt.msg = *c.Message
 	}
 	id := fmt.Sprintf("cmd%d", seq)
-	var reply string
-	switch c.Name {
-	case "reset":
-		r, err := a.resetSession()
+	reply := "Unknown command /" + c.Name + ". /help lists the commands."
+	if cmd, ok := command.Lookup(c.Name); ok {
+		r, ran, err := cmd.Run(a.ctx, commandSession{a: a, pt: pt}, c)
 		if err != nil {
 			return err
 		}
-		reply = r
-	case "models":
-		reply = a.w.modelsReport()
-	case "health":
-		reply = a.w.healthReport()
-	case "help":
-		reply = helpText
-	case "approve":
-		reply = a.approve(c, from)
-	case "tasks":
-		reply = a.tasksCommand(c, from) // commands_tasks.go
-	case "tree": // commands_tree.go
-		r, err := a.treeCommand(c, from, pt)
-		if err != nil {
-			return err
-		}
-		reply = r
-	case "compact": // commands_compact.go
-		r, err := a.compactionCommand(c, from, pt)
-		if err != nil {
-			return err
-		}
-		reply = r
-	default:
-		r, ok, err := a.sessionCommand(c, from, pt.msg)
-		switch {
-		case err != nil:
-			return err
-		case ok:
+		if ran {
 			reply = r
-		default:
-			reply = "Unknown command /" + c.Name + ". /help lists the commands."
 		}
 	}
 	a.replyText(pt, id, reply)
 	return a.advance(seq, nil)
 }
 
-// helpText answers /help.
-const helpText = `Commands:
-/new, /clear, /reset: start a new conversation (chat history is kept)
-/cancel: stop the running turn
-/status: this session: model, concurrency, turns, context size
-/model [name]: show or switch this chat's model (masters, trusted)
-/queue [policy]: show or set how messages during a turn are handled: parallel, queue, steer, interrupt, collect
-/usage: tokens and cost of this conversation
-/context: what the model sees next turn, how full the window is, compactions so far
-/compact [instructions]: summarize the older part of the conversation now (masters, trusted)
-/tree, /tree N: the conversation's points; continue from point N (masters, trusted)
-/whoami: who the bot takes you for
-/tools [filter] [page]: the tools you may use here
-/cmd [filter] [page]: the commands, one per line
-/endpoints [filter] [page]: the IM endpoints (platform/bot) and their adapters' state (masters, trusted)
-/mcp, /bindings: MCP servers, ai.agents bindings (masters, trusted)
-/models, /health: providers and models, worker health
-/steer <text>, /followup <text>: add to the running turn (masters)
-/approve [id]: let a waiting bash command of this chat (or the one with that id) run once (masters)
-/approve always|rule …|list|revoke …: approve bash commands for good (masters, private chat)
-/tasks, /tasks cancel <id>: reminders, scheduled jobs and background tasks of this chat`
+// commandSession is the session as pkg/command's handlers see it, for one command event: pt
+// is the pending turn its reply answers (/tree and /compact also act on it). Each method
+// answers the command of its name; access was checked by ingest (command.Access).
+type commandSession struct {
+	a  *actor
+	pt *pendingTurn
+}
+
+var _ command.Session = commandSession{}
+
+func (s commandSession) Reset(context.Context, events.Command) (string, error) {
+	return s.a.resetSession()
+}
+
+func (s commandSession) Model(_ context.Context, c events.Command) (string, error) {
+	return s.a.modelCommand(strings.TrimSpace(c.Raw))
+}
+
+func (s commandSession) Queue(_ context.Context, c events.Command) (string, error) {
+	return s.a.queueCommand(strings.TrimSpace(c.Raw))
+}
+
+func (s commandSession) Compact(_ context.Context, c events.Command) (string, error) {
+	return s.a.compactionCommand(c, c.From(), s.pt) // commands_compact.go
+}
+
+func (s commandSession) Tree(_ context.Context, c events.Command) (string, error) {
+	return s.a.treeCommand(c, c.From(), s.pt) // commands_tree.go
+}
+
+func (s commandSession) Status(context.Context, events.Command) (string, error) {
+	return s.a.statusReport()
+}
+
+func (s commandSession) Usage(context.Context, events.Command) (string, error) {
+	return s.a.usageReport()
+}
+
+func (s commandSession) Context(context.Context, events.Command) (string, error) {
+	return s.a.contextReport()
+}
+
+func (s commandSession) Whoami(_ context.Context, c events.Command) (string, error) {
+	return whoami(c.From(), s.a.sk), nil
+}
+
+func (s commandSession) Tools(_ context.Context, c events.Command) (string, error) {
+	return s.a.toolsReport(s.pt.msg, strings.TrimSpace(c.Raw)), nil
+}
+
+func (s commandSession) Cmd(_ context.Context, c events.Command) (string, error) {
+	return cmdReport(c.Raw), nil // commands_introspect.go
+}
+
+func (s commandSession) Endpoints(ctx context.Context, c events.Command) (string, error) {
+	return s.a.w.endpointsReport(ctx, c.Raw), nil
+}
+
+func (s commandSession) MCP(context.Context, events.Command) (string, error) {
+	return s.a.mcpReport(s.pt.msg), nil
+}
+
+func (s commandSession) Bindings(context.Context, events.Command) (string, error) {
+	return s.a.w.bindingsReport(), nil
+}
+
+func (s commandSession) Models(context.Context, events.Command) (string, error) {
+	return s.a.w.modelsReport(), nil
+}
+
+func (s commandSession) Health(context.Context, events.Command) (string, error) {
+	return s.a.w.healthReport(), nil
+}
+
+func (s commandSession) Help(context.Context, events.Command) (string, error) {
+	return command.HelpText(), nil
+}
+
+func (s commandSession) Approve(_ context.Context, c events.Command) (string, error) {
+	return s.a.approve(c, c.From()), nil
+}
+
+func (s commandSession) Tasks(_ context.Context, c events.Command) (string, error) {
+	return s.a.tasksCommand(c, c.From()), nil // commands_tasks.go
+}
 
 // approve applies an owner /approve command (master only) to KV approvals. "/approve",
 // "/approve once" and "/approve [once] <id>" answer one pending request and work in any chat;

@@ -14,45 +14,12 @@ import (
 
 // The session and introspection commands (seed: 会话 /new /clear, 内省 /tools /mcp /bindings;
 // and what operators of other gateways use daily: /status /model /queue /usage /whoami
-// /context). Permissions are checked by ingest (ingest.MayRun) before an event reaches the
+// /context). Permissions are checked by ingest (command.Access in pkg/command's table) before an event reaches the
 // session: /mcp, /bindings and /model are for masters and trusted users, /new, /clear and
 // /queue need a moderator in groups, the rest is for everyone.
 
 // policies are the values of ai.agent.concurrency and /queue.
 var policies = []string{"parallel", "queue", "steer", "interrupt", "collect"}
-
-// sessionCommand answers the commands of this file; ok is false for a name it does not know.
-func (a *actor) sessionCommand(c events.Command, from events.Sender, m events.IMMessage) (reply string, ok bool, err error) {
-	switch c.Name {
-	case "new", "clear":
-		reply, err = a.resetSession()
-	case "tools":
-		reply = a.toolsReport(m, strings.TrimSpace(c.Raw))
-	case "mcp":
-		reply = a.mcpReport(m)
-	case "bindings":
-		reply = a.w.bindingsReport()
-	case "cmd": // commands_introspect.go
-		reply = cmdReport(c.Raw)
-	case "endpoints":
-		reply = a.w.endpointsReport(a.ctx, c.Raw)
-	case "status":
-		reply, err = a.statusReport()
-	case "model":
-		reply, err = a.modelCommand(strings.TrimSpace(c.Raw))
-	case "queue":
-		reply, err = a.queueCommand(strings.TrimSpace(c.Raw))
-	case "usage":
-		reply, err = a.usageReport()
-	case "whoami":
-		reply = whoami(from, a.sk)
-	case "context":
-		reply, err = a.contextReport()
-	default:
-		return "", false, nil
-	}
-	return reply, true, err
-}
 
 // resetSession is /reset, /new and /clear: the running turns stop, the epoch ends, the chat
 // history (transcripts) stays.
