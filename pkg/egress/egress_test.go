@@ -113,7 +113,6 @@ func fastOptions(srv *natstest.Server, cfg *config.Config, t testing.TB) Options
 	return Options{
 		NC:     srv.NC,
 		JS:     srv.JS,
-		Config: cfg,
 		// The built-in platforms, as the composition root registers them.
 		Senders:         map[string]im.Sender{imwebhook.Platform: wh, console.Platform: console.NewSender(srv.NC)},
 		Log:             testLogger(t),
