@@ -15,8 +15,12 @@
 //
 // # Caveats
 //
-// Access is checked by ingest only, once, when the message arrives: a handler runs with the
-// permission already granted and checks only what depends on its arguments (/tree N, /approve
-// always). A name that is not in the table is not refused: ingest still sends "/word" that is
-// addressed to the bot to the session, which answers "Unknown command".
+// Access is checked by ingest when the message arrives (a refused command never reaches the
+// inbox) and again by the session before it runs a handler, because third parties may publish
+// commands straight onto agent.in (docs/events.md); both checks read the same row. A handler
+// runs with the permission granted and checks only what depends on its arguments (/tree N,
+// /approve always, /tasks cancel). Access is only as true as the roles in the event: ingest
+// assigns them; a direct publisher states them. A name that is not in the table is not
+// refused: ingest still sends a "/word" addressed to the bot to the session, which answers
+// "Unknown command".
 package command
