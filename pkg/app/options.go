@@ -1,10 +1,12 @@
 package app
 
 import (
+	"log/slog"
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/egress"
+	"github.com/agentbus/agentbus/pkg/ingest"
 )
 
 // Roles read no YAML: the composition root maps each block of the configuration onto the
@@ -25,4 +27,28 @@ func withEgressTuning(ec config.Egress, o egress.Options) egress.Options {
 		}
 	}
 	return o
+}
+
+// ingestOptions maps ai.trigger and ai.dispatcher (defaults already applied by pkg/config)
+// onto ingest's Options; bots are the per-bot role lists.
+func ingestOptions(ai config.AI, bots map[string]ingest.BotRoles, log *slog.Logger) ingest.Options {
+	t := ai.Trigger
+	return ingest.Options{
+		Trigger: ingest.Trigger{
+			Off:                !config.Bool(t.Enabled, true),
+			Prefixes:           t.Prefixes,
+			PrivateNeedsPrefix: !config.Bool(t.RespondToPrivate, true),
+			IgnoreMentions:     !config.Bool(t.RespondToAt, true),
+			IgnorePrefixes:     t.IgnorePrefixes,
+			Masters:            t.Masters,
+			Trusted:            t.Trusted,
+		},
+		Dispatch: ingest.Dispatch{
+			Dual:           ai.Dispatcher.Mode == "dual",
+			AIFirst:        ai.Dispatcher.Order == "ai-first",
+			AllowDualReply: ai.Dispatcher.AllowDualReply,
+		},
+		Bots: bots,
+		Log:  log,
+	}
 }
