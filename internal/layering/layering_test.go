@@ -28,13 +28,13 @@ var protocols = map[string][]string{
 	"pkg/toolbus": {"internal/jsconflict", "pkg/config", "pkg/events", "pkg/llm", "pkg/loop", "pkg/models",
 		"pkg/natsutil", "pkg/store", "pkg/tools", "pkg/tracing"},
 	"pkg/tasks": {"pkg/events", "pkg/schedule", "pkg/skills", "pkg/toolbus", "pkg/tools", "pkg/tools/filetool"},
-	// The chat commands: ingest reads who may run each, the turn worker runs them through
-	// an interface the package declares.
-	"pkg/command": {"pkg/events"},
 	"pkg/inbox": {"internal/jsconflict", "pkg/events", "pkg/natsutil"},
 	"pkg/store": {"internal/jsconflict", "pkg/events", "pkg/llm", "pkg/natsutil"},
 	// The turn worker's ownership protocol: it reaches the bus only through the stores.
 	"pkg/turn/ownership": {"pkg/events", "pkg/metrics", "pkg/natsutil", "pkg/store"},
+	// The chat commands: ingest reads who may run each, the turn worker runs them through
+	// an interface the package declares.
+	"pkg/command": {"pkg/events"},
 }
 
 func libraryMayImport(pkg string) bool {
