@@ -32,6 +32,9 @@ var protocols = map[string][]string{
 	"pkg/store": {"internal/jsconflict", "pkg/events", "pkg/llm", "pkg/natsutil"},
 	// The turn worker's ownership protocol: it reaches the bus only through the stores.
 	"pkg/turn/ownership": {"pkg/events", "pkg/metrics", "pkg/natsutil", "pkg/store"},
+	// The chat commands: ingest reads who may run each, the turn worker runs them through
+	// an interface the package declares.
+	"pkg/command": {"pkg/events"},
 }
 
 func libraryMayImport(pkg string) bool {

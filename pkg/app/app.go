@@ -621,7 +621,7 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 	b.JS = deadLetterCounter{b.JS, metrics.NewDeadLetters(p.Metrics)}
 	bots := map[string]ingest.BotRoles{}
 	imBotRoles(cfg, bots)
-	in := ingest.New(b.JS, cfg.AI, bots, log.With("role", "ingest"))
+	in := ingest.New(b.JS, ingestOptions(cfg.AI, bots, log.With("role", "ingest")))
 	in.WithMetrics(metrics.NewIngest(p.Metrics))
 	tp, err := p.tracer(ctx, "ingest")
 	if err != nil {

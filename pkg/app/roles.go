@@ -168,9 +168,9 @@ func (p *Process) startEgress(ctx context.Context, cfg *config.Config, opts Opti
 	if err != nil {
 		return err
 	}
-	h, err := egress.Run(ctx, egress.Options{NC: b.NC, JS: b.JS, Config: cfg, DataDir: cfg.DataDir, Hooks: hk,
+	h, err := egress.Run(ctx, withEgressTuning(cfg.IM.Egress, egress.Options{NC: b.NC, JS: b.JS, DataDir: cfg.DataDir, Hooks: hk,
 		Log: log, Senders: senders, // egress names its role itself
-		Metrics: metrics.NewEgress(p.Metrics), DeadLetters: metrics.NewDeadLetters(p.Metrics), Tracer: tp})
+		Metrics: metrics.NewEgress(p.Metrics), DeadLetters: metrics.NewDeadLetters(p.Metrics), Tracer: tp}))
 	if err != nil {
 		return err
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/agentbus/agentbus/internal/jsconflict"
-	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/hooks"
 	"github.com/agentbus/agentbus/pkg/metrics"
@@ -47,7 +46,9 @@ const (
 	DefaultMaxRetryAfter   = 2 * time.Minute
 )
 
-// Options configure Run. NC is required; everything else has a default.
+// Options configure Run. NC is required; everything else has a default (zero picks it). Run
+// fills the defaults (setDefaults) and then checks the result once (Validate); egress reads no
+// configuration file: pkg/app maps the im.egress block onto these fields.
 type Options struct {
 	// NC is the bus connection. Egress opens one more connection with the same options (but
 	// none of its callbacks) for consuming IM_OUT, so pulls and acks have a socket of their own
@@ -56,8 +57,6 @@ type Options struct {
 	NC *nats.Conn
 	// JS is the JetStream context on NC (default jetstream.New(NC)).
 	JS jetstream.JetStream
-	// Config supplies im.egress tuning.
-	Config *config.Config
 	// DataDir holds transcripts.db, the transcript archive (empty: no archive, unless
 	// Transcripts is set).
 	DataDir string
@@ -87,7 +86,7 @@ type Options struct {
 	// Durable names the shared IM_OUT consumer and its deliver group: every egress replica with
 	// the same name shares the work (default "egress").
 	Durable string
-	// Concurrency is how many parts this process handles at once (default 16, or im.egress.concurrency).
+	// Concurrency is how many parts this process handles at once (default 16).
 	Concurrency int
 	// AckWait of the consumer (default 1 s): how soon the parts a crashed egress held reach
 	// another replica (a reply a killed replica held is sent about AckWait after the kill). From the moment a part is fetched (waiting in its lane included) until
@@ -114,8 +113,7 @@ type Options struct {
 	SendTimeout time.Duration
 	// HandlerTimeout bounds one delivery including throttling and retries (default 5 min).
 	HandlerTimeout time.Duration
-	// RateLimits per platform ("*" = default for platforms not listed). Default: none, or
-	// im.egress.rateLimits.
+	// RateLimits per platform ("*" = default for platforms not listed). Default: none.
 	RateLimits map[string]RateLimit
 	// MaxRetryAfter caps how long a platform's Retry-After pauses it (default 2 min).
 	MaxRetryAfter time.Duration
@@ -130,36 +128,27 @@ type Options struct {
 	afterRecord func(out events.Outbound)
 }
 
-func (o Options) withDefaults() Options {
-	var ec config.Egress
-	if o.Config != nil {
-		ec = o.Config.IM.Egress
-	}
+// setDefaults fills every zero (or negative) field with its default.
+func (o *Options) setDefaults() {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
 	if o.Durable == "" {
 		o.Durable = DefaultDurable
 	}
-	def := func(v *int, cfg, d int) {
-		if *v <= 0 {
-			*v = cfg
-		}
+	def := func(v *int, d int) {
 		if *v <= 0 {
 			*v = d
 		}
 	}
-	def(&o.Concurrency, ec.Concurrency, DefaultConcurrency)
-	def(&o.MaxRetries, ec.MaxRetries, DefaultMaxRetries)
-	def(&o.MaxDeliveries, ec.MaxDeliveries, DefaultMaxDeliveries)
-	def(&o.MaxAckPending, 0, DefaultMaxAckPending)
+	def(&o.Concurrency, DefaultConcurrency)
+	def(&o.MaxRetries, DefaultMaxRetries)
+	def(&o.MaxDeliveries, DefaultMaxDeliveries)
+	def(&o.MaxAckPending, DefaultMaxAckPending)
 	dur := func(v *time.Duration, d time.Duration) {
 		if *v <= 0 {
 			*v = d
 		}
-	}
-	if o.AckWait <= 0 && ec.AckWaitMs > 0 {
-		o.AckWait = time.Duration(ec.AckWaitMs) * time.Millisecond
 	}
 	dur(&o.AckWait, DefaultAckWait)
 	dur(&o.RetryInitial, DefaultRetryInitial)
@@ -169,13 +158,24 @@ func (o Options) withDefaults() Options {
 	dur(&o.SendTimeout, DefaultSendTimeout)
 	dur(&o.HandlerTimeout, DefaultHandlerTimeout)
 	dur(&o.MaxRetryAfter, DefaultMaxRetryAfter)
-	if o.RateLimits == nil && len(ec.RateLimits) > 0 {
-		o.RateLimits = make(map[string]RateLimit, len(ec.RateLimits))
-		for k, v := range ec.RateLimits {
-			o.RateLimits[k] = RateLimit{PerSecond: v.PerSecond, Burst: v.Burst}
+}
+
+// Validate reports the first unusable field of o (after setDefaults), wrapping ErrConfig.
+func (o Options) Validate() error {
+	switch {
+	case o.NC == nil:
+		return fmt.Errorf("%w: NC is required", ErrConfig)
+	case o.RetryInitial > o.RetryMax:
+		return fmt.Errorf("%w: RetryInitial %v is above RetryMax %v", ErrConfig, o.RetryInitial, o.RetryMax)
+	case o.RedeliveryDelay > o.MaxRedeliveryDelay:
+		return fmt.Errorf("%w: RedeliveryDelay %v is above MaxRedeliveryDelay %v", ErrConfig, o.RedeliveryDelay, o.MaxRedeliveryDelay)
+	}
+	for p, l := range o.RateLimits {
+		if l.PerSecond < 0 || l.Burst < 0 {
+			return fmt.Errorf("%w: RateLimits[%q]: perSecond and burst must not be negative", ErrConfig, p)
 		}
 	}
-	return o
+	return nil
 }
 
 // Stats counts what a running egress did.
@@ -299,10 +299,10 @@ type egress struct {
 // transcripts.search service when an archive is available, and returns once the router is
 // running. ctx bounds the start only; the role runs until Handle.Stop.
 func Run(ctx context.Context, o Options) (*Handle, error) {
-	if o.NC == nil {
-		return nil, errors.New("egress: Options.NC is required")
+	o.setDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
 	}
-	o = o.withDefaults()
 	js := o.JS
 	if js == nil {
 		var err error

@@ -111,9 +111,8 @@ func fastOptions(srv *natstest.Server, cfg *config.Config, t testing.TB) Options
 		wh.WithMedia(media)
 	}
 	return Options{
-		NC:     srv.NC,
-		JS:     srv.JS,
-		Config: cfg,
+		NC: srv.NC,
+		JS: srv.JS,
 		// The built-in platforms, as the composition root registers them.
 		Senders:         map[string]im.Sender{imwebhook.Platform: wh, console.Platform: console.NewSender(srv.NC)},
 		Log:             testLogger(t),

@@ -15,6 +15,9 @@ var (
 	// ErrNoSender: no Sender is registered for the outbound's platform. Dead-lettered with
 	// reason "no_sender".
 	ErrNoSender = errors.New("egress: no sender for platform")
+	// ErrConfig is returned by Run for unusable Options; the message names the field. Fix the
+	// options (or the im.egress block pkg/app maps onto them): retrying cannot help.
+	ErrConfig = errors.New("egress: invalid options")
 )
 
 // Dead-letter reasons egress uses (the <reason> of dlq.egress.<reason>). The DeadLetter body

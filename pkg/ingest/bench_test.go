@@ -29,13 +29,9 @@ func (f *fakeJS) PublishMsg(_ context.Context, m *nats.Msg, _ ...jetstream.Publi
 // that starts a turn): signature check, parse, normalize, dispatch, IM_IN + SESSION_IN publish,
 // response. The publishes are acked by a fake, so this is ingest's CPU alone.
 func BenchmarkWebhook(b *testing.B) {
-	cfg, err := config.Parse(nil)
-	if err != nil {
-		b.Fatal(err)
-	}
 	wh := config.Webhook{Bots: []config.WebhookBot{{ID: "bench", Secret: secret}}}
 	wh.RateLimit.PerBot.PerSecond, wh.RateLimit.PerSender.PerSecond = -1, -1
-	in := New(&fakeJS{}, cfg.AI, map[string]BotRoles{"webhook/bench": {}}, nil)
+	in := New(&fakeJS{}, Options{Bots: map[string]BotRoles{"webhook/bench": {}}})
 	mux := http.NewServeMux()
 	NewWebhookHandler(in, wh, nil).Routes(mux)
 	bodies := make([][]byte, 64)

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/command"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/identity"
 )
@@ -38,46 +38,70 @@ type Decision struct {
 // Has reports whether r is among the routes.
 func (d Decision) Has(r Route) bool { return slices.Contains(d.Routes, r) }
 
-// Commands the dispatcher recognizes. Anything else starting with "/" is not a command.
-var knownCommands = map[string]bool{
-	"reset": true, "models": true, "health": true, "cancel": true,
-	"steer": true, "followup": true, "approve": true, "help": true,
-	"compact": true, "tree": true, "tasks": true,
-}
-
-// MasterOnly commands are refused for anyone without the master role.
-var masterOnly = map[string]bool{"steer": true, "followup": true, "approve": true}
-
-// IsMasterOnly reports whether a command needs the master role.
-func IsMasterOnly(name string) bool { return masterOnly[name] }
-
-// moderated commands change the conversation for everyone in a group: there they need a
-// moderator (master, trusted, or the group's admin or owner); in a private chat anyone may.
-var moderated = map[string]bool{"reset": true, "cancel": true}
-
-// MayRun reports whether sender may run command name in a scene of scope.
+// MayRun reports whether sender may run command name in a scene of scope: the command's
+// Access in pkg/command's table. A name not in the table is allowed: the session answers
+// "Unknown command".
 func MayRun(name, scope string, sender events.Sender) bool {
-	if allowed, ok := mayRunSession(name, scope, sender); ok {
-		return allowed
-	}
-	if masterOnly[name] {
-		return sender.HasRole(events.RoleMaster)
-	}
-	if moderated[name] && scope != events.ScopePrivate {
-		return slices.ContainsFunc([]string{"master", "trusted", "group_admin", "group_owner"}, sender.HasRole)
-	}
-	return true
+	c, ok := command.Lookup(name)
+	return !ok || c.Access.Allows(scope, sender)
 }
 
-// Dispatcher applies ai.trigger and ai.dispatcher.
+// Defaults of Trigger (docs/configuration.md, ai.trigger).
+var (
+	DefaultPrefixes       = []string{"ai:"}
+	DefaultIgnorePrefixes = []string{"/", "!", "！"}
+)
+
+// Trigger says which messages start a turn (ai.trigger; pkg/app maps the block here). The
+// zero value is the documented default: every private message and every @ of the bot in a
+// group triggers, "ai:" is stripped in private chats, "/", "!" and "！" never trigger.
+type Trigger struct {
+	// Off: no message starts a turn (ai.trigger.enabled: false); commands still work.
+	Off bool
+	// Prefixes: in a private chat a message starting with one (case-insensitive) triggers
+	// with the prefix stripped. nil: DefaultPrefixes; empty: none.
+	Prefixes []string
+	// PrivateNeedsPrefix: in a private chat only prefixed messages trigger
+	// (ai.trigger.respondToPrivate: false).
+	PrivateNeedsPrefix bool
+	// IgnoreMentions: an @ of the bot in a group does not trigger (ai.trigger.respondToAt:
+	// false); the group is only listened to.
+	IgnoreMentions bool
+	// IgnorePrefixes: messages starting with one never trigger. nil: DefaultIgnorePrefixes;
+	// empty: none.
+	IgnorePrefixes []string
+	// Masters and Trusted are sender ids with that role on every bot and platform.
+	Masters, Trusted []string
+}
+
+// setDefaults fills the nil lists with their defaults.
+func (t *Trigger) setDefaults() {
+	if t.Prefixes == nil {
+		t.Prefixes = DefaultPrefixes
+	}
+	if t.IgnorePrefixes == nil {
+		t.IgnorePrefixes = DefaultIgnorePrefixes
+	}
+}
+
+// Dispatch says what a message that is both a command and addressed to the AI causes
+// (ai.dispatcher). The zero value is exclusive, command first: the command only.
+type Dispatch struct {
+	// Dual judges the command and the AI separately (mode dual): with AllowDualReply both
+	// run, in the order AIFirst says; without, only the first of them.
+	Dual, AIFirst, AllowDualReply bool
+}
+
+// Dispatcher applies a Trigger and a Dispatch.
 type Dispatcher struct {
-	trigger config.Trigger
-	mode    config.Dispatcher
+	trigger Trigger
+	mode    Dispatch
 }
 
-// NewDispatcher returns a dispatcher for the ai block.
-func NewDispatcher(ai config.AI) *Dispatcher {
-	return &Dispatcher{trigger: ai.Trigger, mode: ai.Dispatcher}
+// NewDispatcher returns a dispatcher; nil lists of t take their defaults.
+func NewDispatcher(t Trigger, mode Dispatch) *Dispatcher {
+	t.setDefaults()
+	return &Dispatcher{trigger: t, mode: mode}
 }
 
 // Dispatch decides what m causes. m.MentionsBot and m.Sender.Roles must already be filled.
@@ -92,7 +116,7 @@ func (d *Dispatcher) Dispatch(m *events.IMMessage) Decision {
 	var dec Decision
 	dec.Text = aiDecision
 	switch {
-	case cmd != nil && d.mode.Mode != "dual":
+	case cmd != nil && !d.mode.Dual:
 		dec.Routes, dec.Command, dec.Reason = []Route{RouteCommand}, cmd, "command"
 		return dec
 	case cmd != nil: // dual: command and AI judged separately
@@ -101,11 +125,11 @@ func (d *Dispatcher) Dispatch(m *events.IMMessage) Decision {
 		switch {
 		case !both:
 			dec.Routes = []Route{RouteCommand}
-		case !d.mode.AllowDualReply && d.mode.Order == "ai-first":
+		case !d.mode.AllowDualReply && d.mode.AIFirst:
 			dec.Routes = []Route{RouteAI}
 		case !d.mode.AllowDualReply:
 			dec.Routes = []Route{RouteCommand}
-		case d.mode.Order == "ai-first":
+		case d.mode.AIFirst:
 			dec.Routes = []Route{RouteAI, RouteCommand}
 		default:
 			dec.Routes = []Route{RouteCommand, RouteAI}
@@ -129,7 +153,7 @@ func (d *Dispatcher) Dispatch(m *events.IMMessage) Decision {
 // wantsAI returns the text for the model and "" when the message triggers a turn, or a reason
 // why it does not.
 func (d *Dispatcher) wantsAI(m *events.IMMessage, text string) (string, string) {
-	if !config.Bool(d.trigger.Enabled, true) {
+	if d.trigger.Off {
 		return "", "trigger disabled"
 	}
 	for _, p := range d.trigger.IgnorePrefixes {
@@ -148,13 +172,13 @@ func (d *Dispatcher) wantsAI(m *events.IMMessage, text string) (string, string) 
 				return stripped, ""
 			}
 		}
-		if config.Bool(d.trigger.RespondToPrivate, true) && hasContent {
+		if !d.trigger.PrivateNeedsPrefix && hasContent {
 			return text, ""
 		}
 		return "", "private trigger off"
 	}
 	// Groups and channels: only an @ of the bot triggers; prefixes do not (seed: 群/频道不用此前缀触发).
-	if m.MentionsBot && config.Bool(d.trigger.RespondToAt, true) {
+	if m.MentionsBot && !d.trigger.IgnoreMentions {
 		if !hasContent {
 			return "", "empty mention"
 		}
@@ -172,7 +196,12 @@ func parseCommand(text string, m *events.IMMessage) *events.Command {
 		return nil
 	}
 	name, ok := commandFor(fields[0], m)
-	if !ok || !knownCommands[name] && !sessionCommands[name] {
+	if !ok {
+		return nil
+	}
+	// Only the table's commands are commands here; another "/word" is text (or, addressed
+	// to the bot, unknownCommand's business).
+	if _, known := command.Lookup(name); !known {
 		return nil
 	}
 	rest := strings.TrimSpace(strings.TrimPrefix(text[1:], fields[0]))

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 )
 
@@ -21,17 +20,13 @@ func msg(scope, text string, mention bool) *events.IMMessage {
 }
 
 func TestDispatch(t *testing.T) {
-	base, _ := config.Parse(nil)
-	dual := *base
-	dual.AI.Dispatcher = config.Dispatcher{Mode: "dual", Order: "command-first", AllowDualReply: true}
-	dualIgnoring := dual // default ignorePrefixes include "/": a command never reaches the AI
-	dual.AI.Trigger.IgnorePrefixes = []string{"!"}
-	noPrivate := *base
-	f := false
-	noPrivate.AI.Trigger.RespondToPrivate = &f
+	base := &Options{}
+	dual := Options{Dispatch: Dispatch{Dual: true, AllowDualReply: true}, Trigger: Trigger{IgnorePrefixes: []string{"!"}}}
+	dualIgnoring := Options{Dispatch: dual.Dispatch} // default ignorePrefixes include "/": a command never reaches the AI
+	noPrivate := Options{Trigger: Trigger{PrivateNeedsPrefix: true}}
 	tests := []struct {
 		name    string
-		cfg     *config.Config
+		cfg     *Options
 		m       *events.IMMessage
 		routes  string
 		text    string
@@ -60,7 +55,7 @@ func TestDispatch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := NewDispatcher(tt.cfg.AI)
+			d := NewDispatcher(tt.cfg.Trigger, tt.cfg.Dispatch)
 			dec := d.Dispatch(tt.m)
 			var rs []string
 			for _, r := range dec.Routes {
@@ -127,21 +122,20 @@ func TestMayRun(t *testing.T) {
 // TestSenderRoles: the per-message role computation equals Roles over the merged lists (the
 // console's sender counting as a master).
 func TestSenderRoles(t *testing.T) {
-	cfg, _ := config.Parse(nil)
-	cfg.AI.Trigger.Masters, cfg.AI.Trigger.Trusted = []string{"m1"}, []string{"t1"}
+	trig := Trigger{Masters: []string{"m1"}, Trusted: []string{"t1"}}
 	bots := map[string]BotRoles{"webhook/b1": {Masters: []string{"m2"}, Trusted: []string{"t2", "m1"}}}
-	in := New(nil, cfg.AI, bots, nil)
+	in := New(nil, Options{Trigger: trig, Bots: bots})
 	for _, platform := range []string{"webhook", console.Platform} {
 		for _, bot := range []string{"b1", "other"} {
 			for _, id := range []string{"m1", "m2", "t1", "t2", "u"} {
 				for _, pr := range [][]string{nil, {"admin"}, {"owner", "group_admin", "x"}} {
 					m := &events.IMMessage{Platform: platform, Bot: bot, Sender: events.Sender{ID: id, Roles: pr}}
 					br := bots[platform+"/"+bot]
-					masters := append(append([]string(nil), cfg.AI.Trigger.Masters...), br.Masters...)
+					masters := append(append([]string(nil), trig.Masters...), br.Masters...)
 					if platform == console.Platform {
 						masters = append(masters, id)
 					}
-					trusted := append(append([]string(nil), cfg.AI.Trigger.Trusted...), br.Trusted...)
+					trusted := append(append([]string(nil), trig.Trusted...), br.Trusted...)
 					want := Roles(id, pr, masters, trusted)
 					if got := in.senderRoles(m); strings.Join(got, ",") != strings.Join(want, ",") {
 						t.Errorf("%s/%s sender %s %v: roles %v, want %v", platform, bot, id, pr, got, want)

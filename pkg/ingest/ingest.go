@@ -18,7 +18,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/identity"
 	"github.com/agentbus/agentbus/pkg/im"
@@ -44,8 +43,9 @@ type Ingestor struct {
 	js    Publisher
 	inbox inboxPublisher
 	disp  *Dispatcher
-	ai    config.AI
-	log   *slog.Logger
+	// masters and trusted are ids with that role on every bot (Trigger.Masters, .Trusted).
+	masters, trusted []string
+	log              *slog.Logger
 	// roles per "platform/bot"
 	roles map[string]BotRoles
 	media MediaStore // nil: inline media stays in the event (WithMedia)
@@ -65,13 +65,24 @@ func (in *Ingestor) WithMetrics(m *metrics.Ingest) { in.metrics = m }
 // with tp; without it, or with a no-op tp, nothing is recorded. Call it before serving.
 func (in *Ingestor) SetTracer(tp trace.TracerProvider) { in.tracer = tp }
 
-// New returns an Ingestor. bots maps "platform/bot" to its role lists; ai.trigger's masters
-// and trusted apply to every bot.
-func New(js Publisher, ai config.AI, bots map[string]BotRoles, log *slog.Logger) *Ingestor {
-	if log == nil {
-		log = slog.Default()
+// Options configure New. Zero values pick the documented defaults; ingest reads no
+// configuration file (pkg/app maps ai.trigger, ai.dispatcher and the bots' role lists here).
+type Options struct {
+	Trigger  Trigger
+	Dispatch Dispatch
+	// Bots maps "platform/bot" to its role lists; Trigger.Masters and .Trusted apply to every bot.
+	Bots map[string]BotRoles
+	// Log is the logger (default slog.Default()).
+	Log *slog.Logger
+}
+
+// New returns an Ingestor publishing through js.
+func New(js Publisher, o Options) *Ingestor {
+	if o.Log == nil {
+		o.Log = slog.Default()
 	}
-	in := &Ingestor{js: js, inbox: plainInbox{js}, disp: NewDispatcher(ai), ai: ai, log: log, roles: bots}
+	in := &Ingestor{js: js, inbox: plainInbox{js}, disp: NewDispatcher(o.Trigger, o.Dispatch),
+		masters: o.Trigger.Masters, trusted: o.Trigger.Trusted, log: o.Log, roles: o.Bots}
 	if full, ok := js.(jetstream.JetStream); ok {
 		in.inbox = inbox.NewPublisher(full)
 		in.maxPayload = func() int64 {
@@ -332,9 +343,9 @@ func (in *Ingestor) senderRoles(m *events.IMMessage) []string {
 	br := in.roles[m.Platform+"/"+m.Bot]
 	id := m.Sender.ID
 	roles := Roles(id, m.Sender.Roles, nil, nil)
-	master := slices.Contains(in.ai.Trigger.Masters, id) || slices.Contains(br.Masters, id) ||
+	master := slices.Contains(in.masters, id) || slices.Contains(br.Masters, id) ||
 		m.Platform == console.Platform // whoever reaches the bus is the operator: console users are masters
-	if master || slices.Contains(in.ai.Trigger.Trusted, id) || slices.Contains(br.Trusted, id) {
+	if master || slices.Contains(in.trusted, id) || slices.Contains(br.Trusted, id) {
 		roles = appendOnce(roles, "trusted")
 	}
 	if master {

@@ -65,12 +65,8 @@ func legacyH(b []byte) http.Header { return legacy(b) }
 // the same size goes to the media store and is accepted.
 func TestWebhookBodyOverBusLimit(t *testing.T) {
 	ns := natstest.New(t, natstest.WithMemoryStorage())
-	cfg, err := config.Parse(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	wh := config.Webhook{Bots: []config.WebhookBot{{ID: "b1", Secret: secret}}}
-	in := New(ns.JS, cfg.AI, nil, nil)
+	in := New(ns.JS, Options{})
 	media, err := ns.JS.ObjectStore(context.Background(), events.ObjectMedia)
 	if err != nil {
 		t.Fatal(err)

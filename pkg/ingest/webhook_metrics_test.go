@@ -72,10 +72,6 @@ func counts(t *testing.T, r *metrics.Registry) (outcomes, codes map[string]float
 // too many requests are in flight) are logged with the bot, platform and status.
 func TestWebhookOutcomesCountedAndLogged(t *testing.T) {
 	ns := natstest.New(t, natstest.WithMemoryStorage())
-	cfg, err := config.Parse(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	wh := config.Webhook{MaxInFlight: 1}
 	wh.RateLimit.PerSender = config.RateLimit{PerSecond: 0.001, Burst: 2}
 	wh.Bots = []config.WebhookBot{{ID: "b1", Secret: secret}}
@@ -83,7 +79,7 @@ func TestWebhookOutcomesCountedAndLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := metrics.New()
-	in := New(ns.JS, cfg.AI, nil, nil)
+	in := New(ns.JS, Options{})
 	in.WithMetrics(metrics.NewIngest(reg))
 	var logs lockedBuf
 	h := NewWebhookHandler(in, wh, slog.New(slog.NewJSONHandler(&logs, nil)))

@@ -32,12 +32,8 @@ func newWebhook(t *testing.T) (*httptest.Server, *natstest.Server) {
 // streams' replay window as the ingest role does.
 func serveWebhook(t *testing.T, ns *natstest.Server, wh config.Webhook) (*httptest.Server, *WebhookHandler) {
 	t.Helper()
-	cfg, err := config.Parse(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	wh.Bots = []config.WebhookBot{{ID: "b1", Secret: secret, Masters: []string{"boss"}}}
-	in := New(ns.JS, cfg.AI, map[string]BotRoles{"webhook/b1": {Masters: []string{"boss"}}}, nil)
+	in := New(ns.JS, Options{Bots: map[string]BotRoles{"webhook/b1": {Masters: []string{"boss"}}}})
 	if err := CheckReplayWindow(context.Background(), ns.JS, wh); err != nil {
 		t.Fatal(err)
 	}

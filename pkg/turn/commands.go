@@ -1,12 +1,14 @@
 package turn
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/approvals"
+	"github.com/agentbus/agentbus/pkg/command"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/execpolicy"
 	"github.com/agentbus/agentbus/pkg/models"
@@ -33,72 +35,112 @@ func (cs commands) command(e *events.Event[events.Command], seq uint64) error {
 		pt.msg = *c.Message
 	}
 	id := fmt.Sprintf("cmd%d", seq)
-	var reply string
-	switch c.Name {
-	case "reset":
-		r, err := cs.resetSession()
-		if err != nil {
-			return err
-		}
-		reply = r
-	case "models":
-		reply = cs.modelsReport()
-	case "health":
-		reply = cs.healthReport()
-	case "help":
-		reply = helpText
-	case "approve":
-		reply = cs.approve(c, from)
-	case "tasks":
-		reply = cs.tasksCommand(c, from) // commands_tasks.go
-	case "tree": // commands_tree.go
-		r, err := cs.treeCommand(c, from, pt)
-		if err != nil {
-			return err
-		}
-		reply = r
-	case "compact": // commands_compact.go
-		r, err := cs.compactionCommand(c, from, pt)
-		if err != nil {
-			return err
-		}
-		reply = r
+	reply := "Unknown command /" + c.Name + ". /help lists the commands."
+	cmd, ok := command.Lookup(c.Name)
+	switch {
+	case !ok:
+	case !cmd.Access.Allows(a.sk.Scope, from):
+		// Ingest refuses these before they reach the inbox; a command published straight
+		// onto agent.in (docs/events.md) is held to the same table here.
+		reply = cmd.Access.Refusal(c.Name)
 	default:
-		r, ok, err := cs.sessionCommand(c, from, pt.msg)
-		switch {
-		case err != nil:
+		r, ran, err := cmd.Run(a.ctx, commandSession{cs: cs, pt: pt}, c)
+		if err != nil {
 			return err
-		case ok:
+		}
+		if ran {
 			reply = r
-		default:
-			reply = "Unknown command /" + c.Name + ". /help lists the commands."
 		}
 	}
 	a.out.replyText(pt, id, reply)
 	return a.advance(seq, nil)
 }
 
-// helpText answers /help.
-const helpText = `Commands:
-/new, /clear, /reset: start a new conversation (chat history is kept)
-/cancel: stop the running turn
-/status: this session: model, concurrency, turns, context size
-/model [name]: show or switch this chat's model (masters, trusted)
-/queue [policy]: show or set how messages during a turn are handled: parallel, queue, steer, interrupt, collect
-/usage: tokens and cost of this conversation
-/context: what the model sees next turn, how full the window is, compactions so far
-/compact [instructions]: summarize the older part of the conversation now (masters, trusted)
-/tree, /tree N: the conversation's points; continue from point N (masters, trusted)
-/whoami: who the bot takes you for
-/tools [filter] [page]: the tools you may use here
-/cmd [filter] [page]: the commands, one per line
-/endpoints [filter] [page]: the IM endpoints (platform/bot) and their adapters' state (masters, trusted)
-/mcp, /bindings: MCP servers, ai.agents bindings (masters, trusted)
-/models, /health: providers and models, worker health
-/steer <text>, /followup <text>: add to the running turn (masters)
-/approve [id]: let a waiting bash command of this chat (or the one with that id) run once (masters)
-/approve always|rule …|list|revoke …: approve bash commands for good (masters, private chat)
-/tasks, /tasks cancel <id>: reminders, scheduled jobs and background tasks of this chat`
+// commandSession is the session as pkg/command's handlers see it, for one command event: pt
+// is the pending turn its reply answers (/tree and /compact also act on it). Each method
+// answers the command of its name; access was checked by ingest (command.Access).
+type commandSession struct {
+	cs commands
+	pt *pendingTurn
+}
+
+var _ command.Session = commandSession{}
+
+func (s commandSession) Reset(context.Context, events.Command) (string, error) {
+	return s.cs.resetSession()
+}
+
+func (s commandSession) Model(_ context.Context, c events.Command) (string, error) {
+	return s.cs.modelCommand(strings.TrimSpace(c.Raw))
+}
+
+func (s commandSession) Queue(_ context.Context, c events.Command) (string, error) {
+	return s.cs.queueCommand(strings.TrimSpace(c.Raw))
+}
+
+func (s commandSession) Compact(_ context.Context, c events.Command) (string, error) {
+	return s.cs.compactionCommand(c, c.From(), s.pt) // commands_compact.go
+}
+
+func (s commandSession) Tree(_ context.Context, c events.Command) (string, error) {
+	return s.cs.treeCommand(c, c.From(), s.pt) // commands_tree.go
+}
+
+func (s commandSession) Status(context.Context, events.Command) (string, error) {
+	return s.cs.statusReport()
+}
+
+func (s commandSession) Usage(context.Context, events.Command) (string, error) {
+	return s.cs.usageReport()
+}
+
+func (s commandSession) Context(context.Context, events.Command) (string, error) {
+	return s.cs.contextReport()
+}
+
+func (s commandSession) Whoami(_ context.Context, c events.Command) (string, error) {
+	return whoami(c.From(), s.cs.a.sk), nil
+}
+
+func (s commandSession) Tools(_ context.Context, c events.Command) (string, error) {
+	return s.cs.toolsReport(s.pt.msg, strings.TrimSpace(c.Raw)), nil
+}
+
+func (s commandSession) Cmd(_ context.Context, c events.Command) (string, error) {
+	return cmdReport(c.Raw), nil // commands_introspect.go
+}
+
+func (s commandSession) Endpoints(ctx context.Context, c events.Command) (string, error) {
+	return s.cs.endpointsReport(ctx, c.Raw), nil
+}
+
+func (s commandSession) MCP(context.Context, events.Command) (string, error) {
+	return s.cs.mcpReport(s.pt.msg), nil
+}
+
+func (s commandSession) Bindings(context.Context, events.Command) (string, error) {
+	return s.cs.bindingsReport(), nil
+}
+
+func (s commandSession) Models(context.Context, events.Command) (string, error) {
+	return s.cs.modelsReport(), nil
+}
+
+func (s commandSession) Health(context.Context, events.Command) (string, error) {
+	return s.cs.healthReport(), nil
+}
+
+func (s commandSession) Help(context.Context, events.Command) (string, error) {
+	return command.HelpText(), nil
+}
+
+func (s commandSession) Approve(_ context.Context, c events.Command) (string, error) {
+	return s.cs.approve(c, c.From()), nil
+}
+
+func (s commandSession) Tasks(_ context.Context, c events.Command) (string, error) {
+	return s.cs.tasksCommand(c, c.From()), nil // commands_tasks.go
+}
 
 // approve applies an owner /approve command (master only) to KV approvals. "/approve",
 // "/approve once" and "/approve [once] <id>" answer one pending request and work in any chat;

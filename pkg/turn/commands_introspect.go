@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentbus/agentbus/pkg/command"
 	"github.com/agentbus/agentbus/pkg/presence"
 )
 
@@ -63,7 +64,7 @@ func pageOf(head, command, filter string, entries []string, page int) string {
 func cmdReport(raw string) string {
 	filter, page := filterPage(raw)
 	var entries []string
-	for _, line := range strings.Split(helpText, "\n")[1:] {
+	for _, line := range command.HelpLines() {
 		if filter == "" || strings.Contains(strings.ToLower(line), strings.ToLower(filter)) {
 			entries = append(entries, line)
 		}

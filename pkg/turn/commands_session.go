@@ -14,46 +14,12 @@ import (
 
 // The session and introspection commands (seed: 会话 /new /clear, 内省 /tools /mcp /bindings;
 // and what operators of other gateways use daily: /status /model /queue /usage /whoami
-// /context). Permissions are checked by ingest (ingest.MayRun) before an event reaches the
+// /context). Permissions are checked by ingest (command.Access in pkg/command's table) before an event reaches the
 // session: /mcp, /bindings and /model are for masters and trusted users, /new, /clear and
 // /queue need a moderator in groups, the rest is for everyone.
 
 // policies are the values of ai.agent.concurrency and /queue.
 var policies = []string{"parallel", "queue", "steer", "interrupt", "collect"}
-
-// sessionCommand answers the commands of this file; ok is false for a name it does not know.
-func (cs commands) sessionCommand(c events.Command, from events.Sender, m events.IMMessage) (reply string, ok bool, err error) {
-	a := cs.a
-	switch c.Name {
-	case "new", "clear":
-		reply, err = cs.resetSession()
-	case "tools":
-		reply = cs.toolsReport(m, strings.TrimSpace(c.Raw))
-	case "mcp":
-		reply = cs.mcpReport(m)
-	case "bindings":
-		reply = cs.bindingsReport()
-	case "cmd": // commands_introspect.go
-		reply = cmdReport(c.Raw)
-	case "endpoints":
-		reply = cs.endpointsReport(a.ctx, c.Raw)
-	case "status":
-		reply, err = cs.statusReport()
-	case "model":
-		reply, err = cs.modelCommand(strings.TrimSpace(c.Raw))
-	case "queue":
-		reply, err = cs.queueCommand(strings.TrimSpace(c.Raw))
-	case "usage":
-		reply, err = cs.usageReport()
-	case "whoami":
-		reply = whoami(from, a.sk)
-	case "context":
-		reply, err = cs.contextReport()
-	default:
-		return "", false, nil
-	}
-	return reply, true, err
-}
 
 // resetSession is /reset, /new and /clear: the running turns stop, the epoch ends, the chat
 // history (transcripts) stays.

@@ -454,3 +454,25 @@ func TestChainedDeliveryIsNotReadAgain(t *testing.T) {
 	}
 	t.Logf("%d reads for %d chained events", chained, turns)
 }
+
+// A command published straight onto the inbox (not through ingest) is held to pkg/command's
+// access table in the session too: a user without roles gets the refusal ingest would give,
+// a trusted user the answer.
+func TestCommandAccessIsCheckedInTheSession(t *testing.T) {
+	h := newHarness(t, nil, faux.WithResponder(faux.Echo))
+	h.worker("w1")
+	h.send(sk, "m1", "/bindings")
+	got := h.replies(sk, 1)
+	if got[0] != "/bindings is for the bot's masters and trusted users." {
+		t.Fatalf("/bindings by a user = %q", got[0])
+	}
+	h.send(sk, "m2", "/bindings", events.RoleTrusted)
+	got = h.replies(sk, 2)
+	if strings.Contains(got[1], "masters and trusted users") || got[1] == "" {
+		t.Fatalf("/bindings by a trusted user = %q", got[1])
+	}
+	h.send(sk, "m3", "/whoami")
+	if got = h.replies(sk, 3); !strings.Contains(got[2], "u1") {
+		t.Fatalf("/whoami by a user = %q", got[2])
+	}
+}

@@ -28,11 +28,7 @@ func TestMentionCommands(t *testing.T) {
 	srv := natstest.New(t, natstest.WithMemoryStorage())
 	_, js := srv.Connect(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	cfg, err := config.Parse(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ing := ingest.New(js, cfg.AI, nil, nil)
+	ing := ingest.New(js, ingest.Options{})
 	var mu sync.Mutex
 	decisions := map[string]ingest.Decision{}
 	sink := im.SinkFunc(func(ctx context.Context, m *events.IMMessage) error {
