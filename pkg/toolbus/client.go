@@ -60,8 +60,9 @@ type Call struct {
 	Fresh bool
 	// BusID maps a model call id to its bus id (nil: the scope's turn plus the model's id).
 	BusID func(callID string) string
-	// Since bounds a Resumed executor's look for results from before a takeover: none of its
-	// calls was requested before it (zero: every result TOOL_RESULTS holds for the session).
+	// Since bounds the looks for the results of calls that are not Fresh: none of them was
+	// requested before it (zero: every result TOOL_RESULTS holds for the session, which is
+	// exact whatever requested the call id before).
 	Since time.Time
 }
 
@@ -168,7 +169,13 @@ func (x *Executor) Execute(ctx context.Context, call loop.ToolCallRequest) (loop
 	}); err != nil {
 		return loop.ToolResult{}, fmt.Errorf("request tool %s: %w", call.Name, err)
 	}
-	res, err := x.await(ctx, call.Name, busID, results, m, ack.Sequence, time.UnixMilli(tc.Deadline), time.UnixMilli(ev.Time).Add(-store.ToolResultSkew))
+	// A fresh call's result is stored after its request; any other may have been answered for
+	// an earlier request of the same id.
+	since := x.Since
+	if tc.Fresh {
+		since = time.UnixMilli(ev.Time).Add(-store.ToolResultSkew)
+	}
+	res, err := x.await(ctx, call.Name, busID, results, m, ack.Sequence, time.UnixMilli(tc.Deadline), since)
 	if err != nil {
 		return res, err
 	}
@@ -197,12 +204,8 @@ func (x *Executor) after(ctx context.Context, call loop.ToolCallRequest, res loo
 //     any more, it withdraws the request; once the withdrawal succeeded nobody can start the
 //     call, and that is what the model is told.
 //
-// ctx (the turn) bounds the wait; since bounds the looks (the request's time less
-// store.ToolResultSkew, or what a resumed executor knows).
+// ctx (the turn) bounds the wait; since bounds the looks (store.FindToolResult).
 func (x *Executor) await(ctx context.Context, tool, callID string, results <-chan *nats.Msg, req *nats.Msg, reqSeq uint64, deadline, since time.Time) (loop.ToolResult, error) {
-	if x.Resumed && x.Since.Before(since) {
-		since = x.Since // an earlier attempt may have answered before this request
-	}
 	w := x.c
 	recheck := min(max(time.Until(deadline)/4, time.Second), 10*time.Second)
 	timer := time.NewTimer(min(firstLook, time.Until(deadline)+time.Second))

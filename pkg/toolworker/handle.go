@@ -42,11 +42,13 @@ func (c *call) subject() string {
 	return events.ToolResultSubject(c.ev.Data.SessionKey)
 }
 
-// since is where the search for the call's result starts: the request's creation less
-// store.ToolResultSkew (a resumed turn or a redelivery requests again after an earlier
-// attempt may have answered; a caller that does so looks for that answer itself first).
+// since is where the search for the call's result starts. A fresh call (never requested
+// before its request was made) can have no result older than its request: the request's
+// creation less store.ToolResultSkew. Any other call id may have been answered for an
+// earlier request (a subagent or deferred task run again, a resumed turn): the whole of what
+// TOOL_RESULTS retains for the session, as the subject per call answered before issue 41.
 func (c *call) since() time.Time {
-	if c.ev.Time <= 0 {
+	if !c.ev.Data.Fresh || c.ev.Time <= 0 {
 		return time.Time{}
 	}
 	return time.UnixMilli(c.ev.Time).Add(-store.ToolResultSkew)
