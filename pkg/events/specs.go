@@ -382,17 +382,11 @@ func (s Spec) ModelsKV() jetstream.KeyValueConfig {
 	return c
 }
 
-// DeliveredKV is KV delivered: the started markers of non-idempotent tool calls (key
-// "tool."+EncodeToken(call id)) and the delivery records of older egress versions (key
-// EncodeToken(out id), read only). A marker is purged with a short TTL once its call's result
-// is stored (LimitMarkerTTL allows that TTL), so the bucket holds a key per call in flight,
-// not per call made in DeliveredTTL (issue 41); DeliveredTTL bounds a marker whose purge was
-// never written (its worker died between the result and the purge).
+// DeliveredKV is KV delivered: egress idempotency, key = EncodeToken(out id).
 func (s Spec) DeliveredKV() jetstream.KeyValueConfig {
 	s = s.WithDefaults()
 	c := s.kv(BucketDelivered, "agentbus: delivered outbound parts")
 	c.TTL = s.DeliveredTTL
-	c.LimitMarkerTTL = s.MarkerTTL
 	return c
 }
 
@@ -419,8 +413,7 @@ func (s Spec) PresenceKV() jetstream.KeyValueConfig {
 // TTL-expired keys (LimitMarkerTTL) must allow roll-ups; any publisher on the bucket may then
 // also ask for Nats-Rollup: all and empty it. So only those buckets allow them: leases (its
 // holders release with a purge that keeps a marker; turn worker, ingest and egress hold
-// leases), tools (tool workers' registry, whose expired entries must be seen to vanish) and
-// delivered (tool workers purge a call's started marker with a TTL once its result is stored).
+// leases) and tools (tool workers' registry, whose expired entries must be seen to vanish).
 // Every other bucket is created with roll-ups off, purges denied and deletes (of messages
 // through the API; a KV Delete is a marker, not one) denied; see natsutil.Provision.
 func KVRollup(cfg jetstream.KeyValueConfig) bool { return cfg.LimitMarkerTTL > 0 }

@@ -36,9 +36,6 @@ type call struct {
 	// result was an error.
 	span   trace.Span
 	failed bool
-	// marked: the call's tool is not idempotent, so a started marker may exist; it is purged
-	// once the result is stored (finish).
-	marked bool
 }
 
 func (c *call) subject() string {
@@ -145,7 +142,6 @@ func (h *Handle) handle(s *served, msg jetstream.Msg) {
 	}
 	timeout := h.timeoutFor(t.Name)
 	if !t.Idempotent {
-		c.marked = true
 		proceed, rev := h.markStarted(c, t, timeout)
 		if !proceed {
 			return
@@ -570,27 +566,6 @@ func (h *Handle) finish(c *call, res tools.Result) {
 		return
 	}
 	h.ack(c)
-	if c.marked {
-		h.dropMarker(c)
-	}
-}
-
-// markerGone is how long the purge of a started marker stays before it, and with it the
-// call's key, leaves KV delivered.
-const markerGone = time.Second
-
-// dropMarker purges the started marker of a call whose result is now stored: every later
-// delivery of the call finds the result before it would look at a marker (step 2 of the
-// package doc), so the marker has nothing more to say, and a key kept per call for the
-// bucket's TTL would make the server's subjects grow with calls (issue 41). The purge carries
-// a TTL, so the key leaves the bucket entirely. A purge that fails (a bucket provisioned
-// without message TTLs, the bus away) leaves the marker to the bucket's TTL, as before.
-func (h *Handle) dropMarker(c *call) {
-	ctx, cancel := context.WithTimeout(h.killCtx, markerAttempt)
-	defer cancel()
-	if err := h.markers.Purge(ctx, MarkerKey(c.ev.Data.CallID), jetstream.PurgeTTL(markerGone)); err != nil && h.killCtx.Err() == nil {
-		h.logFor(c).Debug("tool worker: purge started marker; the bucket's TTL removes it", "err", err)
-	}
 }
 
 // publish sends a message to JetStream with a few quick retries (a result is expensive to
