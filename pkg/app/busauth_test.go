@@ -21,6 +21,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/presence"
+	"github.com/agentbus/agentbus/pkg/store"
 )
 
 // busPasswords sets every role's NATS password in the environment, as the compose file does
@@ -318,15 +319,16 @@ func TestDeployRolesAsOwnUsers(t *testing.T) {
 		t.Fatal(err)
 	}
 	var realTurn, realCall string
-	for subj := range info.State.Subjects {
-		raw, err := results.GetLastMsgForSubject(actx, subj)
-		if err != nil {
-			t.Fatal(err)
-		}
+	// Results share their session's subject: read every one.
+	err = store.Scan(actx, ajs, events.StreamToolResults, events.PrefixToolResult+".>", 1, time.Time{}, func(raw *jetstream.RawStreamMsg) bool {
 		var ev events.Event[events.ToolResult]
 		if err := events.Unmarshal(raw.Data, &ev); err == nil && ev.Data.Tool == "user_profile" {
 			realTurn, realCall = ev.Turn, ev.Data.CallID
 		}
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	if realTurn == "" {
 		t.Fatalf("no user_profile result in %s (subjects %v)", events.StreamToolResults, info.State.Subjects)

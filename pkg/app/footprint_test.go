@@ -63,13 +63,30 @@ func streamSubjects(t *testing.T, url string) (per map[string]uint64, subjects, 
 	return per, subjects, msgs, bytes
 }
 
-// streamsWithTurnSubjects are the streams whose subjects still name a call (issue 41 part 1 is
-// not finished for them): TOOL_RESULTS (tool.result.<sk>.<callId>, one per tool call). Their
-// subjects are reported, not held to the per-session bound.
-var streamsWithTurnSubjects = map[string]bool{"TOOL_RESULTS": true}
+// streamsWithTurnSubjects are the streams whose subjects may still name a call (issue 41):
+// their subjects are reported, not held to the per-session bound. KV_delivered holds the
+// started marker of each call of a non-idempotent tool for the bucket's TTL (docs/sizing.md);
+// user_profile, the tool called here, is idempotent, so this run creates none.
+var streamsWithTurnSubjects = map[string]bool{"KV_delivered": true}
+
+// profileTurns answers every user message with one user_profile call (a tool served by the
+// tool worker) and, once its result is in, with the text: every turn stores a
+// tool call and a tool result, as in the issue 41 study.
+func profileTurns(r *fakeopenai.Request) fakeopenai.Reply {
+	last := r.Messages[len(r.Messages)-1]
+	if last.Role == "tool" {
+		return fakeopenai.Reply{Text: "saved: " + last.Content}
+	}
+	if !r.HasTool("user_profile") {
+		return fakeopenai.Echo(r)
+	}
+	return fakeopenai.Reply{ToolCalls: []fakeopenai.ToolCall{{ID: fmt.Sprintf("call_%d", r.N), Name: "user_profile",
+		Arguments: `{"action":"set","key":"last","value":"` + r.LastUser() + `"}`}}}
+}
 
 // TestFootprint runs turns on many sessions through the whole pipeline (webhook in, turn
-// worker with a real provider client against a fake OpenAI server, egress out) on a real
+// worker with a real provider client against a fake OpenAI server, one user_profile call on a
+// tool worker per turn, egress out) on a real
 // nats-server and reads its monitoring endpoint after each step: the subjects the server
 // indexes must grow with sessions, not with turns. Between the first and the last step every
 // session has had 4× the turns; the subjects of every stream (but those listed in
@@ -84,7 +101,7 @@ func TestFootprint(t *testing.T) {
 		steps = append(steps, n)
 	}
 	m := *footprintSessions
-	pl := newPipeline(t, fakeopenai.Echo, pipelineOpts{})
+	pl := newPipeline(t, profileTurns, pipelineOpts{})
 	mon := httptest.NewServer(http.HandlerFunc(pl.p.Embedded.Server().HandleJsz))
 	t.Cleanup(mon.Close)
 
@@ -121,7 +138,7 @@ func TestFootprint(t *testing.T) {
 		a, b := first.per[n], last.per[n]
 		note := ""
 		if streamsWithTurnSubjects[n] {
-			note = " (per call: not yet bounded by sessions)"
+			note = " (per call: not bounded by sessions)"
 		} else {
 			kept += a
 			keptLast += b

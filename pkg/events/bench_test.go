@@ -48,7 +48,7 @@ func benchEvents() []struct {
 		{"evt.message_end", AgentEvtSubject(k, EvtKindMessageEnd), New(MessageEnd{Index: 1, Message: call}, corr...)},
 		{"tool.call", ToolCallSubject("bench_echo"), New(ToolCall{CallID: "call_kqSZOTT9kZxH6bbB8Dhe4N", Tool: "bench_echo", Args: args, SessionKey: k, Turn: turn,
 			Caller: Caller{Platform: k.Platform, Bot: k.Bot, Scope: k.Scope, SenderID: k.Scene, Roles: []string{"user"}}, Deadline: 1767000060000, Idempotent: true}, corr...)},
-		{"tool.result", ToolResultSubject(k, res.CallID), New(res, corr...)},
+		{"tool.result", ToolResultSubject(k), New(res, corr...)},
 		{"evt.tool_result", AgentEvtSubject(k, EvtKindToolResult), New(ToolResultRecorded{Result: res, Seq: 31}, corr...)},
 		{"ctx.messages", AgentCtxSubject(NewSessionID(k, 1)), New(CtxMessages{Messages: []llm.Message{user, call, res.Message(1767000000003), answer}}, corr...)},
 		{"im.out", IMOutSubject(k), New(Outbound{OutID: OutID(turn, 0), Turn: turn, Part: 0, Platform: k.Platform, Bot: k.Bot, Scene: im.Scene, ReplyTo: im.MessageID,

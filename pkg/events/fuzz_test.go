@@ -11,7 +11,7 @@ func FuzzParseSubjects(f *testing.F) {
 	for _, s := range []string{
 		IMInSubject(k), IMOutSubject(k), IMSentSubject(k), AgentInSubject(k), AgentLiveSubject(k),
 		AgentEvtSubject(k, "message_end"), AgentEvtTurnSubject(k, "T", "message_end"), AgentCtxSubject(NewSessionID(k, 3)), ToolCallSubject("x.y"),
-		ToolResultSubject(k, "c"), TaskSubagentSubject("t"), ScheduleSubject(k, "s"), DeadLetterSubject("a", "b"),
+		ToolResultSubject(k), ToolResultCallSubject(k, "c"), TaskSubagentSubject("t"), ScheduleSubject(k, "s"), DeadLetterSubject("a", "b"),
 		"im.in....", "agent.ctx.x.01", "agent.in.=", "",
 		"a:b:group:c", "a:b:group:c#1", "a:b:group:c#01", "a:b:guild:c#1", ":b:group:c", "a::group:c", "a:b:group:", "a:b:group:#2", "a:b:group",
 	} {
@@ -42,7 +42,7 @@ func FuzzParseSubjects(f *testing.F) {
 		if tool, err := ParseToolCallSubject(s); err == nil && ToolCallSubject(tool) != s {
 			t.Fatalf("tool.call %q", s)
 		}
-		if k, c, err := ParseToolResultSubject(s); err == nil && ToolResultSubject(k, c) != s {
+		if k, c, err := ParseToolResultSubject(s); err == nil && (c == "" && ToolResultSubject(k) != s || c != "" && ToolResultCallSubject(k, c) != s) {
 			t.Fatalf("tool.result %q", s)
 		}
 		if kind, id, err := ParseTaskSubject(s); err == nil && TaskSubject(kind, id) != s {

@@ -20,6 +20,9 @@ const (
 	// HeaderOutID on a receipt (IM_SENT) is the out id of the part it records: receipts share
 	// their chat's subject, so this header says which part each one is for.
 	HeaderOutID = "Agentbus-Out-Id"
+	// HeaderCallID on a tool result (TOOL_RESULTS) is the call id it answers: results share
+	// their session's subject, so this header says which call each one is for.
+	HeaderCallID = "Agentbus-Call-Id"
 	// HeaderWakeAck on a doorbell ring (AgentWakeSubject) is the ack subject of the JetStream
 	// delivery the ring hands over to the owner.
 	HeaderWakeAck = "Agentbus-Wake-Ack"

@@ -47,7 +47,7 @@ var schemaSubjects = map[string]string{
 	TypeCtxLeaf:            "AGENT_CTX, subject agent.ctx.<sk>.<epoch>",
 	TypeLiveDelta:          "core NATS (not stored), subject agent.live.<sk>",
 	TypeToolCall:           "TOOL_CALLS, subject tool.call.<tool>",
-	TypeToolResult:         "TOOL_RESULTS, subject tool.result.<sk>.<callId>",
+	TypeToolResult:         "TOOL_RESULTS, subject tool.result.<sk>",
 	TypeSubagentTask:       "TASKS, subject task.subagent.<id>",
 	TypeDeferredTask:       "TASKS, subject task.deferred.<id>",
 	TypeDeadLetter:         "DEAD_LETTERS, subject dlq.<role>.<reason>",

@@ -262,7 +262,8 @@ func (s Spec) ToolCallsStream() jetstream.StreamConfig {
 	return c
 }
 
-// ToolResultsStream is TOOL_RESULTS: results keyed by subject tool.result.<sk>.<callId>
+// ToolResultsStream is TOOL_RESULTS: results on their session's subject tool.result.<sk> (the
+// call id in HeaderCallID; tool.result.<sk>.<callId> before issue 41)
 // (direct get of the last message on the subject answers "has this call run?").
 func (s Spec) ToolResultsStream() jetstream.StreamConfig {
 	s = s.WithDefaults()

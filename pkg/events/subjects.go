@@ -15,7 +15,7 @@ import (
 //	agent.evt.<sk>.<turn>.<kind>               AGENT_EVENTS turn event log
 //	agent.ctx.<sk>.<epoch>                     AGENT_CTX    committed context log of one session id
 //	tool.call.<tool>                           TOOL_CALLS   tool call requests (work queue)
-//	tool.result.<sk>.<callId>                  TOOL_RESULTS tool results
+//	tool.result.<sk>                           TOOL_RESULTS tool results (call id in Agentbus-Call-Id)
 //	im.out.<platform>.<bot>.<scope>.<scene>    IM_OUT       outbound replies
 //	im.sent.<platform>.<bot>.<scope>.<scene>   IM_SENT      delivery receipts
 //	task.subagent.<id> / task.deferred.<id>    TASKS        background work (work queue)
@@ -126,13 +126,30 @@ func AgentCtxSubject(id SessionID) string {
 // ToolCallSubject is tool.call.<tool>.
 func ToolCallSubject(tool string) string { return PrefixToolCall + "." + EncodeToken(tool) }
 
-// ToolResultSubject is tool.result.<sk>.<callId>.
-func ToolResultSubject(k SessionKey, callID string) string {
+// ToolResultSubject is tool.result.<sk>: every tool result of a session. The call id is in
+// the result (ToolResult.CallID), its HeaderCallID and its Nats-Msg-Id, not in the subject: a
+// session has one result subject whatever the number of its calls, so the server's subject
+// index grows with sessions, not with calls (issue 41). "Has call X a result?" is a search of
+// the session's results stored since the call was requested (store.FindToolResult).
+func ToolResultSubject(k SessionKey) string {
+	return k.subject(PrefixToolResult)
+}
+
+// ToolResultCallSubject is tool.result.<sk>.<callId>: the subject tool results had before
+// issue 41 (one subject per call). Nothing publishes on it any more; TOOL_RESULTS keeps such
+// results until they age out (ToolResultsMaxAge), and every reader reads both layouts.
+func ToolResultCallSubject(k SessionKey, callID string) string {
 	return k.subject(PrefixToolResult, EncodeToken(callID))
 }
 
-// ToolResultSessionFilter matches every tool result of a session: tool.result.<sk>.*
-func ToolResultSessionFilter(k SessionKey) string {
+// ToolResultSessionFilter matches every tool result of a session in the current layout; it is
+// ToolResultSubject. ToolResultLegacySessionFilter matches those of the layout before issue
+// 41.
+func ToolResultSessionFilter(k SessionKey) string { return ToolResultSubject(k) }
+
+// ToolResultLegacySessionFilter matches a session's results stored before issue 41:
+// tool.result.<sk>.*
+func ToolResultLegacySessionFilter(k SessionKey) string {
 	return k.subject(PrefixToolResult, "*")
 }
 
@@ -423,14 +440,20 @@ func ParseToolCallSubject(subj string) (tool string, err error) {
 	return v[0], nil
 }
 
-// ParseToolResultSubject reverses ToolResultSubject.
+// ParseToolResultSubject reverses ToolResultSubject (callID "": it is in the message's
+// HeaderCallID) and ToolResultCallSubject.
 func ParseToolResultSubject(subj string) (k SessionKey, callID string, err error) {
-	toks, err := splitSubject(subj, PrefixToolResult, 2)
+	toks, err := splitSubject(subj, PrefixToolResult, 1)
 	if err != nil {
-		return SessionKey{}, "", err
+		if toks, err = splitSubject(subj, PrefixToolResult, 2); err != nil {
+			return SessionKey{}, "", err
+		}
 	}
 	if k, err = parseSK(subj, toks[0]); err != nil {
 		return SessionKey{}, "", err
+	}
+	if len(toks) == 1 {
+		return k, "", nil
 	}
 	v, err := decodeTokens(subj, toks[1:])
 	if err != nil {

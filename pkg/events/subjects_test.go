@@ -63,8 +63,9 @@ func TestSessionSubjectsExact(t *testing.T) {
 			AgentEvtTurnFilter(k, "t.1"):                 "agent.evt." + tok + "." + EncodeToken("t.1") + ".*",
 			AgentEvtSessionFilter(k):                     "agent.evt." + tok + ".>",
 			AgentCtxSubject(id):                          "agent.ctx." + tok + ".7",
-			ToolResultSubject(k, "call_1.x"):             "tool.result." + tok + "." + EncodeToken("call_1.x"),
-			ToolResultSessionFilter(k):                   "tool.result." + tok + ".*",
+			ToolResultSubject(k):                         "tool.result." + tok,
+			ToolResultCallSubject(k, "call_1.x"):         "tool.result." + tok + "." + EncodeToken("call_1.x"),
+			ToolResultLegacySessionFilter(k):             "tool.result." + tok + ".*",
 		} {
 			if got != want {
 				t.Errorf("%+v: got %q, want %q", k, got, want)
@@ -145,9 +146,14 @@ func TestSubjectsRoundTrip(t *testing.T) {
 			t.Errorf("ParseAgentCtxSubject(%q) = %v, %v", subj, gid, err)
 		}
 
-		subj = ToolResultSubject(k, "call_1.x")
+		subj = ToolResultCallSubject(k, "call_1.x")
 		checkSubject(t, subj)
 		if gk, call, err := ParseToolResultSubject(subj); err != nil || gk != k || call != "call_1.x" {
+			t.Errorf("ParseToolResultSubject(%q) = %v %q %v", subj, gk, call, err)
+		}
+		subj = ToolResultSubject(k)
+		checkSubject(t, subj)
+		if gk, call, err := ParseToolResultSubject(subj); err != nil || gk != k || call != "" {
 			t.Errorf("ParseToolResultSubject(%q) = %v %q %v", subj, gk, call, err)
 		}
 
@@ -190,8 +196,9 @@ func TestExactSubjects(t *testing.T) {
 		AgentEvtSessionFilter(k):                     "agent.evt.qq=3A10001=3Agroup=3A123.>",
 		AgentCtxSubject(NewSessionID(k, 3)):          "agent.ctx.qq=3A10001=3Agroup=3A123.3",
 		ToolCallSubject("bash"):                      "tool.call.bash",
-		ToolResultSubject(k, "c1"):                   "tool.result.qq=3A10001=3Agroup=3A123.c1",
-		ToolResultSessionFilter(k):                   "tool.result.qq=3A10001=3Agroup=3A123.*",
+		ToolResultSubject(k):                         "tool.result.qq=3A10001=3Agroup=3A123",
+		ToolResultCallSubject(k, "c1"):               "tool.result.qq=3A10001=3Agroup=3A123.c1",
+		ToolResultLegacySessionFilter(k):             "tool.result.qq=3A10001=3Agroup=3A123.*",
 		ScheduleSubject(k, "s1"):                     "schedule.qq=3A10001=3Agroup=3A123.s1",
 		AgentLiveSubject(k):                          "agent.live.qq=3A10001=3Agroup=3A123",
 		DeadLetterSubject("egress", "poison"):        "dlq.egress.poison",

@@ -10,7 +10,7 @@ import (
 // Tool traffic types.
 const (
 	TypeToolCall   = "tool.call"   // TOOL_CALLS   tool.call.<tool>
-	TypeToolResult = "tool.result" // TOOL_RESULTS tool.result.<sk>.<callId>
+	TypeToolResult = "tool.result" // TOOL_RESULTS tool.result.<sk>, call id in HeaderCallID
 )
 
 // Caller is who a tool call acts for: the gating inputs a tool worker checks against the tool's
@@ -88,7 +88,7 @@ func (c ToolCall) Validate() error {
 }
 
 // ToolResult is a call's outcome (TOOL_RESULTS, type "tool.result"), published on
-// ToolResultSubject(key, CallID) with Nats-Msg-Id = "result/" + CallID. It becomes the
+// ToolResultSubject(key) with Nats-Msg-Id = "result/" + CallID and HeaderCallID = CallID. It becomes the
 // toolResult message the model sees.
 type ToolResult struct {
 	CallID  string        `json:"callId"`

@@ -32,13 +32,36 @@ const receiptScanRounds = 5
 // is complete only once it has reached the last receipt the leader holds on the chat's subject
 // (natsutil.ConsistentGetMsg); until then it scans on from where it stopped.
 func FindReceipt(ctx context.Context, js jetstream.JetStream, sent jetstream.Stream, k events.SessionKey, outID string, since time.Time) (*jetstream.RawStreamMsg, error) {
-	subj := events.IMSentSubject(k)
+	found, err := FindOnSubject(ctx, js, sent, events.StreamIMSent, events.IMSentSubject(k), since, func(m *jetstream.RawStreamMsg) bool {
+		return receiptFor(m) == outID
+	})
+	if err != nil || found != nil {
+		if err != nil {
+			err = fmt.Errorf("receipt of %s: %w", outID, err)
+		}
+		return found, err
+	}
+	m, err := natsutil.GetMsg(ctx, js, sent, natsutil.MsgQuery{LastFor: events.IMSentPartSubject(k, outID)})
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, fmt.Errorf("receipt of %s: %w", outID, err)
+	}
+	return m, err
+}
+
+// FindOnSubject returns the first message of stream (named name) on subj stored at or after
+// since (zero: all of them) for which match is true, or nil when there is none.
+//
+// "None" is the stream leader's answer: the search pages with batched direct gets (any
+// replica answers, a lagging one with a prefix of the stream) and is complete only once it has
+// reached the last message the leader holds on subj (natsutil.ConsistentGetMsg); until then it
+// scans on from where it stopped, at most receiptScanRounds times.
+func FindOnSubject(ctx context.Context, js jetstream.JetStream, st jetstream.Stream, name, subj string, since time.Time, match func(*jetstream.RawStreamMsg) bool) (*jetstream.RawStreamMsg, error) {
 	var found *jetstream.RawStreamMsg
-	var last uint64 // the last receipt on subj the search has seen
+	var last uint64 // the last message on subj the search has seen
 	scan := func(seq uint64, from time.Time) error {
-		return Scan(ctx, js, events.StreamIMSent, subj, seq, from, func(m *jetstream.RawStreamMsg) bool {
+		return Scan(ctx, js, name, subj, seq, from, func(m *jetstream.RawStreamMsg) bool {
 			last = m.Sequence
-			if receiptFor(m) == outID {
+			if match(m) {
 				found = m
 				return false
 			}
@@ -50,15 +73,15 @@ func FindReceipt(ctx context.Context, js jetstream.JetStream, sent jetstream.Str
 	}
 	err := scan(0, since)
 	for round := 1; err == nil && found == nil; round++ {
-		lead, lerr := natsutil.ConsistentGetMsg(ctx, js, sent, natsutil.MsgQuery{LastFor: subj})
+		lead, lerr := natsutil.ConsistentGetMsg(ctx, js, st, natsutil.MsgQuery{LastFor: subj})
 		if errors.Is(lerr, jetstream.ErrMsgNotFound) || lerr == nil && (lead.Sequence <= last || lead.Time.Before(since)) {
-			break // the search saw every receipt the leader holds since then
+			break // the search saw every message the leader holds since then
 		}
 		if lerr != nil {
-			return nil, fmt.Errorf("receipt of %s: %w", outID, lerr)
+			return nil, lerr
 		}
 		if round >= receiptScanRounds {
-			return nil, fmt.Errorf("receipt of %s: replicas lag behind the leader (seen %d, leader %d)", outID, last, lead.Sequence)
+			return nil, fmt.Errorf("replicas of %s lag behind the leader (seen %d, leader %d)", name, last, lead.Sequence)
 		}
 		if last == 0 {
 			err = scan(0, since)
@@ -67,16 +90,50 @@ func FindReceipt(ctx context.Context, js jetstream.JetStream, sent jetstream.Str
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("receipt of %s: %w", outID, err)
+		return nil, err
 	}
-	if found != nil {
-		return found, nil
+	return found, nil
+}
+
+// ToolResultSkew is how far before a call was requested FindToolResult's callers look for its
+// result: the request's time is stamped by the caller's clock, the result's storage time by the
+// TOOL_RESULTS leader's, and a re-request (a resumed turn, a redelivery) may come after an
+// earlier attempt's result.
+const ToolResultSkew = 10 * time.Minute
+
+// FindToolResult finds the result (TOOL_RESULTS, stream handle results) of call callID of
+// session k: on the session's subject events.ToolResultSubject(k) among the results stored at
+// or after since (zero: all the stream holds), matched by events.HeaderCallID (or the result's
+// body), or on the call's own subject of the layout before issue 41
+// (events.ToolResultCallSubject). It returns jetstream.ErrMsgNotFound when there is none, as
+// the stream leader knows it (FindOnSubject): the answer decides whether a tool runs.
+func FindToolResult(ctx context.Context, js jetstream.JetStream, results jetstream.Stream, k events.SessionKey, callID string, since time.Time) (*jetstream.RawStreamMsg, error) {
+	found, err := FindOnSubject(ctx, js, results, events.StreamToolResults, events.ToolResultSubject(k), since, func(m *jetstream.RawStreamMsg) bool {
+		return ToolResultCallID(m.Header, m.Data) == callID
+	})
+	if err != nil || found != nil {
+		if err != nil {
+			err = fmt.Errorf("result of %s: %w", callID, err)
+		}
+		return found, err
 	}
-	m, err := natsutil.GetMsg(ctx, js, sent, natsutil.MsgQuery{LastFor: events.IMSentPartSubject(k, outID)})
+	m, err := natsutil.GetMsg(ctx, js, results, natsutil.MsgQuery{LastFor: events.ToolResultCallSubject(k, callID)})
 	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, fmt.Errorf("receipt of %s: %w", outID, err)
+		return nil, fmt.Errorf("result of %s: %w", callID, err)
 	}
 	return m, err
+}
+
+// ToolResultCallID is the call id a tool result answers: its HeaderCallID, or its body's.
+func ToolResultCallID(h nats.Header, data []byte) string {
+	if id := h.Get(events.HeaderCallID); id != "" {
+		return id
+	}
+	var r events.Event[events.ToolResult]
+	if events.UnmarshalMsg(&nats.Msg{Header: h, Data: data}, &r) != nil {
+		return ""
+	}
+	return r.Data.CallID
 }
 
 // receiptFor is the out id a stored receipt records: its HeaderOutID, or its body's.

@@ -60,6 +60,10 @@ type Call struct {
 	Fresh bool
 	// BusID maps a model call id to its bus id (nil: the scope's turn plus the model's id).
 	BusID func(callID string) string
+	// Since bounds the looks for the results of calls that are not Fresh: none of them was
+	// requested before it (zero: every result TOOL_RESULTS holds for the session, which is
+	// exact whatever requested the call id before).
+	Since time.Time
 }
 
 // Scope is who a tool call is made for: the session answering it, the turn (or task) that
@@ -112,8 +116,8 @@ func (x *Executor) Execute(ctx context.Context, call loop.ToolCallRequest) (loop
 	if x.BusID != nil {
 		busID = x.BusID(call.ID)
 	}
-	subj := events.ToolResultSubject(sc.SK, busID)
-	results, done := w.Router.Expect(subj)
+	subj := events.ToolResultSubject(sc.SK)
+	results, done := w.Router.Expect(busID)
 	defer done()
 	if !x.Subscribed {
 		sub, err := w.NC.ChanSubscribe(subj, w.Router.In())
@@ -123,7 +127,7 @@ func (x *Executor) Execute(ctx context.Context, call loop.ToolCallRequest) (loop
 		defer sub.Unsubscribe()
 	}
 	if x.Resumed {
-		if res, ok := x.existing(ctx, subj); ok {
+		if res, ok := x.existing(ctx, busID, x.Since); ok {
 			return x.after(ctx, call, res), nil
 		}
 	}
@@ -165,7 +169,13 @@ func (x *Executor) Execute(ctx context.Context, call loop.ToolCallRequest) (loop
 	}); err != nil {
 		return loop.ToolResult{}, fmt.Errorf("request tool %s: %w", call.Name, err)
 	}
-	res, err := x.await(ctx, call.Name, subj, results, m, ack.Sequence, time.UnixMilli(tc.Deadline))
+	// A fresh call's result is stored after its request; any other may have been answered for
+	// an earlier request of the same id.
+	since := x.Since
+	if tc.Fresh {
+		since = time.UnixMilli(ev.Time).Add(-store.ToolResultSkew)
+	}
+	res, err := x.await(ctx, call.Name, busID, results, m, ack.Sequence, time.UnixMilli(tc.Deadline), since)
 	if err != nil {
 		return res, err
 	}
@@ -194,8 +204,8 @@ func (x *Executor) after(ctx context.Context, call loop.ToolCallRequest, res loo
 //     any more, it withdraws the request; once the withdrawal succeeded nobody can start the
 //     call, and that is what the model is told.
 //
-// ctx (the turn) bounds the wait.
-func (x *Executor) await(ctx context.Context, tool, subj string, results <-chan *nats.Msg, req *nats.Msg, reqSeq uint64, deadline time.Time) (loop.ToolResult, error) {
+// ctx (the turn) bounds the wait; since bounds the looks (store.FindToolResult).
+func (x *Executor) await(ctx context.Context, tool, callID string, results <-chan *nats.Msg, req *nats.Msg, reqSeq uint64, deadline, since time.Time) (loop.ToolResult, error) {
 	w := x.c
 	recheck := min(max(time.Until(deadline)/4, time.Second), 10*time.Second)
 	timer := time.NewTimer(min(firstLook, time.Until(deadline)+time.Second))
@@ -213,7 +223,7 @@ func (x *Executor) await(ctx context.Context, tool, subj string, results <-chan 
 		case <-timer.C:
 		}
 		// A result may have been stored while nothing was subscribed, or routed past us.
-		if res, ok := x.existing(ctx, subj); ok {
+		if res, ok := x.existing(ctx, callID, since); ok {
 			return res, nil
 		}
 		timer.Reset(recheck)
@@ -231,13 +241,13 @@ func (x *Executor) await(ctx context.Context, tool, subj string, results <-chan 
 			again.Header.Set(nats.MsgIdHdr, fmt.Sprintf("%s.r%d", req.Header.Get(nats.MsgIdHdr), asked))
 			ack, perr := w.publishOnce(ctx, again)
 			if perr != nil {
-				w.Log.WarnContext(ctx, "re-request tool call", "tool", tool, "subject", subj, "err", perr)
+				w.Log.WarnContext(ctx, "re-request tool call", "tool", tool, "call", callID, "err", perr)
 				continue
 			}
 			reqSeq = ack.Sequence
-			w.Log.WarnContext(ctx, "tool call left the queue without a result; asked again", "tool", tool, "subject", subj, "attempt", asked)
+			w.Log.WarnContext(ctx, "tool call left the queue without a result; asked again", "tool", tool, "call", callID, "attempt", asked)
 		case err != nil:
-			w.Log.WarnContext(ctx, "check tool call request", "tool", tool, "subject", subj, "err", err)
+			w.Log.WarnContext(ctx, "check tool call request", "tool", tool, "call", callID, "err", err)
 		case time.Now().After(deadline) && !w.Catalog.Served(tool):
 			dctx, cancel := context.WithTimeout(ctx, BusTimeout)
 			derr := w.Calls.DeleteMsg(dctx, reqSeq)
@@ -245,13 +255,13 @@ func (x *Executor) await(ctx context.Context, tool, subj string, results <-chan 
 			if derr == nil {
 				// Withdrawn before any worker took it, unless one already holds it: a result
 				// from such a worker would have been found above or arrives on the next look.
-				if res, ok := x.existing(ctx, subj); ok {
+				if res, ok := x.existing(ctx, callID, since); ok {
 					return res, nil
 				}
 				return loop.ToolResult{}, fmt.Errorf("%w: %s was not run: no tool worker serves it (the request was withdrawn after its deadline)", ErrToolTimeout, tool)
 			}
 		case time.Now().After(deadline):
-			w.Log.InfoContext(ctx, "still waiting for a tool result", "tool", tool, "subject", subj, "past_deadline", time.Since(deadline).Round(time.Second))
+			w.Log.InfoContext(ctx, "still waiting for a tool result", "tool", tool, "call", callID, "past_deadline", time.Since(deadline).Round(time.Second))
 		}
 	}
 }
@@ -261,10 +271,11 @@ func (x *Executor) await(ctx context.Context, tool, subj string, results <-chan 
 // waits this long, not until its deadline.
 const firstLook = 2 * time.Second
 
-func (x *Executor) existing(ctx context.Context, subj string) (loop.ToolResult, bool) {
+// existing is the result of call callID stored since then (store.FindToolResult), if any.
+func (x *Executor) existing(ctx context.Context, callID string, since time.Time) (loop.ToolResult, bool) {
 	ctx, cancel := context.WithTimeout(ctx, BusTimeout)
 	defer cancel()
-	raw, err := natsutil.GetMsg(ctx, x.c.JS, x.c.Results, natsutil.MsgQuery{LastFor: subj})
+	raw, err := store.FindToolResult(ctx, x.c.JS, x.c.Results, x.Scope.SK, callID, since)
 	if err != nil {
 		return loop.ToolResult{}, false
 	}

@@ -4,17 +4,19 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/agentbus/agentbus/pkg/events"
 )
 
 // Router hands TOOL_RESULTS messages to the tool calls waiting for them. Each session
-// actor subscribes to its session's results once (tool.result.<sk>.*) into the router's one
+// actor subscribes to its session's results once (events.ToolResultSubject) into the router's one
 // channel, rather than every call subscribing and unsubscribing: a subscription per call cost a
 // goroutine, buffers and two server round trips' worth of interest changes.
 type Router struct {
 	in chan *nats.Msg
 
 	mu      sync.Mutex
-	waiting map[string]chan *nats.Msg // by result subject
+	waiting map[string]chan *nats.Msg // by call id
 }
 
 // resultBuffer bounds results received and not yet routed. Routing is a map lookup, so it
@@ -34,8 +36,12 @@ func (r *Router) Run(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case m := <-r.in:
+			id := m.Header.Get(events.HeaderCallID)
+			if id == "" { // a result of an older version: the call id is in its subject
+				_, id, _ = events.ParseToolResultSubject(m.Subject)
+			}
 			r.mu.Lock()
-			c := r.waiting[m.Subject]
+			c := r.waiting[id]
 			r.mu.Unlock()
 			if c != nil {
 				select {
@@ -47,17 +53,17 @@ func (r *Router) Run(stop <-chan struct{}) {
 	}
 }
 
-// Expect registers interest in the result on subject; done must be called when the call no
-// longer waits.
-func (r *Router) Expect(subject string) (results <-chan *nats.Msg, done func()) {
+// Expect registers interest in the result of call callID (events.HeaderCallID); done must be
+// called when the call no longer waits.
+func (r *Router) Expect(callID string) (results <-chan *nats.Msg, done func()) {
 	c := make(chan *nats.Msg, 1)
 	r.mu.Lock()
-	r.waiting[subject] = c
+	r.waiting[callID] = c
 	r.mu.Unlock()
 	return c, func() {
 		r.mu.Lock()
-		if r.waiting[subject] == c {
-			delete(r.waiting, subject)
+		if r.waiting[callID] == c {
+			delete(r.waiting, callID)
 		}
 		r.mu.Unlock()
 	}

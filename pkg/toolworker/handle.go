@@ -20,7 +20,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/metrics"
-	"github.com/agentbus/agentbus/pkg/natsutil"
+	"github.com/agentbus/agentbus/pkg/store"
 	"github.com/agentbus/agentbus/pkg/tools"
 	"github.com/agentbus/agentbus/pkg/tracing"
 )
@@ -39,7 +39,19 @@ type call struct {
 }
 
 func (c *call) subject() string {
-	return events.ToolResultSubject(c.ev.Data.SessionKey, c.ev.Data.CallID)
+	return events.ToolResultSubject(c.ev.Data.SessionKey)
+}
+
+// since is where the search for the call's result starts. A fresh call (never requested
+// before its request was made) can have no result older than its request: the request's
+// creation less store.ToolResultSkew. Any other call id may have been answered for an
+// earlier request (a subagent or deferred task run again, a resumed turn): the whole of what
+// TOOL_RESULTS retains for the session, as the subject per call answered before issue 41.
+func (c *call) since() time.Time {
+	if !c.ev.Data.Fresh || c.ev.Time <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(c.ev.Time).Add(-store.ToolResultSkew)
 }
 
 // handle runs the steps listed in the package doc for one delivered request.
@@ -78,7 +90,7 @@ func (h *Handle) handle(s *served, msg jetstream.Msg) {
 	// A call its caller marks fresh was never requested before, so on its first delivery no
 	// result can exist yet.
 	fresh := tc.Fresh && meta.NumDelivered == 1
-	switch err := h.resultExists(fresh, c.subject()); {
+	switch err := h.resultExists(fresh, c); {
 	case err == nil:
 		h.ack(c)
 		return
@@ -354,14 +366,14 @@ func (h *Handle) createMarker(key string, val []byte, until time.Time) (uint64, 
 // markerAttempt bounds one request of createMarker: a healthy leader answers well within it.
 const markerAttempt = 2 * time.Second
 
-// resultExists reports nil when a result is stored on subj, jetstream.ErrMsgNotFound when
+// resultExists reports nil when a result of the call is stored, jetstream.ErrMsgNotFound when
 // there is none (without asking when fresh), or the error of the look-up.
-func (h *Handle) resultExists(fresh bool, subj string) error {
+func (h *Handle) resultExists(fresh bool, c *call) error {
 	if fresh {
 		return jetstream.ErrMsgNotFound
 	}
 	// Confirmed with the stream leader: a lagging replica's "not found" would run the call twice.
-	_, err := natsutil.GetMsg(h.killCtx, h.opts.JS, h.results, natsutil.MsgQuery{LastFor: subj})
+	_, err := store.FindToolResult(h.killCtx, h.opts.JS, h.results, c.ev.Data.SessionKey, c.ev.Data.CallID, c.since())
 	return err
 }
 
@@ -472,7 +484,7 @@ func (h *Handle) awaitResult(c *call, until time.Time) bool {
 		defer sub.Unsubscribe()
 	}
 	for {
-		if _, err := natsutil.GetMsg(h.killCtx, h.opts.JS, h.results, natsutil.MsgQuery{LastFor: subj}); err == nil {
+		if h.resultExists(false, c) == nil {
 			return true
 		}
 		left := time.Until(until)
@@ -488,8 +500,15 @@ func (h *Handle) awaitResult(c *call, until time.Time) bool {
 			}
 			continue
 		}
+		// The session's subject carries every call's results: wait for this call's (or the
+		// step) before looking again.
 		ctx, cancel := context.WithTimeout(h.killCtx, step)
-		_, _ = sub.NextMsgWithContext(ctx)
+		for {
+			m, err := sub.NextMsgWithContext(ctx)
+			if err != nil || store.ToolResultCallID(m.Header, m.Data) == c.ev.Data.CallID {
+				break
+			}
+		}
 		cancel()
 	}
 }
@@ -591,18 +610,22 @@ func resultMsg(from events.Meta, sk events.SessionKey, callID, tool string, res 
 	tr := events.ToolResult{CallID: callID, Tool: tool, Content: content, IsError: res.IsError, Details: details,
 		Worker: worker, DurationMs: took.Milliseconds()}
 	ev := events.New(tr, events.WithCorrelation(&from))
-	subj := events.ToolResultSubject(sk, callID)
+	subj := events.ToolResultSubject(sk)
 	m, err := events.NewMsg(subj, ev)
 	if err != nil {
 		return nil, err
 	}
+	m.Header.Set(events.HeaderCallID, callID)
 	// Leave room for headers; an oversized result is replaced by an error the model can act on.
 	if maxPayload > 0 && int64(len(m.Data)) > maxPayload-4096 {
 		ev.Data.Content = []llm.Content{llm.Text(fmt.Sprintf(
 			"tool %s produced %d bytes of output, more than the bus can carry (%d); ask for less (narrower query, smaller range)",
 			tool, len(m.Data), maxPayload))}
 		ev.Data.Details, ev.Data.IsError = nil, true
-		return events.NewMsg(subj, ev)
+		if m, err = events.NewMsg(subj, ev); err == nil {
+			m.Header.Set(events.HeaderCallID, callID)
+		}
+		return m, err
 	}
 	return m, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/loop"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
+	"github.com/agentbus/agentbus/pkg/store"
 	"github.com/agentbus/agentbus/pkg/tools"
 )
 
@@ -131,7 +132,7 @@ func publishRaw(t testing.TB, js jetstream.JetStream, subj string, data []byte) 
 	}
 }
 
-// waitResult polls TOOL_RESULTS for the call's result.
+// waitResult polls TOOL_RESULTS for the call's result (on its session's subject).
 func waitResult(t testing.TB, js jetstream.JetStream, sk events.SessionKey, callID string) *events.Event[events.ToolResult] {
 	t.Helper()
 	ctx := context.Background()
@@ -139,14 +140,16 @@ func waitResult(t testing.TB, js jetstream.JetStream, sk events.SessionKey, call
 	if err != nil {
 		t.Fatal(err)
 	}
-	subj := events.ToolResultSubject(sk, callID)
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		raw, err := st.GetLastMsgForSubject(ctx, subj)
+		raw, err := store.FindToolResult(ctx, js, st, sk, callID, time.Time{})
 		if err == nil {
 			var ev events.Event[events.ToolResult]
 			if err := events.UnmarshalMsg(&nats.Msg{Data: raw.Data, Header: raw.Header}, &ev); err != nil {
 				t.Fatalf("decode result: %v", err)
+			}
+			if ev.Data.CallID != callID {
+				t.Fatalf("result of %s found for call %s", ev.Data.CallID, callID)
 			}
 			return &ev
 		}
@@ -159,18 +162,21 @@ func waitResult(t testing.TB, js jetstream.JetStream, sk events.SessionKey, call
 	return nil
 }
 
-// countResults is how many messages TOOL_RESULTS holds for the call.
+// countResults is how many messages TOOL_RESULTS holds for the call: those on its session's
+// subject whose HeaderCallID names it.
 func countResults(t testing.TB, js jetstream.JetStream, sk events.SessionKey, callID string) int {
 	t.Helper()
-	st, err := js.Stream(context.Background(), events.StreamToolResults)
+	n := 0
+	err := store.Scan(context.Background(), js, events.StreamToolResults, events.ToolResultSubject(sk), 1, time.Time{}, func(m *jetstream.RawStreamMsg) bool {
+		if m.Header.Get(events.HeaderCallID) == callID {
+			n++
+		}
+		return true
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(events.ToolResultSubject(sk, callID)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return int(info.State.Subjects[events.ToolResultSubject(sk, callID)])
+	return n
 }
 
 // waitDrained waits until the tool's consumer has nothing pending or unacked.

@@ -217,13 +217,21 @@ func (r *Reader) fetch(ctx context.Context, sk events.SessionKey) (*sources, err
 		})
 	}
 	g.Go(func() error {
-		return store.Scan(gctx, r.js, events.StreamToolResults, events.ToolResultSessionFilter(sk), 1, time.Time{}, func(m *jetstream.RawStreamMsg) bool {
-			ev := new(events.Event[events.ToolResult])
-			if events.UnmarshalMsg(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}, ev) == nil {
-				src.results = append(src.results, ev)
+		// The session's results, then those stored in the layout before issue 41 (a subject
+		// per call) until TOOL_RESULTS ages them out.
+		for _, filter := range []string{events.ToolResultSessionFilter(sk), events.ToolResultLegacySessionFilter(sk)} {
+			err := store.Scan(gctx, r.js, events.StreamToolResults, filter, 1, time.Time{}, func(m *jetstream.RawStreamMsg) bool {
+				ev := new(events.Event[events.ToolResult])
+				if events.UnmarshalMsg(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}, ev) == nil {
+					src.results = append(src.results, ev)
+				}
+				return true
+			})
+			if err != nil {
+				return err
 			}
-			return true
-		})
+		}
+		return nil
 	})
 	if sk.Platform != events.PlatformFork { // a fork's parts are never sent (egress skips them)
 		g.Go(func() error {

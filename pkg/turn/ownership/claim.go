@@ -62,32 +62,97 @@ func (o *Manager) confirm(s Session, gen uint64) error {
 	return nil
 }
 
-// followWorkers keeps o.view current from the watch of the worker leases and claims the
-// sessions that waited for a dead owner as soon as its lease has ended. The watch is started
-// again if it breaks; until it has delivered its initial values, liveness is asked of the
-// stream leader.
+// viewEvery is how often followWorkers reads every worker lease afresh. Between two reads a
+// replica hears no other replica's renewals: a watch of every worker lease cost each replica
+// one delivery per renewal of every peer (N² deliveries per renewal period, issue 41), while
+// a read every viewEvery costs each replica N messages per viewEvery. What the view answers
+// tolerates that age: a peer's death is found by its ring predecessors' probes (peers.go),
+// which take its sessions over themselves; a hint this view still calls alive rings a dead
+// doorbell, whose delivery comes back after AckWait while the session's new owner already
+// reads its inbox (it hears the inbox subject); a new replica is probed and weighed in
+// rebalancing from the next read on; liveness that decides a claim is asked of the stream
+// leader (alive) whenever the view does not show the owner live with that epoch.
+//
+// The interval grows with the replicas, viewPerPeer per worker lease read, so that the reads
+// cost each replica at most 1/viewPerPeer messages a second whatever their number: 5 s up to
+// 50 replicas, 10 s at 100, 60 s at 600.
+var viewEvery = 5 * time.Second
+
+const viewPerPeer = 100 * time.Millisecond
+
+// viewInterval is the wait before the next read when the last one showed n worker leases.
+func viewInterval(n int) time.Duration { return max(viewEvery, time.Duration(n)*viewPerPeer) }
+
+// followWorkers keeps o.view current by reading every worker lease (a watch until it has
+// delivered its initial values) every viewEvery, and claims the sessions that waited for a
+// dead owner as soon as a read shows its lease ended. Until the first read has succeeded,
+// liveness is asked of the stream leader.
 func (o *Manager) followWorkers() {
 	defer o.wg.Done()
 	for o.ctx.Err() == nil {
-		evs, err := o.leases.WatchWorkers(o.ctx)
-		if err != nil {
-			o.log.Warn("watch worker leases; retrying", "err", err)
+		n, err := o.readWorkers()
+		if err != nil && o.ctx.Err() == nil {
+			o.log.Warn("read worker leases; retrying", "err", err)
 			select {
 			case <-o.ctx.Done():
 			case <-time.After(time.Second):
 			}
 			continue
 		}
-		for ev := range evs {
-			o.seeWorker(ev)
+		select {
+		case <-o.ctx.Done():
+		case <-time.After(viewInterval(n)):
 		}
-		o.mu.Lock()
-		o.viewReady = false
-		clear(o.view)
-		o.mu.Unlock()
 	}
 }
 
+// readWorkers reads every worker lease and replaces the view with what it shows: a lease
+// seen is kept at the largest epoch seen (a delete marker marks it gone); a peer the read no
+// longer shows is dropped, unless it is gone and this replica has yet to take its sessions
+// over (peerDead deletes it then).
+// It returns the number of worker leases read.
+func (o *Manager) readWorkers() (int, error) {
+	ctx, cancel := context.WithCancel(o.ctx)
+	defer cancel()
+	evs, err := o.leases.WatchWorkers(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var seen []store.WorkerLeaseEvent
+	complete := false
+	for ev := range evs {
+		if ev.Initial {
+			complete = true
+			break
+		}
+		seen = append(seen, ev)
+	}
+	if !complete {
+		if err := o.ctx.Err(); err != nil {
+			return 0, err
+		}
+		return 0, errors.New("the watch of the worker leases ended before its initial values")
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	view := make(map[string]workerSeen, len(seen))
+	for _, ev := range seen {
+		s, ok := view[ev.Worker]
+		if !ok {
+			s = o.view[ev.Worker]
+		}
+		view[ev.Worker] = o.applyLocked(s, ev)
+	}
+	for id, s := range o.view {
+		if _, ok := view[id]; !ok && s.gone && s.epoch > o.adopted[id] {
+			view[id] = s
+		}
+	}
+	o.view, o.viewReady = view, true
+	return len(seen), nil
+}
+
+// seeWorker applies one event of the worker leases to the view.
 func (o *Manager) seeWorker(ev store.WorkerLeaseEvent) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -95,15 +160,23 @@ func (o *Manager) seeWorker(ev store.WorkerLeaseEvent) {
 		o.viewReady = true
 		return
 	}
-	s := o.view[ev.Worker]
+	o.view[ev.Worker] = o.applyLocked(o.view[ev.Worker], ev)
+}
+
+// applyLocked is what the view shows of a worker, s, after ev: a delete marker ends the
+// lease (and holds rebalancing while its sessions move, when the lease was seen live), a put
+// of a larger or equal epoch replaces it.
+func (o *Manager) applyLocked(s workerSeen, ev store.WorkerLeaseEvent) workerSeen {
 	switch {
 	case ev.Epoch == 0:
+		if !s.gone && s.epoch > 0 { // once per lease seen live, not on each read of its marker
+			o.holdRebalanceLocked(time.Now())
+		}
 		s.gone = true
-		o.holdRebalanceLocked(time.Now())
 	case ev.Epoch >= s.epoch:
 		s = workerSeen{epoch: ev.Epoch, sessions: ev.Sessions}
 	}
-	o.view[ev.Worker] = s
+	return s
 }
 
 // staleLocked reports whether the watch has shown that owner's worker lease of epoch ended

@@ -48,6 +48,11 @@
 // lease has ended is stale for every replica, and a delivery that comes back is claimed as any
 // other.
 //
+// The view of the worker leases (which peers live, at which epoch, with how many sessions) is
+// read afresh every 5 s or so (claim.go, viewInterval), not watched renewal by renewal: a watch
+// cost every replica a delivery per renewal of every peer, N² in all. What needs certainty (a
+// claim's liveness check) asks the stream leader whenever the view does not show the owner live.
+//
 // Lapsed leases. A renewal that cannot reach the bus (a NATS node failing over) does not stop
 // the actors: they keep their sessions, and context commits wait (awaitFence) until the lease
 // is back, renewed at its old revision or acquired again with the same epoch
