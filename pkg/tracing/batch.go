@@ -112,7 +112,10 @@ func (b *batcher) OnEnd(s sdktrace.ReadOnlySpan) {
 		return
 	}
 	b.queue = append(b.queue, s)
-	full := len(b.queue) == b.batchSize
+	// At or past a batch, not only at it: a kick sent late (after the loop took the queue
+	// for an earlier kick) can make the loop take a part batch, and the queue would then
+	// pass the batch size without ever being equal to it.
+	full := len(b.queue) >= b.batchSize
 	b.mu.Unlock()
 	if full {
 		select {
@@ -134,13 +137,15 @@ func (b *batcher) loop() {
 		var flushed chan struct{}
 		select {
 		case <-b.stop:
-			b.exportAll(&spare)
+			b.export(&spare, true)
 			return
 		case <-b.kick:
+			b.export(&spare, false) // full batches only; the delay still runs for the rest
+			continue
 		case <-t.C:
 		case flushed = <-b.flushes:
 		}
-		b.exportAll(&spare)
+		b.export(&spare, true)
 		if flushed != nil {
 			close(flushed)
 		}
@@ -148,21 +153,32 @@ func (b *batcher) loop() {
 	}
 }
 
-// exportAll exports everything queued, a batch at a time, and keeps the emptied buffer as the
-// next spare (no allocation per export).
-func (b *batcher) exportAll(spare *[]sdktrace.ReadOnlySpan) {
+// export exports what is queued, a batch at a time, and keeps the emptied buffer as the next
+// spare (no allocation per export). Unless whole, it takes only full batches and leaves the
+// rest queued for the next kick or the delay: a kick can arrive late, after the loop took the
+// queue for an earlier one, and a part batch taken then would leave the queue short of a
+// batch until the delay (5 s by default) although the spans that follow fill one.
+func (b *batcher) export(spare *[]sdktrace.ReadOnlySpan, whole bool) {
 	b.mu.Lock()
 	all := b.queue
-	b.queue = (*spare)[:0]
+	n := len(all)
+	if !whole {
+		n -= n % b.batchSize
+	}
+	if n == 0 {
+		b.mu.Unlock()
+		return
+	}
+	b.queue = append((*spare)[:0], all[n:]...)
 	b.mu.Unlock()
-	for out := all; len(out) > 0; {
-		n := min(len(out), b.batchSize)
+	for out := all[:n]; len(out) > 0; {
+		k := min(len(out), b.batchSize)
 		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-		if err := b.exp.ExportSpans(ctx, out[:n]); err != nil {
+		if err := b.exp.ExportSpans(ctx, out[:k]); err != nil {
 			otel.Handle(err)
 		}
 		cancel()
-		out = out[n:]
+		out = out[k:]
 	}
 	clear(all) // the spans are garbage now
 	*spare = all[:0]
