@@ -2,11 +2,8 @@ package llmbus_test
 
 import (
 	"context"
-	"encoding/json"
 	"sync/atomic"
 	"testing"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
@@ -60,7 +57,7 @@ func TestConformanceOpenAIOverBus(t *testing.T) {
 				Input: []string{"text", "image"}, Cost: testCost, ContextWindow: 128000, MaxTokens: 32768}
 		},
 		StreamsToolArguments: true,
-		RequestToolCallIDs:   openaiToolCallIDs,
+		RequestToolCallIDs:   providertest.OpenAIToolCallIDs,
 		ValidToolCallID:      func(id string) bool { return id != "" && len(id) <= 40 },
 	})
 }
@@ -93,28 +90,3 @@ func TestConformanceFauxOverBus(t *testing.T) {
 		StreamsToolArguments: true,
 	})
 }
-
-func openaiToolCallIDs(body []byte) []string {
-	var req struct {
-		Messages []struct {
-			Role       string `json:"role"`
-			ToolCallID string `json:"tool_call_id"`
-			ToolCalls  []struct {
-				ID string `json:"id"`
-			} `json:"tool_calls"`
-		} `json:"messages"`
-	}
-	_ = json.Unmarshal(body, &req)
-	var ids []string
-	for _, m := range req.Messages {
-		for _, c := range m.ToolCalls {
-			ids = append(ids, c.ID)
-		}
-		if m.Role == "tool" {
-			ids = append(ids, m.ToolCallID)
-		}
-	}
-	return ids
-}
-
-var _ = nats.ErrNoResponders

@@ -183,29 +183,8 @@ func openaiHarness() providertest.Harness {
 				Input: []string{"text", "image"}, Cost: testCost, ContextWindow: 128000, MaxTokens: 32768}
 		},
 		StreamsToolArguments: true,
-		RequestToolCallIDs: func(body []byte) []string {
-			var req struct {
-				Messages []struct {
-					Role       string `json:"role"`
-					ToolCallID string `json:"tool_call_id"`
-					ToolCalls  []struct {
-						ID string `json:"id"`
-					} `json:"tool_calls"`
-				} `json:"messages"`
-			}
-			_ = json.Unmarshal(body, &req)
-			var ids []string
-			for _, m := range req.Messages {
-				for _, c := range m.ToolCalls {
-					ids = append(ids, c.ID)
-				}
-				if m.Role == "tool" {
-					ids = append(ids, m.ToolCallID)
-				}
-			}
-			return ids
-		},
-		ValidToolCallID: func(id string) bool { return id != "" && len(id) <= 40 },
+		RequestToolCallIDs:   providertest.OpenAIToolCallIDs,
+		ValidToolCallID:      func(id string) bool { return id != "" && len(id) <= 40 },
 	}
 }
 

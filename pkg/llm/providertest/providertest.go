@@ -411,3 +411,28 @@ func CheckRequestBody(t testing.TB, body []byte) {
 		t.Errorf("request body is not valid JSON: %.300s", body)
 	}
 }
+
+// OpenAIToolCallIDs is a RequestToolCallIDs for providers that send the OpenAI chat-completions
+// body: the ids of the assistant messages' tool calls and of the tool results, in order.
+func OpenAIToolCallIDs(body []byte) []string {
+	var req struct {
+		Messages []struct {
+			Role       string `json:"role"`
+			ToolCallID string `json:"tool_call_id"`
+			ToolCalls  []struct {
+				ID string `json:"id"`
+			} `json:"tool_calls"`
+		} `json:"messages"`
+	}
+	_ = json.Unmarshal(body, &req)
+	var ids []string
+	for _, m := range req.Messages {
+		for _, c := range m.ToolCalls {
+			ids = append(ids, c.ID)
+		}
+		if m.Role == "tool" {
+			ids = append(ids, m.ToolCallID)
+		}
+	}
+	return ids
+}
