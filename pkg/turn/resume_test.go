@@ -438,13 +438,14 @@ func TestCommitWithoutRecordIsFinishedFromTheCommit(t *testing.T) {
 	if n := h.faux.Calls(); n != 0 {
 		t.Errorf("model called %d times, want 0 (the turn was committed)", n)
 	}
-	tl, err := w.readTurn(ctx, sk, turn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !tl.committed {
-		t.Error("no turn_committed record was written for the finished turn")
-	}
+	// The turn_committed record follows the reply's acks (publishReply): wait for it.
+	waitFor(t, func() bool {
+		tl, err := w.readTurn(ctx, sk, turn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tl.committed
+	})
 	loaded, err := w.ctxlog.LoadContext(ctx, sid)
 	if err != nil {
 		t.Fatal(err)
