@@ -553,25 +553,27 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 	}
 	p.spawn("profile cache", profiles.Run)
 	mem := memory.New(cfg.DataDir, memory.Limits{})
-	p.turnOpts = turn.Options{AI: cfg.AI, Models: reg, Log: log.With("role", "turn-worker"),
-		Metrics: metrics.NewTurn(p.Metrics), DeadLetters: metrics.NewDeadLetters(p.Metrics),
-		StreamFn: fb.Stream, Health: p.Costs, Secrets: cfg.Secrets(),
-		ModelsReport: func() string { return models.Report(cfg.AI, reg, nil, mgr.Status()) },
-		Prompt:       &promptSources{profiles: profiles, dataDir: cfg.DataDir, memory: mem}, Skills: p.skillStore(cfg, log), Memory: mem,
-		Endpoints: webhookEndpoints(cfg),
-		FetchImage: func(ctx context.Context, url string) ([]byte, string, error) {
-			res, err := guard.Fetch(ctx, url, netguard.FetchOptions{MaxBytes: maxImageBytes, Timeout: 20 * time.Second})
-			if err != nil {
-				return nil, "", err
-			}
-			if res.Status < 200 || res.Status > 299 {
-				return nil, "", fmt.Errorf("HTTP %d", res.Status)
-			}
-			if res.Truncated {
-				return nil, "", fmt.Errorf("image over %d bytes", maxImageBytes)
-			}
-			return res.Body, res.ContentType, nil
-		}}
+	o := turnOptions(cfg.AI, reg) // options.go
+	o.Log = log.With("role", "turn-worker")
+	o.Metrics, o.DeadLetters = metrics.NewTurn(p.Metrics), metrics.NewDeadLetters(p.Metrics)
+	o.StreamFn, o.Health, o.Secrets = fb.Stream, p.Costs, cfg.Secrets()
+	o.ModelsReport = func() string { return models.Report(cfg.AI, reg, nil, mgr.Status()) }
+	o.Prompt, o.Skills, o.Memory = &promptSources{profiles: profiles, dataDir: cfg.DataDir, memory: mem}, p.skillStore(cfg, log), mem
+	o.Endpoints = webhookEndpoints(cfg)
+	o.FetchImage = func(ctx context.Context, url string) ([]byte, string, error) {
+		res, err := guard.Fetch(ctx, url, netguard.FetchOptions{MaxBytes: maxImageBytes, Timeout: 20 * time.Second})
+		if err != nil {
+			return nil, "", err
+		}
+		if res.Status < 200 || res.Status > 299 {
+			return nil, "", fmt.Errorf("HTTP %d", res.Status)
+		}
+		if res.Truncated {
+			return nil, "", fmt.Errorf("image over %d bytes", maxImageBytes)
+		}
+		return res.Body, res.ContentType, nil
+	}
+	p.turnOpts = o
 	if p.turnOpts.Tracer, err = p.tracer(ctx, "turn-worker"); err != nil {
 		return err
 	}
@@ -600,12 +602,9 @@ func (p *Process) AddTurnWorker(ctx context.Context, id string) (*turn.Worker, e
 		return nil, err
 	}
 	o := p.turnOpts
-	o.ID = id
-	w, err := turn.New(ctx, b.NC, b.JS, o)
+	o.ID, o.NC, o.JS = id, b.NC, b.JS
+	w, err := turn.Run(ctx, o)
 	if err != nil {
-		return nil, err
-	}
-	if err := w.Start(ctx); err != nil {
 		return nil, err
 	}
 	p.onStop("turn worker "+w.ID(), w.Stop)

@@ -2,11 +2,16 @@ package app
 
 import (
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/egress"
 	"github.com/agentbus/agentbus/pkg/ingest"
+	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/models"
+	"github.com/agentbus/agentbus/pkg/turn"
 )
 
 // Roles read no YAML: the composition root maps each block of the configuration onto the
@@ -50,5 +55,64 @@ func ingestOptions(ai config.AI, bots map[string]ingest.BotRoles, log *slog.Logg
 		},
 		Bots: bots,
 		Log:  log,
+	}
+}
+
+// turnOptions maps the ai: block (defaults already applied by pkg/config) onto the turn
+// worker's Options: model routing and per-model tuning through pkg/models, the rest field by
+// field. The caller adds the process's parts (stream, prompt sources, metrics, hooks).
+func turnOptions(ai config.AI, reg *llm.Registry) turn.Options {
+	ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+	a, s, cx, c := ai.Agent, ai.Sessions, ai.Context, ai.Agent.Compaction
+	agents := make(map[string]turn.Binding, len(ai.Agents))
+	for name, b := range ai.Agents {
+		agents[name] = turn.Binding{Provider: b.Provider, Model: b.Model, Priority: b.Priority, HasMedia: b.Match.HasMedia}
+	}
+	var mcp []string
+	for _, name := range slices.Sorted(maps.Keys(ai.MCPServers)) {
+		if !ai.MCPServers[name].Disabled {
+			mcp = append(mcp, name)
+		}
+	}
+	return turn.Options{
+		Models: reg,
+		Route: func(hasMedia []string) (*llm.Model, error) {
+			_, m, err := models.Route(ai, reg, hasMedia)
+			return m, err
+		},
+		Agents: agents,
+		Harness: func(provider, modelID string) turn.Harness {
+			h := models.ResolveHarness(a, provider, modelID)
+			return turn.Harness{MaxIterations: h.MaxIterations, MaxTools: h.MaxTools, MaxSkills: h.MaxSkills,
+				AlwaysTools: h.AlwaysTools, ToolExecution: h.ToolExecution, Thinking: h.Thinking,
+				ModelSize: h.ModelSizeHint, SkillInstructionMaxChars: h.SkillInstructionMaxChars}
+		},
+		ToolTimeout:    ms(a.ToolTimeoutMs),
+		TurnTimeout:    ms(a.TimeoutMs),
+		PreExecTimeout: ms(a.PreExecTimeoutMs),
+		Concurrency:    a.Concurrency,
+		CollectWindow:  ms(a.CollectWindowMs),
+		SteeringMode:   a.SteeringMode,
+		FollowUpMode:   a.FollowUpMode,
+		Workspace:      a.Workspace,
+		PhaseTrace:     a.PhaseTrace,
+		NoToneHints:    !config.Bool(a.ToneAwareness, true),
+		RateLimit: turn.RateLimit{PerMinute: a.RateLimit.PerMinute, PerHour: a.RateLimit.PerHour, PerDay: a.RateLimit.PerDay,
+			IncludeMasters: a.RateLimit.IncludeMasters},
+		ContextTokens:   a.ContextTokens,
+		MaxHistoryShare: a.MaxHistoryShare,
+		Compaction: turn.Compaction{
+			Disabled: !config.Bool(c.Enabled, true), NoAuto: !config.Bool(c.Auto, true),
+			KeepRecentTokens: c.KeepRecentTokens, MinKeepCount: c.MinKeepCount, ReserveTokens: c.ReserveTokens,
+			Model: c.Model, NoMemoryFlush: !config.Bool(c.MemoryFlush, true),
+		},
+		History: turn.History{
+			MaxHistory: s.MaxHistory, ColdStartMaxMessages: s.ColdStartMaxMessages, ColdStartMaxAge: ms(s.ColdStartMaxAgeMs),
+			IdleArchive: ms(s.SessionIdleArchiveMs), Expire: ms(s.ExpireMs),
+			Legacy: turn.LegacyContext{Enabled: config.Bool(cx.Enabled, false), MaxRecentMessages: cx.MaxRecentMessages,
+				SummaryThreshold: cx.SummaryThreshold, KeepAfterSummary: cx.KeepAfterSummary, MaxContextTokens: cx.MaxContextTokens},
+		},
+		MCPServers: mcp,
+		AI:         ai, // the background-task runners' hand-off (turn.TaskConfig)
 	}
 }

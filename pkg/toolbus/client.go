@@ -10,11 +10,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
-	"github.com/agentbus/agentbus/pkg/models"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/store"
 	"github.com/agentbus/agentbus/pkg/tracing"
@@ -39,8 +37,10 @@ type Client struct {
 	Catalog *Catalog
 	// Timeout bounds a call whose catalogue entry names no timeout.
 	Timeout time.Duration
-	// Agent sizes the harness hints a call carries (models.ResolveHarness).
-	Agent config.Agent
+	// Hints returns what a call tells the tool of the model it serves: the model's size
+	// ("small", "medium", "large") and its skill-instruction budget in characters (the turn
+	// worker resolves them from ai.agent.modelHarness). nil: calls carry neither.
+	Hints func(provider, modelID string) (size string, skillChars int)
 	// After does what a result asks of the caller itself (nil: nothing); see Call.Resumed.
 	After func(ctx context.Context, sc Scope, resumed bool, call loop.ToolCallRequest, res loop.ToolResult) loop.ToolResult
 	Log   *slog.Logger
@@ -144,8 +144,10 @@ func (x *Executor) Execute(ctx context.Context, call loop.ToolCallRequest) (loop
 		Fresh:      x.Fresh,
 	}
 	if m := sc.Model; m != nil {
-		h := models.ResolveHarness(w.Agent, m.Provider, m.ID)
-		tc.Model, tc.ModelSize, tc.SkillChars = m.Provider+"/"+m.ID, h.ModelSizeHint, h.SkillInstructionMaxChars
+		tc.Model = m.Provider + "/" + m.ID
+		if w.Hints != nil {
+			tc.ModelSize, tc.SkillChars = w.Hints(m.Provider, m.ID)
+		}
 	}
 	if dl, ok := ctx.Deadline(); ok && dl.UnixMilli() < tc.Deadline {
 		tc.Deadline = dl.UnixMilli() // a background task's time limit bounds its tool call too

@@ -608,7 +608,7 @@ func (a *actor) enqueue(pt *pendingTurn) error {
 // window so far is recorded as an open turn ("collecting"), so a takeover starts it.
 func (a *actor) gather(pt *pendingTurn) error {
 	a.mu.Lock()
-	window := time.Duration(a.w.opts.AI.Agent.CollectWindowMs) * time.Millisecond
+	window := a.w.opts.CollectWindow
 	if a.collect == nil {
 		a.collect = pt
 	} else {

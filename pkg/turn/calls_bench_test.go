@@ -120,8 +120,9 @@ ai:
 		b.Fatal(err)
 	}
 	model := &callModel{replyBytes: replyBytes}
-	w, err := New(context.Background(), ns.NC, ns.JS, Options{ID: "bench", AI: cfg.AI, Models: reg, StreamFn: model.stream,
-		Memory: memory.New(b.TempDir(), memory.Limits{}), Log: quietLog()})
+	o := modelOptions(cfg.AI, reg)
+	o.ID, o.StreamFn, o.Memory, o.Log = "bench", model.stream, memory.New(b.TempDir(), memory.Limits{}), quietLog()
+	w, err := New(context.Background(), ns.NC, ns.JS, o)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/command"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/execpolicy"
-	"github.com/agentbus/agentbus/pkg/models"
+	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/sandbox"
 )
 
@@ -289,7 +289,26 @@ func (cs commands) modelsReport() string {
 	if w.opts.ModelsReport != nil {
 		return w.opts.ModelsReport()
 	}
-	return models.Report(w.opts.AI, w.opts.Models, nil, nil)
+	return registryReport(w.opts.Models)
+}
+
+// registryReport is /models without Options.ModelsReport: each provider of reg with the
+// models it knows.
+func registryReport(reg *llm.Registry) string {
+	var b strings.Builder
+	b.WriteString("Providers:")
+	for _, alias := range reg.Aliases() {
+		ms, _ := reg.Models(alias)
+		ids := make([]string, 0, len(ms))
+		for _, m := range ms {
+			ids = append(ids, m.ID)
+		}
+		if len(ids) == 0 {
+			ids = append(ids, "no models known yet")
+		}
+		fmt.Fprintf(&b, "\n- %s: %s", alias, strings.Join(ids, ", "))
+	}
+	return b.String()
 }
 
 func (cs commands) healthReport() string {

@@ -48,7 +48,7 @@ func (cs commands) compactionReply(c events.Command, from events.Sender, pt *pen
 	if !from.HasRole(events.RoleMaster) && !from.HasRole(events.RoleTrusted) {
 		return "/compact is for the bot's masters and trusted users only."
 	}
-	ctx, cancel := context.WithTimeout(a.ctx, time.Duration(a.w.opts.AI.Agent.TimeoutMs)*time.Millisecond)
+	ctx, cancel := context.WithTimeout(a.ctx, a.w.opts.TurnTimeout)
 	defer cancel()
 	out, err := a.cx.compactContext(ctx, sid, model, a.w.compactionSettings(model), c.Raw, "command", nil, nil)
 	switch {

@@ -66,8 +66,8 @@ func (cs commands) mcpReport(m events.IMMessage) string {
 			byServer[srv] = append(byServer[srv], t.Name)
 		}
 	}
-	for name, s := range a.w.opts.AI.MCPServers {
-		if _, ok := byServer[name]; !ok && !s.Disabled {
+	for _, name := range a.w.opts.MCPServers {
+		if _, ok := byServer[name]; !ok {
 			byServer[name] = nil
 		}
 	}
@@ -91,7 +91,7 @@ func (cs commands) mcpReport(m events.IMMessage) string {
 // bindingsReport lists ai.agents: each binding, what it resolves to and when it is used.
 func (cs commands) bindingsReport() string {
 	w := cs.a.w
-	agents := w.opts.AI.Agents
+	agents := w.opts.Agents
 	if len(agents) == 0 {
 		return "No ai.agents bindings: turns use the best model of the configured providers."
 	}
@@ -109,8 +109,8 @@ func (cs commands) bindingsReport() string {
 		if ab.Priority != 0 {
 			fmt.Fprintf(&b, ", priority %d", ab.Priority)
 		}
-		if len(ab.Match.HasMedia) > 0 {
-			fmt.Fprintf(&b, ", for messages with %s", strings.Join(ab.Match.HasMedia, "/"))
+		if len(ab.HasMedia) > 0 {
+			fmt.Fprintf(&b, ", for messages with %s", strings.Join(ab.HasMedia, "/"))
 		}
 	}
 	return b.String()
@@ -170,11 +170,7 @@ func (cs commands) policyLine() string {
 	if p != "" {
 		return p + " (chosen with /queue)"
 	}
-	d := a.w.opts.AI.Agent.Concurrency
-	if d == "" {
-		d = "parallel"
-	}
-	return d + " (ai.agent.concurrency)"
+	return a.w.opts.Concurrency + " (ai.agent.concurrency)"
 }
 
 // modelCommand is /model [name]: without a name it shows the model and the choices; with one
@@ -213,7 +209,7 @@ func (cs commands) modelCommand(arg string) (string, error) {
 func (cs commands) modelChoices() string {
 	w := cs.a.w
 	var names []string
-	names = append(names, sortedKeys(w.opts.AI.Agents)...)
+	names = append(names, sortedKeys(w.opts.Agents)...)
 	if w.opts.Models != nil {
 		for _, alias := range w.opts.Models.Aliases() {
 			ms, err := w.opts.Models.Models(alias)
@@ -243,7 +239,7 @@ func (w *Worker) resolveModel(name string) (*llm.Model, error) {
 	if w.opts.Models == nil {
 		return nil, fmt.Errorf("no providers configured")
 	}
-	if b, ok := w.opts.AI.Agents[name]; ok {
+	if b, ok := w.opts.Agents[name]; ok {
 		if b.Provider == "" {
 			return w.defaultModel()
 		}
@@ -294,7 +290,7 @@ func (a *actor) concurrency() string {
 	if p != "" {
 		return p
 	}
-	return a.w.opts.AI.Agent.Concurrency
+	return a.w.opts.Concurrency
 }
 
 // usageReport sums the usage of the assistant messages in this conversation (the current

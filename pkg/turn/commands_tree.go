@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/agentbus/agentbus/pkg/compaction"
 	"github.com/agentbus/agentbus/pkg/events"
@@ -178,7 +177,7 @@ func (cs commands) treeReply(c events.Command, from events.Sender, pt *pendingTu
 	if err != nil {
 		return "⚠️ " + err.Error()
 	}
-	ctx, cancel := context.WithTimeout(a.ctx, time.Duration(a.w.opts.AI.Agent.TimeoutMs)*time.Millisecond)
+	ctx, cancel := context.WithTimeout(a.ctx, a.w.opts.TurnTimeout)
 	defer cancel()
 	moved, err := cs.moveLeaf(ctx, sid, model, leaf, restore)
 	if err != nil {

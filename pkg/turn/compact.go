@@ -30,23 +30,23 @@ var errStillFits = errors.New("turn: context fits after an earlier compaction")
 const overflowReply = "this conversation no longer fits the model's context window, even after compacting it. " +
 	"Send /compact to summarize more of it, or /reset to start a new conversation (chat history is kept)."
 
-// compactionSettings are ai.agent.compaction for model m.
+// compactionSettings are Options.Compaction (ai.agent.compaction) for model m.
 func (w *Worker) compactionSettings(m *llm.Model) compaction.Settings {
-	c := w.opts.AI.Agent.Compaction
+	c := w.opts.Compaction
 	s := compaction.Settings{
-		Enabled: c.Enabled == nil || *c.Enabled, Auto: c.Auto == nil || *c.Auto,
+		Enabled: !c.Disabled, Auto: !c.NoAuto,
 		KeepRecentTokens: c.KeepRecentTokens, MinKeepCount: c.MinKeepCount, ReserveTokens: c.ReserveTokens,
 	}
 	if m != nil {
 		s.ContextWindow = m.ContextWindow
 	}
 	if s.ContextWindow <= 0 {
-		s.ContextWindow = w.opts.AI.Agent.ContextTokens // ai.agent.contextTokens: the window when the model's is unknown
+		s.ContextWindow = w.opts.ContextTokens // ai.agent.contextTokens: the window when the model's is unknown
 	}
 	s = s.Effective()
 	// What is kept must leave room below the history-share trigger, or every turn would
 	// compact again.
-	if share := w.opts.AI.Agent.MaxHistoryShare; share > 0 && share < 1 {
+	if share := w.opts.MaxHistoryShare; share > 0 && share < 1 {
 		s.KeepRecentTokens = max(1, min(s.KeepRecentTokens, int(share*float64(s.ContextWindow))/2))
 	}
 	s.SummaryTokens = min(maxSummaryTokens, max(minSummaryTokens, s.KeepRecentTokens/2))
@@ -108,7 +108,7 @@ func (w *Worker) autoTrigger(est *compaction.Estimator, m *llm.Model, l store.Lo
 	if th := s.Threshold(); th > 0 {
 		budget = th - max(0, total-history)
 	}
-	if share := w.opts.AI.Agent.MaxHistoryShare; share > 0 && share < 1 && s.ContextWindow > 0 {
+	if share := w.opts.MaxHistoryShare; share > 0 && share < 1 && s.ContextWindow > 0 {
 		shareCap = int(share * float64(s.ContextWindow))
 		budget = min(budget, shareCap)
 	}
@@ -118,15 +118,15 @@ func (w *Worker) autoTrigger(est *compaction.Estimator, m *llm.Model, l store.Lo
 	if shareCap > 0 && history > shareCap {
 		return afterCompaction(s, budget), "history share", true
 	}
-	cx := w.opts.AI.Context
-	legacy := cx.Enabled != nil && *cx.Enabled
-	limit := w.opts.AI.Sessions.MaxHistory
+	cx := w.opts.History.Legacy
+	legacy := cx.Enabled
+	limit := w.opts.History.MaxHistory
 	if legacy && cx.SummaryThreshold > 0 && (limit <= 0 || cx.SummaryThreshold < limit) {
 		limit = cx.SummaryThreshold
 	}
 	// The context log loads at most coldStartMaxMessages: a load that reaches that bound may
 	// already leave messages out, so it is summarized before more fall out unsummarized.
-	if cold := w.opts.AI.Sessions.ColdStartMaxMessages; cold > 1 && (limit <= 0 || cold-1 < limit) {
+	if cold := w.opts.History.ColdStartMaxMessages; cold > 1 && (limit <= 0 || cold-1 < limit) {
 		limit = cold - 1
 	}
 	if limit > 0 && len(l.Messages) > limit {
@@ -150,8 +150,8 @@ func (w *Worker) autoTrigger(est *compaction.Estimator, m *llm.Model, l store.Lo
 // historyBound is the most messages a turn loads after the summary (ai.sessions.maxHistory and
 // ai.context.maxRecentMessages, the smaller): the safety net when compaction could not run.
 func (w *Worker) historyBound() int {
-	n := w.opts.AI.Sessions.MaxHistory
-	if m := w.opts.AI.Context.MaxRecentMessages; m > 0 && (n <= 0 || m < n) {
+	n := w.opts.History.MaxHistory
+	if m := w.opts.History.Legacy.MaxRecentMessages; m > 0 && (n <= 0 || m < n) {
 		n = m
 	}
 	return n
@@ -173,7 +173,7 @@ func (w *Worker) boundHistory(l store.Loaded) store.Loaded {
 
 // summaryModel is ai.agent.compaction.model ("provider/model") or else the turn's model.
 func (w *Worker) summaryModel(turnModel *llm.Model) *llm.Model {
-	if ref := w.opts.AI.Agent.Compaction.Model; ref != "" {
+	if ref := w.opts.Compaction.Model; ref != "" {
 		if p, id, ok := strings.Cut(ref, "/"); ok {
 			if m, err := w.opts.Models.GetModel(p, id); err == nil {
 				return m

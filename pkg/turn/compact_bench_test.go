@@ -95,8 +95,9 @@ ai:
 			b.Fatal(err)
 		}
 		model := &sizedModel{}
-		w, err := New(context.Background(), ns.NC, ns.JS, Options{ID: "bench", AI: cfg.AI, Models: reg, StreamFn: model.stream,
-			Log: quietLog()})
+		o := modelOptions(cfg.AI, reg)
+		o.ID, o.StreamFn, o.Log = "bench", model.stream, quietLog()
+		w, err := New(context.Background(), ns.NC, ns.JS, o)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -45,10 +45,9 @@ func TestToolCallOfUnknownFateIsAwaited(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = first.Stop(context.Background()) })
 
-	w, err := New(context.Background(), h.ns.NC, h.ns.JS, Options{
-		ID: "w1", AI: h.cfg.AI, Models: h.reg, StreamFn: h.faux.Stream,
-		LeaseTTL: 2 * time.Second, AckWait: 2 * time.Second,
-	})
+	o := h.options("w1")
+	o.LeaseTTL, o.AckWait = 2*time.Second, 2*time.Second
+	w, err := New(context.Background(), h.ns.NC, h.ns.JS, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,8 +95,9 @@ func TestToolResultMissedOnTheSubscriptionIsFound(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = tw.Stop(context.Background()) })
-	w, err := New(context.Background(), h.ns.NC, h.ns.JS, Options{ID: "w1", AI: h.cfg.AI, Models: h.reg, StreamFn: h.faux.Stream,
-		ToolTimeout: time.Minute})
+	o := h.options("w1")
+	o.ToolTimeout = time.Minute
+	w, err := New(context.Background(), h.ns.NC, h.ns.JS, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,8 +31,7 @@ const memoryFlushIterations = 4
 func (co contextOps) memoryFlush(ctx context.Context, t *turnRun, loaded store.Loaded, system string) {
 	a := co.a
 	mem := a.w.opts.Memory
-	flag := a.w.opts.AI.Agent.Compaction.MemoryFlush
-	if mem == nil || flag != nil && !*flag {
+	if mem == nil || a.w.opts.Compaction.NoMemoryFlush {
 		return
 	}
 	if !mayWriteSharedMemory(t.msg.Sender) {

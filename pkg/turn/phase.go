@@ -15,7 +15,7 @@ const PhasePrefix = "[AGENT_PHASE]"
 // phaseTracing reports whether turns log their phases: ai.agent.phaseTrace or
 // ZHIN_AGENT_PHASE_TRACE=1.
 func (w *Worker) phaseTracing() bool {
-	return w.opts.AI.Agent.PhaseTrace || os.Getenv(PhaseTraceEnv) == "1"
+	return w.opts.PhaseTrace || os.Getenv(PhaseTraceEnv) == "1"
 }
 
 // phase logs one stable phase line of the turn when tracing is on: "[AGENT_PHASE] <phase>"

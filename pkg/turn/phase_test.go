@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
 )
 
@@ -35,13 +34,12 @@ func (s *syncBuffer) String() string {
 // [AGENT_PHASE]; without it a turn logs none.
 func TestPhaseTrace(t *testing.T) {
 	for _, on := range []bool{true, false} {
-		h := newHarness(t, func(c *config.Config) { c.AI.Agent.PhaseTrace = on }, faux.WithResponder(faux.Echo))
+		h := newHarness(t, func(o *Options) { o.PhaseTrace = on }, faux.WithResponder(faux.Echo))
 		var buf syncBuffer
-		w, err := New(context.Background(), h.ns.NC, h.ns.JS, Options{
-			ID: "w1", AI: h.cfg.AI, Models: h.reg, StreamFn: h.faux.Stream,
-			LeaseTTL: 2 * time.Second, AckWait: 2 * time.Second, IdleRelease: 5 * time.Second,
-			Log: slog.New(slog.NewTextHandler(&buf, nil)),
-		})
+		o := h.options("w1")
+		o.LeaseTTL, o.AckWait, o.IdleRelease = 2*time.Second, 2*time.Second, 5*time.Second
+		o.Log = slog.New(slog.NewTextHandler(&buf, nil))
+		w, err := New(context.Background(), h.ns.NC, h.ns.JS, o)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,11 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
-	"github.com/agentbus/agentbus/pkg/models"
 	"github.com/agentbus/agentbus/pkg/skills"
 )
 
@@ -120,14 +118,28 @@ var alwaysTools = []string{"ask_user", "activate_skill", "user_profile", "spawn_
 // recent is the conversation before the turn: the tools it called lately stay offered, so that
 // an answer like "yes" to the model's question can continue what was going on.
 func (w *Worker) selectTools(m events.IMMessage, input, recent []llm.Message) ([]events.ToolEntry, []loop.AgentTool, string) {
-	a := w.opts.AI.Agent
-	return w.selectToolsWith(config.Harness{MaxTools: a.MaxTools, MaxSkills: a.MaxSkills}, m, input, recent)
+	h := w.harness("", "")
+	return w.selectToolsWith(Harness{MaxTools: h.MaxTools, MaxSkills: h.MaxSkills}, m, input, recent)
 }
 
-// selectToolsWith is selectTools under a model's resolved harness (models.ResolveHarness):
+// harness is Options.Harness for the model (the zero Harness without one).
+func (w *Worker) harness(provider, modelID string) Harness {
+	if w.opts.Harness == nil {
+		return Harness{}
+	}
+	return w.opts.Harness(provider, modelID)
+}
+
+// toolHints are what a tool call says of the model it serves (toolbus.Client.Hints).
+func (w *Worker) toolHints(provider, modelID string) (size string, skillChars int) {
+	h := w.harness(provider, modelID)
+	return h.ModelSize, h.SkillInstructionMaxChars
+}
+
+// selectToolsWith is selectTools under a model's resolved harness (Options.Harness):
 // its maxTools and maxSkills bound the selection and its alwaysTools are offered whatever the
 // message, like the built-in resident tools (still only those the sender may use).
-func (w *Worker) selectToolsWith(h config.Harness, m events.IMMessage, input, recent []llm.Message) ([]events.ToolEntry, []loop.AgentTool, string) {
+func (w *Worker) selectToolsWith(h Harness, m events.IMMessage, input, recent []llm.Message) ([]events.ToolEntry, []loop.AgentTool, string) {
 	v := w.tools.View(m)
 	var text strings.Builder
 	for _, in := range input {
@@ -184,7 +196,7 @@ func hasImage(m events.IMMessage, input []llm.Message) bool {
 	return false
 }
 
-// pickModel routes a turn to an ai.agents binding (models.Route): the vision binding when the
+// pickModel routes a turn to an ai.agents binding (Options.Route): the vision binding when the
 // message carries an image, else ai.agents.zhin, else the best model there is. override is the
 // chat's /model choice: it wins unless the message has an image the model cannot see. One that
 // no longer resolves (configuration changed) is logged and routing applies.
@@ -202,20 +214,18 @@ func (w *Worker) pickModel(m events.IMMessage, input []llm.Message, override str
 			return om, nil
 		}
 	}
-	_, model, err := models.Route(w.opts.AI, w.opts.Models, kinds)
-	return model, err
+	return w.opts.Route(kinds)
 }
 
 // defaultModel is the model of a text turn.
 func (w *Worker) defaultModel() (*llm.Model, error) {
-	_, model, err := models.Route(w.opts.AI, w.opts.Models, nil)
-	return model, err
+	return w.opts.Route(nil)
 }
 
 // maxIterations is the model's harness value (ai.agent.maxIterations, built-in size
 // defaults, modelHarness provider patterns and models), +3 when skill tools are offered.
 func (w *Worker) maxIterations(m *llm.Model, offered []events.ToolEntry) int {
-	n := models.ResolveHarness(w.opts.AI.Agent, m.Provider, m.ID).MaxIterations
+	n := w.harness(m.Provider, m.ID).MaxIterations
 	for _, t := range offered { // seed: multi-step skill flows get 3 more iterations
 		if t.Name == "activate_skill" || t.Name == "install_skill" {
 			return n + skills.SkillIterationBonus

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
@@ -27,7 +26,7 @@ const maxLimitedUsers = 100_000
 // turn worker limits the sessions it owns, so with N turn workers a user whose chats are owned
 // by different workers may get up to N times the limit (docs/configuration.md).
 type callLimiter struct {
-	cfg config.AgentRateLimit
+	cfg RateLimit
 	now func() time.Time
 
 	mu    sync.Mutex
@@ -46,7 +45,7 @@ type window struct {
 var limitSpans = [3]time.Duration{time.Minute, time.Hour, 24 * time.Hour}
 var limitNames = [3]string{"minute", "hour", "day"}
 
-func newCallLimiter(cfg config.AgentRateLimit) *callLimiter {
+func newCallLimiter(cfg RateLimit) *callLimiter {
 	return &callLimiter{cfg: cfg, now: time.Now, users: map[string]*userCalls{}}
 }
 
@@ -102,7 +101,7 @@ func (l *callLimiter) sweep(now time.Time) {
 // rateLimitReply. Masters are not limited unless rateLimit.includeMasters is set.
 func (t *turnRun) rateLimited(stream loop.StreamFunc) loop.StreamFunc {
 	w := t.a.w
-	if w.limiter == nil || (t.msg.Sender.HasRole(events.RoleMaster) && !w.opts.AI.Agent.RateLimit.IncludeMasters) {
+	if w.limiter == nil || (t.msg.Sender.HasRole(events.RoleMaster) && !w.opts.RateLimit.IncludeMasters) {
 		return stream
 	}
 	if stream == nil {

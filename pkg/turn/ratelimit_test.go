@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
 )
@@ -13,7 +12,7 @@ import (
 // ai.agent.rateLimit: a user's third model call in a minute with perMinute 2 is refused and
 // the reply says when to come back; a master in another chat is not limited.
 func TestRateLimitPerUser(t *testing.T) {
-	h := newHarness(t, func(c *config.Config) { c.AI.Agent.RateLimit = config.AgentRateLimit{PerMinute: 2} }, faux.WithResponder(faux.Echo))
+	h := newHarness(t, func(o *Options) { o.RateLimit = RateLimit{PerMinute: 2} }, faux.WithResponder(faux.Echo))
 	h.worker("w1")
 	for i, text := range []string{"one", "two", "three"} {
 		h.send(sk, "m"+text, text)
@@ -42,7 +41,7 @@ func TestRateLimitPerUser(t *testing.T) {
 // counted again; the hour limit holds across minutes.
 func TestCallLimiterWindows(t *testing.T) {
 	now := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
-	l := newCallLimiter(config.AgentRateLimit{PerMinute: 2, PerHour: 3})
+	l := newCallLimiter(RateLimit{PerMinute: 2, PerHour: 3})
 	l.now = func() time.Time { return now }
 	steps := []struct {
 		advance time.Duration

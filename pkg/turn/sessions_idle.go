@@ -8,12 +8,12 @@ import (
 
 // idleLimit is how long a session may stay quiet before its next conversation event starts a
 // new epoch: the smaller positive of ai.sessions.sessionIdleArchiveMs and ai.sessions.expireMs
-// (0 = never).
+// (0 = never): Options.History.IdleArchive and Expire.
 func (w *Worker) idleLimit() time.Duration {
-	s := w.opts.AI.Sessions
+	h := w.opts.History
 	var d time.Duration
-	for _, ms := range []int64{s.SessionIdleArchiveMs, s.ExpireMs} {
-		if v := time.Duration(ms) * time.Millisecond; v > 0 && (d == 0 || v < d) {
+	for _, v := range []time.Duration{h.IdleArchive, h.Expire} {
+		if v > 0 && (d == 0 || v < d) {
 			d = v
 		}
 	}

@@ -309,8 +309,8 @@ func TestKilledWorkerTakenOverWithoutWaitingForTTL(t *testing.T) {
 // workerWith starts a worker like harness.worker, with its options changed by mutate.
 func (h *harness) workerWith(id string, mutate func(*Options)) *Worker {
 	h.t.Helper()
-	o := Options{ID: id, AI: h.cfg.AI, Models: h.reg, StreamFn: h.faux.Stream,
-		LeaseTTL: 2 * time.Second, AckWait: 2 * time.Second, IdleRelease: 5 * time.Second}
+	o := h.options(id)
+	o.LeaseTTL, o.AckWait, o.IdleRelease = 2*time.Second, 2*time.Second, 5*time.Second
 	mutate(&o)
 	w, err := New(context.Background(), h.ns.NC, h.ns.JS, o)
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/llm"
 )
 
@@ -74,8 +73,9 @@ func detectTone(text string) string {
 
 // toneSection is the system prompt section for the turn's input ("" when tone awareness is
 // off or the input has no clear tone).
-func toneSection(a config.Agent, input []llm.Message) string {
-	if !config.Bool(a.ToneAwareness, true) {
+// on is Options.NoToneHints negated (ai.agent.toneAwareness).
+func toneSection(on bool, input []llm.Message) string {
+	if !on {
 		return ""
 	}
 	var b strings.Builder

@@ -4,7 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
@@ -40,12 +39,7 @@ func TestToneAwarenessInSystemPrompt(t *testing.T) {
 		return faux.Response{Text: "tone: none"}
 	}
 	for _, off := range []bool{false, true} {
-		h := newHarness(t, func(c *config.Config) {
-			if off {
-				v := false
-				c.AI.Agent.ToneAwareness = &v
-			}
-		}, faux.WithResponder(seen))
+		h := newHarness(t, func(o *Options) { o.NoToneHints = off }, faux.WithResponder(seen))
 		h.worker("w1")
 		k := events.SessionKey{Platform: "webhook", Bot: "b1", Scope: "private", Scene: "tone"}
 		h.send(k, "m1", "这个怎么还是不行！！！")

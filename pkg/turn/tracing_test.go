@@ -43,10 +43,10 @@ func TestTurnSpans(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-			w, err := New(context.Background(), h.ns.NC, h.ns.JS, Options{
-				ID: "w1", AI: h.cfg.AI, Models: h.reg, StreamFn: tracing.WrapStream(h.faux.Stream), Tracer: tp,
-				LeaseTTL: 2 * time.Second, AckWait: 2 * time.Second, IdleRelease: 5 * time.Second,
-			})
+			o := h.options("w1")
+			o.StreamFn, o.Tracer = tracing.WrapStream(h.faux.Stream), tp
+			o.LeaseTTL, o.AckWait, o.IdleRelease = 2*time.Second, 2*time.Second, 5*time.Second
+			w, err := New(context.Background(), h.ns.NC, h.ns.JS, o)
 			if err != nil {
 				t.Fatal(err)
 			}

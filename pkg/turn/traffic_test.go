@@ -60,10 +60,9 @@ func TestIdleReplicaTraffic(t *testing.T) {
 			}
 			for i := range n {
 				nc, js := h.ns.Connect(t)
-				w, err := New(context.Background(), nc, js, Options{
-					ID: fmt.Sprintf("idle-%02d", i), AI: h.cfg.AI, Models: h.reg, StreamFn: h.faux.Stream,
-					LeaseTTL: 2 * time.Second, AckWait: 2 * time.Second,
-				})
+				o := h.options(fmt.Sprintf("idle-%02d", i))
+				o.LeaseTTL, o.AckWait = 2*time.Second, 2*time.Second
+				w, err := New(context.Background(), nc, js, o)
 				if err != nil {
 					t.Fatal(err)
 				}

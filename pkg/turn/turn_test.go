@@ -29,13 +29,37 @@ import (
 type harness struct {
 	t     *testing.T
 	ns    *natstest.Server
-	cfg   *config.Config
+	cfg   *config.Config // ai.providers, ai.agents and the task runners' hand-off (Options.AI)
+	base  Options        // what every worker gets (modelOptions, changed by newHarness's mutate)
 	reg   *llm.Registry
 	faux  *faux.Provider
 	inbox *inbox.Publisher // chained, as ingest publishes
 }
 
-func newHarness(t *testing.T, mutate func(*config.Config), fopts ...faux.Option) *harness {
+// modelOptions are the Options pkg/app derives from ai.providers and ai.agents (its
+// turnOptions): the registry, routing and per-model harness through pkg/models, the bindings.
+func modelOptions(ai config.AI, reg *llm.Registry) Options {
+	agents := map[string]Binding{}
+	for name, b := range ai.Agents {
+		agents[name] = Binding{Provider: b.Provider, Model: b.Model, Priority: b.Priority, HasMedia: b.Match.HasMedia}
+	}
+	return Options{Models: reg, Agents: agents,
+		Route: func(hasMedia []string) (*llm.Model, error) {
+			_, m, err := models.Route(ai, reg, hasMedia)
+			return m, err
+		},
+		Harness: func(provider, modelID string) Harness {
+			h := models.ResolveHarness(ai.Agent, provider, modelID)
+			return Harness{MaxIterations: h.MaxIterations, MaxTools: h.MaxTools, MaxSkills: h.MaxSkills,
+				AlwaysTools: h.AlwaysTools, ToolExecution: h.ToolExecution, Thinking: h.Thinking,
+				ModelSize: h.ModelSizeHint, SkillInstructionMaxChars: h.SkillInstructionMaxChars}
+		},
+		AI: ai}
+}
+
+// newHarness starts a server and prepares workers for a faux provider under the ai.agents
+// binding zhin; mutate (may be nil) changes the Options every worker of the harness gets.
+func newHarness(t *testing.T, mutate func(*Options), fopts ...faux.Option) *harness {
 	t.Helper()
 	ns := natstest.New(t, natstest.WithMemoryStorage())
 	cfg, err := config.Parse([]byte(`
@@ -48,22 +72,31 @@ ai:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mutate != nil {
-		mutate(cfg)
-	}
 	reg, err := models.NewRegistry(cfg.AI.Providers)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &harness{t: t, ns: ns, cfg: cfg, reg: reg, faux: faux.New(fopts...), inbox: inbox.NewPublisher(ns.JS)}
+	h := &harness{t: t, ns: ns, cfg: cfg, reg: reg, faux: faux.New(fopts...), inbox: inbox.NewPublisher(ns.JS)}
+	h.base = modelOptions(cfg.AI, reg)
+	if mutate != nil {
+		mutate(&h.base)
+	}
+	return h
+}
+
+// options are the harness's Options for a worker named id, streaming from its faux provider.
+// The task runners' hand-off (AI) is read now, so a test may change h.cfg.AI before.
+func (h *harness) options(id string) Options {
+	o := h.base
+	o.ID, o.StreamFn, o.AI = id, h.faux.Stream, h.cfg.AI
+	return o
 }
 
 func (h *harness) worker(id string) *Worker {
 	h.t.Helper()
-	w, err := New(context.Background(), h.ns.NC, h.ns.JS, Options{
-		ID: id, AI: h.cfg.AI, Models: h.reg, StreamFn: h.faux.Stream,
-		LeaseTTL: 2 * time.Second, AckWait: 2 * time.Second, IdleRelease: 5 * time.Second,
-	})
+	o := h.options(id)
+	o.LeaseTTL, o.AckWait, o.IdleRelease = 2*time.Second, 2*time.Second, 5*time.Second
+	w, err := New(context.Background(), h.ns.NC, h.ns.JS, o)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -257,7 +290,7 @@ func TestTwoWorkersKeepPerSessionOrder(t *testing.T) {
 	}
 	for _, mixed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("mixed=%v", mixed), func(t *testing.T) {
-			h := newHarness(t, func(c *config.Config) { c.AI.Agent.Concurrency = "queue" }, faux.WithResponder(faux.Echo))
+			h := newHarness(t, func(o *Options) { o.Concurrency = "queue" }, faux.WithResponder(faux.Echo))
 			h.worker("w1")
 			h.worker("w2")
 			const sessions, msgs = 20, 5

@@ -12,7 +12,6 @@ import (
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
-	"github.com/agentbus/agentbus/pkg/models"
 	"github.com/agentbus/agentbus/pkg/store"
 	"github.com/agentbus/agentbus/pkg/tracing"
 )
@@ -21,7 +20,7 @@ import (
 // get that long (seed: "单次 Agent 回合超时"); the flush, commit and reply that follow run on
 // ctx, so a turn that ran out of time still commits what it has and says why it stopped.
 func (t *turnRun) runLoopWithin(ctx context.Context, persisted []llm.Message) (*llm.Message, []llm.Message, error) {
-	limit := time.Duration(t.a.w.opts.AI.Agent.TimeoutMs) * time.Millisecond
+	limit := t.a.w.opts.TurnTimeout
 	if limit <= 0 {
 		return t.runLoop(ctx, persisted)
 	}
@@ -62,14 +61,14 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 	}
 	t.mu.Unlock()
 	// The model's harness: ai.agent, the built-in size defaults, then ai.agent.modelHarness.
-	harness := models.ResolveHarness(w.opts.AI.Agent, t.model.Provider, t.model.ID)
+	harness := w.harness(t.model.Provider, t.model.ID)
 	t.phase("turn.start", "resumed", len(persisted) > 0)
 	tools, agentTools, skillText := w.selectToolsWith(harness, t.msg, t.input, loaded.Messages)
 	t.phase("tools.collected", "tools", len(agentTools))
 	if pre := t.preExecute(ctx); pre != "" {
 		skillText += "\n## Pre-executed tool results\n" + pre
 	}
-	skillText += toneSection(w.opts.AI.Agent, t.input) // ai.agent.toneAwareness (tone.go)
+	skillText += toneSection(!w.opts.NoToneHints, t.input) // ai.agent.toneAwareness (tone.go)
 	system := w.systemPrompt(ctx, t.msg, t.model, tools, skillText)
 	if t.persona != "" {
 		system = withPersona(system, t.persona)
@@ -79,7 +78,6 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 	}
 	loaded = t.autoCompact(ctx, loaded, system) // L2 when the context nears the window (compact.go)
 	ac := &loop.AgentContext{SystemPrompt: system, Messages: contextMessages(loaded), Tools: agentTools}
-	agentCfg := w.opts.AI.Agent
 	cfg := &loop.Config{
 		Model:         t.model,
 		StreamFn:      w.opts.StreamFn,
@@ -88,12 +86,12 @@ func (t *turnRun) runLoop(ctx context.Context, persisted []llm.Message) (*llm.Me
 		Executor:      t.tracedExecutor(),
 		MaxIterations: w.maxIterations(t.model, tools),
 		GetSteeringMessages: func() []llm.Message {
-			return t.drain(&t.steerQ, agentCfg.SteeringMode)
+			return t.drain(&t.steerQ, w.opts.SteeringMode)
 		},
 		GetFollowUpMessages: func() []llm.Message {
-			return t.drain(&t.followQ, agentCfg.FollowUpMode)
+			return t.drain(&t.followQ, w.opts.FollowUpMode)
 		},
-		AfterToolCall:  scrubToolError(agentCfg.Workspace),
+		AfterToolCall:  scrubToolError(w.opts.Workspace),
 		StopAfterTools: stopOnAsk, // ask_user: the question goes to the chat, the answer is the next message
 	}
 	if cs := w.compactionSettings(t.model); cs.Enabled {
@@ -149,7 +147,7 @@ func (t *turnRun) preExecute(ctx context.Context) string {
 	if len(pre) == 0 {
 		return ""
 	}
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(t.a.w.opts.AI.Agent.PreExecTimeoutMs)*time.Millisecond)
+	ctx, cancel := context.WithTimeout(ctx, t.a.w.opts.PreExecTimeout)
 	defer cancel()
 	out := make([]string, len(pre))
 	var wg sync.WaitGroup

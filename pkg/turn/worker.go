@@ -27,7 +27,6 @@ package turn
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -35,19 +34,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentbus/agentbus/pkg/approvals"
-	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
-	"github.com/agentbus/agentbus/pkg/hooks"
 	"github.com/agentbus/agentbus/pkg/inbox"
-	"github.com/agentbus/agentbus/pkg/llm"
-	"github.com/agentbus/agentbus/pkg/loop"
-	"github.com/agentbus/agentbus/pkg/memory"
-	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/natsutil"
-	"github.com/agentbus/agentbus/pkg/skills"
 	"github.com/agentbus/agentbus/pkg/store"
 	"github.com/agentbus/agentbus/pkg/tasks"
 	"github.com/agentbus/agentbus/pkg/toolbus"
@@ -56,68 +47,6 @@ import (
 
 // ConsumerName is the durable consumer all turn-worker replicas share.
 const ConsumerName = ownership.ConsumerName
-
-// Options configure a Worker. Zero values pick the documented defaults.
-type Options struct {
-	// ID names this replica in leases and logs (default: a random id).
-	ID string
-	// AI is the ai: block (agents, agent, sessions, trigger).
-	AI config.AI
-	// Models resolves ai.agents bindings to models.
-	Models *llm.Registry
-	// LeaseTTL is the TTL of the replica's liveness lease (default 2s; whole seconds, at least
-	// 1s), renewed every LeaseTTL/3. A killed worker's sessions are taken over once its
-	// doorbell has had no responders for 400 ms (peers.go); the TTL is the fallback for a
-	// process that stalls with its connection open.
-	LeaseTTL time.Duration
-	// AckWait of the shared consumer (default 2s); held deliveries get in-progress acks every
-	// AckWait/3, so a crashed worker's deliveries come back after at most AckWait.
-	AckWait time.Duration
-	// IdleRelease is how long an actor with nothing to do keeps its session (default 60s).
-	// Longer keeps more sessions warm on this replica; an idle actor costs memory (its
-	// session's context stays cached), no bus traffic: its claim is never renewed. A message
-	// that finds no actor pays a cold start on its reply path (the claim, the session record,
-	// the inbox's last event, the last commit, the context), so the default outlasts the pause
-	// between two messages of a conversation: people answer within seconds to a minute, and
-	// at 2,000 sessions and 200 turns/s each session talks every 10 s, which a release after
-	// 10 s turned into a cold start for nearly every message.
-	IdleRelease time.Duration
-	// ToolTimeout bounds one tool call (default ai.agent.toolTimeout).
-	ToolTimeout time.Duration
-	// Endpoints are the configured IM endpoints that hold no connection ("webhook/<bot>"),
-	// which /endpoints lists besides the adapters in KV presence.
-	Endpoints []string
-	// StreamFn replaces llm.Stream (tests, benchmarks).
-	StreamFn loop.StreamFunc
-	// Tracer records a span per turn and per tool call (nil: off). Model-call spans come from
-	// the StreamFn, wrapped with tracing.WrapStream by the composition root.
-	Tracer trace.TracerProvider
-	// Secrets are removed from model errors before they are stored or shown
-	// (llm.StreamOptions.Secrets): every configured provider key, token and password.
-	Secrets []string
-	// Prompt adds sections to the system prompt (bootstrap files, profiles); may be nil.
-	Prompt PromptSource
-	// Health adds lines to /health; may be nil.
-	Health HealthSource
-	// ModelsReport answers /models (default: models.Report without discovery status).
-	ModelsReport func() string
-	// Skills drives the seed's two-level tool selection (skills by keywords, then tools
-	// ranked, ai.agent.maxSkills / maxTools); nil offers every permitted tool.
-	Skills *skills.Store
-	// FetchImage inlines an image a message references by URL, for vision models; nil sends
-	// the reference as text.
-	FetchImage func(ctx context.Context, url string) (data []byte, mimeType string, err error)
-	// Memory holds the memory files the housekeeping turn before a compaction may write; nil
-	// skips that turn.
-	Memory *memory.Store
-	// Metrics counts turns, sessions owned and lease takeovers; DeadLetters the dead letters
-	// this worker publishes. nil: not counted.
-	Metrics     *metrics.Turn
-	DeadLetters *metrics.DeadLetters
-	Log         *slog.Logger
-	// Hooks runs the turn worker's ai.hooks events (nil: none; hooks.go).
-	Hooks *hooks.Runner
-}
 
 // Worker runs session actors for every session whose lease it holds.
 type Worker struct {
@@ -164,38 +93,20 @@ type Worker struct {
 
 }
 
-// New prepares a worker on a provisioned JetStream.
+// New prepares a worker on a provisioned JetStream: it fills the defaults of opts, validates
+// them (an error wraps ErrConfig) and opens the streams and buckets the worker uses (ctx bounds
+// that). It starts nothing: Start does; Run is New and Start in one call.
 func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Options) (*Worker, error) {
-	if opts.ID == "" {
-		opts.ID = "tw-" + events.NewID()[:8]
-	}
-	if opts.LeaseTTL == 0 {
-		opts.LeaseTTL = 2 * time.Second
-	}
-	if opts.AckWait == 0 {
-		opts.AckWait = 2 * time.Second
-	}
-	if opts.IdleRelease == 0 {
-		opts.IdleRelease = time.Minute
-	}
-	if opts.ToolTimeout == 0 {
-		opts.ToolTimeout = time.Duration(opts.AI.Agent.ToolTimeoutMs) * time.Millisecond
-		if opts.ToolTimeout == 0 {
-			opts.ToolTimeout = time.Minute
-		}
-	}
-	if opts.Log == nil {
-		opts.Log = slog.Default()
-	}
-	if opts.Models == nil {
-		return nil, errors.New("turn: Options.Models is required")
+	opts.setDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
 	killCtx, killNow := context.WithCancel(context.Background())
 	w := &Worker{opts: opts, nc: nc, js: js, killCtx: killCtx, killNow: killNow, done: make(chan struct{}),
 		router: toolbus.NewRouter(), inboxHeard: make(chan *nats.Msg, inboxHeardBuffer), inboxPub: inbox.NewPublisher(js), log: opts.Log.With("worker", opts.ID)}
 	w.runner = taskRunner{w}
-	if opts.AI.Agent.RateLimit.Enabled() {
-		w.limiter = newCallLimiter(opts.AI.Agent.RateLimit)
+	if opts.RateLimit.enabled() {
+		w.limiter = newCallLimiter(opts.RateLimit)
 	}
 	var err error
 	for _, b := range []struct {
@@ -215,9 +126,8 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	if w.leases, err = store.NewLeases(ctx, js); err != nil {
 		return nil, err
 	}
-	s := opts.AI.Sessions
 	if w.ctxlog, err = store.NewContextLog(ctx, js, store.ContextBounds{
-		MaxMessages: s.ColdStartMaxMessages, MaxAge: time.Duration(s.ColdStartMaxAgeMs) * time.Millisecond,
+		MaxMessages: opts.History.ColdStartMaxMessages, MaxAge: opts.History.ColdStartMaxAge,
 	}); err != nil {
 		return nil, err
 	}
@@ -228,7 +138,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 		return nil, err
 	}
 	w.toolc = &toolbus.Client{NC: nc, JS: js, Results: w.results, Calls: w.calls, Router: w.router, Catalog: w.tools,
-		Timeout: opts.ToolTimeout, Agent: opts.AI.Agent, After: w.afterTool, Log: w.log}
+		Timeout: opts.ToolTimeout, Hints: w.toolHints, After: w.afterTool, Log: w.log}
 	if w.approvals, err = approvals.Open(ctx, js); err != nil {
 		return nil, err
 	}
@@ -243,10 +153,37 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	return w, nil
 }
 
+// Run is New on opts.NC and opts.JS (default jetstream.New(opts.NC)) followed by Start: the
+// lifecycle every role has (egress.Run, toolworker.Run). ctx bounds the start only; the
+// worker runs until Stop (or Kill). On an error nothing keeps running.
+func Run(ctx context.Context, opts Options) (*Worker, error) {
+	if opts.NC == nil {
+		return nil, fmt.Errorf("%w: NC is required", ErrConfig)
+	}
+	js := opts.JS
+	if js == nil {
+		var err error
+		if js, err = jetstream.New(opts.NC); err != nil {
+			return nil, fmt.Errorf("turn: jetstream: %w", err)
+		}
+	}
+	w, err := New(ctx, opts.NC, js, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Start(ctx); err != nil {
+		_ = w.Stop(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return w, nil
+}
+
 // ID returns the replica id.
 func (w *Worker) ID() string { return w.opts.ID }
 
-// Start begins consuming SESSION_IN. Stop ends it.
+// Start begins consuming SESSION_IN; Stop ends it. ctx bounds the start only (the consumer,
+// the worker lease, the background runners' start): the worker runs on a context of its own
+// until Stop. Call it once. A failed Start may leave goroutines running: Stop the worker.
 func (w *Worker) Start(ctx context.Context) error {
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	cons, err := natsutil.Consumer(ctx, w.js, events.StreamSessionIn, jetstream.ConsumerConfig{
