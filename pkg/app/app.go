@@ -638,10 +638,11 @@ func (p *Process) startIngest(ctx context.Context, cfg *config.Config, log *slog
 	if len(cfg.IM.Webhook.Bots) == 0 && !imRoutes {
 		return nil
 	}
-	if err := ingest.CheckReplayWindow(ctx, b.JS, cfg.IM.Webhook); err != nil {
+	wh := webhookOptions(cfg.IM.Webhook) // options.go
+	if err := ingest.CheckReplayWindow(ctx, b.JS, wh.Tolerance); err != nil {
 		return fmt.Errorf("webhook: %w", err)
 	}
-	ingest.NewWebhookHandler(in, cfg.IM.Webhook, log.With("role", "ingest")).Routes(mux)
+	ingest.NewWebhookHandler(in, wh, log.With("role", "ingest")).Routes(mux)
 	mux.HandleFunc("GET /healthz", p.serveHealthz)
 	mux.HandleFunc("GET /readyz", p.serveReadyz)
 	if sameAddr(cfg.Metrics.Listen, cfg.IM.Webhook.Listen) {

@@ -116,3 +116,23 @@ func turnOptions(ai config.AI, reg *llm.Registry) turn.Options {
 		AI:         ai, // the background-task runners' hand-off (turn.TaskConfig)
 	}
 }
+
+// webhookOptions maps im.webhook onto the webhook adapter's options (seconds become a
+// time.Duration here; zero limits keep ingest's defaults, which are pkg/config's).
+func webhookOptions(wh config.Webhook) ingest.WebhookOptions {
+	secrets := make(map[string]string, len(wh.Bots))
+	for _, b := range wh.Bots {
+		secrets[b.ID] = b.Secret
+	}
+	rl := wh.RateLimit
+	return ingest.WebhookOptions{
+		Secrets:          secrets,
+		Tolerance:        time.Duration(wh.ToleranceSeconds) * time.Second,
+		MaxBodyBytes:     wh.MaxBodyBytes,
+		MaxInFlight:      wh.MaxInFlight,
+		MaxInFlightBytes: wh.MaxInFlightBytes,
+		PerBot:           ingest.RateLimit{PerSecond: rl.PerBot.PerSecond, Burst: rl.PerBot.Burst},
+		PerSender:        ingest.RateLimit{PerSecond: rl.PerSender.PerSecond, Burst: rl.PerSender.Burst},
+		MaxSenders:       rl.MaxSenders,
+	}
+}

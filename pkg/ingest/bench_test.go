@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/internal/cputime"
-	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/webhook"
 )
 
@@ -29,8 +28,8 @@ func (f *fakeJS) PublishMsg(_ context.Context, m *nats.Msg, _ ...jetstream.Publi
 // that starts a turn): signature check, parse, normalize, dispatch, IM_IN + SESSION_IN publish,
 // response. The publishes are acked by a fake, so this is ingest's CPU alone.
 func BenchmarkWebhook(b *testing.B) {
-	wh := config.Webhook{Bots: []config.WebhookBot{{ID: "bench", Secret: secret}}}
-	wh.RateLimit.PerBot.PerSecond, wh.RateLimit.PerSender.PerSecond = -1, -1
+	wh := WebhookOptions{Secrets: map[string]string{"bench": secret}}
+	wh.PerBot.PerSecond, wh.PerSender.PerSecond = -1, -1
 	in := New(&fakeJS{}, Options{Bots: map[string]BotRoles{"webhook/bench": {}}})
 	mux := http.NewServeMux()
 	NewWebhookHandler(in, wh, nil).Routes(mux)

@@ -13,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/natsutil"
@@ -25,15 +24,96 @@ import (
 // sender and registration are pkg/im/webhook's).
 const PlatformWebhook = imwebhook.Platform
 
+// Defaults of WebhookOptions (docs/configuration.md, im.webhook).
+const (
+	DefaultWebhookTolerance   = 5 * time.Minute
+	DefaultMaxBodyBytes       = 8 << 20 // room for a base64 photo, which ingest moves to the media store
+	DefaultMaxInFlight        = 1024    // a count bound only: memory is bounded by MaxInFlightBytes
+	DefaultMaxInFlightBytes   = 64 << 20
+	DefaultMaxSenders         = 10000
+	DefaultPerBotPerSecond    = 100
+	DefaultPerBotBurst        = 200
+	DefaultPerSenderPerSecond = 5
+	DefaultPerSenderBurst     = 20
+)
+
+// WebhookOptions configure the webhook adapter (NewWebhookHandler). Zero values pick the
+// defaults named beside each field; pkg/app maps the im.webhook block onto them.
+type WebhookOptions struct {
+	// Secrets maps each bot id served on /webhook/{bot} to its HMAC key. A bot with an empty
+	// key is refused (401): an empty key is one anyone has.
+	Secrets map[string]string
+	// Tolerance is how far a request's signed timestamp may be from this clock, either way
+	// (default 5 min). Replays are refused while the timestamp is valid by the dedupe window
+	// of IM_IN and SESSION_IN (at least twice this, CheckReplayWindow), and after it by the
+	// timestamp.
+	Tolerance time.Duration
+	// MaxBodyBytes caps one request body (default 8 MiB). MaxInFlightBytes caps the bytes of
+	// the requests served at once, each counted as its body plus 16 KiB (default 64 MiB, and
+	// at least MaxBodyBytes); MaxInFlight caps their number (default 1024). A request over
+	// either gets 503 + Retry-After; together they bound the memory a flood takes.
+	MaxBodyBytes     int64
+	MaxInFlight      int
+	MaxInFlightBytes int64
+	// PerBot and PerSender limit accepted requests (defaults 100/s burst 200, and 5/s burst
+	// 20); over them: 429 + Retry-After. A negative PerSecond turns a limit off.
+	PerBot, PerSender RateLimit
+	// MaxSenders bounds how many per-sender buckets are kept (default 10000); idle ones are
+	// evicted first, and when none is idle new senders get 429 until one is.
+	MaxSenders int
+}
+
+// RateLimit is a token bucket: PerSecond tokens a second, at most Burst at once. Zero fields
+// take the limit's default; PerSecond < 0 turns the limit off.
+type RateLimit struct {
+	PerSecond float64
+	Burst     int
+}
+
+// setDefaults fills every zero field of o with its default.
+func (o *WebhookOptions) setDefaults() {
+	if o.Tolerance == 0 {
+		o.Tolerance = DefaultWebhookTolerance
+	}
+	if o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.MaxInFlight == 0 {
+		o.MaxInFlight = DefaultMaxInFlight
+	}
+	if o.MaxInFlightBytes == 0 {
+		o.MaxInFlightBytes = DefaultMaxInFlightBytes
+	}
+	if o.MaxInFlightBytes > 0 && o.MaxInFlightBytes < o.MaxBodyBytes {
+		o.MaxInFlightBytes = o.MaxBodyBytes // one request of the largest size always fits
+	}
+	rate := func(r *RateLimit, perSecond float64, burst int) {
+		if r.PerSecond == 0 {
+			r.PerSecond = perSecond
+		}
+		if r.Burst == 0 {
+			r.Burst = burst
+		}
+	}
+	rate(&o.PerBot, DefaultPerBotPerSecond, DefaultPerBotBurst)
+	rate(&o.PerSender, DefaultPerSenderPerSecond, DefaultPerSenderBurst)
+	if o.MaxSenders == 0 {
+		o.MaxSenders = DefaultMaxSenders
+	}
+}
+
 // CheckReplayWindow returns an error wrapping ErrReplayWindow when the dedupe window of IM_IN
 // or SESSION_IN, as provisioned on the server, is shorter than twice the webhook's tolerance
-// (cfg.ToleranceSeconds, default 300): the webhook adapter refuses a replayed signed request
-// only by those windows (IM_IN drops the repeated platform message id, SESSION_IN the repeated
-// inbox event), and a request stays valid for 2 × tolerance. The ingest role calls it at start,
-// which also catches streams an administrator provisioned with other settings.
-func CheckReplayWindow(ctx context.Context, js jetstream.StreamManager, cfg config.Webhook) error {
-	cfg.ApplyDefaults()
-	need := 2 * time.Duration(cfg.ToleranceSeconds) * time.Second
+// (WebhookOptions.Tolerance; 0 means its default, 5 min): the webhook adapter refuses a
+// replayed signed request only by those windows (IM_IN drops the repeated platform message id,
+// SESSION_IN the repeated inbox event), and a request stays valid for 2 × tolerance. The
+// ingest role calls it at start, which also catches streams an administrator provisioned with
+// other settings.
+func CheckReplayWindow(ctx context.Context, js jetstream.StreamManager, tolerance time.Duration) error {
+	if tolerance == 0 {
+		tolerance = DefaultWebhookTolerance
+	}
+	need := 2 * tolerance
 	for _, name := range []string{events.StreamIMIn, events.StreamSessionIn} {
 		st, err := natsutil.Stream(ctx, js, name)
 		if err != nil {
@@ -41,7 +121,7 @@ func CheckReplayWindow(ctx context.Context, js jetstream.StreamManager, cfg conf
 		}
 		if d := st.CachedInfo().Config.Duplicates; d < need {
 			return fmt.Errorf("%w: stream %s dedupes for %s, im.webhook.toleranceSeconds %d needs at least %s (set nats.inboundDuplicatesMs, and a max age at least as long)",
-				ErrReplayWindow, name, d, cfg.ToleranceSeconds, need)
+				ErrReplayWindow, name, d, int64(tolerance/time.Second), need)
 		}
 	}
 	return nil
@@ -76,9 +156,8 @@ func CheckReplayWindow(ctx context.Context, js jetstream.StreamManager, cfg conf
 // Nothing is published for a rejected request.
 type WebhookHandler struct {
 	in        *Ingestor
-	bots      map[string]config.WebhookBot
-	cfg       config.Webhook
-	tolerance time.Duration
+	secrets   map[string]string // bot id → HMAC key
+	o         WebhookOptions
 	perBot    *keyedLimiter
 	perSender *keyedLimiter
 	flight    *inFlight    // requests and bytes being served (maxInFlight, maxInFlightBytes)
@@ -87,25 +166,21 @@ type WebhookHandler struct {
 	now       func() time.Time
 }
 
-// NewWebhookHandler returns the handler for cfg's bots and limits (zero limits take their
-// defaults, config.Webhook.ApplyDefaults). Replays are refused by the streams' dedupe window and
-// the timestamp check: check the window with CheckReplayWindow before serving.
-func NewWebhookHandler(in *Ingestor, cfg config.Webhook, log *slog.Logger) *WebhookHandler {
-	cfg.ApplyDefaults()
-	m := make(map[string]config.WebhookBot, len(cfg.Bots))
-	for _, b := range cfg.Bots {
-		m[b.ID] = b
-	}
+// NewWebhookHandler returns the handler for o's bots and limits (zero values take their
+// defaults). Replays are refused by the streams' dedupe window and the timestamp check: check
+// the window with CheckReplayWindow before serving. The handler starts nothing: the
+// composition root serves it (Routes) and stops its HTTP server; the ingest role has no
+// lifecycle of its own.
+func NewWebhookHandler(in *Ingestor, o WebhookOptions, log *slog.Logger) *WebhookHandler {
+	o.setDefaults()
 	if log == nil {
 		log = slog.Default()
 	}
-	rl := cfg.RateLimit
 	return &WebhookHandler{
-		in: in, bots: m, cfg: cfg, log: log, now: time.Now,
-		tolerance: time.Duration(cfg.ToleranceSeconds) * time.Second,
-		perBot:    newKeyedLimiter(rl.PerBot.PerSecond, rl.PerBot.Burst, len(m)+1),
-		perSender: newKeyedLimiter(rl.PerSender.PerSecond, rl.PerSender.Burst, rl.MaxSenders),
-		flight:    newInFlight(cfg.MaxInFlight, cfg.MaxInFlightBytes),
+		in: in, secrets: o.Secrets, o: o, log: log, now: time.Now,
+		perBot:    newKeyedLimiter(o.PerBot.PerSecond, o.PerBot.Burst, len(o.Secrets)+1),
+		perSender: newKeyedLimiter(o.PerSender.PerSecond, o.PerSender.Burst, o.MaxSenders),
+		flight:    newInFlight(o.MaxInFlight, o.MaxInFlightBytes),
 		logs:      newLogThrottle(time.Second),
 	}
 }
@@ -126,7 +201,7 @@ func (h *WebhookHandler) serve(rw http.ResponseWriter, r *http.Request) {
 	defer func() {
 		m := h.in.metrics
 		m.WebhookRequest(w.code)
-		if _, known := h.bots[botID]; !known || w.ingested {
+		if _, known := h.secrets[botID]; !known || w.ingested {
 			return
 		}
 		switch {
@@ -136,12 +211,12 @@ func (h *WebhookHandler) serve(rw http.ResponseWriter, r *http.Request) {
 			m.Message(PlatformWebhook, botID, metrics.IngestRejected)
 		}
 	}()
-	bot, ok := h.bots[botID]
+	secret, ok := h.secrets[botID]
 	if !ok {
 		httpError(w, http.StatusNotFound, "unknown bot "+botID)
 		return
 	}
-	if bot.Secret == "" {
+	if secret == "" {
 		// Fail closed (config validation requires a secret): an empty HMAC key is one anyone has.
 		httpError(w, http.StatusUnauthorized, "bot "+botID+" has no secret configured")
 		return
@@ -149,8 +224,8 @@ func (h *WebhookHandler) serve(rw http.ResponseWriter, r *http.Request) {
 	// Memory is bounded by the bytes in flight, not by a small count of requests: a request
 	// reserves its Content-Length (or a first slice of a body of unknown length, growing as it
 	// is read) plus requestOverhead, and is refused 503 only when the reservation does not fit.
-	if r.ContentLength > h.cfg.MaxBodyBytes {
-		httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", h.cfg.MaxBodyBytes))
+	if r.ContentLength > h.o.MaxBodyBytes {
+		httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", h.o.MaxBodyBytes))
 		return
 	}
 	reserve := int64(firstRead)
@@ -162,14 +237,14 @@ func (h *WebhookHandler) serve(rw http.ResponseWriter, r *http.Request) {
 		h.refuseBusy(w, r, botID)
 		return
 	}
-	body, reserved, err := readBody(r.Body, h.cfg.MaxBodyBytes, reserve, h.flight)
+	body, reserved, err := readBody(r.Body, h.o.MaxBodyBytes, reserve, h.flight)
 	defer func() { h.flight.release(reserved) }()
 	switch {
 	case errors.Is(err, errNoRoom):
 		h.refuseBusy(w, r, botID)
 		return
 	case errors.Is(err, errBodyTooLarge):
-		httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", h.cfg.MaxBodyBytes))
+		httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", h.o.MaxBodyBytes))
 		return
 	case err != nil:
 		httpError(w, http.StatusBadRequest, "read body: "+err.Error())
@@ -178,9 +253,9 @@ func (h *WebhookHandler) serve(rw http.ResponseWriter, r *http.Request) {
 	now := h.now()
 	standard := webhook.IsStandard(r.Header)
 	if standard {
-		_, _, err = webhook.VerifyStandard(bot.Secret, body, r.Header, now, h.tolerance)
+		_, _, err = webhook.VerifyStandard(secret, body, r.Header, now, h.o.Tolerance)
 	} else {
-		err = webhook.Verify(bot.Secret, body, r.Header.Get(webhook.SignatureHeader))
+		err = webhook.Verify(secret, body, r.Header.Get(webhook.SignatureHeader))
 	}
 	if err != nil {
 		h.logRefusal(slog.LevelWarn, "webhook rejected", botID, "status", http.StatusUnauthorized, "reason", err.Error(), "remote", r.RemoteAddr)
@@ -198,7 +273,7 @@ func (h *WebhookHandler) serve(rw http.ResponseWriter, r *http.Request) {
 			httpError(w, http.StatusUnauthorized, "time (Unix ms) is required with "+webhook.SignatureHeader+": it is the signed timestamp")
 			return
 		}
-		if err := webhook.CheckTime(time.UnixMilli(in.Time), now, h.tolerance); err != nil {
+		if err := webhook.CheckTime(time.UnixMilli(in.Time), now, h.o.Tolerance); err != nil {
 			h.logRefusal(slog.LevelWarn, "webhook rejected", botID, "status", http.StatusUnauthorized, "reason", err.Error(), "remote", r.RemoteAddr)
 			httpError(w, http.StatusUnauthorized, err.Error())
 			return

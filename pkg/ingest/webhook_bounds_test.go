@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 	"github.com/agentbus/agentbus/pkg/webhook"
@@ -24,7 +23,7 @@ import (
 // replayable for good).
 func TestWebhookTimestampOverflow(t *testing.T) {
 	ns := natstest.New(t, natstest.WithMemoryStorage())
-	srv, _ := serveWebhook(t, ns, config.Webhook{})
+	srv, _ := serveWebhook(t, ns, WebhookOptions{})
 	url := srv.URL + "/webhook/b1"
 	now := time.Now()
 	legacyAt := func(id string, ms string) []byte {
@@ -65,7 +64,7 @@ func legacyH(b []byte) http.Header { return legacy(b) }
 // the same size goes to the media store and is accepted.
 func TestWebhookBodyOverBusLimit(t *testing.T) {
 	ns := natstest.New(t, natstest.WithMemoryStorage())
-	wh := config.Webhook{Bots: []config.WebhookBot{{ID: "b1", Secret: secret}}}
+	wh := WebhookOptions{Secrets: map[string]string{"b1": secret}}
 	in := New(ns.JS, Options{})
 	media, err := ns.JS.ObjectStore(context.Background(), events.ObjectMedia)
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 	"github.com/agentbus/agentbus/pkg/webhook"
@@ -67,7 +66,7 @@ func concurrentPosts(t *testing.T, url string, n int) map[int]int {
 // answered 503 to most of them. The accepted share is printed.
 func TestWebhookConcurrentChats(t *testing.T) {
 	ns := natstest.New(t, natstest.WithMemoryStorage())
-	srv, _ := serveWebhook(t, ns, config.Webhook{})
+	srv, _ := serveWebhook(t, ns, WebhookOptions{})
 	const n = 200
 	codes := concurrentPosts(t, srv.URL+"/webhook/b1", n)
 	t.Logf("%d concurrent webhook senders: accepted %d (%.1f %%), codes %v", n, codes[http.StatusAccepted],
@@ -91,7 +90,7 @@ func TestWebhookFloodOfLargeBodies(t *testing.T) {
 	const big = 300 << 10 // a text the bus carries (under max_payload with its inbox event)
 	var logs lockedBuf
 	// Room for four large requests in flight and a small one, not for a fifth large one.
-	srv, h := serveWebhook(t, ns, config.Webhook{MaxBodyBytes: 2 * big, MaxInFlightBytes: 4*big + 128<<10})
+	srv, h := serveWebhook(t, ns, WebhookOptions{MaxBodyBytes: 2 * big, MaxInFlightBytes: 4*big + 128<<10})
 	h.log = slog.New(slog.NewJSONHandler(&logs, nil))
 	url := srv.URL + "/webhook/b1"
 	now := time.Now()

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 	"github.com/agentbus/agentbus/pkg/webhook"
@@ -20,7 +19,7 @@ import (
 // election); a bus that stays away past the deadline gets 503 with Retry-After.
 func TestWebhookWaitsOutALeaderElection(t *testing.T) {
 	ns := natstest.New(t, natstest.WithMemoryStorage())
-	srv, _ := serveWebhook(t, ns, config.Webhook{})
+	srv, _ := serveWebhook(t, ns, WebhookOptions{})
 	ctx := context.Background()
 	s, err := ns.JS.Stream(ctx, events.StreamIMIn)
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 )
@@ -72,10 +71,10 @@ func counts(t *testing.T, r *metrics.Registry) (outcomes, codes map[string]float
 // too many requests are in flight) are logged with the bot, platform and status.
 func TestWebhookOutcomesCountedAndLogged(t *testing.T) {
 	ns := natstest.New(t, natstest.WithMemoryStorage())
-	wh := config.Webhook{MaxInFlight: 1}
-	wh.RateLimit.PerSender = config.RateLimit{PerSecond: 0.001, Burst: 2}
-	wh.Bots = []config.WebhookBot{{ID: "b1", Secret: secret}}
-	if err := CheckReplayWindow(context.Background(), ns.JS, wh); err != nil {
+	wh := WebhookOptions{MaxInFlight: 1}
+	wh.PerSender = RateLimit{PerSecond: 0.001, Burst: 2}
+	wh.Secrets = map[string]string{"b1": secret}
+	if err := CheckReplayWindow(context.Background(), ns.JS, wh.Tolerance); err != nil {
 		t.Fatal(err)
 	}
 	reg := metrics.New()

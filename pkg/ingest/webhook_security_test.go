@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 	"github.com/agentbus/agentbus/pkg/webhook"
@@ -60,7 +59,7 @@ func standard(t *testing.T, id string, ts time.Time, b []byte) http.Header {
 
 func TestWebhookSignatureSchemes(t *testing.T) {
 	ns := natstest.New(t, natstest.WithMemoryStorage())
-	srv, _ := serveWebhook(t, ns, config.Webhook{})
+	srv, _ := serveWebhook(t, ns, WebhookOptions{})
 	url := srv.URL + "/webhook/b1"
 	now := time.Now()
 	tests := []struct {
@@ -140,7 +139,7 @@ func TestWebhookReplayInsideTolerance(t *testing.T) {
 	h := standard(t, "wr1", now, b)
 
 	ns1 := natstest.New(t, natstest.WithStoreDir(dir))
-	srv1, _ := serveWebhook(t, ns1, config.Webhook{})
+	srv1, _ := serveWebhook(t, ns1, WebhookOptions{})
 	if got := send(t, srv1.URL+"/webhook/b1", h, b); got.code != 202 || strings.Contains(got.body, `"duplicate":true`) {
 		t.Fatalf("first post: %d %s", got.code, got.body)
 	}
@@ -153,7 +152,7 @@ func TestWebhookReplayInsideTolerance(t *testing.T) {
 	ns1.Embedded.Close()
 
 	ns2 := natstest.New(t, natstest.WithStoreDir(dir))
-	srv2, _ := serveWebhook(t, ns2, config.Webhook{})
+	srv2, _ := serveWebhook(t, ns2, WebhookOptions{})
 	got := send(t, srv2.URL+"/webhook/b1", h, b)
 	if got.code != 202 || !strings.Contains(got.body, `"duplicate":true`) {
 		t.Fatalf("replay: %d %s, want 202 duplicate", got.code, got.body)
@@ -185,7 +184,7 @@ func TestWebhookReplayInsideTolerance(t *testing.T) {
 			}
 		}
 	}
-	if err := CheckReplayWindow(ctx, ns2.JS, config.Webhook{}); !errors.Is(err, ErrReplayWindow) {
+	if err := CheckReplayWindow(ctx, ns2.JS, 0); !errors.Is(err, ErrReplayWindow) {
 		t.Fatalf("CheckReplayWindow with a 400 ms window = %v, want ErrReplayWindow", err)
 	}
 	// The server forgets message ids on a timer after the window, later on a loaded machine; a
@@ -206,9 +205,9 @@ func TestWebhookReplayInsideTolerance(t *testing.T) {
 
 func TestWebhookRateLimits(t *testing.T) {
 	ns := natstest.New(t, natstest.WithMemoryStorage())
-	wh := config.Webhook{}
-	wh.RateLimit.PerSender = config.RateLimit{PerSecond: 0.01, Burst: 3}
-	wh.RateLimit.PerBot = config.RateLimit{PerSecond: 0.01, Burst: 5}
+	wh := WebhookOptions{}
+	wh.PerSender = RateLimit{PerSecond: 0.01, Burst: 3}
+	wh.PerBot = RateLimit{PerSecond: 0.01, Burst: 5}
 	srv, _ := serveWebhook(t, ns, wh)
 	url := srv.URL + "/webhook/b1"
 	now := time.Now()
@@ -241,10 +240,10 @@ func TestWebhookRateLimits(t *testing.T) {
 // body over maxBodyBytes is refused without being read whole.
 func TestWebhookFloodBounded(t *testing.T) {
 	ns := natstest.New(t, natstest.WithMemoryStorage())
-	wh := config.Webhook{MaxBodyBytes: 4096}
-	wh.RateLimit.PerBot.PerSecond = -1
-	wh.RateLimit.PerSender = config.RateLimit{PerSecond: 0.001, Burst: 1}
-	wh.RateLimit.MaxSenders = 10
+	wh := WebhookOptions{MaxBodyBytes: 4096}
+	wh.PerBot.PerSecond = -1
+	wh.PerSender = RateLimit{PerSecond: 0.001, Burst: 1}
+	wh.MaxSenders = 10
 	srv, h := serveWebhook(t, ns, wh)
 	url := srv.URL + "/webhook/b1"
 	now := time.Now()

@@ -13,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 	"github.com/agentbus/agentbus/pkg/webhook"
@@ -24,17 +23,17 @@ const secret = "s3cret"
 func newWebhook(t *testing.T) (*httptest.Server, *natstest.Server) {
 	t.Helper()
 	ns := natstest.New(t, natstest.WithMemoryStorage())
-	srv, _ := serveWebhook(t, ns, config.Webhook{})
+	srv, _ := serveWebhook(t, ns, WebhookOptions{})
 	return srv, ns
 }
 
 // serveWebhook serves bot b1 (secret, master boss) with wh's limits on ns, after checking the
 // streams' replay window as the ingest role does.
-func serveWebhook(t *testing.T, ns *natstest.Server, wh config.Webhook) (*httptest.Server, *WebhookHandler) {
+func serveWebhook(t *testing.T, ns *natstest.Server, wh WebhookOptions) (*httptest.Server, *WebhookHandler) {
 	t.Helper()
-	wh.Bots = []config.WebhookBot{{ID: "b1", Secret: secret, Masters: []string{"boss"}}}
+	wh.Secrets = map[string]string{"b1": secret}
 	in := New(ns.JS, Options{Bots: map[string]BotRoles{"webhook/b1": {Masters: []string{"boss"}}}})
-	if err := CheckReplayWindow(context.Background(), ns.JS, wh); err != nil {
+	if err := CheckReplayWindow(context.Background(), ns.JS, wh.Tolerance); err != nil {
 		t.Fatal(err)
 	}
 	h := NewWebhookHandler(in, wh, nil)
