@@ -1,7 +1,9 @@
 // Package turn is the turn-worker role: session actors that own chat sessions and run the agent
 // loop for them (DESIGN.md §4–§5).
 //
-// Layout. The Worker (worker.go) starts and stops the role and routes deliveries; the actor
+// Layout. Options (options.go) are typed and validated once; the turn worker reads no
+// configuration file (pkg/app maps the ai: block onto them). The Worker (worker.go) starts and
+// stops the role (Run, or New and Start; Stop; Done) and routes deliveries; the actor
 // (actor.go) keeps one session's inbox order and concurrency policy, with parts of one job
 // each (inbox.go reads the inbox, resume.go resumes open turns, context.go writes the context,
 // commands*.go run slash commands, replies.go builds replies); turnRun (turn.go, turnloop.go,
