@@ -11,6 +11,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/ingest"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/models"
+	"github.com/agentbus/agentbus/pkg/toolworker"
 	"github.com/agentbus/agentbus/pkg/turn"
 )
 
@@ -56,6 +57,12 @@ func ingestOptions(ai config.AI, bots map[string]ingest.BotRoles, log *slog.Logg
 		Bots: bots,
 		Log:  log,
 	}
+}
+
+// toolWorkerOptions maps what the ai: block tunes of the tool worker: the time limit of a call
+// whose tool names none (ai.agent.toolTimeoutMs).
+func toolWorkerOptions(ai config.AI) toolworker.Options {
+	return toolworker.Options{DefaultTimeout: time.Duration(ai.Agent.ToolTimeoutMs) * time.Millisecond}
 }
 
 // turnOptions maps the ai: block (defaults already applied by pkg/config) onto the turn

@@ -9,6 +9,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/egress"
 	"github.com/agentbus/agentbus/pkg/ingest"
 	"github.com/agentbus/agentbus/pkg/models"
+	"github.com/agentbus/agentbus/pkg/toolworker"
 	"github.com/agentbus/agentbus/pkg/turn"
 )
 
@@ -124,6 +125,12 @@ ai:
 			cfg, err := config.Parse([]byte(tt.yaml))
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tw := toolWorkerOptions(cfg.AI).DefaultTimeout; tw != tt.want.ToolTimeout {
+				t.Errorf("tool worker DefaultTimeout %v, want %v (the turn worker's ToolTimeout: both are ai.agent.toolTimeoutMs)", tw, tt.want.ToolTimeout)
+			}
+			if tt.name == "defaults" && turn.DefaultToolTimeout != toolworker.DefaultTimeout {
+				t.Errorf("turn.DefaultToolTimeout %v, toolworker.DefaultTimeout %v: one key, one default", turn.DefaultToolTimeout, toolworker.DefaultTimeout)
 			}
 			got := turnOptions(cfg.AI, nil)
 			if got.Route == nil || got.Harness == nil {

@@ -138,9 +138,10 @@ func (p *Process) startToolWorker(ctx context.Context, cfg *config.Config, opts 
 	if err != nil {
 		return err
 	}
-	h, err := toolworker.Run(ctx, toolworker.Options{NC: b.NC, JS: b.JS, Registry: reg, Log: log.With("role", "tool-worker"), Hooks: hk,
-		Metrics: metrics.NewTools(p.Metrics), DeadLetters: metrics.NewDeadLetters(p.Metrics),
-		DefaultTimeout: time.Duration(cfg.AI.Agent.ToolTimeoutMs) * time.Millisecond, Tracer: tp})
+	o := toolWorkerOptions(cfg.AI) // options.go
+	o.NC, o.JS, o.Registry, o.Log, o.Hooks, o.Tracer = b.NC, b.JS, reg, log.With("role", "tool-worker"), hk, tp
+	o.Metrics, o.DeadLetters = metrics.NewTools(p.Metrics), metrics.NewDeadLetters(p.Metrics)
+	h, err := toolworker.Run(ctx, o)
 	if err != nil {
 		return err
 	}
