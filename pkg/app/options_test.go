@@ -70,7 +70,7 @@ func TestTurnOptionsFromConfig(t *testing.T) {
 		History: turn.History{MaxHistory: turn.DefaultMaxHistory, ColdStartMaxMessages: turn.DefaultMaxHistory,
 			ColdStartMaxAge: turn.DefaultColdStartMaxAge, IdleArchive: turn.DefaultSessionIdleArchive, Expire: turn.DefaultSessionExpire,
 			Legacy: turn.LegacyContext{MaxRecentMessages: turn.DefaultMaxRecentMessages, SummaryThreshold: turn.DefaultSummaryThreshold,
-				KeepAfterSummary: turn.DefaultKeepAfterSummary, MaxContextTokens: turn.DefaultLegacyMaxContextToks}},
+				KeepAfterSummary: turn.DefaultKeepAfterSummary, MaxContextTokens: turn.DefaultLegacyMaxContextTokens}},
 	}
 	tests := []struct {
 		name string

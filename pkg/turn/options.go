@@ -23,28 +23,28 @@ import (
 // Defaults of Options. They are the defaults docs/configuration.md gives for the ai: keys
 // named beside each (pkg/app maps those keys onto Options).
 const (
-	DefaultLeaseTTL             = 2 * time.Second
-	DefaultAckWait              = 2 * time.Second
-	DefaultIdleRelease          = time.Minute
-	DefaultToolTimeout          = time.Minute             // ai.agent.toolTimeoutMs
-	DefaultTurnTimeout          = 2 * time.Minute         // ai.agent.timeout
-	DefaultPreExecTimeout       = 15 * time.Second        // ai.agent.preExecTimeout
-	DefaultCollectWindow        = 1500 * time.Millisecond // ai.agent.collectWindowMs
-	DefaultConcurrency          = "parallel"              // ai.agent.concurrency
-	DefaultQueueMode            = "one-at-a-time"         // ai.agent.steeringMode, followUpMode
-	DefaultContextTokens        = 128000                  // ai.agent.contextTokens
-	DefaultMaxHistoryShare      = 0.5                     // ai.agent.maxHistoryShare
-	DefaultKeepRecentTokens     = 20000                   // ai.agent.compaction.keepRecentTokens
-	DefaultMinKeepCount         = 2                       // ai.agent.compaction.minKeepCount
-	DefaultReserveTokens        = 16384                   // ai.agent.compaction.reserveTokens
-	DefaultMaxHistory           = 200                     // ai.sessions.maxHistory
-	DefaultColdStartMaxAge      = 24 * time.Hour          // ai.sessions.coldStartMaxAgeMs
-	DefaultSessionIdleArchive   = 7 * 24 * time.Hour      // ai.sessions.sessionIdleArchiveMs
-	DefaultSessionExpire        = 7 * 24 * time.Hour      // ai.sessions.expireMs
-	DefaultMaxRecentMessages    = 100                     // ai.context.maxRecentMessages
-	DefaultSummaryThreshold     = 50                      // ai.context.summaryThreshold
-	DefaultKeepAfterSummary     = 10                      // ai.context.keepAfterSummary
-	DefaultLegacyMaxContextToks = 4000                    // ai.context.maxContextTokens
+	DefaultLeaseTTL               = 2 * time.Second
+	DefaultAckWait                = 2 * time.Second
+	DefaultIdleRelease            = time.Minute
+	DefaultToolTimeout            = time.Minute             // ai.agent.toolTimeoutMs
+	DefaultTurnTimeout            = 2 * time.Minute         // ai.agent.timeout
+	DefaultPreExecTimeout         = 15 * time.Second        // ai.agent.preExecTimeout
+	DefaultCollectWindow          = 1500 * time.Millisecond // ai.agent.collectWindowMs
+	DefaultConcurrency            = "parallel"              // ai.agent.concurrency
+	DefaultQueueMode              = "one-at-a-time"         // ai.agent.steeringMode, followUpMode
+	DefaultContextTokens          = 128000                  // ai.agent.contextTokens
+	DefaultMaxHistoryShare        = 0.5                     // ai.agent.maxHistoryShare
+	DefaultKeepRecentTokens       = 20000                   // ai.agent.compaction.keepRecentTokens
+	DefaultMinKeepCount           = 2                       // ai.agent.compaction.minKeepCount
+	DefaultReserveTokens          = 16384                   // ai.agent.compaction.reserveTokens
+	DefaultMaxHistory             = 200                     // ai.sessions.maxHistory
+	DefaultColdStartMaxAge        = 24 * time.Hour          // ai.sessions.coldStartMaxAgeMs
+	DefaultSessionIdleArchive     = 7 * 24 * time.Hour      // ai.sessions.sessionIdleArchiveMs
+	DefaultSessionExpire          = 7 * 24 * time.Hour      // ai.sessions.expireMs
+	DefaultMaxRecentMessages      = 100                     // ai.context.maxRecentMessages
+	DefaultSummaryThreshold       = 50                      // ai.context.summaryThreshold
+	DefaultKeepAfterSummary       = 10                      // ai.context.keepAfterSummary
+	DefaultLegacyMaxContextTokens = 4000                    // ai.context.maxContextTokens
 )
 
 // Options configure a Worker. Models and Route are required; every other zero value picks
@@ -310,7 +310,7 @@ func (o *Options) setDefaults() {
 	num(&l.MaxRecentMessages, DefaultMaxRecentMessages)
 	num(&l.SummaryThreshold, DefaultSummaryThreshold)
 	num(&l.KeepAfterSummary, DefaultKeepAfterSummary)
-	num(&l.MaxContextTokens, DefaultLegacyMaxContextToks)
+	num(&l.MaxContextTokens, DefaultLegacyMaxContextTokens)
 }
 
 // Validate reports the first unusable field of o (after setDefaults), wrapping ErrConfig.
