@@ -27,7 +27,9 @@ var library = []string{"pkg/llm", "pkg/loop"}
 var protocols = map[string][]string{
 	"pkg/toolbus": {"internal/jsconflict", "pkg/config", "pkg/events", "pkg/llm", "pkg/loop", "pkg/models",
 		"pkg/natsutil", "pkg/store", "pkg/tools", "pkg/tracing"},
-	"pkg/tasks": {"pkg/events", "pkg/schedule", "pkg/skills", "pkg/toolbus", "pkg/tools", "pkg/tools/filetool"},
+	// Background tasks: the tools that queue them and the runners the turn worker starts.
+	"pkg/tasks": {"pkg/events", "pkg/inbox", "pkg/llm", "pkg/loop", "pkg/natsutil", "pkg/schedule", "pkg/skills",
+		"pkg/toolbus", "pkg/tools", "pkg/tools/filetool"},
 	"pkg/inbox": {"internal/jsconflict", "pkg/events", "pkg/natsutil"},
 	"pkg/store": {"internal/jsconflict", "pkg/events", "pkg/llm", "pkg/natsutil"},
 	// The turn worker's ownership protocol: it reaches the bus only through the stores.

@@ -572,6 +572,9 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 			}
 			return res.Body, res.ContentType, nil
 		}}
+	if p.turnOpts.Tasks, err = taskOptions(cfg.AI); err != nil {
+		return err
+	}
 	if p.turnOpts.Tracer, err = p.tracer(ctx, "turn-worker"); err != nil {
 		return err
 	}

@@ -1,12 +1,15 @@
 package app
 
 import (
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/egress"
 	"github.com/agentbus/agentbus/pkg/ingest"
+	"github.com/agentbus/agentbus/pkg/loop"
+	"github.com/agentbus/agentbus/pkg/tasks"
 )
 
 // Roles read no YAML: the composition root maps each block of the configuration onto the
@@ -51,4 +54,31 @@ func ingestOptions(ai config.AI, bots map[string]ingest.BotRoles, log *slog.Logg
 		Bots: bots,
 		Log:  log,
 	}
+}
+
+// taskOptions maps ai.agent's background-task fields and ai.scheduler (validated by pkg/config)
+// onto the turn worker's task runner (pkg/tasks).
+func taskOptions(ai config.AI) (tasks.Options, error) {
+	a, s := ai.Agent, ai.Scheduler
+	o := tasks.Options{
+		TaskTimeout:           time.Duration(a.TaskTimeoutMs) * time.Millisecond,
+		SubagentTools:         a.SubagentTools,
+		MaxSubagentIterations: a.MaxSubagentIterations,
+		ToolExecution:         loop.ToolExecutionMode(a.ToolExecution),
+		Workspace:             a.Workspace,
+		Heartbeat: tasks.Heartbeat{Session: s.Heartbeat.Session, Every: s.Heartbeat.HeartbeatEvery(),
+			File: s.Heartbeat.File, Prompt: s.Heartbeat.Prompt},
+	}
+	for _, j := range s.Jobs {
+		job := tasks.Job{ID: j.ID, Session: j.Session, Cron: j.Cron, TimeZone: j.TimeZone, Prompt: j.Prompt}
+		if j.Every != "" {
+			d, err := time.ParseDuration(j.Every)
+			if err != nil {
+				return tasks.Options{}, fmt.Errorf("ai.scheduler.jobs %s: every: %w", j.ID, err)
+			}
+			job.Every = d
+		}
+		o.Jobs = append(o.Jobs, job)
+	}
+	return o, o.Validate()
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/models"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 	"github.com/agentbus/agentbus/pkg/store"
+	"github.com/agentbus/agentbus/pkg/tasks"
 )
 
 // harness is a provisioned server, a turn worker with a faux model, and helpers to feed the
@@ -33,6 +34,7 @@ type harness struct {
 	reg   *llm.Registry
 	faux  *faux.Provider
 	inbox *inbox.Publisher // chained, as ingest publishes
+	tasks tasks.Options    // the task runner's options of the workers h.worker starts
 }
 
 func newHarness(t *testing.T, mutate func(*config.Config), fopts ...faux.Option) *harness {
@@ -62,7 +64,7 @@ func (h *harness) worker(id string) *Worker {
 	h.t.Helper()
 	w, err := New(context.Background(), h.ns.NC, h.ns.JS, Options{
 		ID: id, AI: h.cfg.AI, Models: h.reg, StreamFn: h.faux.Stream,
-		LeaseTTL: 2 * time.Second, AckWait: 2 * time.Second, IdleRelease: 5 * time.Second,
+		LeaseTTL: 2 * time.Second, AckWait: 2 * time.Second, IdleRelease: 5 * time.Second, Tasks: h.tasks,
 	})
 	if err != nil {
 		h.t.Fatal(err)

@@ -117,6 +117,9 @@ type Options struct {
 	Log         *slog.Logger
 	// Hooks runs the turn worker's ai.hooks events (nil: none; hooks.go).
 	Hooks *hooks.Runner
+	// Tasks tune the background-task runner (subagents, deferred tool calls, ai.scheduler);
+	// pkg/tasks applies the defaults and validates them in New.
+	Tasks tasks.Options
 }
 
 // Worker runs session actors for every session whose lease it holds.
@@ -140,8 +143,7 @@ type Worker struct {
 	toolc     toolClient // tool calls of turns and tasks (a toolbus.Client)
 	approvals *approvals.Store
 	bg        *background           // schedules and task records (background.go)
-	runner    taskRunner            // runs subagent and deferred tasks, schedules (background.go)
-	records   tasks.Records         // the KV tasks records of the tasks it runs (pkg/tasks)
+	runner    TaskRunner            // runs subagent and deferred tasks, schedules (pkg/tasks)
 	media     jetstream.ObjectStore // nil: media:// images stay references
 	router    *toolbus.Router
 	// inboxHeard receives the core NATS copies of inbox events for the sessions this replica's
@@ -193,7 +195,6 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	killCtx, killNow := context.WithCancel(context.Background())
 	w := &Worker{opts: opts, nc: nc, js: js, killCtx: killCtx, killNow: killNow, done: make(chan struct{}),
 		router: toolbus.NewRouter(), inboxHeard: make(chan *nats.Msg, inboxHeardBuffer), inboxPub: inbox.NewPublisher(js), log: opts.Log.With("worker", opts.ID)}
-	w.runner = taskRunner{w}
 	if opts.AI.Agent.RateLimit.Enabled() {
 		w.limiter = newCallLimiter(opts.AI.Agent.RateLimit)
 	}
@@ -235,7 +236,9 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	if w.bg, err = newBackground(ctx, js); err != nil {
 		return nil, err
 	}
-	w.records = tasks.Records{Tasks: w.bg.tasks, Worker: opts.ID, Log: w.log}
+	if w.runner, err = w.newTaskRunner(); err != nil {
+		return nil, err
+	}
 	if w.media, err = js.ObjectStore(ctx, events.ObjectMedia); err != nil {
 		w.log.Warn("media store not available: stored images reach the model as references only", "err", err)
 		w.media = nil
@@ -288,10 +291,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	}()
 	w.wg.Add(1)
 	go w.pokeActors()
-	if err := w.runner.startSubagents(ctx); err != nil {
-		return err
-	}
-	return w.runner.startBackground(ctx)
+	return w.runner.Start(ctx, w.ctx, &w.wg, w.progress)
 }
 
 // Stop stops consuming, aborts running turns and releases the leases it holds. Turns that were
