@@ -7,8 +7,9 @@
 // commands*.go run slash commands, replies.go builds replies); turnRun (turn.go, turnloop.go,
 // records.go) runs one turn: the loop, its records, the commit and the reply. What crosses
 // roles lives below: pkg/turn/ownership (leases, claims, doorbells), pkg/inbox (the read
-// state), pkg/toolbus (tool calls and the catalogue), pkg/tasks (background-task records and
-// tools), pkg/store (the logs). The lock order and which goroutine owns what are in LOCKS.md.
+// state), pkg/toolbus (tool calls and the catalogue), pkg/tasks (background tasks: the tools
+// that queue them and the runner that runs them), pkg/store (the logs). The lock order and
+// which goroutine owns what are in LOCKS.md.
 //
 // Ownership (the worker lease and its epoch, claims, doorbells, peer probes, rebalancing and
 // the commit fence) is pkg/turn/ownership's; its package comment tells the protocol. The
