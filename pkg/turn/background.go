@@ -224,7 +224,7 @@ var _ TaskRunner = (*tasks.Runner)(nil)
 
 // newTaskRunner builds the replica's task runner on the Worker's parts (called by New once
 // they are open).
-func (w *Worker) newTaskRunner() (*tasks.Runner, error) {
+func newTaskRunner(w *Worker) (*tasks.Runner, error) {
 	return tasks.NewRunner(tasks.RunnerConfig{Options: w.opts.Tasks, Worker: w.opts.ID, JS: w.js,
 		Inbox: w.inbox, Publisher: w.inboxPub, Schedules: w.bg.scheds, Tasks: w.bg.tasks, Turns: taskTurns{w},
 		Catalog: w.tools, Tools: w.toolc, Models: w.opts.Models, DefaultModel: w.defaultModel,

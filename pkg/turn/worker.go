@@ -237,7 +237,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	if w.bg, err = newBackground(ctx, js); err != nil {
 		return nil, err
 	}
-	if w.runner, err = w.newTaskRunner(); err != nil {
+	if w.runner, err = newTaskRunner(w); err != nil {
 		return nil, err
 	}
 	if w.media, err = js.ObjectStore(ctx, events.ObjectMedia); err != nil {
