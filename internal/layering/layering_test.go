@@ -27,7 +27,9 @@ var library = []string{"pkg/llm", "pkg/loop"}
 var protocols = map[string][]string{
 	"pkg/toolbus": {"internal/jsconflict", "pkg/events", "pkg/llm", "pkg/loop",
 		"pkg/natsutil", "pkg/store", "pkg/tools", "pkg/tracing"},
-	"pkg/tasks": {"pkg/events", "pkg/schedule", "pkg/skills", "pkg/toolbus", "pkg/tools", "pkg/tools/filetool"},
+	// Background tasks: the tools that queue them and the runners the turn worker starts.
+	"pkg/tasks": {"pkg/events", "pkg/inbox", "pkg/llm", "pkg/loop", "pkg/natsutil", "pkg/schedule", "pkg/skills",
+		"pkg/toolbus", "pkg/tools", "pkg/tools/filetool"},
 	"pkg/inbox": {"internal/jsconflict", "pkg/events", "pkg/natsutil"},
 	"pkg/store": {"internal/jsconflict", "pkg/events", "pkg/llm", "pkg/natsutil"},
 	// The turn worker's ownership protocol: it reaches the bus only through the stores.
@@ -129,18 +131,11 @@ func TestImportGraph(t *testing.T) {
 var typedOptions = []string{"pkg/turn", "pkg/ingest", "pkg/egress", "pkg/toolworker", "pkg/toolbus",
 	"pkg/tasks", "pkg/inbox", "pkg/loop", "pkg/llm"}
 
-// configPendingMove are the files of those packages that may still import pkg/config, each
-// until the move that takes it away: the background-task runners leave pkg/turn for pkg/tasks
-// with options of their own (issue 38), and turn.TaskConfig, their hand-off, with them.
-// Delete an entry with its file; the test fails on an entry that no longer needs to be here.
-var configPendingMove = []string{"pkg/turn/background.go", "pkg/turn/taskconfig.go"}
-
 // TestNoConfigInRoles checks that no non-test file of the typedOptions packages (and their
-// subpackages) imports pkg/config, but those in configPendingMove.
+// subpackages) imports pkg/config.
 func TestNoConfigInRoles(t *testing.T) {
 	const root = "../.."
 	fset := token.NewFileSet()
-	importing := map[string]bool{}
 	for _, dir := range typedOptions {
 		err := filepath.WalkDir(filepath.Join(root, dir), func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
@@ -163,23 +158,13 @@ func TestNoConfigInRoles(t *testing.T) {
 			rel = filepath.ToSlash(rel)
 			for _, imp := range f.Imports {
 				if strings.Trim(imp.Path.Value, `"`) == module+"/pkg/config" {
-					importing[rel] = true
+					t.Errorf("%s imports pkg/config: take typed Options instead, and map the configuration onto them in pkg/app (options.go)", rel)
 				}
 			}
 			return nil
 		})
 		if err != nil {
 			t.Fatal(err)
-		}
-	}
-	for f := range importing {
-		if !slices.Contains(configPendingMove, f) {
-			t.Errorf("%s imports pkg/config: take typed Options instead, and map the configuration onto them in pkg/app (options.go)", f)
-		}
-	}
-	for _, f := range configPendingMove {
-		if !importing[f] {
-			t.Errorf("configPendingMove lists %s, which no longer imports pkg/config (or is gone): delete the entry", f)
 		}
 	}
 }

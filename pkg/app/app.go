@@ -573,6 +573,9 @@ func (p *Process) startTurnWorker(ctx context.Context, cfg *config.Config, opts 
 		}
 		return res.Body, res.ContentType, nil
 	}
+	if o.Tasks, err = taskOptions(cfg.AI); err != nil {
+		return err
+	}
 	p.turnOpts = o
 	if p.turnOpts.Tracer, err = p.tracer(ctx, "turn-worker"); err != nil {
 		return err

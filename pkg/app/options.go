@@ -1,6 +1,7 @@
 package app
 
 import (
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
@@ -10,7 +11,9 @@ import (
 	"github.com/agentbus/agentbus/pkg/egress"
 	"github.com/agentbus/agentbus/pkg/ingest"
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/loop"
 	"github.com/agentbus/agentbus/pkg/models"
+	"github.com/agentbus/agentbus/pkg/tasks"
 	"github.com/agentbus/agentbus/pkg/toolworker"
 	"github.com/agentbus/agentbus/pkg/turn"
 )
@@ -120,7 +123,7 @@ func turnOptions(ai config.AI, reg *llm.Registry) turn.Options {
 				SummaryThreshold: cx.SummaryThreshold, KeepAfterSummary: cx.KeepAfterSummary, MaxContextTokens: cx.MaxContextTokens},
 		},
 		MCPServers: mcp,
-		AI:         ai, // the background-task runners' hand-off (turn.TaskConfig)
+		ToolSearch: a.ToolSearch,
 	}
 }
 
@@ -142,4 +145,31 @@ func webhookOptions(wh config.Webhook) ingest.WebhookOptions {
 		PerSender:        ingest.RateLimit{PerSecond: rl.PerSender.PerSecond, Burst: rl.PerSender.Burst},
 		MaxSenders:       rl.MaxSenders,
 	}
+}
+
+// taskOptions maps ai.agent's background-task fields and ai.scheduler (validated by pkg/config)
+// onto the turn worker's task runner (pkg/tasks).
+func taskOptions(ai config.AI) (tasks.Options, error) {
+	a, s := ai.Agent, ai.Scheduler
+	o := tasks.Options{
+		TaskTimeout:           time.Duration(a.TaskTimeoutMs) * time.Millisecond,
+		SubagentTools:         a.SubagentTools,
+		MaxSubagentIterations: a.MaxSubagentIterations,
+		ToolExecution:         loop.ToolExecutionMode(a.ToolExecution),
+		Workspace:             a.Workspace,
+		Heartbeat: tasks.Heartbeat{Session: s.Heartbeat.Session, Every: s.Heartbeat.HeartbeatEvery(),
+			File: s.Heartbeat.File, Prompt: s.Heartbeat.Prompt},
+	}
+	for _, j := range s.Jobs {
+		job := tasks.Job{ID: j.ID, Session: j.Session, Cron: j.Cron, TimeZone: j.TimeZone, Prompt: j.Prompt}
+		if j.Every != "" {
+			d, err := time.ParseDuration(j.Every)
+			if err != nil {
+				return tasks.Options{}, fmt.Errorf("ai.scheduler.jobs %s: every: %w", j.ID, err)
+			}
+			job.Every = d
+		}
+		o.Jobs = append(o.Jobs, job)
+	}
+	return o, o.Validate()
 }

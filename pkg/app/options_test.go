@@ -8,7 +8,9 @@ import (
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/egress"
 	"github.com/agentbus/agentbus/pkg/ingest"
+	"github.com/agentbus/agentbus/pkg/loop"
 	"github.com/agentbus/agentbus/pkg/models"
+	"github.com/agentbus/agentbus/pkg/tasks"
 	"github.com/agentbus/agentbus/pkg/toolworker"
 	"github.com/agentbus/agentbus/pkg/turn"
 )
@@ -136,7 +138,7 @@ ai:
 			if got.Route == nil || got.Harness == nil {
 				t.Fatal("turnOptions left Route or Harness nil")
 			}
-			got.Route, got.Harness, got.AI = nil, nil, config.AI{} // functions: checked below; AI: the task runners' copy
+			got.Route, got.Harness = nil, nil // functions: checked below
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("turn options\n got %+v\nwant %+v", got, tt.want)
 			}
@@ -211,6 +213,54 @@ nats: {inboundDuplicatesMs: 180000}
 			}
 			if got := webhookOptions(cfg.IM.Webhook); !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("webhook options\n got %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// ai.agent's background-task fields and ai.scheduler reach the task runner's Options as
+// durations, with the heartbeat's period defaulted as the file documents it.
+func TestTaskOptionsFromConfig(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want tasks.Options
+	}{
+		{"heartbeat period defaulted", `
+ai:
+  agent: {workspace: /srv/ws}
+  scheduler:
+    heartbeat: {session: "webhook:b1:private:boss"}
+`, tasks.Options{MaxSubagentIterations: 25, ToolExecution: loop.Parallel, Workspace: "/srv/ws",
+			Heartbeat: tasks.Heartbeat{Session: "webhook:b1:private:boss", Every: 30 * time.Minute}}},
+		{"everything set", `
+ai:
+  agent: {workspace: /srv/ws, taskTimeoutMs: 3000, subagentTools: [echo], maxSubagentIterations: 7, toolExecution: sequential}
+  scheduler:
+    heartbeat: {session: "webhook:b1:private:boss", every: 2h, file: TODO.md, prompt: "look"}
+    jobs:
+      - {id: digest, session: "webhook:b1:group:team", cron: "0 0 9 * * *", timezone: Asia/Shanghai, prompt: "digest"}
+      - {id: ping, session: "webhook:b1:group:team", every: 90s, prompt: "ping"}
+`, tasks.Options{TaskTimeout: 3 * time.Second, SubagentTools: []string{"echo"}, MaxSubagentIterations: 7,
+			ToolExecution: loop.Sequential, Workspace: "/srv/ws",
+			Heartbeat: tasks.Heartbeat{Session: "webhook:b1:private:boss", Every: 2 * time.Hour, File: "TODO.md", Prompt: "look"},
+			Jobs: []tasks.Job{
+				{ID: "digest", Session: "webhook:b1:group:team", Cron: "0 0 9 * * *", TimeZone: "Asia/Shanghai", Prompt: "digest"},
+				{ID: "ping", Session: "webhook:b1:group:team", Every: 90 * time.Second, Prompt: "ping"},
+			}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := config.Parse([]byte(tt.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := taskOptions(cfg.AI)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("task options\n got %+v\nwant %+v", got, tt.want)
 			}
 		})
 	}

@@ -1,7 +1,10 @@
-// Package tasks holds the tool-worker side of background work (docs/tasks.md): the
-// spawn_task, tool_search and run_deferred_task tools, which queue subagent and deferred tasks
-// on TASKS and record them in KV tasks. The turn worker runs the queued tasks; the tool-worker
-// process runs only this package, never pkg/turn.
+// Package tasks is background work on both sides of TASKS (docs/tasks.md). Tool workers serve
+// its spawn_task, tool_search and run_deferred_task tools, which queue subagent and deferred
+// tasks on TASKS and record them in KV tasks; every turn-worker replica starts a Runner
+// (runner.go), which runs the queued tasks, installs the ai.scheduler schedules and reads
+// HEARTBEAT.md for the heartbeat. The package imports no role: the tool-worker process runs
+// it without pkg/turn, and the turn worker hands the Runner what it needs through
+// RunnerConfig (a Turns reader, a ToolClient, the stores).
 package tasks
 
 import (

@@ -4,39 +4,31 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/chunk"
-	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/identity"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/schedule"
 	"github.com/agentbus/agentbus/pkg/tasks"
 	"github.com/agentbus/agentbus/pkg/toolbus"
 )
 
-// Background work of the turn worker (docs/tasks.md): the deferred-task runner, the heartbeat
-// and recurring-job schedules from ai.scheduler, and how the session actor handles what they
-// deliver (inbox.scheduled, inbox.task_result).
-
-// HeartbeatPrompt is the seed's fixed heartbeat prompt; the file's content follows it.
-const HeartbeatPrompt = "[heartbeat] This is your periodic check of HEARTBEAT.md, the task list below. " +
-	"Do what is due now, using your tools, and report briefly in this chat. " +
-	"If nothing needs attention right now, answer exactly " + HeartbeatOK + " and nothing else."
+// Background work of the turn worker (docs/tasks.md). pkg/tasks runs it (the subagent and
+// deferred-task runners, the ai.scheduler schedules: TaskRunner); this file is how the session
+// actor handles what it delivers (inbox.scheduled, inbox.task_result), the tool selection of
+// ai.agent.toolSearch, and the runner's wiring.
 
 // HeartbeatOK is the answer of a heartbeat with nothing to do; it is not posted to the chat.
-const HeartbeatOK = "HEARTBEAT_OK"
-
-// DefaultTaskTimeout bounds a background task when ai.agent.taskTimeoutMs is not set.
-const DefaultTaskTimeout = tasks.DefaultTimeout
+const HeartbeatOK = tasks.HeartbeatOK
 
 // background holds the worker's handles on schedules and task records.
 type background struct {
@@ -56,123 +48,6 @@ func newBackground(ctx context.Context, js jetstream.JetStream) (*background, er
 	return &background{scheds: s, tasks: t}, nil
 }
 
-func (tr taskRunner) taskTimeout() time.Duration {
-	w := tr.w
-	if ms := w.opts.AI.Agent.TaskTimeoutMs; ms > 0 {
-		return time.Duration(ms) * time.Millisecond
-	}
-	return DefaultTaskTimeout
-}
-
-// startBackground installs the configured schedules and starts the deferred-task runner.
-func (tr taskRunner) startBackground(ctx context.Context) error {
-	w := tr.w
-	if err := w.runner.installSchedules(ctx); err != nil {
-		// Not fatal: the bus may be busy; the schedules are installed by the next start or
-		// by another replica. Say so loudly.
-		w.log.Error("install ai.scheduler schedules", "err", err)
-	}
-	return w.runner.startDeferred(ctx)
-}
-
-// configuredSchedule is one schedule ai.scheduler asks for.
-type configuredSchedule struct {
-	sk           events.SessionKey
-	id, pattern  string
-	tz           string
-	ev           events.Scheduled
-	heartbeatCfg bool
-}
-
-// wantedSchedules turns ai.scheduler into schedules.
-func wantedSchedules(s config.Scheduler) ([]configuredSchedule, error) {
-	var out []configuredSchedule
-	operator := events.Sender{ID: "scheduler", Name: "ai.scheduler"}
-	if h := s.Heartbeat; h.Session != "" {
-		sk, err := events.ParseSessionKey(h.Session)
-		if err != nil {
-			return nil, fmt.Errorf("ai.scheduler.heartbeat.session: %w", err)
-		}
-		out = append(out, configuredSchedule{sk: sk, id: events.ScheduleID(events.ScheduleHeartbeat, ""),
-			pattern: schedule.Every(h.HeartbeatEvery()), heartbeatCfg: true,
-			ev: events.Scheduled{Text: "check HEARTBEAT.md", CreatedBy: operator, Kind: events.ScheduleHeartbeat}})
-	}
-	for _, j := range s.Jobs {
-		sk, err := events.ParseSessionKey(j.Session)
-		if err != nil {
-			return nil, fmt.Errorf("ai.scheduler.jobs %s: %w", j.ID, err)
-		}
-		pattern := j.Cron
-		if j.Every != "" {
-			d, err := time.ParseDuration(j.Every)
-			if err != nil {
-				return nil, fmt.Errorf("ai.scheduler.jobs %s: every: %w", j.ID, err)
-			}
-			pattern = schedule.Every(d)
-		}
-		out = append(out, configuredSchedule{sk: sk, id: events.ScheduleID(events.ScheduleJob, j.ID), pattern: pattern, tz: j.TimeZone,
-			ev: events.Scheduled{Text: j.Prompt, CreatedBy: operator, Kind: events.ScheduleJob}})
-	}
-	return out, nil
-}
-
-// installSchedules makes the heartbeat and job schedules match ai.scheduler: missing or
-// changed ones are written (once, whatever the number of replicas starting), and heartbeat and
-// job schedules no longer configured are removed. An unchanged "@every" schedule is left
-// alone so that restarts do not shift its period.
-func (tr taskRunner) installSchedules(ctx context.Context) error {
-	w := tr.w
-	want, err := wantedSchedules(w.opts.AI.Scheduler)
-	if err != nil {
-		return err
-	}
-	keep := map[string]bool{}
-	var errs []error
-	for _, c := range want {
-		keep[events.ScheduleSubject(c.sk, c.id)] = true
-		wrote, err := w.bg.scheds.Ensure(ctx, c.sk, c.id, c.pattern, c.tz, c.ev)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if wrote {
-			w.log.Info("schedule installed", "session", c.sk.String(), "id", c.id, "schedule", c.pattern)
-		}
-	}
-	all, err := w.bg.scheds.ListAll(ctx)
-	if err != nil {
-		return errors.Join(append(errs, err)...)
-	}
-	for _, p := range all {
-		kind := events.ScheduleKindOf(p.ID)
-		if (kind == events.ScheduleHeartbeat || kind == events.ScheduleJob) && !keep[events.ScheduleSubject(p.Session, p.ID)] {
-			if _, err := w.bg.scheds.Cancel(ctx, p.Session, p.ID); err != nil && !errors.Is(err, schedule.ErrNotFound) {
-				errs = append(errs, err)
-			} else {
-				w.log.Info("schedule removed (no longer in ai.scheduler)", "session", p.Session.String(), "id", p.ID)
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// heartbeatFile is the HEARTBEAT.md the heartbeat reads, in the agent's workspace (the file
-// tools edit the same file).
-func (tr taskRunner) heartbeatFile() string {
-	w := tr.w
-	name := w.opts.AI.Scheduler.Heartbeat.File
-	if name == "" {
-		name = "HEARTBEAT.md"
-	}
-	if filepath.IsAbs(name) {
-		return name
-	}
-	return filepath.Join(w.opts.AI.Agent.Workspace, name)
-}
-
-// maxHeartbeatBytes bounds what of HEARTBEAT.md goes into the prompt.
-const maxHeartbeatBytes = 16 << 10
-
 // onScheduled handles a schedule that fired: a reminder or a job starts a turn; the heartbeat
 // starts one only when HEARTBEAT.md has content. Each firing that runs a turn is recorded in
 // KV tasks (recent tasks in /tasks) under the id <schedule id>@<inbox seq>.
@@ -186,21 +61,13 @@ func (tev taskEvents) onScheduled(e *events.Event[events.Scheduled], seq uint64)
 	var text string
 	switch kind {
 	case events.ScheduleHeartbeat:
-		body, err := os.ReadFile(a.w.runner.heartbeatFile())
-		if len(body) > maxHeartbeatBytes {
-			body = body[:maxHeartbeatBytes]
+		var err error
+		if text, err = a.w.runner.HeartbeatInput(); err != nil {
+			a.log.Warn("heartbeat: read HEARTBEAT.md", "file", a.w.runner.HeartbeatFile(), "err", err)
 		}
-		if err != nil || strings.TrimSpace(string(body)) == "" {
-			if err != nil && !errors.Is(err, os.ErrNotExist) {
-				a.log.Warn("heartbeat: read HEARTBEAT.md", "file", a.w.runner.heartbeatFile(), "err", err)
-			}
+		if text == "" {
 			return a.advance(seq, nil) // not recorded: an idle heartbeat every period would crowd /tasks
 		}
-		prompt := a.w.opts.AI.Scheduler.Heartbeat.Prompt
-		if prompt == "" {
-			prompt = HeartbeatPrompt
-		}
-		text = prompt + "\n\n## HEARTBEAT.md\n" + strings.TrimSpace(string(body))
 	case events.ScheduleJob:
 		text = "[scheduled job " + strings.TrimPrefix(s.ScheduleID, events.ScheduleJob+"-") + "] " + identity.SanitizeText(s.Text)
 	default: // a reminder's text is a user's words, set through the model
@@ -293,7 +160,7 @@ func triggered(text string) []string {
 // tools are added when the selection left them out. It returns the extra system prompt text.
 func (w *Worker) backgroundSelection(v *toolbus.View, text string, entries []events.ToolEntry, agentTools []loop.AgentTool) ([]events.ToolEntry, []loop.AgentTool, string) {
 	keep := triggered(text)
-	if w.opts.AI.Agent.ToolSearch {
+	if w.opts.ToolSearch {
 		keep = append(keep, orchestrationTools...)
 		var e2 []events.ToolEntry
 		var a2 []loop.AgentTool
@@ -315,9 +182,6 @@ func (w *Worker) backgroundSelection(v *toolbus.View, text string, entries []eve
 	}
 	return entries, agentTools, ""
 }
-
-// labelOr is label, or the start of text.
-func labelOr(label, text string) string { return tasks.LabelOr(label, text) }
 
 // chatText is what of a task's result goes to the chat: a result with images (generate_image
 // answers with media links and a note for the model) is posted as just its images; anything
@@ -342,7 +206,39 @@ func chatText(text string, isErr bool) string {
 // firing, a task's result) for its actor's goroutine.
 type taskEvents struct{ a *actor }
 
-// taskRunner runs the background work queued on TASKS for this replica: subagent tasks
-// (subagent.go), deferred tool calls (deferred.go), and the schedules and heartbeat
-// (schedule.Scheduler). It holds nothing of its own: its goroutines are the Worker's.
-type taskRunner struct{ w *Worker }
+// TaskRunner runs the background work queued on TASKS for this replica (a *tasks.Runner):
+// subagent tasks, deferred tool calls, and the ai.scheduler schedules. The Worker starts it
+// with its own lifetime and in-progress acks (Start), and asks it what a heartbeat that fired
+// should run.
+type TaskRunner interface {
+	// Start installs the schedules and starts the consumers; they run until ctx ends, their
+	// goroutines counted in wg.
+	Start(startCtx, ctx context.Context, wg *sync.WaitGroup, progress *natsutil.InProgress) error
+	// HeartbeatInput is the heartbeat's prompt with HEARTBEAT.md, "" when the file is
+	// missing or blank; HeartbeatFile names the file (for logs).
+	HeartbeatInput() (string, error)
+	HeartbeatFile() string
+}
+
+var _ TaskRunner = (*tasks.Runner)(nil)
+
+// newTaskRunner builds the replica's task runner on the Worker's parts (called by New once
+// they are open).
+func newTaskRunner(w *Worker) (*tasks.Runner, error) {
+	return tasks.NewRunner(tasks.RunnerConfig{Options: w.opts.Tasks, Worker: w.opts.ID, JS: w.js,
+		Inbox: w.inbox, Publisher: w.inboxPub, Schedules: w.bg.scheds, Tasks: w.bg.tasks, Turns: taskTurns{w},
+		Catalog: w.tools, Tools: w.toolc, Models: w.opts.Models, DefaultModel: w.defaultModel,
+		StreamFn: w.opts.StreamFn, Secrets: w.opts.Secrets, AckWait: w.opts.AckWait, DeadLetter: w.deadLetter, Log: w.log})
+}
+
+// taskTurns reads turns back for the task runner, which checks each task against the turn
+// that queued it (tasks.Turns).
+type taskTurns struct{ w *Worker }
+
+func (t taskTurns) ReadTurn(ctx context.Context, sk events.SessionKey, turn string) (*events.TurnStarted, []llm.Message, error) {
+	tl, err := t.w.readTurn(ctx, sk, turn)
+	if err != nil {
+		return nil, nil, err
+	}
+	return tl.started, tl.messages, nil
+}

@@ -33,7 +33,7 @@ func TestBackgroundSelection(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			w := &Worker{tools: cat, opts: Options{AI: config.AI{Agent: config.Agent{ToolSearch: tt.toolSearch}}, Skills: tt.skills}}
+			w := &Worker{tools: cat, opts: Options{ToolSearch: tt.toolSearch, Skills: tt.skills}}
 			entries, agent, note := w.selectTools(user, []llm.Message{llm.UserText(tt.text, 1)}, nil)
 			if got := names(entries); got != tt.want {
 				t.Fatalf("offered %s, want %s", got, tt.want)

@@ -18,6 +18,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/memory"
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/skills"
+	"github.com/agentbus/agentbus/pkg/tasks"
 )
 
 // Defaults of Options. They are the defaults docs/configuration.md gives for the ai: keys
@@ -143,10 +144,13 @@ type Options struct {
 	// Endpoints are the configured IM endpoints that hold no connection ("webhook/<bot>"),
 	// which /endpoints lists besides the adapters in KV presence.
 	Endpoints []string
-	// AI is the ai: block, for the background-task runners only (background.go, subagent.go,
-	// deferred.go: schedules, task time limits, subagent tools), until they move to pkg/tasks
-	// with options of their own. The turn worker itself reads none of it.
-	AI TaskConfig
+	// ToolSearch keeps only the orchestration tools in the main agent (tool_search,
+	// run_deferred_task, spawn_task): every other tool runs as a deferred task
+	// (ai.agent.toolSearch).
+	ToolSearch bool
+	// Tasks tune the background-task runner (subagents, deferred tool calls, ai.scheduler);
+	// pkg/tasks applies the defaults and validates them in New.
+	Tasks tasks.Options
 
 	// StreamFn replaces llm.Stream (tests, benchmarks).
 	StreamFn loop.StreamFunc

@@ -257,7 +257,7 @@ func TestSubagentResultReturnsToChat(t *testing.T) {
 		}, tools.Idempotent()),
 		tasks.SpawnTaskTool(h.ns.JS, nil),
 	)
-	h.cfg.AI.Agent.SubagentTools = []string{"echo"}
+	h.base.Tasks.SubagentTools = []string{"echo"}
 	w := h.worker("w1")
 	h.waitTools(w, 2)
 	h.send(sk, "m1", "please research this in the background")

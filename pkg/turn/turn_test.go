@@ -54,7 +54,7 @@ func modelOptions(ai config.AI, reg *llm.Registry) Options {
 				AlwaysTools: h.AlwaysTools, ToolExecution: h.ToolExecution, Thinking: h.Thinking,
 				ModelSize: h.ModelSizeHint, SkillInstructionMaxChars: h.SkillInstructionMaxChars}
 		},
-		AI: ai}
+		ToolSearch: ai.Agent.ToolSearch}
 }
 
 // newHarness starts a server and prepares workers for a faux provider under the ai.agents
@@ -88,7 +88,7 @@ ai:
 // The task runners' hand-off (AI) is read now, so a test may change h.cfg.AI before.
 func (h *harness) options(id string) Options {
 	o := h.base
-	o.ID, o.StreamFn, o.AI = id, h.faux.Stream, h.cfg.AI
+	o.ID, o.StreamFn = id, h.faux.Stream
 	return o
 }
 

@@ -9,8 +9,9 @@
 // commands*.go run slash commands, replies.go builds replies); turnRun (turn.go, turnloop.go,
 // records.go) runs one turn: the loop, its records, the commit and the reply. What crosses
 // roles lives below: pkg/turn/ownership (leases, claims, doorbells), pkg/inbox (the read
-// state), pkg/toolbus (tool calls and the catalogue), pkg/tasks (background-task records and
-// tools), pkg/store (the logs). The lock order and which goroutine owns what are in LOCKS.md.
+// state), pkg/toolbus (tool calls and the catalogue), pkg/tasks (background tasks: the tools
+// that queue them and the runner that runs them), pkg/store (the logs). The lock order and
+// which goroutine owns what are in LOCKS.md.
 //
 // Ownership (the worker lease and its epoch, claims, doorbells, peer probes, rebalancing and
 // the commit fence) is pkg/turn/ownership's; its package comment tells the protocol. The
@@ -71,8 +72,7 @@ type Worker struct {
 	toolc     toolClient // tool calls of turns and tasks (a toolbus.Client)
 	approvals *approvals.Store
 	bg        *background           // schedules and task records (background.go)
-	runner    taskRunner            // runs subagent and deferred tasks, schedules (background.go)
-	records   tasks.Records         // the KV tasks records of the tasks it runs (pkg/tasks)
+	runner    TaskRunner            // runs subagent and deferred tasks, schedules (pkg/tasks)
 	media     jetstream.ObjectStore // nil: media:// images stay references
 	router    *toolbus.Router
 	// inboxHeard receives the core NATS copies of inbox events for the sessions this replica's
@@ -106,7 +106,6 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	killCtx, killNow := context.WithCancel(context.Background())
 	w := &Worker{opts: opts, nc: nc, js: js, killCtx: killCtx, killNow: killNow, done: make(chan struct{}),
 		router: toolbus.NewRouter(), inboxHeard: make(chan *nats.Msg, inboxHeardBuffer), inboxPub: inbox.NewPublisher(js), log: opts.Log.With("worker", opts.ID)}
-	w.runner = taskRunner{w}
 	if opts.RateLimit.enabled() {
 		w.limiter = newCallLimiter(opts.RateLimit)
 	}
@@ -147,7 +146,9 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	if w.bg, err = newBackground(ctx, js); err != nil {
 		return nil, err
 	}
-	w.records = tasks.Records{Tasks: w.bg.tasks, Worker: opts.ID, Log: w.log}
+	if w.runner, err = newTaskRunner(w); err != nil {
+		return nil, err
+	}
 	if w.media, err = js.ObjectStore(ctx, events.ObjectMedia); err != nil {
 		w.log.Warn("media store not available: stored images reach the model as references only", "err", err)
 		w.media = nil
@@ -227,10 +228,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	}()
 	w.wg.Add(1)
 	go w.pokeActors()
-	if err := w.runner.startSubagents(ctx); err != nil {
-		return err
-	}
-	return w.runner.startBackground(ctx)
+	return w.runner.Start(ctx, w.ctx, &w.wg, w.progress)
 }
 
 // Stop stops consuming, aborts running turns and releases the leases it holds. Turns that were

@@ -1,4 +1,4 @@
-package turn
+package tasks
 
 import (
 	"context"
@@ -15,7 +15,6 @@ import (
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/loop"
 	"github.com/agentbus/agentbus/pkg/natsutil"
-	"github.com/agentbus/agentbus/pkg/tasks"
 	"github.com/agentbus/agentbus/pkg/toolbus"
 )
 
@@ -26,76 +25,49 @@ const DeferredConsumer = "deferred"
 // acked once its result is in the session's inbox (or it was cancelled); a worker that dies
 // mid-task leaves it to be redelivered, and the rerun finds the tool's result in TOOL_RESULTS
 // under the same call id instead of running the tool again.
-func (tr taskRunner) startDeferred(ctx context.Context) error {
-	w := tr.w
-	cons, err := natsutil.Consumer(ctx, w.js, events.StreamTasks, jetstream.ConsumerConfig{
+func (r *Runner) startDeferred(ctx context.Context) error {
+	cons, err := natsutil.Consumer(ctx, r.cfg.JS, events.StreamTasks, jetstream.ConsumerConfig{
 		Durable: DeferredConsumer, FilterSubject: events.PrefixTask + "." + events.TaskKindDeferred + ".>",
-		AckPolicy: jetstream.AckExplicitPolicy, AckWait: w.opts.AckWait, MaxDeliver: 20, MaxAckPending: 64,
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: r.cfg.AckWait, MaxDeliver: 20, MaxAckPending: 64,
 	})
 	if err != nil {
 		return fmt.Errorf("create consumer %s: %w", DeferredConsumer, err)
 	}
-	cc, err := cons.Consume(func(msg jetstream.Msg) {
-		w.wg.Add(1)
-		go func() {
-			defer w.wg.Done()
-			w.runner.runDeferred(msg)
-		}()
-	}, natsutil.FailoverConsume(jetstream.PullMaxMessages(8))...)
-	if err != nil {
-		return err
-	}
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		<-w.ctx.Done()
-		cc.Stop()
-	}()
-	return nil
+	return r.consume(cons, r.runDeferred)
 }
 
-func (tr taskRunner) runDeferred(msg jetstream.Msg) {
-	w := tr.w
-	meta, _ := msg.Metadata()
-	var seq uint64
-	if meta != nil {
-		seq = meta.Sequence.Stream
-	}
+func (r *Runner) runDeferred(msg jetstream.Msg) {
 	var ev events.Event[events.DeferredTask]
 	if err := events.Unmarshal(msg.Data(), &ev); err != nil {
-		w.deadLetter(msg.Subject(), seq, msg.Data(), msg.Headers(), "invalid_task", err)
-		_ = msg.Term()
+		r.deadLetter(msg, "invalid_task", err)
 		return
 	}
 	task := ev.Data
 	if task.Kind != events.DeferredKindTool {
-		w.deadLetter(msg.Subject(), seq, msg.Data(), msg.Headers(), "unknown_task_kind", fmt.Errorf("deferred task kind %q has no runner", task.Kind))
-		_ = msg.Term()
+		r.deadLetter(msg, "unknown_task_kind", fmt.Errorf("deferred task kind %q has no runner", task.Kind))
 		return
 	}
 	if task.Parent == nil {
-		w.deadLetter(msg.Subject(), seq, msg.Data(), msg.Headers(), "invalid_task", errors.New("a tool task names no parent session"))
-		_ = msg.Term()
+		r.deadLetter(msg, "invalid_task", errors.New("a tool task names no parent session"))
 		return
 	}
 	sk, id := *task.Parent, task.TaskID
-	log := w.log.With("task", id, "session", sk.String())
+	log := r.log.With("task", id, "session", sk.String())
 	// Who the task runs as and where its result goes come from the turn that queued it, not
 	// from the task (taskOrigin).
 	var call events.DeferredToolCall
 	_ = json.Unmarshal(task.Payload, &call)
-	caller, err := w.runner.taskOrigin(w.ctx, sk, task.Turn, task.ToolCallID, tasks.RunDeferredTaskName, checkDeferredArgs(call))
+	caller, err := r.taskOrigin(r.ctx, sk, task.Turn, task.ToolCallID, RunDeferredTaskName, checkDeferredArgs(call))
 	if err == nil && id != events.EncodeToken(task.ToolCallID) {
 		err = fmt.Errorf("%w: task id %s is not its call's", errUnasked, id)
 	}
 	if errors.Is(err, errUnasked) {
 		log.Warn("deferred task refused: its turn did not ask for it", "err", err)
-		w.deadLetter(msg.Subject(), seq, msg.Data(), msg.Headers(), "unverified_task", err)
-		_ = msg.Term()
+		r.deadLetter(msg, "unverified_task", err)
 		return
 	}
 	if err != nil {
-		if w.ctx.Err() == nil {
+		if r.ctx.Err() == nil {
 			log.Warn("deferred task: its turn cannot be read yet", "err", err)
 			_ = msg.NakWithDelay(5 * time.Second)
 		}
@@ -103,17 +75,17 @@ func (tr taskRunner) runDeferred(msg jetstream.Msg) {
 	}
 	task.Caller = &caller
 	owner := caller.SenderID
-	if !w.records.Starting(w.ctx, sk, id, events.TaskKindDeferred, labelOr(task.Label, id), owner) {
+	if !r.records.Starting(r.ctx, sk, id, events.TaskKindDeferred, LabelOr(task.Label, id), owner) {
 		_ = msg.Ack() // its result was delivered (or it was cancelled) before: never twice
 		return
 	}
-	w.progress.Add(msg)
-	defer w.progress.Remove(msg)
-	text, isErr, cancelled := w.runner.deferredCall(sk, id, task, ev.Trace)
-	if w.ctx.Err() != nil {
+	r.progress.Add(msg)
+	defer r.progress.Remove(msg)
+	text, isErr, cancelled := r.deferredCall(sk, id, task, ev.Trace)
+	if r.ctx.Err() != nil {
 		return // stopping: redelivered to another worker, which finds the tool's result
 	}
-	if cancelled || w.records.Cancelled(w.ctx, sk, id) {
+	if cancelled || r.records.Cancelled(r.ctx, sk, id) {
 		log.Info("deferred task cancelled; result not delivered")
 		_ = msg.Ack()
 		return
@@ -122,51 +94,50 @@ func (tr taskRunner) runDeferred(msg jetstream.Msg) {
 	out := events.New(res, events.WithSession(sk.String()), events.WithTrace(ev.Trace), events.WithID("task-result-"+id))
 	m, err := events.NewMsg(events.AgentInSubject(sk), out)
 	if err == nil {
-		_, err = w.inboxPub.Publish(w.ctx, m)
+		_, err = r.cfg.Publisher.Publish(r.ctx, m)
 	}
 	if err != nil {
 		log.Error("deferred task result not delivered", "err", err)
 		_ = msg.NakWithDelay(5 * time.Second)
 		return
 	}
-	w.records.Finished(w.ctx, sk, id, isErr, text)
+	r.records.Finished(r.ctx, sk, id, isErr, text)
 	_ = msg.Ack()
 }
 
 // deferredCall runs the task's tool call on a tool worker within the task's time limit,
 // cancelled early when /tasks cancel marks the record. The call id is fixed per task, so a
 // rerun after a crash reads the result the first run left instead of calling again.
-func (tr taskRunner) deferredCall(sk events.SessionKey, id string, task events.DeferredTask, trace string) (text string, isErr, cancelled bool) {
-	w := tr.w
+func (r *Runner) deferredCall(sk events.SessionKey, id string, task events.DeferredTask, trace string) (text string, isErr, cancelled bool) {
 	var call events.DeferredToolCall
 	if err := json.Unmarshal(task.Payload, &call); err != nil || call.Tool == "" {
 		return fmt.Sprintf("the task has no valid tool call (%v)", err), true, false
 	}
-	deadline := time.Now().Add(w.runner.taskTimeout())
+	deadline := time.Now().Add(r.cfg.TaskTimeout)
 	if task.Deadline > 0 {
 		deadline = time.UnixMilli(task.Deadline)
 	}
 	limit := time.Until(deadline).Round(time.Second)
-	ctx, cancel := context.WithDeadline(w.ctx, deadline)
+	ctx, cancel := context.WithDeadline(r.ctx, deadline)
 	defer cancel()
 	var userCancel sync.Once
 	var wasCancelled bool
-	stopWatch := w.records.WatchCancel(ctx, sk, id, func() { userCancel.Do(func() { wasCancelled = true; cancel() }) })
+	stopWatch := r.records.WatchCancel(ctx, sk, id, func() { userCancel.Do(func() { wasCancelled = true; cancel() }) })
 	defer stopWatch()
 	caller := events.Caller{Platform: sk.Platform, Bot: sk.Bot, Scope: sk.Scope}
 	if task.Caller != nil {
 		caller = *task.Caller
 	}
 	busID := "task-" + id
-	exec := w.toolc.Executor(toolbus.Call{Resumed: true, BusID: func(string) string { return busID },
+	exec := r.cfg.Tools.Executor(toolbus.Call{Resumed: true, BusID: func(string) string { return busID },
 		Scope: toolbus.Scope{SK: sk, Turn: busID, SID: sk.String(), Trace: trace, Caller: caller}})
 	args := call.Args
 	if args == nil {
 		args = map[string]any{}
 	}
-	if _, ok := w.tools.Entry(call.Tool); !ok {
-		_ = w.tools.Refresh(ctx)
-		if _, ok := w.tools.Entry(call.Tool); !ok {
+	if _, ok := r.cfg.Catalog.Entry(call.Tool); !ok {
+		_ = r.cfg.Catalog.Refresh(ctx)
+		if _, ok := r.cfg.Catalog.Entry(call.Tool); !ok {
 			return "no tool worker serves " + call.Tool + " right now", true, false
 		}
 	}
@@ -175,7 +146,7 @@ func (tr taskRunner) deferredCall(sk events.SessionKey, id string, task events.D
 	switch {
 	case wasCancelled:
 		return "", false, true
-	case errors.Is(err, context.DeadlineExceeded) || (err == nil && ctx.Err() != nil && w.ctx.Err() == nil):
+	case errors.Is(err, context.DeadlineExceeded) || (err == nil && ctx.Err() != nil && r.ctx.Err() == nil):
 		return fmt.Sprintf("%s did not finish within the task's time limit (%s)", call.Tool, limit), true, false
 	case err != nil:
 		return call.Tool + ": " + err.Error(), true, false

@@ -1,4 +1,4 @@
-package turn
+package tasks
 
 import (
 	"bytes"
@@ -17,37 +17,36 @@ import (
 // errUnasked marks a background task that its parent turn did not ask for: no such turn in the
 // session, no call of the queuing tool under the task's call id, or arguments that differ.
 // Such a task is dead-lettered and never run.
-var errUnasked = errors.New("turn: background task not asked for by its turn")
+var errUnasked = errors.New("tasks: background task not asked for by its turn")
 
-// taskOrigin is who a background task runs as, derived from the worker's own records and never
-// from the task: tool workers queue tasks (spawn_task, run_deferred_task) and may publish on
-// task.>, so a task's claims (its caller's roles, the chat its result goes to) are worth
-// nothing by themselves. The task names the session, the turn and the bus id of the tool call
-// that queued it; the turn's log (AGENT_EVENTS, which only turn workers write) must hold an
-// assistant message of that turn calling tool under that bus id (bus ids as noteCalls gives
-// them), whose arguments check accepts; and the caller is the sender of the inbox event that
-// started the turn (SESSION_IN, where only ingest, which sets the roles, and turn workers
-// publish), as the turn itself ran with. Errors wrap errUnasked when the task was not asked
-// for; other errors are the bus's (try again later).
-func (tr taskRunner) taskOrigin(ctx context.Context, sk events.SessionKey, turn, callID, tool string, check func(args map[string]any) error) (events.Caller, error) {
-	w := tr.w
+// taskOrigin is who a background task runs as, derived from the turn worker's own records
+// and never from the task: tool workers queue tasks (spawn_task, run_deferred_task) and may
+// publish on task.>, so a task's claims (its caller's roles, the chat its result goes to) are
+// worth nothing by themselves. The task names the session, the turn and the bus id of the
+// tool call that queued it; the turn's log (AGENT_EVENTS, which only turn workers write) must
+// hold an assistant message of that turn calling tool under that bus id (bus ids as the turn
+// worker's noteCalls gives them), whose arguments check accepts; and the caller is the sender
+// of the inbox event that started the turn (SESSION_IN, where only ingest, which sets the
+// roles, and turn workers publish), as the turn itself ran with. Errors wrap errUnasked when
+// the task was not asked for; other errors are the bus's (try again later).
+func (r *Runner) taskOrigin(ctx context.Context, sk events.SessionKey, turn, callID, tool string, check func(args map[string]any) error) (events.Caller, error) {
 	if turn == "" || callID == "" {
 		return events.Caller{}, fmt.Errorf("%w: it names no turn or tool call", errUnasked)
 	}
 	if err := sk.Validate(); err != nil {
 		return events.Caller{}, fmt.Errorf("%w: %w", errUnasked, err)
 	}
-	tl, err := w.readTurn(ctx, sk, turn)
+	started, messages, err := r.cfg.Turns.ReadTurn(ctx, sk, turn)
 	if err != nil {
 		return events.Caller{}, err
 	}
-	if tl.started == nil {
+	if started == nil {
 		return events.Caller{}, fmt.Errorf("%w: session %s has no turn %s", errUnasked, sk, turn)
 	}
 	seen := map[string]int{}
 	found := false
-	for i := range tl.messages {
-		m := &tl.messages[i]
+	for i := range messages {
+		m := &messages[i]
 		if m.Role != llm.RoleAssistant {
 			continue
 		}
@@ -72,7 +71,7 @@ func (tr taskRunner) taskOrigin(ctx context.Context, sk events.SessionKey, turn,
 	if !found {
 		return events.Caller{}, fmt.Errorf("%w: turn %s made no call %s", errUnasked, turn, callID)
 	}
-	raw, err := natsutil.GetMsg(ctx, w.js, w.inbox, natsutil.MsgQuery{Seq: tl.started.Trigger.Seq})
+	raw, err := natsutil.GetMsg(ctx, r.cfg.JS, r.cfg.Inbox, natsutil.MsgQuery{Seq: started.Trigger.Seq})
 	if err != nil {
 		return events.Caller{}, fmt.Errorf("read the trigger of turn %s: %w", turn, err)
 	}
@@ -81,8 +80,8 @@ func (tr taskRunner) taskOrigin(ctx context.Context, sk events.SessionKey, turn,
 		return events.Caller{}, fmt.Errorf("%w: the trigger of turn %s does not decode: %w", errUnasked, turn, err)
 	}
 	caller := events.Caller{Platform: sk.Platform, Bot: sk.Bot, Scope: sk.Scope}
-	// The sender the turn ran as (actor.inboxMessage, pendingFrom); any other trigger (a
-	// schedule, a subagent result) ran without roles.
+	// The sender the turn ran as (the turn worker's actor.inboxMessage and pendingFrom); any
+	// other trigger (a schedule, a subagent result) ran without roles.
 	switch e := ev.(type) {
 	case *events.Event[events.UserMessage]:
 		caller.SenderID, caller.Roles = e.Data.Message.Sender.ID, e.Data.Message.Sender.Roles

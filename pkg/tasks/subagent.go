@@ -1,4 +1,4 @@
-package turn
+package tasks
 
 import (
 	"context"
@@ -30,95 +30,65 @@ var SubagentTools = []string{"read_file", "write_file", "edit_file", "list_dir",
 //
 // A task is acked when its result is in the inbox; a worker that dies mid-task leaves it to be
 // redelivered and run again from the start (a subagent's own steps are not resumable).
-func (tr taskRunner) startSubagents(ctx context.Context) error {
-	w := tr.w
-	cons, err := natsutil.Consumer(ctx, w.js, events.StreamTasks, jetstream.ConsumerConfig{
+func (r *Runner) startSubagents(ctx context.Context) error {
+	cons, err := natsutil.Consumer(ctx, r.cfg.JS, events.StreamTasks, jetstream.ConsumerConfig{
 		Durable: SubagentConsumer, FilterSubject: events.PrefixTask + "." + events.TaskKindSubagent + ".>",
 		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxDeliver: 3, MaxAckPending: 64,
 	})
 	if err != nil {
 		return fmt.Errorf("create consumer %s: %w", SubagentConsumer, err)
 	}
-	cc, err := cons.Consume(func(msg jetstream.Msg) {
-		w.wg.Add(1)
-		go func() {
-			defer w.wg.Done()
-			w.runner.runSubagent(msg)
-		}()
-	}, natsutil.FailoverConsume(jetstream.PullMaxMessages(8))...)
-	if err != nil {
-		return err
-	}
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		<-w.ctx.Done()
-		cc.Stop()
-	}()
-	return nil
+	return r.consume(cons, r.runSubagent)
 }
 
-func (tr taskRunner) runSubagent(msg jetstream.Msg) {
-	w := tr.w
+func (r *Runner) runSubagent(msg jetstream.Msg) {
 	var ev events.Event[events.SubagentTask]
 	if err := events.Unmarshal(msg.Data(), &ev); err != nil {
-		meta, _ := msg.Metadata()
-		var seq uint64
-		if meta != nil {
-			seq = meta.Sequence.Stream
-		}
-		w.deadLetter(msg.Subject(), seq, msg.Data(), msg.Headers(), "invalid_task", err)
-		_ = msg.Term()
+		r.deadLetter(msg, "invalid_task", err)
 		return
 	}
 	task := ev.Data
 	// Who the subagent runs as and where its result goes come from the turn that queued it,
 	// not from the task (taskOrigin).
-	caller, err := w.runner.taskOrigin(w.ctx, task.Parent, task.ParentTurn, task.ToolCallID, "spawn_task", checkSpawnArgs(task.Prompt, task.Agent))
+	caller, err := r.taskOrigin(r.ctx, task.Parent, task.ParentTurn, task.ToolCallID, SpawnTaskName, checkSpawnArgs(task.Prompt, task.Agent))
 	if err == nil && task.TaskID != events.EncodeToken(task.ToolCallID) {
 		err = fmt.Errorf("%w: task id %s is not its call's", errUnasked, task.TaskID)
 	}
 	if errors.Is(err, errUnasked) {
-		meta, _ := msg.Metadata()
-		var seq uint64
-		if meta != nil {
-			seq = meta.Sequence.Stream
-		}
-		w.log.Warn("subagent task refused: its turn did not ask for it", "task", task.TaskID, "err", err)
-		w.deadLetter(msg.Subject(), seq, msg.Data(), msg.Headers(), "unverified_task", err)
-		_ = msg.Term()
+		r.log.Warn("subagent task refused: its turn did not ask for it", "task", task.TaskID, "err", err)
+		r.deadLetter(msg, "unverified_task", err)
 		return
 	}
 	if err != nil {
-		if w.ctx.Err() == nil {
-			w.log.Warn("subagent task: its turn cannot be read yet", "task", task.TaskID, "err", err)
+		if r.ctx.Err() == nil {
+			r.log.Warn("subagent task: its turn cannot be read yet", "task", task.TaskID, "err", err)
 			_ = msg.NakWithDelay(5 * time.Second)
 		}
 		return
 	}
 	task.Caller = caller
-	if !w.records.Starting(w.ctx, task.Parent, task.TaskID, events.TaskKindSubagent, task.Prompt, task.Caller.SenderID) {
+	if !r.records.Starting(r.ctx, task.Parent, task.TaskID, events.TaskKindSubagent, task.Prompt, task.Caller.SenderID) {
 		_ = msg.Ack() // its result was delivered (or it was cancelled) before: never twice
 		return
 	}
-	w.progress.Add(msg)
-	defer w.progress.Remove(msg)
-	deadline := time.Now().Add(w.runner.taskTimeout())
+	r.progress.Add(msg)
+	defer r.progress.Remove(msg)
+	deadline := time.Now().Add(r.cfg.TaskTimeout)
 	if task.Deadline > 0 {
 		deadline = time.UnixMilli(task.Deadline)
 	}
-	ctx, cancel := context.WithDeadline(w.ctx, deadline)
+	ctx, cancel := context.WithDeadline(r.ctx, deadline)
 	defer cancel()
-	stopWatch := w.records.WatchCancel(ctx, task.Parent, task.TaskID, cancel)
-	text, isErr := w.runner.subagentLoop(ctx, task, ev.Trace)
+	stopWatch := r.records.WatchCancel(ctx, task.Parent, task.TaskID, cancel)
+	text, isErr := r.subagentLoop(ctx, task, ev.Trace)
 	stopWatch()
-	if w.ctx.Err() != nil {
+	if r.ctx.Err() != nil {
 		return // stopping: the task is redelivered to another worker
 	}
 	if ctx.Err() == context.DeadlineExceeded {
-		text, isErr = fmt.Sprintf("the background task did not finish within its time limit (%s)", w.runner.taskTimeout()), true
+		text, isErr = fmt.Sprintf("the background task did not finish within its time limit (%s)", r.cfg.TaskTimeout), true
 	}
-	if w.records.Cancelled(w.ctx, task.Parent, task.TaskID) {
+	if r.records.Cancelled(r.ctx, task.Parent, task.TaskID) {
 		_ = msg.Ack()
 		return
 	}
@@ -127,14 +97,14 @@ func (tr taskRunner) runSubagent(msg jetstream.Msg) {
 	out := events.New(res, events.WithSession(task.Parent.String()), events.WithTrace(ev.Trace), events.WithID("subagent-result-"+task.TaskID))
 	m, err := events.NewMsg(events.AgentInSubject(task.Parent), out)
 	if err == nil {
-		_, err = w.inboxPub.Publish(w.ctx, m)
+		_, err = r.cfg.Publisher.Publish(r.ctx, m)
 	}
 	if err != nil {
-		w.log.Error("subagent result not delivered", "task", task.TaskID, "err", err)
+		r.log.Error("subagent result not delivered", "task", task.TaskID, "err", err)
 		_ = msg.NakWithDelay(5 * time.Second)
 		return
 	}
-	w.records.Finished(w.ctx, task.Parent, task.TaskID, isErr, text)
+	r.records.Finished(r.ctx, task.Parent, task.TaskID, isErr, text)
 	_ = msg.Ack()
 }
 
@@ -159,12 +129,11 @@ func wantsImage(task string) bool {
 }
 
 // subagentLoop runs the task and returns its final text.
-func (tr taskRunner) subagentLoop(ctx context.Context, task events.SubagentTask, trace string) (string, bool) {
-	w := tr.w
-	model, err := w.defaultModel()
+func (r *Runner) subagentLoop(ctx context.Context, task events.SubagentTask, trace string) (string, bool) {
+	model, err := r.cfg.DefaultModel()
 	if task.Model != "" {
-		for _, alias := range w.opts.Models.Aliases() {
-			if m, e := w.opts.Models.GetModel(alias, task.Model); e == nil {
+		for _, alias := range r.cfg.Models.Aliases() {
+			if m, e := r.cfg.Models.GetModel(alias, task.Model); e == nil {
 				model, err = m, nil
 				break
 			}
@@ -175,7 +144,7 @@ func (tr taskRunner) subagentLoop(ctx context.Context, task events.SubagentTask,
 	}
 	allowed := task.Tools
 	if len(allowed) == 0 {
-		allowed = append(slices.Clone(SubagentTools), w.opts.AI.Agent.SubagentTools...)
+		allowed = append(slices.Clone(SubagentTools), r.cfg.SubagentTools...)
 		if wantsImage(task.Prompt) { // seed: a drawing task gets generate_image first
 			allowed = append(allowed, imageTool)
 		}
@@ -183,24 +152,24 @@ func (tr taskRunner) subagentLoop(ctx context.Context, task events.SubagentTask,
 	caller := events.IMMessage{Platform: task.Caller.Platform, Bot: task.Caller.Bot,
 		Scene: events.Scene{Type: task.Caller.Scope, ID: task.Parent.Scene}, Sender: events.Sender{ID: task.Caller.SenderID, Roles: task.Caller.Roles}}
 	var offered []loop.AgentTool
-	for _, e := range w.tools.For(caller) {
+	for _, e := range r.cfg.Catalog.For(caller) {
 		if slices.Contains(allowed, e.Name) {
 			offered = append(offered, loop.AgentTool{Tool: llm.Tool{Name: e.Name, Description: e.Description, Parameters: e.Parameters}})
 		}
 	}
 	maxIter := task.MaxIterations
 	if maxIter <= 0 {
-		maxIter = w.opts.AI.Agent.MaxSubagentIterations
+		maxIter = r.cfg.MaxSubagentIterations
 	}
-	exec := w.toolc.Executor(toolbus.Call{Scope: toolbus.Scope{SK: task.Parent, Turn: "task-" + task.TaskID, SID: task.Parent.String(), Trace: trace, Caller: task.Caller, Model: model}})
+	exec := r.cfg.Tools.Executor(toolbus.Call{Scope: toolbus.Scope{SK: task.Parent, Turn: "task-" + task.TaskID, SID: task.Parent.String(), Trace: trace, Caller: task.Caller, Model: model}})
 	system := subagentSystem
 	if task.SystemPrompt != "" {
 		system = task.SystemPrompt + "\n\n" + subagentSystem
 	}
 	ac := &loop.AgentContext{SystemPrompt: system, Tools: offered}
-	cfg := &loop.Config{Model: model, StreamFn: w.opts.StreamFn, GetAPIKey: w.opts.Models.APIKey, Executor: exec,
-		MaxIterations: maxIter, ToolExecution: loop.ToolExecutionMode(w.opts.AI.Agent.ToolExecution)}
-	cfg.StreamOptions.Secrets = w.opts.Secrets
+	cfg := &loop.Config{Model: model, StreamFn: r.cfg.StreamFn, GetAPIKey: r.cfg.Models.APIKey, Executor: exec,
+		MaxIterations: maxIter, ToolExecution: r.cfg.ToolExecution}
+	cfg.StreamOptions.Secrets = r.cfg.Secrets
 	msgs, err := loop.Run(ctx, []llm.Message{llm.UserText(task.Prompt, time.Now().UnixMilli())}, ac, cfg, func(loop.Event) {})
 	final := lastAssistant(msgs)
 	switch {
@@ -212,4 +181,14 @@ func (tr taskRunner) subagentLoop(ctx context.Context, task events.SubagentTask,
 		return "subagent failed: " + final.ErrorMessage, true
 	}
 	return final.TextContent(), false
+}
+
+// lastAssistant is the last assistant message of ms, or nil.
+func lastAssistant(ms []llm.Message) *llm.Message {
+	for i := len(ms) - 1; i >= 0; i-- {
+		if ms[i].Role == llm.RoleAssistant {
+			return &ms[i]
+		}
+	}
+	return nil
 }
