@@ -43,7 +43,6 @@ import (
 	"github.com/agentbus/agentbus/pkg/inbox"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/store"
-	"github.com/agentbus/agentbus/pkg/tasks"
 	"github.com/agentbus/agentbus/pkg/toolbus"
 	"github.com/agentbus/agentbus/pkg/turn/ownership"
 )

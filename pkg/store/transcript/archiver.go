@@ -297,6 +297,12 @@ func (w *archWriter) run(ctx context.Context) {
 			case m := <-w.in:
 				w.msgs = append(w.msgs, m)
 				w.note(m)
+				if stretched && !w.thin() {
+					// The rows it waited for came: a batch no longer thin is written now, not
+					// at the end of the stretch (a slow delivery made the batch look thin at
+					// MaxWait, and it then held every row for ThinWait).
+					break gather
+				}
 			case <-t.C:
 				if !stretched && w.thinWait > w.maxWait && w.thin() {
 					stretched = true
