@@ -143,6 +143,12 @@ type Worker struct {
 	runner    taskRunner            // runs subagent and deferred tasks, schedules (background.go)
 	records   tasks.Records         // the KV tasks records of the tasks it runs (pkg/tasks)
 	media     jetstream.ObjectStore // nil: media:// images stay references
+	// epochs archives and trims ended epochs (epochs.go); nil when the object store is missing.
+	epochs    *store.EpochArchive
+	settleMu  sync.Mutex
+	settling  map[events.SessionKey]bool // sessions being settled -> settle once more
+	settleSem chan struct{}
+	settleWG  sync.WaitGroup
 	router    *toolbus.Router
 	// inboxHeard receives the core NATS copies of inbox events for the sessions this replica's
 	// actors run (actor.inSub); pokeActors wakes the actor of each.
@@ -236,6 +242,11 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 		return nil, err
 	}
 	w.records = tasks.Records{Tasks: w.bg.tasks, Worker: opts.ID, Log: w.log}
+	w.settling, w.settleSem = map[events.SessionKey]bool{}, make(chan struct{}, settleParallel)
+	if w.epochs, err = store.OpenEpochArchive(ctx, js, w.sessions); err != nil {
+		w.log.Warn("epoch archive not available: ended epochs stay in SESSION_IN and AGENT_CTX", "err", err)
+		w.epochs = nil
+	}
 	if w.media, err = js.ObjectStore(ctx, events.ObjectMedia); err != nil {
 		w.log.Warn("media store not available: stored images reach the model as references only", "err", err)
 		w.media = nil
@@ -327,6 +338,7 @@ func (w *Worker) shutdown() {
 		w.cancel()
 	}
 	w.wg.Wait()
+	w.settleWG.Wait() // started by actors only, which have all ended
 	if w.progress != nil {
 		w.progress.Close()
 	}
