@@ -222,7 +222,7 @@ func (a *EpochArchive) Write(ctx context.Context, sk events.SessionKey, e EndedE
 		pw.CloseWithError(err)
 		done <- err
 	}()
-	if _, err := a.obs.Put(ctx, meta, pr); err != nil {
+	if _, err := a.obs.Put(ctx, meta, fullReader{pr}); err != nil {
 		pr.CloseWithError(err)
 		<-done
 		return EpochBounds{}, fmt.Errorf("archive %s: %w", id, err)
@@ -231,6 +231,19 @@ func (a *EpochArchive) Write(ctx context.Context, sk events.SessionKey, e EndedE
 		return EpochBounds{}, fmt.Errorf("archive %s: %w", id, err)
 	}
 	return b, nil
+}
+
+// fullReader fills every Read it can: the object store makes a chunk of what one Read
+// returns, and a pipe returns each write of the compressor alone (tiny chunks, a stream
+// message each).
+type fullReader struct{ r io.Reader }
+
+func (f fullReader) Read(p []byte) (int, error) {
+	n, err := io.ReadFull(f.r, p)
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		err = io.EOF
+	}
+	return n, err
 }
 
 // commitInbox is the largest HeaderCtxInboxSeq among id's context records up to last: how far
