@@ -382,21 +382,37 @@ func (a *EpochArchive) ContextHistory(ctx context.Context, cl *ContextLog, id ev
 		return cl.History(ctx, id)
 	}
 	return func(yield func(CtxRecord, error) bool) {
+		_, err := a.Info(ctx, id)
+		switch {
+		case errors.Is(err, jetstream.ErrObjectNotFound):
+			// Not archived, as far as this read knows. The epoch may be archived and trimmed
+			// while the stream is read: then the stream's records come after the archive's.
+			var recs []CtxRecord
+			for r, err := range cl.History(ctx, id) {
+				if err != nil {
+					yield(CtxRecord{}, err)
+					return
+				}
+				recs = append(recs, r)
+			}
+			if _, err := a.Info(ctx, id); err == nil {
+				if !a.archivedCtx(ctx, id, func(r CtxRecord) bool { return len(recs) > 0 && r.Seq >= recs[0].Seq }, yield) {
+					return
+				}
+			}
+			for _, r := range recs {
+				if !yield(r, nil) {
+					return
+				}
+			}
+			return
+		case err != nil:
+			yield(CtxRecord{}, fmt.Errorf("context history %s: %w", id, err))
+			return
+		}
 		var last uint64
-		for m, err := range a.records(ctx, id, archCtx) {
-			if err != nil {
-				yield(CtxRecord{}, err)
-				return
-			}
-			r, err := ctxRecordOf(m)
-			if err != nil {
-				yield(CtxRecord{}, fmt.Errorf("context history %s (archived): %w", id, err))
-				return
-			}
-			last = r.Seq
-			if !yield(r, nil) {
-				return
-			}
+		if !a.archivedCtx(ctx, id, func(r CtxRecord) bool { last = r.Seq; return false }, yield) {
+			return
 		}
 		for r, err := range cl.History(ctx, id) {
 			if err == nil && r.Seq <= last {
@@ -407,6 +423,29 @@ func (a *EpochArchive) ContextHistory(ctx context.Context, cl *ContextLog, id ev
 			}
 		}
 	}
+}
+
+// archivedCtx yields id's archived context records up to the first one stop reports (which
+// is not yielded); false when the caller must stop (yield said so, or an error was yielded).
+func (a *EpochArchive) archivedCtx(ctx context.Context, id events.SessionID, stop func(CtxRecord) bool, yield func(CtxRecord, error) bool) bool {
+	for m, err := range a.records(ctx, id, archCtx) {
+		if err != nil {
+			yield(CtxRecord{}, err)
+			return false
+		}
+		r, err := ctxRecordOf(m)
+		if err != nil {
+			yield(CtxRecord{}, fmt.Errorf("context history %s (archived): %w", id, err))
+			return false
+		}
+		if stop(r) {
+			return true
+		}
+		if !yield(r, nil) {
+			return false
+		}
+	}
+	return true
 }
 
 // Replay is TurnLog.Replay of sk with the turn events of its archived epochs (1..lastEpoch)

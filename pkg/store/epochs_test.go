@@ -221,15 +221,15 @@ func TestEpochArchiveTrimsAndReadsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if subjectMsgs(t, f.js, events.StreamAgentEvents, events.AgentEvtSessionFilter(f.sk)) == 0 {
+		t.Fatal("no turn events in the stream to age out")
+	}
 	cfg := st.CachedInfo().Config
 	cfg.MaxAge, cfg.Duplicates = time.Second, time.Second
 	if _, err := f.js.UpdateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	if subjectMsgs(t, f.js, events.StreamAgentEvents, events.AgentEvtSessionFilter(f.sk)) == 0 {
-		t.Fatal("no turn events in the stream to age out")
-	}
 	for subjectMsgs(t, f.js, events.StreamAgentEvents, events.AgentEvtSessionFilter(f.sk)) > 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("AGENT_EVENTS did not age out")
