@@ -16,6 +16,8 @@ import (
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/store"
 )
 
 // streamUse is what a stream holds, as the server counts it: its messages and bytes, and the
@@ -162,5 +164,88 @@ func TestReplayAfterEpochTrim(t *testing.T) {
 	chat("bo", "in the new epoch")
 	if got := replay(); !strings.HasPrefix(got, text) || !strings.Contains(got[len(text):], "user: in the new epoch") {
 		t.Fatalf("replay of the new epoch:\n%s", got)
+	}
+}
+
+// A turn worker that dies after /reset ended the epoch (the record lists it in Ended) but
+// before it archived it: the next actor of the session archives and trims it when it starts.
+func TestEndedEpochArchivedByTheNextOwner(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := config.Parse([]byte("dataDir: " + dir + "\nnats:\n  listen: 127.0.0.1:0\n  storeDir: " + filepath.Join(dir, "nats") + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AI.Agent.Workspace = filepath.Join(dir, "workspace")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := app.Start(ctx, cfg, app.Options{Roles: app.AllRoles, Out: io.Discard, NoProbe: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop(context.Background()) })
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	bus := addBusFlags(fs)
+	if err := fs.Parse([]string{"--data", dir}); err != nil {
+		t.Fatal(err)
+	}
+	nc, js, err := connectJS(bus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	// What the dead worker left: epoch 1 with a context log, ended by Archive, not archived.
+	sk := events.SessionKey{Platform: "console", Bot: "console", Scope: events.ScopePrivate, Scene: "ghost"}
+	sessions, err := store.OpenSessions(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sessions.GetOrCreate(ctx, sk); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := store.NewContextLog(ctx, js, store.ContextBounds{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id1 := events.NewSessionID(sk, 1)
+	if _, err := cl.AppendMessages(ctx, id1, 0, []llm.Message{llm.UserText("before the crash", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sessions.Archive(ctx, sk); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := cmdChat(context.Background(), []string{"--data", dir, "--user", "ghost", "--wait", "20s"}, strings.NewReader("hello again\n"), &out); err != nil {
+		t.Fatalf("chat: %v\n%s", err, out.String())
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s, err := sessions.Get(ctx, sk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Ended) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("epoch 1 is still listed as not archived: %+v", s.Ended)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if u := useOf(t, js, events.StreamAgentCtx, events.AgentCtxSubject(id1)); u.matching != 0 {
+		t.Fatalf("epoch 1's context holds %d records after the archive", u.matching)
+	}
+	arch, err := store.OpenEpochArchive(ctx, js, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	for r, err := range arch.ContextHistory(ctx, cl, id1) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts = append(texts, r.First)
+	}
+	if len(texts) != 1 || texts[0] != "before the crash" {
+		t.Fatalf("epoch 1 read back from its archive: %q", texts)
 	}
 }
