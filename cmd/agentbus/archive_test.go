@@ -148,7 +148,7 @@ func TestReplayAfterEpochTrim(t *testing.T) {
 	t.Logf("%d sessions after 3-4 turns each, before → after /reset and the archive:", n)
 	t.Logf("  SESSION_IN:   %d → %d messages, %d → %d bytes (%d → %d per session)", in0.msgs, in1.msgs, in0.bytes, in1.bytes, in0.bytes/n, in1.bytes/n)
 	t.Logf("  AGENT_CTX:    %d → %d messages, %d → %d bytes (%d → %d per session)", cx0.msgs, cx1.msgs, cx0.bytes, cx1.bytes, cx0.bytes/n, cx1.bytes/n)
-	t.Logf("  AGENT_EVENTS: %d messages, %d bytes (%d per session; aged out, not trimmed, so also in the archive)", ev0.msgs, ev0.bytes, ev0.bytes/n)
+	t.Logf("  AGENT_EVENTS: %d messages, %d bytes (%d per session; not trimmed: it ages out, and the archive holds a copy)", ev0.msgs, ev0.bytes, ev0.bytes/n)
 	t.Logf("  OBJ_epochs:   %d → %d messages, %d → %d bytes (%d per archived epoch)", obj0.msgs, obj1.msgs, obj0.bytes, obj1.bytes, (obj1.bytes-obj0.bytes)/n)
 	if in1.bytes >= in0.bytes || cx1.bytes >= cx0.bytes {
 		t.Fatalf("the streams did not shrink: SESSION_IN %d → %d bytes, AGENT_CTX %d → %d bytes", in0.bytes, in1.bytes, cx0.bytes, cx1.bytes)
