@@ -125,7 +125,9 @@ func lastActivity(ctx context.Context, streams map[string]jetstream.Stream, s st
 }
 
 // cmdReplay prints a session's turns from AGENT_EVENTS: inputs, every message, tool calls and
-// their results, commits and failures, in stream order.
+// their results, commits and failures, in stream order. Ended epochs that the streams no
+// longer hold (trimmed once archived, or aged out) are read from their archive in object store
+// epochs (store.EpochArchive), with the same output.
 func cmdReplay(ctx context.Context, args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
 	bus := addBusFlags(fs)
@@ -134,7 +136,8 @@ func cmdReplay(ctx context.Context, args []string, w io.Writer) error {
 	asJSON := fs.Bool("json", false, "print the raw events as JSON lines")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "agentbus replay — print a session's turns from the event log (AGENT_EVENTS): inputs, messages,\n"+
-			"tool calls and results, commits and failures, in stream order.\n\nUsage:\n  agentbus replay [flags] platform:bot:scope:scene\n\nFlags:\n")
+			"tool calls and results, commits and failures, in stream order. Ended epochs are read from\n"+
+			"their archive (object store epochs) where the streams no longer hold them.\n\nUsage:\n  agentbus replay [flags] platform:bot:scope:scene\n\nFlags:\n")
 		fs.PrintDefaults()
 		fmt.Fprint(fs.Output(), clientEnvHelp)
 	}
@@ -157,11 +160,17 @@ func cmdReplay(ctx context.Context, args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Ended epochs are read from their archive where the streams no longer hold them (a
+	// bus without the object store, from before it, has only the streams).
+	arch, err := store.OpenEpochArchive(ctx, js, nil)
+	if err != nil {
+		arch = nil
+	}
 	from := store.ReplayFrom{Seq: *fromSeq}
 	if *since > 0 {
 		from.Time = time.Now().Add(-*since)
 	}
-	marks, err := contextMarks(ctx, js, sk, from.Time)
+	epochs, marks, err := contextMarks(ctx, js, arch, sk, from.Time)
 	if err != nil {
 		return err
 	}
@@ -190,7 +199,7 @@ func cmdReplay(ctx context.Context, args []string, w io.Writer) error {
 		}
 	}
 	first := true
-	for rec, err := range log.Replay(ctx, sk, from) {
+	for rec, err := range arch.Replay(ctx, log, sk, epochs, from) {
 		if err != nil {
 			return err
 		}
@@ -224,30 +233,31 @@ type contextMark struct {
 	rec  *store.TurnRecord
 }
 
-// contextMarks reads the context logs of every epoch of sk (AGENT_CTX) for its compactions,
-// leaf moves and closing commits.
-func contextMarks(ctx context.Context, js jetstream.JetStream, sk events.SessionKey, since time.Time) ([]contextMark, error) {
+// contextMarks reads the context logs of every epoch of sk (AGENT_CTX, and the archive of
+// the ended epochs it no longer holds) for its compactions, leaf moves and closing commits; it
+// also returns the session's current epoch (0: no session record).
+func contextMarks(ctx context.Context, js jetstream.JetStream, arch *store.EpochArchive, sk events.SessionKey, since time.Time) (uint64, []contextMark, error) {
 	sessions, err := store.OpenSessions(ctx, js)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	sess, err := sessions.Get(ctx, sk)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil
+		return 0, nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	cl, err := store.NewContextLog(ctx, js, store.ContextBounds{})
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	var out []contextMark
 	for epoch := uint64(1); epoch <= sess.Epoch; epoch++ {
 		first := true
-		for r, err := range cl.History(ctx, events.SessionID{Key: sk, Epoch: epoch}) {
+		for r, err := range arch.ContextHistory(ctx, cl, events.SessionID{Key: sk, Epoch: epoch}) {
 			if err != nil {
-				return nil, err
+				return 0, nil, err
 			}
 			if first && epoch > 1 && !r.Time.Before(since) {
 				out = append(out, contextMark{at: r.Time, text: fmt.Sprintf("\n%s  ══ epoch %d (context seq %d)", stamp(r.Time), epoch, r.Seq)})
@@ -279,7 +289,7 @@ func contextMarks(ctx context.Context, js jetstream.JetStream, sk events.Session
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].at.Before(out[j].at) })
-	return out, nil
+	return sess.Epoch, out, nil
 }
 
 // deadLetterMarks are the session's dead letters (every role's, DEAD_LETTERS) as replay lines at

@@ -120,6 +120,9 @@ type NATS struct {
 	IMInMaxAgeMs      int64 `yaml:"imInMaxAgeMs"`
 	EventsMaxAgeMs    int64 `yaml:"eventsMaxAgeMs"`
 	ToolResultsMaxAge int64 `yaml:"toolResultsMaxAgeMs"`
+	// EpochsMaxAgeMs is how long the archive of ended session epochs (object store epochs,
+	// what replay reads once SESSION_IN and AGENT_CTX are trimmed) keeps an epoch.
+	EpochsMaxAgeMs int64 `yaml:"epochsMaxAgeMs"`
 	// InboundDuplicatesMs is the dedupe window of IM_IN and SESSION_IN, which is also the
 	// webhook's replay guard: it must be at least 2 × im.webhook.toleranceSeconds. Zero picks
 	// 2 × the tolerance + 1 minute (11 minutes with the default tolerance).

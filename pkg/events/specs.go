@@ -45,6 +45,10 @@ const (
 	// longer creates it; a bucket left from an older version is harmless and may be deleted.
 	BucketWebhookSeen = "webhook_seen"
 	ObjectMedia       = "media"
+	// ObjectEpochs is the archive of ended session epochs (pkg/store EpochArchive): one object
+	// per epoch, "<sk token>.<epoch>", holding the epoch's inbox events, context log and turn
+	// events, written when the epoch ends; SESSION_IN and AGENT_CTX are trimmed once it is.
+	ObjectEpochs = "epochs"
 )
 
 // Spec parameterizes every stream and bucket: replication, storage and retention. The zero
@@ -90,7 +94,10 @@ type Spec struct {
 	DeliveredTTL    time.Duration // KV delivered egress idempotency (default 7 days)
 	MarkerTTL       time.Duration // how long KV keeps the marker of a TTL-expired key (default 1 minute)
 	MediaMaxAge     time.Duration // object store media (default 30 days)
-	PresenceTTL     time.Duration // KV presence entry lifetime; processes refresh every third of it (default 30 seconds)
+	// EpochsMaxAge bounds the object store epochs, the archive of ended epochs that replay reads
+	// once SESSION_IN and AGENT_CTX are trimmed (default 90 days).
+	EpochsMaxAge time.Duration
+	PresenceTTL  time.Duration // KV presence entry lifetime; processes refresh every third of it (default 30 seconds)
 
 	// Placement, when set, places every stream, bucket and object store on a cluster and on
 	// servers with the given tags (nats.region; docs/regions.md). natsutil.Provision sends it
@@ -117,6 +124,7 @@ const (
 	DefaultDeliveredTTL      = 7 * 24 * time.Hour
 	DefaultMarkerTTL         = time.Minute
 	DefaultMediaMaxAge       = 30 * 24 * time.Hour
+	DefaultEpochsMaxAge      = 90 * 24 * time.Hour
 	DefaultPresenceTTL       = 30 * time.Second
 	// DefaultSessionInMaxPerSubject and DefaultCtxMaxPerSubject: see Spec.
 	DefaultSessionInMaxPerSubject = 100_000
@@ -149,6 +157,7 @@ func (s Spec) WithDefaults() Spec {
 	def(&s.DeliveredTTL, DefaultDeliveredTTL)
 	def(&s.MarkerTTL, DefaultMarkerTTL)
 	def(&s.MediaMaxAge, DefaultMediaMaxAge)
+	def(&s.EpochsMaxAge, DefaultEpochsMaxAge)
 	def(&s.PresenceTTL, DefaultPresenceTTL)
 	if s.SessionInMaxAge < 0 {
 		s.SessionInMaxAge = 0
@@ -248,7 +257,9 @@ func (s Spec) AgentCtxStream() jetstream.StreamConfig {
 	// Bounded per session epoch (issue 41): the oldest records of a log longer than
 	// CtxMaxPerSubject go; the last one stays, so the commit fence holds.
 	c.MaxMsgsPerSubject = s.CtxMaxPerSubject
-	c.DenyPurge = false // /reset purges the session's context subject (the turn worker, the only publisher here)
+	// The turn worker purges an ended epoch's subject once the epoch is archived (object store
+	// epochs, store.EpochArchive); it is the only publisher here.
+	c.DenyPurge = false
 	return c
 }
 
@@ -438,7 +449,21 @@ func (s Spec) MediaObjectStore() jetstream.ObjectStoreConfig {
 	}
 }
 
+// EpochsObjectStore is object store epochs: the archive of ended session epochs (one gzipped
+// object per epoch, see store.EpochArchive), bounded by age (EpochsMaxAge). It holds the
+// conversation, so only the turn worker (which writes it) and admin read it.
+func (s Spec) EpochsObjectStore() jetstream.ObjectStoreConfig {
+	s = s.WithDefaults()
+	return jetstream.ObjectStoreConfig{
+		Bucket:      ObjectEpochs,
+		Description: "agentbus: archived session epochs (inbox, context log, turn events)",
+		TTL:         s.EpochsMaxAge,
+		Storage:     s.Storage,
+		Replicas:    s.Replicas,
+	}
+}
+
 // ObjectStores returns every object store config.
 func (s Spec) ObjectStores() []jetstream.ObjectStoreConfig {
-	return []jetstream.ObjectStoreConfig{s.MediaObjectStore()}
+	return []jetstream.ObjectStoreConfig{s.MediaObjectStore(), s.EpochsObjectStore()}
 }

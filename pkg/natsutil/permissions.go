@@ -23,8 +23,10 @@ import (
 //   - turn-worker: the session's events and context (agent.evt, agent.ctx), tool calls, replies
 //     (im.out), live deltas, the replicas' doorbells (agent.wake), tasks, schedules (it writes
 //     the reminders schedule_followup asks for, see turn's applyFollowUp), subagent results into
-//     agent.in, session/lease/approval/profile/model KVs, purging a session's context subject on
-//     /reset and withdrawing a tool call nobody serves (a message delete on TOOL_CALLS).
+//     agent.in, session/lease/approval/profile/model KVs, the archive of ended epochs (object
+//     store epochs) and, once an epoch is archived there, purging its context subject and its
+//     part of the session's inbox; withdrawing a tool call nobody serves (a message delete on
+//     TOOL_CALLS).
 //   - tool-worker: tool results, the tool registry KV, profiles and delivered markers, its
 //     pending bash confirmations (the <endpoint>.pending keys of KV approvals, not the
 //     approvals themselves), the transcript search request, dead letters, the probes of each
@@ -47,7 +49,7 @@ import (
 // create, update, delete, pause, fetch from, ack for) nor consume a work queue it does not
 // work (NoConsume). No role but admin may create, update, delete or purge a stream or delete
 // a message ($JS.API.STREAM.CREATE/UPDATE/DELETE/PURGE, MSG.DELETE), except the turn worker's
-// two above. Each role hears replies only on its own inbox prefix (InboxPrefix), so no role
+// purges (AGENT_CTX, SESSION_IN) and its message delete above. Each role hears replies only on its own inbox prefix (InboxPrefix), so no role
 // reads the answers another role's requests get (a direct get of a conversation, say), and no
 // role publishes into another's inbox: replies go out only as responses (allow_responses).
 //
@@ -142,8 +144,12 @@ func IsBusRole(name string) bool {
 // conversation are the streams that hold what people said and what the bot answered.
 var conversation = []string{
 	events.StreamSessionIn, events.StreamAgentEvents, events.StreamAgentCtx,
-	events.StreamIMIn, events.StreamIMOut, events.StreamIMSent,
+	events.StreamIMIn, events.StreamIMOut, events.StreamIMSent, objEpochs,
 }
+
+// objEpochs is the stream of the object store of archived epochs (the conversation of
+// ended epochs): only the turn worker, which writes it, and admin read it.
+const objEpochs = "OBJ_" + events.ObjectEpochs
 
 func kvStream(bucket string) string { return "KV_" + bucket }
 
@@ -186,7 +192,7 @@ func BusRoles() []BusRole {
 			// im.rpc: egress relays sends to the replica holding a OneBot WebSocket.
 			Subscribe: join(inbox(RoleIngest), []string{"console.in", "im.rpc.>"}),
 			Responses: true,
-			NoRead:    []string{events.StreamAgentEvents, events.StreamAgentCtx, events.StreamToolCalls, events.StreamToolResults},
+			NoRead:    []string{events.StreamAgentEvents, events.StreamAgentCtx, events.StreamToolCalls, events.StreamToolResults, objEpochs},
 			NoConsume: []string{events.StreamTasks},
 		},
 		{
@@ -198,7 +204,11 @@ func BusRoles() []BusRole {
 				// the reply subject of the events they send (allow_responses).
 				"llm.>",
 				"$JS.API.STREAM.PURGE.AGENT_CTX", "$JS.API.STREAM.MSG.DELETE.TOOL_CALLS", "transcripts.search",
-			}, kv("sessions", "leases", "approvals", "profiles", "models", "tools", "tasks", events.BucketPresence), []string{"$O.media.>"}),
+				// An ended epoch, once archived in object store epochs, is trimmed from its
+				// inbox and its context log (store.EpochArchive).
+				"$JS.API.STREAM.PURGE.SESSION_IN",
+			}, kv("sessions", "leases", "approvals", "profiles", "models", "tools", "tasks", events.BucketPresence),
+				[]string{"$O.media.>", "$O." + events.ObjectEpochs + ".>"}),
 			// Tool results are also awaited as core messages on the session's subject; the
 			// replicas ring and probe each other's doorbells (agent.wake.<replica>); a
 			// session's owner hears its inbox subject (agent.in.<sk>) as core messages, to
@@ -231,7 +241,7 @@ func BusRoles() []BusRole {
 			Subscribe: join(inbox(RoleEgress), []string{"transcripts.search", "$SRV.>", "agent.live.>", "im.preview.>"}),
 			Responses: true,
 			NoRead: []string{events.StreamSessionIn, events.StreamAgentEvents, events.StreamAgentCtx,
-				events.StreamToolCalls, events.StreamToolResults, kvStream(events.BucketSessions), kvStream(events.BucketApprovals)},
+				events.StreamToolCalls, events.StreamToolResults, kvStream(events.BucketSessions), kvStream(events.BucketApprovals), objEpochs},
 			NoConsume: []string{events.StreamTasks},
 		},
 		{Name: RoleAdmin},

@@ -239,6 +239,11 @@ func TestRolePermissions(t *testing.T) {
 		{natsutil.RoleEgress, events.StreamIMOut, true},
 		{natsutil.RoleIngest, events.StreamAgentEvents, false},
 		{natsutil.RoleTurnWorker, events.StreamAgentCtx, true},
+		// The archive of ended epochs is the conversation too: only its writer reads it.
+		{natsutil.RoleToolWorker, "OBJ_" + events.ObjectEpochs, false},
+		{natsutil.RoleEgress, "OBJ_" + events.ObjectEpochs, false},
+		{natsutil.RoleIngest, "OBJ_" + events.ObjectEpochs, false},
+		{natsutil.RoleTurnWorker, "OBJ_" + events.ObjectEpochs, true},
 	}
 	for _, r := range reads {
 		t.Run(r.role+" reads "+r.stream, func(t *testing.T) {
@@ -405,8 +410,10 @@ func attacks(t *testing.T, url string, pw map[string]string, js map[string]jetst
 	for role, streams := range map[string][]string{
 		natsutil.RoleToolWorker: {events.StreamSessionIn, events.StreamTasks, events.StreamToolResults, "KV_tasks", "KV_tools", "KV_delivered", "KV_approvals"},
 		natsutil.RoleIngest:     {events.StreamIMIn, events.StreamSessionIn, "KV_profiles"},
-		natsutil.RoleEgress:     {events.StreamIMSent, "KV_delivered", "OBJ_media"},
-		natsutil.RoleTurnWorker: {events.StreamSessionIn, events.StreamAgentEvents, "KV_sessions", events.StreamTasks},
+		natsutil.RoleEgress:     {events.StreamIMSent, "KV_delivered", "OBJ_media", "OBJ_" + events.ObjectEpochs},
+		// The turn worker purges SESSION_IN (an archived epoch's part of the inbox, see
+		// store.EpochArchive); as a publisher there it could roll the stream up anyway.
+		natsutil.RoleTurnWorker: {events.StreamAgentEvents, "KV_sessions", events.StreamTasks, "OBJ_" + events.ObjectEpochs},
 	} {
 		for _, st := range streams {
 			purge(role, st)

@@ -17,6 +17,7 @@ func SpecFromConfig(c config.NATS) events.Spec {
 		IMInMaxAge:        time.Duration(c.IMInMaxAgeMs) * time.Millisecond,
 		EventsMaxAge:      time.Duration(c.EventsMaxAgeMs) * time.Millisecond,
 		ToolResultsMaxAge: time.Duration(c.ToolResultsMaxAge) * time.Millisecond,
+		EpochsMaxAge:      time.Duration(c.EpochsMaxAgeMs) * time.Millisecond,
 		InboundDuplicates: time.Duration(c.InboundDuplicatesMs) * time.Millisecond,
 	}
 	if r := c.Region; r.Cluster != "" || len(r.Tags) > 0 {

@@ -73,24 +73,10 @@ func (l *ContextLog) History(ctx context.Context, id events.SessionID) iter.Seq2
 		var derr error
 		stopped := false
 		err := Scan(ctx, l.js, streamAgentCtx, events.AgentCtxSubject(id), 1, time.Time{}, func(m *jetstream.RawStreamMsg) bool {
-			r, err := decodeRec(m)
+			rec, err := ctxRecordOf(m)
 			if err != nil {
 				derr = err
 				return false
-			}
-			rec := CtxRecord{Seq: m.Sequence, Time: m.Time, Turn: m.Header.Get(events.HeaderTurn), Messages: len(r.msgs), Summary: r.summary, Leaf: r.leaf}
-			if mark := markOf(m); mark.Closes {
-				rec.Closes, rec.TailFrom = true, int(hdrUint(m.Header, HeaderCtxTailFrom))
-			}
-			rec.Msgs = r.msgs
-			if len(r.msgs) > 0 {
-				rec.First = r.msgs[0].TextContent()
-				for i := len(r.msgs) - 1; i >= 0; i-- {
-					if r.msgs[i].Role == llm.RoleAssistant {
-						rec.Last = r.msgs[i].TextContent()
-						break
-					}
-				}
 			}
 			if !yield(rec, nil) {
 				stopped = true
@@ -108,4 +94,27 @@ func (l *ContextLog) History(ctx context.Context, id events.SessionID) iter.Seq2
 			yield(CtxRecord{}, fmt.Errorf("context history %s: %w", id, err))
 		}
 	}
+}
+
+// ctxRecordOf is stored context record m as History lists it.
+func ctxRecordOf(m *jetstream.RawStreamMsg) (CtxRecord, error) {
+	r, err := decodeRec(m)
+	if err != nil {
+		return CtxRecord{}, err
+	}
+	rec := CtxRecord{Seq: m.Sequence, Time: m.Time, Turn: m.Header.Get(events.HeaderTurn), Messages: len(r.msgs), Summary: r.summary, Leaf: r.leaf}
+	if mark := markOf(m); mark.Closes {
+		rec.Closes, rec.TailFrom = true, int(hdrUint(m.Header, HeaderCtxTailFrom))
+	}
+	rec.Msgs = r.msgs
+	if len(r.msgs) > 0 {
+		rec.First = r.msgs[0].TextContent()
+		for i := len(r.msgs) - 1; i >= 0; i-- {
+			if r.msgs[i].Role == llm.RoleAssistant {
+				rec.Last = r.msgs[i].TextContent()
+				break
+			}
+		}
+	}
+	return rec, nil
 }

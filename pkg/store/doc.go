@@ -14,7 +14,10 @@
 //	ContextLog  AGENT_CTX agent.ctx.<sk>.<epoch>  agent_messages + agent_summaries: one record
 //	                                              per commit, fenced by expected last subject
 //	                                              sequence; LoadContext = summary + bounded tail
-//	TurnLog     AGENT_EVENTS agent.evt.<sk>.<turn>.<kind>  turn events: resume, replay, audit
+//	TurnLog     AGENT_EVENTS agent.evt.<sk>.<kind>  turn events: resume, replay, audit
+//	EpochArchive object store epochs, <sk>.<epoch>  an ended epoch's inbox, context log and turn
+//	                                              events; written before the epoch is trimmed
+//	                                              from SESSION_IN and AGENT_CTX, read by replay
 //
 // The im_transcripts archive is the bbolt file of subpackage transcript.
 //

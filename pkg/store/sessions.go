@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -75,10 +76,33 @@ type Session struct {
 	UpdatedAt    int64  `json:"updatedAt"`    // Unix ms, of the last write
 	LastActivity int64  `json:"lastActivity"` // Unix ms, set by Touch and by the caller
 	ArchivedAt   int64  `json:"archivedAt,omitempty"`
+	// Ended lists the epochs that ended (Archive, or GetOrCreate after ArchiveIdle) and are not
+	// archived yet: the durable to-do list of EpochArchive.Settle, which archives each into the
+	// object store epochs, trims SESSION_IN and AGENT_CTX, and removes the entry. A crash in
+	// between leaves the entry, so the work is done again (idempotently) by the next Settle.
+	Ended []EndedEpoch `json:"ended,omitempty"`
+	// InboxArchived is the last SESSION_IN sequence of agent.in.<sk> that an epoch archive
+	// holds: the next epoch's archive starts after it.
+	InboxArchived uint64 `json:"inboxArchived,omitempty"`
 
 	// Revision is the KV revision this copy was read at (not stored).
 	Revision uint64 `json:"-"`
 }
+
+// EndedEpoch is an epoch that ended and waits to be archived (Session.Ended).
+type EndedEpoch struct {
+	Epoch uint64 `json:"epoch"`
+	// InboxTo is the last SESSION_IN sequence of agent.in.<sk> that belongs to the epoch (the
+	// /reset command, or the event before the one that started the next epoch); 0: unknown.
+	InboxTo uint64 `json:"inboxTo,omitempty"`
+	// CreatedAt and EndedAt bound the epoch (Unix ms): its turn events are read from CreatedAt on.
+	CreatedAt int64 `json:"createdAt,omitempty"`
+	EndedAt   int64 `json:"endedAt,omitempty"`
+}
+
+// maxEnded bounds Session.Ended: an epoch pushed out is never archived by Settle (its data
+// stays in the streams, under their per-subject caps), but the record stays small.
+const maxEnded = 32
 
 // ID returns the session id as a typed value.
 func (s *Session) ID() (events.SessionID, error) {
@@ -123,6 +147,7 @@ func (s *Session) CloseTurn(id string) bool {
 func (s *Session) clone() *Session {
 	c := *s
 	c.OpenTurns = append([]OpenTurn(nil), s.OpenTurns...)
+	c.Ended = slices.Clone(s.Ended)
 	return &c
 }
 
@@ -278,7 +303,7 @@ func kvDeleted(h nats.Header) bool {
 	return h.Get("Nats-Marker-Reason") != ""
 }
 
-func (r *Sessions) newEpoch(sk events.SessionKey, epoch uint64, prev *Session) *Session {
+func (r *Sessions) newEpoch(sk events.SessionKey, epoch uint64, prev *Session, inboxTo uint64) *Session {
 	now := r.nowMs()
 	s := &Session{
 		SessionKey:   sk.String(),
@@ -295,6 +320,11 @@ func (r *Sessions) newEpoch(sk events.SessionKey, epoch uint64, prev *Session) *
 		s.Model = prev.Model
 		s.ModelOverride, s.Concurrency = prev.ModelOverride, prev.Concurrency
 		s.SystemPrompt = prev.SystemPrompt
+		s.InboxArchived = prev.InboxArchived
+		s.Ended = append(slices.Clone(prev.Ended), EndedEpoch{Epoch: prev.Epoch, InboxTo: inboxTo, CreatedAt: prev.CreatedAt, EndedAt: now})
+		if len(s.Ended) > maxEnded {
+			s.Ended = s.Ended[len(s.Ended)-maxEnded:]
+		}
 	}
 	return s
 }
@@ -351,7 +381,7 @@ func (r *Sessions) GetOrCreate(ctx context.Context, sk events.SessionKey) (*Sess
 		cur, err := r.get(ctx, sk, true)
 		switch {
 		case errors.Is(err, ErrNotFound):
-			s, err := r.put(ctx, sk, r.newEpoch(sk, 1, nil), 0)
+			s, err := r.put(ctx, sk, r.newEpoch(sk, 1, nil, 0), 0)
 			if isCASConflict(err) {
 				continue // someone else created it: read theirs
 			}
@@ -364,7 +394,9 @@ func (r *Sessions) GetOrCreate(ctx context.Context, sk events.SessionKey) (*Sess
 		case cur.Status == StatusActive:
 			return cur, nil
 		default:
-			s, err := r.put(ctx, sk, r.newEpoch(sk, cur.Epoch+1, cur), cur.Revision)
+			// Archived by ArchiveIdle (or an Archive cut short): the epoch's inbox is done up to
+			// the record's cursor, as far as the record knows.
+			s, err := r.put(ctx, sk, r.newEpoch(sk, cur.Epoch+1, cur, cur.InboxCursor), cur.Revision)
 			if isCASConflict(err) {
 				continue
 			}
@@ -377,11 +409,26 @@ func (r *Sessions) GetOrCreate(ctx context.Context, sk events.SessionKey) (*Sess
 	return nil, fmt.Errorf("get or create session %s: %w", sk, ErrConflict)
 }
 
+// ArchiveOption adjusts one Archive.
+type ArchiveOption func(*archiveOpts)
+
+type archiveOpts struct{ inboxTo uint64 }
+
+// EndInboxAt names the last SESSION_IN sequence of the ending epoch (the /reset command's, or
+// the one before the event that starts the next epoch): EpochArchive archives the epoch's
+// inbox up to it and never trims past it. Without it the record's cursor is used.
+func EndInboxAt(seq uint64) ArchiveOption { return func(o *archiveOpts) { o.inboxTo = seq } }
+
 // Archive ends the current epoch (the /reset and /new commands) and returns the new active
 // record with epoch+1. The archived state is written first (one revision in the bucket's
-// history says "epoch n archived at t"), then the new epoch; if the process dies in between, the
-// next GetOrCreate starts the new epoch. Archiving a session that does not exist creates epoch 1.
-func (r *Sessions) Archive(ctx context.Context, sk events.SessionKey) (*Session, error) {
+// history says "epoch n archived at t"), then the new epoch, which lists the ended one in
+// Ended for EpochArchive.Settle; if the process dies in between, the next GetOrCreate starts
+// the new epoch. Archiving a session that does not exist creates epoch 1.
+func (r *Sessions) Archive(ctx context.Context, sk events.SessionKey, opts ...ArchiveOption) (*Session, error) {
+	var o archiveOpts
+	for _, f := range opts {
+		f(&o)
+	}
 	if err := sk.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -412,7 +459,11 @@ func (r *Sessions) Archive(ctx context.Context, sk events.SessionKey) (*Session,
 			}
 			cur, rev = stored, stored.Revision
 		}
-		s, err := r.put(ctx, sk, r.newEpoch(sk, cur.Epoch+1, cur), rev)
+		inboxTo := o.inboxTo
+		if inboxTo == 0 {
+			inboxTo = cur.InboxCursor
+		}
+		s, err := r.put(ctx, sk, r.newEpoch(sk, cur.Epoch+1, cur, inboxTo), rev)
 		if isCASConflict(err) {
 			continue
 		}

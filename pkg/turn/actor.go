@@ -176,6 +176,9 @@ func (a *actor) Run() {
 		a.Know(a.checkUpTo)
 	}
 	a.setChatPolicy(sess.Concurrency)
+	if len(sess.Ended) > 0 { // ended epochs a previous owner did not finish archiving (epochs.go)
+		a.w.settleEpochs(a.sk, 0)
+	}
 	if sid, err := sess.ID(); err == nil {
 		a.rd.prefetchContext(sid)
 	}
@@ -480,7 +483,7 @@ func (a *actor) shutdown() {
 
 // handle applies one inbox event.
 func (a *actor) handle(ev events.Any, seq uint64) error {
-	if err := a.cx.archiveIfIdle(ev); err != nil { // sessions_idle.go
+	if err := a.cx.archiveIfIdle(ev, seq); err != nil { // sessions_idle.go
 		return err
 	}
 	policy := a.concurrency()

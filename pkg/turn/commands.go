@@ -67,7 +67,7 @@ type commandSession struct {
 var _ command.Session = commandSession{}
 
 func (s commandSession) Reset(context.Context, events.Command) (string, error) {
-	return s.cs.resetSession()
+	return s.cs.resetSession(s.pt.seq)
 }
 
 func (s commandSession) Model(_ context.Context, c events.Command) (string, error) {

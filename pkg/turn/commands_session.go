@@ -21,15 +21,17 @@ import (
 // policies are the values of ai.agent.concurrency and /queue.
 var policies = []string{"parallel", "queue", "steer", "interrupt", "collect"}
 
-// resetSession is /reset, /new and /clear: the running turns stop, the epoch ends, the chat
-// history (transcripts) stays.
-func (cs commands) resetSession() (string, error) {
+// resetSession is /reset, /new and /clear (inbox event seq): the running turns stop, the epoch
+// ends, the chat history (transcripts) stays. The ended epoch is archived and trimmed in the
+// background (epochs.go).
+func (cs commands) resetSession(seq uint64) (string, error) {
 	a := cs.a
 	a.abortAll("session reset")
-	s, err := a.w.sessions.Archive(a.ctx, a.sk)
+	s, err := a.w.sessions.Archive(a.ctx, a.sk, store.EndInboxAt(seq))
 	if err != nil {
 		return "", err
 	}
+	a.w.settleEpochs(a.sk, seq)
 	a.hk.sessionNewHook(s.SessionID, s.Epoch) // hooks.go
 	return fmt.Sprintf("Session reset: a new conversation starts now (epoch %d). Chat history is kept.", s.Epoch), nil
 }

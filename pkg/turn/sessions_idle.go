@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/store"
 )
 
 // idleLimit is how long a session may stay quiet before its next conversation event starts a
@@ -27,7 +28,7 @@ func (w *Worker) idleLimit() time.Duration {
 // judged by when it was written. A session with running or open turns is never idle.
 //
 // Archiving is lazy: a session nobody writes to stays listed as active until its next event.
-func (co contextOps) archiveIfIdle(ev events.Any) error {
+func (co contextOps) archiveIfIdle(ev events.Any, seq uint64) error {
 	a := co.a
 	limit := a.w.idleLimit()
 	if limit <= 0 {
@@ -53,10 +54,11 @@ func (co contextOps) archiveIfIdle(ev events.Any) error {
 	if sess.LastActivity <= 0 || len(sess.OpenTurns) > 0 || at-sess.LastActivity <= limit.Milliseconds() {
 		return nil
 	}
-	next, err := a.w.sessions.Archive(a.ctx, a.sk)
+	next, err := a.w.sessions.Archive(a.ctx, a.sk, store.EndInboxAt(seq-1))
 	if err != nil {
 		return err
 	}
+	a.w.settleEpochs(a.sk, seq-1) // epochs.go
 	a.log.Info("idle session archived; a new epoch starts", "idle", time.Duration(at-sess.LastActivity)*time.Millisecond,
 		"archived", sess.SessionID, "session_id", next.SessionID)
 	return nil

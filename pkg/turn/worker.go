@@ -73,6 +73,12 @@ type Worker struct {
 	bg        *background           // schedules and task records (background.go)
 	runner    TaskRunner            // runs subagent and deferred tasks, schedules (pkg/tasks)
 	media     jetstream.ObjectStore // nil: media:// images stay references
+	// epochs archives and trims ended epochs (epochs.go); nil when the object store is missing.
+	epochs    *store.EpochArchive
+	settleMu  sync.Mutex
+	settling  map[events.SessionKey]bool // sessions being settled -> settle once more
+	settleSem chan struct{}
+	settleWG  sync.WaitGroup
 	router    *toolbus.Router
 	// inboxHeard receives the core NATS copies of inbox events for the sessions this replica's
 	// actors run (actor.inSub); pokeActors wakes the actor of each.
@@ -147,6 +153,11 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	}
 	if w.runner, err = newTaskRunner(w); err != nil {
 		return nil, err
+	}
+	w.settling, w.settleSem = map[events.SessionKey]bool{}, make(chan struct{}, settleParallel)
+	if w.epochs, err = store.OpenEpochArchive(ctx, js, w.sessions); err != nil {
+		w.log.Warn("epoch archive not available: ended epochs stay in SESSION_IN and AGENT_CTX", "err", err)
+		w.epochs = nil
 	}
 	if w.media, err = js.ObjectStore(ctx, events.ObjectMedia); err != nil {
 		w.log.Warn("media store not available: stored images reach the model as references only", "err", err)
@@ -263,6 +274,7 @@ func (w *Worker) shutdown() {
 		w.cancel()
 	}
 	w.wg.Wait()
+	w.settleWG.Wait() // started by actors only, which have all ended
 	if w.progress != nil {
 		w.progress.Close()
 	}

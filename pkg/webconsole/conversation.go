@@ -144,6 +144,9 @@ type Reader struct {
 	ctxlog   *store.ContextLog
 	sessions *store.Sessions
 	kv       jetstream.KeyValue
+	// arch is the archive of ended epochs, read where the streams no longer hold an epoch (nil:
+	// the streams alone, on a bus without the object store epochs).
+	arch *store.EpochArchive
 }
 
 // NewReader binds the provisioned streams and buckets.
@@ -160,7 +163,11 @@ func NewReader(ctx context.Context, js jetstream.JetStream) (*Reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("webconsole: open bucket %s: %w", events.BucketSessions, err)
 	}
-	return &Reader{js: js, turns: tl, ctxlog: cl, sessions: store.NewSessions(kv), kv: kv}, nil
+	arch, err := store.OpenEpochArchive(ctx, js, nil)
+	if err != nil {
+		arch = nil
+	}
+	return &Reader{js: js, turns: tl, ctxlog: cl, sessions: store.NewSessions(kv), kv: kv, arch: arch}, nil
 }
 
 // sources are everything Conversation reads, fetched concurrently (each its own batched
@@ -197,7 +204,7 @@ func (r *Reader) fetch(ctx context.Context, sk events.SessionKey) (*sources, err
 	src.ctx = make([][]store.CtxRecord, epochs)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		for rec, err := range r.turns.Replay(gctx, sk, store.ReplayFrom{}) {
+		for rec, err := range r.arch.Replay(gctx, r.turns, sk, epochs, store.ReplayFrom{}) {
 			if err != nil {
 				return err
 			}
@@ -207,7 +214,7 @@ func (r *Reader) fetch(ctx context.Context, sk events.SessionKey) (*sources, err
 	})
 	for e := range epochs {
 		g.Go(func() error {
-			for cr, err := range r.ctxlog.History(gctx, events.SessionID{Key: sk, Epoch: e + 1}) {
+			for cr, err := range r.arch.ContextHistory(gctx, r.ctxlog, events.SessionID{Key: sk, Epoch: e + 1}) {
 				if err != nil {
 					return err
 				}
