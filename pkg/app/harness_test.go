@@ -71,6 +71,7 @@ type pipelineOpts struct {
 	provider        string // more entries of the fake provider's flow map, e.g. ", contextWindow: 4000"
 	busSubject      string // when set, the provider "fake" is api: bus on this subject (served by the test)
 	ai              string // more blocks of ai (after ai.agent), indented by two spaces
+	storage         string // nats.storage ("" = memory)
 
 	// log, when set, gets the process's log as JSON at info (instead of testLogger).
 	log io.Writer
@@ -109,13 +110,16 @@ func newPipeline(t *testing.T, script fakeopenai.Script, o pipelineOpts) *pipeli
 	if o.busSubject != "" {
 		prov = fmt.Sprintf(`{api: bus, subject: %s%s}`, o.busSubject, vision+o.provider)
 	}
+	if o.storage == "" {
+		o.storage = "memory"
+	}
 	yml := fmt.Sprintf(`
 dataDir: %[1]s
 nats:
   embedded: true
   storeDir: %[2]s
   listen: "127.0.0.1:0"
-  storage: memory
+  storage: %[9]s
 im:
   webhook:
     listen: "127.0.0.1:0"
@@ -133,7 +137,7 @@ ai:
     zhin: {provider: fake, model: m1}
   agent:
     maxIterations: 8
-%[8]s`, dir, filepath.Join(dir, "nats"), botID, botSecret, cb.srv.URL, master, prov, agent)
+%[8]s`, dir, filepath.Join(dir, "nats"), botID, botSecret, cb.srv.URL, master, prov, agent, o.storage)
 	cfg, err := config.Parse([]byte(yml))
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yml)
