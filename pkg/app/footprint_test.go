@@ -223,10 +223,10 @@ func TestFootprint(t *testing.T) {
 			n, a, first.turns, b, last.turns, float64(a)/float64(m), float64(b)/float64(m), note)
 	}
 	t.Logf("subjects per turn: %.2f (all streams), %.2f (all but %v) between %d and %d turns/session",
-		float64(last.subjects-first.subjects)/float64(m*(last.turns-first.turns)),
-		float64(keptLast-kept)/float64(m*(last.turns-first.turns)), keys(streamsWithTurnSubjects), first.turns, last.turns)
+		(float64(last.subjects)-float64(first.subjects))/float64(m*(last.turns-first.turns)),
+		(float64(keptLast)-float64(kept))/float64(m*(last.turns-first.turns)), keys(streamsWithTurnSubjects), first.turns, last.turns)
 	t.Logf("stored per turn: %.1f messages, %.0f bytes",
-		float64(last.msgs-first.msgs)/float64(m*(last.turns-first.turns)), float64(last.bytes-first.bytes)/float64(m*(last.turns-first.turns)))
+		(float64(last.msgs)-float64(first.msgs))/float64(m*(last.turns-first.turns)), (float64(last.bytes)-float64(first.bytes))/float64(m*(last.turns-first.turns)))
 	t.Logf("memory between %d and %d turns/session: /jsz memory %d -> %d B, storage %d -> %d B (%+.1f %%); RSS %.1f -> %.1f MiB (%+.1f %%); Go heap %.1f -> %.1f MiB (%+.1f %%)",
 		first.turns, last.turns, first.mem.jsMemory, last.mem.jsMemory, first.mem.jsStore, last.mem.jsStore,
 		pct(float64(first.mem.jsStore), float64(last.mem.jsStore)),
