@@ -657,8 +657,8 @@ func TestRegionFailover(t *testing.T) {
 		return d[min(len(d)-1, int(float64(len(d))*p))].Round(time.Millisecond)
 	}
 
-	t.Logf("regions: a live, b standby (roles waiting), c mirrors only; one server each, leaf nodes of a hub; %d sessions, %s of load, %d messages, %d replies, %d POSTs",
-		*regionsSessions, *regionsDuration, len(allSent), len(got), posts)
+	t.Logf("regions: a live, b standby (roles waiting), c mirrors only; %d JetStream server(s) each (streams at %d replicas), leaf nodes of a hub; %d sessions, %s of load, %d messages, %d replies, %d POSTs",
+		nodes, nodes, *regionsSessions, *regionsDuration, len(allSent), len(got), posts)
 	for _, name := range delayStreams {
 		d := slices.Clone(delays[name])
 		slices.Sort(d)
