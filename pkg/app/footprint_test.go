@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/agentbus/agentbus/internal/childproc"
 	"github.com/agentbus/agentbus/internal/fakeopenai"
 	"github.com/agentbus/agentbus/pkg/webhook"
 )
@@ -20,6 +23,7 @@ var (
 	footprintSessions = flag.Int("footprint.sessions", 20, "TestFootprint: sessions (issue 41's study used 2,000; the default keeps CI short)")
 	footprintTurns    = flag.String("footprint.turns", "3,12", "TestFootprint: turns per session at each measurement (ascending)")
 	footprintStorage  = flag.String("footprint.storage", "memory", "TestFootprint: the embedded server's storage, memory or file (with file, the Go heap shows the server's subject index rather than the stored messages)")
+	footprintServer   = flag.Bool("footprint.server", false, "TestFootprint: run nats-server as a process of its own (file storage), so that /varz mem is the server's resident memory alone")
 	footprintPace     = flag.Int("footprint.pace", 250, "TestFootprint: turns posted at a time; the next batch waits for their replies")
 )
 
@@ -163,13 +167,33 @@ func TestFootprint(t *testing.T) {
 		steps = append(steps, n)
 	}
 	m, pace := *footprintSessions, max(*footprintPace, 1)
-	pl := newPipeline(t, profileTurns, pipelineOpts{storage: *footprintStorage})
-	srv := pl.p.Embedded.Server()
-	mux := http.NewServeMux()
-	mux.HandleFunc("/jsz", srv.HandleJsz)
-	mux.HandleFunc("/varz", srv.HandleVarz)
-	mon := httptest.NewServer(mux)
-	t.Cleanup(mon.Close)
+	var pl *pipeline
+	var monURL string
+	if *footprintServer {
+		// The server alone in its process: its /varz mem is what it holds, not the roles'.
+		ports, err := childproc.FreePorts(2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := startChild(t, "nats-footprint", filepath.Join(t.TempDir(), "nats.log"), []string{faultChildEnv + "=regionnats",
+			envRegionDomain + "=fp", envRegionPort + "=" + strconv.Itoa(ports[0]), envRegionStore + "=" + t.TempDir(),
+			envRegionHTTP + "=" + strconv.Itoa(ports[1])})
+		t.Cleanup(func() { p.Stop(10 * time.Second) })
+		if _, err := p.WaitReady(60 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		pl = newPipeline(t, profileTurns, pipelineOpts{storage: "file", natsURL: fmt.Sprintf("nats://127.0.0.1:%d", ports[0])})
+		monURL = fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	} else {
+		pl = newPipeline(t, profileTurns, pipelineOpts{storage: *footprintStorage})
+		srv := pl.p.Embedded.Server()
+		mux := http.NewServeMux()
+		mux.HandleFunc("/jsz", srv.HandleJsz)
+		mux.HandleFunc("/varz", srv.HandleVarz)
+		mon := httptest.NewServer(mux)
+		t.Cleanup(mon.Close)
+		monURL = mon.URL
+	}
 
 	type sample struct {
 		turns                 int
@@ -178,6 +202,10 @@ func TestFootprint(t *testing.T) {
 		mem                   memory
 	}
 	var samples []sample
+	rssOf := "test process: server and roles"
+	if *footprintServer {
+		rssOf = "nats-server process alone"
+	}
 	done := 0
 	for _, turns := range steps {
 		start := time.Now()
@@ -195,13 +223,13 @@ func TestFootprint(t *testing.T) {
 		}
 		took, ran := time.Since(start), m*(turns-done)
 		done = turns
-		per, subj, msgs, bytes := streamSubjects(t, mon.URL)
-		mem := readMemory(t, mon.URL)
+		per, subj, msgs, bytes := streamSubjects(t, monURL)
+		mem := readMemory(t, monURL)
 		samples = append(samples, sample{turns, per, subj, msgs, bytes, mem})
 		t.Logf("%d sessions × %d turns (%d turns in %s, %.0f turns/s): %d subjects, %d messages, %d bytes in streams",
 			m, turns, ran, took.Round(time.Millisecond), float64(ran)/took.Seconds(), subj, msgs, bytes)
-		t.Logf("  memory: /jsz memory %d B, storage %d B; /varz mem (RSS of the test process) %.1f MiB; Go heap in use after GC %.1f MiB",
-			mem.jsMemory, mem.jsStore, float64(mem.rss)/(1<<20), float64(mem.heap)/(1<<20))
+		t.Logf("  memory: /jsz memory %d B, storage %d B; /varz mem (RSS of the %s) %.1f MiB; Go heap of the test process in use after GC %.1f MiB",
+			mem.jsMemory, mem.jsStore, rssOf, float64(mem.rss)/(1<<20), float64(mem.heap)/(1<<20))
 	}
 	names := make([]string, 0, len(samples[0].per))
 	for n := range samples[len(samples)-1].per {

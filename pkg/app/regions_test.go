@@ -52,6 +52,7 @@ const (
 	envRegionNode     = "AB_REGION_NODE"          // regionnats: the node's index in its region's cluster ("" for a single server)
 	envRegionCluster  = "AB_REGION_CLUSTER_PORT"  // regionnats: the node's cluster (route) port
 	envRegionRoutes   = "AB_REGION_ROUTES"        // regionnats: the cluster ports of every node of the region, comma-separated
+	envRegionHTTP     = "AB_REGION_HTTP_PORT"     // regionnats: monitoring port ("" for none; TestFootprint's server)
 	envRegionName     = "AB_REGION_NAME"          // role: nats.region.name
 	envRegionStandby  = "AB_REGION_STANDBY"       // role: nats.region.source when a standby
 	envRegionReplicas = "AB_REGION_REPLICAS"      // role: nats.replicas
@@ -84,6 +85,10 @@ func regionNATSChild(log *slog.Logger, sig <-chan os.Signal) int {
 	port, _ := strconv.Atoi(os.Getenv(envRegionPort))
 	leaf, _ := strconv.Atoi(os.Getenv(envRegionLeaf))
 	o := &server.Options{Host: "127.0.0.1", Port: port, NoSigs: true, ServerName: "hub"}
+	if hp := os.Getenv(envRegionHTTP); hp != "" {
+		o.HTTPHost = "127.0.0.1"
+		o.HTTPPort, _ = strconv.Atoi(hp)
+	}
 	if domain == "" {
 		o.LeafNode = server.LeafNodeOpts{Host: "127.0.0.1", Port: leaf}
 	} else {
