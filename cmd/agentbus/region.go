@@ -95,6 +95,9 @@ Flags:
 		if s.WasMirror {
 			promoted++
 			fmt.Fprintf(stdout, "promoted %s at seq %d (mirror lag %d, last contact %s ago)\n", s.Name, s.LastSeq, s.Lag, s.Active.Round(time.Millisecond))
+			if s.Schedules > 0 {
+				fmt.Fprintf(stdout, "re-armed %d message schedules in %s\n", s.Schedules, s.Name)
+			}
 		}
 	}
 	for _, c := range rep.Consumers {

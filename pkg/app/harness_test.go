@@ -71,6 +71,8 @@ type pipelineOpts struct {
 	provider        string // more entries of the fake provider's flow map, e.g. ", contextWindow: 4000"
 	busSubject      string // when set, the provider "fake" is api: bus on this subject (served by the test)
 	ai              string // more blocks of ai (after ai.agent), indented by two spaces
+	storage         string // nats.storage ("" = memory)
+	natsURL         string // when set, the NATS server to use instead of an embedded one
 
 	// log, when set, gets the process's log as JSON at info (instead of testLogger).
 	log io.Writer
@@ -109,13 +111,18 @@ func newPipeline(t *testing.T, script fakeopenai.Script, o pipelineOpts) *pipeli
 	if o.busSubject != "" {
 		prov = fmt.Sprintf(`{api: bus, subject: %s%s}`, o.busSubject, vision+o.provider)
 	}
+	if o.storage == "" {
+		o.storage = "memory"
+	}
+	server := fmt.Sprintf("  embedded: true\n  storeDir: %s\n  listen: \"127.0.0.1:0\"", filepath.Join(dir, "nats"))
+	if o.natsURL != "" {
+		server = fmt.Sprintf("  url: %q", o.natsURL)
+	}
 	yml := fmt.Sprintf(`
 dataDir: %[1]s
 nats:
-  embedded: true
-  storeDir: %[2]s
-  listen: "127.0.0.1:0"
-  storage: memory
+%[10]s
+  storage: %[9]s
 im:
   webhook:
     listen: "127.0.0.1:0"
@@ -133,7 +140,7 @@ ai:
     zhin: {provider: fake, model: m1}
   agent:
     maxIterations: 8
-%[8]s`, dir, filepath.Join(dir, "nats"), botID, botSecret, cb.srv.URL, master, prov, agent)
+%[8]s`, dir, filepath.Join(dir, "nats"), botID, botSecret, cb.srv.URL, master, prov, agent, o.storage, server)
 	cfg, err := config.Parse([]byte(yml))
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, yml)

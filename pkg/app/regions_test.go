@@ -27,6 +27,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/natsutil"
+	"github.com/agentbus/agentbus/pkg/schedule"
 	"github.com/agentbus/agentbus/pkg/webhook"
 )
 
@@ -36,6 +37,8 @@ var (
 	regionsSessions = flag.Int("regions.sessions", 20, "TestRegionFailover: concurrent chat sessions")
 	regionsDecide   = flag.Duration("regions.decide", time.Second, "TestRegionFailover: kill → `region promote` (the operator's or a watchdog's decision)")
 	regionsCut      = flag.Duration("regions.cut", 0, "TestRegionFailover: stop the hub (SIGSTOP) this long before the kill, so that a's last messages are never mirrored: the loss bound under a long mirror window")
+	regionsNodes    = flag.Int("regions.nodes", 1, "TestRegionFailover: JetStream servers per region (3: a three-node cluster per region, 9 servers and the hub, streams at 3 replicas)")
+	regionsSchedule = flag.Duration("regions.schedule", 8*time.Second, "TestRegionFailover: a reminder is scheduled in region a to fire this long after the kill (0: none); it must fire once, from b")
 	regionsCheckpt  = flag.Duration("regions.checkpoint", time.Second, "TestRegionFailover: nats.region.checkpointMs of region a (1h: only the checkpoints at start, so b's consumers deliver everything and the receipts alone keep egress from sending twice)")
 )
 
@@ -46,6 +49,10 @@ const (
 	envRegionPort     = "AB_REGION_PORT"          // regionnats: client port
 	envRegionLeaf     = "AB_REGION_LEAF"          // regionnats: the hub's leaf-node port ("" for none: isolated)
 	envRegionStore    = "AB_REGION_STORE"         // regionnats: JetStream directory
+	envRegionNode     = "AB_REGION_NODE"          // regionnats: the node's index in its region's cluster ("" for a single server)
+	envRegionCluster  = "AB_REGION_CLUSTER_PORT"  // regionnats: the node's cluster (route) port
+	envRegionRoutes   = "AB_REGION_ROUTES"        // regionnats: the cluster ports of every node of the region, comma-separated
+	envRegionHTTP     = "AB_REGION_HTTP_PORT"     // regionnats: monitoring port ("" for none; TestFootprint's server)
 	envRegionName     = "AB_REGION_NAME"          // role: nats.region.name
 	envRegionStandby  = "AB_REGION_STANDBY"       // role: nats.region.source when a standby
 	envRegionReplicas = "AB_REGION_REPLICAS"      // role: nats.replicas
@@ -78,11 +85,26 @@ func regionNATSChild(log *slog.Logger, sig <-chan os.Signal) int {
 	port, _ := strconv.Atoi(os.Getenv(envRegionPort))
 	leaf, _ := strconv.Atoi(os.Getenv(envRegionLeaf))
 	o := &server.Options{Host: "127.0.0.1", Port: port, NoSigs: true, ServerName: "hub"}
+	if hp := os.Getenv(envRegionHTTP); hp != "" {
+		o.HTTPHost = "127.0.0.1"
+		o.HTTPPort, _ = strconv.Atoi(hp)
+	}
 	if domain == "" {
 		o.LeafNode = server.LeafNodeOpts{Host: "127.0.0.1", Port: leaf}
 	} else {
 		o.ServerName = "region-" + domain
 		o.JetStream, o.JetStreamDomain, o.StoreDir = true, domain, os.Getenv(envRegionStore)
+		if node := os.Getenv(envRegionNode); node != "" {
+			// One node of the region's cluster: the region is one JetStream domain with its
+			// own meta layer, the cluster named after it.
+			o.ServerName += "-" + node
+			cport, _ := strconv.Atoi(os.Getenv(envRegionCluster))
+			o.Cluster = server.ClusterOpts{Name: "region-" + domain, Host: "127.0.0.1", Port: cport}
+			for _, rp := range strings.Split(os.Getenv(envRegionRoutes), ",") {
+				u, _ := neturl.Parse("nats://127.0.0.1:" + rp)
+				o.Routes = append(o.Routes, u)
+			}
+		}
 		if leaf != 0 {
 			u, _ := neturl.Parse(fmt.Sprintf("nats-leaf://127.0.0.1:%d", leaf))
 			o.LeafNode = server.LeafNodeOpts{Remotes: []*server.RemoteLeafOpts{{URLs: []*neturl.URL{u}}}}
@@ -106,10 +128,10 @@ func regionNATSChild(log *slog.Logger, sig <-chan os.Signal) int {
 	return 0
 }
 
-// TestRegionFailover is the region scenario of issue 41. Three regions, each one nats-server
-// process with JetStream in a domain of its own (a, b, c; one server each: the machine is
-// shared, see docs/regions.md for three-node regions), all leaf nodes of a hub server without
-// JetStream. Region a is live: ingest, turn-worker, tool-worker and egress, one process each,
+// TestRegionFailover is the region scenario of issue 41. Three regions, each with JetStream in
+// a domain of its own (a, b, c): one nats-server process each, or with -regions.nodes=3 a
+// three-node cluster each (9 JetStream servers, streams at 3 replicas); every server a leaf
+// node of a hub server without JetStream. Region a is live: ingest, turn-worker, tool-worker and egress, one process each,
 // every stream its own. Region b is its standby: the same four roles with nats.region.standby,
 // which create mirrors of a's streams across domains and wait. Region c holds mirrors too (no
 // roles). -regions.sessions chats send through a's signed webhook (each its next message once
@@ -121,7 +143,8 @@ func regionNATSChild(log *slog.Logger, sig <-chan os.Signal) int {
 // It reports the mirror delay measured while a was live (per stream: origin timestamp → in
 // b's mirror), the messages a held that b's mirrors had not (a's server restarted alone at the
 // end, with its store), kill → promoted → roles ready → every session answered again, lost
-// messages, duplicates, replies b sent again, tools run twice. It fails on a duplicate reply
+// messages, duplicates, replies b sent again, tools run twice. A reminder scheduled in a's
+// SESSION_IN (-regions.schedule after the kill) must fire once, from b. It fails on a duplicate reply
 // (two different replies to one message), on a message lost although b's mirror had it, and
 // on a session that never resumes, and when c has not caught up with b a minute after the load.
 //
@@ -140,15 +163,30 @@ func TestRegionFailover(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ports, err := childproc.FreePorts(7) // hub client, hub leaf, a, b, c, a's and b's webhooks
+	nodes := max(*regionsNodes, 1)
+	domains := []string{"a", "b", "c"}
+	// hub client, hub leaf, a's and b's webhooks; per node of each region a client port and
+	// (with nodes > 1) a cluster port.
+	ports, err := childproc.FreePorts(4 + 2*nodes*len(domains))
 	if err != nil {
 		t.Fatal(err)
 	}
 	hubPort, leafPort := ports[0], ports[1]
-	domains := []string{"a", "b", "c"}
-	natsPort := map[string]int{"a": ports[2], "b": ports[3], "c": ports[4]}
-	natsURL := func(d string) string { return fmt.Sprintf("nats://127.0.0.1:%d", natsPort[d]) }
-	webhooks := []string{fmt.Sprintf("http://127.0.0.1:%d", ports[5]), fmt.Sprintf("http://127.0.0.1:%d", ports[6])}
+	webhooks := []string{fmt.Sprintf("http://127.0.0.1:%d", ports[2]), fmt.Sprintf("http://127.0.0.1:%d", ports[3])}
+	natsPorts, clusterPorts := map[string][]int{}, map[string][]int{}
+	for i, d := range domains {
+		for n := range nodes {
+			natsPorts[d] = append(natsPorts[d], ports[4+2*(i*nodes+n)])
+			clusterPorts[d] = append(clusterPorts[d], ports[5+2*(i*nodes+n)])
+		}
+	}
+	natsURL := func(d string) string {
+		var us []string
+		for _, p := range natsPorts[d] {
+			us = append(us, fmt.Sprintf("nats://127.0.0.1:%d", p))
+		}
+		return strings.Join(us, ",")
+	}
 
 	var procs []*childproc.Proc
 	t.Cleanup(func() {
@@ -156,28 +194,51 @@ func TestRegionFailover(t *testing.T) {
 			procs[i].Stop(10 * time.Second)
 		}
 	})
-	startNATS := func(domain string, port, leaf int) *childproc.Proc {
-		name := "nats-" + domain
+	// startNATS starts the hub (domain "") or every server of a region, as a leaf node of the
+	// hub unless leaf is 0, and waits until they all accept clients. suffix names a restart.
+	startNATS := func(domain string, leaf int, suffix string) []*childproc.Proc {
+		var out []*childproc.Proc
+		count := nodes
 		if domain == "" {
-			name = "nats-hub"
+			count = 1
 		}
-		env := []string{faultChildEnv + "=regionnats", envRegionDomain + "=" + domain, envRegionPort + "=" + strconv.Itoa(port),
-			envRegionStore + "=" + filepath.Join(dir, name)}
-		if leaf != 0 {
-			env = append(env, envRegionLeaf+"="+strconv.Itoa(leaf))
+		for n := range count {
+			name, port := "nats-hub", hubPort
+			env := []string{faultChildEnv + "=regionnats", envRegionDomain + "=" + domain}
+			if domain != "" {
+				name, port = "nats-"+domain, natsPorts[domain][n]
+				if nodes > 1 {
+					name += strconv.Itoa(n + 1)
+					var routes []string
+					for _, cp := range clusterPorts[domain] {
+						routes = append(routes, strconv.Itoa(cp))
+					}
+					env = append(env, envRegionNode+"="+strconv.Itoa(n+1), envRegionCluster+"="+strconv.Itoa(clusterPorts[domain][n]),
+						envRegionRoutes+"="+strings.Join(routes, ","))
+				}
+			}
+			env = append(env, envRegionPort+"="+strconv.Itoa(port), envRegionStore+"="+filepath.Join(dir, name))
+			if leaf != 0 {
+				env = append(env, envRegionLeaf+"="+strconv.Itoa(leaf))
+			}
+			p := startChild(t, name+suffix, filepath.Join(logDir, name+suffix+".log"), env)
+			procs = append(procs, p)
+			out = append(out, p)
 		}
-		p := startChild(t, name, filepath.Join(logDir, name+".log"), env)
-		procs = append(procs, p)
-		if _, err := p.WaitReady(60 * time.Second); err != nil {
-			t.Fatal(err)
+		for _, p := range out {
+			if _, err := p.WaitReady(120 * time.Second); err != nil {
+				t.Fatal(err)
+			}
 		}
-		return p
+		return out
 	}
-	hub := startNATS("", hubPort, leafPort)
-	servers := map[string]*childproc.Proc{}
+	hub := startNATS("", leafPort, "")[0]
+	servers := map[string][]*childproc.Proc{}
+	serversUp := time.Now()
 	for _, d := range domains {
-		servers[d] = startNATS(d, natsPort[d], leafPort)
+		servers[d] = startNATS(d, leafPort, "")
 	}
+	t.Logf("%d JetStream servers (%d per region) and the hub up in %s", nodes*len(domains), nodes, time.Since(serversUp).Round(time.Millisecond))
 	connect := func(d string) (*nats.Conn, jetstream.JetStream) {
 		nc, err := nats.Connect(natsURL(d), nats.MaxReconnects(-1))
 		if err != nil {
@@ -201,7 +262,7 @@ func TestRegionFailover(t *testing.T) {
 		"AGENTBUS_WEBHOOK_CALLBACK=" + cb.srv.URL + "/callback", "OPENAI_API_KEY=test-key",
 		"AB_MODEL=" + model.BaseURL(), "AB_RECORD=" + rec.srv.URL, "GOTRACEBACK=all",
 		"AGENTBUS_NATS_USER=admin", "AGENTBUS_NATS_PASSWORD=unused", // the region servers have no users
-		"AGENTBUS_NATS_PROVISION=update", envRegionReplicas + "=1", envRegionCheckpt + "=" + strconv.FormatInt(regionsCheckpt.Milliseconds(), 10)}
+		"AGENTBUS_NATS_PROVISION=update", envRegionReplicas + "=" + strconv.Itoa(nodes), envRegionCheckpt + "=" + strconv.FormatInt(regionsCheckpt.Milliseconds(), 10)}
 	if *faultLogs != "" {
 		common = append(common, "AB_LOG_INFO=1")
 	}
@@ -233,7 +294,7 @@ func TestRegionFailover(t *testing.T) {
 	rolesB := startRoles("b", strings.TrimPrefix(webhooks[1], "http://"), true)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	spec := events.Spec{Replicas: 1}.WithDefaults()
+	spec := events.Spec{Replicas: nodes}.WithDefaults()
 	if err := natsutil.ProvisionStandby(ctx, jsC, spec, "a"); err != nil {
 		t.Fatal(err)
 	}
@@ -319,8 +380,32 @@ func TestRegionFailover(t *testing.T) {
 		}
 	}
 	hasReply := func(id string) func(reply) bool { return func(r reply) bool { return r.ReplyTo == id } }
+
+	// A reminder scheduled in region a (a message schedule in a's SESSION_IN, as
+	// schedule_followup's turn writes it) to fire after a is lost: b's mirror holds it, and
+	// once promoted b's SESSION_IN allows schedules again. Its session is made in a first.
+	sched := private("rs-0", "rgsched", "hello")
+	if *regionsSchedule > 0 {
+		if err := post(ctx, &sent{id: sched.id}, sched); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cb.waitFor(1, 60*time.Second, hasReply(sched.id)); err != nil {
+			t.Fatalf("the reminder's session: %v", err)
+		}
+	}
 	start := time.Now()
 	loadEnd := start.Add(*regionsDuration)
+	schedAt := start.Add(*regionsDuration/3 + *regionsSchedule).Truncate(time.Second).Add(time.Second)
+	if *regionsSchedule > 0 {
+		s, err := schedule.Open(ctx, jsA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Put(ctx, sched.key(), events.ScheduleID(events.ScheduleFollowUp, ""), schedule.At(schedAt), "",
+			events.Scheduled{Text: "REMINDER rs-1", CreatedBy: events.Sender{ID: "rgsched", Name: "Rgsched"}, Kind: events.ScheduleFollowUp}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var wg sync.WaitGroup
 	for sn := range *regionsSessions {
 		wg.Add(1)
@@ -365,7 +450,7 @@ func TestRegionFailover(t *testing.T) {
 		}
 	}
 	repliedBeforeKill := map[string]bool{}
-	for _, p := range append(slices.Clone(rolesA), servers["a"]) {
+	for _, p := range append(slices.Clone(rolesA), servers["a"]...) {
 		p.Kill()
 	}
 	killAt := time.Now()
@@ -441,13 +526,7 @@ func TestRegionFailover(t *testing.T) {
 		pb[s.Name] = s.LastSeq
 	}
 	{
-		env := []string{faultChildEnv + "=regionnats", envRegionDomain + "=a", envRegionPort + "=" + strconv.Itoa(natsPort["a"]),
-			envRegionStore + "=" + filepath.Join(dir, "nats-a")}
-		p := startChild(t, "nats-a-after", filepath.Join(logDir, "nats-a-after.log"), env)
-		procs = append(procs, p)
-		if _, err := p.WaitReady(60 * time.Second); err != nil {
-			t.Fatal(err)
-		}
+		startNATS("a", 0, "-after")
 		_, jsA2 := connect("a")
 		mu.Lock()
 		ids := make([]string, 0, len(allSent))
@@ -479,6 +558,31 @@ func TestRegionFailover(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+
+	// The reminder: fired once, by b (after the kill, a being gone), into b's inbox.
+	if *regionsSchedule > 0 {
+		var fired []reply
+		for _, r := range cb.all() {
+			if r.Scene.ID == sched.sceneID && r.ReplyTo != sched.id {
+				fired = append(fired, r)
+			}
+		}
+		var firedAt time.Time
+		if st, err := natsutil.Stream(ctx, jsB, events.StreamSessionIn); err == nil {
+			if m, err := st.GetLastMsgForSubject(ctx, events.AgentInSubject(sched.key())); err == nil && m.Header.Get(jetstream.SchedulerHeader) != "" {
+				firedAt = m.Time
+			}
+		}
+		switch {
+		case len(fired) == 1:
+			t.Logf("reminder scheduled in a for %s (kill + %s): fired by b into its inbox at %s (%s after the schedule, %s after promotion), answered at %s",
+				schedAt.Format("15:04:05"), schedAt.Sub(killAt).Round(time.Millisecond), firedAt.Format("15:04:05.000"),
+				firedAt.Sub(schedAt).Round(time.Millisecond), firedAt.Sub(promotedAt).Round(time.Millisecond), fired[0].At.Format("15:04:05.000"))
+		default:
+			t.Errorf("reminder scheduled in a for %s (promoted at %s): %d replies, want 1; fired into b's inbox: %v", schedAt.Format("15:04:05"),
+				promotedAt.Format("15:04:05.000"), len(fired), !firedAt.IsZero())
 		}
 	}
 
@@ -558,8 +662,8 @@ func TestRegionFailover(t *testing.T) {
 		return d[min(len(d)-1, int(float64(len(d))*p))].Round(time.Millisecond)
 	}
 
-	t.Logf("regions: a live, b standby (roles waiting), c mirrors only; one server each, leaf nodes of a hub; %d sessions, %s of load, %d messages, %d replies, %d POSTs",
-		*regionsSessions, *regionsDuration, len(allSent), len(got), posts)
+	t.Logf("regions: a live, b standby (roles waiting), c mirrors only; %d JetStream server(s) each (streams at %d replicas), leaf nodes of a hub; %d sessions, %s of load, %d messages, %d replies, %d POSTs",
+		nodes, nodes, *regionsSessions, *regionsDuration, len(allSent), len(got), posts)
 	for _, name := range delayStreams {
 		d := slices.Clone(delays[name])
 		slices.Sort(d)

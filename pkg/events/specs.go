@@ -36,6 +36,10 @@ const (
 	BucketApprovals = "approvals"
 	BucketModels    = "models"
 	BucketDelivered = "delivered"
+	// BucketToolMarkers holds the started markers of non-idempotent tool calls (pkg/toolworker):
+	// one key per call while it runs, purged once its result is stored (issue 41; they were
+	// keys tool.<callId> of BucketDelivered, kept 7 days).
+	BucketToolMarkers = "tool_markers"
 	// BucketPresence holds one entry per running role process (pkg/presence): who it is, where
 	// it runs, which build, its adapters' connection state. Entries expire unless refreshed.
 	BucketPresence = "presence"
@@ -401,6 +405,21 @@ func (s Spec) DeliveredKV() jetstream.KeyValueConfig {
 	return c
 }
 
+// ToolMarkersKV is KV tool_markers: the started marker of each non-idempotent tool call that
+// is running or ended without a result (key EncodeToken(call id), pkg/toolworker). A tool
+// worker purges the marker once the call's result is stored, with a message TTL on the purge
+// marker (so it allows roll-ups: KVRollup, which only the tool workers, its one writer, could
+// use), so the bucket holds keys for calls in flight, not for calls made. A marker whose call
+// never got a result goes with the bucket TTL, as long as TOOL_RESULTS keeps results (a
+// later request of the same call id is answered "interrupted" by it meanwhile).
+func (s Spec) ToolMarkersKV() jetstream.KeyValueConfig {
+	s = s.WithDefaults()
+	c := s.kv(BucketToolMarkers, "agentbus: started markers of non-idempotent tool calls")
+	c.TTL = s.ToolResultsMaxAge
+	c.LimitMarkerTTL = s.MarkerTTL
+	return c
+}
+
 // TasksKV is KV tasks: background task records (TaskRecord, key TaskKey), kept
 // DefaultTasksTTL so /tasks can show recent tasks; History 1, every update a revision CAS.
 func (s Spec) TasksKV() jetstream.KeyValueConfig {
@@ -424,7 +443,8 @@ func (s Spec) PresenceKV() jetstream.KeyValueConfig {
 // TTL-expired keys (LimitMarkerTTL) must allow roll-ups; any publisher on the bucket may then
 // also ask for Nats-Rollup: all and empty it. So only those buckets allow them: leases (its
 // holders release with a purge that keeps a marker; turn worker, ingest and egress hold
-// leases) and tools (tool workers' registry, whose expired entries must be seen to vanish).
+// leases), tools (tool workers' registry, whose expired entries must be seen to vanish) and
+// tool_markers (written by tool workers only, which purge a call's marker after its result).
 // Every other bucket is created with roll-ups off, purges denied and deletes (of messages
 // through the API; a KV Delete is a marker, not one) denied; see natsutil.Provision.
 func KVRollup(cfg jetstream.KeyValueConfig) bool { return cfg.LimitMarkerTTL > 0 }
@@ -433,7 +453,7 @@ func KVRollup(cfg jetstream.KeyValueConfig) bool { return cfg.LimitMarkerTTL > 0
 func (s Spec) KeyValues() []jetstream.KeyValueConfig {
 	return []jetstream.KeyValueConfig{
 		s.SessionsKV(), s.LeasesKV(), s.ToolsKV(), s.ProfilesKV(), s.ApprovalsKV(), s.ModelsKV(), s.DeliveredKV(),
-		s.TasksKV(), s.PresenceKV(),
+		s.TasksKV(), s.PresenceKV(), s.ToolMarkersKV(),
 	}
 }
 

@@ -27,7 +27,9 @@ import (
 //     store epochs) and, once an epoch is archived there, purging its context subject and its
 //     part of the session's inbox; withdrawing a tool call nobody serves (a message delete on
 //     TOOL_CALLS).
-//   - tool-worker: tool results, the tool registry KV, profiles and delivered markers, its
+//   - tool-worker: tool results, the tool registry KV, profiles, the started markers of its
+//     non-idempotent calls (KV tool_markers, which no other role writes; it reads, never writes,
+//     KV delivered, where older versions kept them, so it cannot mark a reply delivered), its
 //     pending bash confirmations (the <endpoint>.pending keys of KV approvals, not the
 //     approvals themselves), the transcript search request, dead letters, the probes of each
 //     other's running calls (tool.attempt); background work its tools queue (task.> for
@@ -36,7 +38,7 @@ import (
 //     directly, nor make the bot speak later. A task it queues claims nothing the turn worker
 //     believes: the turn worker derives the caller from the turn that asked (turn's
 //     taskOrigin).
-//   - egress: receipts (im.sent), delivered markers, console.out, dead letters; it serves the
+//   - egress: receipts (im.sent), delivered records (KV delivered), console.out, dead letters; it serves the
 //     transcript search (a NATS micro service).
 //   - every role: its own entry in KV presence (pkg/presence), which status and the console read.
 //   - admin: everything (provisioning streams and buckets, operators' CLI).
@@ -225,7 +227,7 @@ func BusRoles() []BusRole {
 			// consumes (approvals.PendingKey); the approvals themselves are the turn worker's.
 			Publish: join(jsRead, []string{"tool.result.>", "tool.attempt.>", "dlq.>", "transcripts.search", "task.>", "hooks.>",
 				"$KV." + events.BucketApprovals + ".*.pending"},
-				kv("tools", "profiles", "delivered", "tasks", events.BucketPresence), []string{"$O.media.>"}),
+				kv("tools", "profiles", events.BucketToolMarkers, "tasks", events.BucketPresence), []string{"$O.media.>"}),
 			Subscribe: join(inbox(RoleToolWorker), []string{"tool.attempt.>"}),
 			Responses: true,
 			NoRead: append(slices.Clone(conversation), kvStream(events.BucketSessions), kvStream(events.BucketLeases),

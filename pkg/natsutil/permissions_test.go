@@ -139,6 +139,7 @@ func TestRolePermissions(t *testing.T) {
 			{false, "im.in.webhook.b1.private.u1", false},
 			{false, "im.sent.webhook.b1.private.u1", false},
 			{false, "$KV.delivered.x", false},
+			{false, "$KV.tool_markers.c1", false},
 			{false, "$KV.webhook_seen.x", false},
 			{false, "$JS.API.STREAM.PURGE.IM_IN", false},
 			{false, "$JS.API.STREAM.MSG.DELETE.AGENT_EVENTS", false},
@@ -152,6 +153,9 @@ func TestRolePermissions(t *testing.T) {
 			{true, "_INBOX.>", false},                                 // nobody else's replies
 			{true, "_INBOX_turn-worker.>", false},
 			{false, "$KV.tasks.x.t1", true},
+			{false, "$KV.tool_markers.c1", true},    // started markers of non-idempotent calls
+			{false, "$KV.delivered.tool.c1", false}, // where older versions wrote them: egress's bucket
+			{false, "$KV.delivered.o1", false},
 			{false, "tool.attempt.i1", true}, // probing another worker's running call
 			{true, "tool.attempt.>", true},
 			{false, "agent.in.webhook_b1_private_u1", false}, // no master commands from a tool
@@ -167,6 +171,7 @@ func TestRolePermissions(t *testing.T) {
 		natsutil.RoleEgress: {
 			{false, "im.sent.webhook.b1.private.u1", true},
 			{false, "$KV.delivered.x", true},
+			{false, "$KV.tool_markers.c1", false},
 			{false, "agent.in.webhook_b1_private_u1", false},
 			{false, "im.out.webhook.b1.private.u1", false},
 			{false, "im.in.webhook.b1.private.u1", false},
@@ -326,7 +331,8 @@ func TestMaliciousRoles(t *testing.T) {
 		{natsutil.RoleTurnWorker, "$KV.models.openai"},
 		{natsutil.RoleToolWorker, "tool.result.webhook_b1_private_u1.c1"},
 		{natsutil.RoleToolWorker, "$KV.tasks.webhook_b1_private_u1.t1"},
-		{natsutil.RoleToolWorker, "$KV.delivered.o1"},
+		{natsutil.RoleToolWorker, "$KV.tool_markers.c1"},
+		{natsutil.RoleEgress, "$KV.delivered.o1"},
 		{natsutil.RoleToolWorker, "$KV.profiles.webhook.u1"},
 		{natsutil.RoleToolWorker, "$KV.approvals.webhook_b1.pending"},
 		{natsutil.RoleEgress, "im.sent.webhook.b1.private.u1"},
@@ -396,8 +402,25 @@ func attacks(t *testing.T, url string, pw map[string]string, js map[string]jetst
 		if strings.HasPrefix(s.subject, events.PrefixAgentIn+".") {
 			continue // SESSION_IN allows roll-ups (message schedules need them): see TestStreamFlags
 		}
+		if strings.HasPrefix(s.subject, "$KV."+events.BucketToolMarkers+".") {
+			continue // the tool workers' own markers, which they purge (roll-ups): see TestStreamFlags
+		}
 		rollup(s.role, s.subject)
 	}
+	// KV tool_markers allows roll-ups, so only the tool worker may publish there: nobody else
+	// can write, purge or empty the started markers of non-idempotent calls, and the tool worker
+	// can no longer write KV delivered, where older versions kept them (egress's records).
+	for _, role := range []string{natsutil.RoleIngest, natsutil.RoleTurnWorker, natsutil.RoleEgress} {
+		rollup(role, "$KV."+events.BucketToolMarkers+".c1")
+		attack(role+" writes a tool marker", func(ctx context.Context) error {
+			_, err := js[role].Publish(ctx, "$KV."+events.BucketToolMarkers+".c2", []byte(`{"worker":"evil"}`))
+			return err
+		})
+	}
+	attack("tool-worker marks a reply delivered", func(ctx context.Context) error {
+		_, err := js[natsutil.RoleToolWorker].Publish(ctx, "$KV."+events.BucketDelivered+".o2", []byte(`{}`))
+		return err
+	})
 	purge := func(role, stream string) {
 		attack(role+" purges "+stream, func(ctx context.Context) error {
 			st, err := js[role].Stream(ctx, stream)
@@ -408,9 +431,9 @@ func attacks(t *testing.T, url string, pw map[string]string, js map[string]jetst
 		})
 	}
 	for role, streams := range map[string][]string{
-		natsutil.RoleToolWorker: {events.StreamSessionIn, events.StreamTasks, events.StreamToolResults, "KV_tasks", "KV_tools", "KV_delivered", "KV_approvals"},
+		natsutil.RoleToolWorker: {events.StreamSessionIn, events.StreamTasks, events.StreamToolResults, "KV_tasks", "KV_tools", "KV_delivered", "KV_approvals", "KV_" + events.BucketToolMarkers},
 		natsutil.RoleIngest:     {events.StreamIMIn, events.StreamSessionIn, "KV_profiles"},
-		natsutil.RoleEgress:     {events.StreamIMSent, "KV_delivered", "OBJ_media", "OBJ_" + events.ObjectEpochs},
+		natsutil.RoleEgress:     {events.StreamIMSent, "KV_delivered", "OBJ_media", "OBJ_" + events.ObjectEpochs, "KV_" + events.BucketToolMarkers},
 		// The turn worker purges SESSION_IN (an archived epoch's part of the inbox, see
 		// store.EpochArchive); as a publisher there it could roll the stream up anyway.
 		natsutil.RoleTurnWorker: {events.StreamAgentEvents, "KV_sessions", events.StreamTasks, "OBJ_" + events.ObjectEpochs},
@@ -568,7 +591,8 @@ func TestStreamFlags(t *testing.T) {
 			rollups["KV_"+c.Bucket] = true
 		}
 	}
-	want := map[string]bool{events.StreamSessionIn: true, "KV_" + events.BucketLeases: true, "KV_" + events.BucketTools: true}
+	want := map[string]bool{events.StreamSessionIn: true, "KV_" + events.BucketLeases: true, "KV_" + events.BucketTools: true,
+		"KV_" + events.BucketToolMarkers: true}
 	if len(rollups) != len(want) {
 		t.Errorf("streams with roll-ups: %v, want %v (update docs/security.md)", rollups, want)
 	}

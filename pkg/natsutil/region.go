@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/events"
@@ -246,6 +247,8 @@ type PromotedStream struct {
 	LastSeq   uint64        // the last sequence it holds (the live region's numbering)
 	Lag       uint64        // messages the mirror knew it was behind when last in contact
 	Active    time.Duration // time since the mirror last heard from its origin
+	// Schedules is how many message schedules Promote re-armed in it (rearmSchedules).
+	Schedules int
 }
 
 // PromotedConsumer is a durable consumer Promote created from a checkpoint.
@@ -310,6 +313,11 @@ func Promote(ctx context.Context, js jetstream.JetStream, spec events.Spec) (Pro
 		if err != nil {
 			return fmt.Errorf("promote %s: %w", name, err)
 		}
+		if ps.WasMirror {
+			if ps.Schedules, err = rearmSchedules(ctx, js, name); err != nil {
+				return fmt.Errorf("promote %s: re-arm its schedules: %w", name, err)
+			}
+		}
 		rep.Streams = append(rep.Streams, ps)
 		return nil
 	}
@@ -363,6 +371,75 @@ func Promote(ctx context.Context, js jetstream.JetStream, spec events.Spec) (Pro
 		return rep, err
 	}
 	return rep, nil
+}
+
+// rearmSchedules publishes every message schedule that stream holds again, unchanged, over
+// itself. A schedule copied by a mirror is stored but not armed: nats-server (2.15) arms a
+// schedule when it stores it in a stream that allows schedules, and when it turns schedules on
+// for a stream it looks only in the blocks it counted schedules in while storing, which a
+// mirror never does; so a promoted SESSION_IN would hold every reminder of the lost region and
+// fire none of them. Published again (a subject roll-up, expecting the copy as the subject's
+// last message, so a schedule written meanwhile is left alone), each is armed; an "@at" whose
+// time passed while the region was down fires at once. It reports how many it re-armed. A
+// stream without schedules (AllowMsgSchedules off) has none to re-arm.
+func rearmSchedules(ctx context.Context, js jetstream.JetStream, name string) (int, error) {
+	st, err := js.Stream(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	if !st.CachedInfo().Config.AllowMsgSchedules {
+		return 0, nil
+	}
+	// Schedules live on their own subjects (events.PrefixSchedule); the stream's subject list
+	// with their counts is one request per 100,000 subjects, paged by the client.
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(events.PrefixSchedule+".>"))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for subj := range info.State.Subjects {
+		m, err := st.GetLastMsgForSubject(ctx, subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return n, fmt.Errorf("read %s: %w", subj, err)
+		}
+		if m.Header.Get(jetstream.ScheduleHeader) == "" {
+			continue // a cancelled schedule's marker
+		}
+		again := nats.NewMsg(subj)
+		again.Data = m.Data
+		for k, v := range m.Header {
+			// The schedule's own headers and agentbus's; none the server set or a publish
+			// option would apply again (expectations, the message id the dedupe window knows).
+			if strings.HasPrefix(k, "Nats-") && !isScheduleHeader(k) {
+				continue
+			}
+			again.Header[k] = v
+		}
+		again.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+		_, err = js.PublishMsg(ctx, again, jetstream.WithExpectLastSequencePerSubject(m.Sequence))
+		var apiErr *jetstream.APIError
+		switch {
+		case errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant):
+			continue // rewritten meanwhile: the new one is armed
+		case err != nil:
+			return n, fmt.Errorf("re-arm %s: %w", subj, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// isScheduleHeader reports whether k is one of the headers a client gives a message schedule.
+func isScheduleHeader(k string) bool {
+	switch k {
+	case jetstream.ScheduleHeader, jetstream.ScheduleTargetHeader, jetstream.ScheduleSourceHeader, jetstream.ScheduleTTLHeader,
+		jetstream.ScheduleTimeZoneHeader, jetstream.ScheduleRollupHeader:
+		return true
+	}
+	return false
 }
 
 // RegionCheckpoint is a durable consumer's position as the live region last saw it.

@@ -124,6 +124,19 @@ func TestRegionPromote(t *testing.T) {
 		t.Fatalf("checkpoint: wrote %d, %v", n, err)
 	}
 
+	// A reminder in a's SESSION_IN due a few seconds after a is lost: b's mirror copies it, and
+	// it must fire in b once promoted (Promote re-arms it).
+	schedSubj, target := events.PrefixSchedule+".s1.followup", events.PrefixAgentIn+".s1"
+	due := time.Now().Add(6 * time.Second).Truncate(time.Second)
+	sm := nats.NewMsg(schedSubj)
+	sm.Data = []byte("reminder")
+	sm.Header.Set(jetstream.ScheduleHeader, "@at "+due.UTC().Format(time.RFC3339))
+	sm.Header.Set(jetstream.ScheduleTargetHeader, target)
+	sm.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	if _, err := jsA.PublishMsg(ctx, sm); err != nil {
+		t.Fatal(err)
+	}
+
 	for range 2 { // the second run finds the mirrors and changes nothing
 		if err := natsutil.ProvisionStandby(ctx, jsB, spec, "a"); err != nil {
 			t.Fatal(err)
@@ -147,6 +160,9 @@ func TestRegionPromote(t *testing.T) {
 		}
 	}
 	sa.Shutdown()
+	if time.Now().After(due) {
+		t.Fatalf("a was shut down after its reminder was due (%s): the machine is too slow for this test's margin", due)
+	}
 
 	rep, err := natsutil.Promote(ctx, jsB, spec)
 	if err != nil {
@@ -168,6 +184,29 @@ func TestRegionPromote(t *testing.T) {
 			t.Errorf("%s after promotion: mirror %v subjects %v atomic %v schedules %v; want live %v %v %v",
 				sc.Name, got.Mirror, got.Subjects, got.AllowAtomicPublish, got.AllowMsgSchedules, sc.Subjects, sc.AllowAtomicPublish, sc.AllowMsgSchedules)
 		}
+	}
+	for _, s := range rep.Streams {
+		if want := map[bool]int{true: 1}[s.Name == events.StreamSessionIn]; s.Schedules != want {
+			t.Errorf("%s: %d schedules re-armed, want %d", s.Name, s.Schedules, want)
+		}
+	}
+	sessIn, err := jsB.Stream(ctx, events.StreamSessionIn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := sessIn.GetLastMsgForSubject(ctx, target)
+		if err == nil {
+			if m.Header.Get(jetstream.SchedulerHeader) != schedSubj || string(m.Data) != "reminder" {
+				t.Fatalf("%s in b: %q with headers %v, want the reminder fired by %s", target, m.Data, m.Header, schedSubj)
+			}
+			t.Logf("the reminder due %s fired in promoted b at %s", due.Format("15:04:05"), m.Time.Format("15:04:05.000"))
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the reminder due %s never fired in promoted b: %v", due.Format("15:04:05"), err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if got := streamInfo(ctx, t, jsB, "KV_"+events.BucketLeases).Config; got.SubjectDeleteMarkerTTL != spec.MarkerTTL {
 		t.Errorf("KV_leases delete-marker TTL %s after promotion, want %s", got.SubjectDeleteMarkerTTL, spec.MarkerTTL)

@@ -28,8 +28,12 @@
 //  5. gating re-checked against the call's Caller (platform, scope, roles; the caller must match
 //     the session key) → error result with the refusal;
 //  6. arguments validated and coerced against the schema → error result naming the path;
-//  7. non-idempotent tools: a "started" marker is created in KV "delivered" (key
-//     "tool."+token(callId)) naming the worker and its run's instance. If it already exists a
+//  7. non-idempotent tools: a "started" marker is created in KV "tool_markers" (key
+//     token(callId), MarkerKey) naming the worker and its run's instance, and the result is
+//     looked for once more (a marker is purged once its call's result is stored, step 9, so a
+//     create succeeds again after a finished attempt; the look finds that attempt's result). A
+//     marker an older version left in KV "delivered" (key "tool."+token(callId)) counts as
+//     one, until that bucket's TTL removes it. If a marker already exists a
 //     previous attempt started and may have had side effects (idempotency comes from the
 //     worker's own tool definition, not from the request's Idempotent field): the worker waits
 //     for that attempt's result while the attempt may still be running on a live worker. Every
@@ -46,7 +50,9 @@
 //     a crash;
 //  8. run with a timeout (the per-tool timeout or DefaultTimeout, never past the call's
 //     deadline); a panic, an error or a timeout becomes an error result;
-//  9. publish the result (waiting for the PubAck; Nats-Msg-Id "result/"+callId), then ack.
+//  9. publish the result (waiting for the PubAck; Nats-Msg-Id "result/"+callId), then ack,
+//     then purge the call's marker if it has one, leaving a purge marker with a message TTL
+//     (markerPurgeTTL): KV tool_markers holds the calls in flight, not every call made.
 //
 // While a call is handled the worker sends in-progress acks (natsutil.InProgress: the first
 // within AckWait/2, then every AckWait/3), so a slow tool is not redelivered to another

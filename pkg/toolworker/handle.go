@@ -36,6 +36,9 @@ type call struct {
 	// result was an error.
 	span   trace.Span
 	failed bool
+	// marked says the call has a started marker in KV tool_markers (this attempt's or an
+	// earlier one's), purged once its result is stored.
+	marked bool
 }
 
 func (c *call) subject() string {
@@ -199,7 +202,8 @@ func (h *Handle) release(callID string, mine chan struct{}) {
 	close(mine)
 }
 
-// marker is the value of the "started" record of a non-idempotent call in KV delivered.
+// marker is the value of the "started" record of a non-idempotent call in KV tool_markers
+// (and in KV delivered, written by versions before issue 41).
 type marker struct {
 	Worker string `json:"worker"`
 	// Instance is the run of the worker that started the attempt (events.ToolAttemptSubject);
@@ -211,9 +215,18 @@ type marker struct {
 	Until int64 `json:"until"`
 }
 
-// MarkerKey is the KV delivered key of a non-idempotent call's started marker. Egress keys are
-// bare tokens, which never contain '.', so the "tool." prefix keeps the two apart.
-func MarkerKey(callID string) string { return "tool." + events.EncodeToken(callID) }
+// MarkerKey is the KV tool_markers key of a non-idempotent call's started marker.
+func MarkerKey(callID string) string { return events.EncodeToken(callID) }
+
+// LegacyMarkerKey is the KV delivered key versions before issue 41 gave the marker. Egress
+// keys there are bare tokens, which never contain '.', so the "tool." prefix kept the two apart.
+func LegacyMarkerKey(callID string) string { return "tool." + events.EncodeToken(callID) }
+
+// markerPurgeTTL is how long the purge marker a finished call leaves in KV tool_markers is
+// kept (a message TTL): nothing reads it, so only long enough for a watcher to see it. At a
+// rate of r non-idempotent calls a second the bucket holds about r × 60 s purge markers besides
+// the calls in flight.
+const markerPurgeTTL = time.Minute
 
 // attemptBeat is how often a running non-idempotent attempt rewrites its started marker, and
 // attemptDead how long a marker may stay unchanged before a later attempt takes the earlier one
@@ -265,16 +278,55 @@ func (h *Handle) beatAttempt(c *call, rev uint64) func() {
 // (and the marker's revision, for beatAttempt); when an earlier attempt had already started, it
 // settles the call itself (waiting for that attempt's result while the attempt is alive, else
 // answering that the call was interrupted) and reports false.
+//
+// A marker is purged once its call's result is stored (finish), so creating one succeeds again
+// after a finished attempt: the create is therefore followed by a look for the result
+// (confirmed with the stream leader), which finds the result of any attempt whose marker is
+// gone, since a result is stored before its marker is purged.
 func (h *Handle) markStarted(c *call, t tools.Tool, timeout time.Duration) (bool, uint64) {
 	now := time.Now()
 	until := now.Add(timeout)
 	if d := c.ev.Data.Deadline; d > 0 && time.UnixMilli(d).Before(until) {
 		until = time.UnixMilli(d)
 	}
+	// A marker an older version wrote in KV delivered says as much as one of ours, until the
+	// bucket's TTL (7 days) removes it.
+	if h.legacy != nil {
+		e, err := h.legacy.Get(h.killCtx, LegacyMarkerKey(c.ev.Data.CallID))
+		switch {
+		case err == nil:
+			h.settleStarted(c, t, h.legacy, LegacyMarkerKey(c.ev.Data.CallID), e)
+			return false, 0
+		case !errors.Is(err, jetstream.ErrKeyNotFound):
+			if h.killed.Load() {
+				return false, 0
+			}
+			h.logFor(c).Warn("tool worker: cannot look for an older started marker; retrying later", "err", err)
+			_ = c.msg.NakWithDelay(time.Second)
+			return false, 0
+		}
+	}
 	val, _ := json.Marshal(marker{Worker: h.opts.ID, Instance: h.instance, Tool: t.Name, StartedAt: now.UnixMilli(), Until: until.UnixMilli()})
 	key := MarkerKey(c.ev.Data.CallID)
 	rev, err := h.createMarker(key, val, until)
 	if err == nil {
+		c.marked = true
+		switch err := h.resultExists(false, c); {
+		case err == nil: // an earlier attempt finished and its marker was purged
+			h.ack(c)
+			h.purgeMarker(c)
+			return false, 0
+		case !errors.Is(err, jetstream.ErrMsgNotFound):
+			if h.killed.Load() {
+				return false, 0
+			}
+			// Withdraw the marker (only if still ours as written): the redelivery must not
+			// take this attempt, which never ran the tool, for one that may have.
+			h.logFor(c).Warn("tool worker: cannot check for an existing result after marking the start; retrying later", "err", err)
+			h.purgeMarker(c, jetstream.LastRevision(rev))
+			_ = c.msg.NakWithDelay(time.Second)
+			return false, 0
+		}
 		return true, rev
 	}
 	if h.killed.Load() {
@@ -285,25 +337,40 @@ func (h *Handle) markStarted(c *call, t tools.Tool, timeout time.Duration) (bool
 		_ = c.msg.NakWithDelay(time.Second)
 		return false, 0
 	}
-	// An earlier attempt started. It may still be running on a live worker: wait until its own
-	// timeout has passed, or until its process is known to be gone or done with it (asked
-	// directly), or until its marker stops beating, before calling it interrupted.
+	c.marked = true // the earlier attempt's: purged with this call's result
+	e, err := h.markers.Get(h.killCtx, key)
+	if err != nil {
+		e = nil // purged meanwhile (its result is stored) or unreadable: wait for the result only
+	}
+	h.settleStarted(c, t, h.markers, key, e)
+	return false, 0
+}
+
+// settleStarted settles a call whose earlier attempt started it: the marker e (nil when it
+// could not be read) is at key in kv. It waits until the attempt's own timeout has passed, or
+// until its process is known to be gone or done with it (asked directly), or until its marker
+// stops beating, and acks the call once the attempt's result is stored; else it answers that
+// the call was interrupted.
+func (h *Handle) settleStarted(c *call, t tools.Tool, kv jetstream.KeyValue, key string, e jetstream.KeyValueEntry) {
 	var prev marker
 	var prevRev uint64
 	waitUntil := time.Now()
-	if e, err := h.markers.Get(h.killCtx, key); err == nil && json.Unmarshal(e.Value(), &prev) == nil && prev.Until > 0 {
+	if e != nil && json.Unmarshal(e.Value(), &prev) == nil && prev.Until > 0 {
 		waitUntil = time.UnixMilli(prev.Until)
 		prevRev = e.Revision()
 	}
 	waitUntil = waitUntil.Add(h.opts.InterruptGrace)
 	h.logFor(c).Info("tool worker: non-idempotent call started before; waiting for that attempt's result",
-		"previousWorker", prev.Worker, "until", waitUntil)
-	if h.awaitAttempt(c, key, prev.Instance, prevRev, waitUntil) {
+		"previousWorker", prev.Worker, "until", waitUntil, "bucket", kv.Bucket())
+	if h.awaitAttempt(c, kv, key, prev.Instance, prevRev, waitUntil) {
 		h.ack(c)
-		return false, 0
+		if c.marked {
+			h.purgeMarker(c) // the earlier attempt may have died between its result and its purge
+		}
+		return
 	}
 	if h.killed.Load() {
-		return false, 0
+		return
 	}
 	who := ""
 	if prev.Worker != "" {
@@ -311,7 +378,21 @@ func (h *Handle) markStarted(c *call, t tools.Tool, timeout time.Duration) (bool
 	}
 	h.finish(c, tools.ErrorResult("tool %s was interrupted after it started%s and is not idempotent; not retried automatically (it may or may not have taken effect — check before calling it again)",
 		t.Name, who))
-	return false, 0
+}
+
+// purgeMarker purges the call's started marker in KV tool_markers, leaving a purge marker that
+// expires after markerPurgeTTL. Called once the call's result is stored (or, with
+// LastRevision, to withdraw a marker whose attempt never ran). A failed purge leaves the
+// marker to the bucket's TTL, which is harmless: every later delivery finds the result first.
+func (h *Handle) purgeMarker(c *call, opts ...jetstream.KVDeleteOpt) {
+	if h.killed.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(h.killCtx, markerAttempt)
+	defer cancel()
+	if err := h.markers.Purge(ctx, MarkerKey(c.ev.Data.CallID), append(opts, jetstream.PurgeTTL(markerPurgeTTL))...); err != nil && !h.killed.Load() {
+		h.logFor(c).Warn("tool worker: cannot purge the started marker; it stays until the bucket's TTL", "err", err)
+	}
 }
 
 // createMarker creates the started marker key with val and returns its revision. A create
@@ -377,15 +458,15 @@ func (h *Handle) resultExists(fresh bool, c *call) error {
 	return err
 }
 
-// awaitAttempt waits for the result of an earlier attempt whose marker is at revision rev and
-// names the worker run instance: it reports true once the result is stored, false when until
+// awaitAttempt waits for the result of an earlier attempt whose marker is key in kv at
+// revision rev and names the worker run instance: it reports true once the result is stored, false when until
 // passes or the attempt is known to be over without a result. Each round it first asks the
 // attempt's process (probeAttempt): "no responders" means the process is gone, "idle" that it no
 // longer handles the call, and either ends the wait after a last look for the result; an
 // unanswered probe (or a marker without an instance) falls back to the marker's beats: a live
 // attempt rewrites its marker every attemptBeat, so one that has not moved for attemptDead
 // belongs to a worker that is gone.
-func (h *Handle) awaitAttempt(c *call, key, instance string, rev uint64, until time.Time) bool {
+func (h *Handle) awaitAttempt(c *call, kv jetstream.KeyValue, key, instance string, rev uint64, until time.Time) bool {
 	if rev == 0 {
 		return h.awaitResult(c, until)
 	}
@@ -420,7 +501,7 @@ func (h *Handle) awaitAttempt(c *call, key, instance string, rev uint64, until t
 		if !time.Now().Before(until) || h.killCtx.Err() != nil {
 			return false
 		}
-		e, err := h.markers.Get(h.killCtx, key)
+		e, err := kv.Get(h.killCtx, key)
 		switch {
 		case err == nil && e.Revision() != rev:
 			rev, moved = e.Revision(), time.Now()
@@ -566,6 +647,11 @@ func (h *Handle) finish(c *call, res tools.Result) {
 		return
 	}
 	h.ack(c)
+	if c.marked {
+		// Only now: every later delivery of the call finds the result before it looks at a
+		// marker (and a marker created after the purge is followed by that look, markStarted).
+		h.purgeMarker(c)
+	}
 }
 
 // publish sends a message to JetStream with a few quick retries (a result is expensive to

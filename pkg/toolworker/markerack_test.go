@@ -20,7 +20,7 @@ type lostAckJS struct {
 
 func (j lostAckJS) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
 	kv, err := j.JetStream.KeyValue(ctx, bucket)
-	if err != nil || bucket != events.BucketDelivered {
+	if err != nil || bucket != events.BucketToolMarkers {
 		return kv, err
 	}
 	return &lostAckKV{KeyValue: kv, seen: map[string]bool{}}, nil

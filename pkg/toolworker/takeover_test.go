@@ -152,9 +152,10 @@ func TestLiveAttemptIsWaitedFor(t *testing.T) {
 	}
 }
 
-// TestOlderMarkerWatchedByItsBeats: a started marker written by an older version names no
-// instance to ask; the worker then watches the marker's beats and answers "interrupted" once
-// it has stood still for attemptDead.
+// TestOlderMarkerWatchedByItsBeats: a started marker written by an older version (in KV
+// delivered, before issue 41) names no instance to ask; the worker honours it (the call does not
+// run), watches the marker's beats and answers "interrupted" once it has stood still for
+// attemptDead.
 func TestOlderMarkerWatchedByItsBeats(t *testing.T) {
 	srv := newServer(t)
 	var c counter
@@ -167,7 +168,7 @@ func TestOlderMarkerWatchedByItsBeats(t *testing.T) {
 	}
 	now := time.Now()
 	old, _ := json.Marshal(map[string]any{"worker": "w0", "tool": "charge", "startedAt": now.UnixMilli(), "until": now.Add(time.Minute).UnixMilli()})
-	if _, err := kv.Create(context.Background(), MarkerKey(call.CallID), old); err != nil {
+	if _, err := kv.Create(context.Background(), LegacyMarkerKey(call.CallID), old); err != nil {
 		t.Fatal(err)
 	}
 	var logs logBuffer
@@ -201,7 +202,7 @@ func TestEarlierAttemptInThisProcess(t *testing.T) {
 	o.DefaultTimeout, o.Log = time.Minute, logs.logger()
 	w := startWorker(t, o)
 	call := newCall("charge", callID("self"), nil)
-	kv, err := srv.JS.KeyValue(context.Background(), events.BucketDelivered)
+	kv, err := srv.JS.KeyValue(context.Background(), events.BucketToolMarkers)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -128,7 +128,10 @@ type Handle struct {
 	log     *slog.Logger
 	results jetstream.Stream
 	toolsKV jetstream.KeyValue
+	// markers is KV tool_markers, the started markers of non-idempotent calls; legacy is KV
+	// delivered, where versions before issue 41 wrote them (nil when it does not exist).
 	markers jetstream.KeyValue
+	legacy  jetstream.KeyValue
 
 	// killCtx is the parent of every tool run and fetch; cancelled by Kill and at the end of Stop.
 	killCtx context.Context
@@ -180,8 +183,15 @@ func Run(ctx context.Context, opts Options) (*Handle, error) {
 	if h.toolsKV, err = natsutil.KeyValue(ctx, opts.JS, events.BucketTools); err != nil {
 		return nil, fmt.Errorf("open KV %s: %w", events.BucketTools, err)
 	}
-	if h.markers, err = natsutil.KeyValue(ctx, opts.JS, events.BucketDelivered); err != nil {
-		return nil, fmt.Errorf("open KV %s: %w", events.BucketDelivered, err)
+	if h.markers, err = natsutil.KeyValue(ctx, opts.JS, events.BucketToolMarkers); err != nil {
+		return nil, fmt.Errorf("open KV %s (are the streams provisioned by this version?): %w", events.BucketToolMarkers, err)
+	}
+	// Markers of older versions, in KV delivered, are honoured until they age out (read only).
+	if h.legacy, err = natsutil.KeyValue(ctx, opts.JS, events.BucketDelivered); err != nil {
+		if !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return nil, fmt.Errorf("open KV %s: %w", events.BucketDelivered, err)
+		}
+		h.legacy = nil // a deployment without it has no older markers
 	}
 	h.beat = opts.HeartbeatEvery
 	var ttl time.Duration
