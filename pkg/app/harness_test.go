@@ -342,15 +342,15 @@ func (pl *pipeline) lastMsg(stream, subject string) *jetstream.RawStreamMsg {
 	}
 }
 
-// lastInbound is the last inbound message of sk as the bus stores it (im.LastInbound), as
-// JSON, waiting for it as lastMsg does.
+// lastInbound is the last inbound message of sk as the bus stores it (im.LastInbound), as the
+// JSON of an im.message event, waiting for it as lastMsg does.
 func (pl *pipeline) lastInbound(sk events.SessionKey) *jetstream.RawStreamMsg {
 	pl.t.Helper()
 	deadline := time.Now().Add(waitMargin)
 	for {
 		m, ok := im.LastInbound(context.Background(), pl.p.JS, sk)
 		if ok {
-			b, err := json.Marshal(m)
+			b, err := events.Marshal(events.New(m))
 			if err != nil {
 				pl.t.Fatal(err)
 			}
