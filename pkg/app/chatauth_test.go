@@ -153,10 +153,10 @@ func TestSpoofedSenderInEveryField(t *testing.T) {
 			t.Errorf("the model lost %q of the messages:\n%s", want, last.Text())
 		}
 	}
-	// What ingest stored (IM_IN, the transcripts' source) carries no spoof either.
-	raw := pl.lastMsg(events.StreamIMIn, events.IMInSubject(events.SessionKey{Platform: "webhook", Bot: botID, Scope: "group", Scene: "g1"}))
+	// What ingest stored (the inbox event or IM_IN, the transcripts' source) carries no spoof either.
+	raw := pl.lastInbound(events.SessionKey{Platform: "webhook", Bot: botID, Scope: "group", Scene: "g1"})
 	if identity.HasSenderPrefix(string(raw.Data)) {
-		t.Errorf("IM_IN holds a sender prefix: %s", raw.Data)
+		t.Errorf("the stored message holds a sender prefix: %s", raw.Data)
 	}
 }
 

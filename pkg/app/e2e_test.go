@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentbus/agentbus/internal/fakeopenai"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/store/transcript"
 	"github.com/agentbus/agentbus/pkg/toolworker"
 	"github.com/agentbus/agentbus/pkg/webhook"
 )
@@ -518,5 +519,45 @@ func TestAgentTimeoutEndsATurn(t *testing.T) {
 	pl.post(private("m2", "ann", "next"))
 	if got := pl.replies(2); got[1].Text() != "echo: next" {
 		t.Fatalf("next reply %q", got[1].Text())
+	}
+}
+
+// TestArchiveHoldsEveryInboundMessage (issue 40): ingest stores a message that reaches its
+// session only inside its inbox event, and one that reaches none on IM_IN; the transcript
+// archive, which chat_history searches, still gets every one of them once, and the replies.
+func TestArchiveHoldsEveryInboundMessage(t *testing.T) {
+	pl := newPipeline(t, fakeopenai.Echo, pipelineOpts{})
+	pl.post(group("g-1", "g9", "u1", "hello archive", true))    // a turn: SESSION_IN only
+	pl.post(group("g-2", "g9", "u2", "just chatting", false))   // listened to: SESSION_IN only
+	pl.post(group("g-3", "g9", "u1", "!not for the bot", true)) // ignored: IM_IN only
+	pl.replies(1)
+	if n := pl.streamMsgs(events.StreamIMIn); n != 1 {
+		t.Errorf("IM_IN holds %d messages, want 1 (the ignored one)", n)
+	}
+	client := toolworker.NATSHistory{NC: pl.p.NC}
+	want := map[string]bool{"g-1": true, "g-2": true, "g-3": true}
+	deadline := time.Now().Add(waitMargin)
+	for {
+		rows, err := client.Search(context.Background(), "webhook", botID, "g9", "", 20)
+		got := map[string]int{}
+		outbound := 0
+		for _, r := range rows {
+			if r.Direction == transcript.Outbound {
+				outbound++
+				continue
+			}
+			got[r.MessageID]++
+		}
+		done := err == nil && outbound == 1 && len(got) == len(want)
+		for id, n := range got {
+			done = done && want[id] && n == 1
+		}
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("archive of g9: inbound %v, outbound %d, err %v; want each of %v once and the reply", got, outbound, err, want)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

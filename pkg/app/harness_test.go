@@ -23,6 +23,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/im"
 	"github.com/agentbus/agentbus/pkg/webhook"
 )
 
@@ -343,6 +344,27 @@ func (pl *pipeline) lastMsg(stream, subject string) *jetstream.RawStreamMsg {
 		}
 		if time.Now().After(deadline) {
 			pl.t.Fatalf("no message on %s %s: %v", stream, subject, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// lastInbound is the last inbound message of sk as the bus stores it (im.LastInbound), as the
+// JSON of an im.message event, waiting for it as lastMsg does.
+func (pl *pipeline) lastInbound(sk events.SessionKey) *jetstream.RawStreamMsg {
+	pl.t.Helper()
+	deadline := time.Now().Add(waitMargin)
+	for {
+		m, ok := im.LastInbound(context.Background(), pl.p.JS, sk)
+		if ok {
+			b, err := events.Marshal(events.New(m))
+			if err != nil {
+				pl.t.Fatal(err)
+			}
+			return &jetstream.RawStreamMsg{Data: b}
+		}
+		if time.Now().After(deadline) {
+			pl.t.Fatalf("no inbound message of %s on the bus", sk)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

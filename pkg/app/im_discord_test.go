@@ -2,7 +2,6 @@ package app_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/agentbus/agentbus/internal/fakeopenai"
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/im"
 	"github.com/agentbus/agentbus/pkg/im/discord/discordtest"
 )
 
@@ -294,28 +294,20 @@ nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: mem
 	t.Logf("backfill requests: %q", fetched)
 }
 
-// waitIMIn waits until IM_IN's last message of sk is message id.
+// waitIMIn waits until the last inbound message of sk on the bus (im.LastInbound) is message id.
 func waitIMIn(t *testing.T, p *app.Process, sk events.SessionKey, id string) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		s, err := p.JS.Stream(ctx, events.StreamIMIn)
-		got := ""
-		if err == nil {
-			if m, err := s.GetLastMsgForSubject(ctx, events.IMInSubject(sk)); err == nil {
-				var ev events.Event[events.IMMessage]
-				if json.Unmarshal(m.Data, &ev) == nil {
-					got = ev.Data.MessageID
-				}
-			}
-		}
+		m, _ := im.LastInbound(ctx, p.JS, sk)
+		got := m.MessageID
 		cancel()
 		if got == id {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("IM_IN's last message of %s is %q, want %q", sk, got, id)
+			t.Fatalf("the last inbound message of %s is %q, want %q", sk, got, id)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -3,7 +3,6 @@ package app_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"image"
 	"image/color"
@@ -19,6 +18,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/im"
 	"github.com/agentbus/agentbus/pkg/im/onebot/onebottest"
 )
 
@@ -138,24 +138,23 @@ ai:
 
 }
 
-// lastIMIn returns the last IM_IN message of session sk.
+// lastIMIn returns the last inbound message of session sk as the bus stores it (im.LastInbound:
+// IM_IN, or inside its inbox event on SESSION_IN since issue 40).
 func lastIMIn(t *testing.T, p *app.Process, sk events.SessionKey) *events.Event[events.IMMessage] {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := p.JS.Stream(ctx, events.StreamIMIn)
-	if err != nil {
-		t.Fatal(err)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		m, ok := im.LastInbound(ctx, p.JS, sk)
+		cancel()
+		if ok {
+			return &events.Event[events.IMMessage]{Data: m}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no inbound message of %s on the bus", sk)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	m, err := s.GetLastMsgForSubject(ctx, events.IMInSubject(sk))
-	if err != nil {
-		t.Fatalf("im.in of %s: %v", sk, err)
-	}
-	var ev events.Event[events.IMMessage]
-	if err := json.Unmarshal(m.Data, &ev); err != nil {
-		t.Fatal(err)
-	}
-	return &ev
 }
 
 // TestOneBotHTTPAndReverse covers the two modes where the implementation reaches agentbus:

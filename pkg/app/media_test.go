@@ -85,9 +85,9 @@ func TestMediaReachesTheModel(t *testing.T) {
 		}
 	}
 	// The inbound events carry references, not the bytes, and the bytes are in the media store.
-	raw := pl.lastMsg(events.StreamIMIn, events.IMInSubject(events.SessionKey{Platform: "webhook", Bot: botID, Scope: "private", Scene: "u1"}))
+	raw := pl.lastInbound(events.SessionKey{Platform: "webhook", Bot: botID, Scope: "private", Scene: "u1"})
 	if bytes.Contains(raw.Data, []byte(b64[:24])) || !bytes.Contains(raw.Data, []byte("media://")) {
-		t.Errorf("IM_IN event still carries the image bytes or no reference: %s", raw.Data)
+		t.Errorf("the stored message still carries the image bytes or no reference: %s", raw.Data)
 	}
 	media, err := pl.p.JS.ObjectStore(context.Background(), events.ObjectMedia)
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 // Each is the time from the webhook POST to the first message on that subject for the
 // message's session; the reply at the callback is the latency itself.
 const (
-	stageIngested    = iota // im.in.<scene>: ingest stored the inbound message
+	stageIngested    = iota // im.in.<scene> or agent.in.<sk>: ingest stored the inbound message (issue 40: in its inbox event when it reaches its session)
 	stageDispatched         // agent.in.<sk>: the dispatcher put it in the session's inbox
 	stageTurnStarted        // agent.evt.<sk>.<turn>.turn_started
 	stageToolCall           // tool.call.<tool> for the session (first model call done)
@@ -25,7 +25,7 @@ const (
 	numStages
 )
 
-var stageNames = [numStages]string{"ingested (im.in)", "dispatched (agent.in)", "turn started",
+var stageNames = [numStages]string{"ingested (im.in or agent.in)", "dispatched (agent.in)", "turn started",
 	"tool call requested", "tool result stored", "reply published (im.out)"}
 
 // StageTime is the p50 and p99 time from the webhook POST to one stage.
@@ -117,6 +117,7 @@ func (o *observer) onMsg(msg *nats.Msg) {
 		}
 	case events.PrefixAgentIn:
 		if m := o.byTok[tok[2]]; m != nil {
+			m.mark(stageIngested, now) // the inbox event is the message's one copy
 			m.mark(stageDispatched, now)
 		}
 	case events.PrefixToolCall:

@@ -25,7 +25,9 @@ type UserMessage struct {
 	// Text is the prompt after trigger processing (prefix such as "ai:" or the bot mention
 	// stripped); empty means Message.Content.PlainText().
 	Text string `json:"text,omitempty"`
-	// IMSeq is the IM_IN stream sequence of Message, when ingest knows it (audit, replay).
+	// IMSeq was the IM_IN stream sequence of Message. Since issue 40 ingest stores a message
+	// that reaches a session in SESSION_IN only (this event is its one copy on the bus), so
+	// it writes no IMSeq; the field is kept for events stored before.
 	IMSeq uint64 `json:"imSeq,omitempty"`
 }
 
@@ -38,7 +40,7 @@ func (u UserMessage) Validate() error { return within("message", u.Message.Valid
 // to the context as background, never answers it.
 type Listen struct {
 	Message IMMessage `json:"message"`
-	IMSeq   uint64    `json:"imSeq,omitempty"`
+	IMSeq   uint64    `json:"imSeq,omitempty"` // see UserMessage.IMSeq
 }
 
 func (Listen) EventType() string { return TypeListen }
@@ -206,6 +208,40 @@ func (Abort) EventType() string { return TypeAbort }
 
 // Validate requires a sender.
 func (a Abort) Validate() error { return within("sender", a.Sender.Validate()) }
+
+// InboundMessage returns the inbound IM message ev carries, if any: an IM_IN event's message,
+// or the message of an inbox event ingest made from one (user_message, listen, and command,
+// steer and follow_up when they came from a chat message).
+//
+// Since issue 40 this is how an inbound message is found on the bus: ingest stores a message
+// that reaches a session only inside its inbox events on SESSION_IN (one append instead of
+// two), and in IM_IN only a message that reaches no session (ignored, a refused command, a
+// /cancel, whose abort event does not carry it). A reader of "every inbound message" (the
+// transcript archiver, the last message of a chat) reads both streams through this function.
+// One message may cause two inbox events (dispatcher dual mode): both return it, readers
+// keep it once by its platform message id. A fork's inputs (platform PlatformFork, copies of
+// another session's messages made by the console) are not inbound messages.
+func InboundMessage(ev Any) (*IMMessage, bool) {
+	var m *IMMessage
+	switch e := ev.(type) {
+	case *Event[IMMessage]:
+		m = &e.Data
+	case *Event[UserMessage]:
+		m = &e.Data.Message
+	case *Event[Listen]:
+		m = &e.Data.Message
+	case *Event[Command]:
+		m = e.Data.Message
+	case *Event[Steer]:
+		m = e.Data.Message
+	case *Event[FollowUp]:
+		m = e.Data.Message
+	}
+	if m == nil || m.Platform == PlatformFork {
+		return nil, false
+	}
+	return m, true
+}
 
 // InboxRef points at one inbox event: its SESSION_IN stream sequence and event id.
 type InboxRef struct {

@@ -64,7 +64,7 @@ type Spec struct {
 	// cannot change after creation; Provision reports that as an error.
 	Storage jetstream.StorageType
 
-	IMInMaxAge        time.Duration // IM_IN (default 30 days)
+	IMInMaxAge        time.Duration // IM_IN (default 30 days): since issue 40 the messages that reach no session
 	SessionInMaxAge   time.Duration // SESSION_IN; keep forever when 0 — also bounds how far ahead a schedule may fire
 	EventsMaxAge      time.Duration // AGENT_EVENTS (default 30 days)
 	ToolCallsMaxAge   time.Duration // TOOL_CALLS unclaimed requests (default 24 hours)
@@ -213,7 +213,11 @@ func (s Spec) stream(name, desc string, subjects []string, maxAge time.Duration)
 	}
 }
 
-// IMInStream is IM_IN: every normalized inbound message, deduplicated on the platform message id.
+// IMInStream is IM_IN: the normalized inbound messages that reach no session (ignored, a refused
+// command, /cancel), deduplicated on the platform message id. Since issue 40 a message that
+// reaches its session is stored only inside its inbox events on SESSION_IN (one append per
+// turn less); InboundMessage finds a message in either stream, and every reader of "all
+// inbound messages" (the transcript archiver) reads both.
 func (s Spec) IMInStream() jetstream.StreamConfig {
 	s = s.WithDefaults()
 	c := s.stream(StreamIMIn, "agentbus: normalized inbound IM messages", []string{all(PrefixIMIn)}, s.IMInMaxAge)
@@ -221,7 +225,9 @@ func (s Spec) IMInStream() jetstream.StreamConfig {
 	return c
 }
 
-// SessionInStream is SESSION_IN: the per-session inboxes agent.in.<sk>, plus the schedule
+// SessionInStream is SESSION_IN: the per-session inboxes agent.in.<sk> (since issue 40 the one
+// record of every inbound message that reaches a session, inside its inbox event; deduplicated
+// on the platform message id like IM_IN), plus the schedule
 // holders schedule.<sk>.<id> (AllowMsgSchedules; a schedule's Nats-Schedule-Target is
 // agent.in.<sk> of the same stream). Message TTLs are allowed for Nats-Schedule-TTL, rollups
 // because schedules require them.

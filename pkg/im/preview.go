@@ -81,7 +81,8 @@ type PreviewOptions struct {
 	TypingEvery time.Duration
 	Editor      PreviewEditor
 	NC          *nats.Conn
-	// JS holds the previewer lease and reads IM_IN for the turn's reply target.
+	// JS holds the previewer lease and reads the chat's last inbound message (LastInbound)
+	// for the turn's reply target.
 	JS    jetstream.JetStream
 	Owner string
 	TTL   time.Duration
@@ -409,24 +410,13 @@ func (p *previewer) backoff(turnID string, err error) {
 }
 
 // lastInbound is the bus message id of the session's last inbound message (the one the turn
-// most likely answers), for the preview's threading.
+// most likely answers), for the preview's threading (LastInbound: IM_IN or the session inbox).
 func (p *previewer) lastInbound(ctx context.Context, sk events.SessionKey) string {
 	if p.o.JS == nil {
 		return ""
 	}
-	s, err := p.o.JS.Stream(ctx, events.StreamIMIn)
-	if err != nil {
-		return ""
-	}
-	m, err := s.GetLastMsgForSubject(ctx, events.IMInSubject(sk))
-	if err != nil {
-		return ""
-	}
-	var ev events.Event[events.IMMessage]
-	if json.Unmarshal(m.Data, &ev) != nil {
-		return ""
-	}
-	return ev.Data.MessageID
+	m, _ := LastInbound(ctx, p.o.JS, sk)
+	return m.MessageID
 }
 
 // onTake hands a turn's preview over to the sender of its final message.

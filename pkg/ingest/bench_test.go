@@ -25,7 +25,7 @@ func (f *fakeJS) PublishMsg(_ context.Context, m *nats.Msg, _ ...jetstream.Publi
 }
 
 // BenchmarkWebhook is one POST /webhook/{bot} as `agentbus bench` sends it (a private message
-// that starts a turn): signature check, parse, normalize, dispatch, IM_IN + SESSION_IN publish,
+// that starts a turn): signature check, parse, normalize, dispatch, the SESSION_IN publish (issue 40: no IM_IN copy),
 // response. The publishes are acked by a fake, so this is ingest's CPU alone.
 func BenchmarkWebhook(b *testing.B) {
 	wh := WebhookOptions{Secrets: map[string]string{"bench": secret}}

@@ -1,6 +1,7 @@
-// Package ingest turns inbound IM messages into bus events: every normalized message goes to
-// IM_IN, and the MessageDispatcher decides what reaches the session inbox (SESSION_IN): a turn
-// (user_message), context only (listen), a command, or nothing.
+// Package ingest turns inbound IM messages into bus events: the MessageDispatcher decides what
+// reaches the session inbox (SESSION_IN): a turn (user_message), context only (listen), a
+// command, or nothing. Each normalized message is stored once: in the inbox events that carry
+// it, or, when none does, in IM_IN (issue 40; events.InboundMessage reads both).
 package ingest
 
 import (
@@ -16,7 +17,7 @@ import (
 type Route int
 
 const (
-	RouteIgnore  Route = iota // nothing reaches the session (archived in IM_IN only)
+	RouteIgnore  Route = iota // nothing reaches the session (stored in IM_IN only)
 	RouteListen               // group message not addressed to the bot: context, no turn
 	RouteAI                   // start (or join) a turn
 	RouteCommand              // a known command

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"github.com/agentbus/agentbus/pkg/im/console"
 	"log/slog"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -111,16 +110,21 @@ func (p plainInbox) Publish(ctx context.Context, m *nats.Msg) (*jetstream.PubAck
 
 // Result says what happened to one message.
 type Result struct {
-	Duplicate bool     // IM_IN had already seen this platform message id
+	Duplicate bool     // the bus had already seen this platform message id (its first record was a duplicate)
 	Decision  Decision // what the dispatcher decided
 }
 
-// Ingest publishes m to IM_IN (deduplicated on the platform message id) and dispatches it to
-// the session inbox. It fills m.MentionsBot and the sender's roles.
+// Ingest dispatches m and stores it once (issue 40): inside its session inbox events on
+// SESSION_IN when the dispatcher routes it to the session (user_message, listen, command,
+// steer, follow_up carry the normalized message), otherwise on IM_IN (ignored, a refused
+// command, /cancel). Both streams deduplicate on the platform message id for
+// events.Spec.InboundDuplicates; events.InboundMessage finds the message in either. It fills
+// m.MentionsBot and the sender's roles.
 //
 // It is safe to call again with the same message after a failure: every publish carries a
 // Nats-Msg-Id derived from the platform message id, so JetStream drops the repeats and a
-// message that reached IM_IN but not SESSION_IN is completed by the retry. It does so itself
+// message whose first inbox event was stored but not its second (dual mode) is completed by
+// the retry. It does so itself
 // while the bus is briefly away (a leader election), until ctx ends: see ingestRetrying.
 //
 // With tracing on, the message gets a span "ingest <platform>", unless ctx has a recording span
@@ -203,54 +207,92 @@ func (in *Ingestor) ingest(ctx context.Context, m *events.IMMessage) (res Result
 	if trace == "" {
 		trace = events.NewTraceID()
 	}
-	imEv := events.New(*m, events.WithSession(session), events.WithTrace(trace))
-	msg, err := events.NewMsg(events.IMInSubject(sk), imEv)
-	if err != nil {
-		return Result{}, err
-	}
-	tracing.InjectNATS(ctx, msg.Header)
 	dec := in.disp.Dispatch(m)
-	if err := in.fits(msg, m, dec, session, trace); err != nil {
-		return Result{}, err
-	}
-	ack, err := in.js.PublishMsg(ctx, msg)
-	if err != nil {
-		return Result{}, fmt.Errorf("publish im.in %s: %w", m.MsgID(), err)
-	}
-	res = Result{Duplicate: ack.Duplicate, Decision: dec}
+	res = Result{Decision: dec}
 	// Built only when something is logged: most messages log nothing above debug.
 	log := func() *slog.Logger { return in.log.With("session", session, "message_id", m.MessageID, "trace", trace) }
-	for i, r := range res.Decision.Routes {
+
+	// The plan: each route's inbox event, or its refusal. Everything is built and checked
+	// against the bus's limit before anything is published, so a message is stored whole or
+	// not at all (a message half stored whose other half the server refuses would never
+	// reach its session).
+	type step struct {
+		msg    *nats.Msg // the inbox event; nil: refuse command
+		refuse string
+	}
+	steps := make([]step, 0, len(dec.Routes))
+	carried := false // an inbox event carries the message (events.InboundMessage)
+	for i, r := range dec.Routes {
 		var ev events.Any
 		switch r {
 		case RouteIgnore:
 			continue
 		case RouteListen:
-			ev = events.New(events.Listen{Message: *m, IMSeq: ack.Sequence})
+			ev = events.New(events.Listen{Message: *m})
 		case RouteAI:
-			ev = events.New(events.UserMessage{Message: *m, Text: res.Decision.Text, IMSeq: ack.Sequence})
+			ev = events.New(events.UserMessage{Message: *m, Text: dec.Text})
 		case RouteCommand:
-			c := *res.Decision.Command
+			c := *dec.Command
 			if !MayRun(c.Name, m.Scene.Type, m.Sender) {
-				if err := in.refuse(ctx, m, sk, c.Name, trace); err != nil {
-					return res, err
-				}
-				log().Info("refused command", "command", c.Name, "sender", m.Sender.ID)
+				steps = append(steps, step{refuse: c.Name})
 				continue
 			}
 			ev = commandEvent(c, m)
 		}
+		_, carries := events.InboundMessage(ev)
+		carried = carried || carries
 		meta := ev.EventMeta()
 		meta.Session, meta.Trace = session, trace
-		// One inbound message may cause two inbox events (dual mode); each needs its own stable id.
+		// One inbound message may cause two inbox events (dual mode); each needs its own
+		// stable id. It is also the event's Nats-Msg-Id: SESSION_IN drops a repeat of the
+		// platform message id within InboundDuplicates, as IM_IN does.
 		meta.ID = stableID(m, i)
 		out, err := events.NewMsg(events.AgentInSubject(sk), ev)
 		if err != nil {
 			return res, err
 		}
+		if err := in.fits(out, inboxHeaderRoom); err != nil {
+			return res, err
+		}
 		tracing.InjectNATS(ctx, out.Header)
-		if _, err := in.inbox.Publish(ctx, out); err != nil {
+		steps = append(steps, step{msg: out})
+	}
+	// IM_IN holds only what no inbox event carries (issue 40): a message that reaches its
+	// session is stored once, in SESSION_IN, where the archiver and every other reader of
+	// inbound messages find it too (events.InboundMessage).
+	first := true
+	if !carried {
+		imEv := events.New(*m, events.WithSession(session), events.WithTrace(trace))
+		msg, err := events.NewMsg(events.IMInSubject(sk), imEv)
+		if err != nil {
+			return res, err
+		}
+		if err := in.fits(msg, 0); err != nil {
+			return res, err
+		}
+		tracing.InjectNATS(ctx, msg.Header)
+		ack, err := in.js.PublishMsg(ctx, msg)
+		if err != nil {
+			return res, fmt.Errorf("publish im.in %s: %w", m.MsgID(), err)
+		}
+		res.Duplicate, first = ack.Duplicate, false
+	}
+	for _, st := range steps {
+		if st.msg == nil {
+			if err := in.refuse(ctx, m, sk, st.refuse, trace); err != nil {
+				return res, err
+			}
+			log().Info("refused command", "command", st.refuse, "sender", m.Sender.ID)
+			continue
+		}
+		ack, err := in.inbox.Publish(ctx, st.msg)
+		if err != nil {
 			return res, fmt.Errorf("publish agent.in %s: %w", m.MsgID(), err)
+		}
+		if first {
+			// The message's first record says whether it was seen before: a repeat within the
+			// dedupe window (a retry, a replayed webhook) is dropped by the stream.
+			res.Duplicate, first = ack.Duplicate, false
 		}
 	}
 	if in.log.Enabled(ctx, slog.LevelDebug) {
@@ -263,12 +305,10 @@ func (in *Ingestor) ingest(ctx context.Context, m *events.IMMessage) (res Result
 // expected-sequence headers) beyond what events.NewMsg sets.
 const inboxHeaderRoom = 256
 
-// fits returns an error wrapping ErrTooLarge, naming the limit, when the message or the inbox
-// event it may cause is larger than the bus carries, so that nothing is published (a message in
-// IM_IN whose inbox event the server refuses would never reach its session) and the sender is
-// told it is permanent. The inbox event carries the message again with its text: sizes that
-// leave room for that many bytes are accepted without building it.
-func (in *Ingestor) fits(msg *nats.Msg, m *events.IMMessage, dec Decision, session, trace string) error {
+// fits returns an error wrapping ErrTooLarge, naming the limit, when msg (with room more
+// header bytes, which the inbox publisher may add) is larger than the bus carries, so that
+// nothing of the message is published and the sender is told it is permanent.
+func (in *Ingestor) fits(msg *nats.Msg, room int64) error {
 	if in.maxPayload == nil {
 		return nil
 	}
@@ -276,23 +316,7 @@ func (in *Ingestor) fits(msg *nats.Msg, m *events.IMMessage, dec Decision, sessi
 	if limit <= 0 {
 		return nil
 	}
-	size := msgSize(msg)
-	if size > limit {
-		return tooLarge(size, limit)
-	}
-	if size+6*int64(len(dec.Text))+2*inboxHeaderRoom <= limit { // JSON escapes a byte into at most 6
-		return nil
-	}
-	// The largest inbox event a message causes is its user_message (listen and command events
-	// carry the message with less text).
-	ev := events.New(events.UserMessage{Message: *m, Text: dec.Text, IMSeq: math.MaxUint64},
-		events.WithSession(session), events.WithTrace(trace))
-	ev.EventMeta().ID = stableID(m, 1)
-	out, err := events.NewMsg(events.AgentInSubject(m.SessionKey()), ev)
-	if err != nil {
-		return err
-	}
-	if size := msgSize(out) + inboxHeaderRoom; size > limit {
+	if size := msgSize(msg) + room; size > limit {
 		return tooLarge(size, limit)
 	}
 	return nil

@@ -150,8 +150,8 @@ func CheckReplayWindow(ctx context.Context, js jetstream.StreamManager, toleranc
 // signed timestamp and required). A request id accepted once is answered as a duplicate, with
 // nothing published again, for the dedupe window of IM_IN and SESSION_IN (at least twice the
 // tolerance, CheckReplayWindow), and refused later by its timestamp. A repeat of a request that
-// failed half-way (IM_IN took it, SESSION_IN did not) completes it: the inbox event carries a
-// stable id, so only what is missing is stored.
+// failed half-way (one of a message's two inbox events stored, dual mode) completes it: every
+// inbox event carries a stable id, so only what is missing is stored.
 //
 // Nothing is published for a rejected request.
 type WebhookHandler struct {

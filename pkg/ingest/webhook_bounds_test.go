@@ -51,8 +51,8 @@ func TestWebhookTimestampOverflow(t *testing.T) {
 			}
 		})
 	}
-	if n := streamMsgs(t, ns.JS, events.StreamIMIn); n != 0 {
-		t.Errorf("IM_IN has %d messages, want 0", n)
+	if n := inboundMsgs(t, ns.JS); n != 0 {
+		t.Errorf("the bus holds %d inbound messages, want 0", n)
 	}
 }
 
@@ -108,8 +108,8 @@ func TestWebhookBodyOverBusLimit(t *testing.T) {
 			}
 		})
 	}
-	if n := streamMsgs(t, ns.JS, events.StreamIMIn); n != 2 {
-		t.Errorf("IM_IN has %d messages, want 2 (the accepted ones)", n)
+	if n := inboundMsgs(t, ns.JS); n != 2 {
+		t.Errorf("the bus holds %d inbound messages, want 2 (the accepted ones)", n)
 	}
 	if n := streamMsgs(t, ns.JS, events.StreamSessionIn); n != 2 {
 		t.Errorf("SESSION_IN has %d messages, want 2", n)

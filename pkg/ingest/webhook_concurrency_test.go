@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 	"github.com/agentbus/agentbus/pkg/webhook"
 )
@@ -74,8 +73,8 @@ func TestWebhookConcurrentChats(t *testing.T) {
 	if codes[http.StatusAccepted] != n {
 		t.Fatalf("accepted %d of %d concurrent messages (codes %v), want all", codes[http.StatusAccepted], n, codes)
 	}
-	if got := streamMsgs(t, ns.JS, events.StreamIMIn); got != n {
-		t.Errorf("IM_IN has %d messages, want %d", got, n)
+	if got := inboundMsgs(t, ns.JS); got != n {
+		t.Errorf("the bus holds %d inbound messages, want %d", got, n)
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 	"github.com/agentbus/agentbus/pkg/webhook"
 )
 
-// While IM_IN has no leader (here: the stream is gone for a while, so publishes find no
+// While SESSION_IN (where a message that reaches its session is stored) has no leader (here: the stream is gone for a while, so publishes find no
 // responders, as during a NATS node's failover) the webhook retries within the request's
 // deadline and answers 202 once the stream is back (issue 37: 891 POSTs answered 503 during an
 // election); a bus that stays away past the deadline gets 503 with Retry-After.
@@ -21,7 +21,7 @@ func TestWebhookWaitsOutALeaderElection(t *testing.T) {
 	ns := natstest.New(t, natstest.WithMemoryStorage())
 	srv, _ := serveWebhook(t, ns, WebhookOptions{})
 	ctx := context.Background()
-	s, err := ns.JS.Stream(ctx, events.StreamIMIn)
+	s, err := ns.JS.Stream(ctx, events.StreamSessionIn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestWebhookWaitsOutALeaderElection(t *testing.T) {
 		return resp
 	}
 
-	if err := ns.JS.DeleteStream(ctx, events.StreamIMIn); err != nil {
+	if err := ns.JS.DeleteStream(ctx, events.StreamSessionIn); err != nil {
 		t.Fatal(err)
 	}
 	back := make(chan error, 1)
@@ -51,20 +51,20 @@ func TestWebhookWaitsOutALeaderElection(t *testing.T) {
 		back <- err
 	}()
 	if resp := send(body("m1")); resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("status %d while IM_IN came back within the request's deadline, want 202", resp.StatusCode)
+		t.Fatalf("status %d while SESSION_IN came back within the request's deadline, want 202", resp.StatusCode)
 	}
 	if err := <-back; err != nil {
 		t.Fatal(err)
 	}
-	if n := streamMsgs(t, ns.JS, events.StreamIMIn); n != 1 {
-		t.Fatalf("IM_IN has %d messages, want 1", n)
+	if n := inboundMsgs(t, ns.JS); n != 1 {
+		t.Fatalf("the bus holds %d inbound messages, want 1", n)
 	}
 
-	if err := ns.JS.DeleteStream(ctx, events.StreamIMIn); err != nil {
+	if err := ns.JS.DeleteStream(ctx, events.StreamSessionIn); err != nil {
 		t.Fatal(err)
 	}
 	resp := send(body("m2"))
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
-		t.Fatalf("status %d, Retry-After %q with IM_IN gone; want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+		t.Fatalf("status %d, Retry-After %q with SESSION_IN gone; want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
 }

@@ -122,8 +122,8 @@ func TestWebhookSignatureSchemes(t *testing.T) {
 			accepted++
 		}
 	}
-	if n := streamMsgs(t, ns.JS, events.StreamIMIn); n != uint64(accepted) {
-		t.Errorf("IM_IN has %d messages, want %d (rejected requests publish nothing)", n, accepted)
+	if n := inboundMsgs(t, ns.JS); n != uint64(accepted) {
+		t.Errorf("the bus holds %d inbound messages, want %d (rejected requests publish nothing)", n, accepted)
 	}
 }
 
@@ -157,8 +157,8 @@ func TestWebhookReplayInsideTolerance(t *testing.T) {
 	if got.code != 202 || !strings.Contains(got.body, `"duplicate":true`) {
 		t.Fatalf("replay: %d %s, want 202 duplicate", got.code, got.body)
 	}
-	if n := streamMsgs(t, ns2.JS, events.StreamIMIn); n != 1 {
-		t.Fatalf("IM_IN has %d messages after the replay, want 1", n)
+	if n := inboundMsgs(t, ns2.JS); n != 1 {
+		t.Fatalf("the bus holds %d inbound messages after the replay, want 1", n)
 	}
 	if n := streamMsgs(t, ns2.JS, events.StreamSessionIn); n != inbox {
 		t.Fatalf("SESSION_IN has %d messages after the replay, want %d", n, inbox)
@@ -198,8 +198,8 @@ func TestWebhookReplayInsideTolerance(t *testing.T) {
 			t.Fatalf("control replay: %d %s, want a fresh accept once the dedupe window is over", got.code, got.body)
 		}
 	}
-	if n := streamMsgs(t, ns2.JS, events.StreamIMIn); n != 2 {
-		t.Errorf("control: IM_IN has %d messages, want 2 (dedupe window over)", n)
+	if n := inboundMsgs(t, ns2.JS); n != 2 {
+		t.Errorf("control: the bus holds %d inbound messages, want 2 (dedupe window over)", n)
 	}
 }
 
@@ -231,8 +231,8 @@ func TestWebhookRateLimits(t *testing.T) {
 			}
 		}
 	}
-	if n := streamMsgs(t, ns.JS, events.StreamIMIn); n != 5 {
-		t.Errorf("IM_IN has %d messages, want 5", n)
+	if n := inboundMsgs(t, ns.JS); n != 5 {
+		t.Errorf("the bus holds %d inbound messages, want 5", n)
 	}
 }
 

@@ -47,7 +47,8 @@ import (
 // flow control), except the streams it has no business with (NoRead): the tool worker, which
 // runs commands a stranger asked for, cannot read any conversation (SESSION_IN, AGENT_EVENTS,
 // AGENT_CTX, IM_IN, IM_OUT, IM_SENT) nor the session and lease records; egress and ingest
-// cannot read the turn's own log. No role may touch another role's durable consumers (Durables:
+// cannot read the turn's own log (egress reads the inboxes, SESSION_IN, for the transcript
+// archive: the inbound messages are stored there since issue 40). No role may touch another role's durable consumers (Durables:
 // create, update, delete, pause, fetch from, ack for) nor consume a work queue it does not
 // work (NoConsume). No role but admin may create, update, delete or purge a stream or delete
 // a message ($JS.API.STREAM.CREATE/UPDATE/DELETE/PURGE, MSG.DELETE), except the turn worker's
@@ -74,8 +75,8 @@ type BusRole struct {
 }
 
 // Durable is a durable consumer the code creates and which role owns it. Consumers whose
-// names are made at run time (tool_<tool> on TOOL_CALLS, transcripts-<node>-* on IM_IN and
-// IM_SENT) are covered by NoConsume/NoRead of the other roles instead.
+// names are made at run time (tool_<tool> on TOOL_CALLS, transcripts-<node>-* on IM_IN,
+// SESSION_IN and IM_SENT) are covered by NoConsume/NoRead of the other roles instead.
 type Durable struct {
 	Stream, Name, Owner string
 }
@@ -242,7 +243,10 @@ func BusRoles() []BusRole {
 				kv("delivered", "leases", events.BucketPresence), []string{"$O.media.>"}),
 			Subscribe: join(inbox(RoleEgress), []string{"transcripts.search", "$SRV.>", "agent.live.>", "im.preview.>"}),
 			Responses: true,
-			NoRead: []string{events.StreamSessionIn, events.StreamAgentEvents, events.StreamAgentCtx,
+			// SESSION_IN is read by the transcript archiver: since issue 40 a message that
+			// reaches a session is stored there only, inside its inbox event (egress read
+			// every inbound message on IM_IN before). The turn workers' durable stays theirs.
+			NoRead: []string{events.StreamAgentEvents, events.StreamAgentCtx,
 				events.StreamToolCalls, events.StreamToolResults, kvStream(events.BucketSessions), kvStream(events.BucketApprovals), objEpochs},
 			NoConsume: []string{events.StreamTasks},
 		},

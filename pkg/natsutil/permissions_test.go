@@ -242,6 +242,7 @@ func TestRolePermissions(t *testing.T) {
 		{natsutil.RoleToolWorker, "KV_" + events.BucketApprovals, true},
 		{natsutil.RoleEgress, events.StreamAgentCtx, false},
 		{natsutil.RoleEgress, events.StreamIMOut, true},
+		{natsutil.RoleEgress, events.StreamSessionIn, true}, // the transcript archive (issue 40)
 		{natsutil.RoleIngest, events.StreamAgentEvents, false},
 		{natsutil.RoleTurnWorker, events.StreamAgentCtx, true},
 		// The archive of ended epochs is the conversation too: only its writer reads it.

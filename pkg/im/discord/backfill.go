@@ -2,7 +2,6 @@ package discord
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"slices"
 	"time"
@@ -71,27 +70,20 @@ func (in *Inbound) backfill(ctx context.Context, s *discordgo.Session) int {
 	return total
 }
 
-// newestPublished is the later of the channel's cursor and the last message IM_IN holds for
-// it: a cursor noted but not yet flushed when its holder died would otherwise make those
-// messages come again (deduplicated, unless the takeover outlasts IM_IN's dedupe window).
+// newestPublished is the later of the channel's cursor and the last message the bus holds for
+// it (im.LastInbound: IM_IN or the session inbox): a cursor noted but not yet flushed when its
+// holder died would otherwise make those messages come again (deduplicated, unless the
+// takeover outlasts the streams' dedupe window).
 func (in *Inbound) newestPublished(ctx context.Context, channel string, cur im.Cursor) im.Cursor {
 	if in.o.JS == nil || cur.Scope == "" {
 		return cur
 	}
-	st, err := in.o.JS.Stream(ctx, events.StreamIMIn)
-	if err != nil {
-		return cur
-	}
 	sk := events.SessionKey{Platform: Platform, Bot: in.o.Bot.ID, Scope: cur.Scope, Scene: channel}
-	m, err := st.GetLastMsgForSubject(ctx, events.IMInSubject(sk))
-	if err != nil {
+	m, ok := im.LastInbound(ctx, in.o.JS, sk)
+	if !ok || m.Platform != Platform || m.Bot != in.o.Bot.ID {
 		return cur
 	}
-	var ev events.Event[events.IMMessage]
-	if json.Unmarshal(m.Data, &ev) != nil || ev.Data.Platform != Platform || ev.Data.Bot != in.o.Bot.ID {
-		return cur
-	}
-	if id := ev.Data.MessageID; isSnowflake(id) && im.IDAfter(id, cur.ID) {
+	if id := m.MessageID; isSnowflake(id) && im.IDAfter(id, cur.ID) {
 		cur.ID = id
 	}
 	return cur

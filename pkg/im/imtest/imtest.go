@@ -272,24 +272,17 @@ func (s *suite) sent(t *testing.T, scene, want string, n int) []Out {
 	return got
 }
 
-// imIn returns the last IM_IN message of sk.
+// imIn returns the last inbound message of sk as the bus stores it (im.LastInbound: IM_IN, or
+// inside its session inbox event since issue 40).
 func (s *suite) imIn(t *testing.T, sk events.SessionKey) events.IMMessage {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := s.p.JS.Stream(ctx, events.StreamIMIn)
-	if err != nil {
-		t.Fatal(err)
+	m, ok := im.LastInbound(ctx, s.p.JS, sk)
+	if !ok {
+		t.Fatalf("no inbound message of %s on the bus", sk)
 	}
-	m, err := st.GetLastMsgForSubject(ctx, events.IMInSubject(sk))
-	if err != nil {
-		t.Fatalf("im.in of %s: %v", sk, err)
-	}
-	var ev events.Event[events.IMMessage]
-	if err := json.Unmarshal(m.Data, &ev); err != nil {
-		t.Fatal(err)
-	}
-	return ev.Data
+	return m
 }
 
 func (s *suite) private(t *testing.T) {
@@ -301,7 +294,7 @@ func (s *suite) private(t *testing.T) {
 	}
 	in := s.imIn(t, s.sk(m))
 	if in.MessageID != id || in.Sender.ID == "" || in.Content.PlainText() != m.Text {
-		t.Fatalf("IM_IN = %+v, want message %s saying %q", in, id, m.Text)
+		t.Fatalf("inbound message on the bus = %+v, want message %s saying %q", in, id, m.Text)
 	}
 }
 
@@ -382,11 +375,11 @@ func (s *suite) mediaIn(t *testing.T) {
 		for _, v := range seg.Data {
 			str, _ := v.(string)
 			if strings.Contains(str, "base64,") {
-				t.Fatalf("image inlined into IM_IN instead of stored: %.80s", str)
+				t.Fatalf("image inlined into the stored message instead of the media store: %.80s", str)
 			}
 			for _, secret := range s.a.Secrets {
 				if strings.Contains(str, secret) {
-					t.Fatalf("a bot credential leaked into IM_IN: %+v", seg)
+					t.Fatalf("a bot credential leaked into the stored message: %+v", seg)
 				}
 			}
 		}

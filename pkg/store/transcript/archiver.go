@@ -101,10 +101,14 @@ func CheckNode(name string) error {
 	return nil
 }
 
-// archSource is one stream the archiver reads, with the direction of its rows.
+// archSource is one stream the archiver reads (its subjects filter, if any), with the
+// direction of its rows.
 type archSource struct {
-	stream, durable string
-	dir             Direction
+	stream, durable, filter string
+	dir                     Direction
+	// inbox: the session inboxes (SESSION_IN), where only the events that carry an inbound
+	// message make rows (events.InboundMessage); the rest are acked unarchived.
+	inbox bool
 }
 
 // archMsg is a message in hand with the source it came from.
@@ -113,12 +117,16 @@ type archMsg struct {
 	src *archSource
 }
 
-// RunArchiver writes every IM_IN message (inbound) and IM_SENT receipt (outbound) into db. Each
+// RunArchiver writes every inbound message and every IM_SENT receipt (outbound) into db.
+// Inbound messages are read where ingest stores them (issue 40): IM_IN for the messages that
+// reach no session, and the session inboxes (SESSION_IN, agent.in.>) for the rest, inside
+// their user_message, listen, command, steer and follow_up events (events.InboundMessage;
+// a message with two inbox events makes one row). Each
 // JetStream message is acknowledged only after the transaction holding its row has committed,
 // and rows are idempotent on (message_id, direction), so a redelivery (crash before the ack, a
 // consumer reset) never stores a row twice: exactly once in the archive.
 //
-// Both streams feed one writer: messages that arrive within MaxWait of a batch's first one (up
+// All three consumers feed one writer: messages that arrive within MaxWait of a batch's first one (up
 // to Batch) go into one write transaction, whichever stream they came from.
 //
 // Per the seed's write rule an inbound message with neither text nor media is not stored. A
@@ -150,8 +158,9 @@ func RunArchiver(ctx context.Context, js jetstream.JetStream, db *DB, opts Archi
 		opts.Logger = slog.Default()
 	}
 	sources := []*archSource{
-		{events.StreamIMIn, "transcripts-" + opts.Node + "-in", Inbound},
-		{events.StreamIMSent, "transcripts-" + opts.Node + "-sent", Outbound},
+		{stream: events.StreamIMIn, durable: "transcripts-" + opts.Node + "-in", dir: Inbound},
+		{stream: events.StreamSessionIn, durable: "transcripts-" + opts.Node + "-inbox", filter: events.PrefixAgentIn + ".>", dir: Inbound, inbox: true},
+		{stream: events.StreamIMSent, durable: "transcripts-" + opts.Node + "-sent", dir: Outbound},
 	}
 	startCtx := ctx
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -168,6 +177,7 @@ func RunArchiver(ctx context.Context, js jetstream.JetStream, db *DB, opts Archi
 		cons, err := natsutil.Consumer(startCtx, js, s.stream, jetstream.ConsumerConfig{
 			Durable:       s.durable,
 			Description:   "agentbus transcript archiver (" + string(s.dir) + ")",
+			FilterSubject: s.filter,
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			DeliverPolicy: jetstream.DeliverAllPolicy,
 			AckWait:       30 * time.Second,
@@ -330,8 +340,11 @@ func (w *archWriter) thin() bool {
 func (w *archWriter) note(m archMsg) {
 	subj := m.m.Subject()
 	parse := events.ParseIMInSubject
-	if m.src.dir == Outbound {
+	switch {
+	case m.src.dir == Outbound:
 		parse = events.ParseIMSentSubject
+	case m.src.inbox:
+		parse = events.ParseAgentInSubject
 	}
 	k, err := parse(subj)
 	if err != nil {
@@ -370,6 +383,11 @@ func (w *archWriter) process(ctx context.Context, msgs []archMsg) {
 			err = validateRow(&row)
 		}
 		switch {
+		case err != nil && am.src.inbox:
+			// An inbox event is the session actor's to judge (and dead-letter): the archive
+			// takes what ingest stores there and leaves anything else alone.
+			w.log.Debug("archiver: inbox event not archived", "subject", am.m.Subject(), "err", err)
+			_ = am.m.Ack()
 		case err != nil:
 			w.deadLetter(ctx, am, err)
 		case !ok:
@@ -405,7 +423,8 @@ func (w *archWriter) process(ctx context.Context, msgs []archMsg) {
 	w.log.Debug("archived", "rows", len(rows), "new", n)
 }
 
-// toRow maps an IM_IN message or an IM_SENT receipt to a row; ok=false means "skip".
+// toRow maps an IM_IN message, an inbox event carrying an inbound message or an IM_SENT
+// receipt to a row; ok=false means "skip" (also an inbox event that carries no message).
 func toRow(m jetstream.Msg, src *archSource) (Row, bool, error) {
 	raw := &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
 	ev, err := events.DecodeMsg(raw)
@@ -413,23 +432,19 @@ func toRow(m jetstream.Msg, src *archSource) (Row, bool, error) {
 		return Row{}, false, err
 	}
 	evTime := ev.EventMeta().Time
+	if src.inbox {
+		d, ok := events.InboundMessage(ev)
+		if !ok {
+			return Row{}, false, nil // a subagent result, a schedule firing, ...: no chat message
+		}
+		return inboundRow(d, evTime)
+	}
 	switch e := ev.(type) {
 	case *events.Event[events.IMMessage]:
 		if src.dir != Inbound {
 			return Row{}, false, fmt.Errorf("unexpected %s on %s", e.Type, src.stream)
 		}
-		d := e.Data
-		body := d.Content.PlainText()
-		if strings.TrimSpace(body) == "" && !d.Content.HasMedia() {
-			return Row{}, false, nil
-		}
-		t := d.Time
-		if t == 0 {
-			t = evTime
-		}
-		return Row{MessageID: d.MessageID, Platform: d.Platform, BotID: d.Bot, SceneID: d.Scene.ID, SceneType: d.Scene.Type,
-			SenderID: d.Sender.ID, SenderName: d.Sender.Name, SenderRole: strings.Join(d.Sender.Roles, ","),
-			Direction: Inbound, Body: body, MediaJSON: mediaJSON(d.Content), Time: t}, true, nil
+		return inboundRow(&e.Data, evTime)
 	case *events.Event[events.Receipt]:
 		if src.dir != Outbound {
 			return Row{}, false, fmt.Errorf("unexpected %s on %s", e.Type, src.stream)
@@ -441,6 +456,22 @@ func toRow(m jetstream.Msg, src *archSource) (Row, bool, error) {
 	default:
 		return Row{}, false, fmt.Errorf("unexpected event type %s on %s", ev.EventMeta().Type, src.stream)
 	}
+}
+
+// inboundRow maps an inbound message to its row; ok=false (no text, no media) means "skip", per
+// the seed's write rule.
+func inboundRow(d *events.IMMessage, evTime int64) (Row, bool, error) {
+	body := d.Content.PlainText()
+	if strings.TrimSpace(body) == "" && !d.Content.HasMedia() {
+		return Row{}, false, nil
+	}
+	t := d.Time
+	if t == 0 {
+		t = evTime
+	}
+	return Row{MessageID: d.MessageID, Platform: d.Platform, BotID: d.Bot, SceneID: d.Scene.ID, SceneType: d.Scene.Type,
+		SenderID: d.Sender.ID, SenderName: d.Sender.Name, SenderRole: strings.Join(d.Sender.Roles, ","),
+		Direction: Inbound, Body: body, MediaJSON: mediaJSON(d.Content), Time: t}, true, nil
 }
 
 // mediaJSON is the seed's media_json: the whole segment array when the message has anything

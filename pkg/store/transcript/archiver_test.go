@@ -166,6 +166,82 @@ func TestArchiver(t *testing.T) {
 	}
 }
 
+// TestArchiverInboxMessages: since issue 40 a message that reaches its session is stored only
+// inside its inbox event (SESSION_IN). The archiver makes a row of every inbox event that
+// carries an inbound message, once per message (a dual-mode message has two events), skips
+// the events that carry none (a reminder) and a fork's copies, and dead-letters nothing there
+// (an inbox event is the session actor's to judge).
+func TestArchiverInboxMessages(t *testing.T) {
+	ctx := context.Background()
+	srv := natstest.New(t)
+	js := srv.JS
+	db := openTemp(t)
+	sk := inbound("x", "").SessionKey()
+	inbox := func(ev events.Any) { publish(t, js, events.AgentInSubject(sk), ev, "") }
+
+	inbox(events.New(events.UserMessage{Message: inbound("u1", "@bot what time is it"), Text: "what time is it"}))
+	inbox(events.New(events.Listen{Message: inbound("l1", "just chatting")}))
+	cmd := inbound("c1", "/model gpt")
+	inbox(events.New(events.Command{Name: "model", Args: []string{"gpt"}, Message: &cmd}))
+	inbox(events.New(events.UserMessage{Message: cmd, Text: "/model gpt"})) // dual mode: the same message again
+	steer := inbound("s1", "/steer shorter")
+	inbox(events.New(events.Steer{Text: "shorter", Sender: steer.Sender, Message: &steer}))
+	inbox(events.New(events.Scheduled{ScheduleID: "r1", Text: "stand-up", CreatedBy: events.Sender{ID: "u1"}}))
+	fork := inbound("f1", "forked")
+	fork.Platform = events.PlatformFork
+	inbox(events.New(events.UserMessage{Message: fork}))
+	if _, err := js.Publish(ctx, events.AgentInSubject(sk), []byte(`{"type":"inbox.user_message","v":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	// A message no session got is on IM_IN, as before.
+	ign := inbound("i1", "!ignored")
+	publish(t, js, events.IMInSubject(ign.SessionKey()), events.New(ign), "")
+
+	a, err := RunArchiver(ctx, js, db, ArchiverOptions{Node: "n1", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+	waitCount(t, db, 5)
+	rows, err := db.Search(ctx, Query{Scene: sceneA, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, r := range rows {
+		got[r.MessageID] = r.Body
+	}
+	want := map[string]string{"u1": "@bot what time is it", "l1": "just chatting", "c1": "/model gpt", "s1": "/steer shorter", "i1": "!ignored"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("rows %v, want %v", got, want)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := js.Consumer(ctx, events.StreamSessionIn, "transcripts-n1-inbox")
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.AckFloor.Stream == 8 && info.NumAckPending == 0 {
+			break // every inbox event handled, the undecodable one acked too
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("inbox consumer: ack floor %d, %d pending; want 8, 0", info.AckFloor.Stream, info.NumAckPending)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	dlq, err := js.Stream(ctx, events.StreamDeadLetters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := dlq.Info(ctx); err != nil || info.State.Msgs != 0 {
+		t.Fatalf("dead letters: %v %v, want none", info, err)
+	}
+}
+
 func TestArchiverRetention(t *testing.T) {
 	ctx := context.Background()
 	srv := natstest.New(t)
