@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -59,6 +60,11 @@ type EpochArchive struct {
 	ctxSt    jetstream.Stream
 	evts     jetstream.Stream
 	sessions *Sessions
+	// CursorConsumer names the durable consumer on SESSION_IN whose progress the session
+	// records' cursors track (the turn workers'). Settle purges no inbox event that another
+	// durable consumer has not acknowledged yet: the transcript archiver's inbox consumers read
+	// the inbound messages that only inbox events carry.
+	CursorConsumer string
 }
 
 // OpenEpochArchive binds the object store epochs and the streams it archives. sessions may
@@ -553,7 +559,18 @@ func (a *EpochArchive) Settle(ctx context.Context, sk events.SessionKey) (int, e
 				return n, fmt.Errorf("trim context of %s: %w", id, err)
 			}
 		}
-		if upTo := inboxTrim(sess, b); upTo > 0 {
+		upTo := inboxTrim(sess, b)
+		if upTo > 0 {
+			floor, err := a.consumersDone(ctx)
+			if err != nil {
+				return n, err
+			}
+			if floor < upTo {
+				// A reader has not had the epoch's events yet: purge nothing now, keep the
+				// epoch listed, and let a later Settle (the next epoch end or actor start)
+				// trim it. The archive written above stays.
+				return n, nil
+			}
 			if err := a.inbox.Purge(ctx, jetstream.WithPurgeSubject(events.AgentInSubject(sk)), jetstream.WithPurgeSequence(upTo+1)); err != nil {
 				return n, fmt.Errorf("trim inbox of %s: %w", id, err)
 			}
@@ -564,6 +581,24 @@ func (a *EpochArchive) Settle(ctx context.Context, sk events.SessionKey) (int, e
 		n++
 	}
 	return n, nil
+}
+
+// consumersDone is the last SESSION_IN sequence every durable consumer but CursorConsumer has
+// acknowledged (math.MaxUint64 when each has nothing pending). Ephemeral consumers (readers
+// such as replay's) do not count.
+func (a *EpochArchive) consumersDone(ctx context.Context) (uint64, error) {
+	floor := uint64(math.MaxUint64)
+	infos := a.inbox.ListConsumers(ctx)
+	for info := range infos.Info() {
+		if info.Config.Durable == "" || info.Name == a.CursorConsumer || info.NumPending == 0 && info.NumAckPending == 0 {
+			continue
+		}
+		floor = min(floor, info.AckFloor.Stream)
+	}
+	if err := infos.Err(); err != nil {
+		return 0, fmt.Errorf("list the consumers of %s: %w", events.StreamSessionIn, err)
+	}
+	return floor, nil
 }
 
 // done removes epoch from the record's Ended and notes that the inbox is archived up to

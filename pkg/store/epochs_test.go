@@ -264,3 +264,55 @@ func TestInboxTrim(t *testing.T) {
 		})
 	}
 }
+
+// A durable reader of SESSION_IN that has not had an ended epoch's events yet (the transcript
+// archiver's inbox consumer: inbound messages that reach a session are stored only in their
+// inbox events) holds the inbox trim back: Settle archives, keeps the epoch listed and purges
+// the inbox only once the reader has acknowledged it. The turn workers' own consumer
+// (CursorConsumer) does not count: the session's cursor records its progress.
+func TestEpochTrimWaitsForDurableReaders(t *testing.T) {
+	ctx := context.Background()
+	f := newEpochFixture(t)
+	f.arch.CursorConsumer = "turn-workers"
+	st, err := f.js.Stream(ctx, events.StreamSessionIn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"turn-workers", "transcripts-n1-inbox"} { // neither has read anything
+		if _, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: name, AckPolicy: jetstream.AckExplicitPolicy,
+			FilterSubject: events.AgentInSubject(f.sk)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inbox := events.AgentInSubject(f.sk)
+	before := subjectMsgs(t, f.js, events.StreamSessionIn, inbox)
+	if n, err := f.arch.Settle(ctx, f.sk); err != nil || n != 0 {
+		t.Fatalf("Settle with a reader behind = %d, %v; want 0 settled, no error", n, err)
+	}
+	if got := subjectMsgs(t, f.js, events.StreamSessionIn, inbox); got != before {
+		t.Fatalf("inbox purged to %d of %d events while the transcript consumer had read none", got, before)
+	}
+	if s, err := f.sessions.Get(ctx, f.sk); err != nil || len(s.Ended) != 1 {
+		t.Fatalf("ended epochs after a held-back Settle: %+v (%v), want epoch 1 still listed", s, err)
+	}
+	// The reader catches up on epoch 1 (the events up to the /reset), then Settle trims.
+	c, err := st.Consumer(ctx, "transcripts-n1-inbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := c.Fetch(len(f.inbox), jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range batch.Messages() {
+		if err := m.DoubleAck(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := f.arch.Settle(ctx, f.sk); err != nil || n != 1 {
+		t.Fatalf("Settle after the reader acked = %d, %v; want 1", n, err)
+	}
+	if got := subjectMsgs(t, f.js, events.StreamSessionIn, inbox); got != 1 {
+		t.Errorf("inbox holds %d events after the trim, want 1 (epoch 2's)", got)
+	}
+}

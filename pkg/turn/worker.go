@@ -158,6 +158,8 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	if w.epochs, err = store.OpenEpochArchive(ctx, js, w.sessions); err != nil {
 		w.log.Warn("epoch archive not available: ended epochs stay in SESSION_IN and AGENT_CTX", "err", err)
 		w.epochs = nil
+	} else {
+		w.epochs.CursorConsumer = ConsumerName
 	}
 	if w.media, err = js.ObjectStore(ctx, events.ObjectMedia); err != nil {
 		w.log.Warn("media store not available: stored images reach the model as references only", "err", err)
