@@ -93,27 +93,18 @@ func TestDiscordGateway(t *testing.T) {
 		t.Logf("%d typing triggers while the turn ran", len(typing))
 	})
 
-	t.Run("guild mention answered, plain channel message not", func(t *testing.T) {
-		fake.Dispatch(fake.Message("2002", "600", "900", "43", "just chatting"))
+	// A mention answered and a plain message not are TestIMConformance's; Discord's own is the
+	// <@id> in the text, which ingest strips, and a reply to the bot, which addresses it.
+	t.Run("mention stripped; a reply to the bot threads and addresses it", func(t *testing.T) {
 		fake.Dispatch(fake.Mention(fake.Message("2003", "600", "900", "44", "hello bot")))
-		c := sent(1, "600")[0]
-		if !strings.Contains(c.Content(), "hello bot") || strings.Contains(c.Content(), "<@"+dcBotID+">") || c.ReplyTo() != "2003" {
-			t.Fatalf("channel reply = %+v", c)
+		bot := sent(1, "600")[0]
+		if !strings.Contains(bot.Content(), "hello bot") || strings.Contains(bot.Content(), "<@"+dcBotID+">") || bot.ReplyTo() != "2003" {
+			t.Fatalf("channel reply = %+v", bot)
 		}
 		raw := lastIMIn(t, p, events.SessionKey{Platform: "discord", Bot: "dc1", Scope: "group", Scene: "600"})
-		if !raw.Data.MentionsBot || raw.Data.MessageID != "2003" || raw.Data.Content.PlainText() != "hello bot" {
+		if !raw.Data.MentionsBot || raw.Data.Content.PlainText() != "hello bot" {
 			t.Fatalf("mention not recognised or not stripped: %+v", raw.Data)
 		}
-		time.Sleep(2 * time.Second)
-		if n := len(sent(1, "600")); n != 1 {
-			t.Fatalf("%d replies in the channel, want 1 (the plain message is not addressed to the bot)", n)
-		}
-	})
-
-	t.Run("reply to the bot in a channel threads and addresses it", func(t *testing.T) {
-		bot := fake.WaitCalls(1, 10*time.Second, func(c discordtest.Call) bool {
-			return c.Route == "createMessage" && c.Channel == "600" && c.Status == 200
-		})[0]
 		m := fake.Message("2004", "600", "900", "43", "and what about this")
 		m["type"] = 19
 		m["message_reference"] = map[string]any{"message_id": bot.Message, "channel_id": "600", "guild_id": "900"}
@@ -124,7 +115,7 @@ func TestDiscordGateway(t *testing.T) {
 		if !strings.Contains(c.Content(), "and what about this") {
 			t.Fatalf("reply = %+v", c)
 		}
-		raw := lastIMIn(t, p, events.SessionKey{Platform: "discord", Bot: "dc1", Scope: "group", Scene: "600"})
+		raw = lastIMIn(t, p, events.SessionKey{Platform: "discord", Bot: "dc1", Scope: "group", Scene: "600"})
 		if !raw.Data.MentionsBot || raw.Data.Content[0].Type != events.SegReply || raw.Data.Content[0].ReplyID() != bot.Message {
 			t.Fatalf("reply not normalized: %+v", raw.Data)
 		}

@@ -78,9 +78,10 @@ func obScript(r *fakeopenai.Request) fakeopenai.Reply { return fakeopenai.Echo(r
 
 // TestOneBotForwardWebSocket runs the whole pipeline against a OneBot v11 implementation that
 // agentbus dials (forward WebSocket) for what is OneBot's own: a group admin's role reaches
-// IM_IN. Replies quoting the message, mentions, commands, images (fetched from the
-// implementation's loopback address), the chunk limit, masters and redelivered events are
-// TestIMConformance's (pkg/im/onebot/onebottest.Conformance).
+// IM_IN and lets them run /reset in the group. Replies quoting the message, mentions,
+// commands, images (fetched from the implementation's loopback address, the URL kept as
+// sourceUrl), the chunk limit, masters and redelivered events are TestIMConformance's
+// (pkg/im/onebot/onebottest.Conformance).
 func TestOneBotForwardWebSocket(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the pipeline")
@@ -119,23 +120,28 @@ ai:
 		})
 	}
 
-	t.Run("group mention answered, plain group message not", func(t *testing.T) {
-		fake.Push(fake.GroupMessage(1002, 5555, 43, "member", []map[string]any{onebottest.Text("just chatting")}))
-		fake.Push(fake.GroupMessage(1004, 5555, 44, "admin", []map[string]any{onebottest.At(obSelf), onebottest.Text(" what time is it")}))
-		c := sends(1, "5555")[0]
-		if c.Params["message_type"] != "group" || !strings.Contains(c.Text(), "what time is it") {
-			t.Fatalf("group reply = %+v", c)
+	// OneBot's own: the sender's group role (admin) reaches IM_IN and lets a group admin run
+	// a moderator command; a member may not.
+	t.Run("group admin may /reset, a member may not", func(t *testing.T) {
+		before := len(model.Requests())
+		fake.Push(fake.GroupMessage(1010, 5557, 47, "admin", []map[string]any{onebottest.At(obSelf), onebottest.Text(" /reset")}))
+		if c := sends(1, "5557")[0]; !strings.Contains(c.Text(), "Session reset") {
+			t.Fatalf("@bot /reset by a group admin answered %q, want the reset command's answer", c.Text())
 		}
-		if strings.Contains(c.Text(), "just chatting") {
-			t.Fatalf("answered a message without a mention: %q", c.Text())
-		}
-		// The admin's role reached IM_IN.
-		raw := lastIMIn(t, p, events.SessionKey{Platform: "onebot", Bot: "qq1", Scope: "group", Scene: "5555"})
+		raw := lastIMIn(t, p, events.SessionKey{Platform: "onebot", Bot: "qq1", Scope: "group", Scene: "5557"})
 		if !raw.Data.Sender.HasRole("group_admin") || !raw.Data.MentionsBot {
 			t.Fatalf("im.in sender = %+v mentionsBot=%v", raw.Data.Sender, raw.Data.MentionsBot)
 		}
+		fake.Push(fake.GroupMessage(1011, 5557, 48, "member", []map[string]any{onebottest.At(obSelf), onebottest.Text(" /reset")}))
+		if c := sends(2, "5557")[1]; strings.Contains(c.Text(), "Session reset") || !strings.Contains(c.Text(), "/reset in a group is for") {
+			t.Fatalf("@bot /reset by a member answered %q, want a refusal", c.Text())
+		}
+		for _, r := range model.Requests()[before:] {
+			if last := r.LastUser(); strings.Contains(last, "/reset") {
+				t.Fatalf("a command reached the model as chat: %q", last)
+			}
+		}
 	})
-
 }
 
 // lastIMIn returns the last IM_IN message of session sk.
