@@ -340,7 +340,7 @@ func TestHeartbeatAndJobsOncePerPeriod(t *testing.T) {
 	if jobs.Load() == 0 {
 		t.Error("the digest job never ran")
 	}
-	if _, err := cb.waitFor(1, 15*time.Second, func(r reply) bool { return r.Scene.ID == "team" && r.Text() == "digest: all quiet" }); err != nil {
+	if _, err := cb.waitFor(1, waitMargin, func(r reply) bool { return r.Scene.ID == "team" && r.Text() == "digest: all quiet" }); err != nil {
 		t.Errorf("digest not posted in its group: %v", err)
 	}
 	out := pl.command(private("m1", master, "/tasks"), len(posted)+1)
