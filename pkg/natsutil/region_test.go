@@ -54,10 +54,10 @@ func regionServer(t *testing.T, domain string, leafPort int) (*server.Server, *n
 	if domain == "" {
 		return s, nil, nil
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for s.NumLeafNodes() == 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	// The hub runs already (the tests start it first): the leaf connection comes up.
+	testwait.Eventually(t, 0, func() error {
+		return testwait.Want(s.NumLeafNodes() > 0, "region %s has no leaf connection to the hub", domain)
+	})
 	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {
 		t.Fatal(err)
