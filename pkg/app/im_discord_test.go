@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/internal/fakeopenai"
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/im/discord/discordtest"
@@ -124,25 +125,16 @@ func TestDiscordGateway(t *testing.T) {
 	t.Run("a message that cannot be normalized is dead-lettered", func(t *testing.T) {
 		m := fake.Message("2005", "", "", "43", "no channel")
 		fake.Dispatch(m)
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		testwait.Eventually(t, waitMargin, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
 			s, err := p.JS.Stream(ctx, events.StreamDeadLetters)
-			var got bool
-			if err == nil {
-				if _, err := s.GetLastMsgForSubject(ctx, events.DeadLetterSubject("ingest", events.DLQInvalid)); err == nil {
-					got = true
-				}
+			if err != nil {
+				return err
 			}
-			cancel()
-			if got {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("no dead letter")
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			_, err = s.GetLastMsgForSubject(ctx, events.DeadLetterSubject("ingest", events.DLQInvalid))
+			return err
+		})
 		dl := lastDeadLetter(t, p, events.DeadLetterSubject("ingest", events.DLQInvalid))
 		if !strings.Contains(dl.Error, "channel_id") || !strings.Contains(string(dl.JSON), `"2005"`) || dl.Subject != "discord/dc1" {
 			t.Fatalf("dead letter = %+v", dl)
@@ -212,7 +204,7 @@ nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: mem
 	a := startProc(t, ingestYML("a"), app.Roles{Ingest: true})
 	fake.WaitSessions(1, 60*time.Second)
 	startProc(t, ingestYML("b"), app.Roles{Ingest: true})
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // a window: b competes for the lease and must not connect
 	if n := fake.OpenSessions(); n != 1 {
 		t.Fatalf("%d gateway sessions open with two ingest replicas, want 1", n)
 	}
@@ -230,13 +222,9 @@ nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: mem
 	killed := time.Now()
 	fake.SetGatewayDown(true)
 	a.NC.Close() // a's lease can no longer be renewed: it closes the gateway, b takes it
-	deadline := time.Now().Add(60 * time.Second)
-	for fake.OpenSessions() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the dead holder's session stayed open: %+v", fake.Sessions())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.Eventually(t, waitMargin, func() error {
+		return testwait.Want(fake.OpenSessions() == 0, "the dead holder's session stayed open: %+v", fake.Sessions())
+	})
 	during := []map[string]any{
 		fake.Message("2103", "510", "", "71", "during one"),
 		fake.Message("2104", "510", "", "71", "during two"),
@@ -247,7 +235,7 @@ nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: mem
 			t.Fatalf("dispatched to %d sessions during the gap", n)
 		}
 	}
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // the gap lasts: the new holder's connection attempts are refused meanwhile
 	fake.SetGatewayDown(false)
 	fake.WaitSessions(1, 60*time.Second)
 	t.Logf("gateway taken over %v after the holder lost the bus", time.Since(killed).Round(time.Millisecond))
@@ -257,7 +245,7 @@ nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: mem
 	}
 	fake.Dispatch(fake.Message("2106", "510", "", "71", "after"))
 	answered("echo: after")
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // a window: a doubled answer would show up now
 	for _, text := range []string{"echo: before", "echo: during one", "echo: during two", "during in the channel", "echo: after"} {
 		n := 0
 		for _, c := range fake.Calls() {
@@ -288,9 +276,9 @@ nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: mem
 // waitIMIn waits until IM_IN's last message of sk is message id.
 func waitIMIn(t *testing.T, p *app.Process, sk events.SessionKey, id string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testwait.Eventually(t, waitMargin, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		s, err := p.JS.Stream(ctx, events.StreamIMIn)
 		got := ""
 		if err == nil {
@@ -301,13 +289,6 @@ func waitIMIn(t *testing.T, p *app.Process, sk events.SessionKey, id string) {
 				}
 			}
 		}
-		cancel()
-		if got == id {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("IM_IN's last message of %s is %q, want %q", sk, got, id)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return testwait.Want(got == id, "IM_IN's last message of %s is %q, want %q", sk, got, id)
+	})
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/internal/fakeopenai"
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
@@ -309,13 +310,9 @@ nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: mem
 	killed := time.Now()
 	fake.SetDown(true)
 	a.NC.Close()
-	deadline := time.Now().Add(60 * time.Second)
-	for len(fake.Conns()) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the dead holder's connection stayed open")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.Eventually(t, waitMargin, func() error {
+		return testwait.Want(len(fake.Conns()) == 0, "the dead holder's connection stayed open")
+	})
 	during := []map[string]any{
 		fake.PrivateMessage(3003, 61, []map[string]any{onebottest.Text("during one")}),
 		fake.PrivateMessage(3004, 61, []map[string]any{onebottest.Text("during two")}),
@@ -326,7 +323,7 @@ nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: mem
 			t.Fatalf("pushed to %d connections during the gap", n)
 		}
 	}
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // the gap lasts: the new holder's connection attempts are refused meanwhile
 	fake.SetDown(false)
 	second := fake.WaitConn(60*time.Second, first)
 	t.Logf("connection %d taken over as connection %d after %v", first, second, time.Since(killed).Round(time.Millisecond))
@@ -338,7 +335,7 @@ nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: mem
 	if c := answered("echo: after"); c.Conn != second {
 		t.Fatalf("reply went over connection %d, want the new holder's %d", c.Conn, second)
 	}
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // a window: a doubled answer would show up now
 	for _, text := range []string{"echo: before", "echo: during one", "echo: during two", "during in the group", "echo: after"} {
 		n := 0
 		for _, c := range fake.Calls() {

@@ -234,7 +234,7 @@ nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: mem
 	a := startProc(t, ingestYML("a"), app.Roles{Ingest: true})
 	fake.WaitSockets(1, 60*time.Second)
 	startProc(t, ingestYML("b"), app.Roles{Ingest: true})
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // a window: b competes for the lease and must not connect
 	if n := fake.OpenSockets(); n != 1 {
 		t.Fatalf("%d sockets open with two ingest replicas, want 1", n)
 	}
@@ -251,15 +251,11 @@ nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: mem
 	a.NC.Close()
 	// The holder still has its socket for a moment but can no longer publish: it must not ack.
 	dying := fake.Push(fake.Message("D510", "im", "U71", "1700000021.000100", "while dying"))
-	deadline := time.Now().Add(60 * time.Second)
-	for fake.OpenSockets() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the dead holder's socket stayed open: %+v", fake.Sockets())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.Eventually(t, waitMargin, func() error {
+		return testwait.Want(fake.OpenSockets() == 0, "the dead holder's socket stayed open: %+v", fake.Sockets())
+	})
 	gap := fake.Push(fake.Message("D510", "im", "U71", "1700000022.000100", "during the gap"))
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // the gap lasts: b's attempts to open a socket are refused meanwhile
 	fake.SetSocketsDown(false)
 	fake.WaitSockets(1, 60*time.Second)
 	t.Logf("socket taken over %v after the holder lost the bus", time.Since(killed).Round(time.Millisecond))
@@ -268,7 +264,7 @@ nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: mem
 	for _, text := range []string{"echo: while dying", "echo: during the gap", "echo: after"} {
 		answered(text)
 	}
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // a window: a doubled answer would show up now
 	for _, text := range []string{"echo: before", "echo: while dying", "echo: during the gap", "echo: after"} {
 		n := 0
 		for _, c := range fake.Calls() {
