@@ -180,30 +180,13 @@ func TestDiscordGatewayTakeover(t *testing.T) {
 	}
 	fake := discordtest.New(t, dcToken, dcBotID, dcName)
 	model := fakeopenai.New(t, dcScript)
-	dir := tempDir(t)
-	const natsToken = "bus-token-for-tests"
-	common := fmt.Sprintf(`
-im:
+	core, ingest := startTakeoverCore(t, fmt.Sprintf(`
   discord:
     bots:
-      - {id: dc1, token: "%[1]s", apiBase: "%[2]s", preview: "off"}
-ai:
-  providers:
-    fake: {api: openai-completions, baseUrl: "%[3]s", apiKey: test}
-  agents:
-    zhin: {provider: fake, model: m1}
-`, dcToken, fake.URL(), model.BaseURL())
-	core := startProc(t, fmt.Sprintf(`
-dataDir: %[1]s/core
-nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: memory, token: %[2]s}
-`, dir, natsToken)+common, app.Roles{TurnWorker: true, ToolWorker: true, Egress: true})
-	url := core.Embedded.ClientURL()
-	ingestYML := func(name string) string {
-		return fmt.Sprintf("dataDir: %s/%s\nnats: {url: %q, token: %s, storage: memory}\n", dir, name, url, natsToken) + common
-	}
-	a := startProc(t, ingestYML("a"), app.Roles{Ingest: true})
+      - {id: dc1, token: "%[1]s", apiBase: "%[2]s", preview: "off"}`, dcToken, fake.URL()), model.BaseURL())
+	a := ingest("a")
 	fake.WaitSessions(1, 60*time.Second)
-	startProc(t, ingestYML("b"), app.Roles{Ingest: true})
+	ingest("b")
 	time.Sleep(3 * time.Second) // a window: b competes for the lease and must not connect
 	if n := fake.OpenSessions(); n != 1 {
 		t.Fatalf("%d gateway sessions open with two ingest replicas, want 1", n)

@@ -262,30 +262,13 @@ func TestOneBotConnectionTakeover(t *testing.T) {
 	}
 	fake := onebottest.New(t, obToken, obSelf)
 	model := fakeopenai.New(t, obScript)
-	dir := tempDir(t)
-	const natsToken = "bus-token-for-tests"
-	common := fmt.Sprintf(`
-im:
+	core, ingest := startTakeoverCore(t, fmt.Sprintf(`
   onebot:
     bots:
-      - {id: qq1, selfId: "%[1]d", mode: ws, apiBase: "%[2]s", accessToken: %[3]s}
-ai:
-  providers:
-    fake: {api: openai-completions, baseUrl: "%[4]s", apiKey: test}
-  agents:
-    zhin: {provider: fake, model: m1}
-`, obSelf, fake.WSURL(), obToken, model.BaseURL())
-	core := startProc(t, fmt.Sprintf(`
-dataDir: %[1]s/core
-nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: memory, token: %[2]s}
-`, dir, natsToken)+common, app.Roles{TurnWorker: true, ToolWorker: true, Egress: true})
-	url := core.Embedded.ClientURL()
-	ingestYML := func(name string) string {
-		return fmt.Sprintf("dataDir: %s/%s\nnats: {url: %q, token: %s, storage: memory}\n", dir, name, url, natsToken) + common
-	}
-	a := startProc(t, ingestYML("a"), app.Roles{Ingest: true})
+      - {id: qq1, selfId: "%[1]d", mode: ws, apiBase: "%[2]s", accessToken: %[3]s}`, obSelf, fake.WSURL(), obToken), model.BaseURL())
+	a := ingest("a")
 	first := fake.WaitConn(60 * time.Second)
-	b := startProc(t, ingestYML("b"), app.Roles{Ingest: true})
+	b := ingest("b")
 	_ = b
 	time.Sleep(3 * time.Second) // b competes for the lease and must not connect
 	if n := len(fake.Conns()); n != 1 {

@@ -210,30 +210,13 @@ func TestSlackSocketTakeover(t *testing.T) {
 	fake := slacktest.New(t, slBotToken, slAppToken, slUser, "BBOT")
 	fake.SetRetries(3*time.Second, 0, 10*time.Second, 20*time.Second, 30*time.Second)
 	model := fakeopenai.New(t, slScript)
-	dir := tempDir(t)
-	const natsToken = "bus-token-for-tests"
-	common := fmt.Sprintf(`
-im:
+	_, ingest := startTakeoverCore(t, fmt.Sprintf(`
   slack:
     bots:
-      - {id: sl1, botToken: "%[1]s", appToken: "%[2]s", apiBase: "%[3]s", preview: "off"}
-ai:
-  providers:
-    fake: {api: openai-completions, baseUrl: "%[4]s", apiKey: test}
-  agents:
-    zhin: {provider: fake, model: m1}
-`, slBotToken, slAppToken, fake.URL(), model.BaseURL())
-	core := startProc(t, fmt.Sprintf(`
-dataDir: %[1]s/core
-nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: memory, token: %[2]s}
-`, dir, natsToken)+common, app.Roles{TurnWorker: true, ToolWorker: true, Egress: true})
-	url := core.Embedded.ClientURL()
-	ingestYML := func(name string) string {
-		return fmt.Sprintf("dataDir: %s/%s\nnats: {url: %q, token: %s, storage: memory}\n", dir, name, url, natsToken) + common
-	}
-	a := startProc(t, ingestYML("a"), app.Roles{Ingest: true})
+      - {id: sl1, botToken: "%[1]s", appToken: "%[2]s", apiBase: "%[3]s", preview: "off"}`, slBotToken, slAppToken, fake.URL()), model.BaseURL())
+	a := ingest("a")
 	fake.WaitSockets(1, 60*time.Second)
-	startProc(t, ingestYML("b"), app.Roles{Ingest: true})
+	ingest("b")
 	time.Sleep(3 * time.Second) // a window: b competes for the lease and must not connect
 	if n := fake.OpenSockets(); n != 1 {
 		t.Fatalf("%d sockets open with two ingest replicas, want 1", n)

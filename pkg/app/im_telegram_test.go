@@ -165,30 +165,13 @@ func TestTelegramPollingTakeover(t *testing.T) {
 	}
 	fake := telegramtest.New(t, tgToken, tgBotID, tgName)
 	model := fakeopenai.New(t, tgScript)
-	dir := tempDir(t)
-	const natsToken = "bus-token-for-tests"
-	common := fmt.Sprintf(`
-im:
+	core, ingest := startTakeoverCore(t, fmt.Sprintf(`
   telegram:
     bots:
-      - {id: tg1, token: "%[1]s", apiBase: "%[2]s", preview: "off"}
-ai:
-  providers:
-    fake: {api: openai-completions, baseUrl: "%[3]s", apiKey: test}
-  agents:
-    zhin: {provider: fake, model: m1}
-`, tgToken, fake.URL(), model.BaseURL())
-	core := startProc(t, fmt.Sprintf(`
-dataDir: %[1]s/core
-nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: memory, token: %[2]s}
-`, dir, natsToken)+common, app.Roles{TurnWorker: true, ToolWorker: true, Egress: true})
-	url := core.Embedded.ClientURL()
-	ingestYML := func(name string) string {
-		return fmt.Sprintf("dataDir: %s/%s\nnats: {url: %q, token: %s, storage: memory}\n", dir, name, url, natsToken) + common
-	}
-	a := startProc(t, ingestYML("a"), app.Roles{Ingest: true})
+      - {id: tg1, token: "%[1]s", apiBase: "%[2]s", preview: "off"}`, tgToken, fake.URL()), model.BaseURL())
+	a := ingest("a")
 	fake.WaitCalls(1, 60*time.Second, func(c telegramtest.Call) bool { return c.Method == "getUpdates" })
-	b := startProc(t, ingestYML("b"), app.Roles{Ingest: true})
+	b := ingest("b")
 	_ = b
 	fake.AddMessage(fake.Message(1, 71, "private", 71, "before"))
 	fake.WaitCalls(1, 90*time.Second, func(c telegramtest.Call) bool { return strings.Contains(c.Params.Get("text"), "echo: before") })
