@@ -332,28 +332,11 @@ func firstNumber(t *testing.T, s string) int {
 // sent while nobody synced are answered once each.
 func matrixTakeover(t *testing.T, hs *dendritetest.Server, alice *dendritetest.User, model *fakeopenai.Server) {
 	tbot := hs.Register(t, "takeoverbot", "Takeoverbot")
-	dir := tempDir(t)
-	const natsToken = "bus-token-for-tests"
-	common := fmt.Sprintf(`
-im:
+	core, ingest := startTakeoverCore(t, fmt.Sprintf(`
   matrix:
     bots:
-      - {id: mxt, homeserver: "%[1]s", userId: "%[2]s", accessToken: "%[3]s", preview: "off"}
-ai:
-  providers:
-    fake: {api: openai-completions, baseUrl: "%[4]s", apiKey: test}
-  agents:
-    zhin: {provider: fake, model: m1}
-`, hs.URL, tbot.ID, tbot.Token, model.BaseURL())
-	core := startProc(t, fmt.Sprintf(`
-dataDir: %[1]s/core
-nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: memory, token: %[2]s}
-`, dir, natsToken)+common, app.Roles{TurnWorker: true, ToolWorker: true, Egress: true})
-	url := core.Embedded.ClientURL()
-	ingestYML := func(name string) string {
-		return fmt.Sprintf("dataDir: %s/%s\nnats: {url: %q, token: %s, storage: memory}\n", dir, name, url, natsToken) + common
-	}
-	a := startProc(t, ingestYML("a"), app.Roles{Ingest: true})
+      - {id: mxt, homeserver: "%[1]s", userId: "%[2]s", accessToken: "%[3]s", preview: "off"}`, hs.URL, tbot.ID, tbot.Token), model.BaseURL())
+	a := ingest("a")
 	ctx := context.Background()
 	kv, err := core.JS.KeyValue(ctx, events.BucketLeases)
 	if err != nil {
@@ -367,7 +350,7 @@ nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: mem
 			t.Fatal("replica a made no first sync")
 		}
 	}
-	b := startProc(t, ingestYML("b"), app.Roles{Ingest: true})
+	b := ingest("b")
 	_ = b
 	room := dmWith(t, alice, tbot.ID)
 	if _, err := alice.Client.SendText(ctx, room, "before"); err != nil {
