@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/internal/fakeopenai"
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
@@ -123,16 +124,14 @@ func TestChatEndsWhenServerStops(t *testing.T) {
 		done <- cmdChat(context.Background(), []string{"--data", p.Config.DataDir, "--user", "cy"}, pr, &out)
 	}()
 	go func() { _, _ = io.WriteString(pw, "are you there\n") }() // blocks until the chat reads it
-	for deadline := time.Now().Add(90 * time.Second); !strings.Contains(out.String(), "bot> echo: are you there\n"); time.Sleep(20 * time.Millisecond) {
+	testwait.Eventually(t, 0, func() error {
 		select {
 		case err := <-done:
 			t.Fatalf("chat ended before the reply: %v\n%s", err, out.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no reply within 90s:\n%s", out.String())
-		}
-	}
+		return testwait.Want(strings.Contains(out.String(), "bot> echo: are you there\n"), "no reply yet:\n%s", out.String())
+	})
 	start := time.Now()
 	_ = p.Stop(context.Background())
 	select {

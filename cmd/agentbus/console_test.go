@@ -10,9 +10,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agentbus/agentbus/internal/fakeopenai"
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/webconsole"
 )
@@ -21,15 +21,12 @@ import (
 func consoleURL(t *testing.T, out *syncBuffer) string {
 	t.Helper()
 	re := regexp.MustCompile(`Console: +(http://\S+/\?token=[0-9a-f]{64})`)
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		if m := re.FindStringSubmatch(out.String()); m != nil {
-			return m[1]
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("no console URL in:\n%s", out.String())
-	return ""
+	var m []string
+	testwait.Eventually(t, 0, func() error {
+		m = re.FindStringSubmatch(out.String())
+		return testwait.Want(m != nil, "no console URL in:\n%s", out.String())
+	})
+	return m[1]
 }
 
 // `agentbus console` against a running agentbus: it finds the bus and its credentials through

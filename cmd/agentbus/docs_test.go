@@ -30,6 +30,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/agentbus/agentbus/internal/fakeopenai"
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/config"
 )
 
@@ -345,24 +346,23 @@ func startDocEnv(t *testing.T, readme []docBlock) *docEnv {
 			<-exited
 		}
 	})
-	deadline := time.Now().Add(3 * time.Minute) // a busy 2-core machine
-	for {
+	testwait.Eventually(t, 3*time.Minute, func() error { // a busy 2-core machine
 		select {
 		case err := <-exited:
 			t.Fatalf("agentbus up exited: %v\n%s", err, logs.String())
 		default:
 		}
-		if strings.Contains(logs.String(), "Stop with Ctrl-C") {
-			if c, err := net.DialTimeout("tcp", e.webhook, time.Second); err == nil {
-				c.Close()
-				return e
-			}
+		if !strings.Contains(logs.String(), "Stop with Ctrl-C") {
+			return fmt.Errorf("agentbus up has not started:\n%s", logs.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("agentbus up did not start within 3 minutes:\n%s", logs.String())
+		c, err := net.DialTimeout("tcp", e.webhook, time.Second)
+		if err != nil {
+			return fmt.Errorf("agentbus up started, its webhook listener not: %w", err)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		c.Close()
+		return nil
+	})
+	return e
 }
 
 // consoleCommands splits a ```console block into its commands ("$ " lines, with "\" line

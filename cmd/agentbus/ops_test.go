@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/internal/fakeopenai"
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/dlq"
@@ -116,17 +117,6 @@ func mustContain(t *testing.T, what, text string, want ...string) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // The operator's commands against a running pipeline: a reply the callback refuses becomes a
 // dead letter; status, dlq, replay and sessions show it; the health listener's /readyz fails
 // for the Telegram bot that cannot reach its server while /healthz stays 200; once the
@@ -163,9 +153,9 @@ func TestOpsCommandsAgainstAPipeline(t *testing.T) {
 	}
 	var code int
 	var body string
-	waitFor(t, "the telegram adapter to fail", func() bool {
+	testwait.Eventually(t, 0, func() error {
 		code, body = get(readyz)
-		return strings.Contains(body, "adapter telegram/tg1: disconnected")
+		return testwait.Want(strings.Contains(body, "adapter telegram/tg1: disconnected"), "the telegram adapter not reported disconnected:\n%s", body)
 	})
 	if code != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz with a disconnected adapter: %d\n%s", code, body)
@@ -187,9 +177,9 @@ func TestOpsCommandsAgainstAPipeline(t *testing.T) {
 		t.Fatal(err)
 	}
 	var letters []dlq.Letter
-	waitFor(t, "the refused reply's dead letter", func() bool {
+	testwait.Eventually(t, 0, func() error {
 		letters, _ = store.List(ctx, dlq.Filter{})
-		return len(letters) == 1
+		return testwait.Want(len(letters) == 1, "%d dead letters, want the refused reply's 1", len(letters))
 	})
 	id := letters[0].ID
 	sk := "webhook:b1:private:u1"
@@ -207,7 +197,7 @@ func TestOpsCommandsAgainstAPipeline(t *testing.T) {
 		"PROBLEM: adapter telegram/tg1")
 	// The sessions a turn worker owns are as of its last worker-lease renewal (a third of the
 	// lease's TTL): wait for one after the turn.
-	waitFor(t, "status --json to show the turn worker owning 1 session", func() bool {
+	testwait.Eventually(t, 0, func() error {
 		var st Status
 		jsonOut, _ := runCmd(t, cmdStatus, "--data", dir, "--json")
 		if err := json.Unmarshal([]byte(jsonOut), &st); err != nil {
@@ -215,10 +205,10 @@ func TestOpsCommandsAgainstAPipeline(t *testing.T) {
 		}
 		for _, r := range st.Replicas {
 			if r.Role == events.RoleTurnWorker {
-				return r.ID == p.Turn.ID() && r.Sessions == 1
+				return testwait.Want(r.ID == p.Turn.ID() && r.Sessions == 1, "status --json to show the turn worker owning 1 session")
 			}
 		}
-		return false
+		return testwait.Want(false, "status --json to show the turn worker owning 1 session")
 	})
 
 	// dlq list and show: the letter with its reason, session and what to do.
@@ -268,9 +258,9 @@ func TestOpsCommandsAgainstAPipeline(t *testing.T) {
 		t.Fatalf("dlq retry: %v\n%s", err, out)
 	}
 	mustContain(t, "dlq retry", out, "dead letter "+id+" put back on im.out.", "IM_OUT seq")
-	waitFor(t, "the retried reply at the callback", func() bool {
+	testwait.Eventually(t, 0, func() error {
 		got := cb.accepted()
-		return len(got) == 1 && strings.Contains(got[0], "echo: hello ops")
+		return testwait.Want(len(got) == 1 && strings.Contains(got[0], "echo: hello ops"), "the retried reply is not at the callback: %q", got)
 	})
 	if out, _ = runCmd(t, cmdDLQ, "list", "--data", dir); !strings.Contains(out, "no dead letters") {
 		t.Fatalf("dlq list after the retry:\n%s", out)
@@ -283,9 +273,9 @@ func TestOpsCommandsAgainstAPipeline(t *testing.T) {
 		in.Content = []webhook.Segment{events.TextSeg("again " + m)}
 		postWebhook(t, p.WebhookURL, in)
 	}
-	waitFor(t, "two new dead letters", func() bool {
+	testwait.Eventually(t, 0, func() error {
 		letters, _ = store.List(ctx, dlq.Filter{})
-		return len(letters) == 2
+		return testwait.Want(len(letters) == 2, "%d new dead letters, want 2", len(letters))
 	})
 	out, err = runCmd(t, cmdDLQ, "purge", "--data", dir, "--role", "egress")
 	if err != nil || !strings.Contains(out, "2 dead letters purged") {
@@ -487,15 +477,15 @@ func TestOperationsDocCommands(t *testing.T) {
 	used := map[string]bool{} // retried or discarded
 	freshID := func() string {
 		var id string
-		waitFor(t, "a dead letter", func() bool {
+		testwait.Eventually(t, 0, func() error {
 			ls, _ := store.List(ctx, dlq.Filter{})
 			for i := len(ls) - 1; i >= 0; i-- {
 				if !used[ls[i].ID] {
 					id = ls[i].ID
-					return true
+					return nil
 				}
 			}
-			return false
+			return testwait.Want(false, "a dead letter")
 		})
 		return id
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 )
@@ -41,8 +42,10 @@ func regionTestServer(t *testing.T, domain string, leafPort int) *server.Server 
 		t.Fatal("server not ready")
 	}
 	t.Cleanup(s.Shutdown)
-	for deadline := time.Now().Add(10 * time.Second); domain != "" && s.NumLeafNodes() == 0 && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
+	if domain != "" { // the hub runs already: the region's leaf connection comes up
+		testwait.Eventually(t, 0, func() error {
+			return testwait.Want(s.NumLeafNodes() > 0, "region %s has no leaf connection to the hub", domain)
+		})
 	}
 	return s
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/agentbus/agentbus/internal/testwait"
 )
 
 const childEnv = "CHILDPROC_TEST_CHILD"
@@ -125,17 +127,14 @@ func TestNoOrphans(t *testing.T) {
 		t.Fatalf("grandchild %q not running (%v)", info, err)
 	}
 	p.Kill()
-	deadline := time.Now().Add(30 * time.Second)
-	for alive(grandchild) {
+	testwait.Eventually(t, 0, func() error {
+		if !alive(grandchild) {
+			return nil
+		}
 		// A zombie (killed, not yet reaped by init) still answers kill 0; its state says.
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", grandchild)); err == nil && strings.Contains(string(b), ") Z ") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("grandchild %d still running 30s after its parent was killed", grandchild)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", grandchild))
+		return testwait.Want(err == nil && strings.Contains(string(b), ") Z "), "grandchild %d still running after its parent was killed", grandchild)
+	})
 }
 
 func TestWaitReadyReportsExit(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/internal/fakeopenai"
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/openai"
 )
@@ -86,10 +87,7 @@ func TestLatencyAbortAndUntil(t *testing.T) {
 	if m := complete(t, s, context.Background(), &llm.Context{Messages: []llm.Message{llm.UserText("b", 1)}}); m.TextContent() != "early" {
 		t.Errorf("Until did not end the latency: %q %s", m.TextContent(), m.ErrorMessage)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !s.Requests()[0].Aborted && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Eventually(t, 0, func() error { return testwait.Want(s.Requests()[0].Aborted, "the first request not marked aborted") })
 	if rs := s.Requests(); !rs[0].Aborted || rs[1].Aborted || s.MaxConcurrent() < 1 {
 		t.Errorf("aborted flags %v %v", rs[0].Aborted, rs[1].Aborted)
 	}

@@ -69,7 +69,7 @@ func TestExecApprovalRoundTrips(t *testing.T) {
 		n++
 		id := fmt.Sprintf("a%d", n)
 		pl.post(private(id, sender, text))
-		got, err := pl.cb.waitFor(1, 15*time.Second, func(r reply) bool { return r.ReplyTo == id })
+		got, err := pl.cb.waitFor(1, waitMargin, func(r reply) bool { return r.ReplyTo == id })
 		if err != nil {
 			t.Fatalf("%s %q: %v; replies: %s", sender, text, err, fmtReplies(pl.cb.all()))
 		}
@@ -116,7 +116,7 @@ func TestExecApprovalRoundTrips(t *testing.T) {
 		n++
 		id := fmt.Sprintf("a%d", n)
 		pl.post(group(id, "g1", sender, text, true))
-		got, err := pl.cb.waitFor(1, 15*time.Second, func(r reply) bool { return r.ReplyTo == id })
+		got, err := pl.cb.waitFor(1, waitMargin, func(r reply) bool { return r.ReplyTo == id })
 		if err != nil {
 			t.Fatalf("%s %q: %v; replies: %s", sender, text, err, fmtReplies(pl.cb.all()))
 		}

@@ -26,7 +26,7 @@ func TestChatCommands(t *testing.T) {
 		id := fmt.Sprintf("c%d", n)
 		before := len(pl.cb.all())
 		pl.post(private(id, sender, text))
-		got, err := pl.cb.waitFor(1, 15*time.Second, func(r reply) bool { return r.ReplyTo == id })
+		got, err := pl.cb.waitFor(1, waitMargin, func(r reply) bool { return r.ReplyTo == id })
 		if err != nil {
 			t.Fatalf("%s %q: %v; replies: %s", sender, text, err, fmtReplies(pl.cb.all()[before:]))
 		}
@@ -106,7 +106,7 @@ func TestChatCommands(t *testing.T) {
 	}
 	// In a group, /new needs a moderator.
 	pl.post(group("g-new", "g1", "u2", "/new", true))
-	got, err := pl.cb.waitFor(1, 15*time.Second, func(r reply) bool { return r.ReplyTo == "g-new" })
+	got, err := pl.cb.waitFor(1, waitMargin, func(r reply) bool { return r.ReplyTo == "g-new" })
 	if err != nil || !strings.Contains(got[0].Text(), "in a group is for") {
 		t.Errorf("/new in a group by a user: %v %s", err, fmtReplies(got))
 	}

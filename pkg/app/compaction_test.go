@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/internal/fakeopenai"
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/store"
 )
@@ -256,14 +257,7 @@ func TestKillDuringCompaction(t *testing.T) {
 		pl.replies(i + 1)
 	}
 	pl.post(private("c1", master, "/compact"))
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	for summaryCalls.Load() == 0 {
-		if ctx.Err() != nil {
-			t.Fatal("no summary call")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Eventually(t, waitMargin, func() error { return testwait.Want(summaryCalls.Load() > 0, "no summary call") })
 	pl.p.Turn.Kill()
 	if _, err := pl.p.AddTurnWorker(context.Background(), "tw-next"); err != nil {
 		t.Fatal(err)
@@ -445,13 +439,7 @@ func TestKillDuringAutoCompaction(t *testing.T) {
 		pl.replies(i)
 	}
 	pl.post(private("m3", "fay", "message 3")) // 4 messages loaded > maxHistory: compaction first
-	deadline := time.Now().Add(15 * time.Second)
-	for summaryCalls.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no automatic compaction started")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Eventually(t, waitMargin, func() error { return testwait.Want(summaryCalls.Load() > 0, "no automatic compaction started") })
 	pl.p.Turn.Kill()
 	if _, err := pl.p.AddTurnWorker(context.Background(), "tw-next"); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/internal/fakeopenai"
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/store/transcript"
 	"github.com/agentbus/agentbus/pkg/toolworker"
@@ -511,11 +512,9 @@ func TestAgentTimeoutEndsATurn(t *testing.T) {
 	if !strings.Contains(got[0].Text(), "ai.agent.timeout (1.5s)") || strings.Contains(got[0].Text(), "too late") {
 		t.Fatalf("reply to a turn past its deadline: %q", got[0].Text())
 	}
-	for deadline := time.Now().Add(waitMargin); !pl.model.Requests()[0].Aborted; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the model call was not cancelled at the deadline")
-		}
-	}
+	testwait.Eventually(t, waitMargin, func() error {
+		return testwait.Want(pl.model.Requests()[0].Aborted, "the model call was not cancelled at the deadline")
+	})
 	pl.post(private("m2", "ann", "next"))
 	if got := pl.replies(2); got[1].Text() != "echo: next" {
 		t.Fatalf("next reply %q", got[1].Text())

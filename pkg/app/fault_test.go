@@ -421,7 +421,7 @@ func TestFaultCluster(t *testing.T) {
 	}()
 	if testing.Verbose() {
 		go func() {
-			time.Sleep(time.Until(loadEnd.Add(15 * time.Second)))
+			time.Sleep(time.Until(loadEnd.Add(15 * time.Second))) // the schedule: dump state if replies are missing by then
 			if len(cb.all()) < len(allSent) {
 				faultDumpState(t, urls)
 			}
@@ -446,8 +446,7 @@ func TestFaultCluster(t *testing.T) {
 	restartMu.Lock()
 	t.Logf("role processes that exited by themselves during the run and were started again: %d %v", len(restarts), restarts)
 	restartMu.Unlock()
-	// Let late duplicates show up.
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // a window: late duplicates show up now
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -730,7 +729,7 @@ func TestFaultCluster(t *testing.T) {
 					_ = syscall.Kill(c.Pid(), syscall.SIGQUIT)
 				}
 			}
-			time.Sleep(2 * time.Second)
+			time.Sleep(2 * time.Second) // the workers write their goroutine dumps
 			t.Logf("goroutine dumps of the turn workers are in %s/turn-*.log", *faultLogs)
 		}
 	}

@@ -277,7 +277,7 @@ func postPaced(pl *pipeline, m msg) {
 		case http.StatusAccepted:
 			return
 		case http.StatusTooManyRequests:
-			time.Sleep(wait)
+			time.Sleep(wait) // the rate limit's Retry-After, as a platform would
 		default:
 			pl.t.Fatalf("POST %s: %d %s", m.id, code, body)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/internal/fakeopenai"
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
@@ -287,7 +288,7 @@ func (pl *pipeline) waitToolsServed() {
 		if i == 50 {
 			pl.t.Fatalf("no tools served after %d /health probes: %q", i, got[i-1].Text())
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // pace the probes: each one is a turn
 	}
 }
 
@@ -295,7 +296,7 @@ func (pl *pipeline) waitToolsServed() {
 // answer would show up within that time).
 func (pl *pipeline) settle(n int) []reply {
 	pl.t.Helper()
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(400 * time.Millisecond) // the window a duplicate would show up in
 	got := pl.cb.all()
 	if len(got) != n {
 		pl.t.Fatalf("%d replies, want exactly %d: %s", len(got), n, fmtReplies(got))
@@ -336,17 +337,15 @@ func (pl *pipeline) lastMsg(stream, subject string) *jetstream.RawStreamMsg {
 	if err != nil {
 		pl.t.Fatal(err)
 	}
-	deadline := time.Now().Add(waitMargin)
-	for {
-		m, err := s.GetLastMsgForSubject(context.Background(), subject)
-		if err == nil {
-			return m
+	var m *jetstream.RawStreamMsg
+	testwait.Eventually(pl.t, waitMargin, func() error {
+		m, err = s.GetLastMsgForSubject(context.Background(), subject)
+		if err != nil {
+			return fmt.Errorf("no message on %s %s: %w", stream, subject, err)
 		}
-		if time.Now().After(deadline) {
-			pl.t.Fatalf("no message on %s %s: %v", stream, subject, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return m
 }
 
 // lastInbound is the last inbound message of sk as the bus stores it (im.LastInbound), as the

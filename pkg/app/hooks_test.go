@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/agentbus/agentbus/internal/fakeopenai"
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/hooks"
 	"github.com/agentbus/agentbus/pkg/tools"
 	"github.com/agentbus/agentbus/pkg/webhook"
@@ -420,17 +421,12 @@ func runHookMatrix(t *testing.T, svc *hookService, target func(string) string, s
 
 	waitCalls := func(what string, n int, pred func(hookCall) bool) []hookCall {
 		t.Helper()
-		deadline := time.Now().Add(waitMargin)
-		for {
-			got := svc.callsOf(pred)
-			if len(got) >= n {
-				return got
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d hook calls, want %d", what, len(got), n)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		var got []hookCall
+		testwait.Eventually(t, waitMargin, func() error {
+			got = svc.callsOf(pred)
+			return testwait.Want(len(got) >= n, "%s: %d hook calls, want %d", what, len(got), n)
+		})
+		return got
 	}
 	is := func(hook, event, scene string) func(hookCall) bool {
 		return func(c hookCall) bool {

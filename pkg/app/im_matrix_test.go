@@ -15,6 +15,7 @@ import (
 	"maunium.net/go/mautrix/id"
 
 	"github.com/agentbus/agentbus/internal/fakeopenai"
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/im/matrix"
@@ -181,7 +182,7 @@ ai:
 		if rc := lastReceipt(t, p, sk); rc.MessageID != got[0].ID.String() {
 			t.Fatalf("receipt carries %q, the reply is %s", rc.MessageID, got[0].ID)
 		}
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // a window: an answer to the plain message would show up now
 		if n := len(roomEvents(t, alice.Client, r.RoomID, bot.ID)); n != 1 {
 			t.Fatalf("bot sent %d messages in the group, want 1 (the plain message is not answered)", n)
 		}
@@ -331,28 +332,11 @@ func firstNumber(t *testing.T, s string) int {
 // sent while nobody synced are answered once each.
 func matrixTakeover(t *testing.T, hs *dendritetest.Server, alice *dendritetest.User, model *fakeopenai.Server) {
 	tbot := hs.Register(t, "takeoverbot", "Takeoverbot")
-	dir := tempDir(t)
-	const natsToken = "bus-token-for-tests"
-	common := fmt.Sprintf(`
-im:
+	core, ingest := startTakeoverCore(t, fmt.Sprintf(`
   matrix:
     bots:
-      - {id: mxt, homeserver: "%[1]s", userId: "%[2]s", accessToken: "%[3]s", preview: "off"}
-ai:
-  providers:
-    fake: {api: openai-completions, baseUrl: "%[4]s", apiKey: test}
-  agents:
-    zhin: {provider: fake, model: m1}
-`, hs.URL, tbot.ID, tbot.Token, model.BaseURL())
-	core := startProc(t, fmt.Sprintf(`
-dataDir: %[1]s/core
-nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: memory, token: %[2]s}
-`, dir, natsToken)+common, app.Roles{TurnWorker: true, ToolWorker: true, Egress: true})
-	url := core.Embedded.ClientURL()
-	ingestYML := func(name string) string {
-		return fmt.Sprintf("dataDir: %s/%s\nnats: {url: %q, token: %s, storage: memory}\n", dir, name, url, natsToken) + common
-	}
-	a := startProc(t, ingestYML("a"), app.Roles{Ingest: true})
+      - {id: mxt, homeserver: "%[1]s", userId: "%[2]s", accessToken: "%[3]s", preview: "off"}`, hs.URL, tbot.ID, tbot.Token), model.BaseURL())
+	a := ingest("a")
 	ctx := context.Background()
 	kv, err := core.JS.KeyValue(ctx, events.BucketLeases)
 	if err != nil {
@@ -366,7 +350,7 @@ nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: mem
 			t.Fatal("replica a made no first sync")
 		}
 	}
-	b := startProc(t, ingestYML("b"), app.Roles{Ingest: true})
+	b := ingest("b")
 	_ = b
 	room := dmWith(t, alice, tbot.ID)
 	if _, err := alice.Client.SendText(ctx, room, "before"); err != nil {
@@ -388,7 +372,7 @@ nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: mem
 		t.Fatal(err)
 	}
 	waitEvents(t, alice.Client, room, tbot.ID, 1, 90*time.Second, bodyHas("echo: after"))
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // a window: a doubled answer would show up now
 	for _, text := range []string{"echo: before", "echo: during 0", "echo: during 1", "echo: during 2", "echo: after"} {
 		n := 0
 		for _, e := range roomEvents(t, alice.Client, room, tbot.ID) {
@@ -453,14 +437,10 @@ ai:
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if _, err := kv.Get(ctx, matrix.SyncKey("mxf")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no first sync")
-		}
-	}
+	testwait.Eventually(t, waitMargin, func() error {
+		_, err := kv.Get(ctx, matrix.SyncKey("mxf"))
+		return testwait.Want(err == nil, "no first sync: %v", err)
+	})
 	fake.FailNext("send", 2, 429, 1000)
 	fake.Text(room, "@ann:"+matrixtest.ServerName, "hello through a rate limit")
 	isReply := func(c matrixtest.Call) bool {
@@ -478,7 +458,7 @@ ai:
 		t.Fatalf("429s = %+v, delivered %+v: want two 429s of the same transaction before the delivery", limited, ok[0])
 	}
 	t.Logf("reply delivered %v after the first 429 (retry_after_ms 1000)", ok[0].Time.Sub(limited[0].Time).Round(time.Millisecond))
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // a window: a second delivery would show up now
 	n := 0
 	for _, c := range fake.Calls() {
 		if isReply(c) && c.Status == 200 {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/internal/fakeopenai"
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
@@ -78,9 +79,10 @@ func obScript(r *fakeopenai.Request) fakeopenai.Reply { return fakeopenai.Echo(r
 
 // TestOneBotForwardWebSocket runs the whole pipeline against a OneBot v11 implementation that
 // agentbus dials (forward WebSocket) for what is OneBot's own: a group admin's role reaches
-// IM_IN. Replies quoting the message, mentions, commands, images (fetched from the
-// implementation's loopback address), the chunk limit, masters and redelivered events are
-// TestIMConformance's (pkg/im/onebot/onebottest.Conformance).
+// IM_IN and lets them run /reset in the group. Replies quoting the message, mentions,
+// commands, images (fetched from the implementation's loopback address, the URL kept as
+// sourceUrl), the chunk limit, masters and redelivered events are TestIMConformance's
+// (pkg/im/onebot/onebottest.Conformance).
 func TestOneBotForwardWebSocket(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the pipeline")
@@ -119,23 +121,28 @@ ai:
 		})
 	}
 
-	t.Run("group mention answered, plain group message not", func(t *testing.T) {
-		fake.Push(fake.GroupMessage(1002, 5555, 43, "member", []map[string]any{onebottest.Text("just chatting")}))
-		fake.Push(fake.GroupMessage(1004, 5555, 44, "admin", []map[string]any{onebottest.At(obSelf), onebottest.Text(" what time is it")}))
-		c := sends(1, "5555")[0]
-		if c.Params["message_type"] != "group" || !strings.Contains(c.Text(), "what time is it") {
-			t.Fatalf("group reply = %+v", c)
+	// OneBot's own: the sender's group role (admin) reaches IM_IN and lets a group admin run
+	// a moderator command; a member may not.
+	t.Run("group admin may /reset, a member may not", func(t *testing.T) {
+		before := len(model.Requests())
+		fake.Push(fake.GroupMessage(1010, 5557, 47, "admin", []map[string]any{onebottest.At(obSelf), onebottest.Text(" /reset")}))
+		if c := sends(1, "5557")[0]; !strings.Contains(c.Text(), "Session reset") {
+			t.Fatalf("@bot /reset by a group admin answered %q, want the reset command's answer", c.Text())
 		}
-		if strings.Contains(c.Text(), "just chatting") {
-			t.Fatalf("answered a message without a mention: %q", c.Text())
-		}
-		// The admin's role reached IM_IN.
-		raw := lastIMIn(t, p, events.SessionKey{Platform: "onebot", Bot: "qq1", Scope: "group", Scene: "5555"})
+		raw := lastIMIn(t, p, events.SessionKey{Platform: "onebot", Bot: "qq1", Scope: "group", Scene: "5557"})
 		if !raw.Data.Sender.HasRole("group_admin") || !raw.Data.MentionsBot {
 			t.Fatalf("im.in sender = %+v mentionsBot=%v", raw.Data.Sender, raw.Data.MentionsBot)
 		}
+		fake.Push(fake.GroupMessage(1011, 5557, 48, "member", []map[string]any{onebottest.At(obSelf), onebottest.Text(" /reset")}))
+		if c := sends(2, "5557")[1]; strings.Contains(c.Text(), "Session reset") || !strings.Contains(c.Text(), "/reset in a group is for") {
+			t.Fatalf("@bot /reset by a member answered %q, want a refusal", c.Text())
+		}
+		for _, r := range model.Requests()[before:] {
+			if last := r.LastUser(); strings.Contains(last, "/reset") {
+				t.Fatalf("a command reached the model as chat: %q", last)
+			}
+		}
 	})
-
 }
 
 // lastIMIn returns the last inbound message of session sk as the bus stores it (im.LastInbound:
@@ -254,30 +261,13 @@ func TestOneBotConnectionTakeover(t *testing.T) {
 	}
 	fake := onebottest.New(t, obToken, obSelf)
 	model := fakeopenai.New(t, obScript)
-	dir := tempDir(t)
-	const natsToken = "bus-token-for-tests"
-	common := fmt.Sprintf(`
-im:
+	core, ingest := startTakeoverCore(t, fmt.Sprintf(`
   onebot:
     bots:
-      - {id: qq1, selfId: "%[1]d", mode: ws, apiBase: "%[2]s", accessToken: %[3]s}
-ai:
-  providers:
-    fake: {api: openai-completions, baseUrl: "%[4]s", apiKey: test}
-  agents:
-    zhin: {provider: fake, model: m1}
-`, obSelf, fake.WSURL(), obToken, model.BaseURL())
-	core := startProc(t, fmt.Sprintf(`
-dataDir: %[1]s/core
-nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: memory, token: %[2]s}
-`, dir, natsToken)+common, app.Roles{TurnWorker: true, ToolWorker: true, Egress: true})
-	url := core.Embedded.ClientURL()
-	ingestYML := func(name string) string {
-		return fmt.Sprintf("dataDir: %s/%s\nnats: {url: %q, token: %s, storage: memory}\n", dir, name, url, natsToken) + common
-	}
-	a := startProc(t, ingestYML("a"), app.Roles{Ingest: true})
+      - {id: qq1, selfId: "%[1]d", mode: ws, apiBase: "%[2]s", accessToken: %[3]s}`, obSelf, fake.WSURL(), obToken), model.BaseURL())
+	a := ingest("a")
 	first := fake.WaitConn(60 * time.Second)
-	b := startProc(t, ingestYML("b"), app.Roles{Ingest: true})
+	b := ingest("b")
 	_ = b
 	time.Sleep(3 * time.Second) // b competes for the lease and must not connect
 	if n := len(fake.Conns()); n != 1 {
@@ -302,13 +292,9 @@ nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: mem
 	killed := time.Now()
 	fake.SetDown(true)
 	a.NC.Close()
-	deadline := time.Now().Add(60 * time.Second)
-	for len(fake.Conns()) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the dead holder's connection stayed open")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.Eventually(t, waitMargin, func() error {
+		return testwait.Want(len(fake.Conns()) == 0, "the dead holder's connection stayed open")
+	})
 	during := []map[string]any{
 		fake.PrivateMessage(3003, 61, []map[string]any{onebottest.Text("during one")}),
 		fake.PrivateMessage(3004, 61, []map[string]any{onebottest.Text("during two")}),
@@ -319,7 +305,7 @@ nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: mem
 			t.Fatalf("pushed to %d connections during the gap", n)
 		}
 	}
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // the gap lasts: the new holder's connection attempts are refused meanwhile
 	fake.SetDown(false)
 	second := fake.WaitConn(60*time.Second, first)
 	t.Logf("connection %d taken over as connection %d after %v", first, second, time.Since(killed).Round(time.Millisecond))
@@ -331,7 +317,7 @@ nats: {embedded: true, storeDir: %[1]s/nats, listen: "127.0.0.1:0", storage: mem
 	if c := answered("echo: after"); c.Conn != second {
 		t.Fatalf("reply went over connection %d, want the new holder's %d", c.Conn, second)
 	}
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // a window: a doubled answer would show up now
 	for _, text := range []string{"echo: before", "echo: during one", "echo: during two", "during in the group", "echo: after"} {
 		n := 0
 		for _, c := range fake.Calls() {

@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agentbus/agentbus/internal/fakeopenai"
 )
@@ -50,7 +49,7 @@ func TestImageURLThatFailsIsANote(t *testing.T) {
 			before := len(pl.model.Requests())
 			id := fmt.Sprintf("img-url-%d", i)
 			pl.postSegments(id, seg("text", "text", "what is this?"), seg("image", "url", srv.URL+tc.path))
-			if _, err := pl.cb.waitFor(1, 30*time.Second, func(r reply) bool { return r.ReplyTo == id }); err != nil {
+			if _, err := pl.cb.waitFor(1, waitMargin, func(r reply) bool { return r.ReplyTo == id }); err != nil {
 				t.Fatal(err)
 			}
 			reqs := pl.model.Requests()[before:]

@@ -66,7 +66,7 @@ func TestMediaReachesTheModel(t *testing.T) {
 		before := len(pl.model.Requests())
 		id := fmt.Sprintf("media-%d", i)
 		pl.postSegments(id, tc.content...)
-		if _, err := pl.cb.waitFor(1, 15*time.Second, func(r reply) bool { return r.ReplyTo == id }); err != nil {
+		if _, err := pl.cb.waitFor(1, waitMargin, func(r reply) bool { return r.ReplyTo == id }); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		reqs := pl.model.Requests()[before:]
@@ -133,7 +133,7 @@ func TestMediaLinksBecomeSegments(t *testing.T) {
 		"[voice](https://example.com/v.amr)\nand [the docs](https://example.com/docs) stay a link."
 	pl := newPipeline(t, func(r *fakeopenai.Request) fakeopenai.Reply { return fakeopenai.Reply{Text: answer} }, pipelineOpts{})
 	pl.post(private("m1", "u1", "send me things"))
-	got, err := pl.cb.waitFor(7, 15*time.Second, func(r reply) bool { return r.ReplyTo == "m1" })
+	got, err := pl.cb.waitFor(7, waitMargin, func(r reply) bool { return r.ReplyTo == "m1" })
 	if err != nil {
 		t.Fatalf("%v: %s", err, fmtReplies(pl.cb.all()))
 	}

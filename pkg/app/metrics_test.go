@@ -25,6 +25,7 @@ import (
 
 	"github.com/agentbus/agentbus/internal/childproc"
 	"github.com/agentbus/agentbus/internal/fakeopenai"
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/logging"
@@ -180,7 +181,8 @@ ai:
 	ingest := start("ingest", ports[4])
 
 	pl := &pipeline{t: t, p: &app.Process{WebhookURL: "http://" + webhookAddr}, model: mdl, cb: cb}
-	waitFor(t, "user_profile served by the tool worker", func() error {
+	// user_profile served by the tool worker
+	testwait.Eventually(t, waitMargin, func() error {
 		mfs, err := scrape(tool.metrics)
 		if err != nil {
 			return err
@@ -283,7 +285,7 @@ ai:
 		return nil
 	}
 	// The consumer gauges are read every 15 s, the dead letter takes a moment.
-	waitFor(t, "every family present and moved", check)
+	testwait.Eventually(t, waitMargin, check) // every family present and moved
 
 	// Labels stay bounded: no series carries a session key, user id or message id.
 	for r, u := range urls {
@@ -329,7 +331,7 @@ ai:
 	turnB := start("turn-worker-b", ports[5])
 	pl.post(private("msg-3", "u2", "still there?"))
 	pl.repliesIn("u2", 2)
-	waitFor(t, "a lease takeover counted", func() error {
+	testwait.Eventually(t, waitMargin, func() error { // a lease takeover counted
 		mfs, err := scrape(turnB.metrics)
 		if err != nil {
 			return err
@@ -339,22 +341,6 @@ ai:
 		}
 		return nil
 	})
-}
-
-// waitFor polls cond until it returns nil, failing t with its last error after waitMargin.
-func waitFor(t *testing.T, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(waitMargin)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %s: %v", what, waitMargin, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
 }
 
 // jsonLines reads a JSON-lines log, failing on a line that is not JSON or repeats a key.

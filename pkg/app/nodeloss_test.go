@@ -168,13 +168,13 @@ func TestFaultNodeLoss(t *testing.T) {
 	}
 
 	// The node leading the most streams is killed at a third of the load.
-	time.Sleep(time.Until(start.Add(*nodeLossDuration / 3)))
+	time.Sleep(time.Until(start.Add(*nodeLossDuration / 3))) // the schedule of the fault
 	victim := nodeLossVictim(t, urls, plan)
 	leadersBefore := nodeLossLeaders(urls)
 	nodes[victim].Kill()
 	killAt := time.Now()
 	t.Logf("%.1fs kill -9 %s (leaders before: %v)", killAt.Sub(start).Seconds(), plan[victim].Name, leadersBefore)
-	time.Sleep(*nodeLossDown)
+	time.Sleep(*nodeLossDown) // the node stays down this long: the point of the test
 	if err := nodes[victim].Respawn(); err != nil {
 		t.Fatal(err)
 	}

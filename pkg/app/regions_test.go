@@ -433,13 +433,13 @@ func TestRegionFailover(t *testing.T) {
 
 	// Region a dies entirely at a third of the load; with -regions.cut the link between the
 	// regions stops first, and a goes on accepting what b never sees.
-	time.Sleep(time.Until(start.Add(*regionsDuration/3 - *regionsCut)))
+	time.Sleep(time.Until(start.Add(*regionsDuration/3 - *regionsCut))) // the schedule of the fault
 	if *regionsCut > 0 {
 		if err := syscall.Kill(hub.Pid(), syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("%.1fs hub stopped (SIGSTOP): nothing reaches b's mirrors", time.Since(start).Seconds())
-		time.Sleep(*regionsCut)
+		time.Sleep(*regionsCut) // the link stays cut this long: the point of the test
 	}
 	lagAtKill := map[string][2]uint64{} // stream → a's last seq, b's last seq, read just before the kill
 	for _, name := range natsutil.RegionStreams(spec) {
@@ -466,7 +466,7 @@ func TestRegionFailover(t *testing.T) {
 	mwg.Wait()
 	t.Logf("%.1fs region a killed (server and %d roles, SIGKILL)", killAt.Sub(start).Seconds(), len(rolesA))
 
-	time.Sleep(*regionsDecide)
+	time.Sleep(*regionsDecide) // the operator's time to decide, as the runbook has it
 	promoteStart := time.Now()
 	rep, err := natsutil.Promote(ctx, jsB, spec)
 	if err != nil {

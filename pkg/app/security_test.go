@@ -9,9 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/agentbus/agentbus/internal/fakeopenai"
+	"github.com/agentbus/agentbus/internal/testwait"
 )
 
 // TestProviderErrorEchoingKeyStaysOut: an upstream whose 401 body echoes the Authorization
@@ -49,10 +49,10 @@ func TestProviderErrorEchoingKeyStaysOut(t *testing.T) {
 		})
 	}
 	// Let egress write its receipts and transcripts.
-	deadline := time.Now().Add(15 * time.Second)
-	for pl.streamMsgs("IM_SENT") < 2 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.Eventually(t, waitMargin, func() error {
+		n := pl.streamMsgs("IM_SENT")
+		return testwait.Want(n >= 2, "%d receipts in IM_SENT, want 2", n)
+	})
 	for _, stream := range []string{"AGENT_CTX", "AGENT_EVENTS", "IM_OUT", "IM_SENT", "IM_IN", "SESSION_IN"} {
 		n := pl.scanStream(stream, key)
 		if n > 0 {

@@ -283,7 +283,7 @@ func TestIntrospectionCommandsAndPaging(t *testing.T) {
 		n++
 		id := fmt.Sprintf("c%d", n)
 		pl.post(private(id, sender, text))
-		got, err := pl.cb.waitFor(1, 20*time.Second, func(r reply) bool { return r.ReplyTo == id })
+		got, err := pl.cb.waitFor(1, waitMargin, func(r reply) bool { return r.ReplyTo == id })
 		if err != nil {
 			t.Fatalf("%s %q: %v", sender, text, err)
 		}
@@ -349,7 +349,7 @@ func TestAudioReachesAnAudioModel(t *testing.T) {
 		pl := newPipeline(t, fakeopenai.Echo, pipelineOpts{provider: ", models: [{id: m1, input: " + input + "}]"})
 		id := fmt.Sprintf("voice-%v", audio)
 		pl.postSegments(id, seg("text", "text", "what did I say?"), seg("record", "data", b64, "format", "wav"))
-		if _, err := pl.cb.waitFor(1, 20*time.Second, func(r reply) bool { return r.ReplyTo == id }); err != nil {
+		if _, err := pl.cb.waitFor(1, waitMargin, func(r reply) bool { return r.ReplyTo == id }); err != nil {
 			t.Fatal(err)
 		}
 		req := pl.model.Requests()[len(pl.model.Requests())-1]

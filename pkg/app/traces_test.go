@@ -224,7 +224,7 @@ ai:
 		cb.mu.Lock()
 		cb.got = nil
 		cb.mu.Unlock()
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // pace the probes: each one is a turn
 	}
 
 	// The caller (a platform that traces) sends the message in a trace of its own.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/internal/fakeopenai"
+	"github.com/agentbus/agentbus/internal/testwait"
 )
 
 // turnsTotal reads agentbus_turns_total{outcome} from the pipeline's process registry.
@@ -64,14 +65,11 @@ func TestIterationLimitReplies(t *testing.T) {
 	if !strings.Contains(text, fmt.Sprintf("Stopped after %d steps", n)) || !strings.Contains(text, fmt.Sprintf("checking step %d", n)) || got[0].ReplyTo != "chain" {
 		t.Fatalf("reply to a turn at the iteration limit after %d model calls: %q (replyTo %s)", n, text, got[0].ReplyTo)
 	}
-	deadline := time.Now().Add(waitMargin)
-	for pl.turnsTotal("iteration_limit") != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("agentbus_turns_total{outcome=\"iteration_limit\"} = %v, want 1", pl.turnsTotal("iteration_limit"))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(400 * time.Millisecond)
+	testwait.Eventually(t, waitMargin, func() error {
+		n := pl.turnsTotal("iteration_limit")
+		return testwait.Want(n == 1, "agentbus_turns_total{outcome=\"iteration_limit\"} = %v, want 1", n)
+	})
+	time.Sleep(400 * time.Millisecond) // the window a second reply would show up in
 	if rs := pl.cb.all(); len(rs) != 1+countScene(rs, "probe") {
 		t.Fatalf("more than one reply in u1's chat: %s", fmtReplies(rs))
 	}

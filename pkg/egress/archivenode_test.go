@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"testing"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 	"github.com/agentbus/agentbus/pkg/store/transcript"
@@ -98,7 +99,9 @@ func TestEgressReplicasEachKeepWholeArchive(t *testing.T) {
 	for _, id := range []string{"m1", "m2", "m3"} {
 		publishInbound(id)
 	}
-	waitFor(t, "both archives hold all three", func() bool { return count(hs[0]) == 3 && count(hs[1]) == 3 })
+	testwait.Eventually(t, 0, func() error {
+		return testwait.Want(count(hs[0]) == 3 && count(hs[1]) == 3, "both archives hold all three")
+	})
 
 	// The first replica restarts: same archive, same name, and it catches up on what came in
 	// meanwhile without storing anything twice.
@@ -109,7 +112,9 @@ func TestEgressReplicasEachKeepWholeArchive(t *testing.T) {
 	o := fastOptions(srv, testConfig(nil), t)
 	o.DataDir = dirs[0]
 	again := start(t, o)
-	waitFor(t, "the restarted archive catches up", func() bool { return count(again) == 4 && count(hs[1]) == 4 })
+	testwait.Eventually(t, 0, func() error {
+		return testwait.Want(count(again) == 4 && count(hs[1]) == 4, "the restarted archive catches up")
+	})
 	names := map[string]bool{}
 	for _, d := range dirs {
 		b, err := os.ReadFile(filepath.Join(d, nodeFile))

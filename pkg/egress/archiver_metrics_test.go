@@ -2,10 +2,10 @@ package egress
 
 import (
 	"testing"
-	"time"
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
@@ -25,14 +25,10 @@ func TestArchiverDeadLetterCounted(t *testing.T) {
 		t.Fatalf("before: %v archiver dead letters counted", got)
 	}
 	publishRaw(t, srv.JS, "im.in.webhook.b1.group.g1", []byte("{not json"))
-	deadline := time.Now().Add(30 * time.Second)
-	for deadLetterCount(t, reg, events.RoleArchiver, "invalid") != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("agentbus_dead_letters_total{role=archiver,reason=invalid} = %v, want 1",
-				deadLetterCount(t, reg, events.RoleArchiver, "invalid"))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Eventually(t, 0, func() error {
+		n := deadLetterCount(t, reg, events.RoleArchiver, "invalid")
+		return testwait.Want(n == 1, "agentbus_dead_letters_total{role=archiver,reason=invalid} = %v, want 1", n)
+	})
 	// The letter the counter counted is on the bus.
 	dl := lastMsg(t, srv.JS, events.StreamDeadLetters, events.DeadLetterSubject(events.RoleArchiver, "invalid"))
 	if len(dl.Data) == 0 {

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
@@ -176,17 +177,6 @@ func publishRaw(t testing.TB, js jetstream.JetStream, subject string, data []byt
 	}
 }
 
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // streamMsgs returns how many messages stream holds on subject filter.
 func streamMsgs(t testing.TB, js jetstream.JetStream, stream, filter string) uint64 {
 	t.Helper()
@@ -221,7 +211,9 @@ func lastMsg(t testing.TB, js jetstream.JetStream, stream, subject string) *jets
 func deadLetter(t testing.TB, js jetstream.JetStream, reason string) *events.Event[events.DeadLetter] {
 	t.Helper()
 	subj := events.DeadLetterSubject(events.RoleEgress, reason)
-	waitFor(t, "dead letter "+subj, func() bool { return streamMsgs(t, js, events.StreamDeadLetters, subj) > 0 })
+	testwait.Eventually(t, 0, func() error {
+		return testwait.Want(streamMsgs(t, js, events.StreamDeadLetters, subj) > 0, "a dead letter on %s", subj)
+	})
 	m := lastMsg(t, js, events.StreamDeadLetters, subj)
 	ev := new(events.Event[events.DeadLetter])
 	if err := events.Unmarshal(m.Data, ev); err != nil {
@@ -237,7 +229,9 @@ func TestDeliverWebhook(t *testing.T) {
 
 	out := outbound("turnA-0")
 	publish(t, srv.JS, out, "")
-	waitFor(t, "receipt", func() bool { return streamMsgs(t, srv.JS, events.StreamIMSent, events.PrefixIMSent+".>") == 1 })
+	testwait.Eventually(t, 0, func() error {
+		return testwait.Want(streamMsgs(t, srv.JS, events.StreamIMSent, events.PrefixIMSent+".>") == 1, "receipt")
+	})
 
 	if n := cb.count(); n != 1 {
 		t.Fatalf("callback got %d posts, want 1", n)
@@ -302,7 +296,10 @@ func TestSameOutIDTwiceSentOnce(t *testing.T) {
 	// dedupe, as a republish after the duplicate window would.
 	publish(t, srv.JS, out, "copy-1")
 	publish(t, srv.JS, out, "copy-2")
-	waitFor(t, "both copies handled", func() bool { s := h.Stats(); return s.Delivered+s.Skipped == 2 })
+	testwait.Eventually(t, 0, func() error {
+		s := h.Stats()
+		return testwait.Want(s.Delivered+s.Skipped == 2, "both copies handled: stats %+v", s)
+	})
 	if n := cb.count(); n != 1 {
 		t.Fatalf("callback got %d posts, want 1", n)
 	}
@@ -332,7 +329,9 @@ func TestLegacyDeliveredRecord(t *testing.T) {
 	}
 	publish(t, srv.JS, out, "old-1")
 	publish(t, srv.JS, out, "old-2")
-	waitFor(t, "both copies skipped", func() bool { return h.Stats().Skipped == 2 })
+	testwait.Eventually(t, 0, func() error {
+		return testwait.Want(h.Stats().Skipped == 2, "both copies skipped: stats %+v", h.Stats())
+	})
 	if n := cb.count(); n != 0 {
 		t.Fatalf("callback got %d posts, want 0 (delivered by the older version)", n)
 	}
@@ -379,7 +378,9 @@ func TestStoppedAfterSendBeforeAck(t *testing.T) {
 	o2 := fastOptions(srv, testConfig(cb), t)
 	second := start(t, o2)
 	// The unacked part comes back after AckWait (1 s) and is skipped.
-	waitFor(t, "redelivery to be skipped", func() bool { return second.Stats().Skipped == 1 })
+	testwait.Eventually(t, 0, func() error {
+		return testwait.Want(second.Stats().Skipped == 1, "redelivery to be skipped: stats %+v", second.Stats())
+	})
 	if n := cb.count(); n != 1 {
 		t.Fatalf("callback got %d posts, want exactly 1", n)
 	}
@@ -389,7 +390,7 @@ func TestStoppedAfterSendBeforeAck(t *testing.T) {
 	if n := streamMsgs(t, srv.JS, events.StreamIMSent, events.PrefixIMSent+".>"); n != 1 {
 		t.Fatalf("%d receipts, want 1", n)
 	}
-	// Acked now: nothing comes back.
+	// Acked now: nothing comes back (a window to wait out, longer than AckWait).
 	time.Sleep(1500 * time.Millisecond)
 	if s := second.Stats(); s.Skipped != 1 || cb.count() != 1 {
 		t.Fatalf("after ack: stats %+v, posts %d", s, cb.count())
@@ -450,7 +451,7 @@ func TestRetries(t *testing.T) {
 			out := outbound("turnR-0")
 			publish(t, srv.JS, out, "")
 			if tc.wantDLQ == "" {
-				waitFor(t, "delivery", func() bool { return h.Stats().Delivered == 1 })
+				testwait.Eventually(t, 0, func() error { return testwait.Want(h.Stats().Delivered == 1, "delivery: stats %+v", h.Stats()) })
 			} else {
 				dl := deadLetter(t, srv.JS, tc.wantDLQ)
 				if dl.Data.Role != events.RoleEgress || dl.Data.Subject != events.IMOutSubject(out.SessionKey()) || dl.Data.Seq == 0 {
@@ -465,7 +466,7 @@ func TestRetries(t *testing.T) {
 				}
 				t.Logf("dead letter error: %s", dl.Data.Error)
 			}
-			// Nothing is retried forever: the count stays put.
+			// Nothing is retried forever: the count stays put (a window to wait out).
 			time.Sleep(200 * time.Millisecond)
 			if n := cb.count(); n != tc.wantPosts {
 				t.Fatalf("callback got %d posts, want %d", n, tc.wantPosts)
@@ -484,7 +485,7 @@ func TestRetryAfterPausesPlatform(t *testing.T) {
 	})
 	h := start(t, fastOptions(srv, testConfig(cb), t))
 	publish(t, srv.JS, outbound("turnRA-0"), "")
-	waitFor(t, "delivery", func() bool { return h.Stats().Delivered == 1 })
+	testwait.Eventually(t, 0, func() error { return testwait.Want(h.Stats().Delivered == 1, "delivery: stats %+v", h.Stats()) })
 	if gap := cb.get(1).at.Sub(cb.get(0).at); gap < 900*time.Millisecond {
 		t.Fatalf("retried %v after a 429 with Retry-After: 1", gap)
 	}
@@ -548,7 +549,7 @@ func TestDeadLetters(t *testing.T) {
 			if len(dl.Data.Body()) == 0 {
 				t.Fatal("dead letter lost the original body")
 			}
-			waitFor(t, "ack", func() bool { return h.Stats().DeadLettered == 1 })
+			testwait.Eventually(t, 0, func() error { return testwait.Want(h.Stats().DeadLettered == 1, "ack: stats %+v", h.Stats()) })
 			if cb.count() != 0 {
 				t.Fatalf("callback got %d posts", cb.count())
 			}
@@ -578,7 +579,7 @@ func TestConsole(t *testing.T) {
 		t.Fatalf("console got %+v trace %q", ev.Data, ev.Trace)
 	}
 	// The receipt (the delivery record) is written before the delivery is counted.
-	waitFor(t, "receipt", func() bool { return h.Stats().Delivered == 1 })
+	testwait.Eventually(t, 0, func() error { return testwait.Want(h.Stats().Delivered == 1, "receipt: stats %+v", h.Stats()) })
 	rm := lastMsg(t, srv.JS, events.StreamIMSent, events.IMSentSubject(out.SessionKey()))
 	var rev events.Event[events.Receipt]
 	if err := events.Unmarshal(rm.Data, &rev); err != nil || rev.Data.MessageID != out.OutID {
@@ -627,6 +628,7 @@ func TestSlowSendNotRedelivered(t *testing.T) {
 			o.Senders["slow"] = im.SenderFunc(func(ctx context.Context, out events.Outbound) (string, error) {
 				n := calls.Add(1)
 				if n == 1 {
+					// The send outlasts AckWait: the point of the test.
 					time.Sleep(2500 * time.Millisecond)
 				}
 				return fmt.Sprint("slow-", n), nil
@@ -637,7 +639,9 @@ func TestSlowSendNotRedelivered(t *testing.T) {
 				out.Platform = "slow"
 				publish(t, srv.JS, out, "")
 			}
-			waitFor(t, "the slow parts", func() bool { return h.Stats().Delivered == uint64(tc.parts) })
+			testwait.Eventually(t, 0, func() error {
+				return testwait.Want(h.Stats().Delivered == uint64(tc.parts), "the slow parts: stats %+v", h.Stats())
+			})
 			time.Sleep(1500 * time.Millisecond) // a redelivery after AckWait would show up here
 			if s := h.Stats(); calls.Load() != int32(tc.parts) || s.Skipped != 0 {
 				t.Fatalf("%d sends, stats %+v: a part was redelivered while it was in hand", calls.Load(), s)
@@ -748,7 +752,9 @@ func TestSceneOrder(t *testing.T) {
 			publish(t, srv.JS, out, "")
 		}
 	}
-	waitFor(t, "all parts", func() bool { return h.Stats().Delivered == scenes*parts })
+	testwait.Eventually(t, 0, func() error {
+		return testwait.Want(h.Stats().Delivered == scenes*parts, "all parts: stats %+v", h.Stats())
+	})
 	for i := 0; i < cb.count(); i++ {
 		var body webhook.Outbound
 		if err := json.Unmarshal(cb.get(i).body, &body); err != nil {
@@ -781,7 +787,7 @@ func TestPanickingSenderDeadLettered(t *testing.T) {
 	if !strings.Contains(dl.Data.Error, "sender bug") {
 		t.Fatalf("dead letter error %q", dl.Data.Error)
 	}
-	waitFor(t, "ack", func() bool { return h.Stats().DeadLettered == 1 })
+	testwait.Eventually(t, 0, func() error { return testwait.Want(h.Stats().DeadLettered == 1, "ack: stats %+v", h.Stats()) })
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("panicking sender called %d times, want 1 (no retries)", n)
 	}
@@ -792,12 +798,12 @@ func TestPanickingSenderDeadLettered(t *testing.T) {
 func TestStopFinishesSendInFlight(t *testing.T) {
 	srv := natstest.New(t)
 	cb := newCallback(t, func(int) (int, http.Header, string) {
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // a slow platform: the send is in flight when Stop comes
 		return 200, nil, ""
 	})
 	h := start(t, fastOptions(srv, testConfig(cb), t))
 	publish(t, srv.JS, outbound("turnS-0"), "")
-	waitFor(t, "the send to start", func() bool { return cb.count() == 1 })
+	testwait.Eventually(t, 0, func() error { return testwait.Want(cb.count() == 1, "the send to start") })
 	if err := h.Stop(context.Background()); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
@@ -829,7 +835,7 @@ func TestPlatformRateLimit(t *testing.T) {
 		out.Scene.ID = fmt.Sprintf("g%d", i) // different scenes: only the platform limit serializes them
 		publish(t, srv.JS, out, "")
 	}
-	waitFor(t, "all parts", func() bool { return h.Stats().Delivered == n })
+	testwait.Eventually(t, 0, func() error { return testwait.Want(h.Stats().Delivered == n, "all parts: stats %+v", h.Stats()) })
 	// 10 sends at 20/s with a burst of 1 take at least 9 intervals of 50 ms.
 	if span := cb.get(n - 1).at.Sub(cb.get(0).at); span < 400*time.Millisecond {
 		t.Fatalf("10 sends at 20/s took only %v", span)
@@ -895,7 +901,7 @@ func TestRecreatedConsumerSendsNothingTwice(t *testing.T) {
 				out.Fresh = true
 				publish(t, srv.JS, out, "")
 			}
-			waitFor(t, "first delivery", func() bool { return h.Stats().Delivered == n })
+			testwait.Eventually(t, 0, func() error { return testwait.Want(h.Stats().Delivered == n, "first delivery: stats %+v", h.Stats()) })
 			if err := h.Stop(context.Background()); err != nil {
 				t.Fatalf("stop: %v", err)
 			}
@@ -907,7 +913,7 @@ func TestRecreatedConsumerSendsNothingTwice(t *testing.T) {
 			o2 := fastOptions(srv, testConfig(cb), t)
 			o2.Durable = tc.durable
 			h2 := start(t, o2)
-			waitFor(t, "second delivery", func() bool { return h2.Stats().Skipped == n })
+			testwait.Eventually(t, 0, func() error { return testwait.Want(h2.Stats().Skipped == n, "second delivery: stats %+v", h2.Stats()) })
 			if s := h2.Stats(); s.Delivered != 0 || s.DeadLettered != 0 {
 				t.Fatalf("second egress stats = %+v, want %d skipped and nothing sent", s, n)
 			}
@@ -940,7 +946,10 @@ func TestReceiptsShareTheChatSubject(t *testing.T) {
 		publish(t, srv.JS, outbound(fmt.Sprintf("turnS%d-0", i)), "")
 	}
 	publish(t, srv.JS, old, "")
-	waitFor(t, "every part handled", func() bool { s := h.Stats(); return s.Delivered+s.Skipped == n+1 })
+	testwait.Eventually(t, 0, func() error {
+		s := h.Stats()
+		return testwait.Want(s.Delivered+s.Skipped == n+1, "every part handled: stats %+v", s)
+	})
 	if s := h.Stats(); s.Delivered != n || s.Skipped != 1 || cb.count() != n {
 		t.Fatalf("stats %+v, %d posts; want %d sent and the old part skipped", s, cb.count(), n)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 	"github.com/agentbus/agentbus/pkg/store/transcript"
@@ -147,13 +148,13 @@ func TestArchiveEndToEnd(t *testing.T) {
 	publish(t, srv.JS, out, "")
 
 	var rows []transcript.Row
-	waitFor(t, "both rows archived", func() bool {
+	testwait.Eventually(t, 0, func() error {
 		resp, err := askSearch(context.Background(), srv.NC, events.TranscriptSearchRequest{Platform: "webhook", Bot: "b1", Scene: "g1", Keyword: "release"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		rows = resp.Rows
-		return len(rows) == 2
+		return testwait.Want(len(rows) == 2, "both rows archived")
 	})
 	if rows[0].Direction != transcript.Outbound || rows[0].MessageID == "" || rows[1].Direction != transcript.Inbound || rows[1].SenderName != "Ann" {
 		t.Fatalf("rows = %+v", rows)

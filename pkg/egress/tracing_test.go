@@ -5,11 +5,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 	"github.com/agentbus/agentbus/pkg/tracing"
 )
@@ -46,8 +46,7 @@ func TestSendSpanAndRetriedPOST(t *testing.T) {
 			publish(t, srv.JS, outbound("turnS-0"), "")
 
 			var send, posts []string // span ids; POST parents
-			deadline := time.Now().Add(30 * time.Second)
-			for {
+			testwait.Eventually(t, 0, func() error {
 				send, posts = nil, nil
 				for _, s := range exp.GetSpans() {
 					switch {
@@ -60,11 +59,8 @@ func TestSendSpanAndRetriedPOST(t *testing.T) {
 						posts = append(posts, s.Parent.SpanID().String())
 					}
 				}
-				if len(send) > 0 || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+				return testwait.Want(len(send) > 0, "no send span among %d exported", len(exp.GetSpans()))
+			})
 			if len(send) != 1 || len(posts) != tt.posts {
 				t.Fatalf("%d send and %d POST spans, want 1 and %d", len(send), len(posts), tt.posts)
 			}

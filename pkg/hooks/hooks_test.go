@@ -80,7 +80,7 @@ func respond(v any) func(http.ResponseWriter, hooks.Event) {
 }
 
 func TestRunAnswers(t *testing.T) {
-	hang := func(w http.ResponseWriter, _ hooks.Event) { time.Sleep(2 * time.Second) }
+	hang := func(w http.ResponseWriter, _ hooks.Event) { time.Sleep(2 * time.Second) } // a hook slower than its timeout
 	fail := func(w http.ResponseWriter, _ hooks.Event) { http.Error(w, "no", http.StatusInternalServerError) }
 	cases := []struct {
 		name    string
@@ -133,7 +133,7 @@ func TestRunAnswers(t *testing.T) {
 }
 
 func TestTimeoutIsReported(t *testing.T) {
-	srv := newServer(t, "", func(w http.ResponseWriter, _ hooks.Event) { time.Sleep(time.Second) })
+	srv := newServer(t, "", func(w http.ResponseWriter, _ hooks.Event) { time.Sleep(time.Second) }) // far past the 50 ms timeout
 	r, _ := hooks.New([]config.Hook{{Name: "slow", Events: []string{hooks.ToolBefore}, URL: srv.URL, TimeoutMs: 50, OnError: "block"}}, hooks.Options{Registry: &hooks.Registry{}})
 	_, out := r.ToolBefore(context.Background(), &hooks.Event{ID: "x"}, "t", "c", map[string]any{})
 	if !out.Blocked || !errors.Is(out.Err, hooks.ErrTimeout) {

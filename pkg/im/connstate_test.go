@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/im"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 )
@@ -46,17 +47,12 @@ func TestHoldReportsConnectionState(t *testing.T) {
 	}()
 	wait := func(what string, cond func(im.ConnStatus) bool) im.ConnStatus {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			s := ta.Status()
-			if cond(s) {
-				return s
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: state %+v", what, s)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		var s im.ConnStatus
+		testwait.Eventually(t, 0, func() error {
+			s = ta.Status()
+			return testwait.Want(cond(s), "%s: state %+v", what, s)
+		})
+		return s
 	}
 	<-attempt
 	wait("connecting while the first attempt runs", func(s im.ConnStatus) bool { return s.State == im.ConnConnecting })
@@ -77,13 +73,9 @@ func TestHoldReportsConnectionState(t *testing.T) {
 		_ = im.Hold(im.WithConnTracker(bctx, tb), im.HoldOptions{JS: js, Key: im.ConnKey("test", "bot1"), Owner: "b", TTL: 3 * time.Second},
 			func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for tb.Status().State != im.ConnStandby {
-		if time.Now().After(deadline) {
-			t.Fatalf("second replica: %+v", tb.Status())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Eventually(t, 0, func() error {
+		return testwait.Want(tb.Status().State == im.ConnStandby, "second replica: %+v", tb.Status())
+	})
 	if !tb.Status().Ready() {
 		t.Fatal("standby is not ready")
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 	"github.com/agentbus/agentbus/pkg/webhook"
 )
@@ -129,7 +130,7 @@ func TestWebhookFloodOfLargeBodies(t *testing.T) {
 		}
 		held = append(held, s)
 	}
-	waitUntil(t, 30*time.Second, func() error {
+	testwait.Eventually(t, 0, func() error {
 		if n, bytes := h.flight.load(); n != 4 || bytes < 4*big {
 			return fmt.Errorf("%d requests, %d bytes in flight, want the 4 large ones", n, bytes)
 		}
@@ -175,19 +176,5 @@ func TestWebhookFloodOfLargeBodies(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("chunked large body: %d, want 202", resp.StatusCode)
-	}
-}
-
-// waitUntil fails t unless cond returns nil within d, reporting cond's last error.
-func waitUntil(t testing.TB, d time.Duration, cond func() error) {
-	t.Helper()
-	for deadline := time.Now().Add(d); ; time.Sleep(10 * time.Millisecond) {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not true after %v: %v", d, err)
-		}
 	}
 }

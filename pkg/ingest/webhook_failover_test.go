@@ -46,7 +46,7 @@ func TestWebhookWaitsOutALeaderElection(t *testing.T) {
 	}
 	back := make(chan error, 1)
 	go func() {
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // IM_IN stays away a while: the request must retry through the gap
 		_, err := ns.JS.CreateStream(ctx, cfg)
 		back <- err
 	}()

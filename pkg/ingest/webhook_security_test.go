@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 	"github.com/agentbus/agentbus/pkg/webhook"
@@ -189,15 +190,11 @@ func TestWebhookReplayInsideTolerance(t *testing.T) {
 	}
 	// The server forgets message ids on a timer after the window, later on a loaded machine; a
 	// "duplicate" answer publishes nothing, so asking again until it is forgotten is harmless.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+	testwait.Eventually(t, 0, func() error {
 		got := send(t, srv2.URL+"/webhook/b1", h, b)
-		if got.code == 202 && !strings.Contains(got.body, `"duplicate":true`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("control replay: %d %s, want a fresh accept once the dedupe window is over", got.code, got.body)
-		}
-	}
+		return testwait.Want(got.code == 202 && !strings.Contains(got.body, `"duplicate":true`),
+			"control replay: %d %s, want a fresh accept once the dedupe window is over", got.code, got.body)
+	})
 	if n := inboundMsgs(t, ns2.JS); n != 2 {
 		t.Errorf("control: the bus holds %d inbound messages, want 2 (dedupe window over)", n)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/tools"
 )
@@ -195,15 +196,11 @@ func TestInMemoryAndReconnect(t *testing.T) {
 	// The server goes away: the known tool now answers with a clear error, no panic.
 	fail.Store(true)
 	serverSession.Load().Close()
-	deadline := time.Now().Add(5 * time.Second)
 	var r tools.Result
-	for time.Now().Before(deadline) {
+	testwait.Eventually(t, 0, func() error {
 		r = add.Run(ctx, tools.Call{Args: map[string]any{"a": 1, "b": 1}})
-		if r.IsError {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return testwait.Want(r.IsError, "the tool still answers after the server went away: %+v", r)
+	})
 	if !r.IsError || !strings.Contains(r.Text(), "MCP server mem is unavailable") {
 		t.Fatalf("after server loss: %+v", r)
 	}
@@ -304,15 +301,12 @@ func TestToolListChangedRelists(t *testing.T) {
 		func(ctx context.Context, req *mcp.CallToolRequest, in struct{}) (*mcp.CallToolResult, any, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "here"}}}, nil, nil
 		})
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if ts := byName(m.Tools(ctx)); len(ts) == 4 {
-			if r := ts["mcp_live_late"].Run(ctx, tools.Call{}); r.Text() != "here" {
-				t.Fatalf("%+v", r)
-			}
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	var ts map[string]tools.Tool
+	testwait.Eventually(t, 0, func() error {
+		ts = byName(m.Tools(ctx))
+		return testwait.Want(len(ts) == 4, "tool list change not picked up: %d tools", len(ts))
+	})
+	if r := ts["mcp_live_late"].Run(ctx, tools.Call{}); r.Text() != "here" {
+		t.Fatalf("%+v", r)
 	}
-	t.Fatal("tool list change was not picked up")
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 	"github.com/agentbus/agentbus/pkg/tools"
@@ -116,13 +117,7 @@ func TestSyncServesToolsOfALateServer(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 20s; registry %v", what, names(reg.List()))
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		testwait.Eventually(t, 0, func() error { return testwait.Want(cond(), "%s: not yet; registry %v", what, names(reg.List())) })
 	}
 	waitFor("the retired tool withdrawn", func() bool { return !has("mcp_late_retired") })
 	if has("mcp_late_add") || !has("echo") {

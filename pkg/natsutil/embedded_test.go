@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/natsutil"
@@ -239,17 +240,10 @@ func TestLeasesPerKeyTTL(t *testing.T) {
 	if _, err := kv.Create(ctx, "k", []byte("w1"), jetstream.KeyTTL(time.Second)); err != nil {
 		t.Fatalf("per-key TTL refused: %v", err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.Eventually(t, 0, func() error {
 		_, err := kv.Get(ctx, "k")
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lease did not expire: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return testwait.Want(errors.Is(err, jetstream.ErrKeyNotFound), "lease did not expire: %v", err)
+	})
 }
 
 func TestBaselinePublish(t *testing.T) {

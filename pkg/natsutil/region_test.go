@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 )
@@ -53,10 +54,10 @@ func regionServer(t *testing.T, domain string, leafPort int) (*server.Server, *n
 	if domain == "" {
 		return s, nil, nil
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for s.NumLeafNodes() == 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	// The hub runs already (the tests start it first): the leaf connection comes up.
+	testwait.Eventually(t, 0, func() error {
+		return testwait.Want(s.NumLeafNodes() > 0, "region %s has no leaf connection to the hub", domain)
+	})
 	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {
 		t.Fatal(err)
@@ -145,19 +146,13 @@ func TestRegionPromote(t *testing.T) {
 	// Every mirror catches up with its origin before a dies.
 	for _, name := range natsutil.RegionStreams(spec) {
 		want := streamInfo(ctx, t, jsA, name).State.LastSeq
-		for {
+		testwait.Eventually(t, 0, func() error {
 			got := streamInfo(ctx, t, jsB, name)
 			if natsutil.MirrorDomain(got.Config.Mirror) != "a" || len(got.Config.Subjects) != 0 {
 				t.Fatalf("%s in b: %+v, want a mirror of domain a without subjects", name, got.Config)
 			}
-			if got.State.LastSeq >= want {
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("%s in b: seq %d, a has %d", name, got.State.LastSeq, want)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return testwait.Want(got.State.LastSeq >= want, "%s in b: seq %d, a has %d", name, got.State.LastSeq, want)
+		})
 	}
 	sa.Shutdown()
 	if time.Now().After(due) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/buildinfo"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
@@ -69,20 +70,13 @@ func TestAnnounceListStop(t *testing.T) {
 	// A change of state reaches the bus at the next refresh (Refresh asks for it now).
 	state.Store(presence.StateConnected)
 	in.Refresh()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.Eventually(t, 0, func() error {
 		recs, err = presence.List(ctx, js)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(recs) > 0 && len(recs[0].Adapters) == 1 && recs[0].Adapters[0].Healthy() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("adapter state never became connected: %+v", recs)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return testwait.Want(len(recs) > 0 && len(recs[0].Adapters) == 1 && recs[0].Adapters[0].Healthy(), "adapter state not connected: %+v", recs)
+	})
 
 	// Stop removes the entry at once.
 	if err := tw.Stop(ctx); err != nil {

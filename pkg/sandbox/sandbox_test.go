@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentbus/agentbus/internal/testwait"
 )
 
 func workdir(t *testing.T) string {
@@ -99,8 +101,7 @@ func skipUnisolated(t *testing.T, name string) {
 // command line (PIDs inside a PID namespace are not the host's).
 func markerGone(t *testing.T, marker string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.Eventually(t, 0, func() error {
 		found := ""
 		ents, _ := os.ReadDir("/proc")
 		for _, e := range ents {
@@ -112,14 +113,8 @@ func markerGone(t *testing.T, marker string) {
 				found = e.Name()
 			}
 		}
-		if found == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("process %s (%s) still alive", found, marker)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return testwait.Want(found == "", "process %s (%s) still alive", found, marker)
+	})
 }
 
 func mustAtoi(s string) int { n, _ := strconv.Atoi(s); return n }
@@ -193,7 +188,7 @@ func TestCancelKillsProcessGroup(t *testing.T) {
 						cancel()
 						return
 					}
-					time.Sleep(10 * time.Millisecond)
+					time.Sleep(10 * time.Millisecond) // a poll off the test goroutine: cancel once the command started
 				}
 			}()
 			n := uniqueSleep()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 )
@@ -72,13 +73,7 @@ func TestPutReplaceListCancel(t *testing.T) {
 	if _, err := s.Cancel(ctx, sk, "job-x"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("second cancel: %v, want ErrNotFound", err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for inboxCount(t, ctx, srv.JS) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the reminder did not fire")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testwait.Eventually(t, 0, func() error { return testwait.Want(inboxCount(t, ctx, srv.JS) > 0, "the reminder did not fire") })
 	time.Sleep(1500 * time.Millisecond) // a second firing (the replaced one) would show now
 	if n := inboxCount(t, ctx, srv.JS); n != 1 {
 		t.Fatalf("%d inbox events, want exactly 1", n)

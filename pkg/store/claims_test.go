@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/agentbus/agentbus/internal/testwait"
 )
 
 // TestClaims walks a session claim through its owners: a claim holds while its owner's worker
@@ -39,17 +41,16 @@ func TestClaims(t *testing.T) {
 			return again
 		}, false},
 		{"owner's worker lease expired", func(t *testing.T, a Lease) Lease {
-			for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
-				if _, err := l.WorkerEpoch(ctx, a.Worker); errors.Is(err, ErrNotFound) {
-					t.Logf("worker lease gone %v after it was acquired (ttl 1s)", time.Since(start).Round(time.Millisecond))
-					return a
-				} else if err != nil {
+			start := time.Now()
+			testwait.Eventually(t, 0, func() error {
+				_, err := l.WorkerEpoch(ctx, a.Worker)
+				if err != nil && !errors.Is(err, ErrNotFound) {
 					t.Fatal(err)
 				}
-				if time.Since(start) > 15*time.Second {
-					t.Fatal("worker lease never expired")
-				}
-			}
+				return testwait.Want(errors.Is(err, ErrNotFound), "the worker lease of %s has not expired", a.Worker)
+			})
+			t.Logf("worker lease gone %v after it was acquired (ttl 1s)", time.Since(start).Round(time.Millisecond))
+			return a
 		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -134,18 +135,16 @@ func TestClaimOfTTLLease(t *testing.T) {
 	if _, err := l.Claim(ctx, sk, w, never); !errors.Is(err, ErrLeaseHeld) {
 		t.Fatalf("claim of a TTL-leased session: %v", err)
 	}
-	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+	testwait.Eventually(t, 0, func() error {
 		c, err := l.Claim(ctx, sk, w, never)
-		if err == nil {
-			if c.TookOver != "" {
-				t.Fatalf("claim after expiry took over %q", c.TookOver)
-			}
-			return
-		}
-		if !errors.Is(err, ErrLeaseHeld) || time.Since(start) > 15*time.Second {
+		if err != nil && !errors.Is(err, ErrLeaseHeld) {
 			t.Fatalf("claim after the TTL: %v", err)
 		}
-	}
+		if err == nil && c.TookOver != "" {
+			t.Fatalf("claim after expiry took over %q", c.TookOver)
+		}
+		return err // held: the TTL lease has not expired yet
+	})
 }
 
 // TestWatchWorkers: the watch shows an acquisition, renewals (same epoch), and the expiry of a

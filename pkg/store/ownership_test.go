@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/agentbus/agentbus/internal/testwait"
 )
 
 // TestExpiredOwnerIsFenced walks DESIGN.md §4 end to end: worker A owns a session and has loaded
@@ -43,14 +45,13 @@ func TestExpiredOwnerIsFenced(t *testing.T) {
 
 	// A stalls. B keeps trying and gets the lease once the server expired A's.
 	var b Lease
-	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
-		if b, err = leases.Acquire(ctx, sk, "worker-b", 5*time.Second); err == nil {
-			break
-		}
-		if !errors.Is(err, ErrLeaseHeld) || time.Since(start) > 10*time.Second {
+	testwait.Eventually(t, 0, func() error {
+		b, err = leases.Acquire(ctx, sk, "worker-b", 5*time.Second)
+		if err != nil && !errors.Is(err, ErrLeaseHeld) {
 			t.Fatalf("B acquire: %v", err)
 		}
-	}
+		return err // held: A's lease has not expired yet
+	})
 	if b.Token <= a.Token {
 		t.Fatalf("fencing token did not grow: %d -> %d", a.Token, b.Token)
 	}

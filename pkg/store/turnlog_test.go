@@ -57,7 +57,7 @@ func TestTurnLog(t *testing.T) {
 		}
 	}
 	before := time.Now()
-	time.Sleep(5 * time.Millisecond)
+	time.Sleep(5 * time.Millisecond) // what follows is stamped strictly after before
 	var t2start uint64
 	for i, ev := range t2 {
 		s, err := tl.Append(ctx, sk, ev)

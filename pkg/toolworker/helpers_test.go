@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/loop"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
@@ -140,26 +142,24 @@ func waitResult(t testing.TB, js jetstream.JetStream, sk events.SessionKey, call
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
+	var ev events.Event[events.ToolResult]
+	testwait.Eventually(t, 0, func() error {
 		raw, err := store.FindToolResult(ctx, js, st, sk, callID, time.Time{})
-		if err == nil {
-			var ev events.Event[events.ToolResult]
-			if err := events.UnmarshalMsg(&nats.Msg{Data: raw.Data, Header: raw.Header}, &ev); err != nil {
-				t.Fatalf("decode result: %v", err)
-			}
-			if ev.Data.CallID != callID {
-				t.Fatalf("result of %s found for call %s", ev.Data.CallID, callID)
-			}
-			return &ev
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return fmt.Errorf("no result for call %s", callID)
 		}
-		if !errors.Is(err, jetstream.ErrMsgNotFound) {
+		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("no result for call %s", callID)
-	return nil
+		if err := events.UnmarshalMsg(&nats.Msg{Data: raw.Data, Header: raw.Header}, &ev); err != nil {
+			t.Fatalf("decode result: %v", err)
+		}
+		if ev.Data.CallID != callID {
+			t.Fatalf("result of %s found for call %s", ev.Data.CallID, callID)
+		}
+		return nil
+	})
+	return &ev
 }
 
 // countResults is how many messages TOOL_RESULTS holds for the call: those on its session's
@@ -182,18 +182,18 @@ func countResults(t testing.TB, js jetstream.JetStream, sk events.SessionKey, ca
 // waitDrained waits until the tool's consumer has nothing pending or unacked.
 func waitDrained(t testing.TB, js jetstream.JetStream, tool string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
+	testwait.Eventually(t, 0, func() error {
 		c, err := js.Consumer(context.Background(), events.StreamToolCalls, ConsumerName(tool))
-		if err == nil {
-			info, err := c.Info(context.Background())
-			if err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
-				return
-			}
+		if err != nil {
+			return fmt.Errorf("consumer of %s: %w", tool, err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("consumer of %s not drained", tool)
+		info, err := c.Info(context.Background())
+		if err != nil {
+			return fmt.Errorf("consumer of %s: %w", tool, err)
+		}
+		return testwait.Want(info.NumPending == 0 && info.NumAckPending == 0,
+			"consumer of %s not drained: %d pending, %d unacked", tool, info.NumPending, info.NumAckPending)
+	})
 }
 
 func text(r *events.Event[events.ToolResult]) string {
@@ -202,18 +202,6 @@ func text(r *events.Event[events.ToolResult]) string {
 		s += c.Text
 	}
 	return s
-}
-
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
 }
 
 var seq atomic.Int64

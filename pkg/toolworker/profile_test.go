@@ -7,8 +7,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/tools"
 )
@@ -178,20 +178,14 @@ func TestProfileCache(t *testing.T) {
 	defer func() { stop(); <-ran }()
 	eventually := func(platform, user, want string) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		testwait.Eventually(t, 0, func() error {
 			got, err := cache.Summary(ctx, platform, user)
 			cache.mu.RLock()
 			ready := cache.ready
 			cache.mu.RUnlock()
-			if err == nil && got == want && ready {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("summary of %s/%s = %q, %v (cache ready %v); want %q", platform, user, got, err, ready, want)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return testwait.Want(err == nil && got == want && ready,
+				"summary of %s/%s = %q, %v (cache ready %v); want %q", platform, user, got, err, ready, want)
+		})
 	}
 	eventually("webhook", "u1", "User profile: name=Ann")
 	eventually("webhook", "u2", "")
@@ -210,17 +204,10 @@ func TestProfileCache(t *testing.T) {
 	if _, err := store.kv.Put(ctx, ProfileKey("webhook", "u3"), []byte("not json")); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testwait.Eventually(t, 0, func() error {
 		_, err := cache.Summary(ctx, "webhook", "u3")
-		if err != nil && strings.Contains(err.Error(), "malformed") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a malformed profile gave %v, want the store's error", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return testwait.Want(err != nil && strings.Contains(err.Error(), "malformed"), "a malformed profile gave %v, want the store's error", err)
+	})
 	if _, err := cache.Summary(ctx, "", "u1"); !errors.Is(err, ErrInvalidProfile) {
 		t.Fatalf("unknown sender: %v", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/tools"
 )
@@ -133,8 +134,8 @@ func TestLiveAttemptIsWaitedFor(t *testing.T) {
 	o2.DefaultTimeout, o2.Log = time.Minute, logs.logger()
 	startWorker(t, o2)
 	publishCall(t, srv.JS, call, call.CallID+".again") // the same call id under another msg id
-	eventually(t, "w2 waiting for w1's attempt", func() bool {
-		return strings.Contains(logs.String(), "waiting for that attempt's result")
+	testwait.Eventually(t, 0, func() error {
+		return testwait.Want(strings.Contains(logs.String(), "waiting for that attempt's result"), "w2 waiting for w1's attempt")
 	})
 	time.Sleep(attemptDead + attemptBeat) // longer than a silent attempt would be trusted
 	close(release)

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/tools"
 )
@@ -57,12 +58,15 @@ func TestAnnounceHeartbeatWithdraw(t *testing.T) {
 		t.Fatalf("entry = %+v", e)
 	}
 	first := e.UpdatedAt
-	eventually(t, "a heartbeat refresh", func() bool { e, _ := getEntry(t, kv, "echo"); return e.UpdatedAt > first })
+	testwait.Eventually(t, 0, func() error {
+		e, _ := getEntry(t, kv, "echo")
+		return testwait.Want(e.UpdatedAt > first, "a heartbeat refresh")
+	})
 
 	w2 := startWorker(t, fastOpts(srv, mustRegistry(t, gated), "w2"))
-	eventually(t, "both workers listed", func() bool {
+	testwait.Eventually(t, 0, func() error {
 		e, _ := getEntry(t, kv, "echo")
-		return slices.Equal(e.Workers, []string{"w1", "w2"})
+		return testwait.Want(slices.Equal(e.Workers, []string{"w1", "w2"}), "both workers listed")
 	})
 	mustStop(t, w1)
 	e, ok = getEntry(t, kv, "echo")
@@ -83,11 +87,14 @@ func TestCrashedWorkerDropsOutOfTheList(t *testing.T) {
 		t.Fatal(err)
 	}
 	startWorker(t, fastOpts(srv, mustRegistry(t, echoTool(nil)), "w2"))
-	eventually(t, "both listed", func() bool { e, _ := getEntry(t, kv, "echo"); return len(e.Workers) == 2 })
+	testwait.Eventually(t, 0, func() error {
+		e, _ := getEntry(t, kv, "echo")
+		return testwait.Want(len(e.Workers) == 2, "both listed")
+	})
 	w1.Kill()
-	eventually(t, "the crashed worker dropped", func() bool {
+	testwait.Eventually(t, 0, func() error {
 		e, ok := getEntry(t, kv, "echo")
-		return ok && slices.Equal(e.Workers, []string{"w2"})
+		return testwait.Want(ok && slices.Equal(e.Workers, []string{"w2"}), "the crashed worker dropped")
 	})
 }
 
@@ -102,13 +109,13 @@ func TestRegistryChangesFollowed(t *testing.T) {
 	if err := reg.Add(other); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "new tool announced", func() bool { _, ok := getEntry(t, kv, "other"); return ok })
+	testwait.Eventually(t, 0, func() error { _, ok := getEntry(t, kv, "other"); return testwait.Want(ok, "new tool announced") })
 	publishCall(t, srv.JS, newCall("other", "c-other", nil), "")
 	if r := waitResult(t, srv.JS, testSK, "c-other"); text(r) != "other ran" {
 		t.Fatalf("result %q", text(r))
 	}
 	reg.Remove("echo")
-	eventually(t, "removed tool withdrawn", func() bool { _, ok := getEntry(t, kv, "echo"); return !ok })
+	testwait.Eventually(t, 0, func() error { _, ok := getEntry(t, kv, "echo"); return testwait.Want(!ok, "removed tool withdrawn") })
 }
 
 func TestCallResultCorrelation(t *testing.T) {
@@ -142,8 +149,19 @@ func TestExecutedOnceForDuplicateRequests(t *testing.T) {
 	// them): the second arrives while the first is running ...
 	publishCall(t, srv.JS, newCall("slow", "dup1", nil), "a")
 	publishCall(t, srv.JS, newCall("slow", "dup1", nil), "b")
-	eventually(t, "first run", func() bool { return c.get("dup1") == 1 })
-	time.Sleep(100 * time.Millisecond)
+	testwait.Eventually(t, 0, func() error { return testwait.Want(c.get("dup1") == 1, "first run") })
+	// Both requests reach the worker while the first still runs.
+	testwait.Eventually(t, 0, func() error {
+		c, err := srv.JS.Consumer(context.Background(), events.StreamToolCalls, ConsumerName("slow"))
+		if err != nil {
+			return err
+		}
+		info, err := c.Info(context.Background())
+		if err != nil {
+			return err
+		}
+		return testwait.Want(info.Delivered.Consumer >= 2, "%d of 2 requests delivered", info.Delivered.Consumer)
+	})
 	close(release)
 	waitResult(t, srv.JS, testSK, "dup1")
 	waitDrained(t, srv.JS, "slow")
@@ -270,9 +288,10 @@ func lastDeadLetter(t *testing.T, js jetstream.JetStream, reason string) *events
 		t.Fatal(err)
 	}
 	var raw *jetstream.RawStreamMsg
-	eventually(t, "dead letter "+reason, func() bool {
-		raw, err = st.GetLastMsgForSubject(context.Background(), events.DeadLetterSubject(events.RoleToolWorker, reason))
-		return err == nil
+	testwait.Eventually(t, 0, func() error {
+		subject := events.DeadLetterSubject(events.RoleToolWorker, reason)
+		raw, err = st.GetLastMsgForSubject(context.Background(), subject)
+		return testwait.Want(err == nil, "no dead letter on %s: %v", subject, err)
 	})
 	var ev events.Event[events.DeadLetter]
 	if err := events.UnmarshalMsg(&nats.Msg{Data: raw.Data, Header: raw.Header}, &ev); err != nil {
@@ -462,7 +481,7 @@ func TestTwoWorkersShareTheWork(t *testing.T) {
 	var c counter
 	work := tools.MustRaw("work", "sleeps a little", nil, func(ctx context.Context, call tools.Call) (tools.Result, error) {
 		c.add(call.ID)
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // busy long enough that the other worker gets calls too
 		return tools.TextResult("ok"), nil
 	}, tools.Idempotent())
 	o := fastOpts(srv, mustRegistry(t, work), "w1")
@@ -493,7 +512,7 @@ func TestStopFinishesRunningCalls(t *testing.T) {
 	started := make(chan struct{}, 1)
 	slow := tools.MustRaw("slow", "takes a while", nil, func(ctx context.Context, call tools.Call) (tools.Result, error) {
 		started <- struct{}{}
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // still running when Stop comes
 		return tools.TextResult("finished"), nil
 	})
 	w, err := Run(context.Background(), fastOpts(srv, mustRegistry(t, slow), "w1"))
@@ -529,7 +548,7 @@ func TestOptionsErrors(t *testing.T) {
 func TestInProgressKeepsSlowCall(t *testing.T) {
 	srv := newServer(t)
 	slow := tools.MustRaw("slow", "takes three ack waits", nil, func(ctx context.Context, call tools.Call) (tools.Result, error) {
-		time.Sleep(1800 * time.Millisecond)
+		time.Sleep(1800 * time.Millisecond) // three AckWaits: the point of the test
 		return tools.TextResult("finished"), nil
 	}, tools.Idempotent())
 	o := fastOpts(srv, mustRegistry(t, slow), "w1")

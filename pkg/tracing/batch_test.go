@@ -16,6 +16,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/llm"
 )
 
@@ -77,21 +78,16 @@ func TestBatcher(t *testing.T) {
 				s.End()
 			}
 			if tt.exported {
-				deadline := time.Now().Add(10 * time.Second) // wide: the machine is shared
-				for {
-					n, got := exp.total()
-					if n == tt.spans {
-						for _, size := range got {
-							if size > tt.batch {
-								t.Errorf("batches %v: larger than %d", got, tt.batch)
-							}
-						}
-						break
+				var got []int
+				testwait.Eventually(t, 0, func() error {
+					var n int
+					n, got = exp.total()
+					return testwait.Want(n == tt.spans, "exported %d of %d spans (batches %v)", n, tt.spans, got)
+				})
+				for _, size := range got {
+					if size > tt.batch {
+						t.Errorf("batches %v: larger than %d", got, tt.batch)
 					}
-					if time.Now().After(deadline) {
-						t.Fatalf("exported %d of %d spans (batches %v)", n, tt.spans, got)
-					}
-					time.Sleep(5 * time.Millisecond)
 				}
 			}
 			if got := b.Dropped(); got != tt.wantDropped {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
@@ -114,9 +115,9 @@ func TestClosingCommitTakeover(t *testing.T) {
 			if !tl.committed || !tl.closes || len(tl.messages) != 4 {
 				t.Errorf("the turn reads back as committed=%v closes=%v with %d messages", tl.committed, tl.closes, len(tl.messages))
 			}
-			waitFor(t, func() bool {
+			testwait.Eventually(t, 0, func() error {
 				loaded, err := w.ctxlog.LoadContext(ctx, sid)
-				return err == nil && len(loaded.Messages) == tc.wantMessages
+				return testwait.Want(err == nil && len(loaded.Messages) == tc.wantMessages, "not %d messages in the context yet (err %v)", tc.wantMessages, err)
 			})
 			time.Sleep(500 * time.Millisecond) // a duplicate would show up now
 			var mine int
@@ -130,9 +131,9 @@ func TestClosingCommitTakeover(t *testing.T) {
 			}
 			// A finished turn leaves the record's cursor past it, so the next owner does not
 			// finish it again.
-			waitFor(t, func() bool {
+			testwait.Eventually(t, 0, func() error {
 				s, err := w.sessions.Get(ctx, sk)
-				return err == nil && s.InboxCursor >= trigger && len(s.OpenTurns) == 0
+				return testwait.Want(err == nil && s.InboxCursor >= trigger && len(s.OpenTurns) == 0, "cursor not past %d with no open turn yet (err %v)", trigger, err)
 			})
 		})
 	}

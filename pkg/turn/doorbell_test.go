@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
@@ -54,15 +55,17 @@ func TestDoorbellAnswerSaysNotOwner(t *testing.T) {
 		})
 	}
 	// The replica that said "not the owner" claims the session it was rung for.
-	waitFor(t, func() bool { return a.own.Session(other.String()) != nil })
+	testwait.Eventually(t, 0, func() error {
+		return testwait.Want(a.own.Session(other.String()) != nil, "A has not adopted the other session")
+	})
 
 	// B believes A owns a session A does not run; its ring is answered "not the owner" and
 	// B forgets the hint.
 	epoch := a.own.WorkerLease().Token
 	b.own.Internals().Hint(hinted, "wA", epoch)
 	b.own.Internals().Ring("wA", epoch, 0, false, hinted)
-	waitFor(t, func() bool { // rings go out from the bell's own goroutine
-		return !b.own.Internals().Hinted(hinted)
+	testwait.Eventually(t, 0, func() error { // rings go out from the bell's own goroutine
+		return testwait.Want(!b.own.Internals().Hinted(hinted), "B still holds the hint (no ring went out)")
 	})
 }
 
@@ -93,7 +96,9 @@ func TestBatchedRingNamesSessionsNotOwned(t *testing.T) {
 	if string(resp.Data) != want {
 		t.Fatalf("answer %q, want %q", resp.Data, want)
 	}
-	waitFor(t, func() bool { return a.own.Session(free1.String()) != nil && a.own.Session(free2.String()) != nil })
+	testwait.Eventually(t, 0, func() error {
+		return testwait.Want(a.own.Session(free1.String()) != nil && a.own.Session(free2.String()) != nil, "A has not adopted both free sessions")
+	})
 
 	// The ringer's side: a ring goes out without waiting for an answer, and the rung replica
 	// sends a notice back only for the sessions it did not run, so the ringer forgets only
@@ -107,7 +112,7 @@ func TestBatchedRingNamesSessionsNotOwned(t *testing.T) {
 		in.Hint(k, "wA", epoch)
 	}
 	in.Ring("wA", epoch, 1, true, owned, gone)
-	waitFor(t, func() bool { return !in.Hinted(gone) })
+	testwait.Eventually(t, 0, func() error { return testwait.Want(!in.Hinted(gone), "the gone session is still hinted") })
 	if !in.Hinted(owned) {
 		t.Fatal("the ringer forgot the hint of the session the rung replica runs")
 	}

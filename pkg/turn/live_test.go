@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/events"
 )
 
@@ -57,9 +58,9 @@ func TestLiveBufferPublishesWhileStreaming(t *testing.T) {
 		return append([]string(nil), got...)
 	}
 	l.add("text_delta", 0, 0, "first")
-	waitFor(t, func() bool { return len(published()) == 1 })
+	testwait.Eventually(t, 0, func() error { return testwait.Want(len(published()) == 1, "%d published, want 1", len(published())) })
 	l.add("text_delta", 0, 0, "second")
-	waitFor(t, func() bool { return len(published()) == 2 })
+	testwait.Eventually(t, 0, func() error { return testwait.Want(len(published()) == 2, "%d published, want 2", len(published())) })
 	l.flush()
 	if p := published(); fmt.Sprint(p) != "[first second]" {
 		t.Fatalf("published %v", p)

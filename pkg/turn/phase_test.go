@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
 )
 
@@ -51,19 +52,15 @@ func TestPhaseTrace(t *testing.T) {
 		h.replies(sk, 1)
 		want := []string{"turn.start", "tools.collected", "path.agent_loop", "agent_loop.turn.start", "agent_loop.turn.end", "turn.end"}
 		var got []string
-		deadline := time.Now().Add(20 * time.Second)
-		for {
+		testwait.Eventually(t, 0, func() error {
 			got = got[:0]
 			for _, line := range strings.Split(buf.String(), "\n") {
 				if i := strings.Index(line, PhasePrefix+" "); i >= 0 {
 					got = append(got, strings.Trim(strings.Fields(line[i+len(PhasePrefix)+1:])[0], `"`))
 				}
 			}
-			if !on || len(got) >= len(want) || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return testwait.Want(!on || len(got) >= len(want), "phase lines %v, want %v", got, want)
+		})
 		if !on {
 			if len(got) != 0 {
 				t.Errorf("phaseTrace off: %d phase lines: %v", len(got), got)

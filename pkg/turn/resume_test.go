@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
@@ -36,17 +37,10 @@ func (h *harness) startTools(ts ...tools.Tool) {
 
 func (h *harness) waitTools(w *Worker, n int) {
 	h.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.Eventually(h.t, 0, func() error {
 		_ = w.tools.Refresh(context.Background())
-		if w.tools.Count() >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("tool catalog has %d tools, want %d", w.tools.Count(), n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return testwait.Want(w.tools.Count() >= n, "tool catalog has %d tools, want %d", w.tools.Count(), n)
+	})
 }
 
 type echoArgs struct {
@@ -302,9 +296,9 @@ func TestSteerSurvivesCrash(t *testing.T) {
 	h.send(sk, "m1", "explain everything")
 	<-started
 	h.publish(sk, events.New(events.Steer{Text: "be brief", Sender: events.Sender{ID: "u1", Roles: []string{"master"}}}))
-	waitFor(t, func() bool {
+	testwait.Eventually(t, 0, func() error {
 		s, err := a.sessions.Get(context.Background(), sk)
-		return err == nil && len(s.OpenTurns) == 1 && len(s.OpenTurns[0].Steers) == 1
+		return testwait.Want(err == nil && len(s.OpenTurns) == 1 && len(s.OpenTurns[0].Steers) == 1, "not one open turn with one steer yet (err %v)", err)
 	})
 	a.Kill()
 	close(release)
@@ -320,36 +314,13 @@ func TestSteerSurvivesCrash(t *testing.T) {
 // with the record's next write, at the latest closeDelay after it finished.
 func waitClosed(t *testing.T, w *Worker, k events.SessionKey) {
 	t.Helper()
-	var open []store.OpenTurn
-	deadline := time.Now().Add(closeDelay + 5*time.Second)
-	for time.Now().Before(deadline) {
+	testwait.Eventually(t, 0, func() error {
 		sess, err := w.sessions.Get(context.Background(), k)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if open = sess.OpenTurns; len(open) == 0 {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("open turns left: %+v", open)
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	waitWithin(t, 10*time.Second, cond)
-}
-
-// waitWithin is waitFor with its own deadline.
-func waitWithin(t *testing.T, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met in %s", d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return testwait.Want(len(sess.OpenTurns) == 0, "open turns left: %+v", sess.OpenTurns)
+	})
 }
 
 // A turn records its start with its first record, and writes no session record. An owner that
@@ -378,7 +349,7 @@ func TestCrashBeforeFirstRecordRestartsTurn(t *testing.T) {
 	// once the worker is going away (what the loop produces then is not recorded).
 	killed := make(chan struct{})
 	go func() { a.Kill(); close(killed) }()
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // Kill is under way (it waits for the turn) before the model call ends
 	close(release)
 	select {
 	case <-killed:
@@ -439,12 +410,12 @@ func TestCommitWithoutRecordIsFinishedFromTheCommit(t *testing.T) {
 		t.Errorf("model called %d times, want 0 (the turn was committed)", n)
 	}
 	// The turn_committed record follows the reply's acks (publishReply): wait for it.
-	waitFor(t, func() bool {
+	testwait.Eventually(t, 0, func() error {
 		tl, err := w.readTurn(ctx, sk, turn)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return tl.committed
+		return testwait.Want(tl.committed, "the turn log has no commit yet")
 	})
 	loaded, err := w.ctxlog.LoadContext(ctx, sid)
 	if err != nil {
@@ -481,26 +452,22 @@ func TestRecordWriteListsTheRunningTurn(t *testing.T) {
 		Sender: events.Sender{ID: "u2", Name: "Bo"}, Content: events.Segments{events.TextSeg("just saying")}, Time: time.Now().UnixMilli()}
 	h.publish(sk, events.New(events.Listen{Message: heard}, events.WithSession(sk.String())))
 	ctx := context.Background()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testwait.Eventually(t, 0, func() error {
 		sess, err := a.sessions.Get(ctx, sk)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if sess.InboxCursor >= 2 {
-			if ot := sess.OpenTurn(turnID(1)); ot == nil || ot.State != "running" {
-				t.Fatalf("record cursor %d passed turn %s, which it does not list as running: %+v", sess.InboxCursor, turnID(1), sess.OpenTurns)
-			}
-			break
+		if sess.InboxCursor < 2 {
+			return fmt.Errorf("the listened message has not moved the record's cursor: %+v", sess)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the listened message never moved the record's cursor: %+v", sess)
+		if ot := sess.OpenTurn(turnID(1)); ot == nil || ot.State != "running" {
+			t.Fatalf("record cursor %d passed turn %s, which it does not list as running: %+v", sess.InboxCursor, turnID(1), sess.OpenTurns)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	killed := make(chan struct{})
 	go func() { a.Kill(); close(killed) }()
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // Kill is under way (it waits for the turn) before the model call ends
 	close(release)
 	<-killed
 

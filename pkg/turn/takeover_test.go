@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
@@ -101,7 +102,7 @@ func TestKillMidTurnOtherWorkerAnswers(t *testing.T) {
 			// context is cancelled, as a dead process's request would never return.
 			killed := time.Now()
 			go a.Kill()
-			waitFor(t, func() bool { return a.ctx.Err() != nil })
+			testwait.Eventually(t, 0, func() error { return testwait.Want(a.ctx.Err() != nil, "actor A not stopped yet") })
 			close(hold)
 			h.send(sk, "m2", "second message")
 			got := h.replies(sk, 2)
@@ -149,7 +150,9 @@ func TestRingHandsDeliveryOver(t *testing.T) {
 	// takes its share of the sessions (rebalance.go): that settles first, so that no move
 	// races a delivery here.
 	b := h.worker("wB")
-	waitFor(t, func() bool { return b.own.Running() == len(keys)/2 && a.own.Running() == len(keys)/2 })
+	testwait.Eventually(t, 0, func() error {
+		return testwait.Want(b.own.Running() == len(keys)/2 && a.own.Running() == len(keys)/2, "actors running: A %d, B %d; want %d each", a.own.Running(), b.own.Running(), len(keys)/2)
+	})
 	for round := 1; round <= 3; round++ {
 		for _, scene := range keys {
 			k := sk
@@ -167,9 +170,9 @@ func TestRingHandsDeliveryOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool {
+	testwait.Eventually(t, 0, func() error {
 		info, err := cons.Info(ctx)
-		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+		return testwait.Want(err == nil && info.NumAckPending == 0 && info.NumPending == 0, "deliveries still pending or unacked (err %v)", err)
 	})
 	info, _ := cons.Info(ctx)
 	if info.NumRedelivered != 0 || info.Delivered.Consumer != uint64(len(keys)*4) {
@@ -208,7 +211,9 @@ func TestLapsedLeaseKeepsOwnClaims(t *testing.T) {
 		t.Fatal("A does not run both sessions")
 	}
 	// Right after a renewal of A, so that A's next one is 2 s away.
-	waitFor(t, func() bool { return a.own.WorkerLease().Revision != old.Revision })
+	testwait.Eventually(t, 0, func() error {
+		return testwait.Want(a.own.WorkerLease().Revision != old.Revision, "A's worker lease not renewed yet (revision %d)", a.own.WorkerLease().Revision)
+	})
 	ctx := context.Background()
 	if err := a.leases.Release(ctx, a.own.WorkerLease()); err != nil {
 		t.Fatal(err)
@@ -216,14 +221,16 @@ func TestLapsedLeaseKeepsOwnClaims(t *testing.T) {
 	// B claims one of A's sessions while A's lease is gone (as a delivery would make it), once
 	// its watch has shown the lease ended: until then B's claim trusts the view, finds A
 	// alive and rings A's doorbell instead (CI under load once ran the claim first).
-	waitFor(t, func() bool { return b.own.Internals().Stale("wA", old.Token) })
+	testwait.Eventually(t, 0, func() error {
+		return testwait.Want(b.own.Internals().Stale("wA", old.Token), "B does not see wA's old lease token as stale yet")
+	})
 	b.own.Internals().Claim(take)
-	waitFor(t, func() bool { return actorOf(b, take) != nil })
+	testwait.Eventually(t, 0, func() error { return testwait.Want(actorOf(b, take) != nil, "no actor on B for the claimed session") })
 	// A comes back with its epoch at its next renewal (up to 5 s away), keeps "keep" with the
 	// same actor and drops "take".
-	waitWithin(t, 30*time.Second, func() bool {
+	testwait.Eventually(t, 30*time.Second, func() error {
 		l := a.own.WorkerLease()
-		return l.Valid(time.Now()) && l.Revision != old.Revision && !a.own.Internals().Suspended() && actorOf(a, take) == nil
+		return testwait.Want(l.Valid(time.Now()) && l.Revision != old.Revision && !a.own.Internals().Suspended() && actorOf(a, take) == nil, "A not back with a renewed lease, unsuspended and without the taken session yet (suspended %v)", a.own.Internals().Suspended())
 	})
 	if l := a.own.WorkerLease(); l.Token != old.Token {
 		t.Fatalf("epoch %d after the lapse, want %d", l.Token, old.Token)
@@ -290,14 +297,14 @@ func TestKilledWorkerTakenOverWithoutWaitingForTTL(t *testing.T) {
 	}
 	killed := time.Now()
 	go a.Kill()
-	waitFor(t, func() bool { return a.ctx.Err() != nil })
+	testwait.Eventually(t, 0, func() error { return testwait.Want(a.ctx.Err() != nil, "actor A not stopped yet") })
 	close(hold)
 	got := h.replies(sk, 1) // waits 20 s at most: a third of the TTL and the AckWait
 	t.Logf("kill → reply %v (lease TTL and AckWait 1 min)", time.Since(killed).Round(time.Millisecond))
 	if got[0] != "answer" {
 		t.Fatalf("replies %q", got)
 	}
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // a duplicate would show up now
 	if out := h.outbound(sk); len(out) != 1 {
 		t.Fatalf("%d replies %q, want 1", len(out), out)
 	}
@@ -426,7 +433,7 @@ func TestHintNamingAGoneReplicaIsLookedUp(t *testing.T) {
 	h.send(sk, "m0", "warm up")
 	h.replies(sk, 1) // C owns the session
 	b := h.workerWith("wB", slow)
-	waitFor(t, func() bool { return b.own.Internals().Sees("wC") })
+	testwait.Eventually(t, 0, func() error { return testwait.Want(b.own.Internals().Sees("wC"), "B does not see worker wC yet") })
 	b.own.Internals().Hint(sk, "wGone", 1)
 	const n = 16 // about half reach B: the chance that none does is 2^-16
 	for i := 1; i <= n; i++ {
@@ -438,17 +445,14 @@ func TestHintNamingAGoneReplicaIsLookedUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second) // a lost ring waits for the 5-minute ack wait
-	for {
+	// Well inside the 5-minute ack wait a lost ring would wait for.
+	testwait.Eventually(t, 0, func() error {
 		info, err := cons.Info(ctx)
-		if err == nil && info.NumAckPending == 0 && info.NumPending == 0 {
-			break
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("deliveries still unacked: %+v (%v)", info, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return testwait.Want(info.NumAckPending == 0 && info.NumPending == 0, "deliveries still unacked: %d pending, %d unacked", info.NumPending, info.NumAckPending)
+	})
 	if c.own.Running() != 1 || b.own.Running() != 0 {
 		t.Errorf("actors: C %d, B %d; want the session on C", c.own.Running(), b.own.Running())
 	}

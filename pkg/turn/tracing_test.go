@@ -8,6 +8,7 @@ import (
 
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
@@ -95,14 +96,10 @@ func TestTurnSpans(t *testing.T) {
 				}
 			}
 			if tt.want == "none" {
-				time.Sleep(3 * time.Second)
+				time.Sleep(3 * time.Second) // a window to wait out: an untraced wakeup exports no span
 				count()
 			} else {
-				for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-					if count(); turn > 0 || time.Now().After(deadline) {
-						break
-					}
-				}
+				testwait.Eventually(t, 0, func() error { count(); return testwait.Want(turn > 0, "no turn span exported") })
 			}
 			switch {
 			case tt.want == "none" && (turn != 0 || chat != 0):

@@ -74,7 +74,7 @@ func TestIdleReplicaTraffic(t *testing.T) {
 			// Let every replica see every other (the lease watch) before counting.
 			time.Sleep(3 * time.Second)
 			a, start := read(), time.Now()
-			time.Sleep(*replicaWindow)
+			time.Sleep(*replicaWindow) // the window the traffic is measured over
 			b, secs := read(), time.Since(start).Seconds()
 			in, out := float64(b.InMsgs-a.InMsgs)/secs, float64(b.OutMsgs-a.OutMsgs)/secs
 			t.Logf("idle turn-worker replicas=%d: server in_msgs %.0f/s (%.1f per replica), out_msgs %.0f/s (%.1f per replica), over %.1fs",

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/inbox"
@@ -151,17 +152,12 @@ func (h *harness) publish(k events.SessionKey, ev events.Any) {
 // replies waits until n outbound parts exist for k and returns their texts in stream order.
 func (h *harness) replies(k events.SessionKey, n int) []string {
 	h.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		out := h.outbound(k)
-		if len(out) >= n || time.Now().After(deadline) {
-			if len(out) < n {
-				h.t.Fatalf("got %d replies %q, want %d", len(out), out, n)
-			}
-			return out
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var out []string
+	testwait.Eventually(h.t, 0, func() error {
+		out = h.outbound(k)
+		return testwait.Want(len(out) >= n, "got %d replies %q, want %d", len(out), out, n)
+	})
+	return out
 }
 
 func (h *harness) outbound(k events.SessionKey) []string {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/internal/cputime"
+	"github.com/agentbus/agentbus/internal/testwait"
 )
 
 // BenchmarkSessionPage measures the server time of GET /sessions/{key} for a session of 1,000
@@ -55,9 +56,10 @@ func BenchmarkSessionPage(b *testing.B) {
 		return rec
 	}
 	// Wait until every turn is committed (the last replies may be ahead of the last commits).
-	until(b, "1,000 committed turns", func() bool {
+	testwait.Eventually(b, waitMargin, func() error {
 		r := get()
-		return r.Code == http.StatusOK && strings.Count(r.Body.String(), `class="turn t-committed"`) == turns
+		n := strings.Count(r.Body.String(), `class="turn t-committed"`)
+		return testwait.Want(r.Code == http.StatusOK && n == turns, "status %d, %d of %d turns committed", r.Code, n, turns)
 	})
 	b.Run(fmt.Sprintf("turns=%d", turns), func(b *testing.B) {
 		var size int

@@ -8,9 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/agentbus/agentbus/internal/testwait"
 )
 
 // chromiumPath is Debian's chromium (.ci/run installs it).
@@ -81,18 +82,14 @@ func screenshot(t *testing.T, ctx context.Context, dir, name string) {
 // its JavaScript context) under a running poll.
 func poll(t *testing.T, ctx context.Context, what, expr string) {
 	t.Helper()
-	deadline := time.Now().Add(waitMargin)
-	var lastErr error
-	for time.Now().Before(deadline) {
+	testwait.Eventually(t, waitMargin, func() error {
 		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool]("!!("+expr+")"))
 		if err == nil && ok {
-			return
+			return nil
 		}
-		lastErr = err
-		time.Sleep(100 * time.Millisecond)
-	}
-	text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`location.href + "\n" + (document.body ? document.body.innerText : "")`))
-	t.Fatalf("waiting for %s (last error %v); page text:\n%.3000s", what, lastErr, text)
+		text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`location.href + "\n" + (document.body ? document.body.innerText : "")`))
+		return fmt.Errorf("waiting for %s (error %v); page text:\n%.3000s", what, err, text)
+	})
 }
 
 func text(t *testing.T, ctx context.Context, expr string) string {

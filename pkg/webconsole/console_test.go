@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/agentbus/agentbus/internal/fakeopenai"
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/webconsole"
 )
 
@@ -221,9 +222,9 @@ func TestSessionForkAndDeadLetter(t *testing.T) {
 
 	sk := url.PathEscape(key("u1").String())
 	var conv apiConversation
-	until(t, "two committed turns with sent replies", func() bool {
+	testwait.Eventually(t, 0, func() error {
 		conv = pl.conversation(t, c, sk)
-		return len(conv.Turns) == 2 && conv.Turns[1].Status == "committed" && len(conv.Turns[1].Replies) > 0 && conv.Turns[1].Replies[0].State == "sent"
+		return testwait.Want(len(conv.Turns) == 2 && conv.Turns[1].Status == "committed" && len(conv.Turns[1].Replies) > 0 && conv.Turns[1].Replies[0].State == "sent", "two committed turns with sent replies")
 	})
 	first := conv.Turns[0]
 	var tool *apiTool
@@ -256,9 +257,9 @@ func TestSessionForkAndDeadLetter(t *testing.T) {
 	}
 	forkPath := strings.TrimPrefix(loc, "/sessions/")
 	var fork apiConversation
-	until(t, "the fork's two turns", func() bool {
+	testwait.Eventually(t, 0, func() error {
 		fork = pl.conversation(t, c, forkPath)
-		return len(fork.Turns) == 2 && fork.Turns[1].Status == "committed"
+		return testwait.Want(len(fork.Turns) == 2 && fork.Turns[1].Status == "committed", "the fork's two turns")
 	})
 	if fork.Compare == nil || len(fork.Compare.Rows) != 2 {
 		t.Fatalf("comparison: %+v", fork.Compare)
@@ -313,18 +314,18 @@ func TestSessionForkAndDeadLetter(t *testing.T) {
 	pl.cb.reject.Store(true)
 	pl.post(t, "m3", "u1", "third message")
 	var dls []webconsole.DeadLetter
-	until(t, "a dead letter", func() bool {
+	testwait.Eventually(t, 0, func() error {
 		_, b := pl.get(t, c, "/api/deadletters")
 		dls = nil
 		_ = json.Unmarshal([]byte(b), &dls)
-		return len(dls) == 1
+		return testwait.Want(len(dls) == 1, "%d dead letters, want 1", len(dls))
 	})
 	if dls[0].Role != "egress" || dls[0].Session != key("u1").String() {
 		t.Errorf("dead letter: %+v", dls[0])
 	}
-	until(t, "the reply marked dead-lettered", func() bool {
+	testwait.Eventually(t, 0, func() error {
 		conv = pl.conversation(t, c, sk)
-		return len(conv.Turns) == 3 && len(conv.Turns[2].Replies) > 0 && conv.Turns[2].Replies[0].State == "dead-lettered"
+		return testwait.Want(len(conv.Turns) == 3 && len(conv.Turns[2].Replies) > 0 && conv.Turns[2].Replies[0].State == "dead-lettered", "the reply marked dead-lettered")
 	})
 	if !strings.Contains(conv.Turns[2].Replies[0].Reason, "400") && !strings.Contains(conv.Turns[2].Replies[0].Reason, "removed") {
 		t.Errorf("dead-letter reason: %q", conv.Turns[2].Replies[0].Reason)
@@ -341,9 +342,9 @@ func TestSessionForkAndDeadLetter(t *testing.T) {
 	if got := pl.cb.wait(t, 3); got[2] != "m1: third message" {
 		t.Errorf("retried reply: %q; dead letter %+v", got, dls[0])
 	}
-	until(t, "the retried reply marked sent", func() bool {
+	testwait.Eventually(t, 0, func() error {
 		conv = pl.conversation(t, c, sk)
-		return conv.Turns[2].Replies[0].State == "sent"
+		return testwait.Want(conv.Turns[2].Replies[0].State == "sent", "the retried reply marked sent")
 	})
 	if !conv.Turns[2].Replies[0].Retried || len(conv.Turns[2].Replies) != 1 {
 		t.Errorf("the retried reply: %+v, want one part, sent, marked retried", conv.Turns[2].Replies)

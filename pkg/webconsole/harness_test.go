@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/agentbus/agentbus/internal/fakeopenai"
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
@@ -149,16 +150,12 @@ func (pl *pipeline) waitTool(t testing.TB, tool string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(waitMargin)
-	for {
-		if _, err := kv.Get(context.Background(), events.EncodeToken(tool)); err == nil {
-			return
+	testwait.Eventually(t, waitMargin, func() error {
+		if _, err := kv.Get(context.Background(), events.EncodeToken(tool)); err != nil {
+			return fmt.Errorf("tool %s is not served: %w", tool, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("tool %s is not served", tool)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // get fetches path from the console with the session cookie of jar (nil = none).
@@ -230,18 +227,6 @@ func (c *callback) wait(t testing.TB, n int) []string {
 		case <-deadline:
 			t.Fatalf("%d replies after %s, want %d: %q", got, waitMargin, n, texts)
 		}
-	}
-}
-
-// until polls cond until it holds.
-func until(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitMargin)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 

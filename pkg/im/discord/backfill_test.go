@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/im"
@@ -40,13 +41,9 @@ func TestBackfillPages(t *testing.T) {
 	}
 	waitFor := func(n int) {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for len(seen()) < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d messages ingested, want %d", len(seen()), n)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		testwait.Eventually(t, 0, func() error {
+			return testwait.Want(len(seen()) >= n, "%d messages ingested, want %d", len(seen()), n)
+		})
 	}
 	run := func(owner string) (stop func()) {
 		in, err := discord.NewInbound(discord.InboundOptions{Bot: config.DiscordBot{ID: "dc1", Token: token, APIBase: fake.URL()},

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/im"
@@ -96,16 +97,11 @@ func TestCardOnTheWire(t *testing.T) {
 			t.Fatalf("interaction %s answered %v with token %q, want a deferred update (6)", a.Message, a.Body, a.Auth)
 		}
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testwait.Eventually(t, 0, func() error {
 		mu.Lock()
-		n := len(got)
-		mu.Unlock()
-		if n >= 1 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		defer mu.Unlock()
+		return testwait.Want(len(got) >= 1, "the press was not ingested")
+	})
 	time.Sleep(200 * time.Millisecond) // a wrongly ingested forged press would show by now
 	mu.Lock()
 	defer mu.Unlock()

@@ -29,6 +29,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/internal/fakeopenai"
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/im"
 )
@@ -108,6 +109,14 @@ type RateLimited interface {
 	LimitNextSend()
 	// Limited counts the sends the platform has answered with 429.
 	Limited() int
+}
+
+// MediaSource is implemented by wires of platforms that serve an inbound image at a URL of
+// their own, which the adapter keeps beside the stored copy (segment field "sourceUrl"), so
+// that the original can be found again. The suite checks it with Features.MediaIn.
+type MediaSource interface {
+	// ImageURL returns the URL the platform served the image of message id (a Send result) at.
+	ImageURL(id string) string
 }
 
 // Adapter is a platform under test.
@@ -238,26 +247,12 @@ func (s *suite) sk(m Msg) events.SessionKey {
 	return events.SessionKey{Platform: s.a.Platform, Bot: s.a.Bot, Scope: scope, Scene: s.w.Scene(m)}
 }
 
-// Eventually fails t unless cond returns nil within d, reporting cond's last error.
-func Eventually(t testing.TB, d time.Duration, cond func() error) {
-	t.Helper()
-	for deadline := time.Now().Add(d); ; time.Sleep(50 * time.Millisecond) {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not true after %v: %v", d, err)
-		}
-	}
-}
-
 // sent waits until the bot has sent at least n messages to scene whose text has want (want ""
 // waits for messages carrying an image).
 func (s *suite) sent(t *testing.T, scene, want string, n int) []Out {
 	t.Helper()
 	var got []Out
-	Eventually(t, Wait, func() error {
+	testwait.Eventually(t, Wait, func() error {
 		got = got[:0]
 		for _, o := range s.w.Sent(scene) {
 			if (want != "" && strings.Contains(o.Text, want)) || (want == "" && len(o.Image) > 0) {
@@ -311,7 +306,8 @@ func (s *suite) group(t *testing.T) {
 	if !in.MentionsBot || in.MessageID != id {
 		t.Fatalf("mention not recognised: %+v", in)
 	}
-	// The plain message came first; by now its turn would have answered it.
+	// The plain message came first; by now its turn would have answered it. The sleep is a
+	// margin for an answer still on its way to the platform.
 	time.Sleep(2 * time.Second)
 	for _, o := range s.w.Sent(s.w.Scene(m)) {
 		if strings.Contains(o.Text, "just chatting") {
@@ -325,9 +321,16 @@ func (s *suite) command(t *testing.T) {
 	m := Msg{Scene: "510", Group: true, User: "47", Text: "/whoami", Mention: true}
 	s.w.Send(t, m)
 	s.sent(t, s.w.Scene(m), "You are ", 1)
+	if s.a.Features.Masters {
+		// A command that changes the group's conversation, run by someone who may (a master):
+		// the reset command answers, and the model is not asked.
+		reset := Msg{Scene: "511", Group: true, User: s.a.Master, Text: "/reset", Mention: true}
+		s.w.Send(t, reset)
+		s.sent(t, s.w.Scene(reset), "Session reset", 1)
+	}
 	for _, r := range s.model.Requests()[before:] {
-		if strings.Contains(r.LastUser(), "/whoami") {
-			t.Fatalf("a command reached the model as chat: %q", r.LastUser())
+		if last := r.LastUser(); strings.Contains(last, "/whoami") || strings.Contains(last, "/reset") {
+			t.Fatalf("a command reached the model as chat: %q", last)
 		}
 	}
 }
@@ -336,7 +339,7 @@ func (s *suite) long(t *testing.T) {
 	m := Msg{Scene: "46", User: "46", Text: "a long answer please"}
 	s.w.Send(t, m)
 	var total int
-	Eventually(t, Wait, func() error {
+	testwait.Eventually(t, Wait, func() error {
 		var b strings.Builder
 		for _, o := range s.w.Sent(s.w.Scene(m)) {
 			if limit := s.a.Features.ChunkLimit; limit > 0 && len([]rune(o.Text)) > limit {
@@ -362,7 +365,7 @@ func squash(s string) string { return strings.Join(strings.Fields(s), "") }
 func (s *suite) mediaIn(t *testing.T) {
 	img := PNG(t)
 	m := Msg{Scene: "45", User: "45", Text: "a picture for you", Image: img}
-	s.w.Send(t, m)
+	id := s.w.Send(t, m)
 	s.sent(t, s.w.Scene(m), "a picture for you", 1)
 	in := s.imIn(t, s.sk(m))
 	var found bool
@@ -371,6 +374,9 @@ func (s *suite) mediaIn(t *testing.T) {
 		// media:// reference itself.
 		if seg.Type == events.SegImage && (seg.Str("object") != "" || strings.HasPrefix(seg.MediaRef(), im.MediaScheme)) {
 			found = true
+			if ms, ok := s.w.(MediaSource); ok && seg.Str("sourceUrl") != ms.ImageURL(id) {
+				t.Fatalf("image segment's sourceUrl %q, want the platform's URL %q: %+v", seg.Str("sourceUrl"), ms.ImageURL(id), seg)
+			}
 		}
 		for _, v := range seg.Data {
 			str, _ := v.(string)
@@ -403,6 +409,7 @@ func (s *suite) redelivery(t *testing.T) {
 	m.ID = s.w.Send(t, m)
 	s.sent(t, s.w.Scene(m), "echo: once only", 1)
 	s.w.Send(t, m)
+	// A window to wait out: a second answer, if there were one, would come within it.
 	time.Sleep(3 * time.Second)
 	if n := len(s.sent(t, s.w.Scene(m), "echo: once only", 1)); n != 1 {
 		t.Fatalf("%d replies to one message id", n)
@@ -435,7 +442,7 @@ func (s *suite) unknownBot(t *testing.T) {
 		t.Fatal(err)
 	}
 	subject := events.DeadLetterSubject(events.RoleEgress, "unknown_bot")
-	Eventually(t, Wait, func() error {
+	testwait.Eventually(t, Wait, func() error {
 		st, err := s.p.JS.Stream(ctx, events.StreamDeadLetters)
 		if err != nil {
 			return err
@@ -468,6 +475,7 @@ func (s *suite) retryAfter(t *testing.T) {
 	if rl.Limited() <= before {
 		t.Fatalf("delivered, but the platform answered no 429 (%d before, %d after)", before, rl.Limited())
 	}
+	// A window to wait out: a second delivery of the refused send would come within it.
 	time.Sleep(2 * time.Second)
 	if n := len(s.sent(t, s.w.Scene(m), "echo: after a rate limit", 1)); n != 1 {
 		t.Fatalf("delivered %d times after a 429", n)

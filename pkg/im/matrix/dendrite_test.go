@@ -3,6 +3,7 @@ package matrix_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"image"
 	"image/color"
 	"image/png"
@@ -16,6 +17,7 @@ import (
 	"maunium.net/go/mautrix/event"
 	"maunium.net/go/mautrix/id"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/im"
@@ -40,18 +42,19 @@ func (c *collect) Ingest(_ context.Context, m *events.IMMessage) error {
 
 func (c *collect) wait(t *testing.T, d time.Duration, keep func(*events.IMMessage) bool) *events.IMMessage {
 	t.Helper()
-	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	var found *events.IMMessage
+	testwait.Eventually(t, d, func() error {
 		c.mu.Lock()
+		defer c.mu.Unlock()
 		for _, m := range c.msgs {
 			if keep(m) {
-				c.mu.Unlock()
-				return m
+				found = m
+				return nil
 			}
 		}
-		c.mu.Unlock()
-	}
-	t.Fatalf("no such message after %v", d)
-	return nil
+		return fmt.Errorf("not among the %d messages ingested", len(c.msgs))
+	})
+	return found
 }
 
 func pngBytes(t testing.TB) []byte {
@@ -99,7 +102,10 @@ func TestDendriteAdapter(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 	// The first sync has happened once the since token is stored.
 	kv, _ := js.KeyValue(ctx, events.BucketLeases)
-	waitFor(t, 60*time.Second, func() bool { _, err := kv.Get(ctx, matrix.SyncKey("mx1")); return err == nil })
+	testwait.Eventually(t, 0, func() error {
+		_, err := kv.Get(ctx, matrix.SyncKey("mx1"))
+		return testwait.Want(err == nil, "no sync token stored for mx1: %v", err)
+	})
 
 	dm, err := alice.Client.CreateRoom(ctx, &mautrix.ReqCreateRoom{Preset: "trusted_private_chat", IsDirect: true, Invite: []id.UserID{botU.ID}})
 	if err != nil {
@@ -117,7 +123,9 @@ func TestDendriteAdapter(t *testing.T) {
 		_, ok := m.Joined[botU.ID]
 		return err == nil && ok
 	}
-	waitFor(t, 60*time.Second, func() bool { return joined(dm.RoomID) && joined(group.RoomID) })
+	testwait.Eventually(t, 0, func() error {
+		return testwait.Want(joined(dm.RoomID) && joined(group.RoomID), "the bot has not joined both rooms (dm %v, group %v)", joined(dm.RoomID), joined(group.RoomID))
+	})
 
 	hello, err := alice.Client.SendText(ctx, dm.RoomID, "hello bot")
 	if err != nil {
@@ -224,13 +232,12 @@ func TestDendriteAdapter(t *testing.T) {
 	// The bot hears of a message by sync, once the homeserver has stored it; the send's
 	// answer may come before that, and a reply to an event not yet readable goes to the
 	// main timeline (threadOf). Wait as the bot would.
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if _, err := alice.Client.GetEvent(ctx, group.RoomID, threaded.EventID); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the threaded message is not readable: %v", err)
+	testwait.Eventually(t, 0, func() error {
+		if _, err := alice.Client.GetEvent(ctx, group.RoomID, threaded.EventID); err != nil {
+			return fmt.Errorf("the threaded message is not readable: %w", err)
 		}
-	}
+		return nil
+	})
 	answer, err := sender.Send(ctx, events.Outbound{OutID: "turn2-0", Platform: "matrix", Bot: "mx1",
 		Scene: events.Scene{Type: "group", ID: group.RoomID.String()}, ReplyTo: threaded.EventID.String(),
 		Content: events.Segments{events.TextSeg("answer in the thread")}})
@@ -275,21 +282,12 @@ func botMessages(t *testing.T, c *mautrix.Client, room id.RoomID, sender id.User
 func botMessagesUntil(t *testing.T, c *mautrix.Client, room id.RoomID, sender id.UserID, done func([]*event.Event) bool) []*event.Event {
 	t.Helper()
 	var ms []*event.Event
+	// Not testwait.Eventually: the caller reports what arrived, with its own checks.
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		if ms = botMessages(t, c, room, sender); done(ms) || time.Now().After(deadline) {
 			return ms
 		}
 	}
-}
-
-func waitFor(t *testing.T, d time.Duration, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("not true after %v", d)
 }
 
 // TestDendriteBacklog: a holder that stops, then 130 messages (more than one sync returns), then
@@ -319,15 +317,18 @@ func TestDendriteBacklog(t *testing.T) {
 	ctx := context.Background()
 	stop := run("first")
 	kv, _ := js.KeyValue(ctx, events.BucketLeases)
-	waitFor(t, 60*time.Second, func() bool { _, err := kv.Get(ctx, matrix.SyncKey("mx1")); return err == nil })
+	testwait.Eventually(t, 0, func() error {
+		_, err := kv.Get(ctx, matrix.SyncKey("mx1"))
+		return testwait.Want(err == nil, "no sync token stored for mx1: %v", err)
+	})
 	dm, err := alice.Client.CreateRoom(ctx, &mautrix.ReqCreateRoom{Preset: "trusted_private_chat", IsDirect: true, Invite: []id.UserID{botU.ID}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 60*time.Second, func() bool {
+	testwait.Eventually(t, 0, func() error {
 		m, err := alice.Client.JoinedMembers(ctx, dm.RoomID)
 		_, ok := m.Joined[botU.ID]
-		return err == nil && ok
+		return testwait.Want(err == nil && ok, "the bot has not joined the DM: %v", err)
 	})
 	first, err := alice.Client.SendText(ctx, dm.RoomID, "before the gap")
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/im"
@@ -109,7 +110,10 @@ func TestInboundFake(t *testing.T) {
 	go func() { defer close(done); _ = in.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	kv, _ := js.KeyValue(ctx, events.BucketLeases)
-	waitFor(t, 30*time.Second, func() bool { _, err := kv.Get(ctx, matrix.SyncKey("m1")); return err == nil })
+	testwait.Eventually(t, 0, func() error {
+		_, err := kv.Get(ctx, matrix.SyncKey("m1"))
+		return testwait.Want(err == nil, "no sync token stored for m1: %v", err)
+	})
 
 	fake.Text(room, fakeBot, "my own message")
 	fake.Message(room, fakeAnn, map[string]any{"msgtype": "m.notice", "body": "a notice"})
@@ -222,9 +226,9 @@ func TestInboundStaleToken(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = in.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	waitFor(t, 30*time.Second, func() bool {
+	testwait.Eventually(t, 0, func() error {
 		e, err := kv.Get(ctx, matrix.SyncKey("m1"))
-		return err == nil && strings.Contains(string(e.Value()), `"since":"s`)
+		return testwait.Want(err == nil && strings.Contains(string(e.Value()), `"since":"s`), "no since token stored for m1: %v", err)
 	})
 	id := fake.Text(room, fakeAnn, "after the reset")
 	sink.wait(t, 30*time.Second, func(m *events.IMMessage) bool { return m.MessageID == id })

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/im"
@@ -49,7 +50,10 @@ func TestMentionCommands(t *testing.T) {
 	go func() { defer close(done); _ = in.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	kv, _ := js.KeyValue(ctx, events.BucketLeases)
-	waitFor(t, 30*time.Second, func() bool { _, err := kv.Get(ctx, matrix.SyncKey("m1")); return err == nil })
+	testwait.Eventually(t, 0, func() error {
+		_, err := kv.Get(ctx, matrix.SyncKey("m1"))
+		return testwait.Want(err == nil, "no sync token stored for m1: %v", err)
+	})
 
 	tests := []struct {
 		name    string
@@ -68,12 +72,12 @@ func TestMentionCommands(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			id := fake.Message(room, fakeAnn, tt.content)
 			var d ingest.Decision
-			waitFor(t, 30*time.Second, func() bool {
+			testwait.Eventually(t, 0, func() error {
 				mu.Lock()
 				defer mu.Unlock()
 				var ok bool
 				d, ok = decisions[id]
-				return ok
+				return testwait.Want(ok, "no ingest decision on message %s", id)
 			})
 			switch {
 			case tt.command != "":

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/im"
@@ -53,13 +54,9 @@ func TestBackfillHistory(t *testing.T) {
 			}
 			waitFor := func(id string) {
 				t.Helper()
-				deadline := time.Now().Add(60 * time.Second)
-				for !slices.Contains(seen(), id) {
-					if time.Now().After(deadline) {
-						t.Fatalf("message %s not ingested; got %v", id, seen())
-					}
-					time.Sleep(20 * time.Millisecond)
-				}
+				testwait.Eventually(t, 0, func() error {
+					return testwait.Want(slices.Contains(seen(), id), "message %s not ingested; got %v", id, seen())
+				})
 			}
 			run := func(owner string) (stop func()) {
 				in, err := onebot.NewInbound(onebot.InboundOptions{Bot: config.OneBotBot{ID: "qq1", SelfID: "10001", Mode: onebot.ModeWS,
@@ -77,9 +74,9 @@ func TestBackfillHistory(t *testing.T) {
 			fake.Push(fake.PrivateMessage(4001, 61, []map[string]any{onebottest.Text("before")}))
 			waitFor("4001")
 			stop()
-			for len(fake.Conns()) != 0 {
-				time.Sleep(20 * time.Millisecond)
-			}
+			testwait.Eventually(t, 0, func() error {
+				return testwait.Want(len(fake.Conns()) == 0, "%d connections left after stop", len(fake.Conns()))
+			})
 			fake.Push(fake.PrivateMessage(4002, 61, []map[string]any{onebottest.Text("gap one")}))
 			fake.Push(fake.PrivateMessage(4003, 61, []map[string]any{onebottest.Text("gap two")}))
 			stop = run("b")

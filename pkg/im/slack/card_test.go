@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/im"
@@ -150,13 +151,9 @@ func TestCardOnTheWire(t *testing.T) {
 	fake.WaitSockets(1, 30*time.Second)
 	forged := fake.PushInteractive(interaction("ab:0", "rm -rf /", "1700000001.000001"))
 	real := fake.PushInteractive(interaction("ab:0", "deploy v1.4", "1700000001.000002"))
-	deadline := time.Now().Add(30 * time.Second)
-	for !fake.Acked(forged) || !fake.Acked(real) {
-		if time.Now().After(deadline) {
-			t.Fatal("interactive envelopes not acknowledged")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Eventually(t, 0, func() error {
+		return testwait.Want(fake.Acked(forged) && fake.Acked(real), "interactive envelopes not acknowledged (forged %v, real %v)", fake.Acked(forged), fake.Acked(real))
+	})
 	mu.Lock()
 	got2 := append([]*events.IMMessage(nil), got...)
 	mu.Unlock()
@@ -170,17 +167,11 @@ func TestCardOnTheWire(t *testing.T) {
 	dm["channel"] = map[string]any{"id": "D9"}
 	dm["container"] = map[string]any{"type": "message", "channel_id": "D9", "message_ts": sent.TS}
 	fake.PushInteractive(dm)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testwait.Eventually(t, 0, func() error {
 		mu.Lock()
-		n := len(got)
-		mu.Unlock()
-		if n == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the DM press was not ingested (%d messages)", n)
-		}
-	}
+		defer mu.Unlock()
+		return testwait.Want(len(got) == 3, "the DM press was not ingested (%d messages)", len(got))
+	})
 	mu.Lock()
 	m = got[2]
 	mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/im"
@@ -58,11 +59,9 @@ func TestFloodControlPerChat(t *testing.T) {
 	banned := fake.WaitCalls(1, 30*time.Second, func(c telegramtest.Call) bool { return c.Status == 429 })[0]
 	// The previewer's edit comes once the sender has read the 429 (one made while the answer
 	// is still on its way reaches Telegram: nothing can know of the ban yet).
-	for deadline := time.Now().Add(30 * time.Second); ed.c.gates.remaining(41) == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the 429 never held the chat")
-		}
-	}
+	testwait.Eventually(t, 0, func() error {
+		return testwait.Want(ed.c.gates.remaining(41) != 0, "the 429 never held the chat")
+	})
 	err = ed.EditPreview(context.Background(), events.SessionKey{Platform: Platform, Bot: "tg1", Scope: "private", Scene: "41"}, "41_7", "preview …")
 	var e *im.Error
 	if !errors.As(err, &e) || e.RetryAfter != 0 || im.IsPermanent(err) {

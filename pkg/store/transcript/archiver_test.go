@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/natsutil/natstest"
 )
@@ -40,20 +41,13 @@ func inbound(id, text string, segs ...events.Segment) events.IMMessage {
 
 func waitCount(t *testing.T, db *DB, want int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.Eventually(t, 0, func() error {
 		n, err := db.Count(context.Background(), sceneA)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("count %d, want %d", n, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return testwait.Want(n == want, "count %d, want %d", n, want)
+	})
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -112,21 +106,17 @@ func TestArchiver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testwait.Eventually(t, 0, func() error {
 		dl, err := dlq.GetLastMsgForSubject(ctx, events.DeadLetterSubject("archiver", "invalid"))
-		if err == nil {
-			var ev events.Event[events.DeadLetter]
-			if err := events.Unmarshal(dl.Data, &ev); err != nil || ev.Data.Stream != events.StreamIMIn || ev.Data.Error == "" {
-				t.Fatalf("dead letter %+v %v", ev.Data, err)
-			}
-			break
+		if err != nil {
+			return fmt.Errorf("no dead letter: %w", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no dead letter: %v", err)
+		var ev events.Event[events.DeadLetter]
+		if err := events.Unmarshal(dl.Data, &ev); err != nil || ev.Data.Stream != events.StreamIMIn || ev.Data.Error == "" {
+			t.Fatalf("dead letter %+v %v", ev.Data, err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if err := a.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -258,15 +248,10 @@ func TestArchiverRetention(t *testing.T) {
 	}
 	defer a.Stop()
 	// All five arrive, the pruner keeps the newest two.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testwait.Eventually(t, 0, func() error {
 		rows, _ := db.Search(ctx, Query{Scene: sceneA, Limit: 10})
-		if len(rows) == 2 && rows[0].Body == "msg 4" && rows[1].Body == "msg 3" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("kept %q", bodies(rows))
-		}
-	}
+		return testwait.Want(len(rows) == 2 && rows[0].Body == "msg 4" && rows[1].Body == "msg 3", "kept %q", bodies(rows))
+	})
 }
 
 // A message that decodes but makes a row the archive rejects is dead-lettered alone: the rows
@@ -292,19 +277,17 @@ func TestArchiverBadRowAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testwait.Eventually(t, 0, func() error {
 		dl, err := dlq.GetLastMsgForSubject(ctx, events.DeadLetterSubject("archiver", "invalid"))
-		if err == nil {
-			var ev events.Event[events.DeadLetter]
-			if err := events.Unmarshal(dl.Data, &ev); err != nil || !strings.Contains(ev.Data.Error, "unit separator") {
-				t.Fatalf("dead letter %+v %v", ev.Data, err)
-			}
-			break
+		if err != nil {
+			return fmt.Errorf("no dead letter: %w", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no dead letter: %v", err)
+		var ev events.Event[events.DeadLetter]
+		if err := events.Unmarshal(dl.Data, &ev); err != nil || !strings.Contains(ev.Data.Error, "unit separator") {
+			t.Fatalf("dead letter %+v %v", ev.Data, err)
 		}
-	}
+		return nil
+	})
 }
 
 // TestArchiverThinBatches: a batch spread over many chats with a message or two each keeps
@@ -362,13 +345,7 @@ func TestArchiverThinBatches(t *testing.T) {
 			}
 			defer a.Stop()
 			if !tc.thin {
-				deadline := time.Now().Add(30 * time.Second)
-				for count() != want {
-					if time.Now().After(deadline) {
-						t.Fatalf("%d of %d rows archived", count(), want)
-					}
-					time.Sleep(50 * time.Millisecond)
-				}
+				testwait.Eventually(t, 0, func() error { return testwait.Want(count() == want, "%d of %d rows archived", count(), want) })
 				return
 			}
 			// Every message handed to the writer and none acked: the batch is being gathered.
@@ -380,20 +357,14 @@ func TestArchiverThinBatches(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			deadline := time.Now().Add(30 * time.Second)
-			for {
+			testwait.Eventually(t, 0, func() error {
 				info, err := cons.Info(ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if info.NumAckPending == want && info.NumPending == 0 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("delivered: %+v", info)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+				return testwait.Want(info.NumAckPending == want && info.NumPending == 0,
+					"%d delivered and unacked, %d pending; want %d and 0", info.NumAckPending, info.NumPending, want)
+			})
 			time.Sleep(time.Second) // ten MaxWaits
 			if n := count(); n != 0 {
 				t.Fatalf("%d rows of a thin batch written before ThinWait", n)

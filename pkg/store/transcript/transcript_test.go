@@ -296,7 +296,7 @@ func TestCrashChild(t *testing.T) {
 		}
 	}
 	fmt.Println("ready")
-	time.Sleep(time.Minute)
+	time.Sleep(time.Minute) // hold the database open until the parent kills this process
 	os.Exit(3)
 }
 

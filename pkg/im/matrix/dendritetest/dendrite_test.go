@@ -94,7 +94,7 @@ func seen(t *testing.T, c *mautrix.Client, room id.RoomID, event id.EventID, d t
 		cancel()
 		if err != nil {
 			t.Logf("sync: %v", err)
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond) // a failed sync: pause before the next
 			continue
 		}
 		since = resp.NextBatch

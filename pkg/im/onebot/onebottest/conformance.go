@@ -21,7 +21,7 @@ func Conformance() imtest.Adapter {
 		Features: imtest.Features{Groups: true, Commands: true, Threads: true, ChunkLimit: 1000,
 			MediaIn: true, MediaOut: true, Redelivery: true, Masters: true, UnknownBot: true},
 		New: func(t *testing.T) imtest.Wire {
-			return &wire{f: New(t, "conformance-token", confSelf), sent: map[string]map[string]any{}}
+			return &wire{f: New(t, "conformance-token", confSelf), sent: map[string]map[string]any{}, imgs: map[string]string{}}
 		},
 	}
 }
@@ -31,6 +31,14 @@ type wire struct {
 	mu   sync.Mutex
 	next int64
 	sent map[string]map[string]any // message id -> event, for redelivery
+	imgs map[string]string         // message id -> the URL its image is served at
+}
+
+// ImageURL is imtest.MediaSource: OneBot keeps the image's URL as the segment's sourceUrl.
+func (w *wire) ImageURL(id string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.imgs[id]
 }
 
 func (w *wire) IM() string {
@@ -59,9 +67,11 @@ func (w *wire) Send(t *testing.T, m imtest.Msg) string {
 		segs = append(segs, At(confSelf), Text(" "))
 	}
 	segs = append(segs, Text(m.Text))
+	var url string
 	if m.Image != nil {
 		name := fmt.Sprintf("img%d.png", id)
-		segs = append(segs, Image(name, w.f.AddImage(name, m.Image)))
+		url = w.f.AddImage(name, m.Image)
+		segs = append(segs, Image(name, url))
 	}
 	scene, _ := strconv.ParseInt(m.Scene, 10, 64)
 	user, _ := strconv.ParseInt(m.User, 10, 64)
@@ -72,6 +82,9 @@ func (w *wire) Send(t *testing.T, m imtest.Msg) string {
 	sid := strconv.FormatInt(id, 10)
 	w.mu.Lock()
 	w.sent[sid] = ev
+	if url != "" {
+		w.imgs[sid] = url
+	}
 	w.mu.Unlock()
 	w.f.Push(ev)
 	return sid

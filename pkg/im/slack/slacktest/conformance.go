@@ -18,7 +18,7 @@ func Conformance() imtest.Adapter {
 		Features: imtest.Features{Groups: true, Commands: true, ChunkLimit: slack.DefaultChunkLimit,
 			MediaIn: true, MediaOut: true, Redelivery: true, Masters: true, RetryAfter: true, UnknownBot: true},
 		New: func(t *testing.T) imtest.Wire {
-			return &wire{f: New(t, "xoxb-conformance", "xapp-conformance", "UCONF01", "BCONF"), sent: map[string]map[string]any{}}
+			return &wire{f: New(t, "xoxb-conformance", "xapp-conformance", "UCONF01", "BCONF"), sent: map[string]map[string]any{}, imgs: map[string]string{}}
 		},
 	}
 }
@@ -28,6 +28,15 @@ type wire struct {
 	mu   sync.Mutex
 	next int
 	sent map[string]map[string]any
+	imgs map[string]string // message id -> the file's url_private
+}
+
+// ImageURL is imtest.MediaSource: Slack keeps the file's url_private as the segment's
+// sourceUrl (it needs the bot token to fetch, which is not in the URL).
+func (w *wire) ImageURL(id string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.imgs[id]
 }
 
 func (w *wire) IM() string {
@@ -64,8 +73,9 @@ func (w *wire) Send(t *testing.T, m imtest.Msg) string {
 		text = "<@" + w.f.UserID + "> " + text
 	}
 	payload := w.f.Message(w.Scene(m), kind, m.User, ts, text)
+	var u string
 	if m.Image != nil {
-		u := w.f.AddFile("T1-F"+ts+"/pic.png", m.Image)
+		u = w.f.AddFile("T1-F"+ts+"/pic.png", m.Image)
 		ev := Event(payload)
 		ev["subtype"] = "file_share"
 		ev["files"] = []any{map[string]any{"id": "F" + ts, "name": "pic.png", "mimetype": "image/png", "url_private": u, "url_private_download": u}}
@@ -73,6 +83,9 @@ func (w *wire) Send(t *testing.T, m imtest.Msg) string {
 	id := w.Scene(m) + "/" + ts
 	w.mu.Lock()
 	w.sent[id] = payload
+	if u != "" {
+		w.imgs[id] = u
+	}
 	w.mu.Unlock()
 	w.f.Push(payload)
 	return id

@@ -146,7 +146,7 @@ func TestDoConnectionErrorRetried(t *testing.T) {
 func TestDoContextCancelledDuringWait(t *testing.T) {
 	srv, calls, _ := server(t, []step{{status: 503, header: map[string]string{"Retry-After": "30"}}})
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { time.Sleep(20 * time.Millisecond); cancel() }()
+	go func() { time.Sleep(20 * time.Millisecond); cancel() }() // cancel while the 30 s Retry-After is being waited out
 	_, err := post(t, ctx, Policy{MaxAttempts: 3, MaxDelay: time.Minute, Logger: quiet}, srv.URL)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
