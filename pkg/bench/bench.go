@@ -702,7 +702,7 @@ func (k *killWatch) result() *KillResult {
 	if len(k.takeover) > 0 {
 		t := slices.Clone(k.takeover)
 		slices.Sort(t)
-		r.P50Ms, r.MaxMs = ms(pct(t, 50)), ms(t[len(t)-1])
+		r.P50Ms, r.P90Ms, r.P99Ms, r.MaxMs = ms(pct(t, 50)), ms(pct(t, 90)), ms(pct(t, 99)), ms(t[len(t)-1])
 	}
 	return r
 }
