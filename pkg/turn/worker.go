@@ -400,7 +400,7 @@ func (w *Worker) pokeActors() {
 				continue
 			}
 			if a, ok := w.own.Session(sk.String()).(*actor); ok {
-				a.poke()
+				a.poke(m.Header)
 			}
 		}
 	}
