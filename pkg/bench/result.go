@@ -133,7 +133,9 @@ type KillResult struct {
 	SessionsOwned int     `json:"sessionsOwned"` // sessions whose lease it held at the kill
 	Pending       int     `json:"pending"`       // of those, sessions with a message waiting for its reply
 	Recovered     int     `json:"recovered"`     // of those, replied to after the kill
-	P50Ms         float64 `json:"takeoverP50Ms"` // kill → reply
+	P50Ms         float64 `json:"takeoverP50Ms"` // kill → reply of the message pending at the kill
+	P90Ms         float64 `json:"takeoverP90Ms"`
+	P99Ms         float64 `json:"takeoverP99Ms"`
 	MaxMs         float64 `json:"takeoverMaxMs"`
 	Error         string  `json:"error,omitempty"`
 }
@@ -224,8 +226,8 @@ func (r *Result) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "  baseline:       %.0f msgs/s raw JetStream async publish (%d × %d B, same server)\n", b.MsgsPerSec, b.Messages, b.Size)
 	}
 	if k := r.Kill; k != nil {
-		fmt.Fprintf(w, "  kill:           %s held %d sessions, %d with a pending message; %d taken over, kill → reply p50 %s ms, max %s ms\n",
-			k.Worker, k.SessionsOwned, k.Pending, k.Recovered, num(k.P50Ms), num(k.MaxMs))
+		fmt.Fprintf(w, "  kill:           %s held %d sessions, %d with a pending message; %d taken over, kill → reply p50 %s ms, p90 %s ms, p99 %s ms, max %s ms\n",
+			k.Worker, k.SessionsOwned, k.Pending, k.Recovered, num(k.P50Ms), num(k.P90Ms), num(k.P99Ms), num(k.MaxMs))
 		if k.Error != "" {
 			fmt.Fprintf(w, "  kill error:     %s\n", k.Error)
 		}

@@ -566,10 +566,9 @@ func (a *EpochArchive) Settle(ctx context.Context, sk events.SessionKey) (int, e
 				return n, err
 			}
 			if floor < upTo {
-				// A reader has not had the epoch's events yet: purge nothing now, keep the
-				// epoch listed, and let a later Settle (the next epoch end or actor start)
-				// trim it. The archive written above stays.
-				return n, nil
+				// A reader has not had the epoch's events yet: purge nothing now and keep
+				// the epoch listed for a later Settle. The archive written above stays.
+				return n, fmt.Errorf("trim inbox of %s up to %d: %w (acknowledged up to %d)", id, upTo, ErrReaderBehind, floor)
 			}
 			if err := a.inbox.Purge(ctx, jetstream.WithPurgeSubject(events.AgentInSubject(sk)), jetstream.WithPurgeSequence(upTo+1)); err != nil {
 				return n, fmt.Errorf("trim inbox of %s: %w", id, err)
@@ -582,6 +581,11 @@ func (a *EpochArchive) Settle(ctx context.Context, sk events.SessionKey) (int, e
 	}
 	return n, nil
 }
+
+// ErrReaderBehind is returned by Settle when a durable reader of SESSION_IN has not yet
+// acknowledged an ended epoch's inbox events: the epoch is archived but stays listed, and a
+// later Settle trims it.
+var ErrReaderBehind = errors.New("a durable reader of the inbox is behind")
 
 // consumersDone is the last SESSION_IN sequence every durable consumer but CursorConsumer has
 // acknowledged (math.MaxUint64 when each has nothing pending). Ephemeral consumers (readers

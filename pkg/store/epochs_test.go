@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -286,8 +287,8 @@ func TestEpochTrimWaitsForDurableReaders(t *testing.T) {
 	}
 	inbox := events.AgentInSubject(f.sk)
 	before := subjectMsgs(t, f.js, events.StreamSessionIn, inbox)
-	if n, err := f.arch.Settle(ctx, f.sk); err != nil || n != 0 {
-		t.Fatalf("Settle with a reader behind = %d, %v; want 0 settled, no error", n, err)
+	if n, err := f.arch.Settle(ctx, f.sk); !errors.Is(err, ErrReaderBehind) || n != 0 {
+		t.Fatalf("Settle with a reader behind = %d, %v; want 0 settled, ErrReaderBehind", n, err)
 	}
 	if got := subjectMsgs(t, f.js, events.StreamSessionIn, inbox); got != before {
 		t.Fatalf("inbox purged to %d of %d events while the transcript consumer had read none", got, before)

@@ -44,6 +44,12 @@ type actor struct {
 	// published (nil: the actor hears of events only through deliveries and rings).
 	inSub *nats.Subscription
 	poked atomic.Bool // an inbox event was published since the actor last looked
+	// heardPast is one more than the largest predecessor (inbox.Prev) of the chained inbox
+	// events heard, at heardAt (unix ns): while the cursor is below it, an unread event exists
+	// (heardUnread). heardUnchained: an event without the chain was heard since the last look.
+	heardPast      atomic.Uint64
+	heardAt        atomic.Int64
+	heardUnchained atomic.Bool
 
 	claim *ownership.Claim // the session's claim and the lease generation it is confirmed for
 	own   owner            // the replica's ownership (the Worker's ownership.Manager)
@@ -131,6 +137,15 @@ func (a *actor) earlier(seq uint64) []chan struct{} {
 // (ownership.Session; the ownership.Manager runs it on a goroutine of its own).
 func (a *actor) Run() {
 	defer a.shutdown()
+	// A start waits for one of the replica's start slots and holds it until its first look at
+	// the inbox is done (the turns its previous owner left open are relaunched by then): a
+	// takeover starts hundreds of sessions at once, and their reads, all in flight together,
+	// delayed every one of them, the lease renewals and the claims alike (ownership/starts.go).
+	release, err := a.own.Starting(a.ctx)
+	if err != nil {
+		return
+	}
+	defer release()
 	// A cold start is on the reply path of the message that woke the session: the reads that
 	// do not depend on each other go out together (the session record and the inbox's last
 	// event here, the context below while the inbox is read). They go to stream leaders, which
@@ -139,7 +154,7 @@ func (a *actor) Run() {
 	// the redelivery of its events.
 	var sess *store.Session
 	var cursor uint64
-	err := a.rd.retryStart(func() error {
+	err = a.rd.retryStart(func() error {
 		lastIn := make(chan inboxLast, 1)
 		go func() {
 			raw, err := natsutil.ConsistentGetMsg(a.ctx, a.w.js, a.w.inbox, natsutil.MsgQuery{LastFor: a.subj})
@@ -177,7 +192,7 @@ func (a *actor) Run() {
 	}
 	a.setChatPolicy(sess.Concurrency)
 	if len(sess.Ended) > 0 { // ended epochs a previous owner did not finish archiving (epochs.go)
-		a.w.settleEpochs(a.sk, 0)
+		a.w.settler.settle(a.sk, 0)
 	}
 	if sid, err := sess.ID(); err == nil {
 		a.rd.prefetchContext(sid)
@@ -200,6 +215,7 @@ func (a *actor) Run() {
 	tick, closeT, collectT, pokeT := stoppedTimer(), stoppedTimer(), stoppedTimer(), stoppedTimer()
 	defer func() { tick.Stop(); closeT.Stop(); collectT.Stop(); pokeT.Stop() }()
 	var pokeDue <-chan time.Time // a poke waits for its event's delivery until then
+	var pokeWait time.Duration   // the wait pokeDue was set for
 	lookNow := false             // the wait ended with no delivery: read the log
 	for a.ctx.Err() == nil {
 		a.startWaiting()
@@ -207,14 +223,29 @@ func (a *actor) Run() {
 		var err error
 		poked := a.poked.Swap(false)
 		look := probe || lookNow || a.rd.behind()
-		if poked && !look && pokeDue == nil {
-			pokeDue = resetTimer(pokeT, pokeGrace)
+		// A poke for an event already read (its delivery came first) costs no look.
+		if poked && !look && pokeDue == nil && (a.heardUnchained.Swap(false) || a.rd.heardUnread()) {
+			pokeWait = pokeGrace
+			pokeDue = resetTimer(pokeT, pokeWait)
 		}
 		if look {
 			pokeT.Stop()
 			pokeDue, lookNow = nil, false
 			progressed, err = a.rd.step()
 			probe = probe && err != nil // a failed look is looked again
+			if !probe {
+				release() // started: the first look is done
+			}
+			if err == nil && !a.rd.behind() && a.rd.heardUnread() {
+				// A chained event heard is still unread and no delivery or ring for it is
+				// here: it is not stored yet (or this look was for an earlier one). Look
+				// again, waiting twice as long each time the look found nothing new.
+				pokeWait = max(pokeGrace, pokeWait)
+				if !progressed {
+					pokeWait *= 2
+				}
+				pokeDue = resetTimer(pokeT, pokeWait)
+			}
 		}
 		if err != nil {
 			if a.ctx.Err() == nil {

@@ -31,7 +31,7 @@ func (cs commands) resetSession(seq uint64) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	a.w.settleEpochs(a.sk, seq)
+	a.w.settler.settle(a.sk, seq)
 	a.hk.sessionNewHook(s.SessionID, s.Epoch) // hooks.go
 	return fmt.Sprintf("Session reset: a new conversation starts now (epoch %d). Chat history is kept.", s.Epoch), nil
 }

@@ -34,12 +34,24 @@ func (a *actor) Deliver(msg jetstream.Msg, seq uint64) {
 	}
 }
 
-// poke tells the actor that an event was published on its inbox subject (inSub): it reads the
-// inbox at once instead of waiting for the event's delivery, which may first reach another
-// replica and come over by its doorbell. A poke decides nothing: the event may not be stored
-// yet when the actor looks (then the delivery brings it, as without the poke), and the
-// delivery is still held and acked as always.
-func (a *actor) poke() {
+// poke tells the actor that an event was published on its inbox subject (inSub, h its
+// headers): it reads the inbox soon instead of waiting for the event's delivery, which may
+// first reach another replica and come over by its doorbell. A poke decides nothing: the event
+// may not be stored yet when the actor looks (then it looks again, or the delivery brings it,
+// as without the poke), and the delivery is still held and acked as always.
+//
+// An event published with the inbox chain (inbox.Prev) says which event came before it on
+// the subject: while the cursor has not passed that one, the actor knows an event it has not
+// read exists, or is being stored (heardUnread). An event without the chain (a third party's,
+// a schedule's) says nothing of the kind: it gets one look, after pokeGrace.
+func (a *actor) poke(h nats.Header) {
+	if prev, ok := inbox.Prev(h); ok {
+		a.heardAt.Store(time.Now().UnixNano())
+		for cur := a.heardPast.Load(); prev+1 > cur && !a.heardPast.CompareAndSwap(cur, prev+1); cur = a.heardPast.Load() {
+		}
+	} else {
+		a.heardUnchained.Store(true)
+	}
 	a.poked.Store(true)
 	select {
 	case a.wake <- struct{}{}:
@@ -47,12 +59,39 @@ func (a *actor) poke() {
 	}
 }
 
+// heardUnread reports whether a chained event heard in the last pokeHeardFor is still unread:
+// the cursor has not passed its predecessor. (The time bound covers an event the stream never
+// stored, such as a chained publish the server refused: its copy was heard all the same.)
+func (rd reader) heardUnread() bool {
+	a := rd.a
+	past := a.heardPast.Load()
+	if past == 0 || time.Since(time.Unix(0, a.heardAt.Load())) > pokeHeardFor {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.in.Cursor() < past
+}
+
 // pokeGrace is how long a poke waits for its event's delivery before the actor reads the log
 // for it. The delivery normally follows the core NATS copy within a millisecond, and it
 // brings the event with its stream sequence (heldNext), which saves the read, a request to
 // the server per event. A delivery that went to another replica ends the wait when its ring
 // comes (know), as before there were pokes; the grace bounds the wait when none comes.
-const pokeGrace = 10 * time.Millisecond
+//
+// It was 10 ms, and a delivery later than that (a busy consumer, or one that went to another
+// replica and waits for its ring) cost the reply up to 10 ms, which showed in p99 at half
+// load. A shorter grace used to make the look come before the event was stored more often; the
+// actor then counted as idle with an unread event heard, and could stop (idle release,
+// rebalancing) just as its delivery came, which was handed back and came again
+// (TestRingHandsDeliveryOver). Now an unread chained event keeps the actor from idling and is
+// looked for again, each wait twice the last, for up to pokeHeardFor.
+const pokeGrace = 2 * time.Millisecond
+
+// pokeHeardFor bounds how long a chained event heard keeps the actor looking for it (and from
+// idling) when neither the log nor a delivery has brought it: far longer than a store takes,
+// short against the idle release.
+const pokeHeardFor = 250 * time.Millisecond
 
 // nudge wakes the actor without a read of the inbox (rebalance.go: it looks at shedTo).
 func (a *actor) nudge() {

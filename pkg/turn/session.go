@@ -19,6 +19,7 @@ var _ ownership.Session = (*actor)(nil)
 type owner interface {
 	AwaitFence(ctx context.Context, s ownership.Session) error
 	HandOff(sk events.SessionKey, to string, seq uint64)
+	Starting(ctx context.Context) (release func(), err error)
 }
 
 var _ owner = (*ownership.Manager)(nil)

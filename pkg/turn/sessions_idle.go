@@ -58,7 +58,7 @@ func (co contextOps) archiveIfIdle(ev events.Any, seq uint64) error {
 	if err != nil {
 		return err
 	}
-	a.w.settleEpochs(a.sk, seq-1) // epochs.go
+	a.w.settler.settle(a.sk, seq-1) // epochs.go
 	a.log.Info("idle session archived; a new epoch starts", "idle", time.Duration(at-sess.LastActivity)*time.Millisecond,
 		"archived", sess.SessionID, "session_id", next.SessionID)
 	return nil

@@ -137,7 +137,10 @@ func TestRingHandsDeliveryOver(t *testing.T) {
 	h := newHarness(t, nil, faux.WithResponder(func(c *llm.Context) faux.Response {
 		return faux.Response{Text: "ok " + c.Messages[len(c.Messages)-1].TextContent()}
 	}))
-	a := h.worker("wA")
+	// Only rebalancing may move a session here: the harness's idle release (5 s) would race the
+	// rebalance, which waits for the next read of the worker leases (up to 5 s, viewEvery).
+	keep := func(o *Options) { o.IdleRelease = time.Minute }
+	a := h.workerWith("wA", keep)
 	keys := make([]string, 0, 8)
 	for i := range 8 {
 		k := sk
@@ -149,7 +152,7 @@ func TestRingHandsDeliveryOver(t *testing.T) {
 	// A owns every session now; B joins and gets about half of the next deliveries. B also
 	// takes its share of the sessions (rebalance.go): that settles first, so that no move
 	// races a delivery here.
-	b := h.worker("wB")
+	b := h.workerWith("wB", keep)
 	testwait.Eventually(t, 0, func() error {
 		return testwait.Want(b.own.Running() == len(keys)/2 && a.own.Running() == len(keys)/2, "actors running: A %d, B %d; want %d each", a.own.Running(), b.own.Running(), len(keys)/2)
 	})

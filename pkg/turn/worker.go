@@ -73,13 +73,9 @@ type Worker struct {
 	bg        *background           // schedules and task records (background.go)
 	runner    TaskRunner            // runs subagent and deferred tasks, schedules (pkg/tasks)
 	media     jetstream.ObjectStore // nil: media:// images stay references
-	// epochs archives and trims ended epochs (epochs.go); nil when the object store is missing.
-	epochs    *store.EpochArchive
-	settleMu  sync.Mutex
-	settling  map[events.SessionKey]bool // sessions being settled -> settle once more
-	settleSem chan struct{}
-	settleWG  sync.WaitGroup
-	router    *toolbus.Router
+	// settler archives and trims ended epochs (epochs.go); nil when the object store is missing.
+	settler *epochSettler
+	router  *toolbus.Router
 	// inboxHeard receives the core NATS copies of inbox events for the sessions this replica's
 	// actors run (actor.inSub); pokeActors wakes the actor of each.
 	inboxHeard chan *nats.Msg
@@ -154,12 +150,11 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opts Option
 	if w.runner, err = newTaskRunner(w); err != nil {
 		return nil, err
 	}
-	w.settling, w.settleSem = map[events.SessionKey]bool{}, make(chan struct{}, settleParallel)
-	if w.epochs, err = store.OpenEpochArchive(ctx, js, w.sessions); err != nil {
+	if arch, err := store.OpenEpochArchive(ctx, js, w.sessions); err != nil {
 		w.log.Warn("epoch archive not available: ended epochs stay in SESSION_IN and AGENT_CTX", "err", err)
-		w.epochs = nil
 	} else {
-		w.epochs.CursorConsumer = ConsumerName
+		arch.CursorConsumer = ConsumerName
+		w.settler = newEpochSettler(arch, w.sessions, w.log)
 	}
 	if w.media, err = js.ObjectStore(ctx, events.ObjectMedia); err != nil {
 		w.log.Warn("media store not available: stored images reach the model as references only", "err", err)
@@ -201,6 +196,9 @@ func (w *Worker) ID() string { return w.opts.ID }
 // until Stop. Call it once. A failed Start may leave goroutines running: Stop the worker.
 func (w *Worker) Start(ctx context.Context) error {
 	w.ctx, w.cancel = context.WithCancel(context.Background())
+	if w.settler != nil {
+		w.settler.ctx = w.ctx
+	}
 	cons, err := natsutil.Consumer(ctx, w.js, events.StreamSessionIn, jetstream.ConsumerConfig{
 		Durable:       ConsumerName,
 		FilterSubject: events.PrefixAgentIn + ".>",
@@ -276,7 +274,7 @@ func (w *Worker) shutdown() {
 		w.cancel()
 	}
 	w.wg.Wait()
-	w.settleWG.Wait() // started by actors only, which have all ended
+	w.settler.wait() // started by actors only, which have all ended
 	if w.progress != nil {
 		w.progress.Close()
 	}
@@ -350,7 +348,7 @@ func (w *Worker) pokeActors() {
 				continue
 			}
 			if a, ok := w.own.Session(sk.String()).(*actor); ok {
-				a.poke()
+				a.poke(m.Header)
 			}
 		}
 	}

@@ -170,7 +170,7 @@ func (o *Manager) applyLocked(s workerSeen, ev store.WorkerLeaseEvent) workerSee
 	switch {
 	case ev.Epoch == 0:
 		if !s.gone && s.epoch > 0 { // once per lease seen live, not on each read of its marker
-			o.holdRebalanceLocked(time.Now())
+			holdRebalanceLocked(o, time.Now())
 		}
 		s.gone = true
 	case ev.Epoch >= s.epoch:
@@ -216,8 +216,8 @@ func (o *Manager) claim(sk events.SessionKey) {
 	key := sk.String()
 	var c store.Claim
 	var err error
-	gen := o.lease.leaseGen()
-	if wl := o.lease.get(); !wl.Valid(time.Now()) || o.lease.suspended() {
+	gen, wl, ok := awaitWorkerLease(o)
+	if !ok {
 		err = ErrNoWorkerLease
 	} else {
 		c, err = o.leases.Claim(o.ctx, sk, wl, o.alive)
@@ -270,6 +270,38 @@ func (o *Manager) claim(sk events.SessionKey) {
 		o.mu.Unlock()
 		o.cfg.Metrics.Owned(-1)
 	}()
+}
+
+// claimLeaseWait bounds how long a claim waits for this replica's worker lease to be valid
+// again (awaitWorkerLease).
+const claimLeaseWait = 2 * time.Second
+
+// awaitWorkerLease returns the lease generation and the worker lease a claim is made under, once
+// the lease is valid and not being recovered, waiting up to claimLeaseWait for that; ok is false
+// if it is not by then (or the replica stops). A claim made without a valid lease is refused,
+// and its session then waits for its deliveries to come back; during a takeover of hundreds of
+// sessions in one process the lease's renewal can lapse for a moment, and every session claimed
+// in that moment waited a redelivery (seconds) instead of the renewal (tens of milliseconds).
+// The lease and its generation are read after the wait, as before without it.
+func awaitWorkerLease(o *Manager) (gen uint64, wl store.Lease, ok bool) {
+	deadline := time.Now().Add(claimLeaseWait)
+	for {
+		gen = o.lease.leaseGen()
+		wl = o.lease.get()
+		if wl.Valid(time.Now()) && !o.lease.suspended() {
+			return gen, wl, true
+		}
+		wait := time.Until(deadline)
+		if wait <= 0 || o.ctx.Err() != nil {
+			return 0, store.Lease{}, false
+		}
+		fence, _ := o.lease.fenceGen()
+		select {
+		case <-o.ctx.Done():
+		case <-fence: // nil while not suspended: the timer below decides
+		case <-time.After(min(wait, 50*time.Millisecond)):
+		}
+	}
 }
 
 // giveBack hands a delivery back to JetStream, to come again after delay.

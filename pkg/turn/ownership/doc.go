@@ -41,8 +41,8 @@
 // the process's lease would expire. Every replica probes its peers' doorbells every 200 ms
 // (peers.go); a peer silent for 400 ms is taken for dead: its worker lease is revoked
 // (store.Leases.RevokeWorker) and the sessions it claimed are claimed at once
-// (store.Leases.ClaimsOf), whose actors read the inbox from the cursor and resume the open
-// turns. Nothing waits for the dead replica's lease TTL or for its deliveries to come back
+// (store.Leases.ClaimsOf), 128 at a time, whose actors (64 starting at a time, starts.go) read
+// the inbox from the cursor and resume the open turns. Nothing waits for the dead replica's lease TTL or for its deliveries to come back
 // after AckWait (they come later, with those of the rings it never read, and are acked by the
 // new owner). The lease TTL and the redelivery remain the fallbacks: a claim whose owner's
 // lease has ended is stale for every replica, and a delivery that comes back is claimed as any

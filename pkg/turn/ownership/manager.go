@@ -138,6 +138,7 @@ type Manager struct {
 	shedPause time.Time              // no sessions are moved to another replica before (rebalance.go)
 	killed    bool                   // Kill: no lease is released
 	wakeSub   *nats.Subscription
+	starts    chan struct{} // the start slots (starts.go)
 }
 
 // New returns a Manager; Start brings it up.
@@ -145,7 +146,8 @@ func New(cfg Config) *Manager {
 	return &Manager{cfg: cfg, nc: cfg.NC, leases: cfg.Leases, progress: cfg.Progress, log: cfg.Log,
 		sess: map[string]Session{}, claiming: map[string][]Delivery{}, owners: map[string]ownerHint{},
 		view: map[string]workerSeen{}, bells: map[string][]ringEntry{}, bellWake: make(chan struct{}, 1),
-		suspect: map[string]suspicion{}, adopted: map[string]uint64{}, bellSubj: events.AgentWakeSubject(cfg.ID)}
+		suspect: map[string]suspicion{}, adopted: map[string]uint64{}, bellSubj: events.AgentWakeSubject(cfg.ID),
+		starts: make(chan struct{}, startSlots)}
 }
 
 // Start subscribes to the doorbell, takes the worker lease (retrying until startCtx ends) and

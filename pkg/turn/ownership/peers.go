@@ -186,7 +186,7 @@ func (o *Manager) peerDead(peer string, epoch uint64, silent time.Duration) {
 	if s := o.view[peer]; s.epoch <= epoch {
 		o.view[peer] = workerSeen{epoch: epoch, gone: true}
 	}
-	o.holdRebalanceLocked(time.Now())
+	holdRebalanceLocked(o, time.Now())
 	o.mu.Unlock()
 	var keys []events.SessionKey
 	for attempt := 0; attempt < 5 && o.ctx.Err() == nil; attempt++ {
@@ -205,7 +205,7 @@ func (o *Manager) peerDead(peer string, epoch uint64, silent time.Duration) {
 	}
 	o.log.Info("peer gone (no responders on its doorbell): taking over its sessions", "peer", peer, "epoch", epoch,
 		"silent", silent.Round(time.Millisecond), "sessions", len(keys))
-	sem := make(chan struct{}, 64)
+	sem := make(chan struct{}, claimSlots)
 	for _, sk := range keys {
 		key := sk.String()
 		o.mu.Lock()

@@ -96,7 +96,7 @@ func (o *Manager) rebalance() {
 // are those of the last renewals, not yet what each replica runs now. Moving on them sent
 // sessions to a replica that had just taken over a dead peer's and back again (one cold
 // start each) in the fault test.
-func (o *Manager) holdRebalanceLocked(now time.Time) {
+func holdRebalanceLocked(o *Manager, now time.Time) {
 	if until := now.Add(o.cfg.LeaseTTL); until.After(o.shedPause) {
 		o.shedPause = until
 	}
