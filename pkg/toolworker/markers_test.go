@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/agentbus/agentbus/internal/testwait"
 	"testing"
 	"time"
 
@@ -33,9 +34,9 @@ func TestMarkerPurgedWithTheResult(t *testing.T) {
 	if r := waitResult(t, srv.JS, testSK, call.CallID); r.Data.IsError {
 		t.Fatalf("result = %q", text(r))
 	}
-	eventually(t, "the marker purged", func() bool {
+	testwait.Eventually(t, 0, func() error {
 		_, err := kv.Get(ctx, MarkerKey(call.CallID))
-		return errors.Is(err, jetstream.ErrKeyNotFound)
+		return testwait.Want(errors.Is(err, jetstream.ErrKeyNotFound), "not yet: the marker purged")
 	})
 	st, err := srv.JS.Stream(ctx, "KV_"+events.BucketToolMarkers)
 	if err != nil {
@@ -57,9 +58,9 @@ func TestMarkerPurgedWithTheResult(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the duplicate request handled", func() bool {
+	testwait.Eventually(t, 0, func() error {
 		info, err := calls.Info(ctx)
-		return err == nil && info.State.Msgs == 0
+		return testwait.Want(err == nil && info.State.Msgs == 0, "not yet: the duplicate request handled")
 	})
 	if n := c.get(call.CallID); n != 1 {
 		t.Fatalf("executed %d times, want 1", n)
@@ -67,9 +68,9 @@ func TestMarkerPurgedWithTheResult(t *testing.T) {
 	if n := countResults(t, srv.JS, testSK, call.CallID); n != 1 {
 		t.Fatalf("%d results stored, want 1", n)
 	}
-	eventually(t, "the duplicate's marker purged", func() bool {
+	testwait.Eventually(t, 0, func() error {
 		_, err := kv.Get(ctx, MarkerKey(call.CallID))
-		return errors.Is(err, jetstream.ErrKeyNotFound)
+		return testwait.Want(errors.Is(err, jetstream.ErrKeyNotFound), "not yet: the duplicate's marker purged")
 	})
 }
 
@@ -100,8 +101,8 @@ func TestInterruptedCallLeavesNoMarker(t *testing.T) {
 	if n := c.get(call.CallID); n != 0 {
 		t.Fatalf("executed %d times, want 0", n)
 	}
-	eventually(t, "the earlier attempt's marker purged", func() bool {
+	testwait.Eventually(t, 0, func() error {
 		_, err := kv.Get(ctx, MarkerKey(call.CallID))
-		return errors.Is(err, jetstream.ErrKeyNotFound)
+		return testwait.Want(errors.Is(err, jetstream.ErrKeyNotFound), "not yet: the earlier attempt's marker purged")
 	})
 }
