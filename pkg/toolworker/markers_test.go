@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/agentbus/agentbus/internal/testwait"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/events"
 )
 
