@@ -48,20 +48,7 @@ func useOf(t *testing.T, js jetstream.JetStream, stream, filter string) streamUs
 // JSON: a compaction, a tool turn closed by its commit (read from the context log) and plain
 // turns. The streams' per-session footprint is printed before and after.
 func TestReplayAfterEpochTrim(t *testing.T) {
-	dir := t.TempDir()
-	cfg, err := config.Parse([]byte("dataDir: " + dir + "\nnats:\n  listen: 127.0.0.1:0\n  storeDir: " + filepath.Join(dir, "nats") +
-		"\nai:\n  agent:\n    compaction: {keepRecentTokens: 10, minKeepCount: 1}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.AI.Agent.Workspace = filepath.Join(dir, "workspace")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	p, err := app.Start(ctx, cfg, app.Options{Roles: app.AllRoles, Out: io.Discard, NoProbe: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Stop(context.Background()) })
+	dir := startCompacting(t)
 	chat := func(user, line string) string {
 		t.Helper()
 		var out bytes.Buffer

@@ -15,20 +15,7 @@ import (
 
 // Replay shows where a compaction happened, between the turns it summarized and the next.
 func TestReplayShowsCompactions(t *testing.T) {
-	dir := t.TempDir()
-	cfg, err := config.Parse([]byte("dataDir: " + dir + "\nnats:\n  listen: 127.0.0.1:0\n  storeDir: " + filepath.Join(dir, "nats") +
-		"\nai:\n  agent:\n    compaction: {keepRecentTokens: 10, minKeepCount: 1}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.AI.Agent.Workspace = filepath.Join(dir, "workspace")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	p, err := app.Start(ctx, cfg, app.Options{Roles: app.AllRoles, Out: io.Discard, NoProbe: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Stop(context.Background()) })
+	dir := startCompacting(t)
 	var out bytes.Buffer
 	// One chat per line: each waits for its reply, so the turns commit in this order.
 	for _, line := range []string{"first message", "second message", "/compact", "after the compaction"} {
@@ -95,4 +82,25 @@ func TestReplayShowsAToolTurnClosedByItsCommit(t *testing.T) {
 		}
 		at += i + len(w)
 	}
+}
+
+// startCompacting starts every role in one process on a fresh data directory, with a
+// compaction threshold low enough that a few turns compact; it stops with the test.
+func startCompacting(t *testing.T) (dataDir string) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg, err := config.Parse([]byte("dataDir: " + dir + "\nnats:\n  listen: 127.0.0.1:0\n  storeDir: " + filepath.Join(dir, "nats") +
+		"\nai:\n  agent:\n    compaction: {keepRecentTokens: 10, minKeepCount: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AI.Agent.Workspace = filepath.Join(dir, "workspace")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p, err := app.Start(ctx, cfg, app.Options{Roles: app.AllRoles, Out: io.Discard, NoProbe: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop(context.Background()) })
+	return dir
 }
