@@ -3,18 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
-	"io"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/agentbus/agentbus/pkg/app"
-	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/store"
@@ -48,7 +43,7 @@ func useOf(t *testing.T, js jetstream.JetStream, stream, filter string) streamUs
 // JSON: a compaction, a tool turn closed by its commit (read from the context log) and plain
 // turns. The streams' per-session footprint is printed before and after.
 func TestReplayAfterEpochTrim(t *testing.T) {
-	dir := startCompacting(t)
+	dir := startAll(t, compacting)
 	chat := func(user, line string) string {
 		t.Helper()
 		var out bytes.Buffer
@@ -86,16 +81,7 @@ func TestReplayAfterEpochTrim(t *testing.T) {
 		t.Fatalf("the replay lacks the compaction or the tool turn:\n%s", text)
 	}
 
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	bus := addBusFlags(fs)
-	if err := fs.Parse([]string{"--data", dir}); err != nil {
-		t.Fatal(err)
-	}
-	nc, js, err := connectJS(bus)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	js := dialData(t, dir)
 	keys := make([]events.SessionKey, len(users))
 	for i, u := range users {
 		keys[i] = events.SessionKey{Platform: "console", Bot: "console", Scope: events.ScopePrivate, Scene: u}
@@ -157,29 +143,10 @@ func TestReplayAfterEpochTrim(t *testing.T) {
 // A turn worker that dies after /reset ended the epoch (the record lists it in Ended) but
 // before it archived it: the next actor of the session archives and trims it when it starts.
 func TestEndedEpochArchivedByTheNextOwner(t *testing.T) {
-	dir := t.TempDir()
-	cfg, err := config.Parse([]byte("dataDir: " + dir + "\nnats:\n  listen: 127.0.0.1:0\n  storeDir: " + filepath.Join(dir, "nats") + "\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.AI.Agent.Workspace = filepath.Join(dir, "workspace")
+	dir := startAll(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p, err := app.Start(ctx, cfg, app.Options{Roles: app.AllRoles, Out: io.Discard, NoProbe: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Stop(context.Background()) })
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	bus := addBusFlags(fs)
-	if err := fs.Parse([]string{"--data", dir}); err != nil {
-		t.Fatal(err)
-	}
-	nc, js, err := connectJS(bus)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	js := dialData(t, dir)
 	// What the dead worker left: epoch 1 with a context log, ended by Archive, not archived.
 	sk := events.SessionKey{Platform: "console", Bot: "console", Scope: events.ScopePrivate, Scene: "ghost"}
 	sessions, err := store.OpenSessions(ctx, js)

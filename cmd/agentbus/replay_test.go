@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"io"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/config"
@@ -15,7 +18,7 @@ import (
 
 // Replay shows where a compaction happened, between the turns it summarized and the next.
 func TestReplayShowsCompactions(t *testing.T) {
-	dir := startCompacting(t)
+	dir := startAll(t, compacting)
 	var out bytes.Buffer
 	// One chat per line: each waits for its reply, so the turns commit in this order.
 	for _, line := range []string{"first message", "second message", "/compact", "after the compaction"} {
@@ -44,19 +47,7 @@ func TestReplayShowsCompactions(t *testing.T) {
 // commit, with no turn_committed record: replay still shows the whole turn in order, the call,
 // the tool's result, the answer and the commit.
 func TestReplayShowsAToolTurnClosedByItsCommit(t *testing.T) {
-	dir := t.TempDir()
-	cfg, err := config.Parse([]byte("dataDir: " + dir + "\nnats:\n  listen: 127.0.0.1:0\n  storeDir: " + filepath.Join(dir, "nats") + "\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.AI.Agent.Workspace = filepath.Join(dir, "workspace")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	p, err := app.Start(ctx, cfg, app.Options{Roles: app.AllRoles, Out: io.Discard, NoProbe: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Stop(context.Background()) })
+	dir := startAll(t, "")
 	var out bytes.Buffer
 	deadline := time.Now().Add(20 * time.Second)
 	for !strings.Contains(out.String(), "list_dir tool") { // the tool worker may not be registered yet
@@ -84,13 +75,15 @@ func TestReplayShowsAToolTurnClosedByItsCommit(t *testing.T) {
 	}
 }
 
-// startCompacting starts every role in one process on a fresh data directory, with a
-// compaction threshold low enough that a few turns compact; it stops with the test.
-func startCompacting(t *testing.T) (dataDir string) {
+// compacting is an ai: block whose compaction threshold is low enough that a few turns compact.
+const compacting = "ai:\n  agent:\n    compaction: {keepRecentTokens: 10, minKeepCount: 1}\n"
+
+// startAll starts every role in one process on a fresh data directory, with extraYAML (may be
+// empty) appended to the configuration; it stops with the test.
+func startAll(t *testing.T, extraYAML string) (dataDir string) {
 	t.Helper()
 	dir := t.TempDir()
-	cfg, err := config.Parse([]byte("dataDir: " + dir + "\nnats:\n  listen: 127.0.0.1:0\n  storeDir: " + filepath.Join(dir, "nats") +
-		"\nai:\n  agent:\n    compaction: {keepRecentTokens: 10, minKeepCount: 1}\n"))
+	cfg, err := config.Parse([]byte("dataDir: " + dir + "\nnats:\n  listen: 127.0.0.1:0\n  storeDir: " + filepath.Join(dir, "nats") + "\n" + extraYAML))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,4 +96,21 @@ func startCompacting(t *testing.T) (dataDir string) {
 	}
 	t.Cleanup(func() { _ = p.Stop(context.Background()) })
 	return dir
+}
+
+// dialData connects to the bus of the process running on dataDir, as the commands do with
+// --data; the connection closes with the test.
+func dialData(t *testing.T, dataDir string) jetstream.JetStream {
+	t.Helper()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	bus := addBusFlags(fs)
+	if err := fs.Parse([]string{"--data", dataDir}); err != nil {
+		t.Fatal(err)
+	}
+	nc, js, err := connectJS(bus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return js
 }
