@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -43,6 +44,7 @@ func cmdBench(ctx context.Context, args []string, w io.Writer) error {
 	rounds := fs.Int("rounds", 1, "with --outside: interleaved closed-loop pairs (agentbus, relay) per shape")
 	asJSON := fs.Bool("json", false, "print the figures as JSON")
 	cpuProfile := fs.String("cpuprofile", "", "write a pprof CPU profile of the measured phase to this file (with --processes: a directory, one <process>.pprof each; with --outside: agentbus up's whole run)")
+	traceFile := fs.String("trace", "", "write a Go execution trace of the measured phase to this file (go tool trace; not with --processes or --outside)")
 	memProfile := fs.String("memprofile", "", "write a pprof heap profile taken with the most turns in a model call to this file")
 	verbose := fs.Bool("v", false, "log the roles' warnings and errors to stderr")
 	fs.Usage = func() {
@@ -106,6 +108,14 @@ func cmdBench(ctx context.Context, args []string, w io.Writer) error {
 		defer f.Close()
 		cfg.CPUProfile = f
 	}
+	if *traceFile != "" {
+		f, err := os.Create(*traceFile)
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		defer f.Close()
+		cfg.Trace = f
+	}
 	if *memProfile != "" {
 		f, err := os.Create(*memProfile)
 		if err != nil {
@@ -118,6 +128,11 @@ func cmdBench(ctx context.Context, args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if *traceFile != "" {
+		if res.Trace, err = readTraceTail(*traceFile); err != nil {
+			return err
+		}
+	}
 	if *asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -125,4 +140,14 @@ func cmdBench(ctx context.Context, args []string, w io.Writer) error {
 	}
 	res.WriteText(w)
 	return nil
+}
+
+// readTraceTail summarizes the execution trace written to name (bench.ReadTraceTail).
+func readTraceTail(name string) (*bench.TraceTail, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	defer f.Close()
+	return bench.ReadTraceTail(bufio.NewReader(f))
 }

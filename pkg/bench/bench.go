@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"sync"
@@ -42,6 +43,9 @@ type Config struct {
 	Log          *slog.Logger // see Options.Log
 	// CPUProfile, when set, receives a pprof CPU profile of the measured phase.
 	CPUProfile io.Writer
+	// Trace, when set, receives a Go execution trace (runtime/trace) of the measured phase:
+	// what each goroutine waited for (go tool trace).
+	Trace io.Writer
 	// HeapProfile, when set, receives a pprof heap profile taken at the sample with the most
 	// turns inside a model call (re-taken whenever that number grows by a tenth).
 	HeapProfile io.Writer
@@ -111,7 +115,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	res, err := h.Run(ctx, Workload{Sessions: cfg.Sessions, Messages: cfg.Messages, Tool: cfg.Tool,
-		Rate: cfg.Rate, Kill: cfg.Kill, ReplyTimeout: cfg.ReplyTimeout, CPUProfile: cfg.CPUProfile,
+		Rate: cfg.Rate, Kill: cfg.Kill, ReplyTimeout: cfg.ReplyTimeout, CPUProfile: cfg.CPUProfile, Trace: cfg.Trace,
 		Stages: cfg.Stages, HeapProfile: cfg.HeapProfile})
 	if err != nil {
 		return nil, err
@@ -170,6 +174,7 @@ type Workload struct {
 	Kill               bool // needs Options.SecondWorker
 	ReplyTimeout       time.Duration
 	CPUProfile         io.Writer // see Config.CPUProfile
+	Trace              io.Writer // see Config.Trace
 	Stages             bool      // see Config.Stages
 	HeapProfile        io.Writer // see Config.HeapProfile
 }
@@ -181,6 +186,7 @@ type session struct {
 	lat     []time.Duration
 	marks   marks
 	stages  [numStages][]time.Duration
+	turns   []turnStages // with Stages: every message's stage times
 }
 
 // Run runs one measured phase and returns its figures (Baseline unset).
@@ -211,6 +217,11 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 	if wl.CPUProfile != nil {
 		if err := pprof.StartCPUProfile(wl.CPUProfile); err != nil {
 			return nil, fmt.Errorf("bench: cpu profile: %w", err)
+		}
+	}
+	if wl.Trace != nil {
+		if err := trace.Start(wl.Trace); err != nil {
+			return nil, fmt.Errorf("bench: trace: %w", err)
 		}
 	}
 	if h.procs != nil {
@@ -360,8 +371,13 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 					s.mu.Lock()
 					s.pending = ""
 					s.lat = append(s.lat, r.at.Sub(t0))
+					if wl.Trace != nil {
+						// For a trace reader: this message's latency, ending at the callback
+						// (r.at), so that a slow message's span can be matched with what ran.
+						trace.Log(ctx, "bench.turn", strconv.FormatInt(int64(r.at.Sub(t0)), 10)+" "+strconv.FormatInt(int64(time.Since(r.at)), 10))
+					}
 					if wl.Stages {
-						s.marks.collect(&s.stages)
+						s.turns = append(s.turns, turnStages{lat: r.at.Sub(t0), at: s.marks.collect(&s.stages)})
 					}
 					s.mu.Unlock()
 					if kill != nil {
@@ -390,6 +406,9 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 	sp50, sp99 := schedPercentiles(schedBefore, schedHist())
 	if wl.CPUProfile != nil {
 		pprof.StopCPUProfile()
+	}
+	if wl.Trace != nil {
+		trace.Stop()
 	}
 	stopSampling()
 	samplerDone.Wait()
@@ -440,13 +459,16 @@ func (h *Harness) Run(ctx context.Context, wl Workload) (*Result, error) {
 
 	var all []time.Duration
 	var stages [numStages][]time.Duration
+	var perTurn []turnStages
 	for _, s := range sessions {
 		all = append(all, s.lat...)
 		for i := range stages {
 			stages[i] = append(stages[i], s.stages[i]...)
 		}
+		perTurn = append(perTurn, s.turns...)
 	}
 	res.Stages = stageTimes(&stages)
+	res.Steps = stepTimes(perTurn)
 	slices.Sort(all)
 	turns := len(all)
 	res.Turns, res.Failed, res.Lost = turns, int(failed.Load()), int(lost.Load())

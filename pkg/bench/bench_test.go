@@ -29,6 +29,7 @@ func TestTinyRun(t *testing.T) {
 		{"text", Workload{Sessions: 3, Messages: 2}},
 		{"tool", Workload{Sessions: 3, Messages: 2, Tool: true}},
 		{"rate", Workload{Sessions: 2, Messages: 2, Tool: true, Rate: 200}},
+		{"stages", Workload{Sessions: 2, Messages: 2, Tool: true, Stages: true, Trace: &bytes.Buffer{}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := h.Run(ctx, tc.wl)
@@ -58,6 +59,24 @@ func TestTinyRun(t *testing.T) {
 			// messages were awaited does not.
 			if r.PeakAwaitingReply <= 0 || r.HeapIdleMiB <= 0 {
 				t.Errorf("memory not sampled: %+v", r)
+			}
+			if tc.wl.Stages {
+				// Every stage of a tool turn is seen, and the steps between them (plus the last
+				// one, to the callback) are reported.
+				if len(r.Stages) != numStages || len(r.Steps) != numStages+1 {
+					t.Errorf("%d stages, %d steps, want %d and %d: %+v", len(r.Stages), len(r.Steps), numStages, numStages+1, r.Steps)
+				}
+			}
+			if tr, ok := tc.wl.Trace.(*bytes.Buffer); ok {
+				// The trace holds every reply's latency (bench.turn logs) and the system calls
+				// made: the pipeline's writes to its sockets at least.
+				tt, err := ReadTraceTail(tr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tt.Turns != want || tt.TouchingGC > tt.Turns || len(tt.Syscalls) == 0 || tt.OthersP50Ms+tt.TouchingGCP50Ms <= 0 {
+					t.Errorf("trace summary: %+v", tt)
+				}
 			}
 			var text bytes.Buffer
 			r.WriteText(&text)
@@ -151,4 +170,45 @@ func BenchmarkPipeline(b *testing.B) {
 	b.ReportMetric(r.P50Ms, "p50-ms")
 	b.ReportMetric(r.CPUSecondsPerTurn*1e3, "cpu-ms/turn")
 	b.ReportMetric(r.StreamMsgsPerTurn, "appends/turn")
+}
+
+// TestStepTimes splits messages' latencies into the steps between the stages seen: a stage
+// not seen is skipped (its time goes to the next step seen), and the slowest 1 % (at least
+// one message) says where the slowest spent theirs.
+func TestStepTimes(t *testing.T) {
+	msAt := func(v ...float64) (at [numStages]time.Duration) {
+		for i, x := range v {
+			at[i] = time.Duration(x * float64(time.Millisecond))
+		}
+		return at
+	}
+	turns := []turnStages{
+		{lat: 10 * time.Millisecond, at: msAt(1, 1, 2, 3, 4, 5)},
+		{lat: 12 * time.Millisecond, at: msAt(1, 1, 2, 3, 4, 5)},
+		{lat: 40 * time.Millisecond, at: msAt(1, 1, 30, 31, 32, 33)}, // slow to start its turn
+		{lat: 11 * time.Millisecond, at: msAt(1, 1, 0, 3, 4, 5)},     // turn start not seen
+	}
+	steps := stepTimes(turns)
+	if len(steps) != numStages+1 {
+		t.Fatalf("%d steps, want %d: %+v", len(steps), numStages+1, steps)
+	}
+	for _, tc := range []struct {
+		step     int
+		slowMean float64
+		p99      float64
+	}{
+		{0, 1, 1},         // POST -> ingested
+		{1, 0, 0},         // ingested -> dispatched: the same message
+		{2, 29, 29},       // -> turn started: where the slow one waited
+		{3, 1, 2},         // -> tool call: 1 ms, 2 ms when the turn start was not seen
+		{numStages, 7, 7}, // reply published -> callback
+	} {
+		st := steps[tc.step]
+		if st.SlowMeanMs != tc.slowMean || st.P99Ms != tc.p99 {
+			t.Errorf("step %q: slowest mean %.2f ms, p99 %.2f ms, want %.2f and %.2f", st.Step, st.SlowMeanMs, st.P99Ms, tc.slowMean, tc.p99)
+		}
+	}
+	if stepTimes(nil) != nil {
+		t.Error("steps without messages")
+	}
 }

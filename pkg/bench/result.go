@@ -38,6 +38,11 @@ type Result struct {
 
 	// Stages (with Config.Stages): time from the webhook POST to each stage.
 	Stages []StageTime `json:"stages,omitempty"`
+	// Steps (with Config.Stages): the time between adjacent stages, and where the slowest 1 %
+	// of the messages spent theirs.
+	Steps []StepTime `json:"steps,omitempty"`
+	// Trace (agentbus bench --trace): what the execution trace says about the tail.
+	Trace *TraceTail `json:"trace,omitempty"`
 
 	CPUSecondsPerTurn float64 `json:"cpuSecondsPerTurn"`
 	CPUCores          float64 `json:"cpuCores"` // CPU seconds per wall second
@@ -165,6 +170,12 @@ func (r *Result) WriteText(w io.Writer) {
 	for _, st := range r.Stages {
 		fmt.Fprintf(w, "    POST → %-26s p50 %s ms, p99 %s ms\n", st.Stage+":", num(st.P50Ms), num(st.P99Ms))
 	}
+	if len(r.Steps) > 0 {
+		fmt.Fprintf(w, "  steps:          between adjacent stages: p50, p99; mean over the slowest 1 %% of the messages\n")
+	}
+	for _, st := range r.Steps {
+		fmt.Fprintf(w, "    %-58s p50 %s ms, p99 %s ms; slowest 1 %%: %s ms\n", st.Step+":", num(st.P50Ms), num(st.P99Ms), num(st.SlowMeanMs))
+	}
 	if r.NATSServers > 0 {
 		fmt.Fprintf(w, "  CPU:            %.3f ms per turn, %.2f cores busy (summed over all processes, load generator included)\n",
 			r.CPUSecondsPerTurn*1000, r.CPUCores)
@@ -186,6 +197,9 @@ func (r *Result) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  scheduling:     runnable goroutines waited p50 %s ms, p99 %s ms for a CPU; threads waited %.2f s in the run queue (%.2f s per second)\n",
 		num(r.SchedP50Ms), num(r.SchedP99Ms), r.RunqueueWaitSeconds, r.RunqueueWaitSeconds/max(r.Seconds, 1e-9))
+	if r.Trace != nil {
+		r.Trace.WriteText(w)
+	}
 	fmt.Fprintf(w, "  JetStream:      %.1f stream appends, %.1f API requests, %.1f server messages in, per turn\n",
 		r.StreamMsgsPerTurn, r.JSAPIPerTurn, r.NATSInMsgsPerTurn)
 	if len(r.AppendsPerTurn) > 0 {

@@ -55,14 +55,89 @@ func (m *marks) mark(stage int, now int64) {
 	}
 }
 
-// collect appends the stage times of the message sent at t0 to per.
-func (m *marks) collect(per *[numStages][]time.Duration) {
+// collect appends the stage times of the message sent at t0 to per, and returns them (0: the
+// stage was not seen).
+func (m *marks) collect(per *[numStages][]time.Duration) (got [numStages]time.Duration) {
 	t0 := m.sent.Swap(0)
 	for i := range m.at {
 		if at := m.at[i].Load(); at > t0 && t0 != 0 {
 			per[i] = append(per[i], time.Duration(at-t0))
+			got[i] = time.Duration(at - t0)
 		}
 	}
+	return got
+}
+
+// turnStages is one message's latency and its stage times (collect).
+type turnStages struct {
+	lat time.Duration
+	at  [numStages]time.Duration
+}
+
+// StepTime is one step between adjacent stages (the previous stage seen, or the POST, to this
+// one; the last step ends at the callback): its p50 and p99 over every message, and its mean
+// over the slowest 1 % of the messages (by latency), which says where their time went.
+type StepTime struct {
+	Step       string  `json:"step"`
+	P50Ms      float64 `json:"p50Ms"`
+	P99Ms      float64 `json:"p99Ms"`
+	SlowMeanMs float64 `json:"slowMeanMs"`
+}
+
+// stepTimes splits each message's latency into the steps between the stages seen.
+func stepTimes(turns []turnStages) []StepTime {
+	if len(turns) == 0 {
+		return nil
+	}
+	const n = numStages + 1 // the last step: reply published -> callback
+	names := [n]string{}
+	prevName := "POST"
+	for i := range numStages {
+		names[i] = prevName + " → " + stageNames[i]
+		prevName = stageNames[i]
+	}
+	names[numStages] = prevName + " → callback"
+	steps := func(t turnStages) (d [n]time.Duration, ok [n]bool) {
+		var prev time.Duration
+		for i := range numStages {
+			if t.at[i] > 0 {
+				d[i], ok[i] = max(0, t.at[i]-prev), true
+				prev = max(prev, t.at[i])
+			}
+		}
+		d[numStages], ok[numStages] = max(0, t.lat-prev), true
+		return d, ok
+	}
+	slow := slices.Clone(turns)
+	slices.SortFunc(slow, func(a, b turnStages) int { return int(b.lat - a.lat) })
+	slow = slow[:max(1, len(slow)/100)]
+	var out []StepTime
+	for i := range n {
+		var all []time.Duration
+		for _, t := range turns {
+			if d, ok := steps(t); ok[i] {
+				all = append(all, d[i])
+			}
+		}
+		if len(all) == 0 {
+			continue
+		}
+		var sum time.Duration
+		var cnt int
+		for _, t := range slow {
+			if d, ok := steps(t); ok[i] {
+				sum += d[i]
+				cnt++
+			}
+		}
+		slices.Sort(all)
+		st := StepTime{Step: names[i], P50Ms: ms(pct(all, 50)), P99Ms: ms(pct(all, 99))}
+		if cnt > 0 {
+			st.SlowMeanMs = ms(sum / time.Duration(cnt))
+		}
+		out = append(out, st)
+	}
+	return out
 }
 
 // observer subscribes to the pipeline's subjects on its own connection.
