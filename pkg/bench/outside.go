@@ -71,6 +71,8 @@ type OutsidePhase struct {
 	P50Ms        float64 `json:"p50Ms"`
 	P99Ms        float64 `json:"p99Ms"`
 	ModelCalls   float64 `json:"modelCallsPerTurn"`
+	// ModelRequestBytes is the mean size of the model requests' bodies (the history sent).
+	ModelRequestBytes float64 `json:"modelRequestBytes"`
 }
 
 // OutsideResult is what RunOutside measured, in the order it ran.
@@ -165,7 +167,7 @@ func RunOutside(ctx context.Context, c OutsideConfig) (*OutsideResult, error) {
 		if err := lg.one(ctx, s.url, prefix+"warm", 0, "warm up"); err != nil {
 			return OutsidePhase{}, fmt.Errorf("bench: %s warm-up: %w", s.name, err)
 		}
-		calls0 := model.calls.Load()
+		calls0, bytes0 := model.calls.Load(), model.bytes.Load()
 		cpu0, err := procCPU(s.pid)
 		if err != nil {
 			return OutsidePhase{}, err
@@ -181,6 +183,9 @@ func RunOutside(ctx context.Context, c OutsideConfig) (*OutsideResult, error) {
 			p.CPUPerTurnMs = float64((cpu1 - cpu0).Microseconds()) / 1000 / float64(p.Turns)
 			p.P50Ms, p.P99Ms = outsidePct(st.lat, 0.50), outsidePct(st.lat, 0.99)
 			p.ModelCalls = float64(model.calls.Load()-calls0) / float64(p.Turns)
+			if n := model.calls.Load() - calls0; n > 0 {
+				p.ModelRequestBytes = float64(model.bytes.Load()-bytes0) / float64(n)
+			}
 		}
 		res.Phases = append(res.Phases, p)
 		if c.Progress != nil {
@@ -225,8 +230,8 @@ func (p OutsidePhase) line() string {
 	if p.Lost > 0 {
 		lost = fmt.Sprintf(", %d LOST", p.Lost)
 	}
-	return fmt.Sprintf("%-12s %7.0f turns/s  %6.3f ms CPU/turn  p50 %6.2f ms  p99 %7.2f ms  (%d turns, %.1f model calls/turn%s)",
-		load, p.TurnsPerSec, p.CPUPerTurnMs, p.P50Ms, p.P99Ms, p.Turns, p.ModelCalls, lost)
+	return fmt.Sprintf("%-12s %7.0f turns/s  %6.3f ms CPU/turn  p50 %6.2f ms  p99 %7.2f ms  (%d turns, %.1f model calls/turn of %.1f KiB%s)",
+		load, p.TurnsPerSec, p.CPUPerTurnMs, p.P50Ms, p.P99Ms, p.Turns, p.ModelCalls, p.ModelRequestBytes/1024, lost)
 }
 
 // WriteText prints every phase and the summary (WriteSummary).
@@ -345,7 +350,7 @@ func startUp(ctx context.Context, c OutsideConfig, dir, ws, secret, cb, model st
 	cfg := fmt.Sprintf(`dataDir: %q
 nats: {embedded: true, listen: "127.0.0.1:0"}
 console: {listen: "off"}
-log: {level: error}
+log: {level: info}
 im:
   webhook:
     listen: "127.0.0.1:0"

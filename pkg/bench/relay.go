@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -19,14 +20,16 @@ import (
 	"github.com/agentbus/agentbus/internal/childproc"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/openai"
+	"github.com/agentbus/agentbus/pkg/logging"
 	"github.com/agentbus/agentbus/pkg/loop"
 	"github.com/agentbus/agentbus/pkg/webhook"
 )
 
 // The bus-less relay of `agentbus bench --outside`: the same outside shape as `agentbus up`
 // (a signed webhook POST in, the model over the real openai-completions provider through
-// pkg/loop, with the same tool when the model calls one, a signed callback POST out) in one
-// process with no NATS, no session, no history. It is what the outside path would cost if the
+// pkg/loop, with the same tool when the model calls one, each chat's history sent with every
+// call, a signed callback POST out) in one process with no NATS and nothing stored: the
+// history is kept in memory. It is what the outside path would cost if the
 // bus were free, the baseline the issue's ratio divides by.
 const (
 	envRelayModel     = "AGENTBUS_BENCH_RELAY_MODEL"     // the model server's base URL (…/v1)
@@ -43,6 +46,11 @@ func relayChild(ctx context.Context) error {
 		return fmt.Errorf("relay: %s, %s, %s and %s must be set", envSecret, envCallback, envRelayModel, envRelayWorkspace)
 	}
 	r := newRelay(secret, cb, model, ws)
+	// One line per turn at info, as agentbus up's turn worker writes (the bench runs up at the
+	// default level, so both sides pay for a log line per turn).
+	if l, err := logging.New(os.Stderr, "text", "info"); err == nil {
+		r.log = l
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return fmt.Errorf("relay: %w", err)
@@ -65,15 +73,21 @@ type relay struct {
 	cfg              loop.Config
 	tools            []loop.AgentTool
 	client           *http.Client
+	log              *slog.Logger
 	wg               sync.WaitGroup
-	seq              atomic.Int64
+	// chats is each chat's conversation, in memory: the model is sent the whole history on
+	// every call, as agentbus up sends it (a gateway without one would answer every message
+	// as the first of its chat).
+	mu    sync.Mutex
+	chats map[string][]llm.Message
+	seq   atomic.Int64
 }
 
 func newRelay(secret, callback, modelURL, workspace string) *relay {
 	transport := &http.Transport{Proxy: nil, MaxIdleConns: maxConns, MaxIdleConnsPerHost: maxConns, IdleConnTimeout: 90 * time.Second}
 	p := openai.New(openai.WithHTTPClient(&http.Client{Transport: transport}))
 	r := &relay{
-		secret: secret, callback: callback,
+		secret: secret, callback: callback, chats: map[string][]llm.Message{},
 		client: &http.Client{Timeout: 30 * time.Second, Transport: transport.Clone()},
 		cfg: loop.Config{
 			Model:     &llm.Model{ID: "bench", Name: "benchmark model", API: llm.APIOpenAICompletions, Provider: "bench", BaseURL: modelURL, ContextWindow: 128000, MaxTokens: 4096},
@@ -130,12 +144,23 @@ func (r *relay) serve(w http.ResponseWriter, req *http.Request) {
 	}()
 }
 
-// turn runs the loop on the one message and POSTs the reply, signed as egress signs it.
+// turn runs the loop on the message after the chat's history and POSTs the reply, signed as
+// egress signs it.
 func (r *relay) turn(bot string, in *webhook.Inbound, text string) {
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ac := &loop.AgentContext{SystemPrompt: "You are a helpful assistant.", Tools: r.tools}
+	key := bot + "\x00" + in.Scene.Type + "\x00" + in.Scene.ID
+	r.mu.Lock()
+	history := r.chats[key]
+	r.mu.Unlock()
+	ac := &loop.AgentContext{SystemPrompt: "You are a helpful assistant.", Messages: history, Tools: r.tools}
 	msgs, err := loop.Run(ctx, []llm.Message{llm.UserText(text, in.Time)}, ac, &r.cfg, nil)
+	if err == nil {
+		r.mu.Lock()
+		r.chats[key] = append(history[:len(history):len(history)], msgs...)
+		r.mu.Unlock()
+	}
 	reply := ""
 	for i := len(msgs) - 1; i >= 0 && err == nil; i-- {
 		if msgs[i].Role == llm.RoleAssistant {
@@ -165,6 +190,15 @@ func (r *relay) turn(bot string, in *webhook.Inbound, text string) {
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
+	if r.log != nil {
+		calls := 0
+		for i := range msgs {
+			if msgs[i].Role == llm.RoleAssistant {
+				calls++
+			}
+		}
+		r.log.Info("turn finished", "reply_to", in.ID, "model_calls", calls, "duration", time.Since(start).Round(time.Millisecond))
+	}
 }
 
 // modelServer is an OpenAI-compatible chat completions endpoint at the protocol level (SSE
@@ -176,6 +210,7 @@ type modelServer struct {
 	url   string
 	tool  atomic.Bool
 	calls atomic.Int64
+	bytes atomic.Int64 // request bodies received
 	n     atomic.Int64
 }
 
@@ -202,6 +237,7 @@ func (m *modelServer) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m.calls.Add(1)
+	m.bytes.Add(int64(len(body)))
 	role := ""
 	if i := bytes.LastIndex(body, lastRoleKey); i >= 0 {
 		rest := body[i+len(lastRoleKey):]

@@ -81,13 +81,20 @@ var ErrMalformed = errors.New("malformed webhook message")
 // ParseInbound decodes and checks a body. Errors wrap ErrMalformed and name the field.
 func ParseInbound(body []byte) (*Inbound, error) {
 	var in Inbound
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&in); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
-	}
-	// More reports false before a stray ']' or '}', so look for the end of the input itself.
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("%w: trailing data after the JSON object", ErrMalformed)
+	// Unmarshal accepts exactly what the Decoder below does (one value, then only white
+	// space) without copying the body into a decoder's buffer; the Decoder runs only to word
+	// the error of a body that fails.
+	if json.Unmarshal(body, &in) != nil {
+		in = Inbound{}
+		dec := json.NewDecoder(bytes.NewReader(body))
+		if err := dec.Decode(&in); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+		}
+		// More reports false before a stray ']' or '}', so look for the end of the input itself.
+		if _, err := dec.Token(); err != io.EOF {
+			return nil, fmt.Errorf("%w: trailing data after the JSON object", ErrMalformed)
+		}
+		return nil, fmt.Errorf("%w: not one JSON object", ErrMalformed) // not reached: both accept the same
 	}
 	var missing []string
 	if in.ID == "" {

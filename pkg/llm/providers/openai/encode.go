@@ -35,7 +35,7 @@ func requestBody(model *llm.Model, c *llm.Context, opts *llm.StreamOptions, cp c
 		return nil, fmt.Errorf("compat.thinkingFormat %q: want %q, %q or %q", cp.thinkingFormat, ThinkingFormatOpenAI, ThinkingFormatZAI, ThinkingFormatQwen)
 	}
 	e := &encoder{b: make([]byte, 0, sizeHint(c))}
-	// "stream" first: the SDK sets it again with sjson, which finds it at once there.
+	// "stream" first, where the SDK put it.
 	e.raw(`{"stream":true,"model":`)
 	e.str(model.ID)
 	e.raw(`,"messages":[`)

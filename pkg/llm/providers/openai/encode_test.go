@@ -203,48 +203,61 @@ func TestRequestBodyErrorsMatchSDK(t *testing.T) {
 	}
 }
 
-// TestSDKAddsOnlyStream pins sdkBody's premise on the real SDK: what NewStreaming puts on the
-// wire for params is their encoding plus "stream": true, and what it puts on the wire for our
-// body is our body.
-func TestSDKAddsOnlyStream(t *testing.T) {
-	var got []map[string]any
+// TestWireMatchesSDK pins sdkBody's premise and the provider's own HTTP call on the real SDK:
+// what NewStreaming puts on the wire for params is their encoding plus "stream": true, and
+// the provider's request for the same conversation goes to the same URL (for each shape of
+// base URL) with the same method, body, content type, accept and auth headers.
+func TestWireMatchesSDK(t *testing.T) {
+	type seen struct {
+		url, method string
+		header      http.Header
+		body        map[string]any
+	}
+	var got []seen
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		raw, _ := io.ReadAll(r.Body)
 		var m map[string]any
 		if err := json.Unmarshal(raw, &m); err != nil {
 			t.Errorf("body: %v: %s", err, raw)
 		}
-		got = append(got, m)
+		got = append(got, seen{r.URL.String(), r.Method, r.Header.Clone(), m})
 		w.Header().Set("Content-Type", "text/event-stream")
 		fmt.Fprint(w, "data: [DONE]\n\n")
 	}))
 	defer srv.Close()
-	model := &llm.Model{ID: "test-model", API: llm.APIOpenAICompletions, Provider: "test", Reasoning: true, Input: []string{llm.InputText, llm.InputImage}}
-	opts := &llm.StreamOptions{MaxTokens: 9, Temperature: ptr(0.5), SessionID: "s", Thinking: llm.ThinkingMedium}
-	cp := detectCompat("")
-	cp.toolResultName = true
-	params, err := buildParams(model, toolTurn(), opts, cp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := requestBody(model, toolTurn(), opts, cp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc := openai.NewChatCompletionService(option.WithBaseURL(srv.URL+"/v1"), option.WithAPIKey("k"), option.WithMaxRetries(0))
-	for _, s := range []interface{ Close() error }{
-		svc.NewStreaming(context.Background(), params),
-		svc.NewStreaming(context.Background(), emptyParams, option.WithRequestBody("application/json", body)),
-	} {
-		_ = s.Close()
-	}
-	if len(got) != 2 {
-		t.Fatalf("server saw %d requests, want 2", len(got))
-	}
-	if want := sdkBody(t, params); !reflect.DeepEqual(got[0], want) {
-		t.Errorf("SDK sent %v\nwant its encoding + stream: %v", got[0], want)
-	}
-	if !reflect.DeepEqual(got[1], got[0]) {
-		t.Errorf("our body on the wire %v\nSDK's %v", got[1], got[0])
+	opts := &llm.StreamOptions{MaxTokens: 9, Temperature: ptr(0.5), SessionID: "s", Thinking: llm.ThinkingMedium, APIKey: "k"}
+	for _, base := range []string{"/v1", "/v1/", "", "/openai/v1?api-version=2024-10-21"} {
+		t.Run(base, func(t *testing.T) {
+			got = got[:0]
+			model := &llm.Model{ID: "test-model", API: llm.APIOpenAICompletions, Provider: "test", Reasoning: true,
+				Input: []string{llm.InputText, llm.InputImage}, BaseURL: srv.URL + base}
+			cp := resolveCompat(model)
+			params, err := buildParams(model, toolTurn(), opts, cp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			svc := openai.NewChatCompletionService(option.WithBaseURL(model.BaseURL), option.WithAPIKey("k"), option.WithMaxRetries(0))
+			_ = svc.NewStreaming(context.Background(), params).Close()
+			for range New(WithLogger(quiet)).Stream(context.Background(), model, toolTurn(), opts) {
+			}
+			if len(got) != 2 {
+				t.Fatalf("server saw %d requests, want 2", len(got))
+			}
+			sdk, ours := got[0], got[1]
+			if want := sdkBody(t, params); !reflect.DeepEqual(sdk.body, want) {
+				t.Errorf("SDK sent %v\nwant its encoding + stream: %v", sdk.body, want)
+			}
+			if !reflect.DeepEqual(ours.body, sdk.body) {
+				t.Errorf("our body on the wire %v\nSDK's %v", ours.body, sdk.body)
+			}
+			if ours.url != sdk.url || ours.method != sdk.method {
+				t.Errorf("we sent %s %s, the SDK %s %s", ours.method, ours.url, sdk.method, sdk.url)
+			}
+			for _, h := range []string{"Authorization", "Content-Type", "Accept"} {
+				if ours.header.Get(h) != sdk.header.Get(h) {
+					t.Errorf("header %s: ours %q, the SDK's %q", h, ours.header.Get(h), sdk.header.Get(h))
+				}
+			}
+		})
 	}
 }

@@ -1,6 +1,8 @@
 // Package openai implements the "openai-completions" API (POST /chat/completions with
-// stream: true) on the official SDK github.com/openai/openai-go/v3. It talks to OpenAI and to
-// any OpenAI-compatible server: vLLM, llama.cpp, DeepSeek, Moonshot, Zhipu, DashScope, ...
+// stream: true) with net/http: the request body is written directly (encode.go, checked against
+// the official SDK github.com/openai/openai-go/v3 in the tests) and the event stream is read
+// and its chunks decoded here (http.go, stream.go). It talks to OpenAI and to any
+// OpenAI-compatible server: vLLM, llama.cpp, DeepSeek, Moonshot, Zhipu, DashScope, ...
 // Differences between servers are llm.Compat switches, detected from the base URL when unset
 // (see docs/providers.md).
 //
@@ -15,22 +17,18 @@
 // the stream with StopReason aborted, the usage seen so far kept.
 //
 // Retries: the initial request is retried on 429, 5xx and connection errors by the shared
-// internal/retry helper, plugged in as SDK middleware with the SDK's own retries off. Once a
+// internal/retry helper (retry.Do around the HTTP client). Once a
 // response has been accepted nothing is retried, so no token is ever streamed twice.
 package openai
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
+	"fmt"
 	"iter"
 	"log/slog"
 	"net/http"
 	"time"
-
-	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
-	"github.com/openai/openai-go/v3/packages/param"
 
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/internal/retry"
@@ -124,51 +122,19 @@ func (p *Provider) Stream(ctx context.Context, model *llm.Model, c *llm.Context,
 			s.fail(llm.StopReasonError, err)
 			return
 		}
-		svc := openai.NewChatCompletionService(p.requestOptions(model, opts)...)
-		// The body is ours (encode.go); the params the SDK encodes first are an empty object,
-		// replaced by the body before the request is built.
-		stream := svc.NewStreaming(ctx, emptyParams, option.WithRequestBody("application/json", body))
-		defer stream.Close()
-		s.consume(ctx, stream)
+		resp, err := p.post(ctx, model, opts, body)
+		if err != nil {
+			if ctx.Err() != nil {
+				s.fail(llm.StopReasonAborted, fmt.Errorf("%w: %w", errAborted, context.Cause(ctx)))
+				return
+			}
+			s.fail(llm.StopReasonError, describe(err))
+			return
+		}
+		defer resp.Body.Close()
+		s.consume(ctx, resp.Body)
 	}
 }
-
-// requestOptions builds the SDK options of one call. NewChatCompletionService (rather than
-// openai.NewClient) is used on purpose: NewClient reads OPENAI_API_KEY, OPENAI_BASE_URL and
-// friends from the environment, which would send an OpenAI key to whatever server a model
-// points at.
-func (p *Provider) requestOptions(model *llm.Model, opts *llm.StreamOptions) []option.RequestOption {
-	base := model.BaseURL
-	if base == "" {
-		base = DefaultBaseURL
-	}
-	hc := p.httpClient
-	if opts.HTTPClient != nil {
-		hc = opts.HTTPClient
-	}
-	policy := p.policy
-	policy.MaxDelay = opts.MaxRetryDelay
-	ro := []option.RequestOption{
-		option.WithBaseURL(base),
-		option.WithHTTPClient(hc),
-		option.WithAPIKey(opts.APIKey),
-		option.WithMaxRetries(0), // retries are ours: see package retry
-		option.WithMiddleware(retry.Middleware(policy)),
-	}
-	for k, v := range p.headers {
-		ro = append(ro, option.WithHeader(k, v))
-	}
-	for k, v := range model.Headers {
-		ro = append(ro, option.WithHeader(k, v))
-	}
-	for k, v := range opts.Headers {
-		ro = append(ro, option.WithHeader(k, v))
-	}
-	return ro
-}
-
-// emptyParams encodes as {} without reflection.
-var emptyParams = param.Override[openai.ChatCompletionNewParams](json.RawMessage(`{}`))
 
 // errAborted is reported when ctx ends the stream without a more specific cause.
 var errAborted = errors.New("request aborted")

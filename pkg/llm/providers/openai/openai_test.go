@@ -566,3 +566,74 @@ func TestBadInputBecomesErrorEvent(t *testing.T) {
 		t.Errorf("a bad request was sent anyway (%d calls)", srv.calls)
 	}
 }
+
+// TestChunkDecodingLenient pins the chunk decoding the provider took over from the SDK
+// (issue 40): fields are read as leniently as the SDK's decoder read them, the event stream's
+// framing is the SDK's (CRLF, comments, data split over lines, Assistants "thread." events
+// skipped), and only a chunk that is not JSON, or JSON but not an object, is malformed.
+func TestChunkDecodingLenient(t *testing.T) {
+	const head = `{"id":"c1","choices":[{"index":0,"delta":`
+	tests := []struct {
+		name     string
+		body     string
+		wantStop llm.StopReason
+		wantErr  string
+		check    func(t *testing.T, m *llm.Message)
+	}{
+		{
+			name: "loose types and framing",
+			body: ": keep-alive comment\r\n" +
+				"data: " + head + `{"content":5},"finish_reason":null}]}` + "\r\n\r\n" +
+				"event: thread.run.created\ndata: not json at all\n\n" +
+				"data: " + head + `{"content":" apples"},` + "\n" + `data: "finish_reason":null}]}` + "\n\n" +
+				"data: null\n\n" +
+				"data: " + head + `{"tool_calls":[{"index":"1","id":"call_x","function":{"name":"f","arguments":"{\"a\":"}}]},"finish_reason":null}]}` + "\n\n" +
+				"data: " + head + `{"tool_calls":[{"index":1,"function":{"arguments":"1}"}}]},"finish_reason":null}]}` + "\n\n" +
+				"data: " + head + `{},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":"30","completion_tokens":7,"prompt_tokens_details":null,"prompt_cache_hit_tokens":10}}` + "\n\n" +
+				"data: [DONE]\n\n",
+			wantStop: llm.StopReasonToolUse,
+			check: func(t *testing.T, m *llm.Message) {
+				if m.TextContent() != "5 apples" {
+					t.Errorf("text = %q, want the number read as text", m.TextContent())
+				}
+				calls := m.ToolCalls()
+				if len(calls) != 1 || calls[0].ID != "call_x" || !reflect.DeepEqual(calls[0].Arguments, map[string]any{"a": 1.0}) {
+					t.Errorf("tool calls = %+v", calls)
+				}
+				if u := m.Usage; u.Input != 20 || u.CacheRead != 10 || u.Output != 7 {
+					t.Errorf("usage = %+v", *u)
+				}
+				if m.ResponseID != "c1" {
+					t.Errorf("response id = %q", m.ResponseID)
+				}
+			},
+		},
+		{
+			name:     "an array is not a chunk",
+			body:     "data: " + head + `{"content":"a"},"finish_reason":null}]}` + "\n\ndata: [1,2]\n\n",
+			wantStop: llm.StopReasonError, wantErr: "malformed chunk in stream",
+		},
+		{
+			name:     "an error key ends the stream even when null",
+			body:     "data: " + head + `{"content":"a"},"finish_reason":null}]}` + "\n\ndata: {\"error\":null}\n\n",
+			wantStop: llm.StopReasonError, wantErr: "server reported an error mid-stream",
+		},
+		{
+			name:     "an event without its empty line is dropped",
+			body:     "data: " + head + `{"content":"a"},"finish_reason":"stop"}]}`,
+			wantStop: llm.StopReasonError, wantErr: "stream ended without a finish reason",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newServer(t, reply{body: tt.body})
+			_, _, m := collect(t, testProvider().Stream(context.Background(), testModel(srv), hello(), nil))
+			if m.StopReason != tt.wantStop || !strings.Contains(m.ErrorMessage, tt.wantErr) {
+				t.Fatalf("got %q %q, want %q containing %q", m.StopReason, m.ErrorMessage, tt.wantStop, tt.wantErr)
+			}
+			if tt.check != nil {
+				tt.check(t, m)
+			}
+		})
+	}
+}

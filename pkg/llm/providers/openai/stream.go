@@ -1,15 +1,16 @@
 package openai
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 
-	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/packages/ssestream"
+	"github.com/tidwall/gjson"
 
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/internal/retry"
@@ -80,10 +81,30 @@ func (s *streamer) fail(reason llm.StopReason, err error) {
 	s.yield(llm.ErrorEvent(s.model, s.msg, reason, fmt.Errorf("%s %s: %w", llm.APIOpenAICompletions, s.model.ID, err)))
 }
 
-// consume reads the SDK stream to its end and sends the terminal event.
-func (s *streamer) consume(ctx context.Context, stream *ssestream.Stream[openai.ChatCompletionChunk]) {
-	for stream.Next() {
-		s.chunk(stream.Current())
+// consume reads the event stream to its end and sends the terminal event: the stream ends at
+// a "[DONE]" event or at EOF; an event with a top-level "error" fails it, as does a chunk that
+// is not JSON (or JSON but not an object).
+func (s *streamer) consume(ctx context.Context, body io.Reader) {
+	r := newSSEReader(body)
+	var err error
+	for {
+		event, data, ok := r.next()
+		if !ok {
+			err = r.err
+			break
+		}
+		if bytes.HasPrefix(data, doneMarker) {
+			break
+		}
+		if err = streamError(data); err != nil {
+			break
+		}
+		if bytes.HasPrefix(event, threadEvent) { // Assistants API events: not chat chunks
+			continue
+		}
+		if err = s.chunk(data); err != nil {
+			break
+		}
 		if s.done {
 			return
 		}
@@ -93,67 +114,169 @@ func (s *streamer) consume(ctx context.Context, stream *ssestream.Stream[openai.
 		s.fail(llm.StopReasonAborted, fmt.Errorf("%w: %w", errAborted, cause))
 		return
 	}
-	if err := stream.Err(); err != nil {
+	if err != nil {
 		s.fail(llm.StopReasonError, describe(err))
 		return
 	}
 	s.end()
 }
 
+var (
+	doneMarker  = []byte("[DONE]")
+	threadEvent = []byte("thread.")
+)
+
 // describe gives a stream error a message that says what went wrong and quotes the server.
 func describe(err error) error {
 	var herr *retry.HTTPError
-	var serr *ssestream.StreamError
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &herr):
 		return herr
-	case errors.As(err, &serr):
-		return fmt.Errorf("%w: %s", ErrStreamError, retry.ErrorMessage(serr.Event.Data))
-	case errors.As(err, &syn), errors.As(err, &typ):
-		return fmt.Errorf("%w: %w", ErrMalformedChunk, err)
+	case errors.Is(err, ErrStreamError), errors.Is(err, ErrMalformedChunk):
+		return err
 	}
 	return fmt.Errorf("request failed: %w", err)
 }
 
-// chunk applies one chunk. Only choice 0 is read: requests never ask for n > 1.
-func (s *streamer) chunk(ch openai.ChatCompletionChunk) {
-	if s.msg.ResponseID == "" && ch.ID != "" {
-		s.msg.ResponseID = ch.ID
+// chunk applies one chunk. Only choice 0 is read: requests never ask for n > 1. Fields are
+// read as leniently as the SDK read them (gjson's conversions: a number where a string is
+// expected is its text, a string of digits where a number is expected is that number, a
+// field of the wrong shape is empty); the chunk itself must be a JSON object (or null).
+func (s *streamer) chunk(data []byte) error {
+	if !json.Valid(data) {
+		var v struct{}
+		return fmt.Errorf("%w: %w", ErrMalformedChunk, json.Unmarshal(data, &v))
 	}
-	if ch.JSON.Usage.Valid() {
-		s.usage(&ch.Usage)
+	root := gjson.ParseBytes(data)
+	if root.Type == gjson.Null {
+		return nil
 	}
-	if len(ch.Choices) == 0 {
-		return
+	if !root.IsObject() {
+		return fmt.Errorf("%w: a chunk must be a JSON object, got %s", ErrMalformedChunk, truncate(root.Raw, 40))
 	}
-	choice := &ch.Choices[0]
-	d := &choice.Delta
-	if len(d.JSON.ExtraFields) > 0 {
-		for _, f := range reasoningFields {
-			if text := stringField(d.JSON.ExtraFields[f].Raw()); text != "" {
+	var choices, usage gjson.Result
+	root.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "id":
+			if s.msg.ResponseID == "" && v.Type != gjson.Null {
+				s.msg.ResponseID = v.String()
+			}
+		case "choices":
+			choices = v
+		case "usage":
+			usage = v
+		}
+		return true
+	})
+	if usage.Exists() && usage.Type != gjson.Null {
+		s.usage(usage)
+	}
+	if !choices.IsArray() {
+		return nil
+	}
+	var choice gjson.Result
+	choices.ForEach(func(_, v gjson.Result) bool {
+		choice = v
+		return false
+	})
+	if !choice.IsObject() {
+		return nil
+	}
+	var delta gjson.Result
+	finish := ""
+	choice.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "delta":
+			delta = v
+		case "finish_reason":
+			finish = v.String()
+		}
+		return true
+	})
+	if delta.IsObject() {
+		var content, refusal, toolCalls gjson.Result
+		var reasoning [len(reasoningFields)]string
+		delta.ForEach(func(k, v gjson.Result) bool {
+			switch k.Str {
+			case "content":
+				content = v
+			case "refusal":
+				refusal = v
+			case "tool_calls":
+				toolCalls = v
+			default:
+				for i, f := range reasoningFields {
+					if k.Str == f {
+						reasoning[i] = v.Raw
+					}
+				}
+			}
+			return true
+		})
+		for i, f := range reasoningFields {
+			if text := stringField(reasoning[i]); text != "" {
 				if !s.delta(kindThinking, text, f) {
-					return
+					return nil
 				}
 				break // servers that send two of the fields send the same text twice
 			}
 		}
-	}
-	if d.Content != "" && !s.delta(kindText, d.Content, "") {
-		return
-	}
-	if d.Refusal != "" && !s.delta(kindText, d.Refusal, "") {
-		return
-	}
-	for i := range d.ToolCalls {
-		if !s.toolDelta(&d.ToolCalls[i]) {
-			return
+		if text := content.String(); text != "" && !s.delta(kindText, text, "") {
+			return nil
+		}
+		if text := refusal.String(); text != "" && !s.delta(kindText, text, "") {
+			return nil
+		}
+		if toolCalls.IsArray() {
+			ok := true
+			toolCalls.ForEach(func(_, v gjson.Result) bool {
+				ok = s.toolDelta(toolCallOf(v))
+				return ok
+			})
+			if !ok {
+				return nil
+			}
 		}
 	}
-	if choice.FinishReason != "" {
-		s.finish = choice.FinishReason
+	if finish != "" {
+		s.finish = finish
 	}
+	return nil
+}
+
+// toolCallDelta is one entry of a delta's tool_calls.
+type toolCallDelta struct {
+	index           int64
+	id, name, argus string
+}
+
+func toolCallOf(v gjson.Result) toolCallDelta {
+	var tc toolCallDelta
+	if !v.IsObject() {
+		return tc
+	}
+	v.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "index":
+			tc.index = v.Int()
+		case "id":
+			tc.id = v.String()
+		case "function":
+			if v.IsObject() {
+				v.ForEach(func(k, v gjson.Result) bool {
+					switch k.Str {
+					case "name":
+						tc.name = v.String()
+					case "arguments":
+						tc.argus = v.String()
+					}
+					return true
+				})
+			}
+		}
+		return true
+	})
+	return tc
 }
 
 // stringField decodes a raw JSON string value; anything else gives "".
@@ -218,40 +341,40 @@ func (s *streamer) closeOpen() bool {
 	return s.emit(llm.Event{Type: typ, ContentIndex: idx, Content: full, Partial: s.msg})
 }
 
-func (s *streamer) toolDelta(tc *openai.ChatCompletionChunkChoiceDeltaToolCall) bool {
+func (s *streamer) toolDelta(tc toolCallDelta) bool {
 	var st *toolState
 	for _, t := range s.tools {
-		if t.apiIndex == tc.Index {
+		if t.apiIndex == tc.index {
 			st = t // the latest call with this index wins (see below)
 		}
 	}
 	// Some servers (Gemini's OpenAI endpoint) give every parallel call index 0; a new id under a
 	// known index is a new call.
-	if st != nil && tc.ID != "" && s.msg.Content[st.content].ID != "" && s.msg.Content[st.content].ID != tc.ID {
+	if st != nil && tc.id != "" && s.msg.Content[st.content].ID != "" && s.msg.Content[st.content].ID != tc.id {
 		st = nil
 	}
 	if st == nil {
 		if !s.closeOpen() {
 			return false
 		}
-		st = &toolState{apiIndex: tc.Index, content: len(s.msg.Content), open: true}
+		st = &toolState{apiIndex: tc.index, content: len(s.msg.Content), open: true}
 		s.tools = append(s.tools, st)
-		s.msg.Content = append(s.msg.Content, llm.ToolCall(tc.ID, tc.Function.Name, nil))
+		s.msg.Content = append(s.msg.Content, llm.ToolCall(tc.id, tc.name, nil))
 		if !s.emit(llm.Event{Type: llm.EventToolCallStart, ContentIndex: st.content, Partial: s.msg}) {
 			return false
 		}
 	} else if !st.open {
-		s.fail(llm.StopReasonError, fmt.Errorf("tool call %d (%s) received arguments after its block ended", tc.Index, s.msg.Content[st.content].Name))
+		s.fail(llm.StopReasonError, fmt.Errorf("tool call %d (%s) received arguments after its block ended", tc.index, s.msg.Content[st.content].Name))
 		return false
 	}
 	blk := &s.msg.Content[st.content]
 	if blk.ID == "" {
-		blk.ID = tc.ID
+		blk.ID = tc.id
 	}
 	if blk.Name == "" {
-		blk.Name = tc.Function.Name
+		blk.Name = tc.name
 	}
-	if a := tc.Function.Arguments; a != "" {
+	if a := tc.argus; a != "" {
 		st.args.WriteString(a)
 		blk.Arguments = llm.ParsePartialJSON(st.args.String())
 		return s.emit(llm.Event{Type: llm.EventToolCallDelta, ContentIndex: st.content, Delta: a, Partial: s.msg})
@@ -335,22 +458,43 @@ func (s *streamer) end() {
 
 // usage records token counts. OpenAI's prompt_tokens include cached tokens; DeepSeek reports
 // its cache hits as prompt_cache_hit_tokens instead of prompt_tokens_details.cached_tokens.
-func (s *streamer) usage(u *openai.CompletionUsage) {
-	cached := u.PromptTokensDetails.CachedTokens
-	if cached == 0 {
-		if f, ok := u.JSON.ExtraFields["prompt_cache_hit_tokens"]; ok {
-			if n, err := strconv.ParseInt(f.Raw(), 10, 64); err == nil {
-				cached = n
+func (s *streamer) usage(u gjson.Result) {
+	var prompt, completion, cached, write, hit int64
+	var hasHit bool
+	u.ForEach(func(k, v gjson.Result) bool {
+		switch k.Str {
+		case "prompt_tokens":
+			prompt = v.Int()
+		case "completion_tokens":
+			completion = v.Int()
+		case "prompt_tokens_details":
+			if v.IsObject() {
+				v.ForEach(func(k, v gjson.Result) bool {
+					switch k.Str {
+					case "cached_tokens":
+						cached = v.Int()
+					case "cache_write_tokens":
+						write = v.Int()
+					}
+					return true
+				})
+			}
+		case "prompt_cache_hit_tokens":
+			if n, err := strconv.ParseInt(v.Raw, 10, 64); err == nil {
+				hit, hasHit = n, true
 			}
 		}
+		return true
+	})
+	if cached == 0 && hasHit {
+		cached = hit
 	}
-	write := u.PromptTokensDetails.CacheWriteTokens
-	input := u.PromptTokens - cached - write
+	input := prompt - cached - write
 	if input < 0 {
 		input = 0
 	}
 	us := s.msg.Usage
-	us.Input, us.Output = int(input), int(u.CompletionTokens)
+	us.Input, us.Output = int(input), int(completion)
 	us.CacheRead, us.CacheWrite = int(cached), int(write)
 	us.TotalTokens = us.Input + us.Output + us.CacheRead + us.CacheWrite
 	llm.CalculateCost(s.model, us)

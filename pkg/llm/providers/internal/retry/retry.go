@@ -152,11 +152,7 @@ func Do(ctx context.Context, p Policy, req *http.Request, send func(*http.Reques
 		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 		req.Body, _ = req.GetBody()
 	}
-	bo := backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(p.InitialInterval),
-		backoff.WithMaxInterval(p.MaxInterval),
-		backoff.WithMaxElapsedTime(0), // attempts, not elapsed time, end the loop
-	)
+	var bo *backoff.ExponentialBackOff // made at the first wait: most calls never wait
 	for attempt := 1; ; attempt++ {
 		try := req
 		if attempt > 1 {
@@ -209,6 +205,13 @@ func Do(ctx context.Context, p Policy, req *http.Request, send func(*http.Reques
 			return nil, fmt.Errorf("after %d attempts: %w", attempt, lastError)
 		}
 		if !hasWait {
+			if bo == nil {
+				bo = backoff.NewExponentialBackOff(
+					backoff.WithInitialInterval(p.InitialInterval),
+					backoff.WithMaxInterval(p.MaxInterval),
+					backoff.WithMaxElapsedTime(0), // attempts, not elapsed time, end the loop
+				)
+			}
 			wait = bo.NextBackOff()
 		}
 		if wait > p.MaxDelay {
