@@ -84,6 +84,7 @@ func turnOptions(ai config.AI, reg *llm.Registry) turn.Options {
 			mcp = append(mcp, name)
 		}
 	}
+	harnesses := models.NewHarnesses(a) // once per model, not once per turn
 	return turn.Options{
 		Models: reg,
 		Route: func(hasMedia []string) (*llm.Model, error) {
@@ -92,7 +93,7 @@ func turnOptions(ai config.AI, reg *llm.Registry) turn.Options {
 		},
 		Agents: agents,
 		Harness: func(provider, modelID string) turn.Harness {
-			h := models.ResolveHarness(a, provider, modelID)
+			h := harnesses.Resolve(provider, modelID)
 			return turn.Harness{MaxIterations: h.MaxIterations, MaxTools: h.MaxTools, MaxSkills: h.MaxSkills,
 				AlwaysTools: h.AlwaysTools, ToolExecution: h.ToolExecution, Thinking: h.Thinking,
 				ModelSize: h.ModelSizeHint, SkillInstructionMaxChars: h.SkillInstructionMaxChars}

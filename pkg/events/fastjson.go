@@ -606,7 +606,11 @@ func (d *decoder) digits() bool {
 // numberAs decodes a number field with parse, which refuses what encoding/json refuses for
 // the field's type (a fraction or exponent for integers, a value out of range); null leaves
 // the field alone.
-func numberAs[T any](d *decoder, dst *T, parse func(string) (T, error)) bool {
+//
+// parse takes the literal's bytes, not a string: converted here, the string would escape through
+// the func value and cost an allocation per number; converted inside parse, straight into a
+// strconv call, it stays on the stack.
+func numberAs[T any](d *decoder, dst *T, parse func([]byte) (T, error)) bool {
 	if d.null() {
 		return true
 	}
@@ -614,7 +618,7 @@ func numberAs[T any](d *decoder, dst *T, parse func(string) (T, error)) bool {
 	if !ok {
 		return false
 	}
-	v, err := parse(string(lit))
+	v, err := parse(lit)
 	if err != nil {
 		return false
 	}
@@ -623,7 +627,7 @@ func numberAs[T any](d *decoder, dst *T, parse func(string) (T, error)) bool {
 }
 
 func (d *decoder) int64(dst *int64) bool {
-	return numberAs(d, dst, func(s string) (int64, error) { return strconv.ParseInt(s, 10, 64) })
+	return numberAs(d, dst, func(b []byte) (int64, error) { return strconv.ParseInt(string(b), 10, 64) })
 }
 
 func (d *decoder) int(dst *int) bool {
@@ -639,11 +643,11 @@ func (d *decoder) int(dst *int) bool {
 }
 
 func (d *decoder) uint64(dst *uint64) bool {
-	return numberAs(d, dst, func(s string) (uint64, error) { return strconv.ParseUint(s, 10, 64) })
+	return numberAs(d, dst, func(b []byte) (uint64, error) { return strconv.ParseUint(string(b), 10, 64) })
 }
 
 func (d *decoder) float64(dst *float64) bool {
-	return numberAs(d, dst, func(s string) (float64, error) { return strconv.ParseFloat(s, 64) })
+	return numberAs(d, dst, func(b []byte) (float64, error) { return strconv.ParseFloat(string(b), 64) })
 }
 
 func (d *decoder) bool(dst *bool) bool {

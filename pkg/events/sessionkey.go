@@ -154,7 +154,22 @@ func (id SessionID) String() string {
 	if id.Epoch == 0 {
 		return id.Key.String()
 	}
-	return id.Key.String() + "#" + strconv.FormatUint(id.Epoch, 10)
+	// One allocation: the turn worker names the session this way several times per turn.
+	var num [20]byte
+	e := strconv.AppendUint(num[:0], id.Epoch, 10)
+	k := &id.Key
+	var b strings.Builder
+	b.Grow(len(k.Platform) + len(k.Bot) + len(k.Scope) + len(k.Scene) + 4 + len(e))
+	b.WriteString(k.Platform)
+	b.WriteByte(':')
+	b.WriteString(k.Bot)
+	b.WriteByte(':')
+	b.WriteString(k.Scope)
+	b.WriteByte(':')
+	b.WriteString(k.Scene)
+	b.WriteByte('#')
+	b.Write(e)
+	return b.String()
 }
 
 // IsZero reports whether id is the zero value.

@@ -278,3 +278,13 @@ func TestIMSentPartSubject(t *testing.T) {
 		})
 	}
 }
+
+func BenchmarkSessionIDString(b *testing.B) {
+	id := NewSessionID(SessionKey{Platform: "webhook", Bot: "bench", Scope: ScopePrivate, Scene: "sabd99645355f7-123"}, 3)
+	b.ReportAllocs()
+	for b.Loop() {
+		if id.String() == "" {
+			b.Fatal("empty")
+		}
+	}
+}

@@ -39,10 +39,20 @@ func BenchmarkResolveHarness(b *testing.B) {
 		ProviderPatterns: map[string]config.Harness{"*": {MaxTools: 10}, "open*": {MaxIterations: 7}},
 		Models:           map[string]config.Harness{"openai:gpt-4o": {MaxIterations: 9}},
 	}}
-	b.ReportAllocs()
-	for b.Loop() {
-		ResolveHarness(agent, "openai", "gpt-4o")
-	}
+	// What the turn worker asks for every turn: resolved each time, and through Harnesses.
+	b.Run("ResolveHarness", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			ResolveHarness(agent, "openai", "gpt-4o")
+		}
+	})
+	b.Run("Harnesses", func(b *testing.B) {
+		hs := NewHarnesses(agent)
+		b.ReportAllocs()
+		for b.Loop() {
+			hs.Resolve("openai", "gpt-4o")
+		}
+	})
 }
 
 // BenchmarkFallbackOverhead streams a scripted 64-delta answer directly and through Fallback

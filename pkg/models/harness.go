@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/agentbus/agentbus/pkg/config"
 	"github.com/agentbus/agentbus/pkg/skills"
@@ -119,4 +120,44 @@ func patternOrder(pats map[string]config.Harness) []string {
 	literal := func(p string) int { return len(p) - strings.Count(p, "*") - strings.Count(p, "?") }
 	slices.SortStableFunc(keys, func(a, b string) int { return literal(a) - literal(b) })
 	return keys
+}
+
+// Harnesses resolves harnesses (ResolveHarness) for one ai.agent configuration and keeps each
+// answer: resolving sorts the provider patterns and matches the model id against a regular
+// expression, work the turn worker would otherwise redo for every turn of the same model.
+// Safe for concurrent use. The AlwaysTools of a returned Harness is shared by every call for the
+// same provider and model: read it, never modify it.
+type Harnesses struct {
+	cfg  config.Agent
+	mu   sync.RWMutex
+	memo map[harnessKey]config.Harness
+}
+
+type harnessKey struct{ provider, model string }
+
+// maxHarnesses bounds Harnesses' memo; past it a pair is resolved each time. Pairs come from
+// the configured models and a chat's /model choice among them, so far fewer in practice.
+const maxHarnesses = 1024
+
+// NewHarnesses returns a Harnesses for cfg, which the caller does not modify afterwards.
+func NewHarnesses(cfg config.Agent) *Harnesses {
+	return &Harnesses{cfg: cfg, memo: make(map[harnessKey]config.Harness)}
+}
+
+// Resolve is ResolveHarness(cfg, provider, modelID), computed once per pair.
+func (h *Harnesses) Resolve(provider, modelID string) config.Harness {
+	k := harnessKey{provider, modelID}
+	h.mu.RLock()
+	r, ok := h.memo[k]
+	h.mu.RUnlock()
+	if ok {
+		return r
+	}
+	r = ResolveHarness(h.cfg, provider, modelID)
+	h.mu.Lock()
+	if len(h.memo) < maxHarnesses {
+		h.memo[k] = r
+	}
+	h.mu.Unlock()
+	return r
 }

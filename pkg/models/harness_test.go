@@ -65,6 +65,13 @@ ai:
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("got  %+v\nwant %+v", got, tt.want)
 			}
+			// Harnesses answers the same, from its memo the second time.
+			hs := NewHarnesses(tt.agent)
+			for i := range 2 {
+				if got := hs.Resolve(tt.provider, tt.model); !reflect.DeepEqual(got, tt.want) {
+					t.Errorf("Harnesses.Resolve, call %d: got  %+v\nwant %+v", i+1, got, tt.want)
+				}
+			}
 		})
 	}
 }

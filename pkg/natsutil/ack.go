@@ -2,6 +2,7 @@ package natsutil
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,8 +20,8 @@ func AwaitAck(ctx context.Context, f jetstream.PubAckFuture, until time.Time) er
 		return err
 	default:
 	}
-	timer := time.NewTimer(time.Until(until))
-	defer timer.Stop()
+	timer := getTimer(time.Until(until))
+	defer putTimer(timer)
 	select {
 	case <-f.Ok():
 		return nil
@@ -31,4 +32,23 @@ func AwaitAck(ctx context.Context, f jetstream.PubAckFuture, until time.Time) er
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// timers holds stopped timers for AwaitAck: most of a turn's acks are awaited while in flight,
+// and a timer is an allocation each (two with its channel). Since Go 1.23 a timer's channel is
+// unbuffered and Stop or Reset discard a pending tick, so a pooled timer never delivers a stale
+// one to its next user.
+var timers sync.Pool
+
+func getTimer(d time.Duration) *time.Timer {
+	if t, ok := timers.Get().(*time.Timer); ok {
+		t.Reset(d)
+		return t
+	}
+	return time.NewTimer(d)
+}
+
+func putTimer(t *time.Timer) {
+	t.Stop()
+	timers.Put(t)
 }

@@ -86,6 +86,15 @@ func requestAck(ctx context.Context, nc *nats.Conn, m *nats.Msg) (*nats.Msg, err
 		return nc.RequestMsgWithContext(ctx, m)
 	}
 	for {
+		if d, ok := ctx.Deadline(); ok && time.Until(d) <= pubAttempt {
+			// The attempt would end with ctx anyway (a tool worker's 1 s beat, a last try):
+			// ctx bounds it as it is, without a context and a timer of its own per publish.
+			resp, err := nc.RequestMsgWithContext(ctx, m)
+			if err != nil && ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			return resp, err
+		}
 		actx, cancel := context.WithTimeout(ctx, pubAttempt)
 		resp, err := nc.RequestMsgWithContext(actx, m)
 		cancel()

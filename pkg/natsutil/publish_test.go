@@ -3,6 +3,7 @@ package natsutil_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,19 +151,58 @@ func BenchmarkPublish(b *testing.B) {
 	if _, err := srv.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "BENCH", Subjects: []string{"bench.>"}}); err != nil {
 		b.Fatal(err)
 	}
+	fast := natsutil.FastPublish(srv.JS, 0)
 	for _, bc := range []struct {
-		name string
-		js   jetstream.JetStream
-	}{{"nats.go", srv.JS}, {"FastPublish", natsutil.FastPublish(srv.JS, 0)}} {
+		name  string
+		js    jetstream.JetStream
+		msgID bool          // with a Nats-Msg-Id: the publish may be sent again (requestAck)
+		limit time.Duration // the caller's deadline (0: ctx without one)
+	}{
+		{"nats.go", srv.JS, false, 0}, {"FastPublish", fast, false, 0},
+		// What the pipeline's publishes look like: an id, and a caller's deadline of 5 s
+		// (toolbus, egress, the turn worker) or 1 s (the tool worker's attempt beat).
+		{"FastPublish/msgid/5s", fast, true, 5 * time.Second}, {"FastPublish/msgid/1s", fast, true, time.Second},
+	} {
 		b.Run(bc.name, func(b *testing.B) {
-			m := nats.NewMsg("bench." + bc.name)
+			m := nats.NewMsg("bench." + strings.ReplaceAll(bc.name, "/", "_"))
 			m.Data = make([]byte, 512)
+			if bc.msgID {
+				m.Header.Set(nats.MsgIdHdr, "bench-1") // stored once, then acked as a duplicate
+			}
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := bc.js.PublishMsg(ctx, m); err != nil {
+				pctx, cancel := ctx, context.CancelFunc(func() {})
+				if bc.limit > 0 {
+					pctx, cancel = context.WithTimeout(ctx, bc.limit)
+				}
+				_, err := bc.js.PublishMsg(pctx, m)
+				cancel()
+				if err != nil {
 					b.Fatal(err)
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkAwaitAck is an async publish awaited at once, as the turn worker awaits its batch of
+// appends: the ack is usually still in flight, so AwaitAck arms its timer.
+func BenchmarkAwaitAck(b *testing.B) {
+	srv := natstest.New(b, natstest.WithoutProvision())
+	ctx := context.Background()
+	if _, err := srv.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "BENCH", Subjects: []string{"bench.>"}}); err != nil {
+		b.Fatal(err)
+	}
+	m := nats.NewMsg("bench.async")
+	m.Data = make([]byte, 512)
+	b.ReportAllocs()
+	for b.Loop() {
+		f, err := srv.JS.PublishMsgAsync(m)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := natsutil.AwaitAck(ctx, f, time.Now().Add(5*time.Second)); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
