@@ -78,7 +78,7 @@ type run struct {
 	base int
 
 	llmCtx llm.Context
-	opts   llm.StreamOptions
+	opts   *llm.StreamOptions // cfg.StreamOptions with GetAPIKey's key, made when first needed
 	info   AgentContext // what hooks see as Context; Messages refreshed before each use
 	steps  int
 	calls  []toolCall // reused per step
@@ -234,17 +234,24 @@ func (r *run) step(ctx context.Context) *llm.Message {
 		msgs = defaultConvert(msgs)
 	}
 	r.llmCtx.Messages = msgs
-	r.opts = cfg.StreamOptions
+	// The provider gets cfg's options themselves (it only reads them, as llm.Provider says)
+	// unless GetAPIKey replaces the key: a copy per run would be 160 bytes of every turn.
+	opts := &cfg.StreamOptions
 	if cfg.GetAPIKey != nil {
 		if k := cfg.GetAPIKey(cfg.Model.Provider); k != "" {
+			if r.opts == nil {
+				r.opts = new(llm.StreamOptions)
+			}
+			*r.opts = cfg.StreamOptions
 			r.opts.APIKey = k
+			opts = r.opts
 		}
 	}
 
 	// The yield function is made once per run (r.yield): a closure per step would allocate,
 	// and so would the variables a range-over-func body captures.
 	r.final, r.started = nil, nil
-	r.stream(ctx, cfg.Model, &r.llmCtx, &r.opts)(r.yield)
+	r.stream(ctx, cfg.Model, &r.llmCtx, opts)(r.yield)
 	final, started := r.final, r.started
 	r.final, r.started = nil, nil
 	if final == nil {

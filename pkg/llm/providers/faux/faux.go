@@ -264,22 +264,59 @@ func (s *streamer) abort() {
 	s.yield(llm.Event{Type: llm.EventError, Reason: llm.StopReasonAborted, Message: s.msg})
 }
 
-// message is an assistant message with its usage and room for its first blocks in one
-// allocation (what llm.NewAssistant does in three).
-type message struct {
+// message1 and message2 are an assistant message with its usage and room for its blocks in
+// one allocation (what llm.NewAssistant does in three). A reply of one block (a text, or a
+// tool call) takes message1, which fits the 512-byte size class; message2 is 704 bytes.
+type message1 struct {
+	msg    llm.Message
+	usage  llm.Usage
+	blocks [1]llm.Content
+}
+
+type message2 struct {
 	msg    llm.Message
 	usage  llm.Usage
 	blocks [2]llm.Content
 }
 
-func (s *streamer) run(c *llm.Context) {
-	a := &message{}
-	a.msg = llm.Message{
-		Role: llm.RoleAssistant, Content: a.blocks[:0], Timestamp: time.Now().UnixMilli(),
-		API: s.model.API, Provider: s.model.Provider, Model: s.model.ID, Usage: &a.usage,
+// newMessage returns an empty assistant message with room for n blocks without regrowth.
+func newMessage(model *llm.Model, n int) *llm.Message {
+	var m *llm.Message
+	switch {
+	case n <= 1:
+		a := &message1{}
+		a.msg.Content, a.msg.Usage = a.blocks[:0], &a.usage
+		m = &a.msg
+	case n == 2:
+		a := &message2{}
+		a.msg.Content, a.msg.Usage = a.blocks[:0], &a.usage
+		m = &a.msg
+	default:
+		m = &llm.Message{Content: make([]llm.Content, 0, n), Usage: &llm.Usage{}}
 	}
-	s.msg = &a.msg
+	m.Role, m.Timestamp = llm.RoleAssistant, time.Now().UnixMilli()
+	m.API, m.Provider, m.Model = model.API, model.Provider, model.ID
+	return m
+}
+
+// blockCount is how many content blocks r streams.
+func blockCount(r *Response) int {
+	if r.Content != nil {
+		return len(r.Content)
+	}
+	n := len(r.ToolCalls)
+	if r.Thinking != "" {
+		n++
+	}
+	if r.Text != "" {
+		n++
+	}
+	return n
+}
+
+func (s *streamer) run(c *llm.Context) {
 	r, ok := s.p.next(c)
+	s.msg = newMessage(s.model, blockCount(&r))
 	if !ok {
 		s.msg.StopReason = llm.StopReasonError
 		s.msg.ErrorMessage = ErrScriptExhausted.Error()
@@ -310,16 +347,6 @@ func (s *streamer) run(c *llm.Context) {
 
 	blocks := r.Content
 	if blocks == nil {
-		n := len(r.ToolCalls)
-		if r.Thinking != "" {
-			n++
-		}
-		if r.Text != "" {
-			n++
-		}
-		if n > len(a.blocks) {
-			s.msg.Content = make([]llm.Content, 0, n)
-		}
 		if r.Thinking != "" {
 			if !s.thinking(llm.Content{Type: llm.ContentThinking, Thinking: r.Thinking, ThinkingSignature: r.ThinkingSignature}) {
 				return
@@ -334,9 +361,6 @@ func (s *streamer) run(c *llm.Context) {
 			}
 		}
 	} else {
-		if len(blocks) > len(a.blocks) {
-			s.msg.Content = make([]llm.Content, 0, len(blocks))
-		}
 		for i := range blocks {
 			var ok bool
 			switch b := blocks[i]; b.Type {
