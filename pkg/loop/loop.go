@@ -79,7 +79,7 @@ type run struct {
 
 	llmCtx llm.Context
 	opts   *llm.StreamOptions // cfg.StreamOptions with GetAPIKey's key, made when first needed
-	info   AgentContext // what hooks see as Context; Messages refreshed before each use
+	info   AgentContext       // what hooks see as Context; Messages refreshed before each use
 	steps  int
 	calls  []toolCall // reused per step
 	runOptions
