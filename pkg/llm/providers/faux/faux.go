@@ -10,7 +10,8 @@
 // <kind>_start, <kind>_delta..., <kind>_end; then one done (reason stop, length or toolUse) or one
 // error (reason error or aborted). Text and thinking are streamed in deltas of DeltaSize runes;
 // tool-call arguments are marshaled to JSON and streamed in chunks of ToolDeltaSize runes, and
-// after every chunk the partial block's Arguments are re-parsed with llm.ParsePartialJSON, as a
+// after every chunk the partial block's Arguments are re-parsed (llm.ParsePartialJSONInto, into
+// the block's one map, which is updated in place like the rest of the partial message), as a
 // real provider does. Usage is estimated at one token per four bytes (context in, content out)
 // and priced with llm.CalculateCost.
 //
@@ -493,8 +494,11 @@ func (s *streamer) toolCall(b llm.Content) bool {
 		return false
 	}
 	idx := len(s.msg.Content)
+	// One arguments map per call, updated in place after every delta (the partial message is
+	// mutated until done anyway): a new map per delta was most of a tool call's allocation.
+	args := map[string]any{}
 	s.msg.Content = append(s.msg.Content, llm.Content{
-		Type: llm.ContentToolCall, ID: id, Name: b.Name, Arguments: map[string]any{},
+		Type: llm.ContentToolCall, ID: id, Name: b.Name, Arguments: args,
 		ThoughtSignature: b.ThoughtSignature,
 	})
 	if !s.send(llm.Event{Type: llm.EventToolCallStart, ContentIndex: idx}) {
@@ -505,7 +509,7 @@ func (s *streamer) toolCall(b llm.Content) bool {
 			return false
 		}
 		end := chunkEnd(raw, off, s.p.toolDeltaSize)
-		s.msg.Content[idx].Arguments = llm.ParsePartialJSON(raw[:end])
+		llm.ParsePartialJSONInto(args, raw[:end])
 		s.raw += end - off
 		if !s.send(llm.Event{Type: llm.EventToolCallDelta, ContentIndex: idx, Delta: raw[off:end]}) {
 			return false
