@@ -35,8 +35,11 @@ type heapNode struct {
 
 var liveHeap *heapNode
 
-// holdHeap allocates mib MiB of heapNodes (once per process) and collects, so that the heap
-// goal is set by them before the measurement starts.
+// holdHeap allocates mib MiB of heapNodes (once per process) and keeps them, then as much
+// again as garbage, and collects: the heap goal is then set by the live objects, and the pages
+// the loop's garbage will cycle through until the next collection are faulted in already, as in
+// a process that has run for a while (without it, a measurement shorter than one collection
+// would pay the first touch of every page it allocates, which no long-running process does).
 func holdHeap(mib int) {
 	if mib <= 0 || liveHeap != nil {
 		return
@@ -44,6 +47,12 @@ func holdHeap(mib int) {
 	for i := range mib << 12 {
 		liveHeap = &heapNode{next: liveHeap, name: "node-" + strconv.Itoa(i)}
 	}
+	var garbage *heapNode
+	for range mib << 12 {
+		garbage = &heapNode{next: garbage}
+	}
+	runtime.KeepAlive(garbage)
+	garbage = nil
 	runtime.GC()
 }
 
