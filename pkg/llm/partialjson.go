@@ -41,6 +41,25 @@ func ParsePartialJSON(s string) map[string]any {
 	return v
 }
 
+// ParsePartialJSONInto is ParsePartialJSON with dst as the result: dst is cleared, filled and
+// returned (a new map when dst is nil). It is for a provider that keeps one arguments map per
+// streamed tool call and updates it after every delta, which a partial message allows (it is
+// mutated until the stream ends; a consumer that keeps it clones it), instead of allocating a
+// new map per delta.
+func ParsePartialJSONInto(dst map[string]any, s string) map[string]any {
+	if dst == nil {
+		return ParsePartialJSON(s)
+	}
+	clear(dst)
+	p := partialParser{s: s}
+	p.skipSpace()
+	if p.i >= len(p.s) || p.s[p.i] != '{' {
+		return dst
+	}
+	p.objectInto(dst, 0)
+	return dst
+}
+
 // maxPartialDepth bounds nesting so hostile input cannot exhaust the stack.
 const maxPartialDepth = 512
 
@@ -82,8 +101,12 @@ func (p *partialParser) skipSpace() {
 
 // object parses from '{'. It returns the object (never nil) and a status.
 func (p *partialParser) object(depth int) (map[string]any, int) {
+	return p.objectInto(map[string]any{}, depth)
+}
+
+// objectInto is object with m (empty) as the result.
+func (p *partialParser) objectInto(m map[string]any, depth int) (map[string]any, int) {
 	p.i++ // '{'
-	m := map[string]any{}
 	if depth >= maxPartialDepth {
 		return m, pvBad
 	}

@@ -90,6 +90,33 @@ func TestParsePartialJSONPrefixes(t *testing.T) {
 	}
 }
 
+// ParsePartialJSONInto, given one map for every prefix in turn (as a provider streaming a
+// tool call uses it), gives what ParsePartialJSON gives for each, stale keys removed.
+func TestParsePartialJSONInto(t *testing.T) {
+	for _, doc := range []string{
+		`{"command": "echo \"hi\" && ls", "opts": {"n": -1.5e3, "flags": [true, false, null, "x\u00e9"]}, "empty": {}, "list": []}`,
+		`{"city":"Berlin","unit":"celsius"}`,
+		`{"a": 1, "b": x, "c": 3}`,
+	} {
+		dst := map[string]any{"stale": true}
+		for i := 0; i <= len(doc); i++ {
+			got := ParsePartialJSONInto(dst, doc[:i])
+			if want := ParsePartialJSON(doc[:i]); !reflect.DeepEqual(got, want) {
+				t.Fatalf("prefix %q: got %v, want %v", doc[:i], got, want)
+			}
+			if reflect.ValueOf(got).UnsafePointer() != reflect.ValueOf(dst).UnsafePointer() {
+				t.Fatalf("prefix %q: a new map, not dst", doc[:i])
+			}
+		}
+	}
+	if got := ParsePartialJSONInto(nil, `{"a":1}`); !reflect.DeepEqual(got, map[string]any{"a": 1.0}) {
+		t.Fatalf("nil dst: %v", got)
+	}
+	if got := ParsePartialJSONInto(map[string]any{"a": 1.0}, `garbage`); len(got) != 0 {
+		t.Fatalf("garbage: %v", got)
+	}
+}
+
 func TestParsePartialJSONDeepNesting(t *testing.T) {
 	s := strings.Repeat(`{"a":`, 100000)
 	if got := ParsePartialJSON(s); got == nil {

@@ -101,7 +101,9 @@ func (b ThinkingBudgets) Budget(level ThinkingLevel) int {
 
 // Provider is one API implementation. Stream must return promptly; the work happens while the
 // caller ranges over the sequence, and cancellation of ctx must reach the underlying request.
-// Implementations report every failure inside the stream as an error event.
+// Implementations report every failure inside the stream as an error event. c and opts (opts
+// may be nil) are read-only and valid until the stream returns: callers share and reuse them
+// (pkg/loop passes its Config's StreamOptions to every call, and reuses its runs' Context).
 type Provider interface {
 	Stream(ctx context.Context, model *Model, c *Context, opts *StreamOptions) iter.Seq[Event]
 }

@@ -482,6 +482,9 @@ func (w *coercer) walkObject(m map[string]any, s *jsonschema.Schema, depth int) 
 				continue
 			}
 		}
+		if scalarFits(e, sub) {
+			continue // walk would neither change nor report it; skip the path push
+		}
 		w.path = append(w.path, pathElem{key: k, index: -1})
 		ne, c := w.walk(e, sub, depth+1)
 		w.path = w.path[:len(w.path)-1]
@@ -587,6 +590,24 @@ func jsonTypeOf(v any) string {
 		return "object"
 	}
 	return "unknown"
+}
+
+// scalarFits reports whether walk(v, s) is certainly a no-op without issues: v is a string,
+// number or boolean of s's one type and s has no $ref or allOf to follow. It lets walkObject
+// skip the path stack for the flat arguments most tools take, which then allocate nothing.
+func scalarFits(v any, s *jsonschema.Schema) bool {
+	if s.Type == "" || s.Ref != "" || len(s.AllOf) > 0 {
+		return false
+	}
+	switch x := v.(type) {
+	case string:
+		return s.Type == "string"
+	case bool:
+		return s.Type == "boolean"
+	case float64:
+		return s.Type == "number" || s.Type == "integer" && x == math.Trunc(x) && !math.IsInf(x, 0)
+	}
+	return false
 }
 
 func hasType(v any, types []string) bool {

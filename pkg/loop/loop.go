@@ -3,6 +3,7 @@ package loop
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/agentbus/agentbus/pkg/llm"
@@ -56,7 +57,9 @@ func start(ctx context.Context, prompts []llm.Message, agentCtx *AgentContext, c
 		r.emit(Event{Type: EventMessageStart, Message: m})
 		r.emit(Event{Type: EventMessageEnd, Message: m})
 	}
-	return r.loop(ctx)
+	out, err := r.loop(ctx)
+	r.release()
+	return out, err
 }
 
 // runOptions are the knobs the Agent needs that are not part of the public Config.
@@ -78,8 +81,8 @@ type run struct {
 	base int
 
 	llmCtx llm.Context
-	opts   llm.StreamOptions
-	info   AgentContext // what hooks see as Context; Messages refreshed before each use
+	opts   *llm.StreamOptions // cfg.StreamOptions with GetAPIKey's key, made when first needed
+	info   *AgentContext      // what hooks see as Context (made for the first hook); Messages refreshed before each use
 	steps  int
 	calls  []toolCall // reused per step
 	runOptions
@@ -88,11 +91,22 @@ type run struct {
 	final, started *llm.Message         // of the current step
 }
 
+// runs recycles run structs: a run was a fifth of a plain turn's allocation (issue 40). What a
+// run hands out lives on after it (the messages it returns, the tool-call states that a late
+// onUpdate checks, the Context its hooks were given), so release drops those rather than
+// reusing them.
+var runs = sync.Pool{New: func() any {
+	r := &run{}
+	r.yield = r.onEvent
+	return r
+}}
+
 func newRun(ac *AgentContext, cfg *Config, emit func(Event), extra int) *run {
 	if ac == nil {
 		ac = &AgentContext{}
 	}
-	r := &run{cfg: cfg, ac: ac, sink: emit, stream: cfg.StreamFn, exec: cfg.Executor}
+	r := runs.Get().(*run)
+	r.cfg, r.ac, r.sink, r.stream, r.exec = cfg, ac, emit, cfg.StreamFn, cfg.Executor
 	if r.stream == nil {
 		r.stream = llm.Stream
 	}
@@ -118,9 +132,17 @@ func newRun(ac *AgentContext, cfg *Config, emit func(Event), extra int) *run {
 		}
 		r.llmCtx.Tools = tools
 	}
-	r.info = AgentContext{SystemPrompt: ac.SystemPrompt, Tools: ac.Tools}
-	r.yield = r.onEvent
 	return r
+}
+
+// release returns r to the pool once its run has ended. Everything but the yield function is
+// cleared: the messages belong to the caller now, and the tool-call states are not reused so
+// that an onUpdate called after its tool returned still finds its call closed.
+func (r *run) release() {
+	yield := r.yield
+	*r = run{}
+	r.yield = yield
+	runs.Put(r)
 }
 
 func (r *run) emit(ev Event) {
@@ -234,17 +256,24 @@ func (r *run) step(ctx context.Context) *llm.Message {
 		msgs = defaultConvert(msgs)
 	}
 	r.llmCtx.Messages = msgs
-	r.opts = cfg.StreamOptions
+	// The provider gets cfg's options themselves (it only reads them, as llm.Provider says)
+	// unless GetAPIKey replaces the key: a copy per run would be 160 bytes of every turn.
+	opts := &cfg.StreamOptions
 	if cfg.GetAPIKey != nil {
 		if k := cfg.GetAPIKey(cfg.Model.Provider); k != "" {
+			if r.opts == nil {
+				r.opts = new(llm.StreamOptions)
+			}
+			*r.opts = cfg.StreamOptions
 			r.opts.APIKey = k
+			opts = r.opts
 		}
 	}
 
 	// The yield function is made once per run (r.yield): a closure per step would allocate,
 	// and so would the variables a range-over-func body captures.
 	r.final, r.started = nil, nil
-	r.stream(ctx, cfg.Model, &r.llmCtx, &r.opts)(r.yield)
+	r.stream(ctx, cfg.Model, &r.llmCtx, opts)(r.yield)
 	final, started := r.final, r.started
 	r.final, r.started = nil, nil
 	if final == nil {

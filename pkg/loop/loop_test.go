@@ -773,6 +773,30 @@ func TestUpdateAfterReturnIsDropped(t *testing.T) {
 	}
 }
 
+// Runs are recycled (a sync.Pool): an onUpdate kept from an earlier run and called while a
+// later run executes its tool must not emit into the later run.
+func TestUpdateFromAnEarlierRunIsDropped(t *testing.T) {
+	var saved func(ToolResult)
+	first := true
+	tool := toolTool("leaky", func(_ context.Context, _ string, _ map[string]any, up func(ToolResult)) (ToolResult, error) {
+		if first {
+			saved, first = up, false
+		} else {
+			saved(TextResult("from the first run"))
+		}
+		return TextResult("done"), nil
+	})
+	ac := &AgentContext{Tools: []AgentTool{tool}}
+	for i := range 2 {
+		s := &script{replies: []reply{{calls: []llm.Content{call("c1", "leaky", nil)}}, {text: "ok"}}}
+		rec := &recorder{}
+		mustRun(t, t.Context(), []llm.Message{userMsg("q")}, ac, newConfig(s), rec)
+		if ups := rec.ofType(EventToolExecutionUpdate); len(ups) != 0 {
+			t.Fatalf("run %d: %d updates emitted, want 0: %+v", i+1, len(ups), ups)
+		}
+	}
+}
+
 // StopAfterTools ends a run after a tool batch without another LLM call; a follow-up that is
 // already queued still starts the next turn of the run.
 func TestStopAfterTools(t *testing.T) {

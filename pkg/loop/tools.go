@@ -81,7 +81,12 @@ func (r *run) executeTools(ctx context.Context, msg *llm.Message) []llm.Message 
 			}
 		}
 	}
-	r.info.Messages = r.msgs[:len(r.msgs):len(r.msgs)]
+	if r.cfg.BeforeToolCall != nil || r.cfg.AfterToolCall != nil {
+		if r.info == nil {
+			r.info = &AgentContext{SystemPrompt: r.ac.SystemPrompt, Tools: r.ac.Tools}
+		}
+		r.info.Messages = r.msgs[:len(r.msgs):len(r.msgs)]
+	}
 	if sequential {
 		return r.executeSequential(ctx, msg)
 	}
@@ -234,7 +239,7 @@ func (r *run) prepare(ctx context.Context, msg *llm.Message, tc *toolCall) {
 	}
 	tc.args = args
 	if r.cfg.BeforeToolCall != nil {
-		block, err := r.cfg.BeforeToolCall(ctx, BeforeToolCallInfo{AssistantMessage: msg, ToolCall: tc.call, Args: args, Context: &r.info})
+		block, err := r.cfg.BeforeToolCall(ctx, BeforeToolCallInfo{AssistantMessage: msg, ToolCall: tc.call, Args: args, Context: r.info})
 		switch {
 		case ctx.Err() != nil:
 			tc.fail(msgAborted)
@@ -274,7 +279,7 @@ func (r *run) runCall(ctx context.Context, msg *llm.Message, tc *toolCall, onUpd
 	}
 	tc.res = res
 	if r.cfg.AfterToolCall != nil {
-		o := r.cfg.AfterToolCall(ctx, AfterToolCallInfo{AssistantMessage: msg, ToolCall: tc.call, Args: tc.args, Result: res, IsError: tc.err, Context: &r.info})
+		o := r.cfg.AfterToolCall(ctx, AfterToolCallInfo{AssistantMessage: msg, ToolCall: tc.call, Args: tc.args, Result: res, IsError: tc.err, Context: r.info})
 		if o != nil {
 			if o.Content != nil {
 				tc.res.Content = o.Content

@@ -10,7 +10,8 @@
 // <kind>_start, <kind>_delta..., <kind>_end; then one done (reason stop, length or toolUse) or one
 // error (reason error or aborted). Text and thinking are streamed in deltas of DeltaSize runes;
 // tool-call arguments are marshaled to JSON and streamed in chunks of ToolDeltaSize runes, and
-// after every chunk the partial block's Arguments are re-parsed with llm.ParsePartialJSON, as a
+// after every chunk the partial block's Arguments are re-parsed (llm.ParsePartialJSONInto, into
+// the block's one map, which is updated in place like the rest of the partial message), as a
 // real provider does. Usage is estimated at one token per four bytes (context in, content out)
 // and priced with llm.CalculateCost.
 //
@@ -264,22 +265,59 @@ func (s *streamer) abort() {
 	s.yield(llm.Event{Type: llm.EventError, Reason: llm.StopReasonAborted, Message: s.msg})
 }
 
-// message is an assistant message with its usage and room for its first blocks in one
-// allocation (what llm.NewAssistant does in three).
-type message struct {
+// message1 and message2 are an assistant message with its usage and room for its blocks in
+// one allocation (what llm.NewAssistant does in three). A reply of one block (a text, or a
+// tool call) takes message1, which fits the 512-byte size class; message2 is 704 bytes.
+type message1 struct {
+	msg    llm.Message
+	usage  llm.Usage
+	blocks [1]llm.Content
+}
+
+type message2 struct {
 	msg    llm.Message
 	usage  llm.Usage
 	blocks [2]llm.Content
 }
 
-func (s *streamer) run(c *llm.Context) {
-	a := &message{}
-	a.msg = llm.Message{
-		Role: llm.RoleAssistant, Content: a.blocks[:0], Timestamp: time.Now().UnixMilli(),
-		API: s.model.API, Provider: s.model.Provider, Model: s.model.ID, Usage: &a.usage,
+// newMessage returns an empty assistant message with room for n blocks without regrowth.
+func newMessage(model *llm.Model, n int) *llm.Message {
+	var m *llm.Message
+	switch {
+	case n <= 1:
+		a := &message1{}
+		a.msg.Content, a.msg.Usage = a.blocks[:0], &a.usage
+		m = &a.msg
+	case n == 2:
+		a := &message2{}
+		a.msg.Content, a.msg.Usage = a.blocks[:0], &a.usage
+		m = &a.msg
+	default:
+		m = &llm.Message{Content: make([]llm.Content, 0, n), Usage: &llm.Usage{}}
 	}
-	s.msg = &a.msg
+	m.Role, m.Timestamp = llm.RoleAssistant, time.Now().UnixMilli()
+	m.API, m.Provider, m.Model = model.API, model.Provider, model.ID
+	return m
+}
+
+// blockCount is how many content blocks r streams.
+func blockCount(r *Response) int {
+	if r.Content != nil {
+		return len(r.Content)
+	}
+	n := len(r.ToolCalls)
+	if r.Thinking != "" {
+		n++
+	}
+	if r.Text != "" {
+		n++
+	}
+	return n
+}
+
+func (s *streamer) run(c *llm.Context) {
 	r, ok := s.p.next(c)
+	s.msg = newMessage(s.model, blockCount(&r))
 	if !ok {
 		s.msg.StopReason = llm.StopReasonError
 		s.msg.ErrorMessage = ErrScriptExhausted.Error()
@@ -310,16 +348,6 @@ func (s *streamer) run(c *llm.Context) {
 
 	blocks := r.Content
 	if blocks == nil {
-		n := len(r.ToolCalls)
-		if r.Thinking != "" {
-			n++
-		}
-		if r.Text != "" {
-			n++
-		}
-		if n > len(a.blocks) {
-			s.msg.Content = make([]llm.Content, 0, n)
-		}
 		if r.Thinking != "" {
 			if !s.thinking(llm.Content{Type: llm.ContentThinking, Thinking: r.Thinking, ThinkingSignature: r.ThinkingSignature}) {
 				return
@@ -334,9 +362,6 @@ func (s *streamer) run(c *llm.Context) {
 			}
 		}
 	} else {
-		if len(blocks) > len(a.blocks) {
-			s.msg.Content = make([]llm.Content, 0, len(blocks))
-		}
 		for i := range blocks {
 			var ok bool
 			switch b := blocks[i]; b.Type {
@@ -469,8 +494,11 @@ func (s *streamer) toolCall(b llm.Content) bool {
 		return false
 	}
 	idx := len(s.msg.Content)
+	// One arguments map per call, updated in place after every delta (the partial message is
+	// mutated until done anyway): a new map per delta was most of a tool call's allocation.
+	args := map[string]any{}
 	s.msg.Content = append(s.msg.Content, llm.Content{
-		Type: llm.ContentToolCall, ID: id, Name: b.Name, Arguments: map[string]any{},
+		Type: llm.ContentToolCall, ID: id, Name: b.Name, Arguments: args,
 		ThoughtSignature: b.ThoughtSignature,
 	})
 	if !s.send(llm.Event{Type: llm.EventToolCallStart, ContentIndex: idx}) {
@@ -481,7 +509,7 @@ func (s *streamer) toolCall(b llm.Content) bool {
 			return false
 		}
 		end := chunkEnd(raw, off, s.p.toolDeltaSize)
-		s.msg.Content[idx].Arguments = llm.ParsePartialJSON(raw[:end])
+		llm.ParsePartialJSONInto(args, raw[:end])
 		s.raw += end - off
 		if !s.send(llm.Event{Type: llm.EventToolCallDelta, ContentIndex: idx, Delta: raw[off:end]}) {
 			return false

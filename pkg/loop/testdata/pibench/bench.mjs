@@ -2,13 +2,26 @@
 // plain (prompt -> one text reply) and tool (prompt -> a weather tool call, validated and run
 // in-process -> a text reply). Prints one JSON line with the process CPU (user + system) per
 // turn in nanoseconds: {"plain":..., "tool":..., "turns":N}. Run by BenchmarkVsPi
-// (pkg/loop/vspi_test.go), or alone: node bench.mjs [turns] [plain|tool|both].
+// (pkg/loop/vspi_test.go), or alone: node bench.mjs [turns] [plain|tool|both] [heapMiB].
+// With heapMiB > 0 it first allocates that much live heap in small linked objects and keeps it
+// while measuring (BenchmarkVsPi's -vspi.heap; "heapMiB" in the output is what V8 reported).
 import { agentLoop } from "@mariozechner/pi-agent-core";
 import { registerFauxProvider, fauxAssistantMessage, fauxToolCall, Type } from "@mariozechner/pi-ai";
 
 const turns = Number(process.argv[2] ?? 20000);
 const shape = process.argv[3] ?? "both";
+const heapMiB = Number(process.argv[4] ?? 0);
 const faux = registerFauxProvider();
+
+let liveHeap = null;
+let heapGrown = 0;
+if (heapMiB > 0) {
+	const base = process.memoryUsage().heapUsed;
+	for (let i = 0; heapGrown < heapMiB * 1048576; i++) {
+		liveHeap = { next: liveHeap, name: "node-" + i, a: i, b: i * 2, c: null, d: null };
+		if (i % 10000 === 0) heapGrown = process.memoryUsage().heapUsed - base;
+	}
+}
 const model = faux.getModel();
 
 const weather = {
@@ -51,6 +64,7 @@ async function measure(tools) {
 }
 
 const out = { turns };
+if (heapMiB > 0) out.heapMiB = heapGrown / 1048576;
 if (shape !== "tool") {
 	const r = await measure([]);
 	out.plain = r.ns;
@@ -61,4 +75,5 @@ if (shape !== "plain") {
 	out.tool = r.ns;
 	out.toolEvents = r.events;
 }
+if (liveHeap === null && heapMiB > 0) throw new Error("heap lost"); // keeps liveHeap live
 console.log(JSON.stringify(out));
