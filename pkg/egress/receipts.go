@@ -1,0 +1,245 @@
+package egress
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/agentbus/agentbus/internal/jsconflict"
+	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/tracing"
+	"github.com/nats-io/nats.go"
+)
+
+// maxBatchBytes bounds one receipt batch's body. A batch that would be larger (long replies
+// with inline media) is written as plain receipts, one per part, well below any server's
+// max_payload.
+const maxBatchBytes = 256 << 10
+
+// receiptWriter group-commits receipts (issue 40). A handler that sent a part hands its
+// receipt over and waits for the write that stores it. While no write is in flight, the next
+// receipt is written at once; receipts handed over while a write is in flight are written
+// together as soon as it ends: one message per receipt bucket they fall in
+// (events.ReceiptBucket), an events.ReceiptBatch on events.IMSentBatchSubject. A bucket with one
+// receipt in the write, and a part without a bucket, gets a plain receipt on its chat's subject,
+// as before: a chat alone still pays one append per part, and its receipts stay where the
+// console and lookups read first. Only after its write is stored does a handler return (and
+// its part get acked), so the receipt of every acked part is stored, as before; a crash between
+// the platform's 2xx and the write leaves the part unacked and without a receipt (the
+// documented window: the redelivery sends it again).
+type receiptWriter struct {
+	e *egress
+
+	mu      sync.Mutex
+	queue   []*pendingReceipt
+	kick    chan struct{} // cap 1: the queue has something
+	stop    chan struct{}
+	done    chan struct{}
+	started bool
+	closed  bool
+
+	// Counted for tests and figures: messages written, receipts in them.
+	writes, receipts uint64
+}
+
+// pendingReceipt is one part's receipt waiting for its write.
+type pendingReceipt struct {
+	ctx  context.Context // the delivery's (logger, trace)
+	ev   *events.Event[events.Outbound]
+	subj string // its chat's subject
+	rec  record
+	done chan error
+}
+
+func newReceiptWriter(e *egress) *receiptWriter {
+	return &receiptWriter{e: e, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// record stores the receipt of ev (platform message id and time from rec) and returns once it
+// is stored, or with the write's error.
+func (w *receiptWriter) record(ctx context.Context, ev *events.Event[events.Outbound], subj string, rec record) error {
+	p := &pendingReceipt{ctx: ctx, ev: ev, subj: subj, rec: rec, done: make(chan error, 1)}
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		// Stopped (only after every handler returned): write it alone.
+		return w.e.publishReceipts(ctx, []*pendingReceipt{p})
+	}
+	if !w.started {
+		w.started = true
+		go w.run()
+	}
+	w.queue = append(w.queue, p)
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+	return <-p.done
+}
+
+// run is the writer goroutine: it takes everything queued, writes it, and repeats.
+func (w *receiptWriter) run() {
+	defer close(w.done)
+	var batch []*pendingReceipt
+	for stopping := false; !stopping; {
+		select {
+		case <-w.kick:
+		case <-w.stop:
+			stopping = true // write what was queued before close, then end
+		}
+		for {
+			w.mu.Lock()
+			batch, w.queue = w.queue, batch[:0]
+			w.mu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			w.write(batch)
+			clear(batch)
+		}
+	}
+}
+
+// close ends the writer goroutine once it has written what is queued; a receipt handed over
+// later is written alone (a handler the router's close gave up on may still run).
+func (w *receiptWriter) close() {
+	w.mu.Lock()
+	started := w.started
+	w.closed = true
+	w.mu.Unlock()
+	if started {
+		close(w.stop)
+		<-w.done
+	}
+}
+
+// write stores the receipts of ps: one message per bucket with two or more of them, a plain
+// receipt for each other one, all written concurrently; each waiting handler gets its
+// message's outcome.
+func (w *receiptWriter) write(ps []*pendingReceipt) {
+	var groups [][]*pendingReceipt
+	byBucket := map[uint64]int{}
+	for _, p := range ps {
+		b, ok := events.ReceiptBucket(p.ev.Data.OutID)
+		if !ok {
+			groups = append(groups, []*pendingReceipt{p})
+			continue
+		}
+		if i, ok := byBucket[b]; ok {
+			groups[i] = append(groups[i], p)
+			continue
+		}
+		byBucket[b] = len(groups)
+		groups = append(groups, []*pendingReceipt{p})
+	}
+	w.mu.Lock()
+	w.writes += uint64(len(groups))
+	w.receipts += uint64(len(ps))
+	w.mu.Unlock()
+	if len(groups) == 1 {
+		w.finish(groups[0], w.e.publishReceipts(context.Background(), groups[0]))
+		return
+	}
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Go(func() { w.finish(g, w.e.publishReceipts(context.Background(), g)) })
+	}
+	wg.Wait()
+}
+
+func (w *receiptWriter) finish(g []*pendingReceipt, err error) {
+	for _, p := range g {
+		p.done <- err
+	}
+}
+
+// stats returns how many messages the writer wrote and how many receipts they held.
+func (w *receiptWriter) stats() (writes, receipts uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.writes, w.receipts
+}
+
+// receiptOf is the receipt of a sent part.
+func receiptOf(out events.Outbound, rec record) events.Receipt {
+	return events.Receipt{
+		OutID:     out.OutID,
+		Turn:      out.Turn,
+		Platform:  out.Platform,
+		Bot:       out.Bot,
+		Scene:     out.Scene,
+		MessageID: rec.MessageID,
+		Time:      rec.Time,
+		Content:   out.Content,
+		Sender:    events.Sender{ID: out.Bot},
+	}
+}
+
+// publishReceipts writes the receipts of g (one receipt bucket, or one part): a plain receipt
+// on the chat's subject for one part (Nats-Msg-Id "sent/<out id>", HeaderOutID the out id),
+// else one events.ReceiptBatch on the bucket's subject (HeaderOutID once per receipt, in
+// order). A batch too large for one message is written as plain receipts instead.
+func (e *egress) publishReceipts(ctx context.Context, g []*pendingReceipt) error {
+	if len(g) == 1 {
+		p := g[0]
+		r := events.New(receiptOf(p.ev.Data, p.rec), events.WithCorrelation(&p.ev.Meta))
+		m, err := events.NewMsg(p.subj, r)
+		if err != nil {
+			return permanent(ReasonInvalid, fmt.Errorf("receipt: %w", err))
+		}
+		tracing.InjectNATS(p.ctx, m.Header)
+		m.Header.Set(events.HeaderOutID, p.ev.Data.OutID)
+		return e.publishReceipt(p.ctx, m, p.ev.Data.OutID)
+	}
+	b := events.ReceiptBatch{Receipts: make([]events.Receipt, len(g))}
+	for i, p := range g {
+		b.Receipts[i] = receiptOf(p.ev.Data, p.rec)
+	}
+	bucket, _ := events.ReceiptBucket(g[0].ev.Data.OutID)
+	m, err := events.NewMsg(events.IMSentBatchSubject(bucket), events.New(b))
+	if err != nil || len(m.Data) > maxBatchBytes {
+		// Invalid as a batch (one receipt is: it fails alone below), or too large: one by one.
+		errs := make([]error, 0, len(g))
+		for _, p := range g {
+			errs = append(errs, e.publishReceipts(ctx, []*pendingReceipt{p}))
+		}
+		for _, err := range errs {
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, p := range g {
+		m.Header.Add(events.HeaderOutID, p.ev.Data.OutID)
+	}
+	return e.publishReceipt(g[0].ctx, m, b.MsgID())
+}
+
+// publishReceipt publishes one receipt message, retrying briefly: losing it is the one way a
+// part could be sent twice. A retry of a write that did land is dropped by the duplicate window
+// (the message's Nats-Msg-Id), and so is a second plain receipt of the same part (two replicas
+// that both sent it).
+func (e *egress) publishReceipt(ctx context.Context, m *nats.Msg, what string) error {
+	wait := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), busTimeout)
+		_, err := e.js.PublishMsg(actx, m)
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case jsconflict.Is(err):
+			// Another delivery of the same out id got there first (e.g. a replica that took
+			// over after AckWait while this one was still sending).
+			loggerFrom(ctx).Warn("egress: out id recorded concurrently; it may have been sent twice", "out", what)
+			return nil
+		case attempt >= 5:
+			return fmt.Errorf("record receipt %s: %w", what, err)
+		}
+		time.Sleep(wait)
+		wait *= 2
+	}
+}
