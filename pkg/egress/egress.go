@@ -124,6 +124,13 @@ type Options struct {
 	// afterRecord is a test hook run after a part was sent, recorded and its receipt published,
 	// before the handler returns (and so before the ack).
 	afterRecord func(out events.Outbound)
+	// beforeRecord is a test hook run after the platform accepted a part, before its receipt is
+	// handed to the group commit; true makes the handler fail there (a process killed between
+	// the platform's 2xx and the receipt write).
+	beforeRecord func(out events.Outbound) bool
+	// beforeWrite is a test hook the receipt writer runs before each write, with the number of
+	// receipts it took.
+	beforeWrite func(n int)
 }
 
 // setDefaults fills every zero (or negative) field with its default.
@@ -654,6 +661,9 @@ func (e *egress) handle(msg *message.Message) error {
 		pmid = out.OutID
 	}
 	rec := record{OutID: out.OutID, MessageID: pmid, Time: time.Now().UnixMilli()}
+	if e.o.beforeRecord != nil && e.o.beforeRecord(out) {
+		return errKilled
+	}
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.SendTimeout)
 	defer rcancel()
 	if err := e.recordReceipt(rctx, ev, subj, rec); err != nil {
@@ -681,6 +691,9 @@ func send(ctx context.Context, s im.Sender, ev *events.Event[events.Outbound]) (
 	}
 	return s.Send(ctx, ev.Data)
 }
+
+// errKilled is what a handler returns where the beforeRecord test hook "killed" it.
+var errKilled = errors.New("egress: killed by a test before the receipt write")
 
 // busTimeout bounds one bus request of a delivery (the receipt lookup, one receipt publish).
 // The delivery's own context allows HandlerTimeout (minutes): a request no server answers (a

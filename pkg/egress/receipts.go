@@ -39,7 +39,8 @@ type receiptWriter struct {
 	started bool
 	closed  bool
 
-	// Counted for tests and figures: messages written, receipts in them.
+	// Counted for tests: writes stored (a message, or the plain receipts of a batch too large
+	// for one), receipts in them.
 	writes, receipts uint64
 }
 
@@ -96,6 +97,9 @@ func (w *receiptWriter) run() {
 			if len(batch) == 0 {
 				break
 			}
+			if h := w.e.o.beforeWrite; h != nil {
+				h(len(batch))
+			}
 			w.write(batch)
 			clear(batch)
 		}
@@ -134,10 +138,6 @@ func (w *receiptWriter) write(ps []*pendingReceipt) {
 		byBucket[b] = len(groups)
 		groups = append(groups, []*pendingReceipt{p})
 	}
-	w.mu.Lock()
-	w.writes += uint64(len(groups))
-	w.receipts += uint64(len(ps))
-	w.mu.Unlock()
 	if len(groups) == 1 {
 		w.finish(groups[0], w.e.publishReceipts(context.Background(), groups[0]))
 		return
@@ -150,12 +150,25 @@ func (w *receiptWriter) write(ps []*pendingReceipt) {
 }
 
 func (w *receiptWriter) finish(g []*pendingReceipt, err error) {
+	if err == nil {
+		w.mu.Lock()
+		w.writes++
+		w.receipts += uint64(len(g))
+		w.mu.Unlock()
+	}
 	for _, p := range g {
 		p.done <- err
 	}
 }
 
-// stats returns how many messages the writer wrote and how many receipts they held.
+// pending is how many receipts wait for the next write.
+func (w *receiptWriter) pending() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.queue)
+}
+
+// stats returns how many writes the writer stored and how many receipts they held.
 func (w *receiptWriter) stats() (writes, receipts uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -60,14 +60,16 @@ func FindReceipt(ctx context.Context, js jetstream.JetStream, sent jetstream.Str
 		return decodeFound(found, outID), nil
 	}
 	if bucket, ok := events.ReceiptBucket(outID); ok {
-		found, err = FindOnSubject(ctx, js, sent, events.StreamIMSent, events.IMSentBatchSubject(bucket), since, func(m *jetstream.RawStreamMsg) bool {
-			return slices.Contains(m.Header.Values(events.HeaderOutID), outID)
+		var f FoundReceipt
+		_, err = FindOnSubject(ctx, js, sent, events.StreamIMSent, events.IMSentBatchSubject(bucket), since, func(m *jetstream.RawStreamMsg) bool {
+			f = BatchedReceipt(m, k, outID)
+			return f.OK
 		})
 		if err != nil {
 			return FoundReceipt{}, fmt.Errorf("receipt of %s: %w", outID, err)
 		}
-		if found != nil {
-			return decodeFound(found, outID), nil
+		if f.OK {
+			return f, nil
 		}
 	}
 	m, err := natsutil.GetMsg(ctx, js, sent, natsutil.MsgQuery{LastFor: events.IMSentPartSubject(k, outID)})
@@ -88,6 +90,21 @@ func decodeFound(m *jetstream.RawStreamMsg, outID string) FoundReceipt {
 			f.Receipt, f.OK = r, true
 			break
 		}
+	}
+	return f
+}
+
+// BatchedReceipt finds the receipt of part outID of chat k in m, a batch of receipts
+// (events.ReceiptBatch) on a receipt bucket's subject: OK false when m has none. The headers
+// say which parts m holds (one HeaderOutID value each), so only a batch that names outID is
+// decoded, and its receipt counts only when it is for chat k.
+func BatchedReceipt(m *jetstream.RawStreamMsg, k events.SessionKey, outID string) FoundReceipt {
+	if !slices.Contains(m.Header.Values(events.HeaderOutID), outID) {
+		return FoundReceipt{}
+	}
+	f := decodeFound(m, outID)
+	if f.OK && f.Receipt.SessionKey() != k {
+		return FoundReceipt{}
 	}
 	return f
 }

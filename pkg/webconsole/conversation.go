@@ -306,7 +306,7 @@ func (r *Reader) fetch(ctx context.Context, sk events.SessionKey) (*sources, err
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	if err := r.batchedReceipts(ctx, src); err != nil {
+	if err := r.batchedReceipts(ctx, sk, src); err != nil {
 		return nil, err
 	}
 	return src, nil
@@ -316,7 +316,7 @@ func (r *Reader) fetch(ctx context.Context, sk events.SessionKey) (*sources, err
 // 40): the chat's subject has none of them, the subject of the part's receipt bucket
 // (events.IMSentBatchSubject) does. Each bucket with such parts is read once, from the first of
 // them stored less store.ReceiptSkew, and only until all of them were seen.
-func (r *Reader) batchedReceipts(ctx context.Context, src *sources) error {
+func (r *Reader) batchedReceipts(ctx context.Context, sk events.SessionKey, src *sources) error {
 	type bucket struct {
 		since time.Time
 		want  map[string]bool
@@ -349,7 +349,7 @@ func (r *Reader) batchedReceipts(ctx context.Context, src *sources) error {
 			left := len(bk.want)
 			return store.Scan(gctx, r.js, events.StreamIMSent, events.IMSentBatchSubject(b), 0, bk.since.Add(-store.ReceiptSkew), func(m *jetstream.RawStreamMsg) bool {
 				for _, id := range m.Header.Values(events.HeaderOutID) {
-					if bk.want[id] {
+					if bk.want[id] && store.BatchedReceipt(m, sk, id).OK {
 						delete(bk.want, id)
 						*got = append(*got, id)
 						left--
