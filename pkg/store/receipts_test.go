@@ -20,7 +20,7 @@ func testReceipt(k events.SessionKey, outID, platMsg string) events.Receipt {
 
 // publishReceiptMsg stores ev on subj of IM_SENT with one HeaderOutID value per id, as egress
 // writes receipts.
-func publishReceiptMsg(t *testing.T, js jetstream.JetStream, subj string, ev events.Any, ids ...string) {
+func publishReceiptMsg(t testing.TB, js jetstream.JetStream, subj string, ev events.Any, ids ...string) {
 	t.Helper()
 	m, err := events.NewMsg(subj, ev)
 	if err != nil {
