@@ -248,7 +248,6 @@ func (h *Handle) shutdown() {
 	<-h.runDone
 	h.e.progress.Close()
 	h.e.workers.close()
-	h.e.receipts.close()
 	if h.svc != nil {
 		if err := h.svc.Stop(); err != nil {
 			errs = append(errs, fmt.Errorf("stop search service: %w", err))

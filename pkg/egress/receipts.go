@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -18,26 +19,23 @@ import (
 const maxBatchBytes = 256 << 10
 
 // receiptWriter group-commits receipts (issue 40). A handler that sent a part hands its
-// receipt over and waits for the write that stores it. While no write is in flight, the next
-// receipt is written at once; receipts handed over while a write is in flight are written
-// together as soon as it ends: one message per receipt bucket they fall in
-// (events.ReceiptBucket), an events.ReceiptBatch on events.IMSentBatchSubject. A bucket with one
-// receipt in the write, and a part without a bucket, gets a plain receipt on its chat's subject,
-// as before: a chat alone still pays one append per part, and its receipts stay where the
-// console and lookups read first. Only after its write is stored does a handler return (and
-// its part get acked), so the receipt of every acked part is stored, as before; a crash between
-// the platform's 2xx and the write leaves the part unacked and without a receipt (the
-// documented window: the redelivery sends it again).
+// receipt over and waits for the write that stores it. While no write is in flight, the handler
+// writes its receipt itself, at once; receipts handed over while a write is in flight are
+// written together as soon as it ends, by the first of their handlers (the leader, so no
+// goroutine hop is added): one message per receipt bucket they fall in (events.ReceiptBucket),
+// an events.ReceiptBatch on events.IMSentBatchSubject. A bucket with one receipt in the write,
+// and a part without a bucket, gets a plain receipt on its chat's subject, as before: a chat
+// alone still pays one append per part, and its receipts stay where the console and lookups
+// read first. Only after its write is stored does a handler return (and its part get acked), so
+// the receipt of every acked part is stored, as before; a crash between the platform's 2xx and
+// the write leaves the part unacked and without a receipt (the documented window, now up to two
+// receipt writes long instead of one: the redelivery sends it again).
 type receiptWriter struct {
 	e *egress
 
-	mu      sync.Mutex
-	queue   []*pendingReceipt
-	kick    chan struct{} // cap 1: the queue has something
-	stop    chan struct{}
-	done    chan struct{}
-	started bool
-	closed  bool
+	mu    sync.Mutex
+	queue []*pendingReceipt
+	busy  bool // a leader is writing
 
 	// Counted for tests: writes stored (a message, or the plain receipts of a batch too large
 	// for one), receipts in them.
@@ -50,73 +48,63 @@ type pendingReceipt struct {
 	ev   *events.Event[events.Outbound]
 	subj string // its chat's subject
 	rec  record
-	done chan error
+	done chan error // cap 1: errLead once, then the write's outcome
 }
 
-func newReceiptWriter(e *egress) *receiptWriter {
-	return &receiptWriter{e: e, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-}
+// errLead, sent on a waiting receipt's done channel, makes its handler the next leader.
+var errLead = errors.New("egress: lead the next receipt write")
+
+func newReceiptWriter(e *egress) *receiptWriter { return &receiptWriter{e: e} }
 
 // record stores the receipt of ev (platform message id and time from rec) and returns once it
 // is stored, or with the write's error.
 func (w *receiptWriter) record(ctx context.Context, ev *events.Event[events.Outbound], subj string, rec record) error {
 	p := &pendingReceipt{ctx: ctx, ev: ev, subj: subj, rec: rec, done: make(chan error, 1)}
 	w.mu.Lock()
-	if w.closed {
-		w.mu.Unlock()
-		// Stopped (only after every handler returned): write it alone.
-		return w.e.publishReceipts(ctx, []*pendingReceipt{p})
-	}
-	if !w.started {
-		w.started = true
-		go w.run()
-	}
 	w.queue = append(w.queue, p)
+	if w.busy {
+		w.mu.Unlock()
+		if err := <-p.done; err != errLead {
+			return err // written by a leader
+		}
+		w.mu.Lock() // this handler leads now (busy stayed true)
+	}
+	w.busy = true
+	batch := w.queue
+	w.queue = nil
 	w.mu.Unlock()
-	select {
-	case w.kick <- struct{}{}:
-	default:
+	if h := w.e.o.beforeWrite; h != nil {
+		h(len(batch))
+	}
+	w.writeSafe(batch) // answers every receipt of batch, p's too
+	// Hand over to the first receipt that came in meanwhile, or stand down.
+	w.mu.Lock()
+	if len(w.queue) > 0 {
+		next := w.queue[0]
+		w.mu.Unlock()
+		next.done <- errLead
+	} else {
+		w.busy = false
+		w.mu.Unlock()
 	}
 	return <-p.done
 }
 
-// run is the writer goroutine: it takes everything queued, writes it, and repeats.
-func (w *receiptWriter) run() {
-	defer close(w.done)
-	var batch []*pendingReceipt
-	for stopping := false; !stopping; {
-		select {
-		case <-w.kick:
-		case <-w.stop:
-			stopping = true // write what was queued before close, then end
-		}
-		for {
-			w.mu.Lock()
-			batch, w.queue = w.queue, batch[:0]
-			w.mu.Unlock()
-			if len(batch) == 0 {
-				break
+// writeSafe is write, turning a panic into an error for every receipt of ps not yet answered,
+// so that no handler waits forever and the next leader is still named.
+func (w *receiptWriter) writeSafe(ps []*pendingReceipt) {
+	defer func() {
+		if r := recover(); r != nil {
+			err := fmt.Errorf("egress: receipt write panicked: %v", r)
+			for _, p := range ps {
+				select {
+				case p.done <- err:
+				default: // answered already
+				}
 			}
-			if h := w.e.o.beforeWrite; h != nil {
-				h(len(batch))
-			}
-			w.write(batch)
-			clear(batch)
 		}
-	}
-}
-
-// close ends the writer goroutine once it has written what is queued; a receipt handed over
-// later is written alone (a handler the router's close gave up on may still run).
-func (w *receiptWriter) close() {
-	w.mu.Lock()
-	started := w.started
-	w.closed = true
-	w.mu.Unlock()
-	if started {
-		close(w.stop)
-		<-w.done
-	}
+	}()
+	w.write(ps)
 }
 
 // write stores the receipts of ps: one message per bucket with two or more of them, a plain
