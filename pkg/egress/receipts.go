@@ -108,8 +108,8 @@ func (w *receiptWriter) writeSafe(ps []*pendingReceipt) {
 }
 
 // write stores the receipts of ps: one message per bucket with two or more of them, a plain
-// receipt for each other one, all written concurrently; each waiting handler gets its
-// message's outcome.
+// receipt for each other one (and for each receipt of a batch that cannot be one message), all
+// written concurrently; each waiting handler gets its own message's outcome.
 func (w *receiptWriter) write(ps []*pendingReceipt) {
 	var groups [][]*pendingReceipt
 	byBucket := map[uint64]int{}
@@ -126,13 +126,39 @@ func (w *receiptWriter) write(ps []*pendingReceipt) {
 		byBucket[b] = len(groups)
 		groups = append(groups, []*pendingReceipt{p})
 	}
-	if len(groups) == 1 {
-		w.finish(groups[0], w.e.publishReceipts(context.Background(), groups[0]))
+	type write struct {
+		g   []*pendingReceipt
+		m   *nats.Msg
+		err error
+	}
+	writes := make([]write, 0, len(groups))
+	for _, g := range groups {
+		if len(g) > 1 {
+			if m, err := batchMsg(g); err == nil {
+				writes = append(writes, write{g: g, m: m})
+				continue
+			}
+			// Invalid as a batch (a receipt that is fails alone below), or too large: one by one.
+		}
+		for _, p := range g {
+			m, err := plainMsg(p)
+			writes = append(writes, write{g: []*pendingReceipt{p}, m: m, err: err})
+		}
+	}
+	publish := func(wr write) {
+		err := wr.err
+		if err == nil {
+			err = w.e.publishReceipt(wr.g[0].ctx, wr.m, wr.m.Header.Get(events.HeaderMsgID))
+		}
+		w.finish(wr.g, err)
+	}
+	if len(writes) == 1 {
+		publish(writes[0])
 		return
 	}
 	var wg sync.WaitGroup
-	for _, g := range groups {
-		wg.Go(func() { w.finish(g, w.e.publishReceipts(context.Background(), g)) })
+	for _, wr := range writes {
+		wg.Go(func() { publish(wr) })
 	}
 	wg.Wait()
 }
@@ -178,45 +204,39 @@ func receiptOf(out events.Outbound, rec record) events.Receipt {
 	}
 }
 
-// publishReceipts writes the receipts of g (one receipt bucket, or one part): a plain receipt
-// on the chat's subject for one part (Nats-Msg-Id "sent/<out id>", HeaderOutID the out id),
-// else one events.ReceiptBatch on the bucket's subject (HeaderOutID once per receipt, in
-// order). A batch too large for one message is written as plain receipts instead.
-func (e *egress) publishReceipts(ctx context.Context, g []*pendingReceipt) error {
-	if len(g) == 1 {
-		p := g[0]
-		r := events.New(receiptOf(p.ev.Data, p.rec), events.WithCorrelation(&p.ev.Meta))
-		m, err := events.NewMsg(p.subj, r)
-		if err != nil {
-			return permanent(ReasonInvalid, fmt.Errorf("receipt: %w", err))
-		}
-		tracing.InjectNATS(p.ctx, m.Header)
-		m.Header.Set(events.HeaderOutID, p.ev.Data.OutID)
-		return e.publishReceipt(p.ctx, m, p.ev.Data.OutID)
+// plainMsg is the plain receipt of p on its chat's subject (Nats-Msg-Id "sent/<out id>",
+// HeaderOutID the out id, the part's correlation and trace context).
+func plainMsg(p *pendingReceipt) (*nats.Msg, error) {
+	r := events.New(receiptOf(p.ev.Data, p.rec), events.WithCorrelation(&p.ev.Meta))
+	m, err := events.NewMsg(p.subj, r)
+	if err != nil {
+		return nil, permanent(ReasonInvalid, fmt.Errorf("receipt: %w", err))
 	}
+	tracing.InjectNATS(p.ctx, m.Header)
+	m.Header.Set(events.HeaderOutID, p.ev.Data.OutID)
+	return m, nil
+}
+
+// batchMsg is one events.ReceiptBatch of g's receipts (all of one receipt bucket) on the
+// bucket's subject, HeaderOutID once per receipt in order; an error when the batch is invalid
+// or its body would exceed maxBatchBytes.
+func batchMsg(g []*pendingReceipt) (*nats.Msg, error) {
 	b := events.ReceiptBatch{Receipts: make([]events.Receipt, len(g))}
 	for i, p := range g {
 		b.Receipts[i] = receiptOf(p.ev.Data, p.rec)
 	}
 	bucket, _ := events.ReceiptBucket(g[0].ev.Data.OutID)
 	m, err := events.NewMsg(events.IMSentBatchSubject(bucket), events.New(b))
-	if err != nil || len(m.Data) > maxBatchBytes {
-		// Invalid as a batch (one receipt is: it fails alone below), or too large: one by one.
-		errs := make([]error, 0, len(g))
-		for _, p := range g {
-			errs = append(errs, e.publishReceipts(ctx, []*pendingReceipt{p}))
-		}
-		for _, err := range errs {
-			if err != nil {
-				return err
-			}
-		}
-		return nil
+	if err != nil {
+		return nil, err
+	}
+	if len(m.Data) > maxBatchBytes {
+		return nil, fmt.Errorf("receipt batch of %d bytes", len(m.Data))
 	}
 	for _, p := range g {
 		m.Header.Add(events.HeaderOutID, p.ev.Data.OutID)
 	}
-	return e.publishReceipt(g[0].ctx, m, b.MsgID())
+	return m, nil
 }
 
 // publishReceipt publishes one receipt message, retrying briefly: losing it is the one way a

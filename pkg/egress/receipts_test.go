@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,9 +57,11 @@ func TestGroupCommittedReceipts(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		killed string // the part whose egress dies between its 2xx and its receipt write
+		big    bool   // parts so large that a batch of them is written as plain receipts
 	}{
-		{"all recorded", ""},
-		{"killed between the 2xx and the batch write", "t104-0"},
+		{"all recorded", "", false},
+		{"killed between the 2xx and the batch write", "t104-0", false},
+		{"too large for one batch", "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := natstest.New(t)
@@ -101,6 +104,9 @@ func TestGroupCommittedReceipts(t *testing.T) {
 				out := outbound(id)
 				out.Turn = id[:len(id)-2]
 				out.Scene.ID = scenes[i]
+				if tc.big {
+					out.Content = events.Segments{events.TextSeg(strings.Repeat("x", maxBatchBytes/2))}
+				}
 				parts[i] = out
 				publish(t, srv.JS, out, "")
 			}
@@ -114,10 +120,13 @@ func TestGroupCommittedReceipts(t *testing.T) {
 			// The first write (one receipt, or two that came at once), then one batch of
 			// bucket 0 and plain receipts for the lone part of bucket 1 and the part without a
 			// bucket: fewer messages than parts.
-			if writes >= uint64(recorded) || writes < 3 {
+			switch n := streamMsgs(t, srv.JS, events.StreamIMSent, events.IMSentBatchSubject(0)); {
+			case tc.big && (n != 0 || writes != uint64(recorded)):
+				t.Errorf("%d batches, %d writes of %d large parts, want each alone", n, writes, recorded)
+			case tc.big:
+			case writes >= uint64(recorded) || writes < 3:
 				t.Errorf("%d receipt messages for %d parts, want a group commit", writes, recorded)
-			}
-			if n := streamMsgs(t, srv.JS, events.StreamIMSent, events.IMSentBatchSubject(0)); n < 1 || n > 2 {
+			case n < 1 || n > 2:
 				t.Errorf("%d messages on bucket 0's subject, want a batch (two if the first write was one)", n)
 			}
 			if n := streamMsgs(t, srv.JS, events.StreamIMSent, events.IMSentBatchSubject(1)); n != 0 {
