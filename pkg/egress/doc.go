@@ -39,13 +39,17 @@
 // (events.IMSentSubject: im.sent.<platform>.<bot>.<scope>.<scene>; the out id in the
 // Agentbus-Out-Id header, so subjects grow with chats, not parts). Before sending, the handler
 // searches the chat's receipts stored since the part was (store.FindReceipt: batched direct
-// gets, complete once they reached the leader's last receipt on the subject; it also reads the
-// per-part subjects im.sent.<...>.<out> of the layout before issue 41); a hit is skipped and
-// acked. A part an older version delivered may have no receipt but a KV delivered entry (key
+// gets, complete once they reached the leader's last receipt on the subject; then the batches
+// of the part's receipt bucket, events.IMSentBatchSubject; it also reads the per-part subjects
+// im.sent.<...>.<out> of the layout before issue 41); a hit is skipped and acked. A part an older version delivered may have no receipt but a KV delivered entry (key
 // events.EncodeToken(outId), read only): it is skipped too, and its receipt written. After the
-// platform's 2xx the handler publishes the receipt (platform message id and time; Nats-Msg-Id
-// "sent/<outId>", so a second record of the part within the duplicate window is dropped),
-// and only then lets the message be acked. Within one process, two copies of an out id are handled one after the other, never side by side. A
+// platform's 2xx the handler hands the receipt (platform message id and time) to the group
+// commit (receiptWriter, issue 40): written at once when no receipt write is in flight, else
+// together with every receipt handed over meanwhile, one events.ReceiptBatch per receipt bucket
+// with two or more of them (a bucket's lone part, and a part without a bucket, get a plain
+// receipt on the chat's subject, Nats-Msg-Id "sent/<outId>", so a second record of the part
+// within the duplicate window is dropped); only once its receipt is stored does it let the
+// message be acked. Within one process, two copies of an out id are handled one after the other, never side by side. A
 // started send is not cancelled by Stop, so its outcome is recorded. Every part stored before
 // this process bound to its consumer is looked up, whatever its delivery count or Fresh flag: a
 // recreated consumer, a new durable or a promoted standby copy of IM_OUT delivers every stored
@@ -55,7 +59,8 @@
 // process ends this exception).
 //
 // The one remaining window: a crash after the platform accepted the part but before the
-// receipt was stored. The part is redelivered and sent again with the same id; the webhook
+// receipt was stored (with the group commit, up to two receipt writes: the one in flight, then
+// the part's). The part is redelivered and sent again with the same id; the webhook
 // body's "id" (and the Idempotency-Key header) is the out id, so a receiver can drop the repeat.
 //
 // # Platforms

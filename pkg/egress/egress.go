@@ -15,14 +15,12 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
-	"github.com/agentbus/agentbus/internal/jsconflict"
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/hooks"
 	"github.com/agentbus/agentbus/pkg/metrics"
 	"github.com/agentbus/agentbus/pkg/natsutil"
 	"github.com/agentbus/agentbus/pkg/store"
 	"github.com/agentbus/agentbus/pkg/store/transcript"
-	"github.com/agentbus/agentbus/pkg/tracing"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -126,6 +124,13 @@ type Options struct {
 	// afterRecord is a test hook run after a part was sent, recorded and its receipt published,
 	// before the handler returns (and so before the ack).
 	afterRecord func(out events.Outbound)
+	// beforeRecord is a test hook run after the platform accepted a part, before its receipt is
+	// handed to the group commit; true makes the handler fail there (a process killed between
+	// the platform's 2xx and the receipt write).
+	beforeRecord func(out events.Outbound) bool
+	// beforeWrite is a test hook the receipt writer runs before each write, with the number of
+	// receipts it took.
+	beforeWrite func(n int)
 }
 
 // setDefaults fills every zero (or negative) field with its default.
@@ -290,6 +295,7 @@ type egress struct {
 	freshFrom atomic.Uint64
 	progress  *natsutil.InProgress
 	workers   *workers
+	receipts  *receiptWriter
 
 	delivered, skipped, deadLettered, failures atomic.Uint64
 }
@@ -345,6 +351,7 @@ func Run(ctx context.Context, o Options) (*Handle, error) {
 		senders: buildSenders(o),
 		limiter: newLimiter(o.RateLimits, o.MaxRetryAfter),
 	}
+	e.receipts = newReceiptWriter(e)
 
 	subOpts := o.NC.Opts
 	if subOpts.Name != "" {
@@ -653,6 +660,9 @@ func (e *egress) handle(msg *message.Message) error {
 		pmid = out.OutID
 	}
 	rec := record{OutID: out.OutID, MessageID: pmid, Time: time.Now().UnixMilli()}
+	if e.o.beforeRecord != nil && e.o.beforeRecord(out) {
+		return errKilled
+	}
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), e.o.SendTimeout)
 	defer rcancel()
 	if err := e.recordReceipt(rctx, ev, subj, rec); err != nil {
@@ -680,6 +690,9 @@ func send(ctx context.Context, s im.Sender, ev *events.Event[events.Outbound]) (
 	}
 	return s.Send(ctx, ev.Data)
 }
+
+// errKilled is what a handler returns where the beforeRecord test hook "killed" it.
+var errKilled = errors.New("egress: killed by a test before the receipt write")
 
 // busTimeout bounds one bus request of a delivery (the receipt lookup, one receipt publish).
 // The delivery's own context allows HandlerTimeout (minutes): a request no server answers (a
@@ -730,15 +743,14 @@ func (e *egress) lookupWithin(ctx context.Context, out events.Outbound, msg jets
 // leader's, never a lagging replica's. A part an older version delivered may have no receipt
 // but an entry in KV delivered (key; kept DeliveredTTL, 7 days): found, legacy.
 func (e *egress) lookup(ctx context.Context, out events.Outbound, since time.Time, key string) (rec record, found, legacy bool, err error) {
-	raw, err := store.FindReceipt(ctx, e.js, e.sent, out.SessionKey(), out.OutID, since)
+	f, err := store.FindReceipt(ctx, e.js, e.sent, out.SessionKey(), out.OutID, since)
 	switch {
 	case err == nil:
-		var r events.Event[events.Receipt]
-		if derr := events.UnmarshalMsg(&nats.Msg{Subject: raw.Subject, Header: raw.Header, Data: raw.Data}, &r); derr != nil {
-			// Still a delivery record: the subject's message is what counts.
-			return record{MessageID: key, Time: raw.Time.UnixMilli()}, true, false, nil
+		if !f.OK {
+			// Still a delivery record: the stored message is what counts.
+			return record{MessageID: key, Time: f.Msg.Time.UnixMilli()}, true, false, nil
 		}
-		return record{OutID: r.Data.OutID, MessageID: r.Data.MessageID, Time: r.Data.Time}, true, false, nil
+		return record{OutID: f.Receipt.OutID, MessageID: f.Receipt.MessageID, Time: f.Receipt.Time}, true, false, nil
 	case !errors.Is(err, jetstream.ErrMsgNotFound):
 		return record{}, false, false, fmt.Errorf("read %s: %w", events.StreamIMSent, err)
 	}
@@ -755,53 +767,11 @@ func (e *egress) lookup(ctx context.Context, out events.Outbound, since time.Tim
 	return rec, true, true, nil
 }
 
-// recordReceipt writes the part's delivery record, the im.sent receipt on the chat's subject
-// subj (Nats-Msg-Id "sent/<out id>", HeaderOutID the out id). It retries briefly: losing it is
-// the one way a part could be sent twice. A retry of a write that did land, or a second record
-// of the same part (two replicas that both sent it), is dropped by the duplicate window.
+// recordReceipt stores the part's delivery record, its im.sent receipt, through the group
+// commit (receiptWriter): alone on the chat's subject subj, or in a batch with other parts of
+// its receipt bucket.
 func (e *egress) recordReceipt(ctx context.Context, ev *events.Event[events.Outbound], subj string, rec record) error {
-	out := ev.Data
-	r := events.New(events.Receipt{
-		OutID:     out.OutID,
-		Turn:      out.Turn,
-		Platform:  out.Platform,
-		Bot:       out.Bot,
-		Scene:     out.Scene,
-		MessageID: rec.MessageID,
-		Time:      rec.Time,
-		Content:   out.Content,
-		Sender:    events.Sender{ID: out.Bot},
-	}, events.WithCorrelation(&ev.Meta))
-	m, err := events.NewMsg(subj, r)
-	if err != nil {
-		return permanent(ReasonInvalid, fmt.Errorf("receipt: %w", err))
-	}
-	tracing.InjectNATS(ctx, m.Header)
-	m.Header.Set(events.HeaderOutID, out.OutID)
-	wait := 50 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, busTimeout)
-		_, err := e.js.PublishMsg(actx, m)
-		cancel()
-		switch {
-		case err == nil:
-			return nil
-		case jsconflict.Is(err):
-			// Another delivery of the same out id got there first (e.g. a replica that took
-			// over after AckWait while this one was still sending).
-			loggerFrom(ctx).Warn("egress: out id recorded concurrently; it may have been sent twice", "out", out.OutID)
-			return nil
-		case attempt >= 5 || ctx.Err() != nil:
-			return fmt.Errorf("record receipt %s: %w", out.OutID, err)
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
-		}
-		wait *= 2
-	}
+	return e.receipts.record(ctx, ev, subj, rec)
 }
 
 // inflight serializes the handling of one out id inside this process, so that two copies

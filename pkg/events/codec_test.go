@@ -122,6 +122,11 @@ func TestCodecRoundTripEveryType(t *testing.T) {
 	roundTrip(t, New(Receipt{OutID: "T1-0", Platform: "qq", Bot: "10001", Scene: im.Scene, MessageID: "p9", Time: 1,
 		Content: Segments{TextSeg("hi")}, Sender: Sender{ID: "10001"}}, sid))
 	check(TypeIMSent)
+	roundTrip(t, New(ReceiptBatch{Receipts: []Receipt{
+		{OutID: "t2048-0", Turn: "t2048", Platform: "qq", Bot: "10001", Scene: im.Scene, MessageID: "p10", Time: 1, Content: Segments{TextSeg("a")}, Sender: Sender{ID: "10001"}},
+		{OutID: "t3071-1", Turn: "t3071", Platform: "qq", Bot: "10001", Scene: Scene{Type: ScopePrivate, ID: "u2"}, MessageID: "p11", Time: 2, Sender: Sender{ID: "10001"}},
+	}}, sid))
+	check(TypeIMSentBatch)
 	roundTrip(t, New(SubagentTask{TaskID: "t1", Parent: k, Prompt: "research", Caller: Caller{Platform: "qq", Scope: ScopeGroup}}))
 	check(TypeSubagentTask)
 	roundTrip(t, New(DeferredTask{TaskID: "t2", Kind: "compact", Payload: json.RawMessage(`{"a":1}`)}))

@@ -1,14 +1,17 @@
 package events
 
 import (
+	"hash/fnv"
+	"strconv"
 	"strings"
 )
 
 // Event types (the envelope's "type"). One constant per payload type.
 const (
-	TypeIMMessage = "im.message" // IM_IN     im.in.<platform>.<bot>.<scope>.<scene>
-	TypeIMOut     = "im.out"     // IM_OUT    im.out.<platform>.<bot>.<scope>.<scene>
-	TypeIMSent    = "im.sent"    // IM_SENT   im.sent.<platform>.<bot>.<scope>.<scene>.<out>
+	TypeIMMessage   = "im.message"    // IM_IN     im.in.<platform>.<bot>.<scope>.<scene>
+	TypeIMOut       = "im.out"        // IM_OUT    im.out.<platform>.<bot>.<scope>.<scene>
+	TypeIMSent      = "im.sent"       // IM_SENT   im.sent.<platform>.<bot>.<scope>.<scene>.<out>
+	TypeIMSentBatch = "im.sent.batch" // IM_SENT im.sent.batch.<bucket>
 )
 
 // Segment types of a message's content, as in the seed's MessageElement[] ({type, data}).
@@ -461,8 +464,79 @@ func (r Receipt) Validate() error {
 	return r.Content.Validate()
 }
 
+// ReceiptBatch is one message holding the receipts of several parts (IM_SENT, type
+// "im.sent.batch"): egress writes the receipts of the parts it sent while its previous receipt
+// write was in flight as one message (a group commit), one message per receipt bucket
+// (ReceiptBucket) the parts fall in, on IMSentBatchSubject(bucket), with one HeaderOutID value
+// per receipt (in order) and Nats-Msg-Id = MsgID(). A part alone, or the only part of its bucket
+// in a write, still gets a plain Receipt on its chat's subject. Each receipt in Receipts is a
+// whole Receipt, read as if it had been stored alone (store.FindReceipt, the archiver, the
+// console).
+type ReceiptBatch struct {
+	Receipts []Receipt `json:"receipts"`
+}
+
+func (ReceiptBatch) EventType() string { return TypeIMSentBatch }
+
+// MsgID is the dedupe id: "sent/<first outId>+<n>.<h>", n the number of receipts and h the
+// FNV-1a hash (hex) of all their out ids: the same for a retried write of the same batch,
+// different for another batch that starts with the same part.
+func (b ReceiptBatch) MsgID() string {
+	if len(b.Receipts) == 0 {
+		return ""
+	}
+	h := fnv.New64a()
+	for _, r := range b.Receipts {
+		h.Write([]byte(r.OutID))
+		h.Write([]byte{0})
+	}
+	return "sent/" + b.Receipts[0].OutID + "+" + itoa(int64(len(b.Receipts))) + "." + strconv.FormatUint(h.Sum64(), 16)
+}
+
+// Validate checks every receipt, and that all of them share one receipt bucket.
+func (b ReceiptBatch) Validate() error {
+	if len(b.Receipts) == 0 {
+		return badField("receipts", "must have at least one receipt")
+	}
+	bucket, ok := ReceiptBucket(b.Receipts[0].OutID)
+	for i, r := range b.Receipts {
+		if err := r.Validate(); err != nil {
+			return within("receipts["+itoa(int64(i))+"]", err)
+		}
+		if rb, rok := ReceiptBucket(r.OutID); !ok || !rok || rb != bucket {
+			return badField("receipts", "outId %q is not in the receipt bucket of the batch", r.OutID)
+		}
+	}
+	return nil
+}
+
+// ReceiptBucketTurns is how many consecutive turn numbers share a receipt bucket. It is part of
+// the wire contract: a reader finds a batched receipt on the bucket's subject only, so it must
+// never change for receipts already stored.
+const ReceiptBucketTurns = 1024
+
+// ReceiptBucket is the receipt bucket of out id outID: for an out id OutID(turn, n) whose turn
+// is "t<number>" (a turn worker's turn: the number is the trigger's inbox sequence, so parts
+// egress holds at the same time have close numbers), number / ReceiptBucketTurns. Any other out
+// id has no bucket (ok false): its receipt is always a plain one on its chat's subject.
+func ReceiptBucket(outID string) (bucket uint64, ok bool) {
+	i := strings.LastIndexByte(outID, '-')
+	if i < 2 || outID[0] != 't' {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range outID[1:i] {
+		if c < '0' || c > '9' || n > (1<<63)/10 {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	return n / ReceiptBucketTurns, true
+}
+
 func init() {
 	register[IMMessage]()
 	register[Outbound]()
 	register[Receipt]()
+	register[ReceiptBatch]()
 }

@@ -26,6 +26,7 @@ var schemaSubjects = map[string]string{
 	TypeIMMessage:          "IM_IN, subject im.in.<platform>.<bot>.<scope>.<scene>",
 	TypeIMOut:              "IM_OUT, subject im.out.<platform>.<bot>.<scope>.<scene>",
 	TypeIMSent:             "IM_SENT, subject im.sent.<platform>.<bot>.<scope>.<scene>.<out>",
+	TypeIMSentBatch:        "IM_SENT, subject im.sent.batch.<bucket>",
 	TypeUserMessage:        "SESSION_IN, subject agent.in.<sk>",
 	TypeListen:             "SESSION_IN, subject agent.in.<sk>",
 	TypeCommand:            "SESSION_IN, subject agent.in.<sk>",
@@ -63,7 +64,7 @@ func schemaFor[P Payload]() func() (*jsonschema.Schema, error) {
 }
 
 var schemaMakers = map[string]func() (*jsonschema.Schema, error){
-	TypeIMMessage: schemaFor[IMMessage](), TypeIMOut: schemaFor[Outbound](), TypeIMSent: schemaFor[Receipt](),
+	TypeIMMessage: schemaFor[IMMessage](), TypeIMOut: schemaFor[Outbound](), TypeIMSent: schemaFor[Receipt](), TypeIMSentBatch: schemaFor[ReceiptBatch](),
 	TypeUserMessage: schemaFor[UserMessage](), TypeListen: schemaFor[Listen](), TypeCommand: schemaFor[Command](),
 	TypeSteer: schemaFor[Steer](), TypeFollowUp: schemaFor[FollowUp](), TypeSubagentResult: schemaFor[SubagentResult](),
 	TypeScheduled: schemaFor[Scheduled](), TypeAbort: schemaFor[Abort](), TypeTaskResult: schemaFor[TaskResult](),

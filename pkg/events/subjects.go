@@ -18,6 +18,7 @@ import (
 //	tool.result.<sk>                           TOOL_RESULTS tool results (call id in Agentbus-Call-Id)
 //	im.out.<platform>.<bot>.<scope>.<scene>    IM_OUT       outbound replies
 //	im.sent.<platform>.<bot>.<scope>.<scene>   IM_SENT      delivery receipts
+//	im.sent.batch.<bucket>                     IM_SENT      receipts of several parts (im.sent.batch)
 //	task.subagent.<id> / task.deferred.<id>    TASKS        background work (work queue)
 //	dlq.<role>.<reason>                        DEAD_LETTERS poison messages with the reason
 //	agent.live.<sk>                            core NATS    live token deltas, not persisted
@@ -67,6 +68,27 @@ func IMSentSubject(k SessionKey) string { return sceneSubject(PrefixIMSent, k) }
 // reads them.
 func IMSentPartSubject(k SessionKey, outID string) string {
 	return sceneSubject(PrefixIMSent, k) + "." + EncodeToken(outID)
+}
+
+// IMSentBatchSubject is im.sent.batch.<bucket>: the subject of every ReceiptBatch of receipt
+// bucket bucket (ReceiptBucket). It has fewer tokens than any chat's subject, so the two never
+// meet.
+func IMSentBatchSubject(bucket uint64) string {
+	return PrefixIMSent + ".batch." + strconv.FormatUint(bucket, 10)
+}
+
+// IsIMSentBatchSubject says whether subj is an IMSentBatchSubject.
+func IsIMSentBatchSubject(subj string) bool {
+	rest, ok := strings.CutPrefix(subj, PrefixIMSent+".batch.")
+	if !ok || rest == "" {
+		return false
+	}
+	for _, c := range rest {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // AgentInSubject is agent.in.<sk>, the session's inbox.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -21,31 +22,108 @@ const ReceiptSkew = time.Minute
 // receiptScanRounds bounds how often FindReceipt scans again while a lagging replica answers.
 const receiptScanRounds = 5
 
-// FindReceipt finds the receipt (IM_SENT, stream handle sent) of part outID of chat k: on the
-// chat's subject events.IMSentSubject(k) among the receipts stored at or after since (the
-// part's own storage time less ReceiptSkew; zero: all of them), matched by events.HeaderOutID
-// (or the receipt's body), or on the part's own subject of the layout before issue 41
-// (events.IMSentPartSubject). It returns jetstream.ErrMsgNotFound when there is none.
+// FoundReceipt is a part's receipt as FindReceipt found it.
+type FoundReceipt struct {
+	// Receipt is the part's receipt, decoded; zero (OK false) when a plain receipt's body does
+	// not decode: the stored message still counts as the part's delivery record.
+	Receipt events.Receipt
+	OK      bool
+	// Msg is the stored message: the receipt, or the batch (events.ReceiptBatch) holding it.
+	Msg *jetstream.RawStreamMsg
+}
+
+// FindReceipt finds the receipt (IM_SENT, stream handle sent) of part outID of chat k among the
+// receipts stored at or after since (the part's own storage time less ReceiptSkew; zero: all
+// of them). It looks where egress writes receipts and where earlier versions did:
 //
-// The answer decides whether to send, so "not found" is the stream leader's: the search pages
-// with batched direct gets (any replica answers, a lagging one with a prefix of the stream) and
-// is complete only once it has reached the last receipt the leader holds on the chat's subject
-// (natsutil.ConsistentGetMsg); until then it scans on from where it stopped.
-func FindReceipt(ctx context.Context, js jetstream.JetStream, sent jetstream.Stream, k events.SessionKey, outID string, since time.Time) (*jetstream.RawStreamMsg, error) {
+//   - the chat's subject events.IMSentSubject(k), matched by events.HeaderOutID (or the
+//     receipt's body): a part egress recorded alone;
+//   - the subject of the part's receipt bucket, events.IMSentBatchSubject (when the out id has
+//     one, events.ReceiptBucket), matched by one of the batch's HeaderOutID values: a part
+//     recorded in a group commit with others of its bucket (issue 40);
+//   - the part's own subject of the layout before issue 41 (events.IMSentPartSubject).
+//
+// It returns jetstream.ErrMsgNotFound when there is none.
+//
+// The answer decides whether to send, so "not found" is the stream leader's: each subject's
+// search pages with batched direct gets (any replica answers, a lagging one with a prefix of the
+// stream) and is complete only once it has reached the last message the leader holds on that
+// subject (natsutil.ConsistentGetMsg); until then it scans on from where it stopped.
+func FindReceipt(ctx context.Context, js jetstream.JetStream, sent jetstream.Stream, k events.SessionKey, outID string, since time.Time) (FoundReceipt, error) {
 	found, err := FindOnSubject(ctx, js, sent, events.StreamIMSent, events.IMSentSubject(k), since, func(m *jetstream.RawStreamMsg) bool {
 		return receiptFor(m) == outID
 	})
-	if err != nil || found != nil {
+	if err != nil {
+		return FoundReceipt{}, fmt.Errorf("receipt of %s: %w", outID, err)
+	}
+	if found != nil {
+		return decodeFound(found, outID), nil
+	}
+	if bucket, ok := events.ReceiptBucket(outID); ok {
+		var f FoundReceipt
+		_, err = FindOnSubject(ctx, js, sent, events.StreamIMSent, events.IMSentBatchSubject(bucket), since, func(m *jetstream.RawStreamMsg) bool {
+			f = BatchedReceipt(m, k, outID)
+			return f.OK
+		})
 		if err != nil {
-			err = fmt.Errorf("receipt of %s: %w", outID, err)
+			return FoundReceipt{}, fmt.Errorf("receipt of %s: %w", outID, err)
 		}
-		return found, err
+		if f.OK {
+			return f, nil
+		}
 	}
 	m, err := natsutil.GetMsg(ctx, js, sent, natsutil.MsgQuery{LastFor: events.IMSentPartSubject(k, outID)})
-	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, fmt.Errorf("receipt of %s: %w", outID, err)
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			err = fmt.Errorf("receipt of %s: %w", outID, err)
+		}
+		return FoundReceipt{}, err
 	}
-	return m, err
+	return decodeFound(m, outID), nil
+}
+
+// decodeFound decodes the receipt of outID in m, a plain receipt or a batch.
+func decodeFound(m *jetstream.RawStreamMsg, outID string) FoundReceipt {
+	f := FoundReceipt{Msg: m}
+	for _, r := range Receipts(m.Subject, m.Header, m.Data) {
+		if r.OutID == outID {
+			f.Receipt, f.OK = r, true
+			break
+		}
+	}
+	return f
+}
+
+// BatchedReceipt finds the receipt of part outID of chat k in m, a batch of receipts
+// (events.ReceiptBatch) on a receipt bucket's subject: OK false when m has none. The headers
+// say which parts m holds (one HeaderOutID value each), so only a batch that names outID is
+// decoded, and its receipt counts only when it is for chat k.
+func BatchedReceipt(m *jetstream.RawStreamMsg, k events.SessionKey, outID string) FoundReceipt {
+	if !slices.Contains(m.Header.Values(events.HeaderOutID), outID) {
+		return FoundReceipt{}
+	}
+	f := decodeFound(m, outID)
+	if f.OK && f.Receipt.SessionKey() != k {
+		return FoundReceipt{}
+	}
+	return f
+}
+
+// Receipts decodes an IM_SENT message: the receipt it is (events.Receipt), or the receipts it
+// holds (events.ReceiptBatch), each with the message's correlation filled in as a plain
+// receipt's would be. A message that decodes as neither gives none.
+func Receipts(subject string, h nats.Header, data []byte) []events.Receipt {
+	ev, err := events.DecodeMsg(&nats.Msg{Subject: subject, Header: h, Data: data})
+	if err != nil {
+		return nil
+	}
+	switch e := ev.(type) {
+	case *events.Event[events.Receipt]:
+		return []events.Receipt{e.Data}
+	case *events.Event[events.ReceiptBatch]:
+		return e.Data.Receipts
+	}
+	return nil
 }
 
 // FindOnSubject returns the first message of stream (named name) on subj stored at or after

@@ -178,6 +178,7 @@ type sources struct {
 	ctx     [][]store.CtxRecord
 	results []*events.Event[events.ToolResult]
 	outs    []*events.Event[events.Outbound]
+	outAt   []time.Time     // the storage time of each of outs
 	sent    map[string]bool // out ids with a receipt
 	dead    []deadPart
 }
@@ -246,6 +247,7 @@ func (r *Reader) fetch(ctx context.Context, sk events.SessionKey) (*sources, err
 				ev := new(events.Event[events.Outbound])
 				if events.UnmarshalMsg(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}, ev) == nil {
 					src.outs = append(src.outs, ev)
+					src.outAt = append(src.outAt, m.Time)
 				}
 				return true
 			})
@@ -304,7 +306,75 @@ func (r *Reader) fetch(ctx context.Context, sk events.SessionKey) (*sources, err
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
+	if err := r.batchedReceipts(ctx, sk, src); err != nil {
+		return nil, err
+	}
 	return src, nil
+}
+
+// batchedReceipts marks the parts of src.outs whose receipts egress wrote in a batch (issue
+// 40): the chat's subject has none of them, the subject of the part's receipt bucket
+// (events.IMSentBatchSubject) does. Each bucket with such parts is read once, from the first of
+// them stored less store.ReceiptSkew, and only until all of them were seen.
+func (r *Reader) batchedReceipts(ctx context.Context, sk events.SessionKey, src *sources) error {
+	type bucket struct {
+		since time.Time
+		want  map[string]bool
+	}
+	buckets := map[uint64]*bucket{}
+	for i, ev := range src.outs {
+		id := ev.Data.OutID
+		b, ok := events.ReceiptBucket(id)
+		if !ok || src.sent[id] {
+			continue
+		}
+		bk := buckets[b]
+		if bk == nil {
+			bk = &bucket{since: src.outAt[i], want: map[string]bool{}}
+			buckets[b] = bk
+		}
+		bk.since = minTime(bk.since, src.outAt[i])
+		bk.want[id] = true
+	}
+	if len(buckets) == 0 {
+		return nil
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(4)
+	found := make([][]string, 0, len(buckets))
+	for b, bk := range buckets {
+		found = append(found, nil)
+		got := &found[len(found)-1]
+		g.Go(func() error {
+			left := len(bk.want)
+			return store.Scan(gctx, r.js, events.StreamIMSent, events.IMSentBatchSubject(b), 0, bk.since.Add(-store.ReceiptSkew), func(m *jetstream.RawStreamMsg) bool {
+				for _, id := range m.Header.Values(events.HeaderOutID) {
+					if bk.want[id] && store.BatchedReceipt(m, sk, id).OK {
+						delete(bk.want, id)
+						*got = append(*got, id)
+						left--
+					}
+				}
+				return left > 0
+			})
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for _, ids := range found {
+		for _, id := range ids {
+			src.sent[id] = true
+		}
+	}
+	return nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // Conversation reads the whole of session sk.

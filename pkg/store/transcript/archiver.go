@@ -376,11 +376,19 @@ func (w *archWriter) drain(ctx context.Context) {
 func (w *archWriter) process(ctx context.Context, msgs []archMsg) {
 	rows, keep := w.rows[:0], w.keep[:0]
 	for _, am := range msgs {
-		row, ok, err := toRow(am.m, am.src)
-		if err == nil && ok {
+		// A message is one row, or several (a batch of receipts, issue 40), or none; it is
+		// acked once all of its rows are stored.
+		n := len(rows)
+		var err error
+		rows, err = appendRows(rows, am.m, am.src)
+		for i := n; err == nil && i < len(rows); i++ {
 			// Checked here, so that one bad message is dead-lettered alone instead of failing
 			// (and redelivering) the whole batch in Insert.
-			err = validateRow(&row)
+			err = validateRow(&rows[i])
+		}
+		if err != nil {
+			clear(rows[n:])
+			rows = rows[:n]
 		}
 		switch {
 		case err != nil && am.src.inbox:
@@ -390,10 +398,9 @@ func (w *archWriter) process(ctx context.Context, msgs []archMsg) {
 			_ = am.m.Ack()
 		case err != nil:
 			w.deadLetter(ctx, am, err)
-		case !ok:
+		case len(rows) == n:
 			_ = am.m.Ack() // nothing to archive (no text, no media)
 		default:
-			rows = append(rows, row)
 			keep = append(keep, am.m)
 		}
 	}
@@ -423,14 +430,40 @@ func (w *archWriter) process(ctx context.Context, msgs []archMsg) {
 	w.log.Debug("archived", "rows", len(rows), "new", n)
 }
 
-// toRow maps an IM_IN message, an inbox event carrying an inbound message or an IM_SENT
-// receipt to a row; ok=false means "skip" (also an inbox event that carries no message).
-func toRow(m jetstream.Msg, src *archSource) (Row, bool, error) {
+// appendRows appends the rows of an IM_IN message, an inbox event carrying an inbound message,
+// an IM_SENT receipt, or an IM_SENT batch of receipts (one row per receipt) to rows; none for a
+// message with nothing to archive (also an inbox event that carries no message).
+func appendRows(rows []Row, m jetstream.Msg, src *archSource) ([]Row, error) {
 	raw := &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
 	ev, err := events.DecodeMsg(raw)
 	if err != nil {
-		return Row{}, false, err
+		return rows, err
 	}
+	if b, ok := ev.(*events.Event[events.ReceiptBatch]); ok {
+		if src.dir != Outbound {
+			return rows, fmt.Errorf("unexpected %s on %s", b.Type, src.stream)
+		}
+		for i := range b.Data.Receipts {
+			rows = append(rows, receiptRow(&b.Data.Receipts[i]))
+		}
+		return rows, nil
+	}
+	row, ok, err := eventRow(ev, src)
+	if err != nil || !ok {
+		return rows, err
+	}
+	return append(rows, row), nil
+}
+
+// receiptRow is the outbound row of a receipt.
+func receiptRow(d *events.Receipt) Row {
+	return Row{MessageID: d.MessageID, Platform: d.Platform, BotID: d.Bot, SceneID: d.Scene.ID, SceneType: d.Scene.Type,
+		SenderID: d.Sender.ID, SenderName: d.Sender.Name, SenderRole: strings.Join(d.Sender.Roles, ","),
+		Direction: Outbound, Body: d.Content.PlainText(), MediaJSON: mediaJSON(d.Content), Time: d.Time}
+}
+
+// eventRow maps one decoded event to a row; ok=false means "skip".
+func eventRow(ev events.Any, src *archSource) (Row, bool, error) {
 	evTime := ev.EventMeta().Time
 	if src.inbox {
 		d, ok := events.InboundMessage(ev)
@@ -449,10 +482,7 @@ func toRow(m jetstream.Msg, src *archSource) (Row, bool, error) {
 		if src.dir != Outbound {
 			return Row{}, false, fmt.Errorf("unexpected %s on %s", e.Type, src.stream)
 		}
-		d := e.Data
-		return Row{MessageID: d.MessageID, Platform: d.Platform, BotID: d.Bot, SceneID: d.Scene.ID, SceneType: d.Scene.Type,
-			SenderID: d.Sender.ID, SenderName: d.Sender.Name, SenderRole: strings.Join(d.Sender.Roles, ","),
-			Direction: Outbound, Body: d.Content.PlainText(), MediaJSON: mediaJSON(d.Content), Time: d.Time}, true, nil
+		return receiptRow(&e.Data), true, nil
 	default:
 		return Row{}, false, fmt.Errorf("unexpected event type %s on %s", ev.EventMeta().Type, src.stream)
 	}

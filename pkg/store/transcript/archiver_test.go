@@ -376,3 +376,87 @@ func TestArchiverThinBatches(t *testing.T) {
 		})
 	}
 }
+
+// TestArchiverReceiptBatches: a batch of receipts (issue 40) is one outbound row per part, in
+// each part's own chat, next to plain receipts and those of the per-part layout; a batch with
+// one invalid receipt is dead-lettered whole, and the rows of the other messages still come.
+func TestArchiverReceiptBatches(t *testing.T) {
+	ctx := context.Background()
+	js := natstest.New(t).JS
+	db := openTemp(t)
+	rcpt := func(out, scene, platMsg, text string) events.Receipt {
+		return events.Receipt{OutID: out, Platform: "qq", Bot: "bot1", Scene: events.Scene{Type: "group", ID: scene},
+			MessageID: platMsg, Time: 1_700_000_002_000, Content: events.Segments{events.TextSeg(text)}, Sender: events.Sender{ID: "bot1", Name: "Bot"}}
+	}
+	batch := events.ReceiptBatch{Receipts: []events.Receipt{
+		rcpt("t10-0", "g1", "p-10", "first of the batch"),
+		rcpt("t11-0", "g2", "p-11", "another chat"),
+		rcpt("t12-1", "g1", "p-12", "third"),
+	}}
+	publish(t, js, events.IMSentBatchSubject(0), events.New(batch), "")
+	plain := rcpt("t13-0", "g1", "p-13", "alone")
+	publish(t, js, events.IMSentSubject(plain.SessionKey()), events.New(plain), "")
+	old := rcpt("t14-0", "g1", "p-14", "per-part layout")
+	publish(t, js, events.IMSentPartSubject(old.SessionKey(), old.OutID), events.New(old), "")
+	// A batch whose second receipt has no platform message id: the whole message is dead-lettered.
+	bad := events.ReceiptBatch{Receipts: []events.Receipt{rcpt("t15-0", "g1", "p-15", "ok"), rcpt("t16-0", "g1", "", "bad")}}
+	m, err := events.NewMsg(events.IMSentBatchSubject(0), events.New(events.ReceiptBatch{Receipts: bad.Receipts[:1]}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// NewMsg validates; the bad body is written by hand, as a broken writer would.
+	m.Data = []byte(strings.Replace(string(m.Data), `]}`, `,{"outId":"t16-0","platform":"qq","bot":"bot1","scene":{"type":"group","id":"g1"},"messageId":"","time":1,"sender":{"id":"bot1"}}]}`, 1))
+	m.Header.Set(nats.MsgIdHdr, "bad-batch")
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+
+	a, err := RunArchiver(ctx, js, db, ArchiverOptions{Node: "n1", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+	sceneB := Scene{Platform: "qq", BotID: "bot1", SceneID: "g2"}
+	for _, tc := range []struct {
+		scene Scene
+		want  map[string]string // platform message id -> body
+	}{
+		{sceneA, map[string]string{"p-10": "first of the batch", "p-12": "third", "p-13": "alone", "p-14": "per-part layout"}},
+		{sceneB, map[string]string{"p-11": "another chat"}},
+	} {
+		testwait.Eventually(t, 0, func() error {
+			n, err := db.Count(ctx, tc.scene)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return testwait.Want(n == len(tc.want), "%v: %d rows, want %d", tc.scene, n, len(tc.want))
+		})
+		rows, err := db.Search(ctx, Query{Scene: tc.scene, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			if body, ok := tc.want[r.MessageID]; !ok || r.Body != body || r.Direction != Outbound || r.SenderName != "Bot" {
+				t.Errorf("%v: unexpected row %+v", tc.scene, r)
+			}
+		}
+	}
+	dlq, err := js.Stream(ctx, events.StreamDeadLetters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 0, func() error {
+		dl, err := dlq.GetLastMsgForSubject(ctx, events.DeadLetterSubject("archiver", "invalid"))
+		if err != nil {
+			return fmt.Errorf("no dead letter: %w", err)
+		}
+		var ev events.Event[events.DeadLetter]
+		if err := events.Unmarshal(dl.Data, &ev); err != nil || ev.Data.Stream != events.StreamIMSent {
+			t.Fatalf("dead letter %+v %v", ev.Data, err)
+		}
+		return nil
+	})
+	if n, err := db.Count(ctx, sceneA); err != nil || n != 4 {
+		t.Fatalf("%d rows in g1 (%v): the bad batch's valid receipt must not be archived alone", n, err)
+	}
+}
