@@ -39,9 +39,9 @@
 // Takeover. A killed process's connection closes at once, and with it its doorbell
 // subscription: a request on agent.wake.<id> gets "no responders" from the server long before
 // the process's lease would expire. Every replica probes its peers' doorbells every 200 ms
-// (peers.go); a peer silent for 400 ms is taken for dead: its worker lease is revoked
-// (store.Leases.RevokeWorker) and the sessions it claimed are claimed at once
-// (store.Leases.ClaimsOf), 128 at a time, whose actors (64 starting at a time, starts.go) read
+// (peers.go; a suspected peer every 50 ms); a peer silent for 400 ms is taken for dead: its worker lease is revoked
+// (store.Leases.RevokeWorker) and the sessions it claimed (store.Leases.ClaimsOf, listed while
+// the revocation is under way) are claimed at once, 128 at a time, whose actors (64 starting at a time, starts.go) read
 // the inbox from the cursor and resume the open turns. Nothing waits for the dead replica's lease TTL or for its deliveries to come back
 // after AckWait (they come later, with those of the rings it never read, and are acked by the
 // new owner). The lease TTL and the redelivery remain the fallbacks: a claim whose owner's
