@@ -61,16 +61,16 @@ func (rs resumer) takeOver(sess *store.Session, pt *pendingTurn) (bool, error) {
 // turnLog is what the logs hold about one turn: its records in AGENT_EVENTS and, for a turn
 // closed by its commit, that commit in AGENT_CTX.
 type turnLog struct {
-	started   *events.TurnStarted
-	messages  []llm.Message
+	started  *events.TurnStarted
+	messages []llm.Message
 	// carriedStart and carried are what was found only on the turn's tool call requests and
 	// results (store.ReadCarried), not in AGENT_EVENTS: its start (started) and messages.
 	carriedStart bool
 	carried      []events.MessageEnd
-	committed bool
-	failed    bool
-	commitSeq uint64 // set when the commit is known only from AGENT_CTX (no turn_committed record)
-	closes    bool   // the commit is the turn's closing record: no turn_committed is written for it
+	committed    bool
+	failed       bool
+	commitSeq    uint64 // set when the commit is known only from AGENT_CTX (no turn_committed record)
+	closes       bool   // the commit is the turn's closing record: no turn_committed is written for it
 }
 
 // readTurn loads what the logs hold about a turn (resume). A turn that started, did not fail
