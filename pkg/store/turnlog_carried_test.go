@@ -94,3 +94,77 @@ func TestClosingRecordsWithStart(t *testing.T) {
 		t.Errorf("closing records %v, want %s", got, want)
 	}
 }
+
+// ReadCarried finds a turn's carried records on its queued requests (past requests already
+// removed from the work queue) and on its session's results, and nothing of other turns or
+// sessions.
+func TestReadCarried(t *testing.T) {
+	ctx := context.Background()
+	js := startJS(t)
+	tl, err := NewTurnLog(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, err := js.Stream(ctx, events.StreamToolCalls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	results, err := js.Stream(ctx, events.StreamToolResults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, other := testKey("carry"), testKey("other")
+	step := func(k events.SessionKey, turn string, index int) []byte {
+		tm := TurnMeta{Key: k, Session: events.NewSessionID(k, 1).String(), Turn: turn}
+		m, err := TurnEventMsg(tm, events.EvtKindMessageEnd, events.MessageEnd{Index: index, Message: llm.UserText("x", 1)}, fmt.Sprintf("m%d", index))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return EncodeStep(m)
+	}
+	request := func(k events.SessionKey, turn, id string, s []byte) uint64 {
+		ev := events.New(events.ToolCall{CallID: turn + "-" + id, Tool: "echo", Args: map[string]any{}, SessionKey: k, Turn: turn,
+			Caller: events.Caller{Platform: k.Platform, Scope: k.Scope}, Step: s}, events.WithTurn(turn))
+		m, err := events.NewMsg(events.ToolCallSubject("echo"), ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ack, err := js.PublishMsg(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ack.Sequence
+	}
+	// Two requests that left the queue (the first sequences are gone), then the queued ones.
+	for i := range 2 {
+		seq := request(k, "t1", fmt.Sprintf("gone%d", i), step(k, "t1", 9))
+		if err := calls.DeleteMsg(ctx, seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	request(k, "t1", "c2", step(k, "t1", 2))
+	request(k, "t2", "c1", step(k, "t2", 5))         // another turn
+	request(other, "t1", "c1", step(other, "t1", 6)) // the same turn id in another session
+	res := events.New(events.ToolResult{CallID: "t1-c1", Tool: "echo", Content: []llm.Content{llm.Text("r")}, Step: step(k, "t1", 1)}, events.WithTurn("t1"))
+	m, err := events.NewMsg(events.ToolResultSubject(k), res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Header.Set(events.HeaderCallID, "t1-c1")
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := tl.ReadCarried(ctx, calls, results, k, "t1", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	for _, r := range recs {
+		if e, ok := r.Event.(*events.Event[events.MessageEnd]); ok {
+			got = append(got, e.Data.Index)
+		}
+	}
+	if fmt.Sprint(got) != "[2 1]" {
+		t.Errorf("carried message indexes %v, want [2 1] (the queued request, then the result)", got)
+	}
+}
