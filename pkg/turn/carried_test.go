@@ -426,3 +426,64 @@ func TestWithdrawnRequestStoresTheStepFirst(t *testing.T) {
 		t.Errorf("the closing commit stands for %v", closing)
 	}
 }
+
+// A turn whose step rode on its tool call and that ends without its usual commit (cancelled
+// while the tool runs) still has its start and that step in the turn log exactly once: in
+// AGENT_EVENTS (spillTail records what was carried) or on its closing commit.
+func TestCancelledTurnKeepsItsCarriedStart(t *testing.T) {
+	h := newHarness(t, nil, faux.WithResponder(func(c *llm.Context) faux.Response {
+		last := c.Messages[len(c.Messages)-1]
+		if last.Role == llm.RoleUser {
+			return faux.Response{Text: "looking", ToolCalls: []llm.Content{llm.ToolCall("c1", "slow", map[string]any{"text": "x"})}}
+		}
+		return faux.Response{Text: "after " + last.TextContent()}
+	}))
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	h.startToolWorker(toolworker.Options{}, tools.MustNew("slow", "waits", func(ctx context.Context, c tools.Call, a echoArgs) (tools.Result, error) {
+		started <- struct{}{}
+		<-release
+		return tools.TextResult("late"), nil
+	}))
+	t.Cleanup(func() { close(release) }) // before the tool worker stops (cleanups run last first)
+	w := h.worker("w1")
+	h.waitTools(w, 1)
+	h.send(sk, "m1", "do the slow thing")
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("tool never started")
+	}
+	h.publish(sk, events.New(events.Abort{Reason: "stop", Sender: events.Sender{ID: "u1", Roles: []string{"user"}}}))
+	h.replies(sk, 1)
+	waitClosed(t, w, sk)
+	var starts, steps int
+	count := func(recs []store.TurnRecord) {
+		for _, r := range recs {
+			switch e := r.Event.(type) {
+			case *events.Event[events.TurnStarted]:
+				starts++
+			case *events.Event[events.MessageEnd]:
+				if len(e.Data.Message.ToolCalls()) > 0 {
+					steps++
+				}
+			}
+		}
+	}
+	recs, err := w.turnlog.ReadTurn(context.Background(), sk, turnID(1), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count(recs)
+	sid := events.NewSessionID(sk, 1)
+	for r, err := range w.ctxlog.History(context.Background(), sid) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		count(store.ClosingRecords(sk, sid, r))
+	}
+	if starts != 1 || steps != 1 {
+		t.Errorf("the cancelled turn's log holds %d turn_started and %d tool-asking steps, want 1 each (AGENT_EVENTS %v, closing %v)",
+			starts, steps, evtKinds(t, w, turnID(1)), closingKinds(t, w))
+	}
+}
