@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/events"
 	"github.com/agentbus/agentbus/pkg/llm"
+	"github.com/agentbus/agentbus/pkg/natsutil"
 )
 
 // A step carried on tool calls (EncodeStep of the records a turn would have appended) reads
@@ -153,6 +154,11 @@ func TestReadCarried(t *testing.T) {
 	m.Header.Set(events.HeaderCallID, "t1-c1")
 	if _, err := js.PublishMsg(ctx, m); err != nil {
 		t.Fatal(err)
+	}
+	// On a replicated stream scanQueue asks the leader for the next request on the wildcard
+	// subject (STREAM.MSG.GET next_by_subj): it must skip the removed ones too.
+	if m, err := natsutil.LeaderGetMsg(ctx, js, events.StreamToolCalls, natsutil.MsgQuery{Seq: 1, NextFor: events.PrefixToolCall + ".>"}); err != nil || m.Sequence != 3 {
+		t.Fatalf("the leader's next request after 1: %v, %v; want sequence 3", m, err)
 	}
 	recs, err := tl.ReadCarried(ctx, calls, results, k, "t1", time.Time{})
 	if err != nil {
