@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentbus/agentbus/pkg/app"
 	"github.com/agentbus/agentbus/pkg/config"
+	"github.com/agentbus/agentbus/pkg/events"
 )
 
 // Replay shows where a compaction happened, between the turns it summarized and the next.
@@ -43,9 +44,11 @@ func TestReplayShowsCompactions(t *testing.T) {
 	}
 }
 
-// A turn that called a tool writes its start to AGENT_EVENTS and is closed by its context
-// commit, with no turn_committed record: replay still shows the whole turn in order, the call,
-// the tool's result, the answer and the commit.
+// A turn that called a tool is closed by its context commit, with no turn_committed record,
+// and (issue 40) writes nothing to AGENT_EVENTS: its tool-asking step rode on the tool call
+// request and its result, and the closing commit carries its start. Replay still shows the
+// whole turn in order, its header and prompt, the call, the tool's result, the answer and the
+// commit.
 func TestReplayShowsAToolTurnClosedByItsCommit(t *testing.T) {
 	dir := startAll(t, "")
 	var out bytes.Buffer
@@ -64,7 +67,7 @@ func TestReplayShowsAToolTurnClosedByItsCommit(t *testing.T) {
 	}
 	text := out.String()
 	last := text[strings.LastIndex(text, "── turn"):]
-	want := []string{"user: list_dir .", "→ list_dir(", "← list_dir:", "assistant: The list_dir tool returned", "✓ committed 4 messages"}
+	want := []string{"(model ", "user: list_dir .", "→ list_dir(", "← list_dir:", "assistant: The list_dir tool returned", "✓ committed 4 messages"}
 	at := 0
 	for _, w := range want {
 		i := strings.Index(last[at:], w)
@@ -72,6 +75,19 @@ func TestReplayShowsAToolTurnClosedByItsCommit(t *testing.T) {
 			t.Fatalf("replay of the tool turn lacks %q (in this order: %q):\n%s", w, want, text)
 		}
 		at += i + len(w)
+	}
+	js := dialData(t, dir)
+	st, err := js.Stream(context.Background(), events.StreamAgentEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sk := events.SessionKey{Platform: "console", Bot: "console", Scope: "private", Scene: "bo"}
+	info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(events.AgentEvtSessionFilter(sk)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 0 {
+		t.Errorf("AGENT_EVENTS holds %d records of the session, want none (the steps rode on the tool calls)", info.State.Msgs)
 	}
 }
 

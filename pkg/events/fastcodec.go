@@ -1194,6 +1194,13 @@ func (c *ToolCall) appendJSON(b []byte) ([]byte, bool) {
 		b = append(b, `,"skillChars":`...)
 		b = strconv.AppendInt(b, int64(c.SkillChars), 10)
 	}
+	if len(c.Step) > 0 {
+		b = append(b, `,"step":`...)
+		var ok2 bool
+		if b, ok2 = appendRaw(b, c.Step); !ok2 {
+			return b, false
+		}
+	}
 	return append(b, '}'), ok
 }
 
@@ -1224,6 +1231,8 @@ func (c *ToolCall) decodeJSON(d *decoder) bool {
 			return field(10, d.str(&c.ModelSize))
 		case "skillChars":
 			return field(11, d.int(&c.SkillChars))
+		case "step":
+			return field(12, d.raw(&c.Step))
 		}
 		return -1
 	})
@@ -1256,6 +1265,12 @@ func (r *ToolResult) appendJSON(b []byte) ([]byte, bool) {
 		b = append(b, `,"durationMs":`...)
 		b = strconv.AppendInt(b, r.DurationMs, 10)
 	}
+	if len(r.Step) > 0 {
+		b = append(b, `,"step":`...)
+		if b, ok = appendRaw(b, r.Step); !ok {
+			return b, false
+		}
+	}
 	return append(b, '}'), true
 }
 
@@ -1276,6 +1291,8 @@ func (r *ToolResult) decodeJSON(d *decoder) bool {
 			return field(5, d.str(&r.Worker))
 		case "durationMs":
 			return field(6, d.int64(&r.DurationMs))
+		case "step":
+			return field(7, d.raw(&r.Step))
 		}
 		return -1
 	})
@@ -1309,8 +1326,8 @@ var fastLayouts = map[reflect.Type]string{
 	reflect.TypeFor[LiveDelta]():          "Kind string `json:\"kind\"`; ContentIndex int `json:\"contentIndex\"`; Delta string `json:\"delta,omitempty\"`; Seq uint64 `json:\"seq\"`; Message int `json:\"message,omitempty\"`",
 	reflect.TypeFor[SessionKey]():         "Platform string `json:\"platform\"`; Bot string `json:\"bot\"`; Scope string `json:\"scope\"`; Scene string `json:\"scene\"`",
 	reflect.TypeFor[Caller]():             "Platform string `json:\"platform\"`; Bot string `json:\"bot,omitempty\"`; Scope string `json:\"scope\"`; SenderID string `json:\"senderId,omitempty\"`; Roles []string `json:\"roles,omitempty\"`",
-	reflect.TypeFor[ToolCall]():           "CallID string `json:\"callId\"`; Tool string `json:\"tool\"`; Args map[string]interface {} `json:\"args\"`; SessionKey events.SessionKey `json:\"sessionKey\"`; Turn string `json:\"turn,omitempty\"`; Caller events.Caller `json:\"caller\"`; Deadline int64 `json:\"deadline,omitempty\"`; Idempotent bool `json:\"idempotent,omitempty\"`; Fresh bool `json:\"fresh,omitempty\"`; Model string `json:\"model,omitempty\"`; ModelSize string `json:\"modelSize,omitempty\"`; SkillChars int `json:\"skillChars,omitempty\"`",
-	reflect.TypeFor[ToolResult]():         "CallID string `json:\"callId\"`; Tool string `json:\"tool\"`; Content []llm.Content `json:\"content\"`; IsError bool `json:\"isError,omitempty\"`; Details json.RawMessage `json:\"details,omitempty\"`; Worker string `json:\"worker,omitempty\"`; DurationMs int64 `json:\"durationMs,omitempty\"`",
+	reflect.TypeFor[ToolCall]():           "CallID string `json:\"callId\"`; Tool string `json:\"tool\"`; Args map[string]interface {} `json:\"args\"`; SessionKey events.SessionKey `json:\"sessionKey\"`; Turn string `json:\"turn,omitempty\"`; Caller events.Caller `json:\"caller\"`; Deadline int64 `json:\"deadline,omitempty\"`; Idempotent bool `json:\"idempotent,omitempty\"`; Fresh bool `json:\"fresh,omitempty\"`; Model string `json:\"model,omitempty\"`; ModelSize string `json:\"modelSize,omitempty\"`; SkillChars int `json:\"skillChars,omitempty\"`; Step json.RawMessage `json:\"step,omitempty\"`",
+	reflect.TypeFor[ToolResult]():         "CallID string `json:\"callId\"`; Tool string `json:\"tool\"`; Content []llm.Content `json:\"content\"`; IsError bool `json:\"isError,omitempty\"`; Details json.RawMessage `json:\"details,omitempty\"`; Worker string `json:\"worker,omitempty\"`; DurationMs int64 `json:\"durationMs,omitempty\"`; Step json.RawMessage `json:\"step,omitempty\"`",
 	reflect.TypeFor[llm.Usage]():          "Input int `json:\"input\"`; Output int `json:\"output\"`; CacheRead int `json:\"cacheRead\"`; CacheWrite int `json:\"cacheWrite\"`; TotalTokens int `json:\"totalTokens\"`; Cost llm.UsageCost `json:\"cost\"`",
 	reflect.TypeFor[llm.UsageCost]():      "Input float64 `json:\"input\"`; Output float64 `json:\"output\"`; CacheRead float64 `json:\"cacheRead\"`; CacheWrite float64 `json:\"cacheWrite\"`; Total float64 `json:\"total\"`",
 	reflect.TypeFor[llm.Content]():        "Type string `json:\"type\"`; Text string `json:\"text,omitempty\"`; TextSignature string `json:\"textSignature,omitempty\"`; Thinking string `json:\"thinking,omitempty\"`; ThinkingSignature string `json:\"thinkingSignature,omitempty\"`; Redacted bool `json:\"redacted,omitempty\"`; Data string `json:\"data,omitempty\"`; MimeType string `json:\"mimeType,omitempty\"`; ID string `json:\"id,omitempty\"`; Name string `json:\"name,omitempty\"`; Arguments map[string]interface {} `json:\"arguments,omitempty\"`; ThoughtSignature string `json:\"thoughtSignature,omitempty\"`",

@@ -53,6 +53,13 @@ type ToolCall struct {
 	// skillInstructionMaxChars; empty / 0 lets the tool worker infer them from Model.
 	ModelSize  string `json:"modelSize,omitempty"`
 	SkillChars int    `json:"skillChars,omitempty"`
+	// Step is the turn log's record of the step the call belongs to, when the turn did not
+	// write it to AGENT_EVENTS (issue 40): a JSON array of the evt.* events (a turn_started
+	// with steps, or message_end records) the turn would have appended there. The tool worker
+	// copies it into the call's ToolResult, so the step is stored at every moment: in the
+	// queued request until the result is stored, then in the result. Empty for calls whose
+	// step is in AGENT_EVENTS (and for background tasks, subagents, pre-executed tools).
+	Step json.RawMessage `json:"step,omitempty"`
 }
 
 func (ToolCall) EventType() string { return TypeToolCall }
@@ -100,6 +107,8 @@ type ToolResult struct {
 	// Worker that ran it and how long it took.
 	Worker     string `json:"worker,omitempty"`
 	DurationMs int64  `json:"durationMs,omitempty"`
+	// Step is the request's ToolCall.Step, copied unchanged (see there).
+	Step json.RawMessage `json:"step,omitempty"`
 }
 
 func (ToolResult) EventType() string { return TypeToolResult }
@@ -156,6 +165,11 @@ type ToolEntry struct {
 	// Keywords rank the tool in the two-level selection against the user's message (any
 	// language; matched as substrings, so Chinese keywords need no word boundaries).
 	Keywords []string `json:"keywords,omitempty"`
+	// StepWorkers lists the workers of Workers that copy a call's step into its result
+	// (ToolCall.Step, issue 40): a turn carries a step on its requests only when every
+	// worker serving the tool is listed here. A worker of an earlier version rewrites the
+	// entry without it, which turns the carrying off for the tool.
+	StepWorkers []string `json:"stepWorkers,omitempty"`
 }
 
 // Validate checks the entry (the error wraps ErrInvalid).

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -41,7 +42,20 @@ const (
 	// are the turn's messages from its input on) of the first message that the turn did not
 	// record in AGENT_EVENTS: the commit's messages from there on are the turn's tail.
 	HeaderCtxTailFrom = "Agentbus-Tail-From"
+	// HeaderCtxTurnStart on a closing commit holds the turn's start when the turn did not write
+	// its turn_started to AGENT_EVENTS (its tool-asking steps rode on their tool call requests,
+	// events.ToolCall.Step): a ClosingStart as JSON. The tail (HeaderCtxTailFrom) then starts at
+	// the first message the turn carried instead of recording.
+	HeaderCtxTurnStart = "Agentbus-Turn-Start"
 )
+
+// ClosingStart is what a closing commit's HeaderCtxTurnStart holds: the turn's turn_started
+// without its input (the commit's first Inputs messages are the input) and when it was made.
+type ClosingStart struct {
+	Inputs  int                `json:"inputs"`
+	At      int64              `json:"at,omitempty"` // Unix ms
+	Started events.TurnStarted `json:"started"`
+}
 
 // ContextBounds are the cold-start bounds of LoadContext (ai.sessions.coldStartMaxMessages /
 // coldStartMaxAgeMs). Zero means unbounded.
@@ -89,6 +103,7 @@ type appendOpts struct {
 	closes             bool // the commit closes its turn (HeaderCtxReplyParts)
 	replyParts         int
 	tailFrom           int
+	start              []byte // HeaderCtxTurnStart
 }
 
 // WithInboxSeq records on the commit the last SESSION_IN sequence it consumed
@@ -99,6 +114,19 @@ func WithInboxSeq(seq uint64) AppendOption { return func(o *appendOpts) { o.inbo
 // (parts, the number of the reply's outbound parts) and HeaderCtxTailFrom (tailFrom).
 func WithClosing(parts, tailFrom int) AppendOption {
 	return func(o *appendOpts) { o.closes, o.replyParts, o.tailFrom = true, max(parts, 0), max(tailFrom, 0) }
+}
+
+// WithClosingStart puts the turn's start on its closing commit (HeaderCtxTurnStart): for a turn
+// whose turn_started is not in AGENT_EVENTS. at is when the turn started (Unix ms).
+func WithClosingStart(s events.TurnStarted, at int64) AppendOption {
+	inputs := len(s.Input)
+	s.Input, s.Steps = nil, nil
+	b, err := json.Marshal(ClosingStart{Inputs: inputs, At: at, Started: s})
+	return func(o *appendOpts) {
+		if err == nil {
+			o.start = b
+		}
+	}
 }
 
 // WithMsgID sets the Nats-Msg-Id of the record (e.g. "<turn>:commit"): a retried append of the
@@ -749,6 +777,9 @@ func (l *ContextLog) publish(ctx context.Context, id events.SessionID, expectedL
 	if o.closes {
 		msg.Header.Set(HeaderCtxReplyParts, strconv.Itoa(o.replyParts))
 		msg.Header.Set(HeaderCtxTailFrom, strconv.Itoa(o.tailFrom))
+		if len(o.start) > 0 {
+			msg.Header.Set(HeaderCtxTurnStart, string(o.start))
+		}
 	}
 	if size := int64(len(msg.Data) + len(subj) + 512); size > l.maxBytes {
 		return 0, fmt.Errorf("%w: %d bytes, server max payload %d", ErrTooLarge, size, l.maxBytes)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"iter"
 	"time"
@@ -31,10 +32,14 @@ type CtxRecord struct {
 	// Msgs the turn did not record in AGENT_EVENTS (HeaderCtxTailFrom).
 	Closes   bool
 	TailFrom int
+	// Start is the turn's start a closing commit carries (HeaderCtxTurnStart), nil when the
+	// turn recorded its turn_started in AGENT_EVENTS.
+	Start *ClosingStart
 }
 
 // ClosingRecords are the turn records a closing commit (r.Closes) stands for, as the turn log
-// of earlier versions held them: one message_end per tail message (from TailFrom on), then the
+// of earlier versions held them: the turn_started when the commit carries it (r.Start, dated
+// when the turn started), one message_end per tail message (from TailFrom on), then the
 // turn_committed. They carry the commit's AGENT_CTX sequence and time (not an AGENT_EVENTS
 // sequence). A record that does not close a turn stands for none.
 func ClosingRecords(k events.SessionKey, sid events.SessionID, r CtxRecord) []TurnRecord {
@@ -54,7 +59,19 @@ func ClosingRecords(k events.SessionKey, sid events.SessionID, r CtxRecord) []Tu
 		}
 	}
 	fake := &jetstream.RawStreamMsg{Sequence: r.Seq, Time: r.Time}
-	out := stepRecords(fake, k, r.Turn, meta, tail)
+	var out []TurnRecord
+	if st := r.Start; st != nil {
+		se := &events.Event[events.TurnStarted]{Meta: meta, Data: st.Started}
+		se.Type, se.ID = events.TypeTurnStarted, r.Turn+"-started"
+		se.Data.Input = r.Msgs[:min(max(st.Inputs, 0), len(r.Msgs))]
+		at := r.Time
+		if st.At > 0 {
+			at, se.Time = time.UnixMilli(st.At), st.At
+		}
+		out = append(out, TurnRecord{Seq: r.Seq, Time: at, Subject: events.AgentEvtSubject(k, events.EvtKindTurnStarted),
+			Key: k, Turn: r.Turn, Kind: events.EvtKindTurnStarted, Event: se})
+	}
+	out = append(out, stepRecords(fake, k, r.Turn, meta, tail)...)
 	ce := &events.Event[events.TurnCommitted]{Meta: meta, Data: tc}
 	ce.Type, ce.ID = events.TypeTurnCommitted, r.Turn+"-committed"
 	return append(out, TurnRecord{Seq: r.Seq, Time: r.Time, Subject: events.AgentEvtSubject(k, events.EvtKindTurnCommitted),
@@ -105,6 +122,13 @@ func ctxRecordOf(m *jetstream.RawStreamMsg) (CtxRecord, error) {
 	rec := CtxRecord{Seq: m.Sequence, Time: m.Time, Turn: m.Header.Get(events.HeaderTurn), Messages: len(r.msgs), Summary: r.summary, Leaf: r.leaf}
 	if mark := markOf(m); mark.Closes {
 		rec.Closes, rec.TailFrom = true, int(hdrUint(m.Header, HeaderCtxTailFrom))
+		if h := m.Header.Get(HeaderCtxTurnStart); h != "" {
+			var st ClosingStart
+			if err := json.Unmarshal([]byte(h), &st); err != nil {
+				return CtxRecord{}, fmt.Errorf("record %d: %s: %w", m.Sequence, HeaderCtxTurnStart, err)
+			}
+			rec.Start = &st
+		}
 	}
 	rec.Msgs = r.msgs
 	if len(r.msgs) > 0 {

@@ -21,6 +21,9 @@ type Announcer struct {
 	KV     jetstream.KeyValue // KV tools
 	ID     string             // the tool worker's id
 	Window time.Duration      // the registry generation window (2 × the heartbeat)
+	// CopiesStep: the worker copies each call's step into its result (events.ToolCall.Step);
+	// its id then goes into the entry's StepWorkers as well.
+	CopiesStep bool
 }
 
 // generation numbers the registry windows; a worker list older than the current window is
@@ -38,7 +41,10 @@ func (h *Announcer) Announce(ctx context.Context, t events.ToolEntry) error {
 		cur, err := h.KV.Get(ctx, key)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
-			entry.Workers = []string{h.ID}
+			entry.Workers, entry.StepWorkers = []string{h.ID}, nil
+			if h.CopiesStep {
+				entry.StepWorkers = []string{h.ID}
+			}
 			data, err := events.MarshalToolEntry(entry)
 			if err != nil {
 				return err
@@ -48,15 +54,17 @@ func (h *Announcer) Announce(ctx context.Context, t events.ToolEntry) error {
 		case err != nil:
 			return err
 		}
-		var workers []string
+		var workers, stepWorkers []string
 		if old, err := events.UnmarshalToolEntry(cur.Value()); err == nil && h.generation(old.UpdatedAt) == h.generation(now) {
-			workers = slices.Clone(old.Workers)
+			workers, stepWorkers = slices.Clone(old.Workers), slices.Clone(old.StepWorkers)
 		}
-		if !slices.Contains(workers, h.ID) {
-			workers = append(workers, h.ID)
+		workers = addID(workers, h.ID)
+		if h.CopiesStep {
+			stepWorkers = addID(stepWorkers, h.ID)
+		} else if i := slices.Index(stepWorkers, h.ID); i >= 0 {
+			stepWorkers = slices.Delete(stepWorkers, i, i+1)
 		}
-		slices.Sort(workers)
-		entry.Workers = workers
+		entry.Workers, entry.StepWorkers = workers, stepWorkers
 		data, err := events.MarshalToolEntry(entry)
 		if err != nil {
 			return err
@@ -90,6 +98,9 @@ func (h *Announcer) Withdraw(ctx context.Context, name string) error {
 			return nil
 		}
 		entry.Workers = slices.Delete(entry.Workers, i, i+1)
+		if j := slices.Index(entry.StepWorkers, h.ID); j >= 0 {
+			entry.StepWorkers = slices.Delete(entry.StepWorkers, j, j+1)
+		}
 		if len(entry.Workers) == 0 {
 			return h.KV.Delete(ctx, key, jetstream.LastRevision(cur.Revision()))
 		}
@@ -104,4 +115,13 @@ func (h *Announcer) Withdraw(ctx context.Context, name string) error {
 		return fmt.Errorf("withdraw %s: %w", name, err)
 	}
 	return nil
+}
+
+// addID adds id to the sorted list ids unless it is there.
+func addID(ids []string, id string) []string {
+	if !slices.Contains(ids, id) {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
 }

@@ -203,6 +203,23 @@ func (c *Catalog) Served(name string) bool {
 	return ok && len(t.Workers) > 0
 }
 
+// CopiesStep reports whether every tool worker the registry lists for the tool copies a call's
+// step into its result (events.ToolEntry.StepWorkers): only then may a turn leave the step out
+// of AGENT_EVENTS and carry it on the tool's requests (events.ToolCall.Step). An entry written
+// by a worker of an earlier version has no StepWorkers, so it says no.
+func (c *Catalog) CopiesStep(name string) bool {
+	t, ok := c.Entry(name)
+	if !ok || len(t.Workers) == 0 {
+		return false
+	}
+	for _, w := range t.Workers {
+		if !slices.Contains(t.StepWorkers, w) {
+			return false
+		}
+	}
+	return true
+}
+
 // Entry is the catalogue's entry of the tool name.
 func (c *Catalog) Entry(name string) (events.ToolEntry, bool) {
 	c.mu.RLock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -117,5 +118,70 @@ func TestToolCatalogViews(t *testing.T) {
 	c.apply(<-w.Updates())
 	if got := names(c.For(user)); got != "[zeta]" {
 		t.Fatalf("after delete: %s", got)
+	}
+}
+
+// A tool's calls may carry their step only while every worker announcing it copies steps: an
+// announcement by a worker of an earlier version (no StepWorkers, written the way such a
+// worker writes its entry) or by a worker that does not copy turns it off until the entry's
+// list is rebuilt without it; withdrawing that worker turns it on again.
+func TestCatalogCopiesStep(t *testing.T) {
+	ctx := context.Background()
+	ns := natstest.New(t, natstest.WithMemoryStorage())
+	kv, err := ns.JS.KeyValue(ctx, events.BucketTools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewCatalog(ctx, ns.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := events.ToolEntry{Name: "echo", Description: "e", Parameters: []byte(`{"type":"object"}`)}
+	ann := func(id string, copies bool) *Announcer {
+		return &Announcer{KV: kv, ID: id, Window: time.Hour, CopiesStep: copies}
+	}
+	copies := func() bool {
+		t.Helper()
+		if err := c.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return c.CopiesStep("echo")
+	}
+	steps := []struct {
+		what string
+		do   func() error
+		want bool
+	}{
+		{"nobody serves it", func() error { return nil }, false},
+		{"a new worker", func() error { return ann("a", true).Announce(ctx, entry) }, true},
+		{"and a second new one", func() error { return ann("b", true).Announce(ctx, entry) }, true},
+		{"and one that does not copy", func() error { return ann("c", false).Announce(ctx, entry) }, false},
+		{"that one withdrawn", func() error { return ann("c", false).Withdraw(ctx, "echo") }, true},
+		{"an old worker rewrites the entry", func() error {
+			cur, err := kv.Get(ctx, events.EncodeToken("echo"))
+			if err != nil {
+				return err
+			}
+			old, err := events.UnmarshalToolEntry(cur.Value())
+			if err != nil {
+				return err
+			}
+			old.Workers, old.StepWorkers = append(old.Workers, "old"), nil
+			b, err := events.MarshalToolEntry(old)
+			if err != nil {
+				return err
+			}
+			_, err = kv.Put(ctx, events.EncodeToken("echo"), b)
+			return err
+		}, false},
+		{"a new worker announces again: the old one is still listed", func() error { return ann("a", true).Announce(ctx, entry) }, false},
+	}
+	for _, s := range steps {
+		if err := s.do(); err != nil {
+			t.Fatalf("%s: %v", s.what, err)
+		}
+		if got := copies(); got != s.want {
+			t.Errorf("%s: CopiesStep = %v, want %v", s.what, got, s.want)
+		}
 	}
 }

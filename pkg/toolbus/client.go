@@ -58,6 +58,15 @@ type Call struct {
 	Subscribed bool
 	// Fresh: no call of this executor was requested before.
 	Fresh bool
+	// Step returns the turn's records that the call's request carries (events.ToolCall.Step:
+	// the step the call belongs to, and whatever else of the turn is not in AGENT_EVENTS);
+	// nil: none. nil func: no call carries any.
+	Step func() []byte
+	// Withdrawing is called before a request that carries a step is withdrawn (deleted from
+	// TOOL_CALLS after its deadline, no tool worker serving the tool): it must store what the
+	// request carries elsewhere (the turn writes it to AGENT_EVENTS), because the withdrawal
+	// deletes that copy. On error the request is not withdrawn (the next look tries again).
+	Withdrawing func(ctx context.Context) error
 	// BusID maps a model call id to its bus id (nil: the scope's turn plus the model's id).
 	BusID func(callID string) string
 	// Since bounds the looks for the results of calls that are not Fresh: none of them was
@@ -155,6 +164,10 @@ func (x *Executor) Execute(ctx context.Context, call loop.ToolCallRequest) (loop
 	if tc.Args == nil {
 		tc.Args = map[string]any{}
 	}
+	if x.Step != nil {
+		tc.Step = x.Step()
+	}
+	carried := len(tc.Step) > 0
 	ev := events.New(tc, events.WithSession(sc.SID), events.WithTurn(sc.Turn), events.WithTrace(sc.Trace))
 	m, err := events.NewMsg(events.ToolCallSubject(call.Name), ev)
 	if err != nil {
@@ -177,7 +190,7 @@ func (x *Executor) Execute(ctx context.Context, call loop.ToolCallRequest) (loop
 	if tc.Fresh {
 		since = time.UnixMilli(ev.Time).Add(-store.ToolResultSkew)
 	}
-	res, err := x.await(ctx, call.Name, busID, results, m, ack.Sequence, time.UnixMilli(tc.Deadline), since)
+	res, err := x.await(ctx, call.Name, busID, results, m, ack.Sequence, time.UnixMilli(tc.Deadline), since, carried)
 	if err != nil {
 		return res, err
 	}
@@ -206,8 +219,9 @@ func (x *Executor) after(ctx context.Context, call loop.ToolCallRequest, res loo
 //     any more, it withdraws the request; once the withdrawal succeeded nobody can start the
 //     call, and that is what the model is told.
 //
-// ctx (the turn) bounds the wait; since bounds the looks (store.FindToolResult).
-func (x *Executor) await(ctx context.Context, tool, callID string, results <-chan *nats.Msg, req *nats.Msg, reqSeq uint64, deadline, since time.Time) (loop.ToolResult, error) {
+// ctx (the turn) bounds the wait; since bounds the looks (store.FindToolResult). carried: the
+// request carries a step (Call.Withdrawing runs before it is withdrawn).
+func (x *Executor) await(ctx context.Context, tool, callID string, results <-chan *nats.Msg, req *nats.Msg, reqSeq uint64, deadline, since time.Time, carried bool) (loop.ToolResult, error) {
 	w := x.c
 	recheck := min(max(time.Until(deadline)/4, time.Second), 10*time.Second)
 	timer := time.NewTimer(min(firstLook, time.Until(deadline)+time.Second))
@@ -251,6 +265,12 @@ func (x *Executor) await(ctx context.Context, tool, callID string, results <-cha
 		case err != nil:
 			w.Log.WarnContext(ctx, "check tool call request", "tool", tool, "call", callID, "err", err)
 		case time.Now().After(deadline) && !w.Catalog.Served(tool):
+			if carried && x.Withdrawing != nil {
+				if werr := x.Withdrawing(ctx); werr != nil {
+					w.Log.WarnContext(ctx, "store the step before withdrawing a tool call", "tool", tool, "call", callID, "err", werr)
+					continue
+				}
+			}
 			dctx, cancel := context.WithTimeout(ctx, BusTimeout)
 			derr := w.Calls.DeleteMsg(dctx, reqSeq)
 			cancel()

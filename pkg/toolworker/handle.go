@@ -630,7 +630,11 @@ func (h *Handle) finish(c *call, res tools.Result) {
 		return
 	}
 	tc := c.ev.Data
-	m, err := resultMsg(c.ev.Meta, tc.SessionKey, tc.CallID, tc.Tool, res, h.opts.ID, time.Since(c.start), h.opts.NC.MaxPayload())
+	step := tc.Step // the turn's record of the call's step: stored with the result (ToolCall.Step)
+	if h.opts.NoStepCopy {
+		step = nil
+	}
+	m, err := resultMsg(c.ev.Meta, tc.SessionKey, tc.CallID, tc.Tool, res, h.opts.ID, time.Since(c.start), h.opts.NC.MaxPayload(), step)
 	if err == nil {
 		c.failed = res.IsError
 		if c.span != nil {
@@ -683,8 +687,10 @@ func (h *Handle) ack(c *call) {
 	}
 }
 
-// resultMsg builds the TOOL_RESULTS message for a call, with the call's correlation ids.
-func resultMsg(from events.Meta, sk events.SessionKey, callID, tool string, res tools.Result, worker string, took time.Duration, maxPayload int64) (*nats.Msg, error) {
+// resultMsg builds the TOOL_RESULTS message for a call, with the call's correlation ids and
+// the step its request carried (nil: none). An oversized result loses its content, never the
+// step: the step may be the only stored copy of the turn's record once the request is acked.
+func resultMsg(from events.Meta, sk events.SessionKey, callID, tool string, res tools.Result, worker string, took time.Duration, maxPayload int64, step json.RawMessage) (*nats.Msg, error) {
 	content := res.Content
 	if content == nil {
 		content = []llm.Content{}
@@ -694,7 +700,7 @@ func resultMsg(from events.Meta, sk events.SessionKey, callID, tool string, res 
 		details = withNeedsOwner(details)
 	}
 	tr := events.ToolResult{CallID: callID, Tool: tool, Content: content, IsError: res.IsError, Details: details,
-		Worker: worker, DurationMs: took.Milliseconds()}
+		Worker: worker, DurationMs: took.Milliseconds(), Step: step}
 	ev := events.New(tr, events.WithCorrelation(&from))
 	subj := events.ToolResultSubject(sk)
 	m, err := events.NewMsg(subj, ev)
@@ -758,7 +764,7 @@ func (h *Handle) malformed(s *served, c *call, cause error) {
 			from.Session = d.SessionKey.String()
 		}
 		res := tools.ErrorResult("tool %s was not run: the request was malformed (%v)", tool, cause)
-		if m, err := resultMsg(from, d.SessionKey, d.CallID, tool, res, h.opts.ID, time.Since(c.start), h.opts.NC.MaxPayload()); err == nil {
+		if m, err := resultMsg(from, d.SessionKey, d.CallID, tool, res, h.opts.ID, time.Since(c.start), h.opts.NC.MaxPayload(), nil); err == nil {
 			if err := h.publish(m); err != nil && !h.killed.Load() {
 				h.log.Warn("tool worker: error result for malformed call", "err", err)
 			}

@@ -78,6 +78,11 @@ type Options struct {
 	Tracer trace.TracerProvider
 	// Hooks runs the tool.before and tool.after hooks (nil: none; see hooks.go).
 	Hooks *hooks.Runner
+	// NoStepCopy makes the worker behave as one of the versions before issue 40: it does not
+	// copy a call's step into the result (events.ToolCall.Step) and does not announce that it
+	// does (events.ToolEntry.StepWorkers), so turns keep those tools' steps in AGENT_EVENTS.
+	// For mixed-version tests; nothing else needs it.
+	NoStepCopy bool
 }
 
 func (o *Options) defaults() error {
@@ -207,7 +212,7 @@ func Run(ctx context.Context, opts Options) (*Handle, error) {
 		h.log.Warn("tool worker: heartbeat too slow for the tools bucket TTL; clamped", "heartbeat", h.beat, "ttl", ttl)
 		h.beat = ttl / 3
 	}
-	h.ann = toolbus.Announcer{KV: h.toolsKV, ID: opts.ID, Window: 2 * h.beat}
+	h.ann = toolbus.Announcer{KV: h.toolsKV, ID: opts.ID, Window: 2 * h.beat, CopiesStep: !opts.NoStepCopy}
 	h.killCtx, h.kill = context.WithCancel(context.Background())
 	h.instance = events.NewID()
 	if h.probes, err = opts.NC.Subscribe(events.ToolAttemptSubject(h.instance), h.answerProbe); err != nil {

@@ -3,12 +3,15 @@ package turn
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/agentbus/agentbus/pkg/events"
+	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/store"
 	"github.com/agentbus/agentbus/pkg/tracing"
 )
@@ -73,10 +76,128 @@ func (t *turnRun) recordMessages(mes ...events.MessageEnd) {
 // publishRecord publishes one turn record asynchronously; flush waits for its ack.
 func (t *turnRun) publishRecord(m *nats.Msg) error { return t.records.Publish(m) }
 
+// carriedRecords is what a turn carries on its tool call requests instead of writing it to
+// AGENT_EVENTS (issue 40; store.ReadCarried reads it back): its start, when it was taken into
+// a carried step, and every message_end carried since the turn's last AGENT_EVENTS record. A
+// step's requests carry all of them (step), so any one request or result of the latest step
+// holds everything of the turn that AGENT_EVENTS lacks.
+type carriedRecords struct {
+	started   *events.TurnStarted
+	startedAt int64 // Unix ms
+	steps     []events.MessageEnd
+	step      []byte // the records as events.ToolCall.Step
+}
+
+// from is the index of the first carried message (-1: none).
+func (c *carriedRecords) from() int {
+	if len(c.steps) == 0 {
+		return -1
+	}
+	return c.steps[0].Index
+}
+
+// carryStep puts a finished tool-asking step (mes: the held-back messages before it, then its
+// assistant message) on the step's tool call requests instead of AGENT_EVENTS, together with
+// everything carried before. It reports false, recording nothing, when the step must go to
+// AGENT_EVENTS: some tool of the step is served by a tool worker that does not copy the step
+// into its result (toolbus.Catalog.CopiesStep), or the records would be too large to travel
+// twice in one message. Then the caller records mes, and carryStep has put what was carried
+// before back to be recorded with them (uncarry).
+func (t *turnRun) carryStep(calls []llm.Content, mes []events.MessageEnd) bool {
+	cat := t.a.w.tools
+	ok := cat != nil && len(calls) > 0
+	for _, c := range calls {
+		if !ok {
+			break
+		}
+		ok = cat.CopiesStep(c.Name)
+	}
+	if !ok {
+		t.uncarry()
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := &t.carried
+	if t.started != nil {
+		c.started, c.startedAt, t.started = t.started, time.Now().UnixMilli(), nil
+	}
+	c.steps = append(c.steps, mes...)
+	var recs []*nats.Msg
+	var err error
+	if c.started != nil {
+		s := *c.started
+		s.Steps = c.steps
+		var m *nats.Msg
+		if m, err = turnEventMsg(t, events.EvtKindTurnStarted, s, "started"); err == nil {
+			recs = append(recs, m)
+		}
+	} else {
+		for _, me := range c.steps {
+			var m *nats.Msg
+			if m, err = turnEventMsg(t, events.EvtKindMessageEnd, me, "m"+strconv.Itoa(me.Index)); err != nil {
+				break
+			}
+			recs = append(recs, m)
+		}
+	}
+	var step []byte
+	if err == nil {
+		step = store.EncodeStep(recs...)
+	}
+	// The request carries the step once and its result once more, next to the call's own
+	// arguments and output, all within the server's max payload.
+	if err != nil || int64(len(step)) > t.a.w.nc.MaxPayload()/4 {
+		c.steps = c.steps[:len(c.steps)-len(mes)]
+		t.uncarryLocked()
+		return false
+	}
+	c.step = step
+	return true
+}
+
+// uncarry takes back what the turn carries on its requests, to be recorded in AGENT_EVENTS
+// after all: the start goes back to started (the next record carries it), and the carried
+// messages go to the front of the tail.
+func (t *turnRun) uncarry() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.uncarryLocked()
+}
+
+func (t *turnRun) uncarryLocked() {
+	c := &t.carried
+	if c.started != nil {
+		t.started = c.started
+	}
+	if len(c.steps) > 0 {
+		t.tail = append(slices.Clone(c.steps), t.tail...)
+	}
+	t.carried = carriedRecords{}
+}
+
+// carriedStep is what the turn's tool call requests carry now (toolbus.Call.Step).
+func (t *turnRun) carriedStep() []byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.carried.step
+}
+
+// storeCarried writes what the turn carries to AGENT_EVENTS and waits for it: a request that
+// carries it is about to be withdrawn (toolbus.Call.Withdrawing).
+func (t *turnRun) storeCarried(ctx context.Context) error {
+	t.uncarry()
+	t.recordMessages(t.takeTail()...)
+	return t.flush(ctx)
+}
+
 // spillTail records the messages held back for the commit as records of their own: the turn
 // goes on past them (another LLM step) or ends without a commit. withStart also records the
-// turn's start when nothing else would carry it (the turn ends without a commit).
+// turn's start when nothing else would carry it (the turn ends without a commit). What the
+// turn carried on its tool call requests is recorded too: a turn that ends without a commit,
+// or waits for an earlier one, has its start and steps in AGENT_EVENTS as before issue 40.
 func (t *turnRun) spillTail(withStart bool) {
+	t.uncarry()
 	tail := t.takeTail()
 	if len(tail) == 0 && !withStart {
 		return

@@ -61,12 +61,16 @@ func (rs resumer) takeOver(sess *store.Session, pt *pendingTurn) (bool, error) {
 // turnLog is what the logs hold about one turn: its records in AGENT_EVENTS and, for a turn
 // closed by its commit, that commit in AGENT_CTX.
 type turnLog struct {
-	started   *events.TurnStarted
-	messages  []llm.Message
-	committed bool
-	failed    bool
-	commitSeq uint64 // set when the commit is known only from AGENT_CTX (no turn_committed record)
-	closes    bool   // the commit is the turn's closing record: no turn_committed is written for it
+	started  *events.TurnStarted
+	messages []llm.Message
+	// carriedStart and carried are what was found only on the turn's tool call requests and
+	// results (store.ReadCarried), not in AGENT_EVENTS: its start (started) and messages.
+	carriedStart bool
+	carried      []events.MessageEnd
+	committed    bool
+	failed       bool
+	commitSeq    uint64 // set when the commit is known only from AGENT_CTX (no turn_committed record)
+	closes       bool   // the commit is the turn's closing record: no turn_committed is written for it
 }
 
 // readTurn loads what the logs hold about a turn (resume). A turn that started, did not fail
@@ -100,6 +104,30 @@ func (w *Worker) readTurnSince(ctx context.Context, sk events.SessionKey, turn s
 			tl.failed = true
 		}
 	}
+	if !tl.committed && !tl.failed && w.calls != nil && w.results != nil {
+		// Steps that asked for tools may ride on their tool call requests instead
+		// (events.ToolCall.Step): queued in TOOL_CALLS, or copied into their results.
+		carried, err := w.turnlog.ReadCarried(ctx, w.calls, w.results, sk, turn, since)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range carried {
+			switch e := r.Event.(type) {
+			case *events.Event[events.TurnStarted]:
+				if tl.started == nil {
+					d := e.Data
+					d.Steps = nil
+					tl.started, tl.carriedStart, session = &d, true, e.Session
+				}
+			case *events.Event[events.MessageEnd]:
+				if _, ok := byIndex[e.Data.Index]; !ok {
+					byIndex[e.Data.Index] = e.Data.Message
+					tl.carried = append(tl.carried, e.Data)
+				}
+			}
+		}
+		slices.SortFunc(tl.carried, func(a, b events.MessageEnd) int { return a.Index - b.Index })
+	}
 	// Indexes count the prompts, which turn_started holds; message_end records follow them.
 	first := 0
 	if tl.started != nil {
@@ -128,6 +156,24 @@ func (w *Worker) readTurnSince(ctx context.Context, sk events.SessionKey, turn s
 		tl.messages, tl.committed, tl.commitSeq, tl.closes = mark.Messages, true, mark.Seq, mark.Closes
 	}
 	return tl, nil
+}
+
+// storeFound writes what a resumed turn's log held only on its tool call requests and results
+// (turnLog.carried) to AGENT_EVENTS before the turn goes on: the resumed turn then stands on
+// AGENT_EVENTS as a turn of the layout before issue 40 does, and its commit needs to name
+// only what it carries itself from here on.
+func (t *turnRun) storeFound(ctx context.Context, tl *turnLog) error {
+	if !tl.carriedStart && len(tl.carried) == 0 {
+		return nil
+	}
+	if tl.carriedStart {
+		s := *tl.started
+		t.mu.Lock()
+		t.started = &s
+		t.mu.Unlock()
+	}
+	t.recordMessages(tl.carried...)
+	return store.RetryTransient(ctx, func() error { return t.flush(ctx) })
 }
 
 // resumeAll restarts what the previous owner left open: running turns continue from their

@@ -110,6 +110,9 @@ type turnRun struct {
 	// record (a turn_started with steps, or the commit) instead of costing an append of its own
 	// before the first LLM call. nil once recorded, and for a resumed turn.
 	started *events.TurnStarted
+	// carried is what of the turn rides on its tool call requests instead of AGENT_EVENTS
+	// (records.go carryStep); guarded by mu.
+	carried carriedRecords
 	// inRecord says whether the session record lists the turn as open: recordNo (a turn
 	// started from its inbox event, whose commit carries the cursor), recordPending (being
 	// added by a session-record write), recordYes.
@@ -384,6 +387,11 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 	if resumed != nil {
 		persisted, committed = resumed.messages, resumed.committed
 		t.index = len(persisted)
+		if !committed {
+			if err := t.storeFound(ctx, resumed); err != nil {
+				return err
+			}
+		}
 	}
 	if !committed {
 		final, newMsgs, err := t.runLoopWithin(ctx, persisted)
@@ -432,12 +440,25 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		// carrying its tail and the number of its reply parts, so a tool turn costs one
 		// AGENT_EVENTS append. A turn that recorded nothing yet writes one turn_committed with
 		// its start and tail, after the commit and the reply (publishReply).
+		// What the turn carried on its tool call requests instead (carryStep) is in the
+		// commit's messages; the commit names where it starts, and carries the turn's start
+		// when that rode on them too (store.WithClosingStart), so that readers of the turn log
+		// (store.ClosingRecords) see the turn as if it had been recorded.
 		closes := !t.startPending()
 		opts := []store.AppendOption{store.WithInboxSeq(t.lastSeq())}
 		var tail []events.MessageEnd
 		if closes {
 			tail = t.takeTail()
-			opts = append(opts, store.WithClosing(len(reply), len(newMsgs)-len(tail)))
+			tailFrom := len(newMsgs) - len(tail)
+			t.mu.Lock()
+			if from := t.carried.from(); from >= 0 && from < tailFrom {
+				tailFrom = from
+			}
+			if s := t.carried.started; s != nil {
+				opts = append(opts, store.WithClosingStart(*s, t.carried.startedAt))
+			}
+			t.mu.Unlock()
+			opts = append(opts, store.WithClosing(len(reply), tailFrom))
 		}
 		// Retried on a transient bus error: the commit is fenced and carries a fixed msg id, so
 		// a retry of a commit that did land is recognized (ctxlog.AppendMessages).

@@ -311,10 +311,13 @@ func (t *turnRun) emitter() (emit func(loop.Event), stop func()) {
 				t.mu.Unlock()
 				break
 			}
-			// An LLM step that asked for tools must be in the log before any of its calls
-			// runs (the executor flushes), so resume never asks the model again.
+			// An LLM step that asked for tools must be stored before any of its calls runs
+			// (the executor flushes), so resume never asks the model again: on its tool call
+			// requests (carryStep), or in AGENT_EVENTS.
 			t.noteCalls(&me.Message)
-			t.recordMessages(append(t.takeTail(), me)...)
+			if mes := append(t.takeTail(), me); !t.carryStep(me.Message.ToolCalls(), mes) {
+				t.recordMessages(append(t.takeTail(), mes...)...)
+			}
 		case loop.EventMessageUpdate:
 			if ev.Update.Type == llm.EventTextDelta {
 				live.add(string(ev.Update.Type), t.index, ev.Update.ContentIndex, ev.Update.Delta)

@@ -239,6 +239,11 @@ func TestSessionForkAndDeadLetter(t *testing.T) {
 	if len(first.Steps) != 3 || first.Steps[0].Model == nil || first.Steps[2].Model == nil || first.Steps[2].Model.StopReason != "stop" {
 		t.Errorf("first turn's chain: %+v, want model call, tool call, model call", first.Steps)
 	}
+	// The tool turn wrote nothing to AGENT_EVENTS (issue 40: its step rode on the tool call,
+	// its start on the closing commit): the console still shows its model and prompt.
+	if first.Model != "fake/m1" || len(first.Inputs) != 1 || !strings.Contains(first.Inputs[0], "Paris") {
+		t.Errorf("first turn's start: model %q, inputs %q", first.Model, first.Inputs)
+	}
 	if first.Replies[0].State != "sent" || !strings.HasPrefix(first.Replies[0].Text, "saved.") {
 		t.Errorf("first turn's reply: %+v", first.Replies[0])
 	}
