@@ -49,7 +49,7 @@ func (t *turnRun) recordMessages(mes ...events.MessageEnd) {
 		s.Steps = mes
 		m, err := turnEventMsg(t, events.EvtKindTurnStarted, *s, "started")
 		if err == nil {
-			if err = t.publishRecord(m); err == nil {
+			if err = t.records.Publish(m); err == nil {
 				return
 			}
 		}
@@ -65,16 +65,13 @@ func (t *turnRun) recordMessages(mes ...events.MessageEnd) {
 	for _, me := range mes {
 		m, err := turnEventMsg(t, events.EvtKindMessageEnd, me, "m"+strconv.Itoa(me.Index))
 		if err == nil {
-			err = t.publishRecord(m)
+			err = t.records.Publish(m)
 		}
 		if err != nil {
 			t.a.log.Error("persist message", "turn", t.id, "index", me.Index, "err", err)
 		}
 	}
 }
-
-// publishRecord publishes one turn record asynchronously; flush waits for its ack.
-func (t *turnRun) publishRecord(m *nats.Msg) error { return t.records.Publish(m) }
 
 // carriedRecords is what a turn carries on its tool call requests instead of writing it to
 // AGENT_EVENTS (issue 40; store.ReadCarried reads it back): its start, when it was taken into
@@ -86,6 +83,19 @@ type carriedRecords struct {
 	startedAt int64 // Unix ms
 	steps     []events.MessageEnd
 	step      []byte // the records as events.ToolCall.Step
+}
+
+// giveBack hands what is carried back to be recorded in AGENT_EVENTS after all, and empties
+// c: the start goes to *started (the next record carries it), the carried messages to the
+// front of *tail. The caller holds the turn's lock.
+func (c *carriedRecords) giveBack(started **events.TurnStarted, tail *[]events.MessageEnd) {
+	if c.started != nil {
+		*started = c.started
+	}
+	if len(c.steps) > 0 {
+		*tail = append(slices.Clone(c.steps), *tail...)
+	}
+	*c = carriedRecords{}
 }
 
 // from is the index of the first carried message (-1: none).
@@ -149,7 +159,7 @@ func (t *turnRun) carryStep(calls []llm.Content, mes []events.MessageEnd) bool {
 	// arguments and output, all within the server's max payload.
 	if err != nil || int64(len(step)) > t.a.w.nc.MaxPayload()/4 {
 		c.steps = c.steps[:len(c.steps)-len(mes)]
-		t.uncarryLocked()
+		c.giveBack(&t.started, &t.tail)
 		return false
 	}
 	c.step = step
@@ -162,30 +172,12 @@ func (t *turnRun) carryStep(calls []llm.Content, mes []events.MessageEnd) bool {
 func (t *turnRun) uncarry() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.uncarryLocked()
-}
-
-func (t *turnRun) uncarryLocked() {
-	c := &t.carried
-	if c.started != nil {
-		t.started = c.started
-	}
-	if len(c.steps) > 0 {
-		t.tail = append(slices.Clone(c.steps), t.tail...)
-	}
-	t.carried = carriedRecords{}
-}
-
-// carriedStep is what the turn's tool call requests carry now (toolbus.Call.Step).
-func (t *turnRun) carriedStep() []byte {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.carried.step
+	t.carried.giveBack(&t.started, &t.tail)
 }
 
 // storeCarried writes what the turn carries to AGENT_EVENTS and waits for it: a request that
 // carries it is about to be withdrawn (toolbus.Call.Withdrawing).
-func (t *turnRun) storeCarried(ctx context.Context) error {
+func storeCarried(ctx context.Context, t *turnRun) error {
 	t.uncarry()
 	t.recordMessages(t.takeTail()...)
 	return t.flush(ctx)
@@ -202,7 +194,7 @@ func (t *turnRun) spillTail(withStart bool) {
 	if len(tail) == 0 && !withStart {
 		return
 	}
-	if len(tail) == 0 && !t.startPending() {
+	if len(tail) == 0 && !startPending(t) {
 		return
 	}
 	t.recordMessages(tail...)
@@ -217,7 +209,9 @@ func (t *turnRun) takeStarted() *events.TurnStarted {
 	return s
 }
 
-func (t *turnRun) startPending() bool {
+// startPending reports whether t's start is still unrecorded. A function, not a method:
+// turnRun is at the size limit (internal/layering).
+func startPending(t *turnRun) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.started != nil

@@ -162,7 +162,7 @@ func (w *Worker) readTurnSince(ctx context.Context, sk events.SessionKey, turn s
 // (turnLog.carried) to AGENT_EVENTS before the turn goes on: the resumed turn then stands on
 // AGENT_EVENTS as a turn of the layout before issue 40 does, and its commit needs to name
 // only what it carries itself from here on.
-func (t *turnRun) storeFound(ctx context.Context, tl *turnLog) error {
+func storeFound(ctx context.Context, t *turnRun, tl *turnLog) error {
 	if !tl.carriedStart && len(tl.carried) == 0 {
 		return nil
 	}

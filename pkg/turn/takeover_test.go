@@ -196,10 +196,12 @@ func TestLapsedLeaseKeepsOwnClaims(t *testing.T) {
 	h := newHarness(t, nil, faux.WithResponder(func(c *llm.Context) faux.Response {
 		return faux.Response{Text: "ok " + c.Messages[len(c.Messages)-1].TextContent()}
 	}))
-	// A renews every 5 s, so the gap between the lease's end and A's next renewal is wide
-	// enough for B's claim even on a starved machine (with a 2 s gap, CI under load once saw
-	// A renew before B had claimed); both workers' idle actors outlive the test.
-	a := h.workerWith("wA", func(o *Options) { o.LeaseTTL, o.IdleRelease = 15*time.Second, time.Minute })
+	// A renews every 10 s, so the gap between the lease's end and A's next renewal holds at
+	// least one of B's reads of the worker leases (every 5 s, ownership's viewEvery): B can
+	// only call A's token stale from a read that falls in the gap. With 5 s renewals it was luck
+	// whether one did (the test failed now and then under load); with a 2 s gap CI once saw A
+	// renew before B had claimed. Both workers' idle actors outlive the test.
+	a := h.workerWith("wA", func(o *Options) { o.LeaseTTL, o.IdleRelease = 30*time.Second, 2*time.Minute })
 	keep, take := sk, sk
 	keep.Scene, take.Scene = "keep", "take"
 	for _, k := range []events.SessionKey{keep, take} {
@@ -213,7 +215,7 @@ func TestLapsedLeaseKeepsOwnClaims(t *testing.T) {
 	if kept == nil || actorOf(a, take) == nil {
 		t.Fatal("A does not run both sessions")
 	}
-	// Right after a renewal of A, so that A's next one is 2 s away.
+	// Right after a renewal of A, so that A's next one is 10 s away.
 	testwait.Eventually(t, 0, func() error {
 		return testwait.Want(a.own.WorkerLease().Revision != old.Revision, "A's worker lease not renewed yet (revision %d)", a.own.WorkerLease().Revision)
 	})
@@ -229,9 +231,9 @@ func TestLapsedLeaseKeepsOwnClaims(t *testing.T) {
 	})
 	b.own.Internals().Claim(take)
 	testwait.Eventually(t, 0, func() error { return testwait.Want(actorOf(b, take) != nil, "no actor on B for the claimed session") })
-	// A comes back with its epoch at its next renewal (up to 5 s away), keeps "keep" with the
+	// A comes back with its epoch at its next renewal (up to 10 s away), keeps "keep" with the
 	// same actor and drops "take".
-	testwait.Eventually(t, 30*time.Second, func() error {
+	testwait.Eventually(t, time.Minute, func() error {
 		l := a.own.WorkerLease()
 		return testwait.Want(l.Valid(time.Now()) && l.Revision != old.Revision && !a.own.Internals().Suspended() && actorOf(a, take) == nil, "A not back with a renewed lease, unsuspended and without the taken session yet (suspended %v)", a.own.Internals().Suspended())
 	})

@@ -25,8 +25,17 @@ var _ toolClient = (*toolbus.Client)(nil)
 // executor returns the bus executor of a turn (pkg/toolbus).
 func (t *turnRun) executor() *toolbus.Executor {
 	m := t.msg
-	return t.a.w.toolc.Executor(toolbus.Call{Resumed: t.resumed, Flush: t.flush, Step: t.carriedStep, Withdrawing: t.storeCarried, Subscribed: t.a.resultSub != nil,
-		Fresh: t.fresh && !t.resumed, BusID: t.busID, Scope: toolbus.Scope{SK: t.a.sk, Turn: t.id, SID: t.sidStr, Trace: t.trace,
+	// The requests carry what the turn has not recorded in AGENT_EVENTS (records.go carryStep);
+	// a request about to be withdrawn gets it recorded first.
+	step := func() []byte {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return t.carried.step
+	}
+	withdrawing := func(ctx context.Context) error { return storeCarried(ctx, t) }
+	return t.a.w.toolc.Executor(toolbus.Call{Resumed: t.resumed, Flush: t.flush, Step: step, Withdrawing: withdrawing,
+		Subscribed: t.a.resultSub != nil, Fresh: t.fresh && !t.resumed, BusID: t.busID,
+		Scope: toolbus.Scope{SK: t.a.sk, Turn: t.id, SID: t.sidStr, Trace: t.trace,
 			Caller: events.Caller{Platform: m.Platform, Bot: m.Bot, Scope: t.a.sk.Scope, SenderID: m.Sender.ID, Roles: m.Sender.Roles},
 			Model:  t.model}})
 }

@@ -388,7 +388,7 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		persisted, committed = resumed.messages, resumed.committed
 		t.index = len(persisted)
 		if !committed {
-			if err := t.storeFound(ctx, resumed); err != nil {
+			if err := storeFound(ctx, t, resumed); err != nil {
 				return err
 			}
 		}
@@ -444,7 +444,7 @@ func (t *turnRun) execute(ctx context.Context, resumed *turnLog) error {
 		// commit's messages; the commit names where it starts, and carries the turn's start
 		// when that rode on them too (store.WithClosingStart), so that readers of the turn log
 		// (store.ClosingRecords) see the turn as if it had been recorded.
-		closes := !t.startPending()
+		closes := !startPending(t)
 		opts := []store.AppendOption{store.WithInboxSeq(t.lastSeq())}
 		var tail []events.MessageEnd
 		if closes {

@@ -191,7 +191,7 @@ func (o *Manager) peerDead(peer string, epoch uint64, silent time.Duration) {
 	o.wg.Add(1)
 	go func() {
 		defer o.wg.Done()
-		listed <- o.claimsOf(listCtx, peer, epoch)
+		listed <- claimsOf(listCtx, o, peer, epoch)
 	}()
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 		ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
@@ -260,8 +260,9 @@ func (o *Manager) peerDead(peer string, epoch uint64, silent time.Duration) {
 }
 
 // claimsOf lists the sessions peer claimed under epoch (store.Leases.ClaimsOf), trying up to
-// five times; nil if every try failed or ctx ended.
-func (o *Manager) claimsOf(ctx context.Context, peer string, epoch uint64) []events.SessionKey {
+// five times; nil if every try failed or ctx ended. A function, not a method: Manager is at the
+// size limit (internal/layering).
+func claimsOf(ctx context.Context, o *Manager, peer string, epoch uint64) []events.SessionKey {
 	for attempt := 0; attempt < 5 && ctx.Err() == nil; attempt++ {
 		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		keys, err := o.leases.ClaimsOf(tctx, peer, epoch)
