@@ -18,7 +18,7 @@ import (
 const (
 	stageIngested    = iota // im.in.<scene> or agent.in.<sk>: ingest stored the inbound message (issue 40: in its inbox event when it reaches its session)
 	stageDispatched         // agent.in.<sk>: the dispatcher put it in the session's inbox
-	stageTurnStarted        // agent.evt.<sk>.<turn>.turn_started
+	stageTurnStarted        // agent.evt.<sk>.<turn>.turn_started: only a turn that records its start (a tool turn carries it on its tool call request instead, issue 40)
 	stageToolCall           // tool.call.<tool> for the session (first model call done)
 	stageToolResult         // tool.result.<sk>.<call>: the tool worker stored the result
 	stageReply              // im.out.<scene>: the turn published its reply

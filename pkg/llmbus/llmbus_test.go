@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentbus/agentbus/internal/testwait"
 	"github.com/agentbus/agentbus/pkg/llm"
 	"github.com/agentbus/agentbus/pkg/llm/providers/faux"
 	"github.com/agentbus/agentbus/pkg/llmbus"
@@ -279,9 +280,11 @@ func TestProtocolErrors(t *testing.T) {
 			t.Errorf("refusal of %s: %q, want %q", body, e.Message.ErrorMessage, want)
 		}
 	}
-	if st := s.Stats(); len(st.Endpoints) != 1 || st.Endpoints[0].NumErrors != 2 {
-		t.Errorf("micro stats %+v, want 2 errors on the endpoint", st.Endpoints)
-	}
+	// The service counts an error after its reply is sent, so the count may trail the reply.
+	testwait.Eventually(t, 0, func() error {
+		st := s.Stats()
+		return testwait.Want(len(st.Endpoints) == 1 && st.Endpoints[0].NumErrors == 2, "micro stats %+v, want 2 errors on the endpoint", st.Endpoints)
+	})
 }
 
 // TestQueueGroupSharesLoad: two servers of one subject share its requests, and a stopped
