@@ -87,6 +87,10 @@ type Session struct {
 
 	// Revision is the KV revision this copy was read at (not stored).
 	Revision uint64 `json:"-"`
+	// Created: GetOrCreate created this record, the first the session key ever had (not
+	// stored). No actor can have run a turn of the session before: every actor loads or
+	// creates the record before its first turn.
+	Created bool `json:"-"`
 }
 
 // EndedEpoch is an epoch that ended and waits to be archived (Session.Ended).
@@ -388,6 +392,7 @@ func (r *Sessions) GetOrCreate(ctx context.Context, sk events.SessionKey) (*Sess
 			if err != nil {
 				return nil, fmt.Errorf("create session %s: %w", sk, err)
 			}
+			s.Created = true
 			return s, nil
 		case err != nil:
 			return nil, err

@@ -21,9 +21,11 @@ func TestSessionEpochs(t *testing.T) {
 	if _, err := r.Get(ctx, sk); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("get before create: %v", err)
 	}
-	// Many workers race to create: all see the same epoch-1 record.
+	// Many workers race to create: all see the same epoch-1 record, and exactly one of them
+	// learns that it created it (the turn worker skips its takeover look then).
 	var wg sync.WaitGroup
 	ids := make([]string, 8)
+	var created atomic.Int32
 	for i := range ids {
 		wg.Add(1)
 		go func() {
@@ -34,6 +36,9 @@ func TestSessionEpochs(t *testing.T) {
 				return
 			}
 			ids[i] = s.SessionID
+			if s.Created {
+				created.Add(1)
+			}
 		}()
 	}
 	wg.Wait()
@@ -41,6 +46,12 @@ func TestSessionEpochs(t *testing.T) {
 		if id != "qq:bot1:group:epochs#1" {
 			t.Fatalf("ids %q", ids)
 		}
+	}
+	if n := created.Load(); n != 1 {
+		t.Fatalf("%d callers created the record, want 1", n)
+	}
+	if s, err := r.GetOrCreate(ctx, sk); err != nil || s.Created {
+		t.Fatalf("GetOrCreate of an existing record: created %v, %v", s != nil && s.Created, err)
 	}
 	s, err := r.Update(ctx, sk, func(s *Session) error {
 		s.InboxCursor, s.Model, s.ActiveLeaf = 42, "openai/gpt-x", "leaf-7"

@@ -91,7 +91,12 @@ type actor struct {
 	// turn log for those, takeOver). lastCommit is the session's last context commit then.
 	checkUpTo  uint64
 	lastCommit store.CommitMark
-	listed     map[string]bool // turns the session record listed as open at the start
+	// created: the actor created the session record at its start (store.Session.Created), so no
+	// earlier owner can have started a turn of it, and takeOver has nothing to look for. Its
+	// look (the turn log, and since issue 40 the tool call queue and results a step may ride
+	// on) cost a new chat's first turn hundreds of ms behind a busy queue.
+	created bool
+	listed  map[string]bool // turns the session record listed as open at the start
 	// recModel is the session record's model as last read or written: a finished turn that
 	// is not listed in the record writes it only when its model differs.
 	recModel string // under mu
@@ -177,6 +182,7 @@ func (a *actor) Run() {
 		}
 		return
 	}
+	a.created = sess.Created
 	a.mu.Lock() // know (the doorbell) reads the cursor from another goroutine
 	a.in.Pass(cursor)
 	a.recModel = sess.Model

@@ -255,7 +255,7 @@ func (a *actor) startTurn(pt *pendingTurn) error {
 	if pt.id == "" {
 		pt.id = turnID(pt.seq)
 	}
-	if pt.fromInbox && !pt.restarted && pt.seq <= a.checkUpTo {
+	if pt.fromInbox && !pt.restarted && pt.seq <= a.checkUpTo && !a.created {
 		done, err := a.res.takeOver(sess, pt)
 		if done || err != nil {
 			return err
