@@ -91,8 +91,9 @@ type actor struct {
 	// turn log for those, takeOver). lastCommit is the session's last context commit then.
 	checkUpTo  uint64
 	lastCommit store.CommitMark
-	// created: the actor created the session record at its start (store.Session.Created), so no
-	// earlier owner can have started a turn of it, and takeOver has nothing to look for. Its
+	// created: the actor created the session record at its start (store.Session.Created) and no
+	// context commit of it names a turn, so no earlier owner can have started a turn of it, and
+	// takeOver has nothing to look for. Its
 	// look (the turn log, and since issue 40 the tool call queue and results a step may ride
 	// on) cost a new chat's first turn hundreds of ms behind a busy queue.
 	created bool
@@ -182,8 +183,8 @@ func (a *actor) Run() {
 		}
 		return
 	}
-	a.created = sess.Created
-	a.mu.Lock() // know (the doorbell) reads the cursor from another goroutine
+	a.created = sess.Created && a.lastCommit.Turn == "" // and no context commit names a turn: a record lost some other way still gets the look
+	a.mu.Lock()                                         // know (the doorbell) reads the cursor from another goroutine
 	a.in.Pass(cursor)
 	a.recModel = sess.Model
 	a.listed = map[string]bool{}
