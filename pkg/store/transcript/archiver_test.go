@@ -102,21 +102,9 @@ func TestArchiver(t *testing.T) {
 	}
 
 	// The dead letter names the problem.
-	dlq, err := js.Stream(ctx, events.StreamDeadLetters)
-	if err != nil {
-		t.Fatal(err)
+	if dl := archiverDeadLetter(t, js); dl.Stream != events.StreamIMIn || dl.Error == "" {
+		t.Fatalf("dead letter %+v", dl)
 	}
-	testwait.Eventually(t, 0, func() error {
-		dl, err := dlq.GetLastMsgForSubject(ctx, events.DeadLetterSubject("archiver", "invalid"))
-		if err != nil {
-			return fmt.Errorf("no dead letter: %w", err)
-		}
-		var ev events.Event[events.DeadLetter]
-		if err := events.Unmarshal(dl.Data, &ev); err != nil || ev.Data.Stream != events.StreamIMIn || ev.Data.Error == "" {
-			t.Fatalf("dead letter %+v %v", ev.Data, err)
-		}
-		return nil
-	})
 	if err := a.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -273,21 +261,9 @@ func TestArchiverBadRowAlone(t *testing.T) {
 	}
 	defer a.Stop()
 	waitCount(t, db, 2)
-	dlq, err := srv.JS.Stream(ctx, events.StreamDeadLetters)
-	if err != nil {
-		t.Fatal(err)
+	if dl := archiverDeadLetter(t, srv.JS); !strings.Contains(dl.Error, "unit separator") {
+		t.Fatalf("dead letter %+v", dl)
 	}
-	testwait.Eventually(t, 0, func() error {
-		dl, err := dlq.GetLastMsgForSubject(ctx, events.DeadLetterSubject("archiver", "invalid"))
-		if err != nil {
-			return fmt.Errorf("no dead letter: %w", err)
-		}
-		var ev events.Event[events.DeadLetter]
-		if err := events.Unmarshal(dl.Data, &ev); err != nil || !strings.Contains(ev.Data.Error, "unit separator") {
-			t.Fatalf("dead letter %+v %v", ev.Data, err)
-		}
-		return nil
-	})
 }
 
 // TestArchiverThinBatches: a batch spread over many chats with a message or two each keeps
@@ -441,22 +417,33 @@ func TestArchiverReceiptBatches(t *testing.T) {
 			}
 		}
 	}
+	if dl := archiverDeadLetter(t, js); dl.Stream != events.StreamIMSent {
+		t.Fatalf("dead letter %+v", dl)
+	}
+	if n, err := db.Count(ctx, sceneA); err != nil || n != 4 {
+		t.Fatalf("%d rows in g1 (%v): the bad batch's valid receipt must not be archived alone", n, err)
+	}
+}
+
+// archiverDeadLetter waits for the archiver's last dead letter of an invalid message and
+// returns it.
+func archiverDeadLetter(t *testing.T, js jetstream.JetStream) events.DeadLetter {
+	t.Helper()
+	ctx := context.Background()
 	dlq, err := js.Stream(ctx, events.StreamDeadLetters)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var ev events.Event[events.DeadLetter]
 	testwait.Eventually(t, 0, func() error {
 		dl, err := dlq.GetLastMsgForSubject(ctx, events.DeadLetterSubject("archiver", "invalid"))
 		if err != nil {
 			return fmt.Errorf("no dead letter: %w", err)
 		}
-		var ev events.Event[events.DeadLetter]
-		if err := events.Unmarshal(dl.Data, &ev); err != nil || ev.Data.Stream != events.StreamIMSent {
-			t.Fatalf("dead letter %+v %v", ev.Data, err)
+		if err := events.Unmarshal(dl.Data, &ev); err != nil {
+			t.Fatalf("dead letter: %v", err)
 		}
 		return nil
 	})
-	if n, err := db.Count(ctx, sceneA); err != nil || n != 4 {
-		t.Fatalf("%d rows in g1 (%v): the bad batch's valid receipt must not be archived alone", n, err)
-	}
+	return ev.Data
 }
