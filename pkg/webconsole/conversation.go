@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -332,8 +333,9 @@ func (r *Reader) batchedReceipts(ctx context.Context, sk events.SessionKey, src 
 		if bk == nil {
 			bk = &bucket{since: src.outAt[i], want: map[string]bool{}}
 			buckets[b] = bk
+		} else if src.outAt[i].Before(bk.since) {
+			bk.since = src.outAt[i]
 		}
-		bk.since = minTime(bk.since, src.outAt[i])
 		bk.want[id] = true
 	}
 	if len(buckets) == 0 {
@@ -341,40 +343,23 @@ func (r *Reader) batchedReceipts(ctx context.Context, sk events.SessionKey, src 
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(4)
-	found := make([][]string, 0, len(buckets))
+	var mu sync.Mutex // src.sent
 	for b, bk := range buckets {
-		found = append(found, nil)
-		got := &found[len(found)-1]
 		g.Go(func() error {
-			left := len(bk.want)
 			return store.Scan(gctx, r.js, events.StreamIMSent, events.IMSentBatchSubject(b), 0, bk.since.Add(-store.ReceiptSkew), func(m *jetstream.RawStreamMsg) bool {
 				for _, id := range m.Header.Values(events.HeaderOutID) {
 					if bk.want[id] && store.BatchedReceipt(m, sk, id).OK {
 						delete(bk.want, id)
-						*got = append(*got, id)
-						left--
+						mu.Lock()
+						src.sent[id] = true
+						mu.Unlock()
 					}
 				}
-				return left > 0
+				return len(bk.want) > 0
 			})
 		})
 	}
-	if err := g.Wait(); err != nil {
-		return err
-	}
-	for _, ids := range found {
-		for _, id := range ids {
-			src.sent[id] = true
-		}
-	}
-	return nil
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
+	return g.Wait()
 }
 
 // Conversation reads the whole of session sk.
